@@ -1,0 +1,70 @@
+//! `accord`: the command line. Arguments become option structs handed to the
+//! library crates; this crate only parses, prints and picks exit codes.
+
+mod cmd_delta;
+mod cmd_mirror;
+mod cmd_union;
+mod exit;
+
+use clap::{Parser, Subcommand};
+
+/// Accord keeps directory trees in agreement: two-way sync, one-way mirror
+/// with delta transfer, parallel and distributed copies, and a union file system.
+#[derive(Parser)]
+#[command(name = "accord", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Two-way synchronisation of two roots (not built yet).
+    Sync(NotBuiltArgs),
+    /// Make DST an exact copy of SRC.
+    Mirror(cmd_mirror::MirrorArgs),
+    /// Signatures, deltas and patches of single files (rsync-style, with true in-place patching).
+    Delta(cmd_delta::DeltaArgs),
+    /// A union file system over FUSE.
+    Union(cmd_union::UnionArgs),
+    /// Serve roots to remote clients (not built yet).
+    Server(NotBuiltArgs),
+    /// Run tasks from a cluster queue (not built yet).
+    Worker(NotBuiltArgs),
+}
+
+/// Arguments of a command that does not exist yet: accepted so that the
+/// command can say so plainly instead of failing with a usage error.
+#[derive(clap::Args)]
+struct NotBuiltArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    rest: Vec<String>,
+}
+
+fn not_built(name: &str) -> i32 {
+    eprintln!("accord {name}: this command is not built yet; nothing was done.");
+    exit::UNAVAILABLE
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = match err.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => exit::USAGE,
+            };
+            let _ = err.print();
+            std::process::exit(code);
+        }
+    };
+    let code = match cli.command {
+        Command::Sync(_) => not_built("sync"),
+        Command::Mirror(args) => cmd_mirror::run(args),
+        Command::Delta(args) => cmd_delta::run(args),
+        Command::Union(args) => cmd_union::run(args),
+        Command::Server(_) => not_built("server"),
+        Command::Worker(_) => not_built("worker"),
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,2 @@
+//! The delta engine: signatures, deltas, patches and the in-place planner.
+//! (Being written; see the delta engine issue.)

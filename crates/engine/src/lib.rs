@@ -1,0 +1,1 @@
+//! The orchestrator: mirror and sync pipelines over the Replica trait (to be built).

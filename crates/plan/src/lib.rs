@@ -1,0 +1,1 @@
+//! Pure planning: mirror plans and two-way reconciliation (to be built).

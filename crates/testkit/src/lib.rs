@@ -1,0 +1,1 @@
+//! Test helpers: temp roots, detection of reference tools.

@@ -1,0 +1,1 @@
+//! The FUSE union file system (to be built by the union issue).
