@@ -1,0 +1,322 @@
+//! One pass of the rolling checksum over the new data, looking up each window
+//! in a table built from the signature.
+//!
+//! Identical blocks share one table entry with a sorted list of positions, so
+//! a basis made of a million copies of one block costs one probe per window,
+//! not a walk down a million-long chain. After a match the scan jumps a whole
+//! block; large inputs are cut into segments scanned in parallel and stitched
+//! back so that the result equals what one sequential scan would find.
+
+use crate::rolling::{self, Roller};
+use crate::signature::Signature;
+use crate::DeltaError;
+use rayon::prelude::*;
+
+/// A run of the new file found in the old one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy {
+    pub src: u64,
+    pub dst: u64,
+    pub len: u64,
+}
+
+/// Blocks that share a weak sum and a strong sum.
+struct Group {
+    weak: u32,
+    /// A member, to read the group's strong sum from the signature.
+    first: u32,
+    start: u32,
+    len: u32,
+}
+
+/// Below this size one thread scans the whole input.
+const PARALLEL_MIN: usize = 4 << 20;
+
+pub struct Index<'s> {
+    sig: &'s Signature,
+    groups: Vec<Group>,
+    positions: Vec<u32>,
+    table: Vec<u32>,
+    shift: u32,
+    /// The short last block, if the old file does not end on a block boundary.
+    tail: Option<u32>,
+}
+
+impl<'s> Index<'s> {
+    pub fn new(sig: &'s Signature) -> Result<Index<'s>, DeltaError> {
+        let count = sig.block_count();
+        if count > u32::MAX as usize - 1 {
+            return Err(DeltaError::Usage(format!(
+                "{count} blocks are too many; use a larger block length"
+            )));
+        }
+        let bl = sig.block_len as u64;
+        let tail = (sig.file_len % bl != 0).then(|| count as u32 - 1);
+        let full = if tail.is_some() { count - 1 } else { count };
+        let mut order: Vec<u32> = (0..full as u32).collect();
+        order.sort_unstable_by(|&a, &b| {
+            (sig.weak[a as usize], sig.strong_of(a as usize), a).cmp(&(
+                sig.weak[b as usize],
+                sig.strong_of(b as usize),
+                b,
+            ))
+        });
+        let mut groups: Vec<Group> = Vec::new();
+        for (i, &b) in order.iter().enumerate() {
+            let same = groups.last().is_some_and(|g| {
+                g.weak == sig.weak[b as usize]
+                    && sig.strong_of(g.first as usize) == sig.strong_of(b as usize)
+            });
+            if same {
+                groups.last_mut().unwrap().len += 1;
+            } else {
+                groups.push(Group {
+                    weak: sig.weak[b as usize],
+                    first: b,
+                    start: i as u32,
+                    len: 1,
+                });
+            }
+        }
+        let slots = (groups.len() * 2).next_power_of_two().max(16);
+        let shift = 32 - slots.trailing_zeros();
+        let mut table = vec![0u32; slots];
+        for (gi, g) in groups.iter().enumerate() {
+            if gi > 0 && groups[gi - 1].weak == g.weak {
+                continue; // probes land on the first group of a weak value
+            }
+            let mut slot = slot_of(g.weak, shift);
+            while table[slot] != 0 {
+                slot = (slot + 1) & (slots - 1);
+            }
+            table[slot] = gi as u32 + 1;
+        }
+        Ok(Index {
+            sig,
+            groups,
+            positions: order,
+            table,
+            shift,
+            tail,
+        })
+    }
+
+    #[inline(always)]
+    fn lookup(&self, weak: u32) -> Option<usize> {
+        let mask = self.table.len() - 1;
+        let mut slot = slot_of(weak, self.shift);
+        loop {
+            let s = self.table[slot];
+            if s == 0 {
+                return None;
+            }
+            let g = (s - 1) as usize;
+            if self.groups[g].weak == weak {
+                return Some(g);
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// The block whose contents equal `window`, if any, among the groups
+    /// with the window's weak sum.
+    fn strong_match(
+        &self,
+        first_group: usize,
+        weak: u32,
+        window: &[u8],
+        dst: u64,
+        prev_src_end: u64,
+    ) -> Option<u32> {
+        let strong = self.sig.strong_sum(window);
+        let strong = &strong[..self.sig.strong_len as usize];
+        let mut g = first_group;
+        while g < self.groups.len() && self.groups[g].weak == weak {
+            if self.sig.strong_of(self.groups[g].first as usize) == strong {
+                return Some(self.choose(&self.groups[g], dst, prev_src_end));
+            }
+            g += 1;
+        }
+        None
+    }
+
+    /// Among identical blocks prefer the one already in place (free for an
+    /// in-place update), then the one after the previous match (keeps copies
+    /// long), then the nearest one.
+    fn choose(&self, g: &Group, dst: u64, prev_src_end: u64) -> u32 {
+        let ps = &self.positions[g.start as usize..(g.start + g.len) as usize];
+        if ps.len() == 1 {
+            return ps[0];
+        }
+        let bl = self.sig.block_len as u64;
+        for want in [dst, prev_src_end] {
+            if want % bl == 0 && want / bl < u32::MAX as u64 {
+                let b = (want / bl) as u32;
+                if ps.binary_search(&b).is_ok() {
+                    return b;
+                }
+            }
+        }
+        let target = dst / bl;
+        let i = ps.partition_point(|&p| (p as u64) < target);
+        match (ps.get(i), i.checked_sub(1).map(|j| ps[j])) {
+            (Some(&hi), Some(lo)) if target - lo as u64 <= hi as u64 - target => lo,
+            (Some(&hi), _) => hi,
+            (None, Some(lo)) => lo,
+            (None, None) => unreachable!("groups are never empty"),
+        }
+    }
+
+    /// Scans windows starting in `[from, until)` and appends the matches.
+    /// Returns where a following scan must resume: `until`, or further if the
+    /// last match ran past it.
+    fn scan(&self, data: &[u8], from: usize, until: usize, out: &mut Vec<Copy>) -> usize {
+        let bl = self.sig.block_len as usize;
+        let n = data.len();
+        let has_full = self.groups.len() > 0;
+        let mut pos = from;
+        let mut prev_src_end = u64::MAX;
+        if has_full && pos < until && pos + bl <= n {
+            let roller = Roller::new(bl);
+            let mut h = rolling::weak(&data[pos..pos + bl]);
+            // Length of the run of equal bytes ending at the window's end: when it
+            // exceeds the block, this window equals the previous one.
+            let mut run = 0usize;
+            let mut last_fail = usize::MAX;
+            loop {
+                if let Some(g) = self.lookup(h) {
+                    if last_fail == pos.wrapping_sub(1) && run > bl {
+                        last_fail = pos; // same bytes as a window that already failed
+                    } else if let Some(b) =
+                        self.strong_match(g, h, &data[pos..pos + bl], pos as u64, prev_src_end)
+                    {
+                        let src = b as u64 * bl as u64;
+                        out.push(Copy {
+                            src,
+                            dst: pos as u64,
+                            len: bl as u64,
+                        });
+                        prev_src_end = src + bl as u64;
+                        pos += bl;
+                        if pos >= until || pos + bl > n {
+                            break;
+                        }
+                        h = rolling::weak(&data[pos..pos + bl]);
+                        run = 0;
+                        continue;
+                    } else {
+                        last_fail = pos;
+                    }
+                }
+                if pos + 1 >= until || pos + bl >= n {
+                    pos += 1;
+                    break;
+                }
+                let inb = data[pos + bl];
+                run = if inb == data[pos + bl - 1] {
+                    run + 1
+                } else {
+                    1
+                };
+                h = roller.roll(h, data[pos], inb);
+                pos += 1;
+            }
+        }
+        if until == n {
+            if let Some(t) = self.tail {
+                let tail_len = self.sig.len_of(t as usize) as usize;
+                if n >= tail_len && n - tail_len >= pos {
+                    let window = &data[n - tail_len..];
+                    let strong = self.sig.strong_sum(window);
+                    if rolling::weak(window) == self.sig.weak[t as usize]
+                        && strong[..self.sig.strong_len as usize] == *self.sig.strong_of(t as usize)
+                    {
+                        let src = t as u64 * self.sig.block_len as u64;
+                        out.push(Copy {
+                            src,
+                            dst: (n - tail_len) as u64,
+                            len: tail_len as u64,
+                        });
+                        return n;
+                    }
+                }
+            }
+        }
+        pos.max(until)
+    }
+
+    /// All matches of `data`, ordered by target offset, adjacent ones merged.
+    pub fn find_matches(&self, data: &[u8]) -> Vec<Copy> {
+        let n = data.len();
+        let bl = self.sig.block_len as usize;
+        let segments = if n >= PARALLEL_MIN && n / 2 > 4 * bl {
+            let want = rayon::current_num_threads().max(1) * 4;
+            want.min(n / (4 * bl)).max(1)
+        } else {
+            1
+        };
+        let bounds: Vec<usize> = (0..=segments)
+            .map(|i| (n as u128 * i as u128 / segments as u128) as usize)
+            .collect();
+        let parts: Vec<(Vec<Copy>, usize)> = (0..segments)
+            .into_par_iter()
+            .map(|i| {
+                let mut v = Vec::new();
+                let r = self.scan(data, bounds[i], bounds[i + 1], &mut v);
+                (v, r)
+            })
+            .collect();
+        let mut all = Vec::new();
+        let mut resume = 0usize;
+        for (i, (copies, seg_resume)) in parts.into_iter().enumerate() {
+            let (from, until) = (bounds[i], bounds[i + 1]);
+            if resume == from {
+                all.extend_from_slice(&copies);
+                resume = seg_resume;
+                continue;
+            }
+            // The previous segment's last match ran into this one: scan on from
+            // there until we reach a match this segment found on its own.
+            let mut idx = 0;
+            loop {
+                while idx < copies.len() && copies[idx].dst < resume as u64 {
+                    idx += 1;
+                }
+                if idx == copies.len() {
+                    if resume < until {
+                        resume = self.scan(data, resume, until, &mut all);
+                    }
+                    break;
+                }
+                let target = copies[idx].dst as usize;
+                if resume == target {
+                    all.extend_from_slice(&copies[idx..]);
+                    resume = seg_resume;
+                    break;
+                }
+                resume = self.scan(data, resume, target, &mut all);
+            }
+        }
+        coalesce(all)
+    }
+}
+
+#[inline(always)]
+fn slot_of(weak: u32, shift: u32) -> usize {
+    (weak.wrapping_mul(0x9E37_79B1) >> shift) as usize
+}
+
+/// Merges copies that continue each other in both files.
+pub fn coalesce(copies: Vec<Copy>) -> Vec<Copy> {
+    let mut out: Vec<Copy> = Vec::with_capacity(copies.len());
+    for c in copies {
+        if let Some(last) = out.last_mut() {
+            if last.dst + last.len == c.dst && last.src + last.len == c.src {
+                last.len += c.len;
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
