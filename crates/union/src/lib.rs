@@ -1,1 +1,151 @@
-//! The FUSE union file system (to be built by the union issue).
+//! The FUSE union file system behind `accord union`.
+//!
+//! Branches are ordinary directories stacked by priority (first = highest). The union shows,
+//! for every name, the copy in the highest branch that has it; writes go to the highest
+//! writable branch ("upper"), copying files up from read-only branches first; deletions of
+//! names that exist below leave `.wh.NAME` whiteouts. Read-only branches are never modified.
+//!
+//! Layout: pure logic in [`branch`] (branch specs and the branch table), [`whiteout`] (naming)
+//! and [`merge`] (one directory's merge over branches); the FUSE layer in `fs/` (one file per
+//! operation family); [`control`] is the live control channel; `sys` wraps the system calls.
+//!
+//! Not supported (by design or yet): FUSE passthrough (fuser 0.15 speaks FUSE ABI 7.31, and
+//! passthrough needs 7.40), renaming a directory that has parts in lower branches (EXDEV, like
+//! overlayfs without redirect_dir), hard links that span branches (the source is copied up
+//! first), and one inode number shared by hard-linked names (each union name has its own).
+
+pub mod branch;
+pub mod control;
+mod fs;
+pub mod merge;
+mod sys;
+pub mod whiteout;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use fuser::MountOption;
+
+pub use branch::Mode;
+
+/// What `accord union mount` asks for.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    pub mountpoint: PathBuf,
+    /// Highest priority first.
+    pub branches: Vec<(PathBuf, Mode)>,
+}
+
+/// Mount the union and serve it until it is unmounted. `ready` is called once: with Ok when
+/// the mount and its control socket are live (so a parent process may return), or with the
+/// error that prevented it.
+pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::Result<()> {
+    let res = setup(cfg);
+    let (mut session, listener, shared) = match res {
+        Ok(x) => x,
+        Err(e) => {
+            ready(Err(e.to_string()));
+            return Err(e);
+        }
+    };
+    let notifier = session.notifier();
+    let shared2 = shared.clone();
+    std::thread::spawn(move || {
+        control::serve(listener, shared2.clone(), || {
+            // Make the kernel forget every name it may have cached from the old table, so the
+            // change shows at once instead of after the entry timeout.
+            let names = shared2.nodes.lock().unwrap().names();
+            for (parent, name) in names {
+                let _ = notifier.inval_entry(parent, &name);
+            }
+        })
+    });
+    ready(Ok(()));
+    session.run()
+}
+
+type Setup = (
+    fuser::Session<fs::Union>,
+    std::os::unix::net::UnixListener,
+    Arc<fs::Shared>,
+);
+
+fn setup(cfg: &MountConfig) -> io::Result<Setup> {
+    if cfg.branches.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no branches given",
+        ));
+    }
+    let mut branches = Vec::new();
+    for (p, m) in &cfg.branches {
+        let b = branch::Branch::open(p, *m)
+            .map_err(|e| io::Error::new(e.kind(), format!("branch {}: {e}", p.display())))?;
+        if branches.iter().any(|x: &branch::Branch| x.path == b.path) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("branch {} given twice", b.path.display()),
+            ));
+        }
+        branches.push(b);
+    }
+    let mountpoint = cfg.mountpoint.canonicalize()?;
+    if branches.iter().any(|b| b.path.starts_with(&mountpoint)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a branch may not lie inside the mount point",
+        ));
+    }
+    // Modes of new files are exactly what the caller asked for (the kernel applied the umask).
+    // SAFETY: umask has no preconditions.
+    unsafe { libc::umask(0) };
+    let shared = Arc::new(fs::Shared {
+        table: Mutex::new(Arc::new(branch::Table::new(branches))),
+        nodes: Mutex::new(fs::Nodes::new()),
+    });
+    let listener = control::listen(&mountpoint).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "control socket for {}: {e} (already mounted?)",
+                mountpoint.display()
+            ),
+        )
+    })?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut opts = vec![
+        MountOption::FSName("accord-union".into()),
+        MountOption::Subtype("accord".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if root {
+        // Other users may use the union (the kernel checks their permissions), devices and
+        // set-id files work as in the branches, and the mount goes away if we die.
+        opts.extend([
+            MountOption::AllowOther,
+            MountOption::Dev,
+            MountOption::Suid,
+            MountOption::AutoUnmount,
+        ]);
+    }
+    let session = fuser::Session::new(fs::Union::new(shared.clone()), &mountpoint, &opts)?;
+    Ok((session, listener, shared))
+}
+
+/// Unmount a union (or any FUSE mount) at `mountpoint`.
+pub fn unmount(mountpoint: &Path) -> io::Result<()> {
+    let st = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(mountpoint)
+        .status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "fusermount3 -u {} failed",
+            mountpoint.display()
+        )))
+    }
+}

@@ -1,0 +1,336 @@
+//! Branches and the branch table.
+//!
+//! The table is immutable once built: a live change (add, remove, mode, snapshot) builds a new
+//! table with a higher generation and swaps it in. Every directory view remembers the generation
+//! it was built from, so a swap invalidates all cached merges at once, while open files keep the
+//! descriptors they already hold and keep working.
+
+use std::fmt;
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Ro,
+    Rw,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Result<Mode, String> {
+        match s {
+            "ro" => Ok(Mode::Ro),
+            "rw" => Ok(Mode::Rw),
+            _ => Err(format!("branch mode must be ro or rw, not {s:?}")),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Ro => "ro",
+            Mode::Rw => "rw",
+        })
+    }
+}
+
+/// A branch as the user named it: `DIR`, `DIR=rw` or `DIR=ro`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchSpec {
+    pub path: PathBuf,
+    pub mode: Option<Mode>,
+}
+
+pub fn parse_spec(s: &str) -> Result<BranchSpec, String> {
+    if s.is_empty() {
+        return Err("empty branch".into());
+    }
+    // Only a trailing `=ro`/`=rw` is a mode, so a directory named `a=b` still works.
+    for (suffix, mode) in [("=ro", Mode::Ro), ("=rw", Mode::Rw)] {
+        if let Some(p) = s.strip_suffix(suffix) {
+            if p.is_empty() {
+                return Err(format!("branch {s:?} has no directory"));
+            }
+            return Ok(BranchSpec {
+                path: PathBuf::from(p),
+                mode: Some(mode),
+            });
+        }
+    }
+    Ok(BranchSpec {
+        path: PathBuf::from(s),
+        mode: None,
+    })
+}
+
+/// Unionfs's mount option syntax: `dirs=/a=rw:/b=ro` (possibly among other comma-separated
+/// options, which we refuse rather than ignore).
+pub fn parse_mount_options(opts: &str) -> Result<Vec<BranchSpec>, String> {
+    let mut out = Vec::new();
+    for opt in opts.split(',').filter(|o| !o.is_empty()) {
+        match opt.strip_prefix("dirs=") {
+            Some(dirs) => {
+                for d in dirs.split(':') {
+                    out.push(parse_spec(d)?);
+                }
+            }
+            None => {
+                return Err(format!(
+                    "unknown mount option {opt:?} (only dirs= is known)"
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Fill in modes the user left out the way Unionfs did: the first branch is writable, the
+/// others read-only.
+pub fn default_modes(specs: &[BranchSpec]) -> Vec<(PathBuf, Mode)> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let m = s.mode.unwrap_or(if i == 0 { Mode::Rw } else { Mode::Ro });
+            (s.path.clone(), m)
+        })
+        .collect()
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One opened branch. The directory handle is taken once, so every operation resolves names
+/// from it with the *at() calls and a branch that is renamed elsewhere keeps working.
+#[derive(Debug)]
+pub struct Branch {
+    pub id: u64,
+    pub path: PathBuf,
+    pub mode: Mode,
+    fd: Arc<OwnedFd>,
+}
+
+impl Branch {
+    pub fn open(path: &Path, mode: Mode) -> std::io::Result<Branch> {
+        let path = path.canonicalize()?;
+        let f = File::open(&path)?;
+        if !f.metadata()?.is_dir() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        Ok(Branch {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            path,
+            mode,
+            fd: Arc::new(OwnedFd::from(f)),
+        })
+    }
+
+    /// Same directory and handle, another mode (keeps the id so open files stay attributed).
+    pub fn with_mode(&self, mode: Mode) -> Branch {
+        Branch {
+            id: self.id,
+            path: self.path.clone(),
+            mode,
+            fd: self.fd.clone(),
+        }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn writable(&self) -> bool {
+        self.mode == Mode::Rw
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Table {
+    pub generation: u64,
+    pub branches: Vec<Arc<Branch>>,
+}
+
+impl Table {
+    pub fn new(branches: Vec<Branch>) -> Table {
+        Table {
+            generation: 1,
+            branches: branches.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// The branch that receives new files, copy-ups and whiteouts: the highest writable one.
+    pub fn upper(&self) -> Option<u32> {
+        self.branches
+            .iter()
+            .position(|b| b.writable())
+            .map(|i| i as u32)
+    }
+
+    pub fn get(&self, i: u32) -> &Branch {
+        &self.branches[i as usize]
+    }
+
+    pub fn by_id(&self, id: u64) -> Option<&Arc<Branch>> {
+        self.branches.iter().find(|b| b.id == id)
+    }
+
+    pub fn find(&self, path: &Path) -> Option<usize> {
+        self.branches.iter().position(|b| b.path == path)
+    }
+
+    fn next(&self, branches: Vec<Arc<Branch>>) -> Table {
+        Table {
+            generation: self.generation + 1,
+            branches,
+        }
+    }
+
+    /// Insert `b` at index `at` (0 = top). Refuses a directory that is already a branch.
+    pub fn with_added(&self, b: Branch, at: usize) -> Result<Table, String> {
+        if self.find(&b.path).is_some() {
+            return Err(format!("{} is already a branch", b.path.display()));
+        }
+        if at > self.branches.len() {
+            return Err(format!(
+                "position {at} is past the last branch ({} branches)",
+                self.branches.len()
+            ));
+        }
+        let mut v = self.branches.clone();
+        v.insert(at, Arc::new(b));
+        Ok(self.next(v))
+    }
+
+    pub fn with_removed(&self, path: &Path) -> Result<Table, String> {
+        let i = self
+            .find(path)
+            .ok_or_else(|| format!("{} is not a branch", path.display()))?;
+        if self.branches.len() == 1 {
+            return Err("cannot remove the last branch".into());
+        }
+        let mut v = self.branches.clone();
+        v.remove(i);
+        Ok(self.next(v))
+    }
+
+    pub fn with_mode(&self, path: &Path, mode: Mode) -> Result<Table, String> {
+        let i = self
+            .find(path)
+            .ok_or_else(|| format!("{} is not a branch", path.display()))?;
+        let mut v = self.branches.clone();
+        v[i] = Arc::new(v[i].with_mode(mode));
+        Ok(self.next(v))
+    }
+
+    /// The paper's snapshot: `b` goes on top as the only writable branch; every branch that was
+    /// writable becomes read-only, so the state at this instant is frozen below.
+    pub fn with_snapshot(&self, b: Branch) -> Result<Table, String> {
+        if self.find(&b.path).is_some() {
+            return Err(format!("{} is already a branch", b.path.display()));
+        }
+        let mut v: Vec<Arc<Branch>> = Vec::with_capacity(self.branches.len() + 1);
+        v.push(Arc::new(b.with_mode(Mode::Rw)));
+        for old in &self.branches {
+            v.push(if old.writable() {
+                Arc::new(old.with_mode(Mode::Ro))
+            } else {
+                old.clone()
+            });
+        }
+        Ok(self.next(v))
+    }
+
+    /// One line per branch, `INDEX<TAB>MODE<TAB>PATH`, as `accord union list` prints it.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        for (i, b) in self.branches.iter().enumerate() {
+            s.push_str(&format!("{i}\t{}\t{}\n", b.mode, b.path.display()));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs() {
+        assert_eq!(
+            parse_spec("/a=ro").unwrap(),
+            BranchSpec {
+                path: "/a".into(),
+                mode: Some(Mode::Ro)
+            }
+        );
+        assert_eq!(parse_spec("/a=b").unwrap().path, PathBuf::from("/a=b"));
+        assert_eq!(parse_spec("/a").unwrap().mode, None);
+        assert!(parse_spec("=rw").is_err());
+        let v = parse_mount_options("dirs=/a=rw:/b=ro:/c").unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[1].mode, Some(Mode::Ro));
+        assert!(parse_mount_options("dirs=/a,foo").is_err());
+        let d = default_modes(&v);
+        assert_eq!(d[2].1, Mode::Ro);
+        let d = default_modes(&[parse_spec("/x").unwrap(), parse_spec("/y").unwrap()]);
+        assert_eq!((d[0].1, d[1].1), (Mode::Rw, Mode::Ro));
+    }
+
+    fn dirs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+        let t = tempfile::tempdir().unwrap();
+        let v = (0..n)
+            .map(|i| {
+                let p = t.path().join(format!("b{i}"));
+                std::fs::create_dir(&p).unwrap();
+                p.canonicalize().unwrap()
+            })
+            .collect();
+        (t, v)
+    }
+
+    #[test]
+    fn table_changes() {
+        let (_t, d) = dirs(4);
+        let t = Table::new(vec![
+            Branch::open(&d[0], Mode::Ro).unwrap(),
+            Branch::open(&d[1], Mode::Rw).unwrap(),
+        ]);
+        assert_eq!(t.upper(), Some(1));
+        let t2 = t
+            .with_added(Branch::open(&d[2], Mode::Ro).unwrap(), 2)
+            .unwrap();
+        assert_eq!(t2.generation, 2);
+        assert_eq!(t2.find(&d[2]), Some(2));
+        assert!(t2
+            .with_added(Branch::open(&d[2], Mode::Ro).unwrap(), 0)
+            .is_err());
+        assert!(t2
+            .with_added(Branch::open(&d[3], Mode::Ro).unwrap(), 9)
+            .is_err());
+        let t3 = t2.with_mode(&d[0], Mode::Rw).unwrap();
+        assert_eq!(t3.upper(), Some(0));
+        assert_eq!(t3.branches[0].id, t2.branches[0].id);
+        let t4 = t3.with_removed(&d[0]).unwrap();
+        assert_eq!(t4.upper(), Some(0));
+        assert_eq!(t4.branches[0].path, d[1]);
+        assert!(t4.with_removed(&d[3]).is_err());
+        let t5 = t4
+            .with_snapshot(Branch::open(&d[3], Mode::Ro).unwrap())
+            .unwrap();
+        assert_eq!(t5.upper(), Some(0));
+        assert_eq!(t5.branches[0].path, d[3]);
+        assert!(t5.branches[1..].iter().all(|b| !b.writable()));
+        assert!(t5
+            .describe()
+            .starts_with(&format!("0\trw\t{}\n", d[3].display())));
+    }
+
+    #[test]
+    fn last_branch_stays() {
+        let (_t, d) = dirs(1);
+        let t = Table::new(vec![Branch::open(&d[0], Mode::Rw).unwrap()]);
+        assert!(t.with_removed(&d[0]).is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! The control channel of a live union: a Unix socket in the abstract namespace named after
+//! the mount point, one request line in, one answer out.
+//!
+//! Requests (tab-separated): `ping`, `list`, `add PATH POS MODE`, `remove PATH`,
+//! `mode PATH MODE`, `snapshot PATH`. Answers: `ok\n` followed by data, or `err MSG\n`.
+//! Only root and the user who mounted may talk to it (checked with SO_PEERCRED): anyone able to
+//! add a branch could otherwise show arbitrary files under the mount.
+
+use std::ffi::OsStr;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::branch::{Branch, Mode, Table};
+use crate::fs::Shared;
+
+fn addr(mountpoint: &Path) -> io::Result<SocketAddr> {
+    let mut name = b"accord-union:".to_vec();
+    name.extend_from_slice(mountpoint.as_os_str().as_bytes());
+    SocketAddr::from_abstract_name(&name)
+}
+
+pub(crate) fn listen(mountpoint: &Path) -> io::Result<UnixListener> {
+    UnixListener::bind_addr(&addr(mountpoint)?)
+}
+
+fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: valid socket and out buffer of the stated length.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Serve requests until the process ends. `after_change` runs after every table swap (the
+/// daemon uses it to make the kernel drop names it cached from the old table).
+pub(crate) fn serve(listener: UnixListener, shared: Arc<Shared>, after_change: impl Fn()) {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let allowed = matches!(peer_uid(&conn), Ok(u) if u == 0 || u == me);
+        let mut line = String::new();
+        if BufReader::new(&conn).read_line(&mut line).is_err() {
+            continue;
+        }
+        let answer = if !allowed {
+            Err("permission denied".to_string())
+        } else {
+            handle(&shared, line.trim_end_matches('\n'))
+        };
+        let changed = matches!(&answer, Ok((_, true)));
+        let text = match answer {
+            Ok((data, _)) => format!("ok\n{data}"),
+            Err(e) => format!("err {e}\n"),
+        };
+        if changed {
+            after_change();
+        }
+        let _ = conn.write_all(text.as_bytes());
+    }
+}
+
+/// Apply one request. Returns the answer data and whether the table changed.
+fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
+    let parts: Vec<&str> = line.split('\t').collect();
+    let current = shared.table.lock().unwrap().clone();
+    let open = |p: &str, m: Mode| {
+        Branch::open(Path::new(p), m).map_err(|e| format!("cannot use {p} as a branch: {e}"))
+    };
+    let canon = |p: &str| -> PathBuf {
+        Path::new(p)
+            .canonicalize()
+            .unwrap_or_else(|_| PathBuf::from(p))
+    };
+    let new: Table = match parts.as_slice() {
+        ["ping"] => return Ok((String::new(), false)),
+        ["list"] => return Ok((current.describe(), false)),
+        ["add", path, pos, mode] => {
+            let mode = Mode::parse(mode)?;
+            let pos: usize = pos.parse().map_err(|_| format!("bad position {pos:?}"))?;
+            current.with_added(open(path, mode)?, pos)?
+        }
+        ["remove", path] => current.with_removed(&canon(path))?,
+        ["mode", path, mode] => current.with_mode(&canon(path), Mode::parse(mode)?)?,
+        ["snapshot", path] => current.with_snapshot(open(path, Mode::Rw)?)?,
+        _ => return Err(format!("unknown request {line:?}")),
+    };
+    let desc = new.describe();
+    *shared.table.lock().unwrap() = Arc::new(new);
+    Ok((desc, true))
+}
+
+/// Send one request to the union mounted at `mountpoint` and return its answer data.
+pub fn request(mountpoint: &Path, fields: &[&OsStr]) -> Result<String, String> {
+    let mp = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let mut s = UnixStream::connect_addr(&addr(&mp).map_err(|e| e.to_string())?).map_err(|e| {
+        format!(
+            "{} is not an accord union mount (no control socket: {e})",
+            mp.display()
+        )
+    })?;
+    let mut line = Vec::new();
+    for (i, f) in fields.iter().enumerate() {
+        if f.as_bytes().contains(&b'\t') || f.as_bytes().contains(&b'\n') {
+            return Err("paths with tabs or newlines are not supported here".into());
+        }
+        if i > 0 {
+            line.push(b'\t');
+        }
+        line.extend_from_slice(f.as_bytes());
+    }
+    line.push(b'\n');
+    s.write_all(&line).map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+    if let Some(data) = out.strip_prefix("ok\n") {
+        Ok(data.to_string())
+    } else if let Some(msg) = out.strip_prefix("err ") {
+        Err(msg.trim_end().to_string())
+    } else {
+        Err(format!("unexpected answer {out:?}"))
+    }
+}

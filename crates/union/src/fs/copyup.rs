@@ -1,0 +1,205 @@
+//! Copy-up: bringing a name from a lower branch into the upper (highest writable) branch
+//! before it is changed, so read-only branches are never touched.
+
+use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use super::{Errno, Union, R, ROOT};
+use crate::merge::Kind;
+use crate::sys;
+use crate::whiteout;
+
+impl Union {
+    /// Make directory `ino` exist in the upper branch (creating its missing ancestors first),
+    /// with the mode, owner, times and xattrs of the copy the union shows. Returns the upper
+    /// branch index.
+    pub(super) fn ensure_dir_upper(&mut self, ino: u64) -> R<u32> {
+        let u = self.upper()?;
+        self.ensure_view(ino)?;
+        let layers = &self.views[&ino].layers;
+        if layers.contains(&u) {
+            return Ok(u);
+        }
+        if ino == ROOT {
+            // The root of the upper branch is hidden by an opaque root above it.
+            return Err(libc::EROFS);
+        }
+        let src = layers[0];
+        let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
+        self.ensure_dir_upper(parent)?;
+        let rel = self.path(ino)?;
+        let st = sys::fstatat(self.fd(src), &rel).e()?;
+        let ufd = self.fd(u);
+        // Build under a temporary name and rename, so a half-made directory (wrong owner or
+        // mode) is never visible.
+        let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+        let tmp = self.temp_rel(&parent_rel);
+        let build = || -> std::io::Result<()> {
+            sys::mkdirat(ufd, &tmp, 0o700)?;
+            sys::lchown(ufd, &tmp, st.st_uid, st.st_gid)?;
+            sys::chmodat(ufd, &tmp, st.st_mode & 0o7777)?;
+            sys::copy_xattrs(&self.abs(src, &rel), &self.abs(u, &tmp))?;
+            let (a, m) = sys::stat_times(&st);
+            sys::utimensat(ufd, &tmp, a, m)?;
+            sys::renameat(ufd, &tmp, &rel, libc::RENAME_NOREPLACE)
+        };
+        if let Err(e) = build() {
+            let _ = sys::unlinkat(ufd, &tmp, true);
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(sys::errno(&e));
+            }
+            // Someone created it meanwhile (directly in the branch): use theirs.
+        }
+        self.view_add_position(parent, &name, u);
+        if let Some(v) = self.views.get_mut(&ino) {
+            if let Err(i) = v.layers.binary_search(&u) {
+                v.layers.insert(i, u);
+            }
+        }
+        Ok(u)
+    }
+
+    /// Copy non-directory `ino` up into the upper branch unless it already lives there.
+    /// Atomic: the copy is complete (data, owner, mode, xattrs, times, fsynced) under a hidden
+    /// temporary name before it is renamed over its final name.
+    pub(super) fn copy_up(&mut self, ino: u64) -> R<u32> {
+        let loc = self.locate(ino)?;
+        let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
+        let u = self.ensure_dir_upper(parent)?;
+        let src = loc.entry.winner();
+        if src == u {
+            return Ok(u);
+        }
+        if src < u {
+            // A read-only branch above every writable one: a copy below it would stay hidden.
+            return Err(libc::EROFS);
+        }
+        if loc.entry.kind == Kind::Dir {
+            return self.ensure_dir_upper(ino);
+        }
+        let sfd = self.fd(src);
+        let ufd = self.fd(u);
+        let rel = loc.rel.clone();
+        let st = sys::fstatat(sfd, &rel).e()?;
+        let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+        let tmp = self.temp_rel(&parent_rel);
+        let src_abs = self.abs(src, &rel);
+        let tmp_abs = self.abs(u, &tmp);
+        let build = || -> std::io::Result<()> {
+            match st.st_mode & libc::S_IFMT {
+                libc::S_IFREG => {
+                    let s = sys::open_noatime(sfd, &rel, libc::O_RDONLY)?;
+                    let d = sys::openat(
+                        ufd,
+                        &tmp,
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                        0o600,
+                    )?;
+                    sys::copy_data(&s, &d)?;
+                    // SAFETY: d is a valid descriptor. Owner before mode: chown clears set-id.
+                    unsafe {
+                        if libc::fchown(d.as_raw_fd(), st.st_uid, st.st_gid) != 0
+                            || libc::fchmod(d.as_raw_fd(), st.st_mode & 0o7777) != 0
+                        {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    sys::copy_xattrs(&src_abs, &tmp_abs)?;
+                    let (a, m) = sys::stat_times(&st);
+                    sys::utimensat(ufd, &tmp, a, m)?;
+                    d.sync_all()?;
+                }
+                libc::S_IFLNK => {
+                    let target = sys::readlinkat(sfd, &rel)?;
+                    sys::symlinkat(&target, ufd, &tmp)?;
+                    sys::lchown(ufd, &tmp, st.st_uid, st.st_gid)?;
+                    sys::copy_xattrs(&src_abs, &tmp_abs)?;
+                    let (a, m) = sys::stat_times(&st);
+                    sys::utimensat(ufd, &tmp, a, m)?;
+                }
+                _ => {
+                    sys::mknodat(ufd, &tmp, st.st_mode, st.st_rdev)?;
+                    sys::lchown(ufd, &tmp, st.st_uid, st.st_gid)?;
+                    sys::chmodat(ufd, &tmp, st.st_mode & 0o7777)?;
+                    sys::copy_xattrs(&src_abs, &tmp_abs)?;
+                    let (a, m) = sys::stat_times(&st);
+                    sys::utimensat(ufd, &tmp, a, m)?;
+                }
+            }
+            sys::renameat(ufd, &tmp, &rel, 0)
+        };
+        if let Err(e) = build() {
+            let _ = sys::unlinkat(ufd, &tmp, false);
+            return Err(sys::errno(&e));
+        }
+        self.view_add_position(parent, &name, u);
+        Ok(u)
+    }
+
+    /// Copy up for a data or metadata change: only names on read-only branches move; a file on
+    /// a lower writable branch is changed where it is (Unionfs's rule).
+    pub(super) fn writable_branch_for(&mut self, ino: u64) -> R<u32> {
+        let loc = self.locate(ino)?;
+        let w = loc.entry.winner();
+        if self.table.get(w).writable() {
+            return Ok(w);
+        }
+        if loc.entry.kind == Kind::Dir {
+            return self.ensure_dir_upper(ino);
+        }
+        self.copy_up(ino)
+    }
+
+    /// Checks and preparation before creating `name` in directory `parent`: the name must be
+    /// free and not reserved; the directory is copied up. Returns (upper, rel path of the new
+    /// name, whether the upper branch has a whiteout for it).
+    pub(super) fn prepare_create(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+    ) -> R<(u32, std::path::PathBuf, bool)> {
+        if whiteout::is_reserved(name) {
+            return Err(libc::EINVAL);
+        }
+        if self.child(parent, name)?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        let u = self.ensure_dir_upper(parent)?;
+        let prel = self.path(parent)?;
+        let rel = if parent == ROOT {
+            Path::new(name).to_path_buf()
+        } else {
+            prel.join(name)
+        };
+        let wh = prel.join(whiteout::whiteout_for(name));
+        let had_whiteout = sys::fstatat(self.fd(u), &wh).is_ok();
+        Ok((u, rel, had_whiteout))
+    }
+
+    /// Hide `name` of `parent` in every branch below the upper one. The whiteout is left in
+    /// place when the name is created again (it hides only lower branches), so a later delete
+    /// cannot resurrect the old lower copy.
+    pub(super) fn write_whiteout(&mut self, parent: u64, name: &OsStr) -> R<()> {
+        let u = self.ensure_dir_upper(parent)?;
+        let wh = self.path(parent)?.join(whiteout::whiteout_for(name));
+        match sys::openat(self.fd(u), &wh, libc::O_WRONLY | libc::O_CREAT, 0o600) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(sys::errno(&e)),
+        }
+    }
+
+    /// New objects belong to the caller (the daemon runs as root); in a set-group-ID
+    /// directory the group comes from the directory, as the kernel would do it.
+    pub(super) fn own(&self, u: u32, rel: &Path, uid: u32, gid: u32) -> R<()> {
+        let parent_rel = match rel.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let gid = match sys::fstatat(self.fd(u), parent_rel) {
+            Ok(st) if st.st_mode & libc::S_ISGID != 0 => st.st_gid,
+            _ => gid,
+        };
+        sys::lchown(self.fd(u), rel, uid, gid).e()
+    }
+}

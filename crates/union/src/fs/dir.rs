@@ -1,0 +1,114 @@
+//! Directories: listing (the merged view), mkdir, rmdir.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+
+use fuser::{FileAttr, FileType};
+
+use super::{kind_type, Errno, Union, R, ROOT};
+use crate::merge::Kind;
+use crate::sys;
+use crate::whiteout;
+
+impl Union {
+    /// Snapshot the merged listing at opendir, so a listing read in several chunks is
+    /// consistent even while the directory changes.
+    pub(super) fn do_opendir(&mut self, ino: u64) -> R<u64> {
+        self.ensure_view(ino)?;
+        let parent = if ino == ROOT {
+            ROOT
+        } else {
+            self.nodes().entry(ino).map(|(p, _)| p).unwrap_or(ROOT)
+        };
+        let v = &self.views[&ino];
+        let mut list: Vec<(u64, FileType, OsString)> = Vec::with_capacity(v.entries.len() + 2);
+        list.push((ino, FileType::Directory, OsString::from(".")));
+        list.push((parent, FileType::Directory, OsString::from("..")));
+        {
+            let mut nodes = self.shared.nodes.lock().unwrap();
+            for (name, e) in &v.entries {
+                let child = nodes.get_or_create(ino, name);
+                list.push((child, kind_type(e.kind), name.clone()));
+            }
+        }
+        let fh = self.new_fh();
+        self.dirs.insert(fh, list);
+        Ok(fh)
+    }
+
+    pub(super) fn do_mkdir(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> R<FileAttr> {
+        let (u, rel, had_whiteout) = self.prepare_create(parent, name)?;
+        let fd = self.fd(u);
+        sys::mkdirat(fd, &rel, mode & 0o7777).e()?;
+        let finish = || -> R<()> {
+            self.own(u, &rel, uid, gid)?;
+            if had_whiteout {
+                // Deleted and created again: nothing from below may show through.
+                sys::openat(
+                    fd,
+                    &rel.join(OsStr::from_bytes(whiteout::OPAQUE)),
+                    libc::O_WRONLY | libc::O_CREAT,
+                    0o600,
+                )
+                .e()?;
+            }
+            Ok(())
+        };
+        if let Err(e) = finish() {
+            let _ = sys::unlinkat(fd, &rel.join(OsStr::from_bytes(whiteout::OPAQUE)), false);
+            let _ = sys::unlinkat(fd, &rel, true);
+            return Err(e);
+        }
+        self.view_insert(parent, name, Kind::Dir, u);
+        let ino = self.nodes().get_or_create(parent, name);
+        self.views.remove(&ino);
+        let st = sys::fstatat(fd, &rel).e()?;
+        Ok(self.attr(ino, &st))
+    }
+
+    pub(super) fn do_rmdir(&mut self, parent: u64, name: &OsStr) -> R<()> {
+        let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        if e.kind != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        let u = self.upper()?;
+        if e.winner() < u {
+            return Err(libc::EROFS);
+        }
+        let ino = self.nodes().get_or_create(parent, name);
+        self.ensure_view(ino)?;
+        if !self.views[&ino].entries.is_empty() {
+            return Err(libc::ENOTEMPTY);
+        }
+        let rel = self.path(ino)?;
+        let fd = self.fd(u);
+        let in_upper = e.positions.contains(&u);
+        if in_upper {
+            // The upper copy may hold only whiteouts (the merge says it is empty): clear them.
+            let list = sys::list_dir(fd, &rel).e()?;
+            if list.iter().any(|(n, _)| !whiteout::is_reserved(n)) {
+                return Err(libc::ENOTEMPTY);
+            }
+            for (n, k) in list {
+                sys::unlinkat(fd, &rel.join(&n), k == Kind::Dir).e()?;
+            }
+        }
+        if e.positions.iter().any(|&p| p != u) {
+            self.write_whiteout(parent, name)?;
+        }
+        if in_upper {
+            sys::unlinkat(fd, &rel, true).e()?;
+        }
+        self.view_remove(parent, name);
+        self.nodes().detach(parent, name);
+        self.views.remove(&ino);
+        Ok(())
+    }
+}

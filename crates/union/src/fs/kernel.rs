@@ -1,0 +1,402 @@
+//! The `fuser::Filesystem` glue: every request refreshes the branch table, calls the matching
+//! `do_*` method and turns its `Result` into a reply. No logic lives here.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::SystemTime;
+
+use fuser::consts::{FUSE_ATOMIC_O_TRUNC, FUSE_AUTO_INVAL_DATA, FUSE_BIG_WRITES};
+use fuser::{
+    Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+};
+
+use super::entry::SetAttr;
+use super::{Union, TTL};
+
+fn xattr_reply(r: Result<Vec<u8>, i32>, size: u32, reply: ReplyXattr) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(libc::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl Filesystem for Union {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+        // O_TRUNC arrives with open (one request instead of open + setattr); cached pages are
+        // dropped when a file changes in a branch behind our back.
+        let _ =
+            config.add_capabilities(FUSE_ATOMIC_O_TRUNC | FUSE_AUTO_INVAL_DATA | FUSE_BIG_WRITES);
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        self.refresh();
+        match self.do_lookup(parent, name) {
+            Ok(a) => reply.entry(&TTL, &a, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, fh: Option<u64>, reply: ReplyAttr) {
+        self.refresh();
+        match self.do_getattr(ino, fh) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: ReplyAttr,
+    ) {
+        self.refresh();
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            fh,
+        };
+        match self.do_setattr(ino, a) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+        self.refresh();
+        match self.do_readlink(ino) {
+            Ok(t) => reply.data(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.refresh();
+        match self.do_mknod(parent, name, mode & !umask, rdev, req.uid(), req.gid()) {
+            Ok(a) => reply.entry(&TTL, &a, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.refresh();
+        match self.do_mkdir(parent, name, mode & !umask, req.uid(), req.gid()) {
+            Ok(a) => reply.entry(&TTL, &a, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        self.refresh();
+        match self.do_unlink(parent, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        self.refresh();
+        match self.do_rmdir(parent, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.refresh();
+        match self.do_symlink(parent, link_name, target, req.uid(), req.gid()) {
+            Ok(a) => reply.entry(&TTL, &a, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &mut self,
+        _req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.refresh();
+        match self.do_rename(parent, name, newparent, newname, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.refresh();
+        match self.do_link(ino, newparent, newname) {
+            Ok(a) => reply.entry(&TTL, &a, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+        self.refresh();
+        match self.do_open(ino, flags) {
+            Ok(fh) => reply.opened(fh, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyData,
+    ) {
+        match self.do_read(fh, offset, size) {
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        self.refresh();
+        match self.do_write(fh, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lo: u64, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.do_release(fh);
+        reply.ok();
+    }
+
+    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
+        match self.do_fsync(fh, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        self.refresh();
+        match self.do_opendir(ino) {
+            Ok(fh) => reply.opened(fh, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(list) = self.dirs.get(&fh) else {
+            return reply.error(libc::EBADF);
+        };
+        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset.max(0) as usize) {
+            if reply.add(*ino, (i + 1) as i64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(&fh);
+        reply.ok();
+    }
+
+    fn fsyncdir(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        self.refresh();
+        match self.do_statfs() {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.refresh();
+        match self.do_setxattr(ino, name, value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        size: u32,
+        reply: ReplyXattr,
+    ) {
+        self.refresh();
+        let r = self.do_getxattr(ino, name);
+        xattr_reply(r, size, reply);
+    }
+
+    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        self.refresh();
+        let r = self.do_listxattr(ino);
+        xattr_reply(r, size, reply);
+    }
+
+    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        self.refresh();
+        match self.do_removexattr(ino, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&mut self, _req: &Request<'_>, _ino: u64, _mask: i32, reply: ReplyEmpty) {
+        // Permission checks are the kernel's (mounted with default_permissions).
+        reply.ok();
+    }
+
+    fn create(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.refresh();
+        match self.do_create(parent, name, mode & !umask, flags, req.uid(), req.gid()) {
+            Ok((a, fh)) => reply.created(&TTL, &a, 0, fh, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.refresh();
+        match self.do_fallocate(fh, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! The union's state behind the FUSE operations: the inode table, the per-directory merged
+//! views (the cache that keeps many branches cheap), open handles, and copy-up.
+//!
+//! The FUSE layer is single-threaded (fuser runs one request at a time), so this state needs no
+//! locks of its own; only the branch table and the inode names are shared with the control
+//! thread, which swaps tables and asks the kernel to forget cached names.
+
+mod copyup;
+mod dir;
+mod entry;
+mod file;
+mod kernel;
+mod names;
+mod xattr;
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fuser::{FileAttr, FileType};
+
+use crate::branch::Table;
+use crate::merge::{Kind, MergedEntry, Merger};
+use crate::sys::{self, Stat};
+
+pub const ROOT: u64 = fuser::FUSE_ROOT_ID;
+
+/// How long the kernel may trust a name or an attribute, and how long a merged directory view
+/// is reused before the branches are read again. It bounds how stale a change made directly in
+/// a branch can look (Unionfs had no bound at all).
+pub const TTL: Duration = Duration::from_secs(1);
+
+pub(crate) type R<T> = Result<T, i32>;
+
+pub(crate) trait Errno<T> {
+    fn e(self) -> R<T>;
+}
+
+impl<T> Errno<T> for io::Result<T> {
+    fn e(self) -> R<T> {
+        self.map_err(|e| sys::errno(&e))
+    }
+}
+
+/// Union inode numbers. A node is never forgotten while the mount lives, so a path keeps its
+/// inode number (and `..` its parent) for the whole mount, whatever the kernel evicts; the price
+/// is memory proportional to the names ever looked up.
+#[derive(Debug)]
+pub struct Nodes {
+    nodes: Vec<Node>,
+    by_name: HashMap<(u64, OsString), u64>,
+}
+
+#[derive(Debug)]
+struct Node {
+    parent: u64,
+    name: OsString,
+    /// False once the name was unlinked or replaced: the inode lives on only through open
+    /// handles.
+    attached: bool,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Nodes {
+    pub fn new() -> Nodes {
+        let dummy = || Node {
+            parent: 0,
+            name: OsString::new(),
+            attached: true,
+        };
+        Nodes {
+            nodes: vec![
+                dummy(),
+                Node {
+                    parent: ROOT,
+                    ..dummy()
+                },
+            ],
+            by_name: HashMap::new(),
+        }
+    }
+
+    pub fn get_or_create(&mut self, parent: u64, name: &OsStr) -> u64 {
+        let key = (parent, name.to_os_string());
+        if let Some(&i) = self.by_name.get(&key) {
+            return i;
+        }
+        let ino = self.nodes.len() as u64;
+        self.nodes.push(Node {
+            parent,
+            name: name.to_os_string(),
+            attached: true,
+        });
+        self.by_name.insert(key, ino);
+        ino
+    }
+
+    pub fn entry(&self, ino: u64) -> Option<(u64, OsString)> {
+        let n = self.nodes.get(ino as usize)?;
+        (ino != 0 && n.attached).then(|| (n.parent, n.name.clone()))
+    }
+
+    /// The node's path relative to every branch root (`.` for the root).
+    pub fn path(&self, ino: u64) -> Option<PathBuf> {
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT {
+            let n = self.nodes.get(cur as usize)?;
+            if cur == 0 || !n.attached {
+                return None;
+            }
+            parts.push(n.name.as_os_str());
+            cur = n.parent;
+        }
+        if parts.is_empty() {
+            return Some(PathBuf::from("."));
+        }
+        let mut p = PathBuf::new();
+        for part in parts.iter().rev() {
+            p.push(part);
+        }
+        Some(p)
+    }
+
+    pub fn detach(&mut self, parent: u64, name: &OsStr) {
+        if let Some(ino) = self.by_name.remove(&(parent, name.to_os_string())) {
+            self.nodes[ino as usize].attached = false;
+        }
+    }
+
+    pub fn rename(&mut self, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr) {
+        self.detach(newparent, newname);
+        if let Some(ino) = self.by_name.remove(&(parent, name.to_os_string())) {
+            let n = &mut self.nodes[ino as usize];
+            n.parent = newparent;
+            n.name = newname.to_os_string();
+            self.by_name
+                .insert((newparent, newname.to_os_string()), ino);
+        }
+    }
+
+    /// Every attached (parent, name): what the kernel may have cached.
+    pub fn names(&self) -> Vec<(u64, OsString)> {
+        self.by_name.keys().cloned().collect()
+    }
+}
+
+/// State shared with the control thread.
+pub struct Shared {
+    pub table: Mutex<Arc<Table>>,
+    pub nodes: Mutex<Nodes>,
+}
+
+/// One directory's merge over the branches, cached for `TTL`.
+#[derive(Debug)]
+struct DirView {
+    /// Branches that hold this directory, highest first (stops at an opaque one).
+    layers: Vec<u32>,
+    entries: HashMap<OsString, MergedEntry>,
+    built: Instant,
+    generation: u64,
+    /// Changes only when the merge result changes, so subdirectory views built from this one
+    /// survive a re-read that found nothing new.
+    serial: u64,
+    parent_serial: u64,
+}
+
+/// Where a union name lives now.
+#[derive(Debug, Clone)]
+pub(crate) struct Loc {
+    pub rel: PathBuf,
+    pub entry: MergedEntry,
+}
+
+struct Handle {
+    file: File,
+    ino: u64,
+    branch_id: u64,
+    flags: i32,
+}
+
+pub struct Union {
+    shared: Arc<Shared>,
+    table: Arc<Table>,
+    views: HashMap<u64, DirView>,
+    handles: HashMap<u64, Handle>,
+    dirs: HashMap<u64, Vec<(u64, FileType, OsString)>>,
+    next_fh: u64,
+    next_serial: u64,
+    tmp_counter: u64,
+}
+
+impl Union {
+    pub fn new(shared: Arc<Shared>) -> Union {
+        let table = shared.table.lock().unwrap().clone();
+        Union {
+            shared,
+            table,
+            views: HashMap::new(),
+            handles: HashMap::new(),
+            dirs: HashMap::new(),
+            next_fh: 1,
+            next_serial: 1,
+            tmp_counter: 0,
+        }
+    }
+
+    /// Take the current branch table for this request (a live change applies from the next
+    /// request on; one request never sees two tables).
+    fn refresh(&mut self) {
+        let t = self.shared.table.lock().unwrap().clone();
+        if t.generation != self.table.generation {
+            self.views.clear();
+        }
+        self.table = t;
+    }
+
+    fn nodes(&self) -> std::sync::MutexGuard<'_, Nodes> {
+        self.shared.nodes.lock().unwrap()
+    }
+
+    fn path(&self, ino: u64) -> R<PathBuf> {
+        self.nodes().path(ino).ok_or(libc::ENOENT)
+    }
+
+    fn upper(&self) -> R<u32> {
+        self.table.upper().ok_or(libc::EROFS)
+    }
+
+    fn fd(&self, branch: u32) -> i32 {
+        self.table.get(branch).fd()
+    }
+
+    fn abs(&self, branch: u32, rel: &Path) -> PathBuf {
+        self.table.get(branch).path.join(rel)
+    }
+
+    fn fresh_serial(&mut self) -> u64 {
+        self.next_serial += 1;
+        self.next_serial
+    }
+
+    /// Make sure the merged view of directory `ino` is current, building it from the parent's
+    /// view (which says exactly which branches hold this directory) when needed. Walking up is
+    /// O(depth) hash lookups when everything is cached; a directory is only ever read on the
+    /// branches that hold it, which is what keeps 1,000 branches cheap.
+    fn ensure_view(&mut self, ino: u64) -> R<()> {
+        let generation = self.table.generation;
+        let (candidates, parent_serial, rel) = if ino == ROOT {
+            if let Some(v) = self.views.get(&ino) {
+                if v.generation == generation && v.built.elapsed() < TTL {
+                    return Ok(());
+                }
+            }
+            let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
+            (all, 0, PathBuf::from("."))
+        } else {
+            let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
+            self.ensure_view(parent)?;
+            let pv = &self.views[&parent];
+            let e = pv.entries.get(&name).ok_or(libc::ENOENT)?;
+            if e.kind != Kind::Dir {
+                return Err(libc::ENOTDIR);
+            }
+            let ps = pv.serial;
+            if let Some(v) = self.views.get(&ino) {
+                if v.generation == generation && v.parent_serial == ps && v.built.elapsed() < TTL {
+                    return Ok(());
+                }
+            }
+            let cands = e.positions.clone();
+            (cands, ps, self.path(ino)?)
+        };
+        let mut m = Merger::new();
+        for (i, &b) in candidates.iter().enumerate() {
+            match sys::list_dir(self.fd(b), &rel) {
+                Ok(list) => {
+                    if !m.add(b, list) {
+                        break;
+                    }
+                }
+                Err(e) => match sys::errno(&e) {
+                    // Gone from this branch since the parent was read: skip it.
+                    libc::ENOENT => continue,
+                    // A non-directory below a directory hides everything under it.
+                    libc::ENOTDIR if i > 0 => break,
+                    err => return Err(err),
+                },
+            }
+        }
+        let (entries, layers) = m.finish();
+        if layers.is_empty() {
+            self.views.remove(&ino);
+            return Err(libc::ENOENT);
+        }
+        let serial = match self.views.get(&ino) {
+            Some(old) if old.layers == layers && old.entries == entries => old.serial,
+            _ => self.fresh_serial(),
+        };
+        self.views.insert(
+            ino,
+            DirView {
+                layers,
+                entries,
+                built: Instant::now(),
+                generation,
+                serial,
+                parent_serial,
+            },
+        );
+        Ok(())
+    }
+
+    /// Drop a cached view (after an error that suggests the branches changed underneath).
+    fn forget_view(&mut self, ino: u64) {
+        self.views.remove(&ino);
+    }
+
+    fn locate(&mut self, ino: u64) -> R<Loc> {
+        if ino == ROOT {
+            self.ensure_view(ROOT)?;
+            let v = &self.views[&ROOT];
+            return Ok(Loc {
+                rel: PathBuf::from("."),
+                entry: MergedEntry {
+                    kind: Kind::Dir,
+                    positions: v.layers.clone(),
+                },
+            });
+        }
+        let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
+        self.ensure_view(parent)?;
+        let entry = self.views[&parent]
+            .entries
+            .get(&name)
+            .cloned()
+            .ok_or(libc::ENOENT)?;
+        Ok(Loc {
+            rel: self.path(ino)?,
+            entry,
+        })
+    }
+
+    /// The entry for `name` in directory `parent`, if visible.
+    fn child(&mut self, parent: u64, name: &OsStr) -> R<Option<MergedEntry>> {
+        self.ensure_view(parent)?;
+        Ok(self.views[&parent].entries.get(name).cloned())
+    }
+
+    fn stat_loc(&mut self, ino: u64, loc: &Loc) -> R<Stat> {
+        match sys::fstatat(self.fd(loc.entry.winner()), &loc.rel) {
+            Ok(st) => Ok(st),
+            Err(e) => {
+                // The branch changed behind our back: re-read the parent next time.
+                let parent = self.nodes().entry(ino).map(|(p, _)| p);
+                if let Some(p) = parent {
+                    self.views.remove(&p);
+                }
+                Err(sys::errno(&e))
+            }
+        }
+    }
+
+    /// After creating `name` in the upper branch: record it in the cached view.
+    fn view_insert(&mut self, parent: u64, name: &OsStr, kind: Kind, upper: u32) {
+        if let Some(v) = self.views.get_mut(&parent) {
+            v.entries.insert(
+                name.to_os_string(),
+                MergedEntry {
+                    kind,
+                    positions: vec![upper],
+                },
+            );
+        }
+    }
+
+    fn view_remove(&mut self, parent: u64, name: &OsStr) {
+        if let Some(v) = self.views.get_mut(&parent) {
+            v.entries.remove(name);
+        }
+    }
+
+    /// Record that `name` in `parent` now also exists in branch `b` (after a copy-up).
+    fn view_add_position(&mut self, parent: u64, name: &OsStr, b: u32) {
+        if let Some(v) = self.views.get_mut(&parent) {
+            if let Some(e) = v.entries.get_mut(name) {
+                if let Err(i) = e.positions.binary_search(&b) {
+                    e.positions.insert(i, b);
+                }
+            }
+        }
+    }
+
+    fn attr(&self, ino: u64, st: &Stat) -> FileAttr {
+        attr_of(ino, st)
+    }
+
+    fn new_fh(&mut self) -> u64 {
+        self.next_fh += 1;
+        self.next_fh
+    }
+
+    fn temp_rel(&mut self, parent_rel: &Path) -> PathBuf {
+        self.tmp_counter += 1;
+        parent_rel.join(crate::whiteout::temp_name(
+            std::process::id(),
+            self.tmp_counter,
+        ))
+    }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs((-sec) as u64) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+pub(crate) fn file_type(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        libc::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+pub(crate) fn kind_type(k: Kind) -> FileType {
+    match k {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Char => FileType::CharDevice,
+        Kind::Block => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
+    }
+}
+
+pub(crate) fn attr_of(ino: u64, st: &Stat) -> FileAttr {
+    FileAttr {
+        ino,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        crtime: UNIX_EPOCH,
+        kind: file_type(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_paths_follow_renames() {
+        let mut n = Nodes::new();
+        assert_eq!(n.path(ROOT).unwrap(), PathBuf::from("."));
+        let a = n.get_or_create(ROOT, OsStr::new("a"));
+        let b = n.get_or_create(a, OsStr::new("b"));
+        assert_eq!(n.get_or_create(ROOT, OsStr::new("a")), a);
+        assert_eq!(n.path(b).unwrap(), PathBuf::from("a/b"));
+        n.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("c"));
+        assert_eq!(n.path(b).unwrap(), PathBuf::from("c/b"));
+        assert!(!n.names().contains(&(ROOT, OsString::from("a"))));
+        n.detach(ROOT, OsStr::new("c"));
+        assert_eq!(n.path(b), None);
+        let c2 = n.get_or_create(ROOT, OsStr::new("c"));
+        assert_ne!(c2, a, "a re-created name gets a new inode");
+    }
+}

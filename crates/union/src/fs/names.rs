@@ -1,0 +1,192 @@
+//! Namespace changes: unlink, rename, link, symlink, mknod.
+//!
+//! Only the upper branch's namespace is ever changed; a name that also lives below gets a
+//! whiteout, written *before* the upper copy goes, so no instant shows the lower copy.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use fuser::FileAttr;
+
+use super::{Errno, Union, R, ROOT};
+use crate::merge::Kind;
+use crate::sys;
+
+impl Union {
+    fn rel_of(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
+        Ok(if parent == ROOT {
+            Path::new(name).to_path_buf()
+        } else {
+            self.path(parent)?.join(name)
+        })
+    }
+
+    pub(super) fn do_unlink(&mut self, parent: u64, name: &OsStr) -> R<()> {
+        let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        if e.kind == Kind::Dir {
+            return Err(libc::EISDIR);
+        }
+        let u = self.upper()?;
+        if e.winner() < u {
+            return Err(libc::EROFS);
+        }
+        if e.positions.iter().any(|&p| p != u) {
+            self.write_whiteout(parent, name)?;
+        }
+        if e.winner() == u {
+            let rel = self.rel_of(parent, name)?;
+            sys::unlinkat(self.fd(u), &rel, false).e()?;
+        }
+        self.view_remove(parent, name);
+        self.nodes().detach(parent, name);
+        Ok(())
+    }
+
+    /// rename(2) over the union. Files move across branches (copy-up, rename in the upper
+    /// branch, whiteout the old name). A directory renames only when it lives entirely in the
+    /// upper branch; a directory with lower parts fails with EXDEV, as overlayfs does without
+    /// redirect_dir, so `mv` falls back to copy and delete and no child ever silently vanishes.
+    pub(super) fn do_rename(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> R<()> {
+        if flags & libc::RENAME_EXCHANGE != 0 || flags & libc::RENAME_WHITEOUT != 0 {
+            return Err(libc::EINVAL);
+        }
+        if crate::whiteout::is_reserved(newname) {
+            return Err(libc::EINVAL);
+        }
+        let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let dst = self.child(newparent, newname)?;
+        if flags & libc::RENAME_NOREPLACE != 0 && dst.is_some() {
+            return Err(libc::EEXIST);
+        }
+        let u = self.upper()?;
+        if src.winner() < u {
+            return Err(libc::EROFS);
+        }
+        let src_ino = self.nodes().get_or_create(parent, name);
+        if parent == newparent && name == newname {
+            return Ok(());
+        }
+        let is_dir = src.kind == Kind::Dir;
+        if let Some(d) = &dst {
+            if d.winner() < u {
+                return Err(libc::EROFS);
+            }
+            match (is_dir, d.kind == Kind::Dir) {
+                (true, false) => return Err(libc::ENOTDIR),
+                (false, true) => return Err(libc::EISDIR),
+                _ => {}
+            }
+        }
+        if is_dir && src.positions != [u] {
+            return Err(libc::EXDEV);
+        }
+        // A replaced directory must be empty in the merged view; its upper copy may hold
+        // whiteouts, which rename(2) would count as contents.
+        if let (Some(d), true) = (&dst, is_dir) {
+            let dino = self.nodes().get_or_create(newparent, newname);
+            self.ensure_view(dino)?;
+            if !self.views[&dino].entries.is_empty() {
+                return Err(libc::ENOTEMPTY);
+            }
+            if d.positions.contains(&u) {
+                let drel = self.rel_of(newparent, newname)?;
+                let list = sys::list_dir(self.fd(u), &drel).e()?;
+                if list.iter().any(|(n, _)| !crate::whiteout::is_reserved(n)) {
+                    return Err(libc::ENOTEMPTY);
+                }
+                for (n, k) in list {
+                    sys::unlinkat(self.fd(u), &drel.join(&n), k == Kind::Dir).e()?;
+                }
+            }
+        }
+        if !is_dir {
+            self.copy_up(src_ino)?;
+        }
+        self.ensure_dir_upper(newparent)?;
+        if let Some(d) = &dst {
+            if d.positions.iter().any(|&p| p != u) {
+                self.write_whiteout(newparent, newname)?;
+            }
+        }
+        if src.positions.iter().any(|&p| p != u) {
+            self.write_whiteout(parent, name)?;
+        }
+        let from = self.rel_of(parent, name)?;
+        let to = self.rel_of(newparent, newname)?;
+        sys::renameat(self.fd(u), &from, &to, flags).e()?;
+        self.view_remove(parent, name);
+        self.view_insert(newparent, newname, src.kind, u);
+        self.nodes().rename(parent, name, newparent, newname);
+        if is_dir {
+            // Its children resolve through the new path; rebuild its view from there.
+            self.views.remove(&src_ino);
+        }
+        Ok(())
+    }
+
+    pub(super) fn do_link(&mut self, ino: u64, newparent: u64, newname: &OsStr) -> R<FileAttr> {
+        let loc = self.locate(ino)?;
+        if loc.entry.kind == Kind::Dir {
+            return Err(libc::EPERM);
+        }
+        self.copy_up(ino)?;
+        let (u, rel, _) = self.prepare_create(newparent, newname)?;
+        let from = self.path(ino)?;
+        sys::linkat(self.fd(u), &from, &rel).e()?;
+        self.view_insert(newparent, newname, loc.entry.kind, u);
+        // A separate union inode per name: inode numbers are per path in this union (see
+        // Nodes), the shared data and link count come from the branch.
+        let new_ino = self.nodes().get_or_create(newparent, newname);
+        let st = sys::fstatat(self.fd(u), &rel).e()?;
+        Ok(self.attr(new_ino, &st))
+    }
+
+    pub(super) fn do_symlink(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        target: &Path,
+        uid: u32,
+        gid: u32,
+    ) -> R<FileAttr> {
+        let (u, rel, _) = self.prepare_create(parent, name)?;
+        sys::symlinkat(target.as_os_str(), self.fd(u), &rel).e()?;
+        if let Err(e) = self.own(u, &rel, uid, gid) {
+            let _ = sys::unlinkat(self.fd(u), &rel, false);
+            return Err(e);
+        }
+        self.view_insert(parent, name, Kind::Symlink, u);
+        let ino = self.nodes().get_or_create(parent, name);
+        let st = sys::fstatat(self.fd(u), &rel).e()?;
+        Ok(self.attr(ino, &st))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn do_mknod(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> R<FileAttr> {
+        let (u, rel, _) = self.prepare_create(parent, name)?;
+        sys::mknodat(self.fd(u), &rel, mode, rdev as u64).e()?;
+        if let Err(e) = self.own(u, &rel, uid, gid) {
+            let _ = sys::unlinkat(self.fd(u), &rel, false);
+            return Err(e);
+        }
+        let st = sys::fstatat(self.fd(u), &rel).e()?;
+        self.view_insert(parent, name, sys::kind_of_mode(st.st_mode), u);
+        let ino = self.nodes().get_or_create(parent, name);
+        Ok(self.attr(ino, &st))
+    }
+}

@@ -1,0 +1,396 @@
+//! Thin, safe wrappers over the *at() system calls the union needs.
+//!
+//! Every path here is relative to a branch's directory handle and never absolute; the last
+//! component is never followed when it is a symlink (the union presents symlinks, it does not
+//! chase them inside branches).
+
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+
+use crate::merge::Kind;
+
+pub type Stat = libc::stat;
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+pub fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+pub fn fstatat(dir: RawFd, rel: &Path) -> io::Result<Stat> {
+    let c = cstr(rel)?;
+    let mut st = MaybeUninit::<Stat>::uninit();
+    // SAFETY: valid C string and out pointer.
+    cvt(unsafe { libc::fstatat(dir, c.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) })?;
+    // SAFETY: fstatat succeeded and filled the struct.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fstat(fd: RawFd) -> io::Result<Stat> {
+    let mut st = MaybeUninit::<Stat>::uninit();
+    // SAFETY: out pointer is valid.
+    cvt(unsafe { libc::fstat(fd, st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn openat(dir: RawFd, rel: &Path, flags: i32, mode: u32) -> io::Result<File> {
+    let c = cstr(rel)?;
+    // SAFETY: valid C string; the returned fd is owned by the File.
+    let fd = cvt(unsafe {
+        libc::openat(
+            dir,
+            c.as_ptr(),
+            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            mode as libc::c_uint,
+        )
+    })?;
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Open for reading without touching atime when allowed, so reading through the union never
+/// changes a read-only branch (O_NOATIME needs ownership or CAP_FOWNER; fall back quietly).
+pub fn open_noatime(dir: RawFd, rel: &Path, flags: i32) -> io::Result<File> {
+    match openat(dir, rel, flags | libc::O_NOATIME, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => openat(dir, rel, flags, 0),
+        r => r,
+    }
+}
+
+pub fn mkdirat(dir: RawFd, rel: &Path, mode: u32) -> io::Result<()> {
+    let c = cstr(rel)?;
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::mkdirat(dir, c.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+pub fn mknodat(dir: RawFd, rel: &Path, mode: u32, rdev: u64) -> io::Result<()> {
+    let c = cstr(rel)?;
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::mknodat(dir, c.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) })
+        .map(drop)
+}
+
+pub fn symlinkat(target: &OsStr, dir: RawFd, rel: &Path) -> io::Result<()> {
+    let t =
+        CString::new(target.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = cstr(rel)?;
+    // SAFETY: valid C strings.
+    cvt(unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) }).map(drop)
+}
+
+pub fn readlinkat(dir: RawFd, rel: &Path) -> io::Result<OsString> {
+    let c = cstr(rel)?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: buffer is valid for its length.
+    let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(OsString::from_vec(buf))
+}
+
+pub fn linkat(dir: RawFd, from: &Path, to: &Path) -> io::Result<()> {
+    let a = cstr(from)?;
+    let b = cstr(to)?;
+    // SAFETY: valid C strings.
+    cvt(unsafe { libc::linkat(dir, a.as_ptr(), dir, b.as_ptr(), 0) }).map(drop)
+}
+
+pub fn unlinkat(dir: RawFd, rel: &Path, is_dir: bool) -> io::Result<()> {
+    let c = cstr(rel)?;
+    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) }).map(drop)
+}
+
+pub fn renameat(dir: RawFd, from: &Path, to: &Path, flags: u32) -> io::Result<()> {
+    let a = cstr(from)?;
+    let b = cstr(to)?;
+    // SAFETY: valid C strings.
+    cvt(unsafe { libc::renameat2(dir, a.as_ptr(), dir, b.as_ptr(), flags) }).map(drop)
+}
+
+pub fn lchown(dir: RawFd, rel: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    let c = cstr(rel)?;
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::fchownat(dir, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+}
+
+pub fn chmodat(dir: RawFd, rel: &Path, mode: u32) -> io::Result<()> {
+    let c = cstr(rel)?;
+    // SAFETY: valid C string. (Linux cannot chmod a symlink; callers never ask.)
+    cvt(unsafe { libc::fchmodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+}
+
+/// `None` leaves a time unchanged; `Some(None)` sets it to now.
+pub type TimeSpec = Option<Option<(i64, i64)>>;
+
+fn timespec(t: TimeSpec) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(None) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(Some((s, ns))) => libc::timespec {
+            tv_sec: s,
+            tv_nsec: ns,
+        },
+    }
+}
+
+pub fn utimensat(dir: RawFd, rel: &Path, atime: TimeSpec, mtime: TimeSpec) -> io::Result<()> {
+    let c = cstr(rel)?;
+    let ts = [timespec(atime), timespec(mtime)];
+    // SAFETY: valid C string and two timespecs.
+    cvt(unsafe { libc::utimensat(dir, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+        .map(drop)
+}
+
+pub fn stat_times(st: &Stat) -> (TimeSpec, TimeSpec) {
+    (
+        Some(Some((st.st_atime, st.st_atime_nsec))),
+        Some(Some((st.st_mtime, st.st_mtime_nsec))),
+    )
+}
+
+pub fn fstatvfs(fd: RawFd) -> io::Result<libc::statvfs> {
+    let mut s = MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: out pointer valid.
+    cvt(unsafe { libc::fstatvfs(fd, s.as_mut_ptr()) })?;
+    // SAFETY: fstatvfs succeeded.
+    Ok(unsafe { s.assume_init() })
+}
+
+pub fn kind_of_mode(mode: u32) -> Kind {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFLNK => Kind::Symlink,
+        libc::S_IFIFO => Kind::Fifo,
+        libc::S_IFCHR => Kind::Char,
+        libc::S_IFBLK => Kind::Block,
+        libc::S_IFSOCK => Kind::Socket,
+        _ => Kind::File,
+    }
+}
+
+/// List a directory of a branch: (name, kind) without `.` and `..`.
+pub fn list_dir(dir: RawFd, rel: &Path) -> io::Result<Vec<(OsString, Kind)>> {
+    let f = open_noatime(dir, rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let fd: OwnedFd = f.into();
+    let raw = fd.as_raw_fd();
+    // SAFETY: fdopendir takes ownership of the descriptor on success; we release ours first.
+    let dirp = unsafe { libc::fdopendir(raw) };
+    if dirp.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    std::mem::forget(fd);
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: dirp is a valid DIR*; readdir64 returns NULL at the end.
+        let ent = unsafe { libc::readdir64(dirp) };
+        if ent.is_null() {
+            break;
+        }
+        // SAFETY: d_name is NUL-terminated inside the entry.
+        let (name, dtype) = unsafe {
+            let e = &*ent;
+            (
+                std::ffi::CStr::from_ptr(e.d_name.as_ptr())
+                    .to_bytes()
+                    .to_vec(),
+                e.d_type,
+            )
+        };
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match dtype {
+            libc::DT_DIR => Kind::Dir,
+            libc::DT_REG => Kind::File,
+            libc::DT_LNK => Kind::Symlink,
+            libc::DT_FIFO => Kind::Fifo,
+            libc::DT_CHR => Kind::Char,
+            libc::DT_BLK => Kind::Block,
+            libc::DT_SOCK => Kind::Socket,
+            _ => {
+                // SAFETY: dirp valid; dirfd gives its descriptor.
+                let dfd = unsafe { libc::dirfd(dirp) };
+                match fstatat(dfd, Path::new(OsStr::from_bytes(&name))) {
+                    Ok(st) => kind_of_mode(st.st_mode),
+                    Err(_) => continue,
+                }
+            }
+        };
+        out.push((OsString::from_vec(name), kind));
+    }
+    // SAFETY: dirp valid, closed once.
+    unsafe { libc::closedir(dirp) };
+    Ok(out)
+}
+
+/// Copy all bytes from `src` to `dst` (in-kernel where the file systems allow it).
+pub fn copy_data(src: &File, dst: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: both descriptors are valid; null offsets use and advance the file positions.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                std::ptr::null_mut(),
+                dst.as_raw_fd(),
+                std::ptr::null_mut(),
+                1 << 30,
+                0,
+            )
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EXDEV)
+                | Some(libc::EINVAL)
+                | Some(libc::ENOSYS)
+                | Some(libc::EOPNOTSUPP) => {
+                    let mut s = src;
+                    let mut d = dst;
+                    io::copy(&mut s, &mut d).map(drop)
+                }
+                _ => Err(e),
+            };
+        }
+    }
+}
+
+// Extended attributes go by absolute path (the l* calls never follow a final symlink); a
+// branch's path is fixed when it is added.
+
+fn abs(p: &Path) -> io::Result<CString> {
+    cstr(p)
+}
+
+pub fn llistxattr(p: &Path) -> io::Result<Vec<u8>> {
+    let c = abs(p)?;
+    loop {
+        // SAFETY: size query with a null buffer.
+        let n = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; n as usize];
+        if n == 0 {
+            return Ok(buf);
+        }
+        // SAFETY: buffer valid for its length.
+        let m = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if m < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ERANGE) {
+                continue;
+            }
+            return Err(e);
+        }
+        buf.truncate(m as usize);
+        return Ok(buf);
+    }
+}
+
+pub fn lgetxattr(p: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
+    let c = abs(p)?;
+    let n =
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    loop {
+        // SAFETY: size query.
+        let len = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+        if len < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; len as usize];
+        if len == 0 {
+            return Ok(buf);
+        }
+        // SAFETY: buffer valid for its length.
+        let m =
+            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if m < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ERANGE) {
+                continue;
+            }
+            return Err(e);
+        }
+        buf.truncate(m as usize);
+        return Ok(buf);
+    }
+}
+
+pub fn lsetxattr(p: &Path, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+    let c = abs(p)?;
+    let n =
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: valid strings and buffer.
+    cvt(unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+pub fn lremovexattr(p: &Path, name: &OsStr) -> io::Result<()> {
+    let c = abs(p)?;
+    let n =
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: valid strings.
+    cvt(unsafe { libc::lremovexattr(c.as_ptr(), n.as_ptr()) }).map(drop)
+}
+
+/// Copy every extended attribute from `src` to `dst`. Attributes the target file system or our
+/// privileges refuse are skipped: the copy-up must not fail on them.
+pub fn copy_xattrs(src: &Path, dst: &Path) -> io::Result<()> {
+    let list = match llistxattr(src) {
+        Ok(l) => l,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name = OsStr::from_bytes(name);
+        if let Ok(v) = lgetxattr(src, name) {
+            match lsetxattr(dst, name, &v, 0) {
+                Ok(()) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOTSUP) | Some(libc::EPERM) | Some(libc::EINVAL)
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
