@@ -1,14 +1,364 @@
-//! `accord mirror` (owned by the mirror issue; not built yet).
+//! `accord mirror SRC DST`: arguments → `MirrorConfig`, progress, output,
+//! exit codes. The work is in `accord_engine::mirror`.
 
 use crate::exit;
+use accord_engine::{
+    DeltaMode, Kinds, MaxDelete, MirrorConfig, MirrorOptions, Progress, Reflink, Report,
+    XattrFilter,
+};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-#[derive(clap::Args)]
-pub struct MirrorArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum When {
+    Auto,
+    Always,
+    Never,
 }
 
-pub fn run(_args: MirrorArgs) -> i32 {
-    eprintln!("accord mirror: this command is not built yet; nothing was done.");
-    exit::UNAVAILABLE
+/// Make DST an exact copy of SRC (SRC's contents go into DST, which is
+/// created if missing). Extra entries in DST are deleted, guarded.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
+(fatal error or deletion guard), 64 usage error.")]
+pub struct MirrorArgs {
+    /// Source directory.
+    src: PathBuf,
+    /// Destination directory (created if missing).
+    dst: PathBuf,
+
+    /// Print the plan and change nothing.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+    /// List each change (created, updated, metadata, deleted), one per line.
+    #[arg(short = 'i', long)]
+    itemize: bool,
+    /// Print one JSON object with the run's figures on stdout at the end.
+    #[arg(long)]
+    json: bool,
+    /// No progress display and no summary.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Compare contents (BLAKE3) instead of size and modification time.
+    #[arg(short = 'c', long)]
+    checksum: bool,
+
+    /// Keep entries of DST that are not in SRC.
+    #[arg(long, conflicts_with = "force")]
+    keep_extra: bool,
+    /// Delete extra entries in DST (the default).
+    #[arg(long, overrides_with = "keep_extra")]
+    delete: bool,
+    /// Most deletions allowed: a count, or a percentage of DST's entries ("50%").
+    #[arg(long, value_name = "N|P%", default_value = "50%")]
+    max_delete: String,
+    /// Override the deletion guard (empty source, changed source root, --max-delete).
+    #[arg(long)]
+    force: bool,
+
+    /// Whole-file copies share extents with the source when the file system can.
+    #[arg(long, value_enum, default_value = "auto")]
+    reflink: When,
+    /// Delta transfer against the old version (auto: when it writes fewer bytes).
+    #[arg(long, value_enum, default_value = "auto")]
+    delta: When,
+    /// Rebuild changed files in their own storage instead of temp + rename.
+    #[arg(long)]
+    inplace: bool,
+    /// Skip the fsyncs (faster; a crash may lose the latest writes).
+    #[arg(long)]
+    no_fsync: bool,
+    /// Worker threads (default: one per core).
+    #[arg(short = 'j', long, default_value_t = 0)]
+    jobs: usize,
+
+    /// Keep owner and group even when not root.
+    #[arg(long)]
+    owner: bool,
+    /// Do not keep owner and group.
+    #[arg(long, conflicts_with = "owner")]
+    no_owner: bool,
+    /// Do not keep permissions.
+    #[arg(long)]
+    no_perms: bool,
+    /// Do not keep modification times.
+    #[arg(long)]
+    no_times: bool,
+    /// Do not keep extended attributes.
+    #[arg(long)]
+    no_xattrs: bool,
+    /// Do not keep POSIX ACLs.
+    #[arg(long)]
+    no_acls: bool,
+    /// Copy hard-linked files separately.
+    #[arg(long)]
+    no_hard_links: bool,
+    /// Skip symlinks.
+    #[arg(long)]
+    no_symlinks: bool,
+    /// Skip fifos and sockets.
+    #[arg(long)]
+    no_specials: bool,
+    /// Skip device nodes (the default when not root).
+    #[arg(long)]
+    no_devices: bool,
+
+    /// Exclude entries matching PATTERN (gitignore syntax; repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Read exclude patterns from FILE (gitignore syntax).
+    #[arg(long, value_name = "FILE")]
+    exclude_from: Vec<PathBuf>,
+    /// Ignore .accordignore files.
+    #[arg(long)]
+    no_ignore_files: bool,
+
+    /// Where the deletion guard remembers the source root.
+    #[arg(long, hide = true)]
+    state_dir: Option<PathBuf>,
+}
+
+fn usage(msg: &str) -> i32 {
+    use clap::CommandFactory;
+    #[derive(clap::Parser)]
+    #[command(name = "accord mirror")]
+    struct Wrap {
+        #[command(flatten)]
+        args: MirrorArgs,
+    }
+    eprintln!("accord mirror: {msg}\n");
+    let _ = Wrap::command().print_help();
+    exit::USAGE
+}
+
+fn default_state_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(x).join("accord"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/accord"))
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+pub fn run(args: MirrorArgs) -> i32 {
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let max_delete = {
+        let s = args.max_delete.trim();
+        let parsed = if let Some(p) = s.strip_suffix('%') {
+            p.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..=100.0).contains(p))
+                .map(|p| MaxDelete::Fraction(p / 100.0))
+        } else {
+            s.parse::<usize>().ok().map(MaxDelete::Count)
+        };
+        match parsed {
+            Some(m) => m,
+            None => return usage(&format!("bad --max-delete value {s:?}: use N or P%")),
+        }
+    };
+    let mut excludes = args.exclude.clone();
+    for f in &args.exclude_from {
+        match std::fs::read(f) {
+            Ok(b) => excludes.extend(String::from_utf8_lossy(&b).lines().map(|l| l.to_string())),
+            Err(e) => return usage(&format!("cannot read --exclude-from {}: {e}", f.display())),
+        }
+    }
+    let plan = MirrorOptions {
+        delete: !args.keep_extra,
+        max_delete,
+        force: args.force,
+        checksum: args.checksum,
+        perms: !args.no_perms,
+        owner: !args.no_owner && (is_root || args.owner),
+        times: !args.no_times,
+        xattrs: !(args.no_xattrs && args.no_acls),
+        hard_links: !args.no_hard_links,
+        kinds: Kinds {
+            symlinks: !args.no_symlinks,
+            specials: !args.no_specials,
+            devices: !args.no_devices && is_root,
+        },
+        source_incomplete: false,
+        source_root_changed: false,
+    };
+    let cfg = MirrorConfig {
+        plan,
+        xattrs: XattrFilter {
+            xattrs: !args.no_xattrs,
+            acls: !args.no_acls,
+        },
+        excludes,
+        ignore_files: !args.no_ignore_files,
+        reflink: match args.reflink {
+            When::Auto => Reflink::Auto,
+            When::Always => Reflink::Always,
+            When::Never => Reflink::Never,
+        },
+        delta: match args.delta {
+            When::Auto => DeltaMode::Auto,
+            When::Always => DeltaMode::Always,
+            When::Never => DeltaMode::Never,
+        },
+        inplace: args.inplace,
+        fsync: !args.no_fsync,
+        dry_run: args.dry_run,
+        jobs: args.jobs,
+        state_dir: args
+            .state_dir
+            .clone()
+            .or_else(|| std::env::var_os("ACCORD_STATE_DIR").map(PathBuf::from))
+            .or_else(default_state_dir),
+    };
+
+    let progress = Arc::new(Progress::default());
+    let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bar_thread = show_progress.then(|| {
+        let progress = progress.clone();
+        let done = done.clone();
+        std::thread::spawn(move || progress_loop(&progress, &done))
+    });
+    let report = accord_engine::mirror(&args.src, &args.dst, &cfg, &progress);
+    done.store(true, Ordering::SeqCst);
+    if let Some(t) = bar_thread {
+        let _ = t.join();
+    }
+    output(&args, &report)
+}
+
+fn progress_loop(p: &Progress, done: &std::sync::atomic::AtomicBool) {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("scanning");
+    while !done.load(Ordering::SeqCst) {
+        if p.planned.load(Ordering::Relaxed) {
+            bar.set_length(p.bytes_total.load(Ordering::Relaxed));
+            bar.set_position(p.bytes_done.load(Ordering::Relaxed));
+            bar.set_message(format!(
+                "files {}/{}",
+                p.files_done.load(Ordering::Relaxed),
+                p.files_total.load(Ordering::Relaxed)
+            ));
+        } else {
+            bar.tick();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+}
+
+fn output(args: &MirrorArgs, r: &Report) -> i32 {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.dry_run {
+        if let Some(plan) = &r.plan {
+            if !args.json {
+                for it in plan.items() {
+                    if let Some(c) = it.change() {
+                        let _ = writeln!(out, "{c:<9} {}", it.path.display());
+                    }
+                }
+                let s = &plan.summary;
+                let _ = writeln!(
+                    out,
+                    "dry run: {} files to write ({} bytes), {} to delete{}; nothing was changed",
+                    s.files_to_write,
+                    s.bytes_to_write,
+                    s.deletes,
+                    if s.extras_kept > 0 {
+                        format!(", {} extra entries kept", s.extras_kept)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+    } else if args.itemize {
+        for (c, p) in &r.changes {
+            let _ = writeln!(out, "{c:<9} {}", p.display());
+        }
+    }
+    for e in &r.errors {
+        eprintln!("accord mirror: {}: {}", e.path.display(), e.message);
+    }
+    if r.deletions_suspended {
+        eprintln!(
+            "accord mirror: some source directories could not be read; no deletions were made"
+        );
+    }
+    if let Some(refusal) = &r.refusal {
+        eprintln!("accord mirror: {refusal}");
+    }
+    if let Some(f) = &r.fatal {
+        eprintln!("accord mirror: {f}");
+    }
+    if args.json {
+        let (files_transferred, files_deleted, bytes_written) = match (&r.plan, args.dry_run) {
+            (Some(p), true) => (
+                p.summary.files_to_write as u64,
+                p.summary.deletes as u64,
+                0,
+            ),
+            _ => (r.files_transferred, r.files_deleted, r.bytes_written),
+        };
+        let errors: Vec<String> = r
+            .errors
+            .iter()
+            .map(|e| {
+                format!(
+                    "{{\"path\":{},\"message\":{}}}",
+                    json_str(&e.path.display()),
+                    json_str(&e.message)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{{\"files_total\":{},\"files_transferred\":{},\"files_deleted\":{},\"bytes_total\":{},\
+             \"bytes_written\":{},\"literal_bytes\":{},\"matched_bytes\":{},\"errors\":[{}],\
+             \"elapsed_s\":{:.6},\"dry_run\":{},\"deletions_suspended\":{},\"refused\":{},\"fatal\":{}}}",
+            r.files_total,
+            files_transferred,
+            files_deleted,
+            r.bytes_total,
+            bytes_written,
+            r.literal_bytes,
+            r.matched_bytes,
+            errors.join(","),
+            r.elapsed_s,
+            args.dry_run,
+            r.deletions_suspended,
+            r.refusal
+                .as_ref()
+                .map(|x| json_str(&x.to_string()))
+                .unwrap_or_else(|| "null".into()),
+            r.fatal
+                .as_ref()
+                .map(|x| json_str(x))
+                .unwrap_or_else(|| "null".into()),
+        );
+    } else if !args.quiet && !args.dry_run && std::io::stderr().is_terminal() {
+        eprintln!(
+            "accord mirror: {} files, {} transferred, {} deleted, {} bytes written in {:.2}s",
+            r.files_total, r.files_transferred, r.files_deleted, r.bytes_written, r.elapsed_s
+        );
+    }
+    let _ = out.flush();
+    if r.fatal.is_some() || r.refusal.is_some() {
+        exit::FATAL
+    } else if !r.errors.is_empty() || r.deletions_suspended {
+        exit::PARTIAL
+    } else {
+        exit::OK
+    }
 }

@@ -1,1 +1,743 @@
-//! The only crate that touches the file system (to be built by the mirror issue).
+//! The only crate that touches the file system.
+//!
+//! Everything is relative to a [`Root`], an open directory handle. A
+//! [`RelPath`] is resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`
+//! (or, on kernels without it, one `O_NOFOLLOW` component at a time), and every
+//! operation on a name inside a [`Dir`] is an `*at` call that does not follow a
+//! symlink in the last component. A symlink planted anywhere in a replica can
+//! therefore never redirect a read or a write outside it.
+//!
+//! Writes of file contents go to a temp file with a hidden random name created
+//! with `O_CREAT | O_EXCL | O_NOFOLLOW` in the target directory, which is then
+//! renamed over the target ([`Dir::rename`]).
+
+mod copy;
+mod rules;
+mod scan;
+mod xattr;
+
+pub use copy::{copy_data, hash_file, CopyStats, Reflink};
+pub use rules::{IgnoreRules, IGNORE_FILE};
+pub use scan::{scan, Scan, ScanOptions};
+pub use xattr::XattrFilter;
+
+use accord_model::{validate_name, Kind, Props, RelPath, Time, Xattr};
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Prefix of the temp files this crate creates; a scan never reports them and
+/// a mirror removes stale ones.
+pub const TEMP_PREFIX: &[u8] = b".accord-tmp-";
+/// Prefix of recovery files (a file that failed mid in-place update).
+pub const RECOVERY_PREFIX: &[u8] = b".accord-recovery-";
+
+/// True for names this crate reserves for itself.
+pub fn is_reserved_name(name: &[u8]) -> bool {
+    name.starts_with(TEMP_PREFIX) || name.starts_with(RECOVERY_PREFIX)
+}
+
+fn cstr(name: &[u8]) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check_name(name: &[u8]) -> io::Result<CString> {
+    validate_name(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    cstr(name)
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn cvt_retry(mut f: impl FnMut() -> libc::c_int) -> io::Result<libc::c_int> {
+    loop {
+        let r = f();
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(r);
+    }
+}
+
+/// True for errors that mean "the disk is full" (fatal for a run).
+pub fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// Random hex suffix for hidden names.
+pub fn random_suffix() -> String {
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    while got < buf.len() {
+        let r = unsafe {
+            libc::getrandom(
+                buf[got..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - got,
+                0,
+            )
+        };
+        if r <= 0 {
+            // Fall back to something unique enough; O_EXCL catches collisions.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0) as u64;
+            let x = t ^ ((std::process::id() as u64) << 32) ^ (&buf as *const _ as u64);
+            buf = x.to_le_bytes();
+            break;
+        }
+        got += r as usize;
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `lstat`-style information about one entry.
+#[derive(Clone, Debug)]
+pub struct Stat {
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub mtime: Time,
+    pub dev: u64,
+    pub ino: u64,
+    pub nlink: u64,
+    pub rdev: u64,
+    pub blocks: u64,
+}
+
+fn kind_of(mode: u32) -> Option<Kind> {
+    Some(match mode & libc::S_IFMT {
+        libc::S_IFREG => Kind::File,
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFLNK => Kind::Symlink,
+        libc::S_IFIFO => Kind::Fifo,
+        libc::S_IFSOCK => Kind::Socket,
+        libc::S_IFCHR => Kind::CharDev,
+        libc::S_IFBLK => Kind::BlockDev,
+        _ => return None,
+    })
+}
+
+impl Stat {
+    fn from_raw(st: &libc::stat) -> io::Result<Stat> {
+        let kind = kind_of(st.st_mode)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "unknown file type"))?;
+        Ok(Stat {
+            kind,
+            mode: st.st_mode & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u64,
+            mtime: Time {
+                sec: st.st_mtime,
+                nsec: st.st_mtime_nsec as u32,
+            },
+            dev: st.st_dev,
+            ino: st.st_ino,
+            nlink: st.st_nlink,
+            rdev: st.st_rdev,
+            blocks: st.st_blocks as u64,
+        })
+    }
+}
+
+/// `fstat` on an open descriptor.
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Stat::from_raw(&st)
+}
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+
+static OPENAT2_MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Open `rel` beneath `dirfd` without following any symlink.
+fn open_beneath(dirfd: RawFd, rel: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+    use std::sync::atomic::Ordering;
+    let c = cstr(rel)?;
+    if !OPENAT2_MISSING.load(Ordering::Relaxed) {
+        let how = OpenHow {
+            flags: (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+            mode: 0,
+            resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        loop {
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    dirfd,
+                    c.as_ptr(),
+                    &how as *const OpenHow,
+                    std::mem::size_of::<OpenHow>(),
+                )
+            };
+            if r >= 0 {
+                return Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) });
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                Some(libc::ENOSYS) | Some(libc::EPERM) => {
+                    // EPERM: seccomp filters in some containers.
+                    OPENAT2_MISSING.store(true, Ordering::Relaxed);
+                    break;
+                }
+                _ => return Err(e),
+            }
+        }
+    }
+    // Component by component, never following a symlink.
+    let comps: Vec<&[u8]> = rel.split(|b| *b == b'/').collect();
+    let mut cur: Option<OwnedFd> = None;
+    for (i, comp) in comps.iter().enumerate() {
+        let last = i + 1 == comps.len();
+        let cc = check_name(comp)?;
+        let fl = if last {
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC
+        } else {
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC
+        };
+        let base = cur.as_ref().map(|f| f.as_raw_fd()).unwrap_or(dirfd);
+        let fd = cvt_retry(|| unsafe { libc::openat(base, cc.as_ptr(), fl) })?;
+        cur = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    cur.ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// A replica root: an open directory handle and the host path it came from.
+#[derive(Debug)]
+pub struct Root {
+    dir: Dir,
+    path: PathBuf,
+    stat: Stat,
+}
+
+impl Root {
+    /// Open an existing directory as a root (the host path itself may contain
+    /// symlinks: that is the user's choice).
+    pub fn open(path: &Path) -> io::Result<Root> {
+        let c = cstr(path.as_os_str().as_bytes())?;
+        let fd = cvt_retry(|| unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        let dir = Dir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        let stat = fstat(dir.fd.as_fd())?;
+        Ok(Root {
+            dir,
+            path: path.to_path_buf(),
+            stat,
+        })
+    }
+
+    /// Open `path`, creating it (and missing parents) first if needed.
+    pub fn create(path: &Path) -> io::Result<Root> {
+        if std::fs::symlink_metadata(path).is_err() {
+            std::fs::create_dir_all(path)?;
+        }
+        Root::open(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The root directory itself.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Identity of the root: (device, inode).
+    pub fn identity(&self) -> (u64, u64) {
+        (self.stat.dev, self.stat.ino)
+    }
+
+    /// Open the directory `rel` (never through a symlink).
+    pub fn open_dir(&self, rel: &RelPath) -> io::Result<Dir> {
+        if rel.is_root() {
+            return self.dir.try_clone();
+        }
+        let fd = open_beneath(
+            self.dir.fd.as_raw_fd(),
+            rel.as_bytes(),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )?;
+        Ok(Dir { fd })
+    }
+
+    /// Open a regular file `rel` for reading (never through a symlink).
+    pub fn open_file(&self, rel: &RelPath) -> io::Result<File> {
+        let fd = open_beneath(
+            self.dir.fd.as_raw_fd(),
+            rel.as_bytes(),
+            libc::O_RDONLY | libc::O_NOCTTY,
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// Flush the whole file system holding this root (`syncfs`).
+    pub fn syncfs(&self) -> io::Result<()> {
+        cvt_retry(|| unsafe { libc::syncfs(self.dir.fd.as_raw_fd()) }).map(|_| ())
+    }
+}
+
+/// An open directory; all operations take a single validated name.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+impl AsFd for Dir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Which properties to apply.
+#[derive(Clone, Copy, Debug)]
+pub struct PropsMask {
+    pub perms: bool,
+    pub owner: bool,
+    pub times: bool,
+    /// Replace the extended attributes (filtered by the filter that scanned them).
+    pub xattrs: Option<XattrFilter>,
+}
+
+impl Dir {
+    pub fn try_clone(&self) -> io::Result<Dir> {
+        Ok(Dir {
+            fd: self.fd.try_clone()?,
+        })
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// `lstat` of a name in this directory.
+    pub fn stat(&self, name: &[u8]) -> io::Result<Stat> {
+        let c = check_name(name)?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        cvt(unsafe {
+            libc::fstatat(
+                self.raw(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        Stat::from_raw(&st)
+    }
+
+    /// Stat of this directory.
+    pub fn stat_self(&self) -> io::Result<Stat> {
+        fstat(self.fd.as_fd())
+    }
+
+    /// Open a regular file for reading (not through a symlink).
+    pub fn open_read(&self, name: &[u8]) -> io::Result<File> {
+        let c = check_name(name)?;
+        let fd = cvt_retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY,
+            )
+        })?;
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Open an existing regular file for reading and writing (in-place updates).
+    pub fn open_rw(&self, name: &[u8]) -> io::Result<File> {
+        let c = check_name(name)?;
+        let fd = cvt_retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY,
+            )
+        })?;
+        let f = unsafe { File::from_raw_fd(fd) };
+        let st = fstat(f.as_fd())?;
+        if st.kind != Kind::File {
+            return Err(io::Error::new(io::ErrorKind::Other, "not a regular file"));
+        }
+        Ok(f)
+    }
+
+    /// Open a subdirectory (not through a symlink).
+    pub fn open_subdir(&self, name: &[u8]) -> io::Result<Dir> {
+        let c = check_name(name)?;
+        let fd = cvt_retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        })?;
+        Ok(Dir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn temp_name(hint: &[u8]) -> Vec<u8> {
+        let mut n = TEMP_PREFIX.to_vec();
+        // Keep a recognisable piece of the target name, bounded.
+        let h: Vec<u8> = hint
+            .iter()
+            .copied()
+            .filter(|b| *b != b'/')
+            .take(100)
+            .collect();
+        n.extend_from_slice(&h);
+        n.push(b'.');
+        n.extend_from_slice(random_suffix().as_bytes());
+        n
+    }
+
+    /// Create a new, empty temp file (mode 0600) with a hidden random name.
+    pub fn create_temp(&self, hint: &[u8]) -> io::Result<(Vec<u8>, File)> {
+        loop {
+            let name = Self::temp_name(hint);
+            let c = cstr(&name)?;
+            let r = cvt_retry(|| unsafe {
+                libc::openat(
+                    self.raw(),
+                    c.as_ptr(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC
+                        | libc::O_NOCTTY,
+                    0o600 as libc::c_uint,
+                )
+            });
+            match r {
+                Ok(fd) => return Ok((name, unsafe { File::from_raw_fd(fd) })),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Create a symlink with a temp name.
+    pub fn symlink_temp(&self, target: &[u8], hint: &[u8]) -> io::Result<Vec<u8>> {
+        let t = cstr(target)?;
+        loop {
+            let name = Self::temp_name(hint);
+            let c = cstr(&name)?;
+            match cvt(unsafe { libc::symlinkat(t.as_ptr(), self.raw(), c.as_ptr()) }) {
+                Ok(_) => return Ok(name),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Create a fifo, socket or device node with a temp name.
+    pub fn mknod_temp(&self, kind: Kind, rdev: u64, hint: &[u8]) -> io::Result<Vec<u8>> {
+        let fmt = match kind {
+            Kind::Fifo => libc::S_IFIFO,
+            Kind::Socket => libc::S_IFSOCK,
+            Kind::CharDev => libc::S_IFCHR,
+            Kind::BlockDev => libc::S_IFBLK,
+            _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        };
+        loop {
+            let name = Self::temp_name(hint);
+            let c = cstr(&name)?;
+            match cvt(unsafe { libc::mknodat(self.raw(), c.as_ptr(), fmt | 0o600, rdev) }) {
+                Ok(_) => return Ok(name),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Hard-link `from_dir/from_name` under a temp name in this directory.
+    pub fn link_temp(&self, from_dir: &Dir, from_name: &[u8], hint: &[u8]) -> io::Result<Vec<u8>> {
+        let f = check_name(from_name)?;
+        loop {
+            let name = Self::temp_name(hint);
+            let c = cstr(&name)?;
+            match cvt(unsafe { libc::linkat(from_dir.raw(), f.as_ptr(), self.raw(), c.as_ptr(), 0) })
+            {
+                Ok(_) => return Ok(name),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Create a directory.
+    pub fn mkdir(&self, name: &[u8], mode: u32) -> io::Result<()> {
+        let c = check_name(name)?;
+        cvt(unsafe { libc::mkdirat(self.raw(), c.as_ptr(), mode as libc::mode_t) }).map(|_| ())
+    }
+
+    /// Atomically rename `from` over `to` within this directory.
+    pub fn rename(&self, from: &[u8], to: &[u8]) -> io::Result<()> {
+        let f = cstr(from)?;
+        let t = check_name(to)?;
+        cvt(unsafe { libc::renameat(self.raw(), f.as_ptr(), self.raw(), t.as_ptr()) }).map(|_| ())
+    }
+
+    /// Rename `from` to `to` only if `to` does not exist.
+    pub fn rename_noreplace(&self, from: &[u8], to: &[u8]) -> io::Result<()> {
+        let f = check_name(from)?;
+        let t = cstr(to)?;
+        cvt(unsafe {
+            libc::renameat2(
+                self.raw(),
+                f.as_ptr(),
+                self.raw(),
+                t.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// Remove a non-directory.
+    pub fn unlink(&self, name: &[u8]) -> io::Result<()> {
+        let c = cstr(name)?;
+        cvt(unsafe { libc::unlinkat(self.raw(), c.as_ptr(), 0) }).map(|_| ())
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, name: &[u8]) -> io::Result<()> {
+        let c = check_name(name)?;
+        cvt(unsafe { libc::unlinkat(self.raw(), c.as_ptr(), libc::AT_REMOVEDIR) }).map(|_| ())
+    }
+
+    /// Remove a directory and everything under it (never following symlinks).
+    pub fn remove_tree(&self, name: &[u8]) -> io::Result<()> {
+        let sub = self.open_subdir(name)?;
+        for (child, _) in sub.list()? {
+            let st = sub.stat(&child)?;
+            if st.kind == Kind::Dir {
+                sub.remove_tree(&child)?;
+            } else {
+                sub.unlink(&child)?;
+            }
+        }
+        self.rmdir(name)
+    }
+
+    /// Read a symlink's target.
+    pub fn read_link(&self, name: &[u8]) -> io::Result<Vec<u8>> {
+        let c = check_name(name)?;
+        let mut buf = vec![0u8; 256];
+        loop {
+            let r = unsafe {
+                libc::readlinkat(
+                    self.raw(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr() as *mut libc::c_char,
+                    buf.len(),
+                )
+            };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let r = r as usize;
+            if r < buf.len() {
+                buf.truncate(r);
+                return Ok(buf);
+            }
+            if buf.len() >= 1 << 16 {
+                return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+            }
+            buf.resize(buf.len() * 2, 0);
+        }
+    }
+
+    /// Names in this directory (without `.` and `..`) with their `d_type`.
+    pub fn list(&self) -> io::Result<Vec<(Vec<u8>, u8)>> {
+        let dup = cvt(unsafe { libc::fcntl(self.raw(), libc::F_DUPFD_CLOEXEC, 0) })?;
+        let dirp = unsafe { libc::fdopendir(dup) };
+        if dirp.is_null() {
+            let e = io::Error::last_os_error();
+            unsafe { libc::close(dup) };
+            return Err(e);
+        }
+        unsafe { libc::rewinddir(dirp) };
+        let mut out = Vec::new();
+        let res = loop {
+            unsafe { *libc::__errno_location() = 0 };
+            let ent = unsafe { libc::readdir64(dirp) };
+            if ent.is_null() {
+                let errno = unsafe { *libc::__errno_location() };
+                if errno != 0 {
+                    break Err(io::Error::from_raw_os_error(errno));
+                }
+                break Ok(());
+            }
+            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            out.push((name.to_vec(), unsafe { (*ent).d_type }));
+        };
+        unsafe { libc::closedir(dirp) };
+        res.map(|_| out)
+    }
+
+    /// fsync this directory.
+    pub fn sync(&self) -> io::Result<()> {
+        cvt_retry(|| unsafe { libc::fsync(self.raw()) }).map(|_| ())
+    }
+
+    /// Path of `name` through /proc, for the few calls that have no `*at` form
+    /// (`l*xattr`). The directory is pinned by its descriptor and the last
+    /// component is not followed by the `l*` calls.
+    fn proc_path(&self, name: &[u8]) -> io::Result<CString> {
+        let mut p = format!("/proc/self/fd/{}/", self.raw()).into_bytes();
+        p.extend_from_slice(name);
+        cstr(&p)
+    }
+
+    /// Extended attributes of a name (not following symlinks).
+    pub fn xattrs_at(&self, name: &[u8], filter: XattrFilter) -> io::Result<Vec<Xattr>> {
+        let p = self.proc_path(name)?;
+        xattr::list_path(&p, filter)
+    }
+
+    /// Apply properties to a non-regular, non-directory entry by name
+    /// (symlinks, fifos, sockets, devices), not following symlinks.
+    pub fn set_props_at(
+        &self,
+        name: &[u8],
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> io::Result<()> {
+        let c = cstr(name)?;
+        if mask.owner {
+            cvt(unsafe {
+                libc::fchownat(
+                    self.raw(),
+                    c.as_ptr(),
+                    props.uid,
+                    props.gid,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            })?;
+        }
+        if let (Some(filter), Some(want)) = (mask.xattrs, props.xattrs.as_ref()) {
+            let p = self.proc_path(name)?;
+            xattr::replace_path(&p, want, filter, kind == Kind::Symlink)?;
+        }
+        if mask.perms && kind != Kind::Symlink {
+            cvt(unsafe {
+                libc::fchmodat(self.raw(), c.as_ptr(), props.mode, libc::AT_SYMLINK_NOFOLLOW)
+            })?;
+        }
+        if mask.times {
+            let ts = times(props.mtime);
+            cvt(unsafe {
+                libc::utimensat(self.raw(), c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn times(mtime: Time) -> [libc::timespec; 2] {
+    [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: mtime.sec,
+            tv_nsec: mtime.nsec as i64,
+        },
+    ]
+}
+
+/// Apply properties through an open descriptor (regular files, directories):
+/// owner, then xattrs/ACLs (chown may clear some), then mode (chown clears
+/// setuid bits), then mtime.
+pub fn set_props_fd(fd: BorrowedFd<'_>, props: &Props, mask: PropsMask) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    if mask.owner {
+        cvt(unsafe { libc::fchown(raw, props.uid, props.gid) })?;
+    }
+    if let (Some(filter), Some(want)) = (mask.xattrs, props.xattrs.as_ref()) {
+        xattr::replace_fd(raw, want, filter)?;
+    }
+    if mask.perms {
+        cvt(unsafe { libc::fchmod(raw, props.mode) })?;
+    }
+    if mask.times {
+        let ts = times(props.mtime);
+        cvt(unsafe { libc::futimens(raw, ts.as_ptr()) })?;
+    }
+    Ok(())
+}
+
+/// fsync a file, retrying only on EINTR (a failed fsync is final).
+pub fn fsync(f: &File) -> io::Result<()> {
+    cvt_retry(|| unsafe { libc::fsync(f.as_raw_fd()) }).map(|_| ())
+}
+
+/// Truncate / extend a file.
+pub fn set_len(f: &File, len: u64) -> io::Result<()> {
+    f.set_len(len)
+}
+
+/// Read a small host file (tool state such as the deletion guard's memory).
+pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    File::open(path)?.take(1 << 16).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Replace a small host file atomically (temp + fsync + rename).
+pub fn write_state_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", random_suffix()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
+    let r = f.write_all(data).and_then(|_| f.sync_all());
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, path)
+}

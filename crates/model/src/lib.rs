@@ -1,1 +1,327 @@
 //! Shared types of Accord: paths inside a replica, entries, properties. No I/O.
+//!
+//! A [`RelPath`] is a path *inside* a replica: data, never a host path. It is
+//! validated on construction (no `..`, no `.`, no empty component, not absolute,
+//! no NUL, bounded length) so that everything below can join it to a directory
+//! handle without further thought.
+
+use std::fmt;
+
+/// Longest accepted relative path, in bytes (Linux PATH_MAX).
+pub const MAX_PATH_LEN: usize = 4096;
+/// Longest accepted file name component, in bytes (Linux NAME_MAX).
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Why a byte string is not a valid [`RelPath`] or file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathError {
+    Absolute,
+    DotDot,
+    Dot,
+    EmptyComponent,
+    Nul,
+    TooLong,
+    NameTooLong,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            PathError::Absolute => "absolute path",
+            PathError::DotDot => "`..` component",
+            PathError::Dot => "`.` component",
+            PathError::EmptyComponent => "empty component",
+            PathError::Nul => "NUL byte",
+            PathError::TooLong => "path too long",
+            PathError::NameTooLong => "file name too long",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for PathError {}
+
+/// Check one file name component.
+pub fn validate_name(name: &[u8]) -> Result<(), PathError> {
+    if name.is_empty() {
+        return Err(PathError::EmptyComponent);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(PathError::NameTooLong);
+    }
+    if name == b"." {
+        return Err(PathError::Dot);
+    }
+    if name == b".." {
+        return Err(PathError::DotDot);
+    }
+    if name.contains(&0) {
+        return Err(PathError::Nul);
+    }
+    if name.contains(&b'/') {
+        return Err(PathError::EmptyComponent);
+    }
+    Ok(())
+}
+
+/// A validated path relative to a replica root; the empty path is the root.
+/// Ordering is bytewise, so a directory sorts before everything under it.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct RelPath(Box<[u8]>);
+
+impl RelPath {
+    /// The root of the replica.
+    pub fn root() -> RelPath {
+        RelPath(Box::new([]))
+    }
+
+    /// Validate `bytes` (components separated by `/`).
+    pub fn new(bytes: &[u8]) -> Result<RelPath, PathError> {
+        if bytes.is_empty() {
+            return Ok(RelPath::root());
+        }
+        if bytes.len() > MAX_PATH_LEN {
+            return Err(PathError::TooLong);
+        }
+        if bytes[0] == b'/' {
+            return Err(PathError::Absolute);
+        }
+        for c in bytes.split(|b| *b == b'/') {
+            validate_name(c)?;
+        }
+        Ok(RelPath(bytes.into()))
+    }
+
+    /// This path with one more component.
+    pub fn join(&self, name: &[u8]) -> Result<RelPath, PathError> {
+        validate_name(name)?;
+        if self.0.is_empty() {
+            return Ok(RelPath(name.into()));
+        }
+        let len = self.0.len() + 1 + name.len();
+        if len > MAX_PATH_LEN {
+            return Err(PathError::TooLong);
+        }
+        let mut v = Vec::with_capacity(len);
+        v.extend_from_slice(&self.0);
+        v.push(b'/');
+        v.extend_from_slice(name);
+        Ok(RelPath(v.into()))
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The containing directory (`None` for the root).
+    pub fn parent(&self) -> Option<RelPath> {
+        if self.0.is_empty() {
+            return None;
+        }
+        match self.0.iter().rposition(|b| *b == b'/') {
+            Some(i) => Some(RelPath(self.0[..i].into())),
+            None => Some(RelPath::root()),
+        }
+    }
+
+    /// The last component (empty for the root).
+    pub fn file_name(&self) -> &[u8] {
+        match self.0.iter().rposition(|b| *b == b'/') {
+            Some(i) => &self.0[i + 1..],
+            None => &self.0,
+        }
+    }
+
+    /// Number of components (0 for the root).
+    pub fn depth(&self) -> usize {
+        if self.0.is_empty() {
+            0
+        } else {
+            1 + self.0.iter().filter(|b| **b == b'/').count()
+        }
+    }
+
+    pub fn components(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.split(|b| *b == b'/').filter(|c| !c.is_empty())
+    }
+
+    /// True if `self` is `other` or lies beneath it.
+    pub fn starts_with(&self, other: &RelPath) -> bool {
+        other.0.is_empty()
+            || (self.0.starts_with(&other.0)
+                && (self.0.len() == other.0.len() || self.0[other.0.len()] == b'/'))
+    }
+
+    /// For people: lossy UTF-8 with control characters escaped.
+    pub fn display(&self) -> String {
+        escape_for_display(&self.0)
+    }
+}
+
+/// Lossy UTF-8 with control characters (and backslash) escaped, for showing a
+/// name to a person.
+pub fn escape_for_display(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return ".".into();
+    }
+    let s = String::from_utf8_lossy(bytes);
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        if ch.is_control() {
+            out.push_str(&format!("\\x{:02x}", ch as u32));
+        } else if ch == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+impl fmt::Debug for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RelPath({:?})", self.display())
+    }
+}
+
+impl fmt::Display for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+/// The kind of a file system entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Dir => "dir",
+            Kind::Symlink => "symlink",
+            Kind::Fifo => "fifo",
+            Kind::Socket => "socket",
+            Kind::CharDev => "chardev",
+            Kind::BlockDev => "blockdev",
+        }
+    }
+    pub fn is_special(self) -> bool {
+        matches!(self, Kind::Fifo | Kind::Socket)
+    }
+    pub fn is_device(self) -> bool {
+        matches!(self, Kind::CharDev | Kind::BlockDev)
+    }
+}
+
+/// A timestamp to the nanosecond.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Time {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+/// One extended attribute (name, value). ACLs are the
+/// `system.posix_acl_access` / `system.posix_acl_default` attributes.
+pub type Xattr = (Vec<u8>, Vec<u8>);
+
+/// The properties of an entry that a mirror keeps.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Props {
+    /// Permission bits including setuid/setgid/sticky (`mode & 0o7777`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: Time,
+    /// Sorted by name; `None` when not read.
+    pub xattrs: Option<Vec<Xattr>>,
+}
+
+/// A BLAKE3 content fingerprint.
+pub type Fingerprint = [u8; 32];
+
+/// One entry of a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub path: RelPath,
+    pub kind: Kind,
+    /// Bytes (files), target length (symlinks), 0 otherwise.
+    pub size: u64,
+    pub props: Props,
+    pub dev: u64,
+    pub ino: u64,
+    pub nlink: u64,
+    /// Device number of a device node.
+    pub rdev: u64,
+    /// 512-byte blocks allocated (to detect sparse files).
+    pub blocks: u64,
+    /// Target of a symlink, as bytes, never interpreted.
+    pub link_target: Option<Vec<u8>>,
+    /// Content fingerprint when asked for (`--checksum`).
+    pub hash: Option<Fingerprint>,
+}
+
+impl Entry {
+    /// A file whose allocated blocks cover less than its size has holes.
+    pub fn looks_sparse(&self) -> bool {
+        self.kind == Kind::File && self.blocks.saturating_mul(512) < self.size
+    }
+}
+
+/// An error tied to one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathFailure {
+    pub path: RelPath,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relpath_validation() {
+        assert!(RelPath::new(b"a/b/c").is_ok());
+        assert!(RelPath::new(b"").unwrap().is_root());
+        assert_eq!(RelPath::new(b"/a"), Err(PathError::Absolute));
+        assert_eq!(RelPath::new(b"a/../b"), Err(PathError::DotDot));
+        assert_eq!(RelPath::new(b"a/./b"), Err(PathError::Dot));
+        assert_eq!(RelPath::new(b"a//b"), Err(PathError::EmptyComponent));
+        assert_eq!(RelPath::new(b"a/"), Err(PathError::EmptyComponent));
+        assert_eq!(RelPath::new(b"a\0b"), Err(PathError::Nul));
+        assert_eq!(RelPath::new(&[b'a'; 256]), Err(PathError::NameTooLong));
+        let long: Vec<u8> = std::iter::repeat(b"abcdefgh/".as_slice())
+            .take(600)
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(RelPath::new(&long[..long.len() - 1]), Err(PathError::TooLong));
+        assert!(RelPath::root().join(b"..").is_err());
+        assert!(RelPath::root().join(b"x/y").is_err());
+    }
+
+    #[test]
+    fn relpath_parts() {
+        let p = RelPath::new(b"a/b/c").unwrap();
+        assert_eq!(p.file_name(), b"c");
+        assert_eq!(p.parent().unwrap().as_bytes(), b"a/b");
+        assert_eq!(p.depth(), 3);
+        assert!(RelPath::new(b"a").unwrap().parent().unwrap().is_root());
+        assert!(p.starts_with(&RelPath::new(b"a/b").unwrap()));
+        assert!(!RelPath::new(b"a/bc").unwrap().starts_with(&RelPath::new(b"a/b").unwrap()));
+        assert!(RelPath::new(b"a").unwrap() < RelPath::new(b"a/b").unwrap());
+        assert_eq!(RelPath::new(b"x\ny").unwrap().display(), "x\\x0ay");
+    }
+}

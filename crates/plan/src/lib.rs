@@ -1,1 +1,531 @@
-//! Pure planning: mirror plans and two-way reconciliation (to be built).
+//! Pure planning: from a source scan, a destination scan and options to a
+//! mirror plan. No I/O, no clocks, no globals.
+//!
+//! A [`MirrorPlan`] is data, grouped in the phases the engine runs, each phase
+//! a list of independent items:
+//! 1. `cleanup`: stale temp files of an interrupted run;
+//! 2. `deletes`: extra entries (deepest first) and entries whose kind changes
+//!    from or to a directory;
+//! 3. `mkdirs`: new directories (parents first);
+//! 4. `files`: everything that is not a directory: new, changed contents,
+//!    changed metadata only;
+//! 5. `links`: hard links to a group's first path (after phase 4);
+//! 6. `dir_meta`: directory properties, deepest first (after their subtree).
+
+use accord_model::{Entry, Kind, RelPath};
+use std::collections::{HashMap, HashSet};
+
+/// How many deletions the guard allows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MaxDelete {
+    /// At most this many entries.
+    Count(usize),
+    /// At most this fraction of the destination's entries (0.0..=1.0).
+    Fraction(f64),
+}
+
+/// Which kinds a mirror handles (the others are ignored on both sides).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kinds {
+    pub symlinks: bool,
+    pub specials: bool,
+    pub devices: bool,
+}
+
+impl Default for Kinds {
+    fn default() -> Self {
+        Kinds {
+            symlinks: true,
+            specials: true,
+            devices: true,
+        }
+    }
+}
+
+impl Kinds {
+    pub fn allows(&self, k: Kind) -> bool {
+        match k {
+            Kind::File | Kind::Dir => true,
+            Kind::Symlink => self.symlinks,
+            Kind::Fifo | Kind::Socket => self.specials,
+            Kind::CharDev | Kind::BlockDev => self.devices,
+        }
+    }
+}
+
+/// Options of a mirror plan.
+#[derive(Clone, Debug)]
+pub struct MirrorOptions {
+    /// Delete extra entries in the destination (false: `--keep-extra`).
+    pub delete: bool,
+    pub max_delete: MaxDelete,
+    /// Override the deletion guard.
+    pub force: bool,
+    /// Compare contents by fingerprint instead of size + mtime.
+    pub checksum: bool,
+    pub perms: bool,
+    pub owner: bool,
+    pub times: bool,
+    /// Compare extended attributes / ACLs (as scanned).
+    pub xattrs: bool,
+    pub hard_links: bool,
+    pub kinds: Kinds,
+    /// Some source directory could not be read: deletions are suspended.
+    pub source_incomplete: bool,
+    /// The source root is not the one seen last time (device or inode).
+    pub source_root_changed: bool,
+}
+
+impl Default for MirrorOptions {
+    fn default() -> Self {
+        MirrorOptions {
+            delete: true,
+            max_delete: MaxDelete::Fraction(0.5),
+            force: false,
+            checksum: false,
+            perms: true,
+            owner: true,
+            times: true,
+            xattrs: true,
+            hard_links: true,
+            kinds: Kinds::default(),
+            source_incomplete: false,
+            source_root_changed: false,
+        }
+    }
+}
+
+/// What happens to one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Create a directory (its properties follow in `dir_meta`).
+    Mkdir,
+    /// Write a regular file's contents (new or changed).
+    Write,
+    /// Create a symlink, fifo, socket or device node (new or changed).
+    Create,
+    /// Make this path a hard link to `leader` (already in place).
+    Link { leader: RelPath },
+    /// Only the properties differ.
+    Meta,
+    /// Remove from the destination.
+    Delete,
+    /// Remove a stale temp file of an interrupted run.
+    Cleanup,
+    /// Set a directory's properties after its subtree.
+    DirMeta,
+}
+
+/// One planned change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub op: Op,
+    pub path: RelPath,
+    /// The source entry (absent for deletions).
+    pub src: Option<Entry>,
+    /// The destination entry as scanned (absent for new paths).
+    pub dst: Option<Entry>,
+    /// For `DirMeta`: the properties differ (not just a moved mtime).
+    pub props_differ: bool,
+}
+
+impl Item {
+    /// What a person is told about this item (`-i`), or `None` for items
+    /// that are bookkeeping only.
+    pub fn change(&self) -> Option<&'static str> {
+        match self.op {
+            Op::Mkdir => Some("created"),
+            Op::Write | Op::Create => Some(if self.dst.is_some() {
+                "updated"
+            } else {
+                "created"
+            }),
+            Op::Link { .. } => Some(if self.dst.is_some() { "relinked" } else { "linked" }),
+            Op::Meta => Some("metadata"),
+            Op::Delete => Some("deleted"),
+            Op::Cleanup => None,
+            Op::DirMeta => {
+                if self.dst.is_some() && self.props_differ {
+                    Some("metadata")
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Why the deletion guard stopped the run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    /// The source is empty but the destination is not.
+    SourceEmpty { dst_entries: usize },
+    /// More deletions than allowed.
+    TooManyDeletes {
+        would_delete: usize,
+        dst_entries: usize,
+        limit: usize,
+    },
+    /// The source root is a different file system root than last time.
+    SourceRootChanged { would_delete: usize },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::SourceEmpty { dst_entries } => write!(
+                f,
+                "the source is empty but the destination has {dst_entries} entries; \
+                 refusing to delete them all (use --force to do it anyway, or --keep-extra)"
+            ),
+            Refusal::TooManyDeletes {
+                would_delete,
+                dst_entries,
+                limit,
+            } => write!(
+                f,
+                "the mirror would delete {would_delete} of the destination's {dst_entries} \
+                 entries, more than the limit of {limit} (--max-delete); nothing was changed \
+                 (use --force or a higher --max-delete)"
+            ),
+            Refusal::SourceRootChanged { would_delete } => write!(
+                f,
+                "the source is a different file system root than last time and the mirror \
+                 would delete {would_delete} entries; nothing was changed (use --force)"
+            ),
+        }
+    }
+}
+
+/// Counts of a plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Source entries (the root excluded).
+    pub entries_total: usize,
+    /// Source regular files.
+    pub files_total: usize,
+    /// Bytes in source regular files.
+    pub bytes_total: u64,
+    /// Regular files whose contents are written.
+    pub files_to_write: usize,
+    /// Bytes of the files whose contents are written.
+    pub bytes_to_write: u64,
+    pub deletes: usize,
+    /// Set when extra entries are kept because deletions are off or suspended.
+    pub extras_kept: usize,
+}
+
+/// A mirror plan: independent items in phases (see the crate docs).
+#[derive(Clone, Debug, Default)]
+pub struct MirrorPlan {
+    pub cleanup: Vec<Item>,
+    pub deletes: Vec<Item>,
+    pub mkdirs: Vec<Item>,
+    pub files: Vec<Item>,
+    pub links: Vec<Item>,
+    pub dir_meta: Vec<Item>,
+    pub summary: Summary,
+}
+
+impl MirrorPlan {
+    /// All items in execution order.
+    pub fn items(&self) -> impl Iterator<Item = &Item> {
+        self.cleanup
+            .iter()
+            .chain(&self.deletes)
+            .chain(&self.mkdirs)
+            .chain(&self.files)
+            .chain(&self.links)
+            .chain(&self.dir_meta)
+    }
+
+    /// True when nothing would change.
+    pub fn is_empty(&self) -> bool {
+        self.items().next().is_none()
+    }
+}
+
+fn props_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
+    let (sp, dp) = (&s.props, &d.props);
+    (o.perms && s.kind != Kind::Symlink && sp.mode != dp.mode)
+        || (o.owner && (sp.uid != dp.uid || sp.gid != dp.gid))
+        || (o.times && sp.mtime != dp.mtime)
+        || (o.xattrs
+            && s.kind != Kind::Symlink
+            && sp.xattrs.is_some()
+            && dp.xattrs.is_some()
+            && sp.xattrs != dp.xattrs)
+}
+
+fn contents_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
+    if s.size != d.size {
+        return true;
+    }
+    if o.checksum {
+        match (s.hash, d.hash) {
+            (Some(a), Some(b)) => a != b,
+            _ => true,
+        }
+    } else {
+        s.props.mtime != d.props.mtime
+    }
+}
+
+fn item(op: Op, s: Option<&Entry>, d: Option<&Entry>) -> Item {
+    let path = s.or(d).map(|e| e.path.clone()).unwrap_or_default();
+    Item {
+        op,
+        path,
+        src: s.cloned(),
+        dst: d.cloned(),
+        props_differ: false,
+    }
+}
+
+/// Plan a mirror of `src` onto `dst` (both sorted by path, as scans are; the
+/// root entry may be present in both). Returns the guard's refusal instead of
+/// a plan when the run must stop before changing anything.
+pub fn mirror_plan(
+    src: &[Entry],
+    dst: &[Entry],
+    stale_temps: &[RelPath],
+    o: &MirrorOptions,
+) -> Result<MirrorPlan, Refusal> {
+    let src: Vec<&Entry> = src.iter().filter(|e| o.kinds.allows(e.kind)).collect();
+    let dst: Vec<&Entry> = dst.iter().filter(|e| o.kinds.allows(e.kind)).collect();
+    let smap: HashMap<&RelPath, &Entry> = src.iter().map(|e| (&e.path, *e)).collect();
+    let dmap: HashMap<&RelPath, &Entry> = dst.iter().map(|e| (&e.path, *e)).collect();
+
+    let mut plan = MirrorPlan::default();
+    let mut dirty: HashSet<RelPath> = HashSet::new();
+    let mark = |dirty: &mut HashSet<RelPath>, p: &RelPath| {
+        if let Some(parent) = p.parent() {
+            dirty.insert(parent);
+        }
+    };
+
+    for t in stale_temps {
+        plan.cleanup.push(Item {
+            op: Op::Cleanup,
+            path: t.clone(),
+            src: None,
+            dst: None,
+            props_differ: false,
+        });
+        mark(&mut dirty, t);
+    }
+
+    // Hard-link groups of the source, led by their first path.
+    let mut leader_of: HashMap<&RelPath, &RelPath> = HashMap::new();
+    let mut group_of: HashMap<(u64, u64), Vec<&RelPath>> = HashMap::new();
+    if o.hard_links {
+        for e in &src {
+            if e.kind == Kind::File && e.nlink > 1 {
+                group_of.entry((e.dev, e.ino)).or_default().push(&e.path);
+            }
+        }
+        for paths in group_of.values() {
+            for p in &paths[1..] {
+                leader_of.insert(*p, paths[0]);
+            }
+        }
+    }
+    // Destination files sharing an inode, by path.
+    let mut dst_sharing: HashMap<(u64, u64), Vec<&RelPath>> = HashMap::new();
+    for e in &dst {
+        if e.kind == Kind::File && e.nlink > 1 {
+            dst_sharing.entry((e.dev, e.ino)).or_default().push(&e.path);
+        }
+    }
+    // A destination file is wrongly linked if it shares its inode with another
+    // path that the source has as a file outside its group.
+    let wrongly_linked = |s: &Entry, d: &Entry| -> bool {
+        if d.nlink <= 1 {
+            return false;
+        }
+        let Some(others) = dst_sharing.get(&(d.dev, d.ino)) else {
+            return false;
+        };
+        let group: Option<&Vec<&RelPath>> = if o.hard_links && s.nlink > 1 {
+            group_of.get(&(s.dev, s.ino))
+        } else {
+            None
+        };
+        others.iter().any(|q| {
+            **q != s.path
+                && smap.get(*q).is_some_and(|qe| qe.kind == Kind::File)
+                && !group.is_some_and(|g| g.contains(q))
+        })
+    };
+
+    // Deletions: extras, and kind changes to or from a directory.
+    let mut extras = 0usize;
+    let mut deletes: Vec<Item> = Vec::new();
+    for d in &dst {
+        if d.path.is_root() {
+            continue;
+        }
+        match smap.get(&d.path) {
+            None => {
+                extras += 1;
+                deletes.push(item(Op::Delete, None, Some(d)));
+            }
+            Some(s) if s.kind != d.kind && (s.kind == Kind::Dir || d.kind == Kind::Dir) => {
+                deletes.push(item(Op::Delete, Some(s), Some(d)));
+            }
+            _ => {}
+        }
+    }
+    let dst_entries = dst.iter().filter(|e| !e.path.is_root()).count();
+    let src_entries = src.iter().filter(|e| !e.path.is_root()).count();
+    let deleting = o.delete && !o.source_incomplete;
+    if deleting && extras > 0 && !o.force {
+        if src_entries == 0 {
+            return Err(Refusal::SourceEmpty { dst_entries });
+        }
+        if o.source_root_changed {
+            return Err(Refusal::SourceRootChanged {
+                would_delete: extras,
+            });
+        }
+        let limit = match o.max_delete {
+            MaxDelete::Count(n) => n,
+            MaxDelete::Fraction(f) => (dst_entries as f64 * f).floor() as usize,
+        };
+        if extras > limit {
+            return Err(Refusal::TooManyDeletes {
+                would_delete: extras,
+                dst_entries,
+                limit,
+            });
+        }
+    }
+    for it in deletes {
+        let is_extra = !smap.contains_key(&it.path);
+        if is_extra && !deleting {
+            plan.summary.extras_kept += 1;
+            continue;
+        }
+        if is_extra {
+            plan.summary.deletes += 1;
+        }
+        mark(&mut dirty, &it.path);
+        plan.deletes.push(it);
+    }
+    // Deepest first, so a directory comes after everything under it.
+    plan.deletes.sort_by(|a, b| b.path.cmp(&a.path));
+
+    // Source entries.
+    let mut rewritten: HashSet<&RelPath> = HashSet::new();
+    let mut followers: Vec<(&Entry, &RelPath)> = Vec::new();
+    for s in &src {
+        if s.path.is_root() {
+            continue;
+        }
+        plan.summary.entries_total += 1;
+        if s.kind == Kind::File {
+            plan.summary.files_total += 1;
+            plan.summary.bytes_total += s.size;
+        }
+        let d = dmap.get(&s.path).copied();
+        let same_kind = d.is_some_and(|d| d.kind == s.kind);
+        if s.kind == Kind::Dir {
+            if !same_kind {
+                plan.mkdirs.push(item(Op::Mkdir, Some(s), None));
+                mark(&mut dirty, &s.path);
+            }
+            continue;
+        }
+        if let Some(leader) = leader_of.get(&s.path) {
+            followers.push((s, leader));
+            continue;
+        }
+        // Kind changes between non-directories are replaced by rename; from a
+        // directory the old one was deleted above.
+        let d_usable = d.filter(|d| d.kind != Kind::Dir);
+        let op = match (s.kind, d_usable) {
+            (Kind::File, Some(d)) if d.kind == Kind::File => {
+                if contents_differ(s, d, o) || wrongly_linked(s, d) {
+                    Some(Op::Write)
+                } else if props_differ(s, d, o) {
+                    Some(Op::Meta)
+                } else {
+                    None
+                }
+            }
+            (Kind::File, _) => Some(Op::Write),
+            (_, Some(d)) if d.kind == s.kind => {
+                let same = match s.kind {
+                    Kind::Symlink => s.link_target == d.link_target,
+                    Kind::CharDev | Kind::BlockDev => s.rdev == d.rdev,
+                    _ => true,
+                };
+                if !same {
+                    Some(Op::Create)
+                } else if props_differ(s, d, o) {
+                    Some(Op::Meta)
+                } else {
+                    None
+                }
+            }
+            _ => Some(Op::Create),
+        };
+        if let Some(op) = op {
+            if op == Op::Write {
+                plan.summary.files_to_write += 1;
+                plan.summary.bytes_to_write += s.size;
+                rewritten.insert(&s.path);
+            }
+            if op != Op::Meta {
+                mark(&mut dirty, &s.path);
+            }
+            plan.files.push(item(op, Some(s), d_usable));
+        }
+    }
+    for (s, leader) in followers {
+        let d = dmap.get(&s.path).copied().filter(|d| d.kind != Kind::Dir);
+        let ok = match (d, dmap.get(leader)) {
+            (Some(d), Some(l)) => {
+                d.kind == Kind::File
+                    && l.kind == Kind::File
+                    && d.ino == l.ino
+                    && d.dev == l.dev
+                    && !rewritten.contains(leader)
+                    && !wrongly_linked(s, d)
+            }
+            _ => false,
+        };
+        if !ok {
+            mark(&mut dirty, &s.path);
+            plan.links.push(item(
+                Op::Link {
+                    leader: (*leader).clone(),
+                },
+                Some(s),
+                d,
+            ));
+        }
+    }
+
+    // Directory properties, after their subtrees: new directories, changed
+    // properties, and directories whose entries changed (their mtime moved).
+    for s in &src {
+        if s.kind != Kind::Dir {
+            continue;
+        }
+        let d = dmap.get(&s.path).copied().filter(|d| d.kind == Kind::Dir);
+        let differ = d.is_none_or(|d| props_differ(s, d, o));
+        if differ || dirty.contains(&s.path) {
+            let mut it = item(Op::DirMeta, Some(s), d);
+            it.props_differ = differ;
+            plan.dir_meta.push(it);
+        }
+    }
+    plan.dir_meta.sort_by(|a, b| {
+        b.path
+            .depth()
+            .cmp(&a.path.depth())
+            .then_with(|| a.path.cmp(&b.path))
+    });
+    Ok(plan)
+}

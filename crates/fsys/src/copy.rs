@@ -1,0 +1,174 @@
+//! Moving bytes between two open files: reflink, `copy_file_range`, holes kept.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// `--reflink auto|always|never`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reflink {
+    Auto,
+    Always,
+    Never,
+}
+
+/// What a copy did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Bytes written to the target (0 for a reflink).
+    pub written: u64,
+    /// True if the target shares the source's extents (FICLONE).
+    pub cloned: bool,
+}
+
+const FICLONE: libc::c_ulong = 0x4004_9409;
+
+fn changed() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "source changed during copy")
+}
+
+/// Copy `len` bytes at `[off, off+len)` from `src` to the same offset of `dst`.
+fn copy_range(src: &File, dst: &File, off: u64, len: u64, use_cfr: &mut bool) -> io::Result<()> {
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(1 << 30) as usize;
+        if *use_cfr {
+            let mut oi = (off + done) as libc::loff_t;
+            let mut oo = (off + done) as libc::loff_t;
+            let r = unsafe {
+                libc::copy_file_range(src.as_raw_fd(), &mut oi, dst.as_raw_fd(), &mut oo, want, 0)
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EXDEV)
+                    | Some(libc::ENOSYS)
+                    | Some(libc::EOPNOTSUPP)
+                    | Some(libc::EINVAL)
+                    | Some(libc::EBADF)
+                        if done == 0 =>
+                    {
+                        *use_cfr = false;
+                        continue;
+                    }
+                    _ => return Err(e),
+                }
+            }
+            if r == 0 {
+                return Err(changed());
+            }
+            done += r as u64;
+        } else {
+            let mut buf = vec![0u8; want.min(1 << 20)];
+            let n = pread(src, &mut buf, off + done)?;
+            if n == 0 {
+                return Err(changed());
+            }
+            pwrite_all(dst, &buf[..n], off + done)?;
+            done += n as u64;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn pread(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    loop {
+        match f.read_at(buf, off) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
+pub(crate) fn pwrite_all(f: &File, buf: &[u8], off: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(buf, off)
+}
+
+fn seek(f: &File, off: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off as libc::off_t, whence) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENXIO) {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    Ok(Some(r as u64))
+}
+
+/// Copy the first `size` bytes of `src` into the empty file `dst`.
+/// `sparse`: copy only data extents (SEEK_DATA/SEEK_HOLE) so holes stay holes.
+pub fn copy_data(
+    src: &File,
+    dst: &File,
+    size: u64,
+    sparse: bool,
+    reflink: Reflink,
+) -> io::Result<CopyStats> {
+    if size == 0 {
+        return Ok(CopyStats::default());
+    }
+    if reflink != Reflink::Never {
+        let r = unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
+        if r == 0 {
+            // The clone takes the whole source; make sure its length is the
+            // one we planned.
+            let len = dst.metadata()?.len();
+            if len != size {
+                return Err(changed());
+            }
+            return Ok(CopyStats {
+                written: 0,
+                cloned: true,
+            });
+        }
+        if reflink == Reflink::Always {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("reflink: {e}")));
+        }
+    }
+    let mut use_cfr = true;
+    let mut written = 0u64;
+    if sparse {
+        let mut pos = 0u64;
+        while pos < size {
+            let Some(data) = seek(src, pos, libc::SEEK_DATA)? else {
+                break;
+            };
+            if data >= size {
+                break;
+            }
+            let end = seek(src, data, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
+            copy_range(src, dst, data, end - data, &mut use_cfr)?;
+            written += end - data;
+            pos = end;
+        }
+        dst.set_len(size)?;
+    } else {
+        copy_range(src, dst, 0, size, &mut use_cfr)?;
+        written = size;
+    }
+    Ok(CopyStats {
+        written,
+        cloned: false,
+    })
+}
+
+/// BLAKE3 of a whole file.
+pub fn hash_file(f: &File) -> io::Result<[u8; 32]> {
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        let n = pread(f, &mut buf, off)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(*h.finalize().as_bytes())
+}
