@@ -1,12 +1,472 @@
-//! `accord delta` (being written).
-use crate::exit;
+//! `accord delta`: signatures, deltas and patches of single files.
+//!
+//! Outputs are written to a hidden temporary file beside the destination and
+//! renamed into place, so a failed run never leaves a half-written output.
+//! An in-place patch that fails after it started writing moves the damaged
+//! file to a hidden recovery file beside it and says so.
 
-#[derive(clap::Args)]
+use crate::exit;
+use accord_delta::{
+    make_delta, patch_in_place, patch_to, CyclePolicy, Delta, DeltaOptions, InPlaceOptions,
+    PatchOptions, Signature, SignatureOptions,
+};
+use clap::{Args, Subcommand, ValueEnum};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
 pub struct DeltaArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
+    #[command(subcommand)]
+    cmd: DeltaCmd,
 }
 
-pub fn run(_args: DeltaArgs) -> i32 {
-    exit::UNAVAILABLE
+#[derive(Subcommand)]
+enum DeltaCmd {
+    /// Write the block signature of OLD to SIG.
+    Signature {
+        /// Block length in bytes (default: about the square root of the file size).
+        #[arg(long, value_parser = parse_size)]
+        block_size: Option<u64>,
+        /// Strong-sum length in bytes, 8..=32 (default: from file and block counts).
+        #[arg(long)]
+        strong_len: Option<u8>,
+        old: PathBuf,
+        sig: PathBuf,
+    },
+    /// Write the delta that turns the file SIG describes into NEW.
+    Delta {
+        /// Order the commands so the old file can be patched in its own storage.
+        #[arg(long)]
+        in_place: bool,
+        /// Print statistics as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Receiver scratch memory the in-place plan may use (e.g. 8M).
+        #[arg(long, default_value = "8M", value_parser = parse_size)]
+        scratch: u64,
+        /// How to break dependency cycles of an in-place plan.
+        #[arg(long, value_enum, default_value_t = Policy::Stash)]
+        policy: Policy,
+        /// Most copies ordered together in one planner window.
+        #[arg(long, default_value_t = 1 << 20)]
+        window_nodes: usize,
+        sig: PathBuf,
+        new: PathBuf,
+        delta: PathBuf,
+    },
+    /// Apply DELTA: `patch OLD DELTA OUT`, or `patch --in-place FILE DELTA`.
+    Patch {
+        /// Rebuild FILE in its own storage instead of writing OUT.
+        #[arg(long)]
+        in_place: bool,
+        /// Most scratch memory a delta may ask for.
+        #[arg(long, default_value = "64M", value_parser = parse_size)]
+        max_scratch: u64,
+        /// Skip fsync of the result.
+        #[arg(long)]
+        no_fsync: bool,
+        #[arg(num_args = 2..=3, required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Policy {
+    /// Keep the bytes of the cheapest edge in receiver scratch memory.
+    Stash,
+    /// Send the smallest overlap as literal data.
+    Trim,
+    /// Send the smallest copy of the cycle as literal data.
+    Delete,
+}
+
+pub fn run(args: DeltaArgs) -> i32 {
+    let result = match args.cmd {
+        DeltaCmd::Signature {
+            block_size,
+            strong_len,
+            old,
+            sig,
+        } => signature(&old, &sig, block_size, strong_len),
+        DeltaCmd::Delta {
+            in_place,
+            json,
+            scratch,
+            policy,
+            window_nodes,
+            sig,
+            new,
+            delta,
+        } => {
+            let ip = in_place.then_some(InPlaceOptions {
+                scratch,
+                policy: match policy {
+                    Policy::Stash => CyclePolicy::Stash,
+                    Policy::Trim => CyclePolicy::Trim,
+                    Policy::Delete => CyclePolicy::Delete,
+                },
+                window_nodes,
+            });
+            write_delta(&sig, &new, &delta, ip, json)
+        }
+        DeltaCmd::Patch {
+            in_place,
+            max_scratch,
+            no_fsync,
+            files,
+        } => {
+            let opts = PatchOptions {
+                max_scratch,
+                sync: !no_fsync,
+            };
+            match (in_place, files.as_slice()) {
+                (true, [file, delta]) => patch_file_in_place(file, delta, &opts),
+                (false, [old, delta, out]) => patch_new(old, delta, out, &opts),
+                (true, _) => Err(Failure::usage("patch --in-place takes FILE DELTA")),
+                (false, _) => Err(Failure::usage(
+                    "patch takes OLD DELTA OUT (or --in-place FILE DELTA)",
+                )),
+            }
+        }
+    };
+    match result {
+        Ok(()) => exit::OK,
+        Err(f) => {
+            eprintln!("accord delta: {}", f.message);
+            f.code
+        }
+    }
+}
+
+struct Failure {
+    message: String,
+    code: i32,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code: exit::FAILURE,
+        }
+    }
+    fn usage(message: &str) -> Self {
+        Failure {
+            message: message.to_string(),
+            code: exit::USAGE,
+        }
+    }
+    fn io(path: &Path, what: &str, e: impl std::fmt::Display) -> Self {
+        Failure::new(format!("{what} {}: {e}", shown(path)))
+    }
+}
+
+/// A path for a person to read, control characters escaped.
+fn shown(p: &Path) -> String {
+    p.display().to_string().escape_debug().to_string()
+}
+
+fn signature(
+    old: &Path,
+    out: &Path,
+    block: Option<u64>,
+    strong_len: Option<u8>,
+) -> Result<(), Failure> {
+    let block_len = match block {
+        Some(b) => Some(u32::try_from(b).map_err(|_| Failure::usage("block size too large"))?),
+        None => None,
+    };
+    let data = Input::open(old)?;
+    let sig = Signature::generate(
+        data.bytes(),
+        &SignatureOptions {
+            block_len,
+            strong_len,
+            key: None,
+        },
+    )
+    .map_err(|e| Failure::new(e.to_string()))?;
+    write_atomically(out, |w| w.write_all(&sig.encode()))
+}
+
+fn write_delta(
+    sig_path: &Path,
+    new: &Path,
+    out: &Path,
+    in_place: Option<InPlaceOptions>,
+    json: bool,
+) -> Result<(), Failure> {
+    let sig_bytes = std::fs::read(sig_path).map_err(|e| Failure::io(sig_path, "cannot read", e))?;
+    let sig = Signature::decode(&sig_bytes)
+        .map_err(|e| Failure::new(format!("{}: {e}", shown(sig_path))))?;
+    let data = Input::open(new)?;
+    let mut stats = None;
+    write_atomically(out, |w| {
+        let st = make_delta(
+            &sig,
+            data.bytes(),
+            &DeltaOptions {
+                in_place: in_place.clone(),
+            },
+            w,
+        )
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+        stats = Some(st);
+        Ok(())
+    })?;
+    if json {
+        let st = stats.expect("delta written");
+        let p = &st.plan;
+        let obj = serde_json::json!({
+            "layout": if in_place.is_some() { "in-place" } else { "sequential" },
+            "new_bytes": st.new_len,
+            "delta_bytes": st.delta_bytes,
+            "literal_bytes": st.literal_bytes,
+            "matched_bytes": st.matched_bytes,
+            "copy_commands": st.copy_commands,
+            "add_commands": st.add_commands,
+            "cycles_broken": p.cycles_broken,
+            "cycles_stashed": p.cycles_stashed,
+            "cycles_trimmed": p.cycles_trimmed,
+            "cycles_deleted": p.cycles_deleted,
+            "stashes_evicted": p.stashes_evicted,
+            "converted_bytes": p.converted_bytes,
+            "stashed_bytes": p.stashed_bytes,
+            "scratch_bytes": p.scratch_len,
+            "planner_windows": p.windows,
+            "planner_peak_bytes": p.planner_peak_bytes,
+            "block_len": st.block_len,
+            "strong_len": st.strong_len,
+        });
+        println!("{obj}");
+    }
+    Ok(())
+}
+
+fn read_delta(path: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::io(path, "cannot read", e))
+}
+
+fn patch_new(
+    old: &Path,
+    delta_path: &Path,
+    out: &Path,
+    opts: &PatchOptions,
+) -> Result<(), Failure> {
+    let bytes = read_delta(delta_path)?;
+    let delta =
+        Delta::parse(&bytes).map_err(|e| Failure::new(format!("{}: {e}", shown(delta_path))))?;
+    let data = Input::open(old)?;
+    let sync = opts.sync;
+    write_atomically_sync(out, sync, |w| {
+        patch_to(data.bytes(), &delta, w).map_err(|e| std::io::Error::other(e.to_string()))
+    })
+}
+
+fn patch_file_in_place(file: &Path, delta_path: &Path, opts: &PatchOptions) -> Result<(), Failure> {
+    let bytes = read_delta(delta_path)?;
+    let delta =
+        Delta::parse(&bytes).map_err(|e| Failure::new(format!("{}: {e}", shown(delta_path))))?;
+    let mut target = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(file)
+        .map_err(|e| Failure::io(file, "cannot open", e))?;
+    if !target
+        .metadata()
+        .map_err(|e| Failure::io(file, "cannot stat", e))?
+        .is_file()
+    {
+        return Err(Failure::new(format!(
+            "{} is not a regular file",
+            shown(file)
+        )));
+    }
+    lock_exclusive(&target).map_err(|e| Failure::io(file, "cannot lock", e))?;
+    match patch_in_place(&mut target, &delta, opts) {
+        Ok(()) => Ok(()),
+        Err(e) if !e.target_modified => Err(Failure::new(format!(
+            "{}: {e} (the file was not changed)",
+            shown(file)
+        ))),
+        Err(e) => {
+            drop(target);
+            match move_to_recovery(file) {
+                Ok(rec) => Err(Failure::new(format!(
+                    "{}: {e}; the partly rebuilt file was moved to {} (it holds neither version)",
+                    shown(file),
+                    shown(&rec)
+                ))),
+                Err(re) => Err(Failure::new(format!(
+                    "{}: {e}; moving the damaged file to a recovery file also failed ({re}): do not trust its contents",
+                    shown(file)
+                ))),
+            }
+        }
+    }
+}
+
+/// Like the In-Place Rsync paper's exclusive open: readers that honour
+/// advisory locks do not see the file mid-rebuild, and two patches never race.
+fn lock_exclusive(f: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor we own; no memory is shared with the kernel.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Renames `file` to a hidden `.NAME.accord-recovery[.N]` beside it.
+fn move_to_recovery(file: &Path) -> std::io::Result<PathBuf> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let name = file
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?
+        .to_string_lossy();
+    for n in 0..1000 {
+        let candidate = if n == 0 {
+            dir.join(format!(".{name}.accord-recovery"))
+        } else {
+            dir.join(format!(".{name}.accord-recovery.{n}"))
+        };
+        // link + unlink instead of rename: never replaces an older recovery file.
+        match std::fs::hard_link(file, &candidate) {
+            Ok(()) => {
+                std::fs::remove_file(file)?;
+                return Ok(candidate);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("too many recovery files"))
+}
+
+/// An input file, memory-mapped when not empty.
+struct Input {
+    map: Option<memmap2::Mmap>,
+}
+
+impl Input {
+    fn open(path: &Path) -> Result<Input, Failure> {
+        let f = File::open(path).map_err(|e| Failure::io(path, "cannot open", e))?;
+        let meta = f
+            .metadata()
+            .map_err(|e| Failure::io(path, "cannot stat", e))?;
+        if !meta.is_file() {
+            return Err(Failure::new(format!(
+                "{} is not a regular file",
+                shown(path)
+            )));
+        }
+        if meta.len() == 0 {
+            return Ok(Input { map: None });
+        }
+        // SAFETY: the map is read-only; a file truncated underneath us is the
+        // documented risk of mapping, accepted here for single-file commands.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }
+            .map_err(|e| Failure::io(path, "cannot map", e))?;
+        Ok(Input { map: Some(map) })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}
+
+fn write_atomically(
+    out: &Path,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), Failure> {
+    write_atomically_sync(out, false, body)
+}
+
+/// Writes to a hidden temporary beside `out` (O_EXCL|O_NOFOLLOW), then renames.
+fn write_atomically_sync(
+    out: &Path,
+    sync: bool,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), Failure> {
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = out
+        .file_name()
+        .ok_or_else(|| Failure::new(format!("{} names no file", shown(out))))?;
+    let (tmp_path, file) = create_temp(dir, &name.to_string_lossy())
+        .map_err(|e| Failure::io(dir, "cannot create a file in", e))?;
+    let result = (|| {
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        body(&mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        if sync {
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp_path, out)?;
+        if sync {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok::<(), std::io::Error>(())
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp_path);
+        Failure::io(out, "cannot write", e)
+    })
+}
+
+fn create_temp(dir: &Path, name: &str) -> std::io::Result<(PathBuf, File)> {
+    let mut seed = [0u8; 8];
+    getrandom(&mut seed);
+    let mut n = u64::from_le_bytes(seed);
+    loop {
+        let p = dir.join(format!(".{name}.accord-tmp.{n:016x}"));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o666)
+            .open(&p)
+        {
+            Ok(f) => return Ok((p, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                n = n.wrapping_add(0x9E37_79B9_7F4A_7C15)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn getrandom(buf: &mut [u8]) {
+    // Temp names only need to be unpredictable enough not to collide.
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let v = t ^ (std::process::id() as u64).rotate_left(32);
+    buf.copy_from_slice(&v.to_le_bytes()[..buf.len()]);
+}
+
+/// Sizes such as `8M`, `64MiB`, `1G`, `4096`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 8M, 1G)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }

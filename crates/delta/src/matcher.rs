@@ -51,7 +51,7 @@ impl<'s> Index<'s> {
             )));
         }
         let bl = sig.block_len as u64;
-        let tail = (sig.file_len % bl != 0).then(|| count as u32 - 1);
+        let tail = (!sig.file_len.is_multiple_of(bl)).then(|| count as u32 - 1);
         let full = if tail.is_some() { count - 1 } else { count };
         let mut order: Vec<u32> = (0..full as u32).collect();
         order.sort_unstable_by(|&a, &b| {
@@ -118,18 +118,16 @@ impl<'s> Index<'s> {
         }
     }
 
-    /// The block whose contents equal `window`, if any, among the groups
+    /// The block whose strong sum is `strong`, if any, among the groups
     /// with the window's weak sum.
     fn strong_match(
         &self,
         first_group: usize,
         weak: u32,
-        window: &[u8],
+        strong: &[u8],
         dst: u64,
         prev_src_end: u64,
     ) -> Option<u32> {
-        let strong = self.sig.strong_sum(window);
-        let strong = &strong[..self.sig.strong_len as usize];
         let mut g = first_group;
         while g < self.groups.len() && self.groups[g].weak == weak {
             if self.sig.strong_of(self.groups[g].first as usize) == strong {
@@ -138,6 +136,30 @@ impl<'s> Index<'s> {
             g += 1;
         }
         None
+    }
+
+    /// After a match, the next window usually continues into the next block:
+    /// check that block's strong sum directly and skip the weak sum. The block
+    /// already in place wins if it has the same contents.
+    fn continues(&self, next: u64, strong: &[u8], dst: u64) -> Option<u32> {
+        let full = self.full_blocks() as u64;
+        if next >= full || self.sig.strong_of(next as usize) != strong {
+            return None;
+        }
+        let bl = self.sig.block_len as u64;
+        let here = dst / bl;
+        if dst.is_multiple_of(bl)
+            && here < full
+            && here != next
+            && self.sig.strong_of(here as usize) == strong
+        {
+            return Some(here as u32);
+        }
+        Some(next as u32)
+    }
+
+    fn full_blocks(&self) -> usize {
+        self.sig.block_count() - self.tail.is_some() as usize
     }
 
     /// Among identical blocks prefer the one already in place (free for an
@@ -150,7 +172,7 @@ impl<'s> Index<'s> {
         }
         let bl = self.sig.block_len as u64;
         for want in [dst, prev_src_end] {
-            if want % bl == 0 && want / bl < u32::MAX as u64 {
+            if want.is_multiple_of(bl) && want / bl < u32::MAX as u64 {
                 let b = (want / bl) as u32;
                 if ps.binary_search(&b).is_ok() {
                     return b;
@@ -173,11 +195,14 @@ impl<'s> Index<'s> {
     fn scan(&self, data: &[u8], from: usize, until: usize, out: &mut Vec<Copy>) -> usize {
         let bl = self.sig.block_len as usize;
         let n = data.len();
-        let has_full = self.groups.len() > 0;
+        let has_full = !self.groups.is_empty();
         let mut pos = from;
         let mut prev_src_end = u64::MAX;
         if has_full && pos < until && pos + bl <= n {
             let roller = Roller::new(bl);
+            let slen = self.sig.strong_len as usize;
+            // The strong sum of the window at `pos`, when already computed.
+            let mut strong: Option<[u8; 32]> = None;
             let mut h = rolling::weak(&data[pos..pos + bl]);
             // Length of the run of equal bytes ending at the window's end: when it
             // exceeds the block, this window equals the previous one.
@@ -187,27 +212,55 @@ impl<'s> Index<'s> {
                 if let Some(g) = self.lookup(h) {
                     if last_fail == pos.wrapping_sub(1) && run > bl {
                         last_fail = pos; // same bytes as a window that already failed
-                    } else if let Some(b) =
-                        self.strong_match(g, h, &data[pos..pos + bl], pos as u64, prev_src_end)
-                    {
-                        let src = b as u64 * bl as u64;
-                        out.push(Copy {
-                            src,
-                            dst: pos as u64,
-                            len: bl as u64,
-                        });
-                        prev_src_end = src + bl as u64;
-                        pos += bl;
-                        if pos >= until || pos + bl > n {
-                            break;
-                        }
-                        h = rolling::weak(&data[pos..pos + bl]);
-                        run = 0;
-                        continue;
                     } else {
+                        let s = strong.unwrap_or_else(|| self.sig.strong_sum(&data[pos..pos + bl]));
+                        if let Some(b) =
+                            self.strong_match(g, h, &s[..slen], pos as u64, prev_src_end)
+                        {
+                            out.push(Copy {
+                                src: b as u64 * bl as u64,
+                                dst: pos as u64,
+                                len: bl as u64,
+                            });
+                            prev_src_end = (b as u64 + 1) * bl as u64;
+                            pos += bl;
+                            // Follow a run of matches block by block on strong sums alone.
+                            loop {
+                                if pos >= until || pos + bl > n {
+                                    break;
+                                }
+                                let s = self.sig.strong_sum(&data[pos..pos + bl]);
+                                match self.continues(
+                                    prev_src_end / bl as u64,
+                                    &s[..slen],
+                                    pos as u64,
+                                ) {
+                                    Some(b) => {
+                                        out.push(Copy {
+                                            src: b as u64 * bl as u64,
+                                            dst: pos as u64,
+                                            len: bl as u64,
+                                        });
+                                        prev_src_end = (b as u64 + 1) * bl as u64;
+                                        pos += bl;
+                                    }
+                                    None => {
+                                        strong = Some(s);
+                                        break;
+                                    }
+                                }
+                            }
+                            if pos >= until || pos + bl > n {
+                                break;
+                            }
+                            h = rolling::weak(&data[pos..pos + bl]);
+                            run = 0;
+                            continue;
+                        }
                         last_fail = pos;
                     }
                 }
+                strong = None;
                 if pos + 1 >= until || pos + bl >= n {
                     pos += 1;
                     break;
@@ -227,9 +280,9 @@ impl<'s> Index<'s> {
                 let tail_len = self.sig.len_of(t as usize) as usize;
                 if n >= tail_len && n - tail_len >= pos {
                     let window = &data[n - tail_len..];
-                    let strong = self.sig.strong_sum(window);
                     if rolling::weak(window) == self.sig.weak[t as usize]
-                        && strong[..self.sig.strong_len as usize] == *self.sig.strong_of(t as usize)
+                        && self.sig.strong_sum(window)[..self.sig.strong_len as usize]
+                            == *self.sig.strong_of(t as usize)
                     {
                         let src = t as u64 * self.sig.block_len as u64;
                         out.push(Copy {

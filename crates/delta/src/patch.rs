@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 /// Storage that can be rebuilt in place: a file handle, or memory in tests.
 pub trait InPlaceTarget {
-    fn len(&mut self) -> io::Result<u64>;
+    fn size(&mut self) -> io::Result<u64>;
     fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_all_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()>;
     fn set_len(&mut self, len: u64) -> io::Result<()>;
@@ -15,7 +15,7 @@ pub trait InPlaceTarget {
 }
 
 impl InPlaceTarget for std::fs::File {
-    fn len(&mut self) -> io::Result<u64> {
+    fn size(&mut self) -> io::Result<u64> {
         Ok(self.metadata()?.len())
     }
     fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -33,7 +33,7 @@ impl InPlaceTarget for std::fs::File {
 }
 
 impl InPlaceTarget for Vec<u8> {
-    fn len(&mut self) -> io::Result<u64> {
+    fn size(&mut self) -> io::Result<u64> {
         Ok(<[u8]>::len(self) as u64)
     }
     fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -184,7 +184,7 @@ pub fn patch_in_place<T: InPlaceTarget>(
             "this delta has the sequential layout; in-place patching needs a delta made with --in-place".into(),
         )));
     }
-    let len = target.len().map_err(|e| untouched(e.into()))?;
+    let len = target.size().map_err(|e| untouched(e.into()))?;
     if len != delta.old_len {
         return Err(untouched(DeltaError::WrongBasis {
             expected: delta.old_len,

@@ -26,7 +26,28 @@ pub fn pow(mut base: u32, mut exp: u64) -> u32 {
 
 /// Hash of a whole block.
 pub fn weak(data: &[u8]) -> u32 {
-    let head = data.len() % 4;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if data.len() >= 256 && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { weak_avx2(data) };
+        }
+    }
+    weak_lanes::<4>(data)
+}
+
+/// The same sum with 16 lanes, compiled for AVX2 so the lanes become vector
+/// multiplies.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn weak_avx2(data: &[u8]) -> u32 {
+    weak_lanes::<16>(data)
+}
+
+/// `L` independent Horner chains over bytes `i ≡ r (mod L)`, combined at the end.
+#[inline(always)]
+fn weak_lanes<const L: usize>(data: &[u8]) -> u32 {
+    let head = data.len() % L;
     let mut h: u32 = 0;
     for &b in &data[..head] {
         h = h.wrapping_mul(MULT).wrapping_add(b as u32 + OFFSET);
@@ -35,20 +56,17 @@ pub fn weak(data: &[u8]) -> u32 {
     if body.is_empty() {
         return h;
     }
-    let m4 = pow(MULT, 4);
-    let mut lanes = [0u32; 4];
-    for c in body.chunks_exact(4) {
-        for r in 0..4 {
-            lanes[r] = lanes[r].wrapping_mul(m4).wrapping_add(c[r] as u32 + OFFSET);
+    let ml = pow(MULT, L as u64);
+    let mut lanes = [0u32; L];
+    for c in body.chunks_exact(L) {
+        for r in 0..L {
+            lanes[r] = lanes[r].wrapping_mul(ml).wrapping_add(c[r] as u32 + OFFSET);
         }
     }
-    let m2 = MULT.wrapping_mul(MULT);
-    let m3 = m2.wrapping_mul(MULT);
-    let body_hash = lanes[0]
-        .wrapping_mul(m3)
-        .wrapping_add(lanes[1].wrapping_mul(m2))
-        .wrapping_add(lanes[2].wrapping_mul(MULT))
-        .wrapping_add(lanes[3]);
+    let mut body_hash: u32 = 0;
+    for lane in lanes {
+        body_hash = body_hash.wrapping_mul(MULT).wrapping_add(lane);
+    }
     h.wrapping_mul(pow(MULT, body.len() as u64))
         .wrapping_add(body_hash)
 }
@@ -89,8 +107,20 @@ mod tests {
     #[test]
     fn lanes_agree_with_horner() {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7919 % 251) as u8).collect();
-        for len in [0, 1, 2, 3, 4, 5, 7, 8, 63, 64, 999, 1000] {
+        for len in [
+            0, 1, 2, 3, 4, 5, 7, 8, 63, 64, 255, 256, 257, 300, 999, 1000,
+        ] {
             assert_eq!(weak(&data[..len]), naive(&data[..len]), "len {len}");
+            assert_eq!(
+                weak_lanes::<4>(&data[..len]),
+                naive(&data[..len]),
+                "len {len}"
+            );
+            assert_eq!(
+                weak_lanes::<16>(&data[..len]),
+                naive(&data[..len]),
+                "len {len}"
+            );
         }
     }
 

@@ -34,10 +34,12 @@ pub struct SignatureOptions {
     pub key: Option<[u8; 32]>,
 }
 
-/// Square-root rule: blocks of about √len bytes, a multiple of 8, within bounds.
+/// Square-root rule: blocks of about √len bytes, rounded down to a multiple
+/// of 128 (never larger than librsync's choice, so deltas are never larger
+/// for it), within bounds.
 pub fn default_block_len(file_len: u64) -> u32 {
     let root = (file_len as f64).sqrt() as u64;
-    let rounded = (root + 7) & !7;
+    let rounded = root & !127;
     rounded.clamp(MIN_BLOCK_LEN as u64, MAX_BLOCK_LEN as u64) as u32
 }
 
@@ -234,7 +236,7 @@ mod tests {
     fn block_len_follows_square_root_within_bounds() {
         assert_eq!(default_block_len(0), MIN_BLOCK_LEN);
         assert_eq!(default_block_len(1 << 20), 1024);
-        assert_eq!(default_block_len(128 << 20), 11592);
+        assert_eq!(default_block_len(128 << 20), 11520);
         assert_eq!(default_block_len(1 << 40), MAX_BLOCK_LEN);
     }
 
