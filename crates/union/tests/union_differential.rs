@@ -1,0 +1,319 @@
+//! Acceptance 1: the same scripted operations on kernel overlayfs and on `accord union`, over
+//! copies of the same lower branch; after every step the visible trees (names, kinds, sizes,
+//! contents, modes, owners, old mtimes, symlink targets, user xattrs, link counts, devices)
+//! and the operation's outcome (success or errno) must be equal, and the lower branch must be
+//! byte-for-byte unchanged (including mtimes and ctimes).
+//!
+//! Legitimate differences not compared: overlayfs's whiteouts are 0/0 char devices and ours
+//! `.wh.` files (only visible trees are compared); directory sizes, link counts and mtimes
+//! (they depend on the upper file system's bookkeeping in both); times of entries created
+//! during the test (only "recent on both sides" is checked).
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::Path;
+
+use common::*;
+
+fn build_lower(l: &Path) {
+    fs::create_dir_all(l.join("d/sub")).unwrap();
+    fs::create_dir_all(l.join("d2")).unwrap();
+    fs::create_dir_all(l.join("emptydir")).unwrap();
+    fs::create_dir_all(l.join("emptydir2")).unwrap();
+    fs::create_dir_all(l.join("deep/a/b/c")).unwrap();
+    for (p, data) in [
+        ("a.txt", "alpha\n"),
+        ("b.txt", "bravo bravo\n"),
+        ("c.txt", "charlie\n"),
+        ("g.txt", "golf\n"),
+        ("k.txt", "kilo\n"),
+        ("t.txt", "tango tango tango\n"),
+        ("x.txt", "xray\n"),
+        ("d/e.txt", "echo\n"),
+        ("d/f.txt", "foxtrot\n"),
+        ("d/sub/s.txt", "sierra\n"),
+        ("d2/h", "hotel\n"),
+        ("deep/a/b/c/leaf", "leaf\n"),
+    ] {
+        fs::write(l.join(p), data).unwrap();
+    }
+    fs::write(l.join("big.bin"), vec![7u8; 300_000]).unwrap();
+    fs::hard_link(l.join("k.txt"), l.join("k-link")).unwrap();
+    std::os::unix::fs::symlink("a.txt", l.join("lower-link")).unwrap();
+    mknod(&l.join("lower-fifo"), libc::S_IFIFO | 0o640, 0).unwrap();
+    fs::set_permissions(l.join("c.txt"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(l.join("d/sub"), fs::Permissions::from_mode(0o750)).unwrap();
+    std::os::unix::fs::lchown(l.join("g.txt"), Some(1000), Some(1000)).unwrap();
+    std::os::unix::fs::lchown(l.join("d/sub"), Some(42), Some(43)).unwrap();
+    setxattr(&l.join("x.txt"), "user.k", b"v1").unwrap();
+    setxattr(&l.join("d/sub"), "user.dir", b"yes").unwrap();
+    sh(&format!(
+        "find {} -depth -exec touch -h -d @1000000000 {{}} +",
+        l.display()
+    ));
+}
+
+type Op = (&'static str, fn(&Path) -> io::Result<()>);
+
+fn ops() -> Vec<Op> {
+    vec![
+        ("create new file", |r| {
+            fs::write(r.join("new.txt"), "hello\n")
+        }),
+        ("append to lower file", |r| {
+            OpenOptions::new()
+                .append(true)
+                .open(r.join("a.txt"))?
+                .write_all(b"appended\n")
+        }),
+        ("truncate lower file", |r| {
+            OpenOptions::new()
+                .write(true)
+                .open(r.join("b.txt"))?
+                .set_len(3)
+        }),
+        ("chmod lower file", |r| {
+            fs::set_permissions(r.join("c.txt"), fs::Permissions::from_mode(0o600))
+        }),
+        ("chown lower file in lower dir", |r| {
+            std::os::unix::fs::lchown(r.join("d/e.txt"), Some(1234), Some(5678))
+        }),
+        ("utimens lower file", |r| {
+            set_old_times(&r.join("d/f.txt"), 1_200_000_000);
+            Ok(())
+        }),
+        ("pwrite into lower file", |r| {
+            OpenOptions::new()
+                .write(true)
+                .open(r.join("big.bin"))?
+                .write_all_at(b"XYZ", 1000)
+        }),
+        ("O_TRUNC open of lower file", |r| {
+            fs::write(r.join("t.txt"), "new\n")
+        }),
+        ("rename lower file across dirs", |r| {
+            fs::rename(r.join("a.txt"), r.join("d/a-moved.txt"))
+        }),
+        ("mkdir + file in new dir", |r| {
+            fs::create_dir(r.join("nd"))?;
+            fs::write(r.join("nd/x"), "x\n")
+        }),
+        ("rename upper-only dir", |r| {
+            fs::rename(r.join("nd"), r.join("nd2"))
+        }),
+        ("rename merged dir (EXDEV)", |r| {
+            fs::rename(r.join("d"), r.join("d-renamed"))
+        }),
+        ("rename lower-only empty dir (EXDEV)", |r| {
+            fs::rename(r.join("emptydir2"), r.join("emptydir3"))
+        }),
+        ("unlink lower file", |r| fs::remove_file(r.join("g.txt"))),
+        ("rmdir lower empty dir", |r| {
+            fs::remove_dir(r.join("emptydir"))
+        }),
+        ("rmdir non-empty lower dir (ENOTEMPTY)", |r| {
+            fs::remove_dir(r.join("d2"))
+        }),
+        ("empty and rmdir lower dir", |r| {
+            fs::remove_file(r.join("d2/h"))?;
+            fs::remove_dir(r.join("d2"))
+        }),
+        ("mkdir over deleted dir is opaque", |r| {
+            fs::create_dir(r.join("d2"))?;
+            fs::write(r.join("d2/fresh"), "fresh\n")
+        }),
+        ("recreate unlinked file", |r| {
+            fs::remove_file(r.join("k.txt"))?;
+            fs::write(r.join("k.txt"), "kilo again\n")
+        }),
+        ("symlink", |r| {
+            std::os::unix::fs::symlink("new.txt", r.join("sl"))
+        }),
+        ("hard link upper file", |r| {
+            fs::hard_link(r.join("new.txt"), r.join("new-link"))
+        }),
+        ("hard link lower file (copy-up)", |r| {
+            fs::hard_link(r.join("c.txt"), r.join("c-link"))
+        }),
+        ("append through one hard link", |r| {
+            OpenOptions::new()
+                .append(true)
+                .open(r.join("new-link"))?
+                .write_all(b"via link\n")
+        }),
+        ("setxattr on lower file", |r| {
+            setxattr(&r.join("d/sub/s.txt"), "user.added", b"1")
+        }),
+        ("removexattr on lower file", |r| {
+            removexattr(&r.join("x.txt"), "user.k")
+        }),
+        ("removexattr missing (ENODATA)", |r| {
+            removexattr(&r.join("b.txt"), "user.none")
+        }),
+        ("mknod fifo", |r| {
+            mknod(&r.join("fifo"), libc::S_IFIFO | 0o644, 0)
+        }),
+        ("mknod char device", |r| {
+            mknod(&r.join("cdev"), libc::S_IFCHR | 0o600, libc::makedev(1, 3))
+        }),
+        ("chmod lower dir", |r| {
+            fs::set_permissions(r.join("d/sub"), fs::Permissions::from_mode(0o711))
+        }),
+        ("rename new file over lower file", |r| {
+            fs::rename(r.join("new.txt"), r.join("b.txt"))
+        }),
+        ("rename lower symlink", |r| {
+            fs::rename(r.join("lower-link"), r.join("moved-link"))
+        }),
+        ("unlink lower hard link", |r| {
+            fs::remove_file(r.join("k-link"))
+        }),
+        ("deep copy-up creates parents", |r| {
+            fs::write(r.join("deep/a/b/c/leaf"), "leaf2\n")
+        }),
+        ("mkdir existing (EEXIST)", |r| fs::create_dir(r.join("d"))),
+        ("unlink missing (ENOENT)", |r| {
+            fs::remove_file(r.join("nope"))
+        }),
+        ("rename file over dir (EISDIR)", |r| {
+            fs::rename(r.join("c.txt"), r.join("emptydir2"))
+        }),
+        ("rename dir over non-empty dir (ENOTEMPTY)", |r| {
+            fs::create_dir(r.join("nd3"))?;
+            fs::rename(r.join("nd3"), r.join("d"))
+        }),
+        ("rename upper dir over empty lower dir", |r| {
+            fs::rename(r.join("nd3"), r.join("emptydir2"))
+        }),
+        ("delete whole merged tree", |r| {
+            fs::remove_dir_all(r.join("d"))
+        }),
+        ("recreate merged tree path", |r| {
+            fs::create_dir_all(r.join("d/sub"))?;
+            fs::write(r.join("d/sub/s.txt"), "new sierra\n")
+        }),
+    ]
+}
+
+fn outcome(r: io::Result<()>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(e) => format!("errno {}", e.raw_os_error().unwrap_or(-1)),
+    }
+}
+
+#[test]
+fn differential_against_overlayfs() {
+    if !fuse_ok("differential_against_overlayfs") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let base = t.path();
+    let pristine = base.join("pristine");
+    build_lower(&pristine);
+    sh(&format!(
+        "cp -a {p} {b}/ovl-lower && cp -a {p} {b}/acc-lower",
+        p = pristine.display(),
+        b = base.display()
+    ));
+    let want_lower = describe(&pristine, true);
+    assert_eq!(
+        describe(&base.join("acc-lower"), false),
+        describe(&pristine, false)
+    );
+
+    let ovl = match OverlayMount::new(
+        &base.join("ovl-lower"),
+        &base.join("ovl-upper"),
+        &base.join("ovl-work"),
+        &base.join("ovl"),
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!(
+                "SKIP differential_against_overlayfs: cannot mount overlayfs here: {e}; NOT TESTED"
+            );
+            return;
+        }
+    };
+    fs::create_dir_all(base.join("acc-upper")).unwrap();
+    let acc = UnionMount::new(
+        &base.join("acc"),
+        &[
+            format!("{}=rw", base.join("acc-upper").display()),
+            format!("{}=ro", base.join("acc-lower").display()),
+        ],
+    );
+    let acc_lower_before = describe(&base.join("acc-lower"), true);
+
+    assert_eq!(
+        describe(&ovl.mnt, false),
+        describe(&acc.mnt, false),
+        "initial trees"
+    );
+    let mut failures = Vec::new();
+    for (name, op) in ops() {
+        let a = outcome(op(&ovl.mnt));
+        let b = outcome(op(&acc.mnt));
+        eprintln!("step {name:?}: overlayfs {a}, accord {b}");
+        if a != b {
+            failures.push(format!("step {name:?}: overlayfs {a}, accord {b}"));
+        }
+        let ta = describe(&ovl.mnt, false);
+        let tb = describe(&acc.mnt, false);
+        if ta != tb {
+            let mut diff = String::new();
+            for k in ta
+                .keys()
+                .chain(tb.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+            {
+                if ta.get(k) != tb.get(k) {
+                    diff += &format!(
+                        "\n  {k}:\n    overlayfs {:?}\n    accord    {:?}",
+                        ta.get(k),
+                        tb.get(k)
+                    );
+                }
+            }
+            failures.push(format!("after step {name:?} trees differ:{diff}"));
+        }
+        // The read-only branch never changes, not even its times.
+        assert_eq!(
+            describe(&base.join("acc-lower"), true),
+            acc_lower_before,
+            "lower branch changed at step {name:?}"
+        );
+    }
+    let fin = describe(&acc.mnt, false);
+    for must in [
+        "d2/fresh",
+        "b.txt",
+        "new-link",
+        "c-link",
+        "cdev",
+        "fifo",
+        "d/sub/s.txt",
+        "nd2/x",
+    ] {
+        assert!(fin.contains_key(must), "{must} missing at the end");
+    }
+    for gone in ["g.txt", "d2/h", "k-link", "d/e.txt", "emptydir", "new.txt"] {
+        assert!(!fin.contains_key(gone), "{gone} still visible at the end");
+    }
+    drop(acc);
+    drop(ovl);
+    let after = describe(&base.join("acc-lower"), true);
+    // ctimes differ from the pristine tree (cp -a sets them), so compare to the mounted state.
+    assert_eq!(after, acc_lower_before, "lower branch changed");
+    assert_eq!(want_lower.len(), after.len());
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
