@@ -324,7 +324,15 @@ pub fn mirror_plan(
                 group_of.entry((e.dev, e.ino)).or_default().push(&e.path);
             }
         }
-        for paths in group_of.values() {
+        for paths in group_of.values_mut() {
+            // Lead with a path the destination already has as a file, so an
+            // existing copy is kept and only links are added.
+            if let Some(i) = paths
+                .iter()
+                .position(|p| dmap.get(*p).is_some_and(|d| d.kind == Kind::File))
+            {
+                paths.swap(0, i);
+            }
             for p in &paths[1..] {
                 leader_of.insert(*p, paths[0]);
             }

@@ -1,0 +1,309 @@
+//! Property tests of the mirror planner: applying a plan to a model of the
+//! destination yields the source, a second plan is empty, and the deletion
+//! guard holds.
+
+use accord_model::{Entry, Kind, Props, RelPath, Time};
+use accord_plan::{mirror_plan, MaxDelete, MirrorOptions, MirrorPlan, Op, Refusal};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+
+type Tree = BTreeMap<RelPath, Entry>;
+
+fn root_entry(ino: u64) -> Entry {
+    Entry {
+        path: RelPath::root(),
+        kind: Kind::Dir,
+        size: 0,
+        props: Props {
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime: Time { sec: 1, nsec: 0 },
+            xattrs: Some(vec![]),
+        },
+        dev: 1,
+        ino,
+        nlink: 1,
+        rdev: 0,
+        blocks: 0,
+        link_target: None,
+        hash: None,
+    }
+}
+
+/// (path components, kind index, size, mtime, mode, link-to-earlier index)
+type Raw = (Vec<u8>, u8, u64, i64, u32, Option<usize>);
+
+fn build(raw: &[Raw], ino_base: u64) -> Vec<Entry> {
+    let mut t: Tree = BTreeMap::new();
+    t.insert(RelPath::root(), root_entry(ino_base));
+    let mut files: Vec<RelPath> = Vec::new();
+    let mut ino = ino_base + 1;
+    for (comps, k, size, mtime, mode, link) in raw {
+        // Components from a small alphabet, depth 1..=3.
+        let mut p = RelPath::root();
+        let mut ok = true;
+        for (i, c) in comps.iter().enumerate() {
+            let name = [b'a' + (c % 4)];
+            p = p.join(&name).unwrap();
+            let last = i + 1 == comps.len();
+            if !last {
+                match t.get(&p) {
+                    Some(e) if e.kind != Kind::Dir => {
+                        ok = false;
+                        break;
+                    }
+                    Some(_) => {}
+                    None => {
+                        let mut e = root_entry(ino);
+                        ino += 1;
+                        e.path = p.clone();
+                        t.insert(p.clone(), e);
+                    }
+                }
+            }
+        }
+        if !ok || t.contains_key(&p) {
+            continue;
+        }
+        let kind = [Kind::File, Kind::File, Kind::Dir, Kind::Symlink, Kind::Fifo][(*k % 5) as usize];
+        if let (Kind::File, Some(l)) = (kind, link) {
+            if !files.is_empty() {
+                let target = files[l % files.len()].clone();
+                let mut e = t[&target].clone();
+                e.path = p.clone();
+                t.insert(p.clone(), e);
+                continue;
+            }
+        }
+        let mut e = root_entry(ino);
+        ino += 1;
+        e.path = p.clone();
+        e.kind = kind;
+        e.props.mode = mode & 0o777;
+        e.props.mtime = Time {
+            sec: *mtime,
+            nsec: 0,
+        };
+        if kind == Kind::File {
+            e.size = *size;
+            files.push(p.clone());
+        }
+        if kind == Kind::Symlink {
+            e.link_target = Some(format!("t{size}").into_bytes());
+            e.size = e.link_target.as_ref().unwrap().len() as u64;
+        }
+        t.insert(p, e);
+    }
+    fix_nlink(&mut t);
+    t.into_values().collect()
+}
+
+fn fix_nlink(t: &mut Tree) {
+    let mut count: HashMap<u64, u64> = HashMap::new();
+    for e in t.values() {
+        if e.kind == Kind::File {
+            *count.entry(e.ino).or_default() += 1;
+        }
+    }
+    for e in t.values_mut() {
+        if e.kind == Kind::File {
+            e.nlink = count[&e.ino];
+        }
+    }
+}
+
+/// Apply a plan to a model destination, checking each step is possible.
+fn apply(dst: &[Entry], plan: &MirrorPlan) -> Result<Vec<Entry>, String> {
+    let mut t: Tree = dst.iter().map(|e| (e.path.clone(), e.clone())).collect();
+    let mut next_ino = 1_000_000u64;
+    let parent_is_dir = |t: &Tree, p: &RelPath| {
+        t.get(&p.parent().unwrap())
+            .is_some_and(|e| e.kind == Kind::Dir)
+    };
+    for it in plan.items() {
+        let p = &it.path;
+        match &it.op {
+            Op::Cleanup => {}
+            Op::Delete => {
+                let e = t.get(p).ok_or(format!("delete of missing {p}"))?;
+                if e.kind == Kind::Dir
+                    && t.keys().any(|q| q != p && q.starts_with(p))
+                {
+                    return Err(format!("rmdir of non-empty {p}"));
+                }
+                t.remove(p);
+            }
+            Op::Mkdir => {
+                if !parent_is_dir(&t, p) || t.contains_key(p) {
+                    return Err(format!("mkdir {p} impossible"));
+                }
+                let mut e = it.src.clone().unwrap();
+                e.ino = next_ino;
+                next_ino += 1;
+                e.props.mtime = Time { sec: 999, nsec: 0 };
+                t.insert(p.clone(), e);
+            }
+            Op::Write | Op::Create => {
+                if !parent_is_dir(&t, p) || t.get(p).is_some_and(|e| e.kind == Kind::Dir) {
+                    return Err(format!("write {p} impossible"));
+                }
+                let mut e = it.src.clone().unwrap();
+                e.ino = next_ino;
+                next_ino += 1;
+                t.insert(p.clone(), e);
+            }
+            Op::Meta => {
+                let s = it.src.clone().unwrap();
+                let ino = t.get(p).ok_or(format!("meta of missing {p}"))?.ino;
+                for e in t.values_mut() {
+                    if e.ino == ino {
+                        e.props = s.props.clone();
+                    }
+                }
+            }
+            Op::Link { leader } => {
+                if !parent_is_dir(&t, p) || t.get(p).is_some_and(|e| e.kind == Kind::Dir) {
+                    return Err(format!("link {p} impossible"));
+                }
+                let mut e = t
+                    .get(leader)
+                    .filter(|e| e.kind == Kind::File)
+                    .ok_or(format!("link to missing leader {leader}"))?
+                    .clone();
+                e.path = p.clone();
+                t.insert(p.clone(), e);
+            }
+            Op::DirMeta => {
+                let s = it.src.clone().unwrap();
+                let e = t
+                    .get_mut(p)
+                    .filter(|e| e.kind == Kind::Dir)
+                    .ok_or(format!("dir meta of missing {p}"))?;
+                e.props = s.props;
+            }
+        }
+        // Creating or removing an entry moves the parent's mtime.
+        if matches!(
+            it.op,
+            Op::Delete | Op::Mkdir | Op::Write | Op::Create | Op::Link { .. }
+        ) {
+            if let Some(e) = t.get_mut(&p.parent().unwrap()) {
+                e.props.mtime = Time { sec: 777, nsec: 1 };
+            }
+        }
+    }
+    fix_nlink(&mut t);
+    Ok(t.into_values().collect())
+}
+
+fn same(src: &[Entry], dst: &[Entry]) -> Result<(), String> {
+    if src.len() != dst.len() {
+        return Err(format!("{} entries vs {}", src.len(), dst.len()));
+    }
+    for (s, d) in src.iter().zip(dst) {
+        if s.path != d.path
+            || s.kind != d.kind
+            || s.size != d.size
+            || (s.kind != Kind::Symlink && s.props != d.props)
+            || (s.props.mtime != d.props.mtime)
+            || s.link_target != d.link_target
+        {
+            return Err(format!("{:?} vs {:?}", s, d));
+        }
+    }
+    // Hard-link groups match.
+    let group = |t: &[Entry]| {
+        let mut by: BTreeMap<u64, Vec<RelPath>> = BTreeMap::new();
+        for e in t.iter().filter(|e| e.kind == Kind::File) {
+            by.entry(e.ino).or_default().push(e.path.clone());
+        }
+        let mut g: Vec<Vec<RelPath>> = by.into_values().collect();
+        g.sort();
+        g
+    };
+    if group(src) != group(dst) {
+        return Err("hard-link groups differ".into());
+    }
+    Ok(())
+}
+
+fn raw_strategy() -> impl Strategy<Value = Vec<Raw>> {
+    prop::collection::vec(
+        (
+            prop::collection::vec(0u8..4, 1..4),
+            0u8..5,
+            0u64..4,
+            0i64..3,
+            prop::sample::select(vec![0o644u32, 0o600, 0o755]),
+            prop::option::weighted(0.2, 0usize..10),
+        ),
+        0..25,
+    )
+}
+
+fn opts() -> MirrorOptions {
+    MirrorOptions {
+        max_delete: MaxDelete::Fraction(1.0),
+        ..MirrorOptions::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn plan_converges(s in raw_strategy(), d in raw_strategy()) {
+        let src = build(&s, 100);
+        let dst = build(&d, 5000);
+        let o = MirrorOptions { force: true, ..opts() };
+        let plan = mirror_plan(&src, &dst, &[], &o).unwrap();
+        let out = apply(&dst, &plan).map_err(TestCaseError::fail)?;
+        same(&src, &out).map_err(TestCaseError::fail)?;
+        let again = mirror_plan(&src, &out, &[], &o).unwrap();
+        prop_assert!(again.is_empty(), "second plan not empty: {:?}", again.items().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn keep_extra_never_deletes(s in raw_strategy(), d in raw_strategy()) {
+        let src = build(&s, 100);
+        let dst = build(&d, 5000);
+        for o in [
+            MirrorOptions { delete: false, ..opts() },
+            MirrorOptions { source_incomplete: true, ..opts() },
+        ] {
+            let plan = mirror_plan(&src, &dst, &[], &o).unwrap();
+            let in_src: std::collections::HashSet<_> = src.iter().map(|e| &e.path).collect();
+            for it in &plan.deletes {
+                // Only kind changes of paths the source has.
+                prop_assert!(in_src.contains(&it.path));
+            }
+        }
+    }
+
+    #[test]
+    fn guard_holds(d in raw_strategy(), limit in 0usize..5) {
+        let dst = build(&d, 5000);
+        let empty = build(&[], 100);
+        let n = dst.len() - 1;
+        let r = mirror_plan(&empty, &dst, &[], &MirrorOptions::default());
+        if n > 0 {
+            prop_assert_eq!(r.unwrap_err(), Refusal::SourceEmpty { dst_entries: n });
+        } else {
+            prop_assert!(r.unwrap().deletes.is_empty());
+        }
+        let src = build(&[(vec![0], 0, 1, 1, 0o644, None)], 100);
+        let r = mirror_plan(&src, &dst, &[], &MirrorOptions { max_delete: MaxDelete::Count(limit), ..MirrorOptions::default() });
+        match r {
+            Ok(p) => prop_assert!(p.summary.deletes <= limit),
+            Err(Refusal::TooManyDeletes { would_delete, .. }) => prop_assert!(would_delete > limit),
+            Err(e) => prop_assert!(false, "unexpected {:?}", e),
+        }
+        let r = mirror_plan(&src, &dst, &[], &MirrorOptions { source_root_changed: true, max_delete: MaxDelete::Fraction(1.0), ..MirrorOptions::default() });
+        if let Ok(p) = r {
+            prop_assert_eq!(p.summary.deletes, 0);
+        }
+        let forced = mirror_plan(&empty, &dst, &[], &MirrorOptions { force: true, ..MirrorOptions::default() }).unwrap();
+        prop_assert_eq!(forced.summary.deletes, n);
+    }
+}
