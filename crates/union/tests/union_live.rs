@@ -1,0 +1,286 @@
+//! Acceptance 3 and the behaviours around it: live branch add/remove/mode and snapshot with
+//! open files, prompt visibility of changes made directly in a branch, stable inode numbers,
+//! reserved whiteout names, Unionfs's `-o dirs=` syntax, many branches, mmap.
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn live_branch_changes_with_open_files() {
+    if !fuse_ok("live_branch_changes_with_open_files") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    for d in ["up", "lo", "extra", "snap"] {
+        fs::create_dir_all(b.join(d)).unwrap();
+    }
+    fs::write(b.join("lo/base.txt"), "base contents\n").unwrap();
+    fs::write(b.join("extra/extra.txt"), "extra\n").unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let mut reader = fs::File::open(m.mnt.join("base.txt")).unwrap();
+    let mut writer = fs::File::create(m.mnt.join("w.txt")).unwrap();
+    writer.write_all(b"one\n").unwrap();
+    assert_eq!(names(&m.mnt), ["base.txt", "w.txt"]);
+
+    // add at the bottom (after branch 1), read-only by default
+    m.ctl(&["add", b.join("extra").to_str().unwrap(), "--after", "1"]);
+    assert_eq!(names(&m.mnt), ["base.txt", "extra.txt", "w.txt"]);
+    let list = m.ctl(&["list"]);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 3, "{list}");
+    assert!(
+        lines[2].starts_with("2\tro\t") && lines[2].ends_with("extra"),
+        "{list}"
+    );
+
+    // mode change
+    m.ctl(&["mode", b.join("extra").to_str().unwrap(), "rw"]);
+    assert!(m
+        .ctl(&["list"])
+        .lines()
+        .nth(2)
+        .unwrap()
+        .starts_with("2\trw\t"));
+    m.ctl(&["mode", b.join("extra").to_str().unwrap(), "ro"]);
+
+    // remove the branch the open reader's file lives on: gone from listings at once,
+    // the open file still reads.
+    m.ctl(&["remove", b.join("lo").to_str().unwrap()]);
+    assert_eq!(names(&m.mnt), ["extra.txt", "w.txt"]);
+    assert!(!m.mnt.join("base.txt").exists());
+    let mut s = String::new();
+    reader.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "base contents\n");
+
+    // snapshot: a new writable top, the old upper frozen read-only. The open writer keeps
+    // working and its later writes do not change the snapshot.
+    m.ctl(&["snapshot", b.join("snap").to_str().unwrap()]);
+    let list = m.ctl(&["list"]);
+    assert!(
+        list.starts_with(&format!(
+            "0\trw\t{}",
+            b.join("snap").canonicalize().unwrap().display()
+        )),
+        "{list}"
+    );
+    assert!(
+        list.lines().nth(1).unwrap().starts_with("1\tro\t"),
+        "{list}"
+    );
+    writer.write_all(b"two\n").unwrap();
+    writer.flush().unwrap();
+    assert_eq!(
+        fs::read_to_string(m.mnt.join("w.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_eq!(fs::read_to_string(b.join("up/w.txt")).unwrap(), "one\n");
+    assert_eq!(
+        fs::read_to_string(b.join("snap/w.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    fs::write(m.mnt.join("after.txt"), "after\n").unwrap();
+    assert!(b.join("snap/after.txt").exists() && !b.join("up/after.txt").exists());
+    fs::remove_file(m.mnt.join("extra.txt")).unwrap();
+    assert!(
+        b.join("extra/extra.txt").exists(),
+        "read-only branch modified"
+    );
+    assert!(!m.mnt.join("extra.txt").exists());
+
+    // errors are reported, not swallowed
+    let (ok, _, err) = accord_cmd(&[
+        "union".as_ref(),
+        "remove".as_ref(),
+        m.mnt.as_os_str(),
+        b.join("nope").as_os_str(),
+    ]);
+    assert!(!ok && err.contains("not a branch"), "{err}");
+}
+
+#[test]
+fn direct_branch_changes_show_up_promptly() {
+    if !fuse_ok("direct_branch_changes_show_up_promptly") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo/sub")).unwrap();
+    fs::write(b.join("lo/sub/old"), "old\n").unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    assert_eq!(names(&m.mnt.join("sub")), ["old"]);
+    let ino = fs::metadata(m.mnt.join("sub/old")).unwrap().ino();
+    fs::write(b.join("lo/sub/new"), "new\n").unwrap();
+    fs::write(b.join("lo/sub/old"), "changed\n").unwrap();
+    let start = Instant::now();
+    loop {
+        let seen = names(&m.mnt.join("sub")) == ["new", "old"]
+            && fs::read_to_string(m.mnt.join("sub/old")).unwrap() == "changed\n";
+        if seen {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "change not visible after 3 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("direct change visible after {:?}", start.elapsed());
+    // inode numbers survive cache expiry; `..` is the parent
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(fs::metadata(m.mnt.join("sub/old")).unwrap().ino(), ino);
+    assert_eq!(
+        fs::metadata(m.mnt.join("sub/..")).unwrap().ino(),
+        fs::metadata(&m.mnt).unwrap().ino()
+    );
+}
+
+#[test]
+fn whiteouts_are_hidden_and_reserved() {
+    if !fuse_ok("whiteouts_are_hidden_and_reserved") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    fs::write(b.join("lo/gone"), "x").unwrap();
+    // Unionfs's -o dirs= syntax
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            "-o".into(),
+            format!(
+                "dirs={}=rw:{}=ro",
+                b.join("up").display(),
+                b.join("lo").display()
+            ),
+        ],
+    );
+    fs::remove_file(m.mnt.join("gone")).unwrap();
+    assert!(b.join("up/.wh.gone").exists());
+    assert_eq!(names(&m.mnt), Vec::<String>::new());
+    let e = fs::write(m.mnt.join(".wh.sneaky"), "x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    // whiteouts made directly in a branch (Unionfs's on-disk format) are honoured
+    fs::write(b.join("lo/also-gone"), "x").unwrap();
+    fs::write(b.join("up/.wh.also-gone"), "").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(!m.mnt.join("also-gone").exists());
+}
+
+#[test]
+fn many_branches_merge_correctly() {
+    if !fuse_ok("many_branches_merge_correctly") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    let n = 200;
+    let mut specs = Vec::new();
+    for i in 0..n {
+        let d = b.join(format!("b{i}"));
+        fs::create_dir_all(d.join("common")).unwrap();
+        fs::write(d.join(format!("only{i}")), format!("{i}")).unwrap();
+        fs::write(d.join("common/shared"), format!("from {i}")).unwrap();
+        specs.push(format!(
+            "{}={}",
+            d.display(),
+            if i == 0 { "rw" } else { "ro" }
+        ));
+    }
+    let m = UnionMount::new(&b.join("mnt"), &specs);
+    assert_eq!(names(&m.mnt).len(), n + 1);
+    assert_eq!(fs::read_to_string(m.mnt.join("only150")).unwrap(), "150");
+    assert_eq!(
+        fs::read_to_string(m.mnt.join("common/shared")).unwrap(),
+        "from 0"
+    );
+    fs::remove_file(m.mnt.join("common/shared")).unwrap();
+    assert!(
+        !m.mnt.join("common/shared").exists(),
+        "lower copies must stay hidden"
+    );
+    fs::write(m.mnt.join("only199"), "changed").unwrap();
+    assert_eq!(fs::read_to_string(b.join("b199/only199")).unwrap(), "199");
+    assert_eq!(fs::read_to_string(b.join("b0/only199")).unwrap(), "changed");
+}
+
+#[test]
+fn mmap_write_copies_up() {
+    if !fuse_ok("mmap_write_copies_up") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    fs::write(b.join("lo/m.bin"), vec![b'a'; 8192]).unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.mnt.join("m.bin"))
+        .unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: mapping a file we hold open, 8192 bytes, unmapped below.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        std::ptr::copy_nonoverlapping(b"MMAP".as_ptr(), (p as *mut u8).add(100), 4);
+        assert_eq!(libc::msync(p, 8192, libc::MS_SYNC), 0);
+        libc::munmap(p, 8192);
+    }
+    let mut buf = [0u8; 4];
+    f.seek(SeekFrom::Start(100)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"MMAP");
+    drop(f);
+    assert_eq!(&fs::read(b.join("up/m.bin")).unwrap()[100..104], b"MMAP");
+    assert!(fs::read(b.join("lo/m.bin"))
+        .unwrap()
+        .iter()
+        .all(|&c| c == b'a'));
+}
