@@ -97,6 +97,7 @@ impl Merger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
 
     fn l(names: &[(&str, Kind)]) -> Vec<(OsString, Kind)> {
         names.iter().map(|(n, k)| (OsString::from(n), *k)).collect()
@@ -113,10 +114,10 @@ mod tests {
         let (e, layers) = m.finish();
         assert_eq!(layers, vec![0, 1]);
         assert_eq!(e.len(), 3);
-        assert_eq!(e["a"].kind, Kind::File);
-        assert_eq!(e["a"].positions, vec![0, 1]);
-        assert_eq!(e["d"].positions, vec![0, 1]);
-        assert_eq!(e["b"].positions, vec![1]);
+        assert_eq!(e[OsStr::new("a")].kind, Kind::File);
+        assert_eq!(e[OsStr::new("a")].positions, vec![0, 1]);
+        assert_eq!(e[OsStr::new("d")].positions, vec![0, 1]);
+        assert_eq!(e[OsStr::new("b")].positions, vec![1]);
     }
 
     #[test]
@@ -135,14 +136,14 @@ mod tests {
             l(&[("a", Kind::File), ("b", Kind::File), ("c", Kind::File)]),
         );
         let (e, _) = m.finish();
-        assert!(!e.contains_key("a"));
-        assert!(!e.contains_key(".wh.a"));
+        assert!(!e.contains_key(OsStr::new("a")));
+        assert!(!e.contains_key(OsStr::new(".wh.a")));
         assert_eq!(
-            e["c"].positions,
+            e[OsStr::new("c")].positions,
             vec![0],
             "lower c is hidden by the whiteout"
         );
-        assert_eq!(e["b"].positions, vec![1]);
+        assert_eq!(e[OsStr::new("b")].positions, vec![1]);
     }
 
     #[test]
