@@ -1,0 +1,332 @@
+//! Helpers for the `accord mirror` integration tests: running the binary,
+//! building trees with every entry kind, and an independent comparison of
+//! two trees in every attribute.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> PathBuf {
+    std::env::var_os("ACCORD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_accord")))
+}
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Run `accord mirror ARGS` with a private state directory.
+pub fn mirror(state: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("mirror")
+        .args(args)
+        .env("ACCORD_STATE_DIR", state)
+        .output()
+        .expect("run accord")
+}
+
+pub fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
+    assert!(st.success(), "command failed: {cmd}");
+}
+
+pub fn json_field(out: &[u8], key: &str) -> serde_json::Value {
+    let s = String::from_utf8_lossy(out);
+    let line = s.lines().last().unwrap_or("");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("bad json {line:?}: {e}"));
+    v[key].clone()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub kind: u32,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: (i64, i64),
+    pub size: u64,
+    pub content: Option<Vec<u8>>,
+    pub link: Option<Vec<u8>>,
+    pub rdev: u64,
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub ino: u64,
+    pub blocks: u64,
+    pub ctime: (i64, i64),
+}
+
+fn xattrs(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if n <= 0 {
+        return Vec::new();
+    }
+    buf.truncate(n as usize);
+    let mut out = Vec::new();
+    for name in buf.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let cn = CString::new(name).unwrap();
+        let mut v = vec![0u8; 65536];
+        let m = unsafe {
+            libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr() as *mut libc::c_void, v.len())
+        };
+        if m >= 0 {
+            v.truncate(m as usize);
+            out.push((name.to_vec(), v));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Everything about a tree, keyed by relative path ("" is the root).
+pub fn snapshot(root: &Path) -> BTreeMap<String, Node> {
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn walk(root: &Path, p: &Path, out: &mut BTreeMap<String, Node>) {
+    let md = std::fs::symlink_metadata(p).unwrap();
+    let rel = p
+        .strip_prefix(root)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let kind = md.mode() & libc::S_IFMT;
+    let content = (kind == libc::S_IFREG).then(|| std::fs::read(p).unwrap());
+    let link = (kind == libc::S_IFLNK).then(|| std::fs::read_link(p).unwrap().as_os_str().as_bytes().to_vec());
+    out.insert(
+        rel,
+        Node {
+            kind,
+            mode: md.mode() & 0o7777,
+            uid: md.uid(),
+            gid: md.gid(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            size: if kind == libc::S_IFDIR { 0 } else { md.size() },
+            content,
+            link,
+            rdev: md.rdev(),
+            xattrs: xattrs(p),
+            ino: md.ino(),
+            blocks: md.blocks(),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        },
+    );
+    if kind == libc::S_IFDIR {
+        let mut names: Vec<_> = std::fs::read_dir(p).unwrap().map(|e| e.unwrap().path()).collect();
+        names.sort();
+        for c in names {
+            walk(root, &c, out);
+        }
+    }
+}
+
+/// Differences between two snapshots, in every attribute (symlink modes
+/// excepted: Linux has none), with hard-link groups and holes.
+pub fn differences(a: &BTreeMap<String, Node>, b: &BTreeMap<String, Node>) -> Vec<String> {
+    let mut d = Vec::new();
+    for (k, x) in a {
+        let Some(y) = b.get(k) else {
+            d.push(format!("missing in copy: {k:?}"));
+            continue;
+        };
+        let mut f = |what: &str, ok: bool| {
+            if !ok {
+                d.push(format!("{k:?}: {what} differs"));
+            }
+        };
+        f("kind", x.kind == y.kind);
+        if x.kind != libc::S_IFLNK {
+            f("mode", x.mode == y.mode);
+        }
+        f("owner", (x.uid, x.gid) == (y.uid, y.gid));
+        f("mtime", x.mtime == y.mtime);
+        f("size", x.size == y.size);
+        f("content", x.content == y.content);
+        f("link target", x.link == y.link);
+        if x.kind == libc::S_IFCHR || x.kind == libc::S_IFBLK {
+            f("rdev", x.rdev == y.rdev);
+        }
+        f("xattrs/ACLs", x.xattrs == y.xattrs);
+        if x.kind == libc::S_IFREG {
+            // Holes stay holes (allow a little allocation slack).
+            f("allocation (sparse)", y.blocks <= x.blocks + 16);
+        }
+    }
+    for k in b.keys() {
+        if !a.contains_key(k) {
+            d.push(format!("extra in copy: {k:?}"));
+        }
+    }
+    let groups = |s: &BTreeMap<String, Node>| {
+        let mut by: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for (k, n) in s {
+            if n.kind == libc::S_IFREG {
+                by.entry(n.ino).or_default().push(k.clone());
+            }
+        }
+        let mut g: Vec<Vec<String>> = by.into_values().filter(|v| v.len() > 1).collect();
+        g.sort();
+        g
+    };
+    let (ga, gb) = (groups(a), groups(b));
+    if ga != gb {
+        d.push(format!("hard-link groups differ: {ga:?} vs {gb:?}"));
+    }
+    d
+}
+
+/// `rsync -aHAXS --delete -n -i SRC/ DST/`: what rsync would still change.
+pub fn rsync_itemize(src: &Path, dst: &Path) -> String {
+    let o = Command::new("rsync")
+        .args(["-aHAXS", "--delete", "-n", "-i"])
+        .arg(format!("{}/", src.display()))
+        .arg(format!("{}/", dst.display()))
+        .output()
+        .expect("rsync");
+    assert!(o.status.success(), "rsync failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn set_mtime(p: &Path, sec: i64, nsec: i64) {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let ts = [
+        libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        libc::timespec { tv_sec: sec, tv_nsec: nsec },
+    ];
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    assert_eq!(r, 0, "utimensat {}", p.display());
+}
+
+pub fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let r = unsafe {
+        libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr() as *const libc::c_void, value.len(), 0)
+    };
+    assert_eq!(r, 0, "setxattr {} {name}", p.display());
+}
+
+pub fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A small deterministic generator (xorshift).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A tree with every entry kind the mirror keeps.
+pub fn full_tree(root: &Path) {
+    let w = |p: &str, data: &[u8]| {
+        let path = root.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, data).unwrap();
+    };
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    std::fs::create_dir_all(root.join("nested/deeper/deepest")).unwrap();
+    std::fs::create_dir_all(root.join("empty dir")).unwrap();
+    std::fs::create_dir_all(root.join("nested/empty")).unwrap();
+    w("plain.txt", b"hello\n");
+    w("empty-file", b"");
+    w("nested/deeper/deepest/data.bin", &rng.bytes(300_000));
+    w("unicodé ü/ñame with spaces.txt", "ünïcödé\n".as_bytes());
+    w("名前/ファイル", b"kanji");
+    w("a/big", &rng.bytes(2_000_000));
+    // Hard-link groups across directories.
+    w("links/one", b"linked contents");
+    std::fs::create_dir_all(root.join("nested/deeper/other")).unwrap();
+    std::fs::hard_link(root.join("links/one"), root.join("nested/deeper/other/one-link")).unwrap();
+    std::fs::hard_link(root.join("links/one"), root.join("a/third-link")).unwrap();
+    w("links/two", b"second group");
+    std::fs::hard_link(root.join("links/two"), root.join("links/two-b")).unwrap();
+    // Symlinks: relative, absolute, dangling, to a directory.
+    std::os::unix::fs::symlink("../plain.txt", root.join("links/rel")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("links/abs")).unwrap();
+    std::os::unix::fs::symlink("does/not/exist", root.join("links/dangling")).unwrap();
+    std::os::unix::fs::symlink("nested", root.join("dirlink")).unwrap();
+    // Sparse: 64 MiB with two small data regions.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::create(root.join("sparse.img")).unwrap();
+        f.set_len(64 << 20).unwrap();
+        f.write_all_at(b"start", 0).unwrap();
+        f.write_all_at(&rng.bytes(10_000), 40 << 20).unwrap();
+    }
+    // Fifo and socket.
+    let fifo = CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    let _ = std::os::unix::net::UnixListener::bind(root.join("socket")).unwrap();
+    // Devices (root only).
+    if is_root() {
+        let dev = CString::new(root.join("null-dev").as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o620, libc::makedev(1, 3)) }, 0);
+        let blk = CString::new(root.join("blk-dev").as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mknod(blk.as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(7, 200)) }, 0);
+    }
+    // Modes.
+    chmod(&root.join("plain.txt"), 0o640);
+    chmod(&root.join("a/big"), 0o4755);
+    chmod(&root.join("nested/deeper"), 0o2775);
+    chmod(&root.join("empty dir"), 0o1777);
+    chmod(&root.join("empty-file"), 0o400);
+    // Xattrs and ACLs.
+    set_xattr(&root.join("plain.txt"), "user.color", b"blue");
+    set_xattr(&root.join("nested"), "user.dir-attr", b"\x00\x01binary");
+    if have("setfacl") {
+        sh(&format!("setfacl -m u:nobody:rw- '{}'", root.join("links/two").display()));
+        sh(&format!("setfacl -m u:nobody:r-x -d -m g:nogroup:rwx '{}'", root.join("nested/deeper/deepest").display()));
+    }
+    // Owners (root only).
+    if is_root() {
+        sh(&format!("chown 65534:65534 '{}'", root.join("名前/ファイル").display()));
+        sh(&format!("chown -h 65534:0 '{}'", root.join("links/rel").display()));
+        sh(&format!("chown 1234:5678 '{}'", root.join("empty dir").display()));
+    }
+    // Nanosecond mtimes, directories last.
+    let mut all: Vec<PathBuf> = Vec::new();
+    fn collect(p: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(p).unwrap() {
+            let e = e.unwrap();
+            let pth = e.path();
+            if e.file_type().unwrap().is_dir() {
+                collect(&pth, out);
+            }
+            out.push(pth);
+        }
+    }
+    collect(root, &mut all);
+    for (i, p) in all.iter().enumerate() {
+        set_mtime(p, 1_500_000_000 + i as i64 * 1000, (i as i64 * 123_456_789) % 1_000_000_000);
+    }
+    set_mtime(root, 1_600_000_000, 987_654_321);
+}
