@@ -31,7 +31,7 @@ bench_speed() {
 
 rsync_literal() { # old new: literal bytes rsync --inplace sends to turn a copy of old into new
     cp "$1" "$1.rsync-target"
-    rsync --inplace --no-whole-file --stats "$2" "$1.rsync-target" | awk -F': ' '/Literal data/ { gsub(/[^0-9]/, "", $2); print $2 }'
+    rsync --inplace --no-whole-file --ignore-times --stats "$2" "$1.rsync-target" | awk -F': ' '/Literal data/ { gsub(/[^0-9]/, "", $2); print $2 }'
     rm -f "$1.rsync-target"
 }
 

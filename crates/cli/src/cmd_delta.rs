@@ -267,8 +267,13 @@ fn patch_new(
 
 fn patch_file_in_place(file: &Path, delta_path: &Path, opts: &PatchOptions) -> Result<(), Failure> {
     let bytes = read_delta(delta_path)?;
-    let delta =
-        Delta::parse(&bytes).map_err(|e| Failure::new(format!("{}: {e}", shown(delta_path))))?;
+    let delta = Delta::parse(&bytes).map_err(|e| {
+        Failure::new(format!(
+            "{}: {e} ({} was not changed)",
+            shown(delta_path),
+            shown(file)
+        ))
+    })?;
     let mut target = OpenOptions::new()
         .read(true)
         .write(true)

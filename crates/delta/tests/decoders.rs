@@ -1,0 +1,127 @@
+//! Hostile inputs for the decoders: damaged signatures and deltas must give an
+//! error (or, if still well-formed, a checked result), never a panic, a hang
+//! or a huge allocation. (A cargo-fuzz target runs the same bodies: fuzz/.)
+
+use accord_delta::*;
+use proptest::prelude::*;
+
+fn sample() -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+    let old: Vec<u8> = (0..5000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    let mut new = old.clone();
+    new.splice(700..700, b"inserted".iter().copied());
+    new[3000..3010].copy_from_slice(b"overwrite!");
+    let new: Vec<u8> = new.chunks(500).rev().flatten().copied().collect();
+    let sig = Signature::generate(
+        &old,
+        &SignatureOptions {
+            block_len: Some(64),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut seq = Vec::new();
+    make_delta(&sig, &new, &DeltaOptions::default(), &mut seq).unwrap();
+    let mut ip = Vec::new();
+    let ipo = InPlaceOptions {
+        scratch: 256,
+        ..Default::default()
+    };
+    make_delta(
+        &sig,
+        &new,
+        &DeltaOptions {
+            in_place: Some(ipo),
+        },
+        &mut ip,
+    )
+    .unwrap();
+    (old, sig.encode(), seq, ip)
+}
+
+/// Applying whatever parses must either reproduce the promised checksum or fail.
+fn apply_all_ways(old: &[u8], bytes: &[u8]) {
+    if let Ok(d) = Delta::parse(bytes) {
+        let mut out = Vec::new();
+        let _ = patch_to(old, &d, &mut out);
+        let mut target = old.to_vec();
+        if patch_in_place(
+            &mut target,
+            &d,
+            &PatchOptions {
+                max_scratch: 1 << 20,
+                sync: false,
+            },
+        )
+        .is_ok()
+        {
+            assert_eq!(blake3::hash(&target).as_bytes(), &d.result_hash);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Damage {
+    Flip(usize, u8),
+    Cut(usize),
+    Insert(usize, Vec<u8>),
+    Set(usize, u8),
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        (any::<usize>(), 1u8..=255).prop_map(|(a, b)| Damage::Flip(a, b)),
+        any::<usize>().prop_map(Damage::Cut),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..12))
+            .prop_map(|(a, b)| Damage::Insert(a, b)),
+        (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Damage::Set(a, b)),
+    ]
+}
+
+fn hurt(mut v: Vec<u8>, d: &Damage) -> Vec<u8> {
+    if v.is_empty() {
+        return v;
+    }
+    let n = v.len();
+    match d {
+        Damage::Flip(a, b) => v[a % n] ^= b,
+        Damage::Cut(a) => v.truncate(a % n),
+        Damage::Insert(a, b) => {
+            let a = a % n;
+            v.splice(a..a, b.iter().copied());
+        }
+        Damage::Set(a, b) => v[a % n] = *b,
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn damaged_deltas_never_panic(which in 0usize..2, damages in prop::collection::vec(damage(), 1..4)) {
+        let (old, _, seq, ip) = sample();
+        let base = if which == 0 { seq } else { ip };
+        let bad = damages.iter().fold(base, hurt);
+        apply_all_ways(&old, &bad);
+    }
+
+    #[test]
+    fn damaged_signatures_never_panic(damages in prop::collection::vec(damage(), 1..4)) {
+        let (_, sig, _, _) = sample();
+        let bad = damages.iter().fold(sig, hurt);
+        if let Ok(s) = Signature::decode(&bad) {
+            let mut out = Vec::new();
+            let _ = make_delta(&s, b"some new data that is long enough to roll over a block or two.", &DeltaOptions::default(), &mut out);
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = Signature::decode(&bytes);
+        let mut with_magic = b"ACDL\x01".to_vec();
+        with_magic.extend_from_slice(&bytes);
+        apply_all_ways(&[1, 2, 3], &with_magic);
+    }
+}
