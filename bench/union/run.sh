@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Union file system benchmarks, side by side in one run: a plain directory, kernel overlayfs,
+# fuse-overlayfs, unionfs-fuse, mergerfs and `accord union`, all over the same lower branch on a
+# private tmpfs (so the disk does not dominate). Each figure is the median of RUNS runs; the
+# tables print absolute numbers and the ratio to kernel overlayfs and to accord.
+#
+# usage: sudo bench/union/run.sh [path/to/accord]     (needs root, /dev/fuse, gcc, postmark)
+# env:   RUNS=3  STATN=100000  RATEN=10000  READMB=1024  PM_FILES=1000  PM_TX=5000
+#        BRANCHES="1 200 1000"  ONLY="plain overlayfs ..." (subset of file systems)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ACCORD=${1:-${ACCORD_BIN:-$here/../../target/release/accord}}
+RUNS=${RUNS:-3}
+STATN=${STATN:-100000}
+RATEN=${RATEN:-10000}
+READMB=${READMB:-1024}
+PM_FILES=${PM_FILES:-1000}
+PM_TX=${PM_TX:-5000}
+BRANCHES=${BRANCHES:-"1 200 1000"}
+ALL="plain overlayfs fuse-overlayfs unionfs-fuse mergerfs accord"
+ONLY=${ONLY:-$ALL}
+B=${BENCH_DIR:-/tmp/accord-union-bench}
+
+[ "$(id -u)" = 0 ] || { echo "run as root (overlayfs, tmpfs, drop_caches)"; exit 2; }
+[ -x "$ACCORD" ] || { echo "accord binary not found at $ACCORD"; exit 2; }
+mkdir -p "$B"
+mountpoint -q "$B" || mount -t tmpfs -o size=8G tmpfs "$B"
+MOUNTS=()
+cleanup() {
+    for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null || fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+    umount "$B" 2>/dev/null || umount -l "$B" || true
+}
+trap cleanup EXIT
+
+gcc -O2 -o "$B/fsops" "$here/fsops.c"
+now() { date +%s%N; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+echo "== preparing the lower branch on tmpfs ($STATN files, ${READMB} MiB file, C project)"
+L=$B/lower
+mkdir -p "$L/stat" "$L/pm"
+(
+    cd "$L/stat"
+    d=0
+    while [ $((d * 1000)) -lt "$STATN" ]; do
+        mkdir -p "d$d"
+        "$B/fsops" create "d$d" 1000 >/dev/null
+        d=$((d + 1))
+    done
+)
+dd if=/dev/urandom of="$L/big" bs=1M count="$READMB" status=none
+"$here/gen-cproject.sh" "$B/proj" 150 && tar -C "$B" -cf "$L/proj.tar" proj && rm -rf "$B/proj"
+
+mount_fs() { # name upper work mnt
+    local fs=$1 U=$2 W=$3 M=$4
+    mkdir -p "$U" "$W" "$M"
+    case $fs in
+        plain) rm -rf "$M"; cp -a "$L" "$M" ;;
+        overlayfs) mount -t overlay overlay -o "lowerdir=$L,upperdir=$U,workdir=$W" "$M" ;;
+        fuse-overlayfs) fuse-overlayfs -o "lowerdir=$L,upperdir=$U,workdir=$W" "$M" ;;
+        unionfs-fuse) unionfs-fuse -o cow,allow_other "$U=RW:$L=RO" "$M" ;;
+        mergerfs) mergerfs -o allow_other,category.create=ff "$U=RW:$L=RO" "$M" ;;
+        accord) "$ACCORD" union mount "$M" "$U=rw" "$L=ro" ;;
+    esac
+    [ "$fs" = plain ] || MOUNTS+=("$M")
+}
+umount_fs() {
+    local fs=$1 M=$2
+    case $fs in
+        plain) ;;
+        overlayfs) umount "$M" ;;
+        *) fusermount3 -u "$M" ;;
+    esac
+}
+
+declare -A R
+measure() { # key prep command...  -> median microseconds over RUNS, stored in R[key]
+    local key=$1 prep=$2; shift 2
+    local ts=()
+    for _ in $(seq "$RUNS"); do
+        $prep
+        local a b; a=$(now); "$@" >/dev/null 2>&1; b=$(now)
+        ts+=("$(( (b - a) / 1000 ))")
+    done
+    R[$key]=$(printf '%s\n' "${ts[@]}" | median)
+}
+
+stat_tree() { find "$1/stat" -printf '%s\n' | wc -l; }
+warm_lower() { drop; cat "$L/big" >/dev/null; }
+read_big() { dd if="$1/big" of=/dev/null bs=1M status=none; }
+rate() { # op mnt -> microseconds for RATEN ops
+    local op=$1 M=$2 ns
+    ns=$("$B/fsops" "$op" "$M/rate" "$RATEN")
+    echo $((ns / 1000))
+}
+postmark_run() {
+    mkdir -p "$1/pm/run"
+    printf 'set location %s\nset number %s\nset transactions %s\nset subdirectories 10\nrun\nquit\n' \
+        "$1/pm/run" "$PM_FILES" "$PM_TX" > "$B/pm.cfg"
+    postmark "$B/pm.cfg"
+    rm -rf "$1/pm/run"
+}
+build_run() {
+    rm -rf "$1/build"; mkdir -p "$1/build"
+    tar -C "$1/build" -xf "$1/proj.tar" && make -s -j2 -C "$1/build/proj" && rm -rf "$1/build"
+}
+
+for fs in $ONLY; do
+    echo "== $fs"
+    M=$B/mnt-$fs; U=$B/upper-$fs; W=$B/work-$fs
+    rm -rf "$U" "$W"
+    mount_fs "$fs" "$U" "$W" "$M"
+    measure "$fs.stat" drop stat_tree "$M"
+    measure "$fs.read" warm_lower read_big "$M"
+    cs=(); ss=(); us=()
+    for _ in $(seq "$RUNS"); do
+        mkdir -p "$M/rate"
+        sync; cs+=("$(rate create "$M")"); drop; ss+=("$(rate stat "$M")"); us+=("$(rate unlink "$M")")
+        rmdir "$M/rate"
+    done
+    R[$fs.create]=$(printf '%s\n' "${cs[@]}" | median)
+    R[$fs.statrate]=$(printf '%s\n' "${ss[@]}" | median)
+    R[$fs.unlink]=$(printf '%s\n' "${us[@]}" | median)
+    measure "$fs.postmark" sync postmark_run "$M"
+    measure "$fs.build" sync build_run "$M"
+    umount_fs "$fs" "$M"
+done
+
+fmt_row() { # label key unit kind(time|rate n)
+    local label=$1 key=$2 kind=$3 n=${4:-1}
+    printf '%-26s' "$label"
+    for fs in $ONLY; do
+        local v=${R[$fs.$key]:-}
+        if [ -z "$v" ]; then printf '%16s' "-"; continue; fi
+        if [ "$kind" = rate ]; then
+            printf '%16s' "$(awk -v n="$n" -v us="$v" 'BEGIN{printf "%.0f/s", n/(us/1e6)}')"
+        elif [ "$kind" = mbs ]; then
+            printf '%16s' "$(awk -v n="$n" -v us="$v" 'BEGIN{printf "%.0f MB/s", n/(us/1e6)}')"
+        else
+            printf '%16s' "$(awk -v us="$v" 'BEGIN{printf "%.2f s", us/1e6}')"
+        fi
+    done
+    echo
+}
+ratio_row() { # label key base
+    local label=$1 key=$2 base=$3
+    printf '%-26s' "$label"
+    local b=${R[$base.$key]:-}
+    for fs in $ONLY; do
+        local v=${R[$fs.$key]:-}
+        if [ -z "$v" ] || [ -z "$b" ]; then printf '%16s' "-"; continue; fi
+        printf '%16s' "$(awk -v v="$v" -v b="$b" 'BEGIN{printf "%.2fx", v/b}')"
+    done
+    echo
+}
+
+echo
+echo "== results (median of $RUNS; lower branch on tmpfs)"
+printf '%-26s' ""; for fs in $ONLY; do printf '%16s' "$fs"; done; echo
+fmt_row "postmark ($PM_TX tx)" postmark time
+fmt_row "build (untar+make -j2)" build time
+fmt_row "stat $STATN files (find)" stat time
+fmt_row "create" create rate "$RATEN"
+fmt_row "stat (cold dentries)" statrate rate "$RATEN"
+fmt_row "unlink" unlink rate "$RATEN"
+fmt_row "read ${READMB} MiB" read mbs "$((READMB * 1048576 / 1000000))"
+echo
+echo "== time relative to kernel overlayfs (lower is better; 1.00x = overlayfs)"
+for k in postmark build stat create statrate unlink read; do ratio_row "$k" "$k" overlayfs; done
+echo
+echo "== time relative to accord union (above 1.00x = slower than accord)"
+for k in postmark build stat create statrate unlink read; do ratio_row "$k" "$k" accord; done
+
+# ---- many branches: accord (and the FUSE peers that take a branch list) with 1, 200, 1000
+# branches. A directory `d` of 1000 files spread round-robin over the branches (so it is held
+# by every branch up to 1000), plus one private file per branch at the top. Lookup = lstat of
+# the 1000 files after dropping the kernel's dentries; readdir = listing `d`; cold = after the
+# union's 1 s cache expired (accord must re-read the directory in every branch).
+echo
+echo "== many branches (median of 5; microseconds per operation)"
+printf '%-14s %8s %14s %14s %14s\n' "fs" "branches" "lookup" "readdir" "cold lookup"
+for fs in accord unionfs-fuse mergerfs; do
+    case " $ONLY " in *" $fs "*) ;; *) continue ;; esac
+    for n in $BRANCHES; do
+        root=$B/many-$n
+        if [ ! -d "$root" ]; then
+            mkdir -p "$root"
+            for i in $(seq 0 $((n - 1))); do mkdir -p "$root/b$i/d"; : > "$root/b$i/own$i"; done
+            for j in $(seq 0 999); do : > "$root/b$((j % n))/d/f$j"; done
+        fi
+        M=$B/mnt-many-$fs
+        mkdir -p "$M"
+        spec=()
+        case $fs in
+            accord)
+                spec=("$root/b0=rw"); for i in $(seq 1 $((n - 1))); do spec+=("$root/b$i=ro"); done
+                "$ACCORD" union mount "$M" "${spec[@]}" ;;
+            unionfs-fuse|mergerfs)
+                s="$root/b0=RW"; for i in $(seq 1 $((n - 1))); do s="$s:$root/b$i=RO"; done
+                if [ $fs = unionfs-fuse ]; then unionfs-fuse -o cow "$s" "$M"; else mergerfs -o category.create=ff "$s" "$M"; fi ;;
+        esac
+        MOUNTS+=("$M")
+        ls "$M/d" >/dev/null
+        lk=(); rd=(); cl=()
+        for _ in 1 2 3 4 5; do
+            echo 2 > /proc/sys/vm/drop_caches
+            lk+=("$("$B/fsops" stat "$M/d" 1000)")
+            a=$(now); ls -f "$M/d" >/dev/null; b=$(now); rd+=("$((b - a))")
+            sleep 1.2; echo 2 > /proc/sys/vm/drop_caches
+            cl+=("$("$B/fsops" stat "$M/d" 1000)")
+        done
+        fusermount3 -u "$M"
+        l=$(printf '%s\n' "${lk[@]}" | median); r=$(printf '%s\n' "${rd[@]}" | median); c=$(printf '%s\n' "${cl[@]}" | median)
+        printf '%-14s %8s %14.1f %14.1f %14.1f\n' "$fs" "$n" "$(echo "$l/1000000" | bc -l)" "$(echo "$r/1000" | bc -l)" "$(echo "$c/1000000" | bc -l)"
+        R[many.$fs.$n]="$l $r $c"
+    done
+done
+echo "(lookup and cold lookup: per file; readdir: per listing of 1000 names)"
