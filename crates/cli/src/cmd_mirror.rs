@@ -21,8 +21,10 @@ pub enum When {
 /// Make DST an exact copy of SRC (SRC's contents go into DST, which is
 /// created if missing). Extra entries in DST are deleted, guarded.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
-(fatal error or deletion guard), 64 usage error.")]
+#[command(
+    after_help = "Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
+(fatal error or deletion guard), 64 usage error."
+)]
 pub struct MirrorArgs {
     /// Source directory.
     src: PathBuf,
@@ -128,8 +130,10 @@ fn usage(msg: &str) -> i32 {
         #[command(flatten)]
         args: MirrorArgs,
     }
-    eprintln!("accord mirror: {msg}\n");
-    let _ = Wrap::command().print_help();
+    eprintln!(
+        "accord mirror: {msg}\n\n{}\nFor more information, try 'accord mirror --help'.",
+        Wrap::command().render_usage()
+    );
     exit::USAGE
 }
 
@@ -236,8 +240,10 @@ fn progress_loop(p: &Progress, done: &std::sync::atomic::AtomicBool) {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} {msg} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message("scanning");
     while !done.load(Ordering::SeqCst) {
@@ -304,11 +310,7 @@ fn output(args: &MirrorArgs, r: &Report) -> i32 {
     }
     if args.json {
         let (files_transferred, files_deleted, bytes_written) = match (&r.plan, args.dry_run) {
-            (Some(p), true) => (
-                p.summary.files_to_write as u64,
-                p.summary.deletes as u64,
-                0,
-            ),
+            (Some(p), true) => (p.summary.files_to_write as u64, p.summary.deletes as u64, 0),
             _ => (r.files_transferred, r.files_deleted, r.bytes_written),
         };
         let errors: Vec<String> = r
