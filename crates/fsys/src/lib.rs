@@ -627,6 +627,13 @@ impl Dir {
 
     /// Extended attributes of a name (not following symlinks).
     pub fn xattrs_at(&self, name: &[u8], filter: XattrFilter) -> io::Result<Vec<Xattr>> {
+        if xattr::have_xattrat() {
+            let c = check_name(name)?;
+            match xattr::list_at(self.raw(), &c, filter) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+                r => return r,
+            }
+        }
         let p = self.proc_path(name)?;
         xattr::list_path(&p, filter)
     }

@@ -26,9 +26,8 @@ impl XattrFilter {
         if name == ACL_ACCESS || name == ACL_DEFAULT {
             self.acls
         } else {
-            // Never copy SELinux labels or other LSM state across systems
-            // implicitly? We copy them like rsync -X does, except these
-            // kernel-managed names that cannot be set.
+            // Like rsync -X: user.*, trusted.*, security.*; system.* names
+            // other than the ACLs are kernel-managed.
             self.xattrs && !name.starts_with(b"system.")
         }
     }
@@ -37,6 +36,41 @@ impl XattrFilter {
 enum Target<'a> {
     Fd(RawFd),
     Path(&'a CString),
+    /// Directory handle + name, through listxattrat/getxattrat (Linux 6.13).
+    At(RawFd, &'a CString),
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+const SYS_GETXATTRAT: libc::c_long = 464;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+const SYS_LISTXATTRAT: libc::c_long = 465;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
+const SYS_GETXATTRAT: libc::c_long = -1;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
+const SYS_LISTXATTRAT: libc::c_long = -1;
+
+#[repr(C)]
+struct XattrArgs {
+    value: u64,
+    size: u32,
+    flags: u32,
+}
+
+static XATTRAT_MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(
+    SYS_LISTXATTRAT < 0,
+);
+
+/// True when the kernel has the `*xattrat` calls (checked on first use).
+pub(crate) fn have_xattrat() -> bool {
+    !XATTRAT_MISSING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn note_enosys(r: isize) -> isize {
+    if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        XATTRAT_MISSING.store(true, std::sync::atomic::Ordering::Relaxed);
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+    }
+    r
 }
 
 fn list_names(t: &Target) -> io::Result<Vec<Vec<u8>>> {
@@ -50,6 +84,14 @@ fn list_names(t: &Target) -> io::Result<Vec<Vec<u8>>> {
                 Target::Path(p) => {
                     libc::llistxattr(p.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len())
                 }
+                Target::At(dfd, name) => note_enosys(libc::syscall(
+                    SYS_LISTXATTRAT,
+                    *dfd,
+                    name.as_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                ) as isize),
             }
         };
         if r < 0 {
@@ -93,6 +135,22 @@ fn get_value(t: &Target, name: &CString) -> io::Result<Vec<u8>> {
                     buf.as_mut_ptr() as *mut libc::c_void,
                     buf.len(),
                 ),
+                Target::At(dfd, path) => {
+                    let mut args = XattrArgs {
+                        value: buf.as_mut_ptr() as u64,
+                        size: buf.len() as u32,
+                        flags: 0,
+                    };
+                    note_enosys(libc::syscall(
+                        SYS_GETXATTRAT,
+                        *dfd,
+                        path.as_ptr(),
+                        libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+                        name.as_ptr(),
+                        &mut args as *mut XattrArgs,
+                        std::mem::size_of::<XattrArgs>(),
+                    ) as isize)
+                }
             }
         };
         if r < 0 {
@@ -137,6 +195,11 @@ pub(crate) fn list_path(p: &CString, filter: XattrFilter) -> io::Result<Vec<Xatt
     list(&Target::Path(p), filter)
 }
 
+/// List through `listxattrat`; `Err(ENOSYS)` when the kernel lacks it.
+pub(crate) fn list_at(dfd: RawFd, name: &CString, filter: XattrFilter) -> io::Result<Vec<Xattr>> {
+    list(&Target::At(dfd, name), filter)
+}
+
 fn replace(t: &Target, want: &[Xattr], filter: XattrFilter, is_symlink: bool) -> io::Result<()> {
     if !filter.any() {
         return Ok(());
@@ -148,7 +211,7 @@ fn replace(t: &Target, want: &[Xattr], filter: XattrFilter, is_symlink: bool) ->
             let r = unsafe {
                 match t {
                     Target::Fd(fd) => libc::fremovexattr(*fd, c.as_ptr()),
-                    Target::Path(p) => libc::lremovexattr(p.as_ptr(), c.as_ptr()),
+                    Target::Path(p) | Target::At(_, p) => libc::lremovexattr(p.as_ptr(), c.as_ptr()),
                 }
             };
             if r < 0 {
@@ -180,7 +243,7 @@ fn replace(t: &Target, want: &[Xattr], filter: XattrFilter, is_symlink: bool) ->
                     value.len(),
                     0,
                 ),
-                Target::Path(p) => libc::lsetxattr(
+                Target::Path(p) | Target::At(_, p) => libc::lsetxattr(
                     p.as_ptr(),
                     c.as_ptr(),
                     value.as_ptr() as *const libc::c_void,

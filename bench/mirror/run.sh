@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Benchmarks of `accord mirror` side by side with rsync and cp, in one run,
+# on a fresh ext4 loop image (root needed). Prints medians and ratios.
+#
+#   bench/mirror/run.sh            full size (about 10-15 minutes)
+#   SCALE=0.1 bench/mirror/run.sh  a tenth of the files and bytes (smoke)
+#   RUNS=5 ...                     timed runs per tool (default 3, after one warm-up)
+#   ACCORD=path/to/accord          binary (default target/release/accord)
+#
+# 1. initial copy of ~50,000 files (mixed sizes, ~2 GiB): accord vs rsync -a vs cp -a
+#    (accord with its default durability -- a syncfs per commit batch -- and with
+#    --no-fsync; cp and rsync do not sync at all, so `cp -a; sync` is shown too)
+# 2. no-change re-run on ~200,000 files: accord vs rsync -a
+# 3. 1 GiB file with 0.1% changed: accord --inplace vs rsync --inplace --no-whole-file,
+#    time and bytes written to the device (sectors from /sys/block/loopN/stat)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+SCALE=${SCALE:-1}
+RUNS=${RUNS:-3}
+ACCORD=${ACCORD:-$ROOT/target/release/accord}
+WORK=${WORK:-/tmp/accord-mirror-bench}
+IMG=$WORK/fs.img
+MNT=$WORK/mnt
+
+[ "$(id -u)" = 0 ] || { echo "run as root (loop mount)" >&2; exit 1; }
+command -v rsync >/dev/null || { echo "rsync missing" >&2; exit 1; }
+if [ ! -x "$ACCORD" ]; then
+    cargo build --release --bin accord
+fi
+
+num() { python3 -c "print(int($1 * $SCALE))"; }
+N1=$(num 50000); B1=$(num 2*1024**3); N2=$(num 200000); B3=$(num 1024**3)
+
+cleanup() {
+    set +e
+    mountpoint -q "$MNT" && umount "$MNT"
+    [ -n "${LOOP:-}" ] && losetup -d "$LOOP"
+}
+trap cleanup EXIT
+mkdir -p "$WORK" "$MNT"
+mountpoint -q "$MNT" && umount "$MNT"
+rm -f "$IMG"
+truncate -s $(( (B1 * 3 + B3 * 4) / 1024 / 1024 + 4096 ))M "$IMG"
+mkfs.ext4 -q -F -N $(( N1 * 3 + N2 * 3 + 100000 )) -E lazy_itable_init=0,lazy_journal_init=0 "$IMG"
+LOOP=$(losetup -f --show "$IMG")
+mount "$LOOP" "$MNT"
+DEV=$(basename "$LOOP")
+sectors() { sync; awk '{print $7}' "/sys/block/$DEV/stat"; }
+
+median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.3f\n", m}'; }
+# time_runs NAME PREP CMD: one warm-up, then RUNS timed runs; PREP is untimed.
+declare -A MED
+time_runs() {
+    local name=$1 prep=$2 cmd=$3 t0 t1 times=()
+    eval "$prep"; eval "$cmd" >/dev/null
+    for _ in $(seq "$RUNS"); do
+        eval "$prep"
+        t0=$(date +%s.%N); eval "$cmd" >/dev/null; t1=$(date +%s.%N)
+        times+=("$(echo "$t1 - $t0" | bc)")
+    done
+    MED[$name]=$(printf '%s\n' "${times[@]}" | median)
+    printf '  %-34s median %8.3f s   runs: %s\n' "$name" "${MED[$name]}" "${times[*]}"
+}
+ratio() { echo "scale=3; $1 / $2" | bc; }
+
+echo "accord mirror benchmarks on ext4 ($LOOP, $(nproc) cores), $RUNS timed runs after a warm-up, SCALE=$SCALE"
+echo
+echo "== 1. initial copy: $N1 files, $((B1 / 1024 / 1024)) MiB"
+python3 bench/mirror/gentree.py "$MNT/t1" "$N1" "$B1" 1
+sync
+echo "  tree: $(find "$MNT/t1" -type f | wc -l) files, $(du -sm "$MNT/t1" | cut -f1) MiB"
+CLEAN='rm -rf "$MNT/c1"; sync'
+time_runs "accord mirror" "$CLEAN" '"$ACCORD" mirror -q "$MNT/t1" "$MNT/c1"'
+time_runs "accord mirror --no-fsync" "$CLEAN" '"$ACCORD" mirror -q --no-fsync "$MNT/t1" "$MNT/c1"'
+time_runs "rsync -a" "$CLEAN" 'rsync -a "$MNT/t1/" "$MNT/c1/"'
+time_runs "cp -a" "$CLEAN" 'cp -a "$MNT/t1" "$MNT/c1"'
+time_runs "cp -a; sync" "$CLEAN" 'cp -a "$MNT/t1" "$MNT/c1"; sync'
+echo "  ratio accord/rsync -a           $(ratio "${MED[accord mirror]}" "${MED[rsync -a]}")   (target <= 0.5)"
+echo "  ratio accord/cp -a              $(ratio "${MED[accord mirror]}" "${MED[cp -a]}")   (target <= 1.2)"
+echo "  ratio accord/(cp -a; sync)      $(ratio "${MED[accord mirror]}" "${MED[cp -a; sync]}")"
+echo "  ratio accord --no-fsync/rsync   $(ratio "${MED[accord mirror --no-fsync]}" "${MED[rsync -a]}")"
+echo "  ratio accord --no-fsync/cp -a   $(ratio "${MED[accord mirror --no-fsync]}" "${MED[cp -a]}")"
+rm -rf "$MNT/c1" "$MNT/t1"; sync
+
+echo
+echo "== 2. no-change re-run: $N2 files"
+python3 bench/mirror/gentree.py "$MNT/t2" "$N2" 0 2 2048
+"$ACCORD" mirror -q "$MNT/t2" "$MNT/a2"
+rsync -a "$MNT/t2/" "$MNT/r2/"
+sync
+echo "  tree: $(find "$MNT/t2" | wc -l) entries"
+time_runs "accord mirror (nothing to do)" ':' '"$ACCORD" mirror -q "$MNT/t2" "$MNT/a2"'
+time_runs "rsync -a (nothing to do)" ':' 'rsync -a "$MNT/t2/" "$MNT/r2/"'
+echo "  ratio accord/rsync -a           $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -a (nothing to do)]}")   (target <= 0.5)"
+rm -rf "$MNT/t2" "$MNT/a2" "$MNT/r2"; sync
+
+echo
+echo "== 3. $((B3 / 1024 / 1024)) MiB file, 0.1% changed in place"
+mkdir -p "$MNT/t3" "$MNT/a3" "$MNT/r3" "$WORK/old"
+python3 - "$MNT/t3/big" "$B3" <<'EOF'
+import random, sys
+path, n = sys.argv[1], int(sys.argv[2])
+r = random.Random(3)
+block = r.randbytes(1 << 20)
+with open(path, "wb") as f:
+    for i in range(n >> 20):
+        f.write(block[i % 7:] + block[:i % 7])
+EOF
+cp "$MNT/t3/big" "$WORK/old/big"
+python3 - "$MNT/t3/big" "$B3" <<'EOF'
+import random, sys
+path, n = sys.argv[1], int(sys.argv[2])
+r = random.Random(4)
+changed = n // 1000
+with open(path, "r+b") as f:
+    per = 1024
+    for _ in range(changed // per):
+        f.seek(r.randrange(0, n - per))
+        f.write(r.randbytes(per))
+EOF
+touch "$MNT/t3/big"
+RESET_A='cp "$WORK/old/big" "$MNT/a3/big"; touch -d @1 "$MNT/a3/big"; sync'
+RESET_R='cp "$WORK/old/big" "$MNT/r3/big"; touch -d @1 "$MNT/r3/big"; sync'
+time_runs "accord mirror --inplace" "$RESET_A" '"$ACCORD" mirror -q --inplace "$MNT/t3" "$MNT/a3"'
+time_runs "rsync --inplace --no-whole-file" "$RESET_R" 'rsync -a --inplace --no-whole-file "$MNT/t3/" "$MNT/r3/"'
+eval "$RESET_A"; s0=$(sectors)
+J=$("$ACCORD" mirror -q --inplace --json "$MNT/t3" "$MNT/a3"); s1=$(sectors)
+eval "$RESET_R"; s2=$(sectors)
+rsync -a --inplace --no-whole-file --stats "$MNT/t3/" "$MNT/r3/" > "$WORK/rsync-stats"; s3=$(sectors)
+cmp "$MNT/t3/big" "$MNT/a3/big" && cmp "$MNT/t3/big" "$MNT/r3/big"
+AB=$(( (s1 - s0) * 512 )); RB=$(( (s3 - s2) * 512 ))
+echo "  bytes written to the device: accord $AB, rsync $RB (includes journal and metadata)"
+echo "  accord --json: $J"
+echo "  rsync: $(grep -E 'Literal data|Matched data' "$WORK/rsync-stats" | tr '\n' ' ')"
+echo "  ratio accord/rsync time         $(ratio "${MED[accord mirror --inplace]}" "${MED[rsync --inplace --no-whole-file]}")   (target < 1)"
+echo "  ratio accord/rsync bytes        $(ratio "$AB" "$RB")   (target < 1)"
