@@ -1,1 +1,0 @@
-//! Test helpers: temp roots, detection of reference tools.
