@@ -10,7 +10,7 @@ ensure_accord
 command -v rdiff >/dev/null || { echo "rdiff missing (apt-get install rdiff)"; exit 1; }
 command -v rsync >/dev/null || { echo "rsync missing (apt-get install rsync)"; exit 1; }
 mkdir -p "$OUT"
-FS=$(fresh_fs delta-fs 8G)
+fresh_fs delta-fs 8G
 GEN="python3 $ROOT/bench/gen.py"
 
 accord_sig_delta() { "$ACCORD" delta signature "$1/old" "$1/sig.a" && "$ACCORD" delta delta "$1/sig.a" "$1/new" "$1/delta.a"; }
@@ -20,8 +20,7 @@ bench_speed() {
     local d=$FS/speed
     $GEN edits "$d" 128
     local a r
-    a=$(median_seconds accord_sig_delta "$d")
-    r=$(median_seconds rdiff_sig_delta "$d")
+    read -r a r < <(paired_medians "accord_sig_delta $d" "rdiff_sig_delta $d")
     "$ACCORD" delta patch "$d/old" "$d/delta.a" "$d/out" && cmp "$d/out" "$d/new"
     echo "speed: 128 MiB, 200 edits: accord ${a}s, rdiff ${r}s -> accord is $(ratio "$r" "$a")x faster;" \
         "delta accord $(stat -c %s "$d/delta.a") B vs rdiff $(stat -c %s "$d/delta.r") B" \
@@ -66,8 +65,7 @@ bench_degenerate() {
         $GEN "$deg" "$FS/deg" 256
         $GEN "$base" "$FS/base" 256
         local td tb
-        td=$(median_seconds accord_sig_delta "$FS/deg")
-        tb=$(median_seconds accord_sig_delta "$FS/base")
+        read -r td tb < <(paired_medians "accord_sig_delta $FS/deg" "accord_sig_delta $FS/base")
         echo "degenerate $deg: ${td}s vs $base ${tb}s -> ratio $(ratio "$td" "$tb") (goal <= 1.5)"
         rm -rf "$FS/deg" "$FS/base"
     done

@@ -11,7 +11,8 @@ MiB = 1 << 20
 
 
 def rand_bytes(rng, n):
-    return rng.randbytes(n)
+    chunk = 64 * MiB
+    return b"".join(rng.randbytes(min(chunk, n - i)) for i in range(0, n, chunk))
 
 
 def scattered_edits(rng, data, count):

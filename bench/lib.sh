@@ -12,9 +12,11 @@ ensure_accord() {
     fi
 }
 
-# fresh_fs NAME SIZE: mounts a new ext4 image at $OUT/NAME and prints the path.
+# fresh_fs NAME SIZE: mounts a new ext4 image at $OUT/NAME and sets FS to it
+# (not in a subshell, so the exit trap knows what to unmount).
 fresh_fs() {
     local name=$1 size=$2 mnt=$OUT/$1
+    FS=$mnt
     mkdir -p "$mnt"
     if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then
         mountpoint -q "$mnt" && umount "$mnt"
@@ -26,7 +28,6 @@ fresh_fs() {
     else
         echo "warning: not root or no mkfs.ext4; benchmarking in a plain directory" >&2
     fi
-    echo "$mnt"
 }
 
 MOUNTS=()
@@ -54,6 +55,19 @@ median() {
 median_seconds() {
     "$@" >/dev/null 2>&1
     for _ in $(seq "$RUNS"); do seconds "$@"; done | median
+}
+
+# paired_medians "CMD A" "CMD B": one warm-up each, then $RUNS alternating
+# runs (so a load that comes and goes hits both alike); prints both medians.
+paired_medians() {
+    local a=$1 b=$2 ta=() tb=()
+    eval "$a" >/dev/null 2>&1
+    eval "$b" >/dev/null 2>&1
+    for _ in $(seq "$RUNS"); do
+        ta+=("$(seconds eval "$a")")
+        tb+=("$(seconds eval "$b")")
+    done
+    echo "$(printf '%s\n' "${ta[@]}" | median) $(printf '%s\n' "${tb[@]}" | median)"
 }
 
 ratio() {

@@ -23,6 +23,7 @@
 
 use crate::format::Command;
 use crate::matcher::Copy;
+use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CyclePolicy {
@@ -99,7 +100,8 @@ const NOT_STARTED: u32 = u32::MAX;
 
 struct Planner<'o> {
     nodes: Vec<Copy>,
-    excl: Vec<Vec<Excl>>,
+    /// Per node, sorted and disjoint; only nodes that have any are stored.
+    excl: HashMap<u32, Vec<Excl>>,
     deleted: Vec<bool>,
     stashes: Vec<StashRec>,
     opts: &'o InPlaceOptions,
@@ -147,7 +149,7 @@ pub fn plan(
     }
     let n = nodes.len();
     let mut p = Planner {
-        excl: vec![Vec::new(); n],
+        excl: HashMap::new(),
         deleted: vec![false; n],
         nodes,
         stashes: Vec::new(),
@@ -187,10 +189,14 @@ impl Planner<'_> {
     }
 
     /// Parts of `[a, b)` that `u` still reads from the file.
+    fn excl_of(&self, u: usize) -> &[Excl] {
+        self.excl.get(&(u as u32)).map_or(&[], |v| v.as_slice())
+    }
+
     fn uncovered(&self, u: usize, a: u64, b: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let mut at = a;
-        for e in &self.excl[u] {
+        for e in self.excl_of(u) {
             if e.b <= at {
                 continue;
             }
@@ -216,7 +222,7 @@ impl Planner<'_> {
     }
 
     fn exclude(&mut self, u: usize, a: u64, b: u64, kind: ExclKind) {
-        let list = &mut self.excl[u];
+        let list = self.excl.entry(u as u32).or_default();
         let at = list.partition_point(|e| e.a < a);
         list.insert(at, Excl { a, b, kind });
     }
@@ -347,17 +353,21 @@ impl Planner<'_> {
                 .unwrap();
             let victim = cycle[m];
             let (a, b) = self.read_range(victim);
-            let already: u64 = self.excl[victim]
+            let already: u64 = self
+                .excl_of(victim)
                 .iter()
                 .filter(|e| e.kind == ExclKind::Add)
                 .map(|e| e.b - e.a)
                 .sum();
             self.stats.converted_bytes += (b - a) - already;
-            self.excl[victim] = vec![Excl {
-                a,
-                b,
-                kind: ExclKind::Add,
-            }];
+            self.excl.insert(
+                victim as u32,
+                vec![Excl {
+                    a,
+                    b,
+                    kind: ExclKind::Add,
+                }],
+            );
             self.deleted[victim] = true;
             self.color[victim - self.w0] = BLACK;
             self.stats.cycles_deleted += 1;
@@ -423,18 +433,19 @@ impl Planner<'_> {
             pos[u as usize] = i as u32;
         }
         // Capture before the writer runs, unless the reader runs first anyway.
-        let mut captures: Vec<Vec<u32>> = vec![Vec::new(); order.len()];
+        let mut captures: Vec<(u32, u32)> = Vec::new(); // (position of the writer, stash)
         for (id, s) in self.stashes.iter_mut().enumerate() {
             let (pr, pw) = (pos[s.reader as usize], pos[s.writer as usize]);
             if pw == u32::MAX || pr == u32::MAX || pr < pw {
                 s.live = false;
             } else {
-                captures[pw as usize].push(id as u32);
+                captures.push((pw, id as u32));
             }
         }
-        for u in 0..self.nodes.len() {
-            let stashes = &self.stashes;
-            self.excl[u].retain(|e| match e.kind {
+        captures.sort_unstable();
+        let stashes = &self.stashes;
+        for list in self.excl.values_mut() {
+            list.retain(|e| match e.kind {
                 ExclKind::Stash(id) => stashes[id as usize].live,
                 ExclKind::Add => true,
             });
@@ -442,8 +453,11 @@ impl Planner<'_> {
         let mut scratch = ScratchAllocator::new(self.opts.scratch);
         let mut cmds = keeps;
         let mut covered: Vec<(u64, u64)> = cmds.iter().filter_map(|c| c.target()).collect();
+        let mut next_capture = 0;
         for (i, &u) in order.iter().enumerate() {
-            for &id in &captures[i] {
+            while next_capture < captures.len() && captures[next_capture].0 as usize == i {
+                let id = captures[next_capture].1;
+                next_capture += 1;
                 let s = self.stashes[id as usize];
                 match scratch.alloc(s.b - s.a) {
                     Some(slot) => {
@@ -487,7 +501,7 @@ impl Planner<'_> {
         let s = &mut self.stashes[id as usize];
         s.live = false;
         let (u, a) = (s.reader as usize, s.a);
-        for e in self.excl[u].iter_mut() {
+        for e in self.excl.entry(u as u32).or_default().iter_mut() {
             if e.a == a && e.kind == ExclKind::Stash(id) {
                 e.kind = ExclKind::Add;
                 self.stats.converted_bytes += e.b - e.a;
@@ -509,7 +523,7 @@ impl Planner<'_> {
         let to_target = |x: u64| x - c.src + c.dst;
         let mut pieces = Vec::new();
         let mut at = c.src;
-        for e in &self.excl[u] {
+        for e in self.excl_of(u) {
             if e.a > at {
                 pieces.push(Command::Copy {
                     src: at,
@@ -541,7 +555,7 @@ impl Planner<'_> {
             covered.extend(p.target());
             cmds.push(p);
         }
-        for e in &self.excl[u] {
+        for e in self.excl_of(u) {
             if let ExclKind::Stash(id) = e.kind {
                 let s = &self.stashes[id as usize];
                 scratch.free(s.slot, s.b - s.a);
@@ -549,15 +563,16 @@ impl Planner<'_> {
         }
     }
 
+    /// Bytes held by the planner's structures at their largest (they only
+    /// grow while planning), including the commands it hands back.
     fn memory_bytes(&self, order_cap: usize, cmds_cap: usize) -> u64 {
         use std::mem::size_of;
         let excl: usize = self
             .excl
-            .iter()
-            .map(|v| v.capacity() * size_of::<Excl>())
+            .values()
+            .map(|v| v.capacity() * size_of::<Excl>() + size_of::<(u32, Vec<Excl>)>())
             .sum();
         (self.nodes.capacity() * size_of::<Copy>()
-            + self.excl.capacity() * size_of::<Vec<Excl>>()
             + excl
             + self.deleted.capacity()
             + self.stashes.capacity() * size_of::<StashRec>()
@@ -565,7 +580,7 @@ impl Planner<'_> {
             + self.cursor.capacity() * 4
             + self.stack_pos.capacity() * 4
             + self.stack.capacity() * 4
-            + order_cap * 4 * 3
+            + order_cap * 4 * 2
             + cmds_cap * size_of::<Command>()) as u64
     }
 }

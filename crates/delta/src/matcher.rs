@@ -38,6 +38,10 @@ pub struct Index<'s> {
     positions: Vec<u32>,
     table: Vec<u32>,
     shift: u32,
+    /// One bit per hashed weak sum, 16 bits per group: a cache-friendly first
+    /// test for the rolling loop before the table is probed.
+    filter: Vec<u64>,
+    filter_shift: u32,
     /// The short last block, if the old file does not end on a block boundary.
     tail: Option<u32>,
 }
@@ -91,12 +95,21 @@ impl<'s> Index<'s> {
             }
             table[slot] = gi as u32 + 1;
         }
+        let filter_bits = (groups.len() * 16).next_power_of_two().max(4096);
+        let filter_shift = 32 - filter_bits.trailing_zeros();
+        let mut filter = vec![0u64; filter_bits / 64];
+        for g in &groups {
+            let bit = (g.weak.wrapping_mul(0x85EB_CA6B) >> filter_shift) as usize;
+            filter[bit >> 6] |= 1 << (bit & 63);
+        }
         Ok(Index {
             sig,
             groups,
             positions: order,
             table,
             shift,
+            filter,
+            filter_shift,
             tail,
         })
     }
@@ -195,25 +208,23 @@ impl<'s> Index<'s> {
     fn scan(&self, data: &[u8], from: usize, until: usize, out: &mut Vec<Copy>) -> usize {
         let bl = self.sig.block_len as usize;
         let n = data.len();
-        let has_full = !self.groups.is_empty();
         let mut pos = from;
         let mut prev_src_end = u64::MAX;
-        if has_full && pos < until && pos + bl <= n {
+        if !self.groups.is_empty() && pos < until && pos + bl <= n {
             let roller = Roller::new(bl);
             let slen = self.sig.strong_len as usize;
+            // The last window this scan may look at: it must fit and start before `until`.
+            let last = (until - 1).min(n - bl);
+            let mut guard = RepeatGuard::default();
             // The strong sum of the window at `pos`, when already computed.
             let mut strong: Option<[u8; 32]> = None;
             let mut h = rolling::weak(&data[pos..pos + bl]);
-            // Length of the run of equal bytes ending at the window's end: when it
-            // exceeds the block, this window equals the previous one.
-            let mut run = 0usize;
-            let mut last_fail = usize::MAX;
             loop {
                 if let Some(g) = self.lookup(h) {
-                    if last_fail == pos.wrapping_sub(1) && run > bl {
-                        last_fail = pos; // same bytes as a window that already failed
-                    } else {
-                        let s = strong.unwrap_or_else(|| self.sig.strong_sum(&data[pos..pos + bl]));
+                    if !guard.repeats_failure(data, pos, bl) {
+                        let s = strong
+                            .take()
+                            .unwrap_or_else(|| self.sig.strong_sum(&data[pos..pos + bl]));
                         if let Some(b) =
                             self.strong_match(g, h, &s[..slen], pos as u64, prev_src_end)
                         {
@@ -224,55 +235,22 @@ impl<'s> Index<'s> {
                             });
                             prev_src_end = (b as u64 + 1) * bl as u64;
                             pos += bl;
-                            // Follow a run of matches block by block on strong sums alone.
-                            loop {
-                                if pos >= until || pos + bl > n {
-                                    break;
-                                }
-                                let s = self.sig.strong_sum(&data[pos..pos + bl]);
-                                match self.continues(
-                                    prev_src_end / bl as u64,
-                                    &s[..slen],
-                                    pos as u64,
-                                ) {
-                                    Some(b) => {
-                                        out.push(Copy {
-                                            src: b as u64 * bl as u64,
-                                            dst: pos as u64,
-                                            len: bl as u64,
-                                        });
-                                        prev_src_end = (b as u64 + 1) * bl as u64;
-                                        pos += bl;
-                                    }
-                                    None => {
-                                        strong = Some(s);
-                                        break;
-                                    }
-                                }
-                            }
-                            if pos >= until || pos + bl > n {
+                            strong = self.follow_run(data, &mut pos, last, &mut prev_src_end, out);
+                            if pos > last {
                                 break;
                             }
                             h = rolling::weak(&data[pos..pos + bl]);
-                            run = 0;
                             continue;
                         }
-                        last_fail = pos;
+                        guard.failed(pos);
                     }
                 }
                 strong = None;
-                if pos + 1 >= until || pos + bl >= n {
+                if pos >= last {
                     pos += 1;
                     break;
                 }
-                let inb = data[pos + bl];
-                run = if inb == data[pos + bl - 1] {
-                    run + 1
-                } else {
-                    1
-                };
-                h = roller.roll(h, data[pos], inb);
-                pos += 1;
+                (pos, h) = self.roll_to_candidate(data, pos, h, last, &roller);
             }
         }
         if until == n {
@@ -298,12 +276,70 @@ impl<'s> Index<'s> {
         pos.max(until)
     }
 
+    /// After a match, follows the run of matches block by block on strong sums
+    /// alone. Returns the strong sum of the window where the run stopped, if
+    /// it was computed.
+    fn follow_run(
+        &self,
+        data: &[u8],
+        pos: &mut usize,
+        last: usize,
+        prev_src_end: &mut u64,
+        out: &mut Vec<Copy>,
+    ) -> Option<[u8; 32]> {
+        let bl = self.sig.block_len as usize;
+        let slen = self.sig.strong_len as usize;
+        while *pos <= last {
+            let s = self.sig.strong_sum(&data[*pos..*pos + bl]);
+            let Some(b) = self.continues(*prev_src_end / bl as u64, &s[..slen], *pos as u64) else {
+                return Some(s);
+            };
+            out.push(Copy {
+                src: b as u64 * bl as u64,
+                dst: *pos as u64,
+                len: bl as u64,
+            });
+            *prev_src_end = (b as u64 + 1) * bl as u64;
+            *pos += bl;
+        }
+        None
+    }
+
+    /// Rolls the window forward until the filter says its weak sum may be in
+    /// the table, or until `last`. The hot loop: no bounds checks, no table.
+    #[inline]
+    fn roll_to_candidate(
+        &self,
+        data: &[u8],
+        pos: usize,
+        mut h: u32,
+        last: usize,
+        roller: &Roller,
+    ) -> (usize, u32) {
+        let bl = self.sig.block_len as usize;
+        let outgoing = &data[pos..last];
+        let incoming = &data[pos + bl..last + bl];
+        for (i, (&o, &inb)) in outgoing.iter().zip(incoming).enumerate() {
+            h = roller.roll(h, o, inb);
+            if self.maybe(h) {
+                return (pos + i + 1, h);
+            }
+        }
+        (last, h)
+    }
+
+    #[inline(always)]
+    fn maybe(&self, weak: u32) -> bool {
+        let bit = (weak.wrapping_mul(0x85EB_CA6B) >> self.filter_shift) as usize;
+        self.filter[bit >> 6] >> (bit & 63) & 1 == 1
+    }
+
     /// All matches of `data`, ordered by target offset, adjacent ones merged.
     pub fn find_matches(&self, data: &[u8]) -> Vec<Copy> {
         let n = data.len();
         let bl = self.sig.block_len as usize;
         let segments = if n >= PARALLEL_MIN && n / 2 > 4 * bl {
-            let want = rayon::current_num_threads().max(1) * 4;
+            let want = rayon::current_num_threads().max(1) * 16;
             want.min(n / (4 * bl)).max(1)
         } else {
             1
@@ -372,4 +408,109 @@ pub fn coalesce(copies: Vec<Copy>) -> Vec<Copy> {
         out.push(c);
     }
     out
+}
+
+/// Remembers the last window whose candidate failed its strong check, and a
+/// run of equal bytes already verified, so that a long run of one byte value
+/// (a window equal to the one before) is not strong-summed at every offset.
+#[derive(Default)]
+struct RepeatGuard {
+    last_fail: Option<usize>,
+    const_start: usize,
+    const_end: usize,
+}
+
+impl RepeatGuard {
+    fn failed(&mut self, pos: usize) {
+        self.last_fail = Some(pos);
+    }
+
+    /// Whether the window at `pos` has the same bytes as the failed one at `pos - 1`.
+    fn repeats_failure(&mut self, data: &[u8], pos: usize, bl: usize) -> bool {
+        if pos == 0 || self.last_fail != Some(pos - 1) {
+            return false;
+        }
+        // Windows at pos-1 and pos are equal iff data[pos-1 .. pos+bl] is one byte value.
+        let (a, b) = (pos - 1, pos + bl);
+        let known = self.const_start <= a && b <= self.const_end;
+        let extends = self.const_start <= a && self.const_end + 1 == b && data[b - 1] == data[a];
+        let fresh = || data[a..b].iter().all(|&x| x == data[a]);
+        if known || extends {
+            self.const_end = self.const_end.max(b);
+        } else if fresh() {
+            (self.const_start, self.const_end) = (a, b);
+        } else {
+            return false;
+        }
+        self.last_fail = Some(pos);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::SignatureOptions;
+
+    /// A signature whose every block has the weak sum of a run of 0x80 bytes
+    /// but a different strong sum: every window of a 0x80 run hits the table
+    /// and fails, the case the repeat guard keeps linear.
+    #[test]
+    fn forced_weak_collisions_on_constant_runs_find_nothing_and_stay_correct() {
+        let bl = 64usize;
+        let old: Vec<u8> = (0..bl as u32 * 50).map(|i| (i * 31 % 251) as u8).collect();
+        let mut sig = Signature::generate(
+            &old,
+            &SignatureOptions {
+                block_len: Some(bl as u32),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let w = rolling::weak(&vec![0x80u8; bl]);
+        sig.weak.iter_mut().for_each(|x| *x = w);
+        let index = Index::new(&sig).unwrap();
+        let mut new = vec![0x80u8; 100_000];
+        new.extend_from_slice(&old[..bl * 3]);
+        let mut guard_hits = RepeatGuard::default();
+        guard_hits.failed(9);
+        assert!(guard_hits.repeats_failure(&new, 10, bl));
+        let copies = index.find_matches(&new);
+        // The real blocks at the end still match (their weak sums were replaced,
+        // so only windows of 0x80 reach the strong check; none matches).
+        assert!(copies.is_empty(), "{copies:?}");
+    }
+
+    #[test]
+    fn parallel_segments_find_the_same_bytes_as_one_scan() {
+        let bl = 1024usize;
+        let old: Vec<u8> = (0..(6u32 << 20))
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let mut new = old.clone();
+        for k in 0..40 {
+            let at = k * 150_001 % (new.len() - 100);
+            new.splice(at..at, [k as u8; 37]);
+        }
+        let sig = Signature::generate(
+            &old,
+            &SignatureOptions {
+                block_len: Some(bl as u32),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let index = Index::new(&sig).unwrap();
+        let parallel = index.find_matches(&new);
+        let mut one = Vec::new();
+        index.scan(&new, 0, new.len(), &mut one);
+        let covered = |v: &[Copy]| v.iter().map(|c| c.len).sum::<u64>();
+        assert_eq!(covered(&parallel), covered(&coalesce(one)));
+        for c in &parallel {
+            assert_eq!(
+                &new[c.dst as usize..(c.dst + c.len) as usize],
+                &old[c.src as usize..(c.src + c.len) as usize]
+            );
+        }
+    }
 }
