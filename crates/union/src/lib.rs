@@ -55,9 +55,16 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
         control::serve(listener, shared2.clone(), || {
             // Make the kernel forget every name it may have cached from the old table, so the
             // change shows at once instead of after the entry timeout.
-            let names = shared2.nodes.lock().unwrap().names();
+            let (names, inos) = {
+                let n = shared2.nodes.lock().unwrap();
+                (n.names(), n.inos())
+            };
             for (parent, name) in names {
                 let _ = notifier.inval_entry(parent, &name);
+            }
+            // Cached attributes and pages may now belong to another branch's copy.
+            for ino in inos {
+                let _ = notifier.inval_inode(ino, 0, 0);
             }
         })
     });

@@ -78,6 +78,7 @@ impl Union {
         if loc.entry.kind == Kind::Dir {
             return self.ensure_dir_upper(ino);
         }
+        self.nodes().split_aliases(ino);
         let sfd = self.fd(src);
         let ufd = self.fd(u);
         let rel = loc.rel.clone();
@@ -153,12 +154,12 @@ impl Union {
 
     /// Checks and preparation before creating `name` in directory `parent`: the name must be
     /// free and not reserved; the directory is copied up. Returns (upper, rel path of the new
-    /// name, whether the upper branch has a whiteout for it).
+    /// name).
     pub(super) fn prepare_create(
         &mut self,
         parent: u64,
         name: &OsStr,
-    ) -> R<(u32, std::path::PathBuf, bool)> {
+    ) -> R<(u32, std::path::PathBuf)> {
         if whiteout::is_reserved(name) {
             return Err(libc::EINVAL);
         }
@@ -172,9 +173,14 @@ impl Union {
         } else {
             prel.join(name)
         };
-        let wh = prel.join(whiteout::whiteout_for(name));
-        let had_whiteout = sys::fstatat(self.fd(u), &wh).is_ok();
-        Ok((u, rel, had_whiteout))
+        Ok((u, rel))
+    }
+
+    /// Whether the upper branch holds a whiteout for `name` in `parent` (the name was deleted
+    /// while a lower branch still has it).
+    pub(super) fn has_whiteout(&self, u: u32, parent: u64, name: &OsStr) -> R<bool> {
+        let wh = self.path(parent)?.join(whiteout::whiteout_for(name));
+        Ok(sys::fstatat(self.fd(u), &wh).is_ok())
     }
 
     /// Hide `name` of `parent` in every branch below the upper one. The whiteout is left in
@@ -192,6 +198,11 @@ impl Union {
     /// New objects belong to the caller (the daemon runs as root); in a set-group-ID
     /// directory the group comes from the directory, as the kernel would do it.
     pub(super) fn own(&self, u: u32, rel: &Path, uid: u32, gid: u32) -> R<()> {
+        // SAFETY: no preconditions. The common case (root creating as root) needs no chown:
+        // the kernel already applied the set-group-ID rule of the directory.
+        if uid == unsafe { libc::geteuid() } && gid == unsafe { libc::getegid() } {
+            return Ok(());
+        }
         let parent_rel = match rel.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),

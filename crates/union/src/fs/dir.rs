@@ -44,7 +44,8 @@ impl Union {
         uid: u32,
         gid: u32,
     ) -> R<FileAttr> {
-        let (u, rel, had_whiteout) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name)?;
+        let had_whiteout = self.has_whiteout(u, parent, name)?;
         let fd = self.fd(u);
         sys::mkdirat(fd, &rel, mode & 0o7777).e()?;
         let finish = || -> R<()> {

@@ -62,7 +62,7 @@ impl Union {
         uid: u32,
         gid: u32,
     ) -> R<(FileAttr, u64)> {
-        let (u, rel, _) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name)?;
         let fd = self.fd(u);
         let file = sys::openat(
             fd,
@@ -92,9 +92,14 @@ impl Union {
         Ok((self.attr(ino, &st), fh))
     }
 
-    pub(super) fn do_read(&mut self, fh: u64, offset: i64, size: u32) -> R<Vec<u8>> {
+    /// Read into a buffer reused across requests (large reads are the hot path without FUSE
+    /// passthrough). Returns the number of bytes now at the start of `self.read_buf`.
+    pub(super) fn do_read(&mut self, fh: u64, offset: i64, size: u32) -> R<usize> {
         let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
-        let mut buf = vec![0u8; size as usize];
+        if self.read_buf.len() < size as usize {
+            self.read_buf.resize(size as usize, 0);
+        }
+        let buf = &mut self.read_buf[..size as usize];
         let mut got = 0;
         while got < buf.len() {
             match h.file.read_at(&mut buf[got..], offset as u64 + got as u64) {
@@ -104,8 +109,7 @@ impl Union {
                 Err(e) => return Err(sys::errno(&e)),
             }
         }
-        buf.truncate(got);
-        Ok(buf)
+        Ok(got)
     }
 
     pub(super) fn do_write(&mut self, fh: u64, offset: i64, data: &[u8]) -> R<u32> {

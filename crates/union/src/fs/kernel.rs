@@ -23,6 +23,26 @@ fn xattr_reply(r: Result<Vec<u8>, i32>, size: u32, reply: ReplyXattr) {
     }
 }
 
+fn negative() -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: 0,
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 impl Filesystem for Union {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
         // O_TRUNC arrives with open (one request instead of open + setattr); cached pages are
@@ -38,6 +58,16 @@ impl Filesystem for Union {
         self.refresh();
         match self.do_lookup(parent, name) {
             Ok(a) => reply.entry(&TTL, &a, 0),
+            // Node id 0 is a negative entry the kernel may cache for TTL: compilers and shells
+            // probe many names that do not exist.
+            Err(libc::ENOENT) => {
+                self.shared
+                    .nodes
+                    .lock()
+                    .unwrap()
+                    .note_negative(parent, name);
+                reply.entry(&TTL, &negative(), 0)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -191,7 +221,10 @@ impl Filesystem for Union {
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         self.refresh();
         match self.do_open(ino, flags) {
-            Ok(fh) => reply.opened(fh, 0),
+            // Keep cached pages across opens; FUSE_AUTO_INVAL_DATA drops them when a refreshed
+            // attribute shows the file changed (also behind our back, within TTL), and a branch
+            // change drops them explicitly.
+            Ok(fh) => reply.opened(fh, fuser::consts::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
         }
     }
@@ -208,7 +241,7 @@ impl Filesystem for Union {
         reply: ReplyData,
     ) {
         match self.do_read(fh, offset, size) {
-            Ok(v) => reply.data(&v),
+            Ok(n) => reply.data(&self.read_buf[..n]),
             Err(e) => reply.error(e),
         }
     }

@@ -53,7 +53,12 @@ impl<T> Errno<T> for io::Result<T> {
 pub struct Nodes {
     nodes: Vec<Node>,
     by_name: HashMap<(u64, OsString), u64>,
+    /// Recent negative lookups the kernel may be caching, so a branch change can make it
+    /// forget those too (bounded; older ones expire by TTL anyway).
+    negatives: std::collections::VecDeque<(u64, OsString)>,
 }
+
+const MAX_NEGATIVES: usize = 65536;
 
 #[derive(Debug)]
 struct Node {
@@ -62,6 +67,9 @@ struct Node {
     /// False once the name was unlinked or replaced: the inode lives on only through open
     /// handles.
     attached: bool,
+    /// Other names of the same file made by link(2) through the union: the kernel must see
+    /// one inode, or it would cache attributes and pages per name and show stale data.
+    aliases: Vec<(u64, OsString)>,
 }
 
 impl Default for Nodes {
@@ -76,6 +84,7 @@ impl Nodes {
             parent: 0,
             name: OsString::new(),
             attached: true,
+            aliases: Vec::new(),
         };
         Nodes {
             nodes: vec![
@@ -86,7 +95,15 @@ impl Nodes {
                 },
             ],
             by_name: HashMap::new(),
+            negatives: Default::default(),
         }
+    }
+
+    pub fn note_negative(&mut self, parent: u64, name: &OsStr) {
+        if self.negatives.len() >= MAX_NEGATIVES {
+            self.negatives.pop_front();
+        }
+        self.negatives.push_back((parent, name.to_os_string()));
     }
 
     pub fn get_or_create(&mut self, parent: u64, name: &OsStr) -> u64 {
@@ -99,6 +116,7 @@ impl Nodes {
             parent,
             name: name.to_os_string(),
             attached: true,
+            aliases: Vec::new(),
         });
         self.by_name.insert(key, ino);
         ino
@@ -131,26 +149,72 @@ impl Nodes {
         Some(p)
     }
 
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        self.by_name.get(&(parent, name.to_os_string())).copied()
+    }
+
+    /// Record `(parent, name)` as another name of `ino` (a hard link made through the union).
+    pub fn add_alias(&mut self, ino: u64, parent: u64, name: &OsStr) {
+        let key = (parent, name.to_os_string());
+        self.by_name.insert(key.clone(), ino);
+        self.nodes[ino as usize].aliases.push(key);
+    }
+
+    /// Give every alias of `ino` its own inode again: a copy-up breaks hard links (as in
+    /// overlayfs without index), so the names no longer share data.
+    pub fn split_aliases(&mut self, ino: u64) {
+        let aliases = std::mem::take(&mut self.nodes[ino as usize].aliases);
+        for (p, n) in aliases {
+            self.by_name.remove(&(p, n.clone()));
+            self.get_or_create(p, &n);
+        }
+    }
+
     pub fn detach(&mut self, parent: u64, name: &OsStr) {
-        if let Some(ino) = self.by_name.remove(&(parent, name.to_os_string())) {
-            self.nodes[ino as usize].attached = false;
+        let key = (parent, name.to_os_string());
+        if let Some(ino) = self.by_name.remove(&key) {
+            let n = &mut self.nodes[ino as usize];
+            if (n.parent, &n.name) == (key.0, &key.1) {
+                // The primary name went: another name of the file takes over, if any.
+                match n.aliases.pop() {
+                    Some((p, nm)) => {
+                        n.parent = p;
+                        n.name = nm;
+                    }
+                    None => n.attached = false,
+                }
+            } else {
+                n.aliases.retain(|a| *a != key);
+            }
         }
     }
 
     pub fn rename(&mut self, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr) {
         self.detach(newparent, newname);
-        if let Some(ino) = self.by_name.remove(&(parent, name.to_os_string())) {
+        let old = (parent, name.to_os_string());
+        let new = (newparent, newname.to_os_string());
+        if let Some(ino) = self.by_name.remove(&old) {
             let n = &mut self.nodes[ino as usize];
-            n.parent = newparent;
-            n.name = newname.to_os_string();
-            self.by_name
-                .insert((newparent, newname.to_os_string()), ino);
+            if (n.parent, &n.name) == (old.0, &old.1) {
+                n.parent = newparent;
+                n.name = newname.to_os_string();
+            } else if let Some(a) = n.aliases.iter_mut().find(|a| **a == old) {
+                *a = new.clone();
+            }
+            self.by_name.insert(new, ino);
         }
     }
 
-    /// Every attached (parent, name): what the kernel may have cached.
+    /// Every inode number handed out (the root included).
+    pub fn inos(&self) -> std::ops::Range<u64> {
+        ROOT..self.nodes.len() as u64
+    }
+
+    /// Every (parent, name) the kernel may have cached, positive or negative.
     pub fn names(&self) -> Vec<(u64, OsString)> {
-        self.by_name.keys().cloned().collect()
+        let mut v: Vec<_> = self.by_name.keys().cloned().collect();
+        v.extend(self.negatives.iter().cloned());
+        v
     }
 }
 
@@ -197,6 +261,7 @@ pub struct Union {
     next_fh: u64,
     next_serial: u64,
     tmp_counter: u64,
+    read_buf: Vec<u8>,
 }
 
 impl Union {
@@ -211,6 +276,7 @@ impl Union {
             next_fh: 1,
             next_serial: 1,
             tmp_counter: 0,
+            read_buf: Vec::new(),
         }
     }
 
@@ -489,5 +555,26 @@ mod tests {
         assert_eq!(n.path(b), None);
         let c2 = n.get_or_create(ROOT, OsStr::new("c"));
         assert_ne!(c2, a, "a re-created name gets a new inode");
+    }
+
+    #[test]
+    fn hard_link_aliases() {
+        let mut n = Nodes::new();
+        let f = n.get_or_create(ROOT, OsStr::new("f"));
+        n.add_alias(f, ROOT, OsStr::new("g"));
+        assert_eq!(n.lookup(ROOT, OsStr::new("g")), Some(f));
+        n.rename(ROOT, OsStr::new("g"), ROOT, OsStr::new("h"));
+        assert_eq!(n.lookup(ROOT, OsStr::new("h")), Some(f));
+        n.detach(ROOT, OsStr::new("f"));
+        assert_eq!(
+            n.path(f).unwrap(),
+            PathBuf::from("h"),
+            "the alias takes over"
+        );
+        n.add_alias(f, ROOT, OsStr::new("i"));
+        n.split_aliases(f);
+        let i = n.lookup(ROOT, OsStr::new("i")).unwrap();
+        assert_ne!(i, f);
+        assert_eq!(n.path(i).unwrap(), PathBuf::from("i"));
     }
 }

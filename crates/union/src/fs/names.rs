@@ -73,6 +73,10 @@ impl Union {
         if parent == newparent && name == newname {
             return Ok(());
         }
+        if dst.is_some() && self.nodes().lookup(newparent, newname) == Some(src_ino) {
+            // Two names of one file: rename(2) does nothing.
+            return Ok(());
+        }
         let is_dir = src.kind == Kind::Dir;
         if let Some(d) = &dst {
             if d.winner() < u {
@@ -137,15 +141,14 @@ impl Union {
             return Err(libc::EPERM);
         }
         self.copy_up(ino)?;
-        let (u, rel, _) = self.prepare_create(newparent, newname)?;
+        let (u, rel) = self.prepare_create(newparent, newname)?;
         let from = self.path(ino)?;
         sys::linkat(self.fd(u), &from, &rel).e()?;
         self.view_insert(newparent, newname, loc.entry.kind, u);
-        // A separate union inode per name: inode numbers are per path in this union (see
-        // Nodes), the shared data and link count come from the branch.
-        let new_ino = self.nodes().get_or_create(newparent, newname);
+        // Both names are one inode for the kernel, so its caches stay coherent.
+        self.nodes().add_alias(ino, newparent, newname);
         let st = sys::fstatat(self.fd(u), &rel).e()?;
-        Ok(self.attr(new_ino, &st))
+        Ok(self.attr(ino, &st))
     }
 
     pub(super) fn do_symlink(
@@ -156,7 +159,7 @@ impl Union {
         uid: u32,
         gid: u32,
     ) -> R<FileAttr> {
-        let (u, rel, _) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name)?;
         sys::symlinkat(target.as_os_str(), self.fd(u), &rel).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {
             let _ = sys::unlinkat(self.fd(u), &rel, false);
@@ -178,7 +181,7 @@ impl Union {
         uid: u32,
         gid: u32,
     ) -> R<FileAttr> {
-        let (u, rel, _) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name)?;
         sys::mknodat(self.fd(u), &rel, mode, rdev as u64).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {
             let _ = sys::unlinkat(self.fd(u), &rel, false);
