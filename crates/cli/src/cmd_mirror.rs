@@ -72,7 +72,7 @@ pub struct MirrorArgs {
     /// Skip the fsyncs (faster; a crash may lose the latest writes).
     #[arg(long)]
     no_fsync: bool,
-    /// Worker threads (default: one per core).
+    /// Worker threads (default: twice the cores, at least 4).
     #[arg(short = 'j', long, default_value_t = 0)]
     jobs: usize,
 

@@ -11,7 +11,10 @@ fn assert_same(src: &Path, dst: &Path) {
     assert!(d.is_empty(), "trees differ:\n{}", d.join("\n"));
     if have("rsync") {
         let it = rsync_itemize(src, dst);
-        assert!(it.trim().is_empty(), "rsync -aHAXS would still change:\n{it}");
+        assert!(
+            it.trim().is_empty(),
+            "rsync -aHAXS would still change:\n{it}"
+        );
     } else {
         eprintln!("SKIPPED rsync comparison: rsync is not installed");
     }
@@ -20,21 +23,41 @@ fn assert_same(src: &Path, dst: &Path) {
 #[test]
 fn every_kind_identical() {
     let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("state"));
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
     std::fs::create_dir(&src).unwrap();
     full_tree(&src);
-    let o = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--json"]);
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    let o = mirror(
+        &state,
+        &[src.to_str().unwrap(), dst.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(json_field(&o.stdout, "errors"), serde_json::json!([]));
     assert_same(&src, &dst);
 
     // The reference tool, for comparison: rsync's own copy agrees with ours.
     if have("rsync") {
         let refd = t.path().join("ref");
-        sh(&format!("rsync -aHAXS --delete '{}/' '{}/'", src.display(), refd.display()));
+        sh(&format!(
+            "rsync -aHAXS --delete '{}/' '{}/'",
+            src.display(),
+            refd.display()
+        ));
         let d = differences(&snapshot(&refd), &snapshot(&dst));
         // rsync does not keep directory... everything it keeps must match ours.
-        assert!(d.is_empty(), "accord and rsync copies differ:\n{}", d.join("\n"));
+        assert!(
+            d.is_empty(),
+            "accord and rsync copies differ:\n{}",
+            d.join("\n")
+        );
     }
 }
 
@@ -43,7 +66,10 @@ fn modify(root: &Path, rng: &mut Rng) {
     std::fs::write(root.join("plain.txt"), b"edited\n").unwrap();
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(root.join("a/big")).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(root.join("a/big"))
+            .unwrap();
         f.write_all_at(&rng.bytes(100), 1_000_000).unwrap();
     }
     std::fs::write(root.join("nested/deeper/deepest/data.bin"), rng.bytes(1000)).unwrap();
@@ -81,7 +107,11 @@ fn modify(root: &Path, rng: &mut Rng) {
 #[test]
 fn modify_and_remirror_converges_third_run_writes_nothing() {
     let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("state"));
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
     std::fs::create_dir(&src).unwrap();
     full_tree(&src);
     let args = [src.to_str().unwrap(), dst.to_str().unwrap()];
@@ -89,7 +119,12 @@ fn modify_and_remirror_converges_third_run_writes_nothing() {
     let mut rng = Rng(42);
     modify(&src, &mut rng);
     let o = mirror(&state, &[args[0], args[1], "-i"]);
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!o.stdout.is_empty(), "second run itemized nothing");
     assert_same(&src, &dst);
 
@@ -101,35 +136,67 @@ fn modify_and_remirror_converges_third_run_writes_nothing() {
     assert_eq!(json_field(&o.stdout, "bytes_written"), 0);
     assert_eq!(json_field(&o.stdout, "files_deleted"), 0);
     let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(text.lines().count(), 1, "third run itemized changes:\n{text}");
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "third run itemized changes:\n{text}"
+    );
     let after = snapshot(&dst);
     for (k, b) in &before {
-        assert_eq!(Some(b.ctime), after.get(k).map(|a| a.ctime), "{k:?} was touched");
+        assert_eq!(
+            Some(b.ctime),
+            after.get(k).map(|a| a.ctime),
+            "{k:?} was touched"
+        );
     }
 }
 
 #[test]
 fn dry_run_changes_nothing_and_checksum_finds_same_size_same_time_edits() {
     let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("state"));
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
     std::fs::create_dir_all(src.join("d")).unwrap();
     std::fs::write(src.join("d/f"), b"aaaa").unwrap();
-    let o = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap(), "-n"]);
+    let o = mirror(
+        &state,
+        &[src.to_str().unwrap(), dst.to_str().unwrap(), "-n"],
+    );
     assert_eq!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stdout).contains("created   d/f"));
     assert!(!dst.exists(), "dry run created the destination");
-    assert_eq!(mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]).status.code(), Some(0));
+    assert_eq!(
+        mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
     // Same size, same mtime, different bytes: only --checksum sees it.
     let md = std::fs::metadata(src.join("d/f")).unwrap();
     std::fs::write(src.join("d/f"), b"bbbb").unwrap();
     {
         use std::os::unix::fs::MetadataExt;
         set_mtime(&src.join("d/f"), md.mtime(), md.mtime_nsec());
-        set_mtime(&src.join("d"), std::fs::metadata(dst.join("d")).unwrap().mtime(), std::fs::metadata(dst.join("d")).unwrap().mtime_nsec());
+        set_mtime(
+            &src.join("d"),
+            std::fs::metadata(dst.join("d")).unwrap().mtime(),
+            std::fs::metadata(dst.join("d")).unwrap().mtime_nsec(),
+        );
     }
     mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
     assert_eq!(std::fs::read(dst.join("d/f")).unwrap(), b"aaaa");
-    let o = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--checksum", "-i"]);
+    let o = mirror(
+        &state,
+        &[
+            src.to_str().unwrap(),
+            dst.to_str().unwrap(),
+            "--checksum",
+            "-i",
+        ],
+    );
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(std::fs::read(dst.join("d/f")).unwrap(), b"bbbb");
 }

@@ -9,9 +9,18 @@ fn count(root: &Path) -> usize {
     snapshot(root).len()
 }
 
-fn setup() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+fn setup() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
     let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("state"));
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
     std::fs::create_dir_all(src.join("d/e")).unwrap();
     for i in 0..10 {
         std::fs::write(src.join(format!("d/f{i}")), format!("file {i}")).unwrap();
@@ -47,7 +56,12 @@ fn empty_or_missing_source_deletes_nothing_without_force() {
 
     // --force: the user said so.
     let o = mirror(&state, &[s(&empty), s(&dst), "--force"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(count(&dst), 1);
 }
 
@@ -97,7 +111,12 @@ fn excludes_and_accordignore() {
     std::fs::write(src.join(".accordignore"), b"/d/e/\n*.tmp\n").unwrap();
     std::fs::write(src.join("d/x.tmp"), b"tmp").unwrap();
     let o = mirror(&state, &[s(&src), s(&dst), "--exclude", "*.o"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!dst.join("d/skip.o").exists());
     assert!(!dst.join("d/x.tmp").exists());
     assert!(!dst.join("d/e").exists());
@@ -111,7 +130,12 @@ fn excludes_and_accordignore() {
     let ex = _t.path().join("excludes");
     std::fs::write(&ex, b"# comment\n*.o\n").unwrap();
     let o = mirror(&state, &[s(&src), s(&dst), "--exclude-from", s(&ex)]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(dst.join("d/keep.o").exists());
     assert!(dst.join("d/e/mine").exists());
     assert!(dst.join("d/y.tmp").exists());
@@ -120,7 +144,11 @@ fn excludes_and_accordignore() {
 #[test]
 fn inplace_and_delta_updates() {
     let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("state"));
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
     std::fs::create_dir(&src).unwrap();
     let mut rng = Rng(99);
     let data = rng.bytes(8 << 20);
@@ -139,9 +167,17 @@ fn inplace_and_delta_updates() {
     }
     std::fs::write(src.join("big"), &edited).unwrap();
     let o = mirror(&state, &[s(&src), s(&dst), "--inplace", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let written = json_field(&o.stdout, "bytes_written").as_u64().unwrap();
-    assert!(written > 0 && written <= 3 * 8192, "wrote {written} bytes for 30 changed");
+    assert!(
+        written > 0 && written <= 3 * 8192,
+        "wrote {written} bytes for 30 changed"
+    );
     assert_eq!(std::fs::read(dst.join("big")).unwrap(), edited);
     assert_eq!(ino(&dst.join("big")), before, "--inplace replaced the file");
 
@@ -151,7 +187,12 @@ fn inplace_and_delta_updates() {
     shifted.extend_from_slice(&edited[1000..]);
     std::fs::write(src.join("big"), &shifted).unwrap();
     let o = mirror(&state, &[s(&src), s(&dst), "--inplace", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(std::fs::read(dst.join("big")).unwrap(), shifted);
     let matched = json_field(&o.stdout, "matched_bytes").as_u64().unwrap();
     assert!(matched > 7 << 20, "delta matched only {matched} bytes");
@@ -161,7 +202,12 @@ fn inplace_and_delta_updates() {
     shifted.truncate(5 << 20);
     std::fs::write(src.join("big"), &shifted).unwrap();
     let o = mirror(&state, &[s(&src), s(&dst), "--delta", "always", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(std::fs::read(dst.join("big")).unwrap(), shifted);
     assert!(json_field(&o.stdout, "matched_bytes").as_u64().unwrap() > 4 << 20);
     let d = differences(&snapshot(&src), &snapshot(&dst));
@@ -171,7 +217,11 @@ fn inplace_and_delta_updates() {
 #[test]
 fn symlink_planted_in_dst_is_not_followed() {
     let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("state"));
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
     let outside = t.path().join("outside");
     std::fs::create_dir_all(src.join("sub")).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
@@ -180,8 +230,16 @@ fn symlink_planted_in_dst_is_not_followed() {
     // DST/sub is a symlink to a directory outside DST.
     std::os::unix::fs::symlink(&outside, dst.join("sub")).unwrap();
     let o = mirror(&state, &[s(&src), s(&dst)]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(std::fs::read_dir(&outside).unwrap().next().is_none(), "wrote outside DST");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "wrote outside DST"
+    );
     assert!(std::fs::symlink_metadata(dst.join("sub")).unwrap().is_dir());
     assert_eq!(std::fs::read(dst.join("sub/f")).unwrap(), b"payload");
 }
@@ -211,10 +269,18 @@ fn unreadable_file_is_reported_and_run_goes_on() {
     }
     let o = mirror(&state, &[s(&src), s(&dst), "--json"]);
     sh(&format!("chattr -i '{}'", dst.join("d").display()));
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let errs = json_field(&o.stdout, "errors");
     assert!(errs.as_array().unwrap().len() >= 2, "{errs}");
     let o = mirror(&state, &[s(&src), s(&dst)]);
     assert_eq!(o.status.code(), Some(0));
-    assert_eq!(std::fs::read(dst.join("d/f1")).unwrap(), b"changed contents");
+    assert_eq!(
+        std::fs::read(dst.join("d/f1")).unwrap(),
+        b"changed contents"
+    );
 }

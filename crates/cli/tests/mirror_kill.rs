@@ -16,13 +16,20 @@ fn contents(root: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 fn is_temp(rel: &str) -> bool {
-    rel.rsplit('/').next().unwrap_or("").starts_with(".accord-tmp-")
+    rel.rsplit('/')
+        .next()
+        .unwrap_or("")
+        .starts_with(".accord-tmp-")
 }
 
 #[test]
 fn fifty_kill_trials() {
     let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("state"));
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
     let mut rng = Rng(7);
     for d in 0..4 {
         std::fs::create_dir_all(src.join(format!("d{d}/sub"))).unwrap();
@@ -30,20 +37,33 @@ fn fifty_kill_trials() {
     let mut names: Vec<String> = Vec::new();
     for i in 0..40 {
         let name = format!("d{}/{}f{i}", i % 4, if i % 3 == 0 { "sub/" } else { "" });
-        let size = if i % 5 == 0 { 1_500_000 + rng.below(1_000_000) } else { rng.below(20_000) };
+        let size = if i % 5 == 0 {
+            1_500_000 + rng.below(1_000_000)
+        } else {
+            rng.below(20_000)
+        };
         std::fs::write(src.join(&name), rng.bytes(size as usize)).unwrap();
         names.push(name);
     }
     let args = [src.to_str().unwrap(), dst.to_str().unwrap()];
     let o = mirror(&state, &args);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 
     let mut killed_mid_run = 0;
     for trial in 0..50u64 {
         // Change some files (new contents, new sizes), add one, remove one.
         for _ in 0..6 {
             let n = &names[rng.below(names.len() as u64) as usize];
-            let size = if rng.below(3) == 0 { 1_000_000 + rng.below(2_000_000) } else { rng.below(30_000) };
+            let size = if rng.below(3) == 0 {
+                1_000_000 + rng.below(2_000_000)
+            } else {
+                rng.below(30_000)
+            };
             std::fs::write(src.join(n), rng.bytes(size as usize)).unwrap();
         }
         let extra = format!("d{}/new-{trial}", trial % 4);
@@ -66,7 +86,11 @@ fn fifty_kill_trials() {
             cmd.arg("--inplace").arg("--no-fsync");
         }
         let start = Instant::now();
-        let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
         std::thread::sleep(Duration::from_micros(rng.below(12_000)));
         let finished = child.try_wait().unwrap().is_some();
         let _ = child.kill();
@@ -85,16 +109,31 @@ fn fifty_kill_trials() {
             }
             let ok = old.get(&k) == Some(&c) || new.get(&k) == Some(&c);
             if !inplace {
-                assert!(ok, "trial {trial}: {k} is neither its old nor its new version");
+                assert!(
+                    ok,
+                    "trial {trial}: {k} is neither its old nor its new version"
+                );
             }
         }
 
         // The next run converges and leaves no temp files.
         let o = mirror(&state, &args);
-        assert_eq!(o.status.code(), Some(0), "trial {trial}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "trial {trial}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let d = differences(&snapshot(&src), &snapshot(&dst));
-        assert!(d.is_empty(), "trial {trial}: not converged:\n{}", d.join("\n"));
+        assert!(
+            d.is_empty(),
+            "trial {trial}: not converged:\n{}",
+            d.join("\n")
+        );
     }
     eprintln!("{killed_mid_run} of 50 runs were killed before they finished");
-    assert!(killed_mid_run >= 25, "too few runs were interrupted ({killed_mid_run})");
+    assert!(
+        killed_mid_run >= 25,
+        "too few runs were interrupted ({killed_mid_run})"
+    );
 }

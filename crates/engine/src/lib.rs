@@ -51,7 +51,7 @@ pub struct MirrorConfig {
     pub inplace: bool,
     pub fsync: bool,
     pub dry_run: bool,
-    /// Worker threads (0: one per core).
+    /// Worker threads (0: twice the cores, at least 4).
     pub jobs: usize,
     /// Where the deletion guard remembers the source root (None: nowhere).
     pub state_dir: Option<PathBuf>,
@@ -185,7 +185,11 @@ impl Exec<'_> {
             perms: o.perms,
             owner: o.owner,
             times: o.times,
-            xattrs: if o.xattrs { Some(self.cfg.xattrs) } else { None },
+            xattrs: if o.xattrs {
+                Some(self.cfg.xattrs)
+            } else {
+                None
+            },
         }
     }
 }
@@ -202,8 +206,18 @@ fn state_file(dir: &Path, dst: &Path) -> PathBuf {
 /// Make `dst` a copy of `src`.
 pub fn mirror(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: &Progress) -> Report {
     let start = Instant::now();
+    // File system calls block on I/O: more threads than cores keep the
+    // disks and the cores busy.
+    let jobs = if cfg.jobs == 0 {
+        std::thread::available_parallelism()
+            .map(|n| n.get() * 2)
+            .unwrap_or(4)
+            .max(4)
+    } else {
+        cfg.jobs
+    };
     let pool = match rayon::ThreadPoolBuilder::new()
-        .num_threads(cfg.jobs)
+        .num_threads(jobs)
         .thread_name(|i| format!("accord-{i}"))
         .build()
     {
@@ -220,7 +234,12 @@ pub fn mirror(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: &P
     r
 }
 
-fn mirror_inner(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: &Progress) -> Report {
+fn mirror_inner(
+    src_path: &Path,
+    dst_path: &Path,
+    cfg: &MirrorConfig,
+    progress: &Progress,
+) -> Report {
     let mut report = Report::default();
     let src = match LocalReplica::open(src_path) {
         Ok(s) => s,
@@ -237,7 +256,10 @@ fn mirror_inner(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: 
             Ok(d) => Some(d),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
-                report.fatal = Some(format!("cannot open destination {}: {e}", dst_path.display()));
+                report.fatal = Some(format!(
+                    "cannot open destination {}: {e}",
+                    dst_path.display()
+                ));
                 return report;
             }
         }
@@ -305,7 +327,10 @@ fn mirror_inner(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: 
             .first()
             .map(|e| format!("{}: {}", e.path.display(), e.message))
             .unwrap_or_default();
-        report.fatal = Some(format!("cannot read destination {}: {msg}", dst_path.display()));
+        report.fatal = Some(format!(
+            "cannot read destination {}: {msg}",
+            dst_path.display()
+        ));
         return report;
     }
     report.errors.append(&mut d_scan.errors);
@@ -316,7 +341,8 @@ fn mirror_inner(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: 
         d_scan.entries.retain(|e| {
             let p = parent_of(&e.path);
             let out = !e.path.is_root()
-                && (excluded_dirs.contains(&p) || src_rules.is_excluded(&e.path, e.kind == Kind::Dir));
+                && (excluded_dirs.contains(&p)
+                    || src_rules.is_excluded(&e.path, e.kind == Kind::Dir));
             if out && e.kind == Kind::Dir {
                 excluded_dirs.insert(e.path.clone());
             }
@@ -406,7 +432,8 @@ fn mirror_inner(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: 
     report.plan = Some(plan);
     if report.fatal.is_none() {
         if let Some(sf) = &state {
-            let _ = accord_fsys::write_state_file(sf, format!("{} {}\n", ident.0, ident.1).as_bytes());
+            let _ =
+                accord_fsys::write_state_file(sf, format!("{} {}\n", ident.0, ident.1).as_bytes());
         }
     }
     report
@@ -463,10 +490,8 @@ fn run_plan(x: &Exec, plan: &MirrorPlan) {
         if x.stopped() {
             return;
         }
-        let r = x
-            .dst
-            .open_dir(&parent_of(&it.path))
-            .and_then(|d| match d.mkdir(it.path.file_name(), 0o700) {
+        let r = x.dst.open_dir(&parent_of(&it.path)).and_then(|d| {
+            match d.mkdir(it.path.file_name(), 0o700) {
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                     match d.stat(it.path.file_name()) {
                         Ok(st) if st.kind == Kind::Dir => Ok(()),
@@ -474,7 +499,8 @@ fn run_plan(x: &Exec, plan: &MirrorPlan) {
                     }
                 }
                 r => r,
-            });
+            }
+        });
         match r {
             Ok(()) => x.changed(it),
             Err(e) => x.fail(&it.path, &e),

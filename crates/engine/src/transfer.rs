@@ -13,9 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Files per commit batch.
-const BATCH_FILES: usize = 4096;
+const BATCH_FILES: usize = 2048;
 /// Bytes per commit batch.
-const BATCH_BYTES: u64 = 1 << 30;
+const BATCH_BYTES: u64 = 256 << 20;
 
 /// A temp file (or link, or node) ready to be renamed over its target.
 struct Staged<'a> {
@@ -66,6 +66,7 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
             groups.entry(parent_of(&it.path)).or_default().push(it);
         }
     }
+    let mut batches: Vec<Vec<(RelPath, Vec<&Item>)>> = Vec::new();
     let mut batch: Vec<(RelPath, Vec<&Item>)> = Vec::new();
     let (mut n, mut bytes) = (0usize, 0u64);
     for (parent, its) in groups {
@@ -77,18 +78,31 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
                 .sum::<u64>();
             batch.push((parent.clone(), chunk.to_vec()));
             if n >= BATCH_FILES || bytes >= BATCH_BYTES {
-                run_batch(x, &batch);
-                batch.clear();
+                batches.push(std::mem::take(&mut batch));
                 n = 0;
                 bytes = 0;
-                if x.stopped() {
-                    return;
-                }
             }
         }
     }
     if !batch.is_empty() {
-        run_batch(x, &batch);
+        batches.push(batch);
+    }
+    // Pipelined: while batch N is flushed and committed, batch N+1 is staged.
+    let mut pending: Option<Vec<Staged>> = None;
+    for b in &batches {
+        let prev = pending.take();
+        let ((), staged) = rayon::join(
+            || {
+                if let Some(p) = prev {
+                    finish_batch(x, p)
+                }
+            },
+            || stage_batch(x, b),
+        );
+        pending = Some(staged);
+    }
+    if let Some(p) = pending {
+        finish_batch(x, p);
     }
     if x.stopped() {
         return;
@@ -114,11 +128,17 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
     });
 }
 
-fn run_batch(x: &Exec, batch: &[(RelPath, Vec<&Item>)]) {
-    let staged: Vec<Staged> = batch
+fn stage_batch<'a>(x: &Exec, batch: &[(RelPath, Vec<&'a Item>)]) -> Vec<Staged<'a>> {
+    if x.stopped() {
+        return Vec::new();
+    }
+    batch
         .par_iter()
         .flat_map_iter(|(parent, its)| stage_group(x, parent, its))
-        .collect();
+        .collect()
+}
+
+fn finish_batch(x: &Exec, staged: Vec<Staged>) {
     if x.stopped() {
         for s in &staged {
             let _ = s.dir.unlink(&s.temp);
@@ -143,8 +163,10 @@ fn commit(x: &Exec, s: &Staged) {
     let r = recheck_target(&s.dir, s.item).and_then(|_| s.dir.rename(&s.temp, name));
     match r {
         Ok(()) => {
-            // Renaming a link over a name of the same inode does nothing.
-            let _ = s.dir.unlink(&s.temp);
+            if matches!(s.item.op, Op::Link { .. }) {
+                // Renaming a link over a name of the same inode does nothing.
+                let _ = s.dir.unlink(&s.temp);
+            }
             let c = &x.counters;
             c.transferred.fetch_add(1, Ordering::Relaxed);
             c.written.fetch_add(s.xfer.written, Ordering::Relaxed);
@@ -186,7 +208,11 @@ fn stage_group<'a>(x: &Exec, parent: &RelPath, its: &[&'a Item]) -> Vec<Staged<'
     } else {
         None
     };
-    its.par_iter()
+    // Directories in parallel, the files of one directory in order (creating
+    // names in one directory from several threads contends on its lock);
+    // large directories are split into chunks that run in parallel.
+    its.par_chunks(256)
+        .flat_map_iter(|chunk| chunk.iter())
         .filter_map(|it| {
             if x.stopped() {
                 return None;
@@ -236,16 +262,14 @@ fn open_source(sdir: &Dir, s: &Entry) -> io::Result<(File, Stat)> {
     Ok((f, st))
 }
 
-fn stage_write(
-    x: &Exec,
-    sdir: &Dir,
-    ddir: &Dir,
-    it: &Item,
-) -> io::Result<Option<(Vec<u8>, Xfer)>> {
+fn stage_write(x: &Exec, sdir: &Dir, ddir: &Dir, it: &Item) -> io::Result<Option<(Vec<u8>, Xfer)>> {
     let s = it.src.as_ref().expect("write has a source");
     let name = it.path.file_name();
     let (sf, st) = open_source(sdir, s)?;
-    let old = it.dst.as_ref().filter(|d| d.kind == Kind::File && d.size > 0);
+    let old = it
+        .dst
+        .as_ref()
+        .filter(|d| d.kind == Kind::File && d.size > 0);
     if x.cfg.inplace {
         if let Some(d) = old {
             let xf = crate::transfer_delta::update_in_place(x, &sf, ddir, s, d)?;

@@ -28,7 +28,9 @@ fn map(f: &File, len: u64) -> io::Result<Option<memmap2::Mmap>> {
     }
     // SAFETY: read-only mapping; a concurrent truncation by another process
     // is the usual mmap caveat (the run re-checks sizes before and after).
-    Ok(Some(unsafe { memmap2::MmapOptions::new().len(len as usize).map(f)? }))
+    Ok(Some(unsafe {
+        memmap2::MmapOptions::new().len(len as usize).map(f)?
+    }))
 }
 
 /// An update that failed after the target was changed: it holds neither
@@ -44,8 +46,7 @@ fn rebuild(
     new: &[u8],
     force: bool,
 ) -> Result<Option<Xfer>, Modified> {
-    let untouched = |e| Modified(e);
-    let old_map = map(target, old_len).map_err(|e| Modified(e))?;
+    let old_map = map(target, old_len).map_err(Modified)?;
     let old: &[u8] = old_map.as_deref().unwrap_or(&[]);
     let common = old.len().min(new.len());
     // Pages that differ at equal offsets.
@@ -81,9 +82,6 @@ fn rebuild(
                 literal: written,
                 matched: new_len - written,
             })),
-            Err(e) if written == 0 && diff_pages.is_empty() && new.len() == common => {
-                Err(untouched(e))
-            }
             Err(e) => Err(Modified(e)),
         };
     }
@@ -123,15 +121,7 @@ fn rebuild(
             ..PatchOptions::default()
         },
     )
-    .map_err(|e| {
-        let err = io::Error::other(e.error.to_string());
-        if e.target_modified {
-            Modified(err)
-        } else {
-            // Signalled as untouched by the patcher.
-            Modified(io::Error::new(io::ErrorKind::InvalidData, err))
-        }
-    })?;
+    .map_err(|e| Modified(io::Error::other(e.error.to_string())))?;
     Ok(Some(Xfer {
         written,
         literal: stats.literal_bytes,
@@ -158,7 +148,8 @@ pub(crate) fn delta_to_temp(
     if ost.ino != d.ino || ost.size != d.size || ost.mtime != d.props.mtime {
         return Ok(None);
     }
-    let cloned = accord_fsys::copy_data(&old, tf, d.size, false, accord_fsys::Reflink::Always).is_ok();
+    let cloned =
+        accord_fsys::copy_data(&old, tf, d.size, false, accord_fsys::Reflink::Always).is_ok();
     if !cloned {
         if x.cfg.delta != DeltaMode::Always {
             return Ok(None);
@@ -176,7 +167,8 @@ pub(crate) fn delta_to_temp(
             .map_err(|e| io::Error::other(e.to_string()))?;
         let delta = Delta::parse(&buf).map_err(|e| io::Error::other(e.to_string()))?;
         let mut w = io::BufWriter::with_capacity(1 << 20, tf);
-        accord_delta::patch_to(oldb, &delta, &mut w).map_err(|e| io::Error::other(e.to_string()))?;
+        accord_delta::patch_to(oldb, &delta, &mut w)
+            .map_err(|e| io::Error::other(e.to_string()))?;
         io::Write::flush(&mut w)?;
         return Ok(Some(Xfer {
             written: s.size,

@@ -111,8 +111,24 @@ pub fn copy_data(
     if size == 0 {
         return Ok(CopyStats::default());
     }
-    if reflink != Reflink::Never {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Once a file system said it cannot clone, `auto` stops asking.
+    static NO_CLONE: AtomicBool = AtomicBool::new(false);
+    if reflink == Reflink::Always || (reflink == Reflink::Auto && !NO_CLONE.load(Ordering::Relaxed))
+    {
         let r = unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
+        if r != 0
+            && reflink == Reflink::Auto
+            && matches!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::EOPNOTSUPP)
+                    | Some(libc::ENOTTY)
+                    | Some(libc::EINVAL)
+                    | Some(libc::ENOSYS)
+            )
+        {
+            NO_CLONE.store(true, Ordering::Relaxed);
+        }
         if r == 0 {
             // The clone takes the whole source; make sure its length is the
             // one we planned.

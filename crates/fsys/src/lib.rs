@@ -103,6 +103,17 @@ pub fn random_suffix() -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A suffix unique in this process and unpredictable across processes: a
+/// random per-process prefix and a counter (O_EXCL catches the rest).
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let p = PREFIX.get_or_init(random_suffix);
+    format!("{p}{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
 /// `lstat`-style information about one entry.
 #[derive(Clone, Debug)]
 pub struct Stat {
@@ -345,14 +356,7 @@ impl Dir {
     pub fn stat(&self, name: &[u8]) -> io::Result<Stat> {
         let c = check_name(name)?;
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        cvt(unsafe {
-            libc::fstatat(
-                self.raw(),
-                c.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        })?;
+        cvt(unsafe { libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
         Stat::from_raw(&st)
     }
 
@@ -387,7 +391,7 @@ impl Dir {
         let f = unsafe { File::from_raw_fd(fd) };
         let st = fstat(f.as_fd())?;
         if st.kind != Kind::File {
-            return Err(io::Error::new(io::ErrorKind::Other, "not a regular file"));
+            return Err(io::Error::other("not a regular file"));
         }
         Ok(f)
     }
@@ -418,7 +422,7 @@ impl Dir {
             .collect();
         n.extend_from_slice(&h);
         n.push(b'.');
-        n.extend_from_slice(random_suffix().as_bytes());
+        n.extend_from_slice(unique_suffix().as_bytes());
         n
     }
 
@@ -488,8 +492,9 @@ impl Dir {
         loop {
             let name = Self::temp_name(hint);
             let c = cstr(&name)?;
-            match cvt(unsafe { libc::linkat(from_dir.raw(), f.as_ptr(), self.raw(), c.as_ptr(), 0) })
-            {
+            match cvt(unsafe {
+                libc::linkat(from_dir.raw(), f.as_ptr(), self.raw(), c.as_ptr(), 0)
+            }) {
                 Ok(_) => return Ok(name),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
                 Err(e) => return Err(e),
@@ -580,35 +585,57 @@ impl Dir {
         }
     }
 
-    /// Names in this directory (without `.` and `..`) with their `d_type`.
+    /// Names in this directory (without `.` and `..`) with their `d_type`,
+    /// read with `getdents64` straight from the handle.
     pub fn list(&self) -> io::Result<Vec<(Vec<u8>, u8)>> {
-        let dup = cvt(unsafe { libc::fcntl(self.raw(), libc::F_DUPFD_CLOEXEC, 0) })?;
-        let dirp = unsafe { libc::fdopendir(dup) };
-        if dirp.is_null() {
-            let e = io::Error::last_os_error();
-            unsafe { libc::close(dup) };
-            return Err(e);
-        }
-        unsafe { libc::rewinddir(dirp) };
+        // getdents64 reads from the descriptor's position: use a fresh
+        // descriptor of the same directory so shared handles stay at 0.
+        let fd = cvt_retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c".".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut buf = vec![0u8; 64 * 1024];
         let mut out = Vec::new();
-        let res = loop {
-            unsafe { *libc::__errno_location() = 0 };
-            let ent = unsafe { libc::readdir64(dirp) };
-            if ent.is_null() {
-                let errno = unsafe { *libc::__errno_location() };
-                if errno != 0 {
-                    break Err(io::Error::from_raw_os_error(errno));
+        loop {
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_getdents64,
+                    fd.as_raw_fd(),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
                 }
-                break Ok(());
+                return Err(e);
             }
-            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
-            if name == b"." || name == b".." {
-                continue;
+            if n == 0 {
+                return Ok(out);
             }
-            out.push((name.to_vec(), unsafe { (*ent).d_type }));
-        };
-        unsafe { libc::closedir(dirp) };
-        res.map(|_| out)
+            let mut off = 0usize;
+            while off < n as usize {
+                // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+                let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+                let dtype = buf[off + 18];
+                let name_area = &buf[off + 19..off + reclen];
+                let len = name_area
+                    .iter()
+                    .position(|b| *b == 0)
+                    .unwrap_or(name_area.len());
+                let name = &name_area[..len];
+                if name != b"." && name != b".." {
+                    out.push((name.to_vec(), dtype));
+                }
+                off += reclen;
+            }
+        }
     }
 
     /// fsync this directory.
@@ -665,13 +692,23 @@ impl Dir {
         }
         if mask.perms && kind != Kind::Symlink {
             cvt(unsafe {
-                libc::fchmodat(self.raw(), c.as_ptr(), props.mode, libc::AT_SYMLINK_NOFOLLOW)
+                libc::fchmodat(
+                    self.raw(),
+                    c.as_ptr(),
+                    props.mode,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
             })?;
         }
         if mask.times {
             let ts = times(props.mtime);
             cvt(unsafe {
-                libc::utimensat(self.raw(), c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+                libc::utimensat(
+                    self.raw(),
+                    c.as_ptr(),
+                    ts.as_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
             })?;
         }
         Ok(())

@@ -157,7 +157,13 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
         let child = match rel.join(&name) {
             Ok(c) => c,
             Err(e) => {
-                ctx.fail(&rel, format!("unusable name {:?}: {e}", accord_model::escape_for_display(&name)));
+                ctx.fail(
+                    &rel,
+                    format!(
+                        "unusable name {:?}: {e}",
+                        accord_model::escape_for_display(&name)
+                    ),
+                );
                 continue;
             }
         };

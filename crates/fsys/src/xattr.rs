@@ -40,13 +40,29 @@ enum Target<'a> {
     At(RawFd, &'a CString),
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
 const SYS_GETXATTRAT: libc::c_long = 464;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
 const SYS_LISTXATTRAT: libc::c_long = 465;
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
 const SYS_GETXATTRAT: libc::c_long = -1;
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
 const SYS_LISTXATTRAT: libc::c_long = -1;
 
 #[repr(C)]
@@ -56,9 +72,8 @@ struct XattrArgs {
     flags: u32,
 }
 
-static XATTRAT_MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(
-    SYS_LISTXATTRAT < 0,
-);
+static XATTRAT_MISSING: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(SYS_LISTXATTRAT < 0);
 
 /// True when the kernel has the `*xattrat` calls (checked on first use).
 pub(crate) fn have_xattrat() -> bool {
@@ -176,7 +191,8 @@ fn list(t: &Target, filter: XattrFilter) -> io::Result<Vec<Xattr>> {
         if !filter.keeps(&name) {
             continue;
         }
-        let c = CString::new(name.clone()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let c =
+            CString::new(name.clone()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         match get_value(t, &c) {
             Ok(v) => out.push((name, v)),
             Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
@@ -207,11 +223,14 @@ fn replace(t: &Target, want: &[Xattr], filter: XattrFilter, is_symlink: bool) ->
     let have = list(t, filter)?;
     for (name, _) in &have {
         if !want.iter().any(|(n, _)| n == name) {
-            let c = CString::new(name.clone()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+            let c = CString::new(name.clone())
+                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
             let r = unsafe {
                 match t {
                     Target::Fd(fd) => libc::fremovexattr(*fd, c.as_ptr()),
-                    Target::Path(p) | Target::At(_, p) => libc::lremovexattr(p.as_ptr(), c.as_ptr()),
+                    Target::Path(p) | Target::At(_, p) => {
+                        libc::lremovexattr(p.as_ptr(), c.as_ptr())
+                    }
                 }
             };
             if r < 0 {
@@ -233,7 +252,8 @@ fn replace(t: &Target, want: &[Xattr], filter: XattrFilter, is_symlink: bool) ->
             // Linux refuses user.* on symlinks; nothing to copy.
             continue;
         }
-        let c = CString::new(name.clone()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let c =
+            CString::new(name.clone()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         let r = unsafe {
             match t {
                 Target::Fd(fd) => libc::fsetxattr(

@@ -302,12 +302,14 @@ mod tests {
         assert_eq!(RelPath::new(b"a/"), Err(PathError::EmptyComponent));
         assert_eq!(RelPath::new(b"a\0b"), Err(PathError::Nul));
         assert_eq!(RelPath::new(&[b'a'; 256]), Err(PathError::NameTooLong));
-        let long: Vec<u8> = std::iter::repeat(b"abcdefgh/".as_slice())
-            .take(600)
+        let long: Vec<u8> = std::iter::repeat_n(b"abcdefgh/".as_slice(), 600)
             .flatten()
             .copied()
             .collect();
-        assert_eq!(RelPath::new(&long[..long.len() - 1]), Err(PathError::TooLong));
+        assert_eq!(
+            RelPath::new(&long[..long.len() - 1]),
+            Err(PathError::TooLong)
+        );
         assert!(RelPath::root().join(b"..").is_err());
         assert!(RelPath::root().join(b"x/y").is_err());
     }
@@ -320,7 +322,9 @@ mod tests {
         assert_eq!(p.depth(), 3);
         assert!(RelPath::new(b"a").unwrap().parent().unwrap().is_root());
         assert!(p.starts_with(&RelPath::new(b"a/b").unwrap()));
-        assert!(!RelPath::new(b"a/bc").unwrap().starts_with(&RelPath::new(b"a/b").unwrap()));
+        assert!(!RelPath::new(b"a/bc")
+            .unwrap()
+            .starts_with(&RelPath::new(b"a/b").unwrap()));
         assert!(RelPath::new(b"a").unwrap() < RelPath::new(b"a/b").unwrap());
         assert_eq!(RelPath::new(b"x\ny").unwrap().display(), "x\\x0ay");
     }

@@ -140,7 +140,11 @@ impl Item {
             } else {
                 "created"
             }),
-            Op::Link { .. } => Some(if self.dst.is_some() { "relinked" } else { "linked" }),
+            Op::Link { .. } => Some(if self.dst.is_some() {
+                "relinked"
+            } else {
+                "linked"
+            }),
             Op::Meta => Some("metadata"),
             Op::Delete => Some("deleted"),
             Op::Cleanup => None,

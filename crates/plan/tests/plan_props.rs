@@ -66,7 +66,8 @@ fn build(raw: &[Raw], ino_base: u64) -> Vec<Entry> {
         if !ok || t.contains_key(&p) {
             continue;
         }
-        let kind = [Kind::File, Kind::File, Kind::Dir, Kind::Symlink, Kind::Fifo][(*k % 5) as usize];
+        let kind =
+            [Kind::File, Kind::File, Kind::Dir, Kind::Symlink, Kind::Fifo][(*k % 5) as usize];
         if let (Kind::File, Some(l)) = (kind, link) {
             if !files.is_empty() {
                 let target = files[l % files.len()].clone();
@@ -127,9 +128,7 @@ fn apply(dst: &[Entry], plan: &MirrorPlan) -> Result<Vec<Entry>, String> {
             Op::Cleanup => {}
             Op::Delete => {
                 let e = t.get(p).ok_or(format!("delete of missing {p}"))?;
-                if e.kind == Kind::Dir
-                    && t.keys().any(|q| q != p && q.starts_with(p))
-                {
+                if e.kind == Kind::Dir && t.keys().any(|q| q != p && q.starts_with(p)) {
                     return Err(format!("rmdir of non-empty {p}"));
                 }
                 t.remove(p);

@@ -47,7 +47,8 @@ pub fn sh(cmd: &str) {
 pub fn json_field(out: &[u8], key: &str) -> serde_json::Value {
     let s = String::from_utf8_lossy(out);
     let line = s.lines().last().unwrap_or("");
-    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("bad json {line:?}: {e}"));
+    let v: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("bad json {line:?}: {e}"));
     v[key].clone()
 }
 
@@ -71,7 +72,8 @@ pub struct Node {
 fn xattrs(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     let mut buf = vec![0u8; 65536];
-    let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    let n =
+        unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
     if n <= 0 {
         return Vec::new();
     }
@@ -81,7 +83,12 @@ fn xattrs(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
         let cn = CString::new(name).unwrap();
         let mut v = vec![0u8; 65536];
         let m = unsafe {
-            libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr() as *mut libc::c_void, v.len())
+            libc::lgetxattr(
+                c.as_ptr(),
+                cn.as_ptr(),
+                v.as_mut_ptr() as *mut libc::c_void,
+                v.len(),
+            )
         };
         if m >= 0 {
             v.truncate(m as usize);
@@ -101,14 +108,16 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, Node> {
 
 fn walk(root: &Path, p: &Path, out: &mut BTreeMap<String, Node>) {
     let md = std::fs::symlink_metadata(p).unwrap();
-    let rel = p
-        .strip_prefix(root)
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
     let kind = md.mode() & libc::S_IFMT;
     let content = (kind == libc::S_IFREG).then(|| std::fs::read(p).unwrap());
-    let link = (kind == libc::S_IFLNK).then(|| std::fs::read_link(p).unwrap().as_os_str().as_bytes().to_vec());
+    let link = (kind == libc::S_IFLNK).then(|| {
+        std::fs::read_link(p)
+            .unwrap()
+            .as_os_str()
+            .as_bytes()
+            .to_vec()
+    });
     out.insert(
         rel,
         Node {
@@ -128,7 +137,10 @@ fn walk(root: &Path, p: &Path, out: &mut BTreeMap<String, Node>) {
         },
     );
     if kind == libc::S_IFDIR {
-        let mut names: Vec<_> = std::fs::read_dir(p).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut names: Vec<_> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         names.sort();
         for c in names {
             walk(root, &c, out);
@@ -199,17 +211,34 @@ pub fn rsync_itemize(src: &Path, dst: &Path) -> String {
         .arg(format!("{}/", dst.display()))
         .output()
         .expect("rsync");
-    assert!(o.status.success(), "rsync failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "rsync failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 pub fn set_mtime(p: &Path, sec: i64, nsec: i64) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     let ts = [
-        libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-        libc::timespec { tv_sec: sec, tv_nsec: nsec },
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
     ];
-    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    let r = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
     assert_eq!(r, 0, "utimensat {}", p.display());
 }
 
@@ -217,7 +246,13 @@ pub fn set_xattr(p: &Path, name: &str, value: &[u8]) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     let n = CString::new(name).unwrap();
     let r = unsafe {
-        libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr() as *const libc::c_void, value.len(), 0)
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr() as *const libc::c_void,
+            value.len(),
+            0,
+        )
     };
     assert_eq!(r, 0, "setxattr {} {name}", p.display());
 }
@@ -265,7 +300,11 @@ pub fn full_tree(root: &Path) {
     // Hard-link groups across directories.
     w("links/one", b"linked contents");
     std::fs::create_dir_all(root.join("nested/deeper/other")).unwrap();
-    std::fs::hard_link(root.join("links/one"), root.join("nested/deeper/other/one-link")).unwrap();
+    std::fs::hard_link(
+        root.join("links/one"),
+        root.join("nested/deeper/other/one-link"),
+    )
+    .unwrap();
     std::fs::hard_link(root.join("links/one"), root.join("a/third-link")).unwrap();
     w("links/two", b"second group");
     std::fs::hard_link(root.join("links/two"), root.join("links/two-b")).unwrap();
@@ -289,9 +328,15 @@ pub fn full_tree(root: &Path) {
     // Devices (root only).
     if is_root() {
         let dev = CString::new(root.join("null-dev").as_os_str().as_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o620, libc::makedev(1, 3)) }, 0);
+        assert_eq!(
+            unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o620, libc::makedev(1, 3)) },
+            0
+        );
         let blk = CString::new(root.join("blk-dev").as_os_str().as_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mknod(blk.as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(7, 200)) }, 0);
+        assert_eq!(
+            unsafe { libc::mknod(blk.as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(7, 200)) },
+            0
+        );
     }
     // Modes.
     chmod(&root.join("plain.txt"), 0o640);
@@ -303,14 +348,29 @@ pub fn full_tree(root: &Path) {
     set_xattr(&root.join("plain.txt"), "user.color", b"blue");
     set_xattr(&root.join("nested"), "user.dir-attr", b"\x00\x01binary");
     if have("setfacl") {
-        sh(&format!("setfacl -m u:nobody:rw- '{}'", root.join("links/two").display()));
-        sh(&format!("setfacl -m u:nobody:r-x -d -m g:nogroup:rwx '{}'", root.join("nested/deeper/deepest").display()));
+        sh(&format!(
+            "setfacl -m u:nobody:rw- '{}'",
+            root.join("links/two").display()
+        ));
+        sh(&format!(
+            "setfacl -m u:nobody:r-x -d -m g:nogroup:rwx '{}'",
+            root.join("nested/deeper/deepest").display()
+        ));
     }
     // Owners (root only).
     if is_root() {
-        sh(&format!("chown 65534:65534 '{}'", root.join("名前/ファイル").display()));
-        sh(&format!("chown -h 65534:0 '{}'", root.join("links/rel").display()));
-        sh(&format!("chown 1234:5678 '{}'", root.join("empty dir").display()));
+        sh(&format!(
+            "chown 65534:65534 '{}'",
+            root.join("名前/ファイル").display()
+        ));
+        sh(&format!(
+            "chown -h 65534:0 '{}'",
+            root.join("links/rel").display()
+        ));
+        sh(&format!(
+            "chown 1234:5678 '{}'",
+            root.join("empty dir").display()
+        ));
     }
     // Nanosecond mtimes, directories last.
     let mut all: Vec<PathBuf> = Vec::new();
@@ -326,7 +386,11 @@ pub fn full_tree(root: &Path) {
     }
     collect(root, &mut all);
     for (i, p) in all.iter().enumerate() {
-        set_mtime(p, 1_500_000_000 + i as i64 * 1000, (i as i64 * 123_456_789) % 1_000_000_000);
+        set_mtime(
+            p,
+            1_500_000_000 + i as i64 * 1000,
+            (i as i64 * 123_456_789) % 1_000_000_000,
+        );
     }
     set_mtime(root, 1_600_000_000, 987_654_321);
 }
