@@ -194,9 +194,29 @@ pub fn kind_of_mode(mode: u32) -> Kind {
     }
 }
 
+/// What identifies one state of a directory: inode, mtime and ctime. Any change of its
+/// entries moves mtime; ctime guards against a touch that sets mtime back.
+pub type Stamp = (u64, i64, i64, i64, i64);
+
+pub fn stamp(st: &Stat) -> Stamp {
+    (
+        st.st_ino,
+        st.st_mtime,
+        st.st_mtime_nsec,
+        st.st_ctime,
+        st.st_ctime_nsec,
+    )
+}
+
 /// List a directory of a branch: (name, kind) without `.` and `..`.
 pub fn list_dir(dir: RawFd, rel: &Path) -> io::Result<Vec<(OsString, Kind)>> {
+    list_dir_stamped(dir, rel).map(|(v, _)| v)
+}
+
+/// List a directory and return the stamp it had before it was read.
+pub fn list_dir_stamped(dir: RawFd, rel: &Path) -> io::Result<(Vec<(OsString, Kind)>, Stamp)> {
     let f = open_noatime(dir, rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let st = stamp(&fstat(f.as_raw_fd())?);
     let fd: OwnedFd = f.into();
     let raw = fd.as_raw_fd();
     // SAFETY: fdopendir takes ownership of the descriptor on success; we release ours first.
@@ -246,7 +266,7 @@ pub fn list_dir(dir: RawFd, rel: &Path) -> io::Result<Vec<(OsString, Kind)>> {
     }
     // SAFETY: dirp valid, closed once.
     unsafe { libc::closedir(dirp) };
-    Ok(out)
+    Ok((out, st))
 }
 
 /// Copy all bytes from `src` to `dst` (in-kernel where the file systems allow it).

@@ -130,6 +130,9 @@ fn direct_branch_changes_show_up_promptly() {
     fs::create_dir_all(b.join("up")).unwrap();
     fs::create_dir_all(b.join("lo/sub")).unwrap();
     fs::write(b.join("lo/sub/old"), "old\n").unwrap();
+    // Old enough that the union trusts the directory stamps and revalidates by stat alone:
+    // the change below must still be noticed.
+    std::thread::sleep(Duration::from_millis(300));
     let m = UnionMount::new(
         &b.join("mnt"),
         &[
@@ -138,6 +141,8 @@ fn direct_branch_changes_show_up_promptly() {
         ],
     );
     assert_eq!(names(&m.mnt.join("sub")), ["old"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(names(&m.mnt.join("sub")), ["old"], "revalidated view");
     let ino = fs::metadata(m.mnt.join("sub/old")).unwrap().ino();
     fs::write(b.join("lo/sub/new"), "new\n").unwrap();
     fs::write(b.join("lo/sub/old"), "changed\n").unwrap();

@@ -236,6 +236,10 @@ struct DirView {
     /// survive a re-read that found nothing new.
     serial: u64,
     parent_serial: u64,
+    /// The state of this directory in every branch examined (None: absent), so an expired
+    /// view can be revalidated with one stat per branch instead of being read again. Empty
+    /// when a stamp was too fresh to trust (see `racy`).
+    stamps: Vec<(u32, Option<sys::Stamp>)>,
 }
 
 /// Where a union name lives now.
@@ -328,6 +332,9 @@ impl Union {
                 }
             }
             let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
+            if self.revalidate(ino, 0, Path::new(".")) {
+                return Ok(());
+            }
             (all, 0, PathBuf::from("."))
         } else {
             let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
@@ -344,24 +351,40 @@ impl Union {
                 }
             }
             let cands = e.positions.clone();
-            (cands, ps, self.path(ino)?)
+            let rel = self.path(ino)?;
+            if self.revalidate(ino, ps, &rel) {
+                return Ok(());
+            }
+            (cands, ps, rel)
         };
         let mut m = Merger::new();
+        let mut stamps = Vec::with_capacity(candidates.len());
         for (i, &b) in candidates.iter().enumerate() {
-            match sys::list_dir(self.fd(b), &rel) {
-                Ok(list) => {
+            match sys::list_dir_stamped(self.fd(b), &rel) {
+                Ok((list, st)) => {
+                    stamps.push((b, Some(st)));
                     if !m.add(b, list) {
                         break;
                     }
                 }
                 Err(e) => match sys::errno(&e) {
                     // Gone from this branch since the parent was read: skip it.
-                    libc::ENOENT => continue,
+                    libc::ENOENT => {
+                        stamps.push((b, None));
+                        continue;
+                    }
                     // A non-directory below a directory hides everything under it.
-                    libc::ENOTDIR if i > 0 => break,
+                    libc::ENOTDIR if i > 0 => {
+                        let st = sys::fstatat(self.fd(b), &rel).ok().map(|s| sys::stamp(&s));
+                        stamps.push((b, st));
+                        break;
+                    }
                     err => return Err(err),
                 },
             }
+        }
+        if stamps.iter().any(|(_, st)| st.is_some_and(racy)) {
+            stamps.clear();
         }
         let (entries, layers) = m.finish();
         if layers.is_empty() {
@@ -381,9 +404,33 @@ impl Union {
                 generation,
                 serial,
                 parent_serial,
+                stamps,
             },
         );
         Ok(())
+    }
+
+    /// An expired view whose directory is unchanged in every branch it examined (same inode,
+    /// mtime and ctime) is still right: renew it without reading the directories again.
+    fn revalidate(&mut self, ino: u64, parent_serial: u64, rel: &Path) -> bool {
+        let generation = self.table.generation;
+        let Some(v) = self.views.get(&ino) else {
+            return false;
+        };
+        if v.generation != generation || v.parent_serial != parent_serial || v.stamps.is_empty()
+        {
+            return false;
+        }
+        for (b, st) in &v.stamps {
+            let now = sys::fstatat(self.fd(*b), rel).ok().map(|s| sys::stamp(&s));
+            if now != *st {
+                return false;
+            }
+        }
+        if let Some(v) = self.views.get_mut(&ino) {
+            v.built = Instant::now();
+        }
+        true
     }
 
     /// Drop a cached view (after an error that suggests the branches changed underneath).
@@ -481,6 +528,16 @@ impl Union {
             std::process::id(),
             self.tmp_counter,
         ))
+    }
+}
+
+/// A directory changed so recently that another change could land in the same timestamp
+/// tick without moving mtime; such a stamp cannot prove the directory unchanged later.
+fn racy(st: sys::Stamp) -> bool {
+    let changed = time(st.3, st.4).max(time(st.1, st.2));
+    match SystemTime::now().duration_since(changed) {
+        Ok(age) => age < Duration::from_millis(100),
+        Err(_) => true,
     }
 }
 
