@@ -289,3 +289,36 @@ fn mmap_write_copies_up() {
         .iter()
         .all(|&c| c == b'a'));
 }
+
+#[test]
+fn write_by_another_user_drops_setuid() {
+    if !fuse_ok("write_by_another_user_drops_setuid") || !have("setpriv") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    // The traversal to the file must be allowed for the other user.
+    sh(&format!("chmod 755 {}", b.display()));
+    let f = m.mnt.join("suid");
+    fs::write(&f, "x").unwrap();
+    sh(&format!("chmod 4777 {}", f.display()));
+    sh(&format!(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo more >> {}'",
+        f.display()
+    ));
+    let mode = fs::metadata(&f).unwrap().mode() & 0o7777;
+    assert_eq!(
+        mode, 0o777,
+        "set-user-ID must be dropped by another user's write"
+    );
+    assert_eq!(fs::read_to_string(&f).unwrap(), "xmore\n");
+}

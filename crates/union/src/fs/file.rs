@@ -112,9 +112,24 @@ impl Union {
         Ok(got)
     }
 
-    pub(super) fn do_write(&mut self, fh: u64, offset: i64, data: &[u8]) -> R<u32> {
+    pub(super) fn do_write(&mut self, fh: u64, offset: i64, data: &[u8], kill: bool) -> R<u32> {
         self.follow_snapshot(fh)?;
         let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
+        if kill {
+            let fd = h.file.as_raw_fd();
+            let mode = sys::fstat(fd).e()?.st_mode;
+            // Set-group-ID without group execute is mandatory locking, not a privilege.
+            let mut drop = libc::S_ISUID;
+            if mode & libc::S_IXGRP != 0 {
+                drop |= libc::S_ISGID;
+            }
+            if mode & drop != 0 {
+                // SAFETY: valid descriptor.
+                if unsafe { libc::fchmod(fd, mode & 0o7777 & !drop) } != 0 {
+                    return Err(sys::errno(&std::io::Error::last_os_error()));
+                }
+            }
+        }
         let n = if h.flags & libc::O_APPEND != 0 {
             // The branch file is O_APPEND too: the kernel appends whatever offset we pass.
             h.file.write_at(data, 0)

@@ -417,8 +417,7 @@ impl Union {
         let Some(v) = self.views.get(&ino) else {
             return false;
         };
-        if v.generation != generation || v.parent_serial != parent_serial || v.stamps.is_empty()
-        {
+        if v.generation != generation || v.parent_serial != parent_serial || v.stamps.is_empty() {
             return false;
         }
         for (b, st) in &v.stamps {
