@@ -451,8 +451,16 @@ impl Planner<'_> {
             });
         }
         let mut scratch = ScratchAllocator::new(self.opts.scratch);
-        let mut cmds = keeps;
-        let mut covered: Vec<(u64, u64)> = cmds.iter().filter_map(|c| c.target()).collect();
+        // Sized once from an upper bound, so the buffers never double: a node
+        // yields at most one piece per exclusion plus one, and every gap
+        // between covered ranges one ADD.
+        let excl_total: usize = self.excl.values().map(Vec::len).sum();
+        let pieces = order.len() + 2 * excl_total;
+        let live_stashes = captures.len();
+        let mut cmds = Vec::with_capacity(2 * (keeps.len() + pieces) + live_stashes + 1);
+        let mut covered: Vec<(u64, u64)> = Vec::with_capacity(keeps.len() + pieces);
+        covered.extend(keeps.iter().filter_map(|c| c.target()));
+        cmds.extend(keeps);
         let mut next_capture = 0;
         for (i, &u) in order.iter().enumerate() {
             while next_capture < captures.len() && captures[next_capture].0 as usize == i {

@@ -145,7 +145,7 @@ fn old_file() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 120, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
     fn edited_files_round_trip(old in old_file(), edits in prop::collection::vec(edit(), 0..6), block in prop_oneof![Just(16u32), Just(32), Just(61), Just(128)]) {
