@@ -92,7 +92,12 @@ sync
 echo "  tree: $(find "$MNT/t2" | wc -l) entries"
 time_runs "accord mirror (nothing to do)" ':' '"$ACCORD" mirror -q "$MNT/t2" "$MNT/a2"'
 time_runs "rsync -a (nothing to do)" ':' 'rsync -a "$MNT/t2/" "$MNT/r2/"'
+# Same fidelity on both sides: accord reads xattrs and ACLs by default, rsync -a does not.
+time_runs "accord --no-xattrs --no-acls" ':' '"$ACCORD" mirror -q --no-xattrs --no-acls "$MNT/t2" "$MNT/a2"'
+time_runs "rsync -aHAXS (nothing to do)" ':' 'rsync -aHAXS "$MNT/t2/" "$MNT/r2/"'
 echo "  ratio accord/rsync -a           $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -a (nothing to do)]}")   (target <= 0.5)"
+echo "  ratio accord/rsync -aHAXS       $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -aHAXS (nothing to do)]}")"
+echo "  ratio accord --no-xattrs --no-acls/rsync -a  $(ratio "${MED[accord --no-xattrs --no-acls]}" "${MED[rsync -a (nothing to do)]}")"
 rm -rf "$MNT/t2" "$MNT/a2" "$MNT/r2"; sync
 
 echo

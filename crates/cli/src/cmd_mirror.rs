@@ -294,6 +294,9 @@ fn output(args: &MirrorArgs, r: &Report) -> i32 {
             let _ = writeln!(out, "{c:<9} {}", p.display());
         }
     }
+    for n in &r.notices {
+        eprintln!("accord mirror: {n}");
+    }
     for e in &r.errors {
         eprintln!("accord mirror: {}: {}", e.path.display(), e.message);
     }

@@ -284,3 +284,96 @@ fn unreadable_file_is_reported_and_run_goes_on() {
         b"changed contents"
     );
 }
+
+#[test]
+fn disk_full_is_fatal_and_leaves_no_temp() {
+    if !is_root() {
+        eprintln!("SKIPPED: mounting a small tmpfs needs root");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&dst).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "accord-test", s(&dst)])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !mounted {
+        eprintln!("SKIPPED: cannot mount tmpfs here");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(dst.clone());
+    std::fs::write(src.join("small"), b"old").unwrap();
+    assert_eq!(mirror(&state, &[s(&src), s(&dst)]).status.code(), Some(0));
+    std::fs::write(src.join("small"), b"new contents").unwrap();
+    std::fs::write(src.join("huge"), vec![7u8; 3 << 20]).unwrap();
+    let o = mirror(&state, &[s(&src), s(&dst), "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("disk full"));
+    let left: Vec<_> = std::fs::read_dir(&dst)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".accord-tmp-"))
+        .collect();
+    assert!(left.is_empty(), "temp files left: {left:?}");
+    assert!(!dst.join("huge").exists());
+    let small = std::fs::read(dst.join("small")).unwrap();
+    assert!(small == b"old" || small == b"new contents");
+}
+
+#[test]
+fn unfinished_inplace_update_is_moved_aside_then_recopied() {
+    let (_t, src, dst, state) = setup();
+    assert_eq!(mirror(&state, &[s(&src), s(&dst)]).status.code(), Some(0));
+    // What a run killed in the middle of `--inplace` leaves: a marker naming
+    // the file, and the file holding neither version.
+    std::fs::write(dst.join("d/f1"), b"half-written garbage").unwrap();
+    std::fs::write(dst.join("d/.accord-inplace-0123"), b"f1").unwrap();
+    let o = mirror(&state, &[s(&src), s(&dst)]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("was being updated in place"));
+    assert_eq!(std::fs::read(dst.join("d/f1")).unwrap(), b"file 1");
+    let names: Vec<String> = std::fs::read_dir(dst.join("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with(".accord-inplace-")),
+        "{names:?}"
+    );
+    let rec = names
+        .iter()
+        .find(|n| n.starts_with(".accord-recovery-f1"))
+        .expect("recovery file");
+    assert_eq!(
+        std::fs::read(dst.join("d").join(rec)).unwrap(),
+        b"half-written garbage"
+    );
+    // Recovery files are kept, never deleted or mirrored over.
+    let o = mirror(&state, &[s(&src), s(&dst), "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(json_field(&o.stdout, "files_deleted"), 0);
+    assert!(dst.join("d").join(rec).exists());
+}

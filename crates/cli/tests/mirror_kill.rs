@@ -15,11 +15,20 @@ fn contents(root: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-fn is_temp(rel: &str) -> bool {
-    rel.rsplit('/')
-        .next()
-        .unwrap_or("")
-        .starts_with(".accord-tmp-")
+fn is_reserved(rel: &str) -> bool {
+    let name = rel.rsplit('/').next().unwrap_or("");
+    name.starts_with(".accord-tmp-")
+        || name.starts_with(".accord-inplace-")
+        || name.starts_with(".accord-recovery-")
+}
+
+/// The tree without the mirror's own hidden files (temps, in-place markers,
+/// and recovery files, which are kept for a person to look at).
+fn visible(root: &Path) -> BTreeMap<String, Node> {
+    snapshot(root)
+        .into_iter()
+        .filter(|(k, _)| !is_reserved(k))
+        .collect()
 }
 
 #[test]
@@ -55,6 +64,7 @@ fn fifty_kill_trials() {
     );
 
     let mut killed_mid_run = 0;
+    let mut recovered = 0;
     for trial in 0..50u64 {
         // Change some files (new contents, new sizes), add one, remove one.
         for _ in 0..6 {
@@ -100,20 +110,31 @@ fn fifty_kill_trials() {
         }
         let _ = start;
 
-        // No file under its own name holds anything but its old or new contents.
-        // (In-place mode cannot promise this against SIGKILL; see below.)
+        // No file under its own name holds anything but its old or new
+        // contents. In-place mode rewrites the file itself, so there a file
+        // may be neither, but only with an in-place marker naming it beside
+        // it (the next run moves it to a recovery name first).
         let inplace = trial % 5 == 1;
-        for (k, c) in contents(&dst) {
-            if is_temp(&k) {
+        let all = contents(&dst);
+        for (k, c) in &all {
+            if is_reserved(k) {
                 continue;
             }
-            let ok = old.get(&k) == Some(&c) || new.get(&k) == Some(&c);
-            if !inplace {
-                assert!(
-                    ok,
-                    "trial {trial}: {k} is neither its old nor its new version"
-                );
+            let ok = old.get(k) == Some(c) || new.get(k) == Some(c);
+            if !ok && inplace {
+                let (dir, name) = k.rsplit_once('/').unwrap_or(("", k));
+                let marked = all.iter().any(|(m, mc)| {
+                    let (mdir, mname) = m.rsplit_once('/').unwrap_or(("", m));
+                    mdir == dir && mname.starts_with(".accord-inplace-") && mc == name.as_bytes()
+                });
+                assert!(marked, "trial {trial}: {k} is half-written and unmarked");
+                recovered += 1;
+                continue;
             }
+            assert!(
+                ok,
+                "trial {trial}: {k} is neither its old nor its new version"
+            );
         }
 
         // The next run converges and leaves no temp files.
@@ -124,14 +145,24 @@ fn fifty_kill_trials() {
             "trial {trial}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        let d = differences(&snapshot(&src), &snapshot(&dst));
+        let d = differences(&snapshot(&src), &visible(&dst));
         assert!(
             d.is_empty(),
             "trial {trial}: not converged:\n{}",
             d.join("\n")
         );
+        assert!(
+            !snapshot(&dst).keys().any(|k| {
+                let n = k.rsplit('/').next().unwrap_or("");
+                n.starts_with(".accord-tmp-") || n.starts_with(".accord-inplace-")
+            }),
+            "trial {trial}: temp files or markers left after a complete run"
+        );
     }
-    eprintln!("{killed_mid_run} of 50 runs were killed before they finished");
+    eprintln!(
+        "{killed_mid_run} of 50 runs were killed before they finished; \
+         {recovered} half-updated in-place files were marked and recovered"
+    );
     assert!(
         killed_mid_run >= 25,
         "too few runs were interrupted ({killed_mid_run})"

@@ -98,6 +98,8 @@ pub struct Report {
     /// The run stopped (disk full, root unusable, ...).
     pub fatal: Option<String>,
     pub errors: Vec<PathFailure>,
+    /// Things a person should know that are not failures (recoveries).
+    pub notices: Vec<String>,
     /// Changes made, in order: (change, path), for `--itemize`.
     pub changes: Vec<(&'static str, RelPath)>,
     pub files_total: u64,
@@ -334,6 +336,21 @@ fn mirror_inner(
         return report;
     }
     report.errors.append(&mut d_scan.errors);
+    // In-place updates that a previous run did not finish: the file holds
+    // neither version; move it aside (and let this run copy it again).
+    if !d_scan.inplace_markers.is_empty() && !cfg.dry_run {
+        if let Some(d) = &dst {
+            recover_inplace(d.root(), &d_scan.inplace_markers, &mut report.notices);
+            d_scan = d.scan(
+                &dst_rules,
+                &ScanOptions {
+                    xattrs: cfg.xattrs,
+                    read_ignore_files: false,
+                },
+            );
+            report.errors.append(&mut d_scan.errors);
+        }
+    }
     // The source's .accordignore files also decide what is excluded in the
     // destination (excluded entries there are never deleted).
     if src_rules.has_rules() {
@@ -437,6 +454,45 @@ fn mirror_inner(
         }
     }
     report
+}
+
+fn recover_inplace(dst: &Root, markers: &[RelPath], notices: &mut Vec<String>) {
+    for m in markers {
+        let parent = parent_of(m);
+        let Ok(dir) = dst.open_dir(&parent) else {
+            continue;
+        };
+        let Ok(target) = dir.read_small(m.file_name()) else {
+            continue;
+        };
+        if accord_model::validate_name(&target).is_err() {
+            let _ = dir.unlink(m.file_name());
+            continue;
+        }
+        let shown = parent
+            .join(&target)
+            .map(|p| p.display())
+            .unwrap_or_default();
+        match dir.stat(&target) {
+            Ok(st) if st.kind == Kind::File => {
+                let rec = accord_fsys::recovery_name(&target);
+                match dir.rename_noreplace(&target, &rec) {
+                    Ok(()) => {
+                        notices.push(format!(
+                            "{shown} was being updated in place when an earlier run stopped; \
+                             it was moved to {} and is copied again",
+                            accord_model::escape_for_display(&rec)
+                        ));
+                        let _ = dir.unlink(m.file_name());
+                    }
+                    Err(e) => notices.push(format!("{shown}: could not move aside: {e}")),
+                }
+            }
+            _ => {
+                let _ = dir.unlink(m.file_name());
+            }
+        }
+    }
 }
 
 fn checksum_pairs(src: &LocalReplica, dst: &LocalReplica, s: &mut [Entry], d: &mut [Entry]) {

@@ -210,6 +210,9 @@ pub(crate) fn update_in_place(
     }
     let new_map = map(sf, s.size)?;
     let newb: &[u8] = new_map.as_deref().unwrap_or(&[]);
+    // If this process dies mid-update, the marker makes the next run move
+    // the file aside before anything else.
+    let marker = ddir.create_inplace_marker(name, x.cfg.fsync)?;
     let r = match rebuild(x, &mut target, d.size, newb, true) {
         Ok(Some(xf)) => Ok(xf),
         Ok(None) => unreachable!("forced rebuild always writes"),
@@ -227,15 +230,17 @@ pub(crate) fn update_in_place(
         Ok(xf)
     });
     match r {
-        Ok(xf) => Ok(xf),
+        Ok(xf) => {
+            let _ = ddir.unlink(&marker);
+            Ok(xf)
+        }
         Err(e) => {
             // Whatever happened, the file may be neither version now.
-            let mut rec = accord_fsys::RECOVERY_PREFIX.to_vec();
-            rec.extend_from_slice(name);
-            rec.push(b'.');
-            rec.extend_from_slice(accord_fsys::random_suffix().as_bytes());
-            rec.truncate(250);
+            let rec = accord_fsys::recovery_name(name);
             let moved = ddir.rename_noreplace(name, &rec);
+            if moved.is_ok() {
+                let _ = ddir.unlink(&marker);
+            }
             Err(io::Error::new(
                 e.kind(),
                 match moved {

@@ -35,9 +35,25 @@ pub const TEMP_PREFIX: &[u8] = b".accord-tmp-";
 /// Prefix of recovery files (a file that failed mid in-place update).
 pub const RECOVERY_PREFIX: &[u8] = b".accord-recovery-";
 
+/// Prefix of the marker written before a file is changed in place; it holds
+/// the file's name. A marker found later means a run died mid-update: the
+/// file is moved to a recovery name before anything else.
+pub const INPLACE_PREFIX: &[u8] = b".accord-inplace-";
+
 /// True for names this crate reserves for itself.
 pub fn is_reserved_name(name: &[u8]) -> bool {
-    name.starts_with(TEMP_PREFIX) || name.starts_with(RECOVERY_PREFIX)
+    name.starts_with(TEMP_PREFIX)
+        || name.starts_with(RECOVERY_PREFIX)
+        || name.starts_with(INPLACE_PREFIX)
+}
+
+/// A hidden recovery name for `name` (bounded length).
+pub fn recovery_name(name: &[u8]) -> Vec<u8> {
+    let mut rec = RECOVERY_PREFIX.to_vec();
+    rec.extend_from_slice(&name[..name.len().min(200)]);
+    rec.push(b'.');
+    rec.extend_from_slice(unique_suffix().as_bytes());
+    rec
 }
 
 fn cstr(name: &[u8]) -> io::Result<CString> {
@@ -450,6 +466,44 @@ impl Dir {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Write the in-place marker for `target` (durable when `sync`).
+    pub fn create_inplace_marker(&self, target: &[u8], sync: bool) -> io::Result<Vec<u8>> {
+        use std::io::Write;
+        let mut name = INPLACE_PREFIX.to_vec();
+        name.extend_from_slice(unique_suffix().as_bytes());
+        let c = cstr(&name)?;
+        let fd = cvt_retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        })?;
+        let mut f = unsafe { File::from_raw_fd(fd) };
+        let r = f.write_all(target).and_then(|_| {
+            if sync {
+                fsync(&f)?;
+                self.sync()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = r {
+            let _ = self.unlink(&name);
+            return Err(e);
+        }
+        Ok(name)
+    }
+
+    /// Read a small regular file (markers), never through a symlink.
+    pub fn read_small(&self, name: &[u8]) -> io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        self.open_read(name)?.take(4096).read_to_end(&mut buf)?;
+        Ok(buf)
     }
 
     /// Create a symlink with a temp name.

@@ -2,7 +2,7 @@
 
 use crate::rules::{IgnoreRules, IGNORE_FILE};
 use crate::xattr::{self, XattrFilter};
-use crate::{is_reserved_name, Dir, Root, Stat, TEMP_PREFIX};
+use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, TEMP_PREFIX};
 use accord_model::{Entry, Kind, PathFailure, Props, RelPath};
 use rayon::prelude::*;
 use std::io::Read;
@@ -27,6 +27,8 @@ pub struct Scan {
     pub incomplete: bool,
     /// Temp files left by an interrupted run.
     pub stale_temps: Vec<RelPath>,
+    /// Markers of in-place updates that did not finish.
+    pub inplace_markers: Vec<RelPath>,
 }
 
 struct Ctx<'a> {
@@ -35,6 +37,7 @@ struct Ctx<'a> {
     errors: Mutex<Vec<PathFailure>>,
     incomplete: std::sync::atomic::AtomicBool,
     stale: Mutex<Vec<RelPath>>,
+    markers: Mutex<Vec<RelPath>>,
 }
 
 impl Ctx<'_> {
@@ -80,6 +83,7 @@ pub fn scan(root: &Root, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
         errors: Mutex::new(Vec::new()),
         incomplete: std::sync::atomic::AtomicBool::new(false),
         stale: Mutex::new(Vec::new()),
+        markers: Mutex::new(Vec::new()),
     };
     let rootp = RelPath::root();
     let mut entries = match root.dir().try_clone() {
@@ -101,6 +105,7 @@ pub fn scan(root: &Root, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
         errors,
         incomplete: ctx.incomplete.into_inner(),
         stale_temps,
+        inplace_markers: ctx.markers.into_inner().unwrap(),
     }
 }
 
@@ -150,6 +155,10 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
             if name.starts_with(TEMP_PREFIX) {
                 if let Ok(p) = rel.join(&name) {
                     ctx.stale.lock().unwrap().push(p);
+                }
+            } else if name.starts_with(INPLACE_PREFIX) {
+                if let Ok(p) = rel.join(&name) {
+                    ctx.markers.lock().unwrap().push(p);
                 }
             }
             continue;
