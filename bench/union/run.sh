@@ -75,15 +75,12 @@ umount_fs() {
 }
 
 declare -A R
-measure() { # key prep command...  -> median microseconds over RUNS, stored in R[key]
+declare -A S   # all samples per key, space separated
+sample() { # key prep command...  -> appends microseconds to S[key]
     local key=$1 prep=$2; shift 2
-    local ts=()
-    for _ in $(seq "$RUNS"); do
-        $prep
-        local a b; a=$(now); "$@" >/dev/null 2>&1; b=$(now)
-        ts+=("$(( (b - a) / 1000 ))")
-    done
-    R[$key]=$(printf '%s\n' "${ts[@]}" | median)
+    $prep
+    local a b; a=$(now); "$@" >/dev/null 2>&1; b=$(now)
+    S[$key]="${S[$key]:-} $(( (b - a) / 1000 ))"
 }
 
 stat_tree() { find "$1/stat" -printf '%s\n' | wc -l; }
@@ -106,26 +103,31 @@ build_run() {
     tar -C "$1/build" -xf "$1/proj.tar" && make -s -j2 -C "$1/build/proj" && rm -rf "$1/build"
 }
 
+# All file systems are mounted at once and every run visits them in turn (in a rotating
+# order), so a burst of load from elsewhere on the machine hits them alike.
 for fs in $ONLY; do
-    echo "== $fs"
-    M=$B/mnt-$fs; U=$B/upper-$fs; W=$B/work-$fs
-    rm -rf "$U" "$W"
-    mount_fs "$fs" "$U" "$W" "$M"
-    measure "$fs.stat" drop stat_tree "$M"
-    measure "$fs.read" warm_lower read_big "$M"
-    cs=(); ss=(); us=()
-    for _ in $(seq "$RUNS"); do
+    rm -rf "$B/upper-$fs" "$B/work-$fs"
+    mount_fs "$fs" "$B/upper-$fs" "$B/work-$fs" "$B/mnt-$fs"
+done
+order=($ONLY)
+for r in $(seq "$RUNS"); do
+    echo "== run $r of $RUNS"
+    rot=("${order[@]:$(( (r - 1) % ${#order[@]} ))}" "${order[@]:0:$(( (r - 1) % ${#order[@]} ))}")
+    for fs in "${rot[@]}"; do sample "$fs.stat" drop stat_tree "$B/mnt-$fs"; done
+    for fs in "${rot[@]}"; do sample "$fs.read" warm_lower read_big "$B/mnt-$fs"; done
+    for fs in "${rot[@]}"; do
+        M=$B/mnt-$fs
         mkdir -p "$M/rate"
-        sync; cs+=("$(rate create "$M")"); drop; ss+=("$(rate stat "$M")"); us+=("$(rate unlink "$M")")
+        sync; S[$fs.create]="${S[$fs.create]:-} $(rate create "$M")"
+        drop; S[$fs.statrate]="${S[$fs.statrate]:-} $(rate stat "$M")"
+        S[$fs.unlink]="${S[$fs.unlink]:-} $(rate unlink "$M")"
         rmdir "$M/rate"
     done
-    R[$fs.create]=$(printf '%s\n' "${cs[@]}" | median)
-    R[$fs.statrate]=$(printf '%s\n' "${ss[@]}" | median)
-    R[$fs.unlink]=$(printf '%s\n' "${us[@]}" | median)
-    measure "$fs.postmark" sync postmark_run "$M"
-    measure "$fs.build" sync build_run "$M"
-    umount_fs "$fs" "$M"
+    for fs in "${rot[@]}"; do sample "$fs.postmark" sync postmark_run "$B/mnt-$fs"; done
+    for fs in "${rot[@]}"; do sample "$fs.build" sync build_run "$B/mnt-$fs"; done
 done
+for fs in $ONLY; do umount_fs "$fs" "$B/mnt-$fs"; done
+for k in "${!S[@]}"; do R[$k]=$(printf '%s\n' ${S[$k]} | median); done
 
 fmt_row() { # label key unit kind(time|rate n)
     local label=$1 key=$2 kind=$3 n=${4:-1}

@@ -9,10 +9,18 @@
 //! and [`merge`] (one directory's merge over branches); the FUSE layer in `fs/` (one file per
 //! operation family); [`control`] is the live control channel; `sys` wraps the system calls.
 //!
+//! Caching: the kernel may trust names and attributes for one second (`TTL`), and a merged
+//! directory is revalidated after that by one stat per branch that holds it, so a change made
+//! directly in a branch shows within about a second; a live branch change invalidates the
+//! kernel's caches at once.
+//!
 //! Not supported (by design or yet): FUSE passthrough (fuser 0.15 speaks FUSE ABI 7.31, and
-//! passthrough needs 7.40), renaming a directory that has parts in lower branches (EXDEV, like
-//! overlayfs without redirect_dir), hard links that span branches (the source is copied up
-//! first), and one inode number shared by hard-linked names (each union name has its own).
+//! passthrough needs 7.40), so large reads go through the daemon; renaming a directory that has
+//! parts in lower branches (EXDEV, like overlayfs without redirect_dir: `mv` then copies);
+//! hard links across branches (the source is copied up first, which breaks its links to other
+//! lower names, as overlayfs does without `index`); lower-branch hard links show one union inode
+//! per name (names linked through the union share one). Requests are served by one thread
+//! (fuser's session loop).
 
 pub mod branch;
 pub mod control;
@@ -51,7 +59,11 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
     };
     let notifier = session.notifier();
     let shared2 = shared.clone();
+    let mp = cfg.mountpoint.clone();
     std::thread::spawn(move || {
+        // Runs once the session answers (the stat waits for it, which is why it is not done
+        // before `run`).
+        raise_readahead(&mp);
         control::serve(listener, shared2.clone(), || {
             // Make the kernel forget every name it may have cached from the old table, so the
             // change shows at once instead of after the entry timeout.
@@ -70,6 +82,17 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
     });
     ready(Ok(()));
     session.run()
+}
+
+/// FUSE mounts start with the kernel's 128 KiB readahead, which caps every read request at
+/// 128 KiB; 1 MiB requests halve the per-byte overhead of large sequential reads. Best effort:
+/// needs root, and only affects files opened afterwards.
+fn raise_readahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::metadata(mountpoint) {
+        let (maj, min) = (libc::major(m.dev()), libc::minor(m.dev()));
+        let _ = std::fs::write(format!("/sys/class/bdi/{maj}:{min}/read_ahead_kb"), "1024");
+    }
 }
 
 type Setup = (
