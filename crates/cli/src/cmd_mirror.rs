@@ -48,7 +48,7 @@ pub struct MirrorArgs {
     checksum: bool,
 
     /// Keep entries of DST that are not in SRC.
-    #[arg(long, conflicts_with = "force")]
+    #[arg(long)]
     keep_extra: bool,
     /// Delete extra entries in DST (the default).
     #[arg(long, overrides_with = "keep_extra")]

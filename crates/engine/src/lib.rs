@@ -375,7 +375,10 @@ fn mirror_inner(
     }
 
     // The deletion guard's memory of the source root.
-    let state = cfg.state_dir.as_ref().map(|dir| state_file(dir, dst_path));
+    let state = cfg
+        .state_dir
+        .as_ref()
+        .map(|dir| state_file(dir, &accord_fsys::canonical(dst_path)));
     let ident = src.identity();
     let mut opts = cfg.plan.clone();
     opts.source_incomplete = s_scan.incomplete;

@@ -271,7 +271,9 @@ fn stage_write(x: &Exec, sdir: &Dir, ddir: &Dir, it: &Item) -> io::Result<Option
         .as_ref()
         .filter(|d| d.kind == Kind::File && d.size > 0);
     if x.cfg.inplace {
-        if let Some(d) = old {
+        // Never rewrite in place an inode the destination shares with a
+        // path outside the source's hard-link group.
+        if let Some(d) = old.filter(|d| d.nlink <= 1 || d.nlink == s.nlink) {
             let xf = crate::transfer_delta::update_in_place(x, &sf, ddir, s, d)?;
             let c = &x.counters;
             c.transferred.fetch_add(1, Ordering::Relaxed);

@@ -813,6 +813,12 @@ pub fn set_len(f: &File, len: u64) -> io::Result<()> {
     f.set_len(len)
 }
 
+/// The canonical form of a host path (the path itself if it cannot be
+/// resolved, e.g. it does not exist yet).
+pub fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// Read a small host file (tool state such as the deletion guard's memory).
 pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;

@@ -81,7 +81,14 @@ pub(crate) fn have_xattrat() -> bool {
 }
 
 fn note_enosys(r: isize) -> isize {
-    if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+    // EPERM too: seccomp filters in containers answer unknown calls so.
+    // Falling back to the /proc path is always correct, only slower.
+    if r < 0
+        && matches!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOSYS) | Some(libc::EPERM)
+        )
+    {
         XATTRAT_MISSING.store(true, std::sync::atomic::Ordering::Relaxed);
         unsafe { *libc::__errno_location() = libc::ENOSYS };
     }
