@@ -304,9 +304,12 @@ impl<'a> Delta<'a> {
                     if written.intersects(src, src + len) {
                         return Err(clobbered("stash"));
                     }
+                    // Live stashes are disjoint: walk down from the end of the new
+                    // one only while they overlap it (never the whole map).
                     let dead: Vec<u64> = live
                         .range(..slot + len)
-                        .filter(|(&s, &l)| s + l > slot)
+                        .rev()
+                        .take_while(|(&s, &l)| s + l > slot)
                         .map(|(&s, _)| s)
                         .collect();
                     for s in dead {

@@ -5,7 +5,9 @@
 //! graph is never stored: successors of `u` are the writes overlapping its read
 //! range, found by binary search over the (disjoint, sorted) write ranges, so
 //! building and walking it costs O(n log n + edges). A depth-first search gives
-//! the order; a back edge closes a cycle, which one of three policies breaks:
+//! the order; a back edge closes a cycle, which one of three policies breaks
+//! at the cheapest edge (or smallest node) among the last 64 of the cycle, a
+//! bound that keeps each break's work and unwinding constant:
 //!
 //! * `Stash` (ours, the default): copy the bytes of the cheapest edge into
 //!   receiver scratch memory just before they are overwritten, so the cycle
@@ -113,8 +115,16 @@ struct Planner<'o> {
     cursor: Vec<u32>,
     stack_pos: Vec<u32>,
     stack: Vec<u32>,
+    /// Per stack position: the cost of the tree edge into that node (for the
+    /// Delete policy: the node's length), recorded when it was pushed.
+    stack_cost: Vec<u64>,
     revisit: Vec<u32>,
 }
+
+/// A cycle break looks for its cheapest edge (or node) among this many
+/// positions nearest the top of the stack, so a break costs bounded work and
+/// unwinds at most this many nodes, however long the cycle.
+const CYCLE_LOOKBACK: usize = 64;
 
 /// Plans an in-place delta from the matcher's copies (sorted by target).
 /// Returns commands without ADDs' data (ADDs take the new file's bytes at their
@@ -161,6 +171,7 @@ pub fn plan(
         cursor: Vec::new(),
         stack_pos: Vec::new(),
         stack: Vec::new(),
+        stack_cost: Vec::new(),
         revisit: Vec::new(),
     };
     let window = opts.window_nodes.max(2);
@@ -193,8 +204,8 @@ impl Planner<'_> {
         self.excl.get(&(u as u32)).map_or(&[], |v| v.as_slice())
     }
 
-    fn uncovered(&self, u: usize, a: u64, b: u64) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
+    /// Calls `f` for each part of `[a, b)` that `u` still reads from the file.
+    fn for_each_uncovered(&self, u: usize, a: u64, b: u64, mut f: impl FnMut(u64, u64)) {
         let mut at = a;
         for e in self.excl_of(u) {
             if e.b <= at {
@@ -204,21 +215,28 @@ impl Planner<'_> {
                 break;
             }
             if e.a > at {
-                out.push((at, e.a));
+                f(at, e.a);
             }
             at = at.max(e.b);
             if at >= b {
-                break;
+                return;
             }
         }
         if at < b {
-            out.push((at, b));
+            f(at, b);
         }
+    }
+
+    fn uncovered(&self, u: usize, a: u64, b: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        self.for_each_uncovered(u, a, b, |x, y| out.push((x, y)));
         out
     }
 
     fn uncovered_len(&self, u: usize, a: u64, b: u64) -> u64 {
-        self.uncovered(u, a, b).iter().map(|(x, y)| y - x).sum()
+        let mut total = 0;
+        self.for_each_uncovered(u, a, b, |x, y| total += y - x);
+        total
     }
 
     fn exclude(&mut self, u: usize, a: u64, b: u64, kind: ExclKind) {
@@ -302,7 +320,7 @@ impl Planner<'_> {
         if self.color[root - w0] != WHITE || self.deleted[root] {
             return;
         }
-        self.push(root);
+        self.push(root, u64::MAX);
         while let Some(&top) = self.stack.last() {
             let u = top as usize;
             match self.next_succ(u) {
@@ -312,7 +330,13 @@ impl Planner<'_> {
                     finished.push(u as u32);
                 }
                 Some(v) => match self.color[v - w0] {
-                    WHITE => self.push(v),
+                    WHITE => {
+                        let cost = match self.opts.policy {
+                            CyclePolicy::Delete => self.nodes[v].len,
+                            _ => self.edge_overlap(u, v).2,
+                        };
+                        self.push(v, cost);
+                    }
                     GRAY => self.break_cycle(self.stack_pos[v - w0] as usize),
                     _ => {}
                 },
@@ -320,16 +344,19 @@ impl Planner<'_> {
         }
     }
 
-    fn push(&mut self, v: usize) {
+    fn push(&mut self, v: usize, cost: u64) {
         let li = v - self.w0;
         self.color[li] = GRAY;
         self.cursor[li] = NOT_STARTED;
         self.stack_pos[li] = self.stack.len() as u32;
         self.stack.push(v as u32);
+        self.stack_cost.truncate(self.stack.len() - 1);
+        self.stack_cost.push(cost);
     }
 
     /// Pops the stack down to `keep` entries; popped nodes are explored again later.
     fn unwind(&mut self, keep: usize) {
+        self.stack_cost.truncate(keep);
         while self.stack.len() > keep {
             let u = self.stack.pop().unwrap() as usize;
             let li = u - self.w0;
@@ -342,45 +369,35 @@ impl Planner<'_> {
     }
 
     /// The stack from `from` to the top, plus the edge from the top back to
-    /// `stack[from]`, is a cycle: break it by the policy.
+    /// `stack[from]`, is a cycle: break it by the policy, at the cheapest edge
+    /// (or, for Delete, the smallest node) among the last `CYCLE_LOOKBACK`.
     fn break_cycle(&mut self, from: usize) {
         self.stats.cycles_broken += 1;
-        let cycle: Vec<usize> = self.stack[from..].iter().map(|&x| x as usize).collect();
-        let k = cycle.len();
+        let top = self.stack.len() - 1;
+        let lookback = top.saturating_sub(CYCLE_LOOKBACK - 1).max(from);
+        // Later positions win ties: they unwind less.
+        let cheapest = |lo: usize| {
+            (lo..=top)
+                .map(|p| (self.stack_cost[p], p))
+                .min_by_key(|&(c, p)| (c, std::cmp::Reverse(p)))
+        };
         if self.opts.policy == CyclePolicy::Delete {
-            let m = (0..k)
-                .min_by_key(|&j| (self.nodes[cycle[j]].len, std::cmp::Reverse(j)))
-                .unwrap();
-            let victim = cycle[m];
-            let (a, b) = self.read_range(victim);
-            let already: u64 = self
-                .excl_of(victim)
-                .iter()
-                .filter(|e| e.kind == ExclKind::Add)
-                .map(|e| e.b - e.a)
-                .sum();
-            self.stats.converted_bytes += (b - a) - already;
-            self.excl.insert(
-                victim as u32,
-                vec![Excl {
-                    a,
-                    b,
-                    kind: ExclKind::Add,
-                }],
-            );
-            self.deleted[victim] = true;
-            self.color[victim - self.w0] = BLACK;
-            self.stats.cycles_deleted += 1;
-            self.unwind(from + m);
+            let (_, p) = cheapest(lookback).expect("a cycle has a node");
+            self.delete(self.stack[p] as usize);
+            self.unwind(p);
             return;
         }
-        // Edge j goes from cycle[j] to cycle[(j + 1) % k]; the last one is the
-        // back edge, preferred on ties because breaking it needs no unwinding.
-        let (j, (a, b, cost)) = (0..k)
-            .map(|j| (j, self.edge_overlap(cycle[j], cycle[(j + 1) % k])))
-            .min_by_key(|&(j, (_, _, cost))| (cost, std::cmp::Reverse(j)))
-            .unwrap();
-        let (u, v) = (cycle[j], cycle[(j + 1) % k]);
+        // The back edge, preferred on ties because breaking it unwinds nothing.
+        let (u, v) = (self.stack[top] as usize, self.stack[from] as usize);
+        let mut chosen = (u, v, top + 1);
+        let back = self.edge_overlap(u, v).2;
+        if let Some((cost, p)) = cheapest(lookback.max(from + 1)).filter(|_| from < top) {
+            if cost < back {
+                chosen = (self.stack[p - 1] as usize, self.stack[p] as usize, p);
+            }
+        }
+        let (u, v, pop_to) = chosen;
+        let (a, b, cost) = self.edge_overlap(u, v);
         if self.opts.policy == CyclePolicy::Stash && cost <= self.opts.scratch {
             for (x, y) in self.uncovered(u, a, b) {
                 let id = self.stashes.len() as u32;
@@ -399,9 +416,32 @@ impl Planner<'_> {
             self.convert(u, a, b);
             self.stats.cycles_trimmed += 1;
         }
-        if j + 1 < k {
-            self.unwind(from + j + 1);
+        if pop_to <= top {
+            self.unwind(pop_to);
         }
+    }
+
+    /// The paper's node deletion: the whole copy becomes literal data.
+    fn delete(&mut self, victim: usize) {
+        let (a, b) = self.read_range(victim);
+        let already: u64 = self
+            .excl_of(victim)
+            .iter()
+            .filter(|e| e.kind == ExclKind::Add)
+            .map(|e| e.b - e.a)
+            .sum();
+        self.stats.converted_bytes += (b - a) - already;
+        self.excl.insert(
+            victim as u32,
+            vec![Excl {
+                a,
+                b,
+                kind: ExclKind::Add,
+            }],
+        );
+        self.deleted[victim] = true;
+        self.color[victim - self.w0] = BLACK;
+        self.stats.cycles_deleted += 1;
     }
 
     /// Earlier windows have run completely: what they wrote is gone.
@@ -588,6 +628,7 @@ impl Planner<'_> {
             + self.cursor.capacity() * 4
             + self.stack_pos.capacity() * 4
             + self.stack.capacity() * 4
+            + self.stack_cost.capacity() * 8
             + order_cap * 4 * 2
             + cmds_cap * size_of::<Command>()) as u64
     }

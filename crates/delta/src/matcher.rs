@@ -29,6 +29,13 @@ struct Group {
     len: u32,
 }
 
+/// Most blocks a signature may have (the table and filter index with 32 bits).
+const MAX_BLOCKS: usize = 1 << 29;
+/// After this many windows whose weak sum matched a value but whose strong sum
+/// did not, the scan stops believing that weak value: honest signatures almost
+/// never collide even once, so only a crafted signature (or a freak input)
+/// gets here, and it then costs bounded work instead of a strong sum per byte.
+const FALSE_ALARM_LIMIT: u32 = 64;
 /// Below this size one thread scans the whole input.
 const PARALLEL_MIN: usize = 4 << 20;
 
@@ -49,7 +56,8 @@ pub struct Index<'s> {
 impl<'s> Index<'s> {
     pub fn new(sig: &'s Signature) -> Result<Index<'s>, DeltaError> {
         let count = sig.block_count();
-        if count > u32::MAX as usize - 1 {
+        // Bounded so the table (2 slots per block) and filter indices fit 32 bits.
+        if count > MAX_BLOCKS {
             return Err(DeltaError::Usage(format!(
                 "{count} blocks are too many; use a larger block length"
             )));
@@ -95,7 +103,7 @@ impl<'s> Index<'s> {
             }
             table[slot] = gi as u32 + 1;
         }
-        let filter_bits = (groups.len() * 16).next_power_of_two().max(4096);
+        let filter_bits = (groups.len() * 16).next_power_of_two().clamp(4096, 1 << 31);
         let filter_shift = 32 - filter_bits.trailing_zeros();
         let mut filter = vec![0u64; filter_bits / 64];
         for g in &groups {
@@ -141,14 +149,14 @@ impl<'s> Index<'s> {
         dst: u64,
         prev_src_end: u64,
     ) -> Option<u32> {
-        let mut g = first_group;
-        while g < self.groups.len() && self.groups[g].weak == weak {
-            if self.sig.strong_of(self.groups[g].first as usize) == strong {
-                return Some(self.choose(&self.groups[g], dst, prev_src_end));
-            }
-            g += 1;
-        }
-        None
+        // Groups of one weak sum are sorted by strong sum: binary search, so a
+        // signature stuffed with blocks of one weak sum costs a log, not a walk.
+        let run = &self.groups[first_group..];
+        let run = &run[..run.partition_point(|g| g.weak == weak)];
+        let i = run
+            .binary_search_by(|g| self.sig.strong_of(g.first as usize).cmp(strong))
+            .ok()?;
+        Some(self.choose(&run[i], dst, prev_src_end))
     }
 
     /// After a match, the next window usually continues into the next block:
@@ -218,10 +226,12 @@ impl<'s> Index<'s> {
             let mut guard = RepeatGuard::default();
             // The strong sum of the window at `pos`, when already computed.
             let mut strong: Option<[u8; 32]> = None;
+            let mut alarms: std::collections::HashMap<usize, u32> = Default::default();
             let mut h = rolling::weak(&data[pos..pos + bl]);
             loop {
                 if let Some(g) = self.lookup(h) {
-                    if !guard.repeats_failure(data, pos, bl) {
+                    let believed = alarms.get(&g).is_none_or(|&n| n < FALSE_ALARM_LIMIT);
+                    if believed && !guard.repeats_failure(data, pos, bl) {
                         let s = strong
                             .take()
                             .unwrap_or_else(|| self.sig.strong_sum(&data[pos..pos + bl]));
@@ -243,6 +253,7 @@ impl<'s> Index<'s> {
                             continue;
                         }
                         guard.failed(pos);
+                        *alarms.entry(g).or_insert(0) += 1;
                     }
                 }
                 strong = None;
@@ -479,6 +490,31 @@ mod tests {
         // The real blocks at the end still match (their weak sums were replaced,
         // so only windows of 0x80 reach the strong check; none matches).
         assert!(copies.is_empty(), "{copies:?}");
+    }
+
+    /// Regression (review of the delta engine): a crafted signature whose
+    /// blocks share the weak sum of a period-2 window made every window of
+    /// "abab…" compute a strong sum and walk every block. The false-alarm
+    /// limit and the binary search over strong sums keep it linear.
+    #[test]
+    fn crafted_weak_collisions_cost_bounded_work() {
+        for (bl, blocks, new_len) in [(64usize, 4000usize, 256 << 10), (1 << 16, 1, 1 << 20)] {
+            let old: Vec<u8> = (0..(bl * blocks) as u32)
+                .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+                .collect();
+            let opts = SignatureOptions {
+                block_len: Some(bl as u32),
+                ..Default::default()
+            };
+            let mut sig = Signature::generate(&old, &opts).unwrap();
+            let abab: Vec<u8> = (0..new_len)
+                .map(|i| if i % 2 == 0 { b'a' } else { b'b' })
+                .collect();
+            let w = rolling::weak(&abab[..bl]);
+            sig.weak.iter_mut().for_each(|x| *x = w);
+            let index = Index::new(&sig).unwrap();
+            assert!(index.find_matches(&abab).is_empty());
+        }
     }
 
     #[test]

@@ -142,7 +142,8 @@ fn resolve_sources(delta: &Delta<'_>) -> Vec<(u64, u64, Source)> {
             Command::Stash { src, len, slot } => {
                 let dead: Vec<u64> = live
                     .range(..slot + len)
-                    .filter(|(&s, &(l, _))| s + l > slot)
+                    .rev()
+                    .take_while(|(&s, &(l, _))| s + l > slot)
                     .map(|(&s, _)| s)
                     .collect();
                 for s in dead {

@@ -125,3 +125,44 @@ proptest! {
         apply_all_ways(&[1, 2, 3], &with_magic);
     }
 }
+
+/// Regression (review of the delta engine): a delta of many one-byte stashes
+/// made parsing quadratic; 200,000 of them took minutes, and would stall the
+/// suite again if the bookkeeping regressed.
+#[test]
+fn many_small_stashes_parse_in_linear_time() {
+    use accord_delta::format::{encode, Command, Header};
+    let n = 200_000u64;
+    let new = vec![0u8; n as usize];
+    let mut cmds: Vec<Command> = (0..n)
+        .map(|i| Command::Stash {
+            src: i,
+            len: 1,
+            slot: i,
+        })
+        .collect();
+    cmds.push(Command::Keep { dst: 0, len: n });
+    let h = Header {
+        layout: Layout::InPlace,
+        old_len: n,
+        new_len: n,
+        result_hash: *blake3::hash(&new).as_bytes(),
+        scratch_len: n,
+    };
+    let mut bytes = Vec::new();
+    encode(&h, &cmds, &new, &mut bytes).unwrap();
+    let d = Delta::parse(&bytes).unwrap();
+    let mut target = new.clone();
+    patch_in_place(
+        &mut target,
+        &d,
+        &PatchOptions {
+            max_scratch: n,
+            sync: false,
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    patch_to(&new, &d, &mut out).unwrap();
+    assert_eq!(out, new);
+}
