@@ -282,6 +282,8 @@ fn mmap_write_copies_up() {
     f.seek(SeekFrom::Start(100)).unwrap();
     f.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"MMAP");
+    f.sync_all().unwrap();
+    fs::File::open(&m.mnt).unwrap().sync_all().unwrap();
     drop(f);
     assert_eq!(&fs::read(b.join("up/m.bin")).unwrap()[100..104], b"MMAP");
     assert!(fs::read(b.join("lo/m.bin"))

@@ -112,4 +112,24 @@ impl Union {
         self.views.remove(&ino);
         Ok(())
     }
+
+    /// fsync of a directory reaches every writable branch that holds it (the only ones our
+    /// operations changed).
+    pub(super) fn do_fsyncdir(&mut self, ino: u64, datasync: bool) -> R<()> {
+        let rel = self.path(ino)?;
+        self.ensure_view(ino)?;
+        let layers = self.views[&ino].layers.clone();
+        for b in layers {
+            if !self.table.get(b).writable() {
+                continue;
+            }
+            let d = sys::openat(self.fd(b), &rel, libc::O_RDONLY | libc::O_DIRECTORY, 0).e()?;
+            if datasync {
+                d.sync_data().e()?;
+            } else {
+                d.sync_all().e()?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -379,8 +379,12 @@ impl Filesystem for Union {
         reply.ok();
     }
 
-    fn fsyncdir(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
-        reply.ok();
+    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, ds: bool, reply: ReplyEmpty) {
+        self.refresh();
+        match self.do_fsyncdir(ino, ds) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
