@@ -51,6 +51,12 @@ fn postmark_completes_on_the_union() {
         text.contains("transactions"),
         "unexpected postmark output: {text}"
     );
+    for l in text
+        .lines()
+        .filter(|l| l.contains("seconds") || l.contains("per second"))
+    {
+        eprintln!("postmark on the union: {}", l.trim());
+    }
     // Postmark deletes what it made; the lower file is still there and untouched.
     let names: Vec<_> = fs::read_dir(m.mnt.join("pm"))
         .unwrap()
