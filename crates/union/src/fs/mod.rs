@@ -395,6 +395,7 @@ impl Union {
             Some(old) if old.layers == layers && old.entries == entries => old.serial,
             _ => self.fresh_serial(),
         };
+        self.evict_expired_views();
         self.views.insert(
             ino,
             DirView {
@@ -430,6 +431,15 @@ impl Union {
             v.built = Instant::now();
         }
         true
+    }
+
+    /// Keep memory bounded on huge trees: past a number of cached directories, drop the
+    /// expired ones (they would be revalidated or re-read on their next use anyway).
+    fn evict_expired_views(&mut self) {
+        const MAX_VIEWS: usize = 20_000;
+        if self.views.len() >= MAX_VIEWS {
+            self.views.retain(|_, v| v.built.elapsed() < TTL);
+        }
     }
 
     /// Drop a cached view (after an error that suggests the branches changed underneath).
