@@ -5,10 +5,8 @@ pub const OK: i32 = 0;
 /// A single-file command failed (bad input, checksum mismatch, I/O error).
 pub const FAILURE: i32 = 1;
 /// Some paths failed; the rest was done (mirror, sync).
-#[allow(dead_code)]
 pub const PARTIAL: i32 = 2;
 /// The run stopped: nothing more could be done safely (disk full, root not writable).
-#[allow(dead_code)]
 pub const FATAL: i32 = 3;
 /// The command line could not be understood (BSD sysexits EX_USAGE).
 pub const USAGE: i32 = 64;
