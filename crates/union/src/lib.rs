@@ -14,8 +14,16 @@
 //! directly in a branch shows within about a second; a live branch change invalidates the
 //! kernel's caches at once.
 //!
-//! Not supported (by design or yet): FUSE passthrough (fuser 0.15 speaks FUSE ABI 7.31, and
-//! passthrough needs 7.40), so large reads go through the daemon; renaming a directory that has
+//! Passthrough (FUSE ABI 7.40, kernel 6.9 or later, needs CAP_SYS_ADMIN): read-only opens of
+//! files on read-only branches are served by the kernel straight from the branch file, so large
+//! reads run at the branch's speed; everything else (writes, files on the writable branch) goes
+//! through the daemon, so a snapshot freezes a branch even under open writers. The kernel binds
+//! an inode to one backing file while passthrough opens of it live: when the name's file changes
+//! meanwhile (a copy-up), the name gets a new inode and the open is retried on it (ESTALE), and
+//! the old readers keep the file they opened, as in overlayfs. Without the privilege or on older
+//! kernels all reads go through the daemon.
+//!
+//! Not supported (by design or yet): renaming a directory that has
 //! parts in lower branches (EXDEV, like overlayfs without redirect_dir: `mv` then copies);
 //! hard links across branches (the source is copied up first, which breaks its links to other
 //! lower names, as overlayfs does without `index`); lower-branch hard links show one union inode

@@ -324,3 +324,98 @@ fn write_by_another_user_drops_setuid() {
     );
     assert_eq!(fs::read_to_string(&f).unwrap(), "xmore\n");
 }
+
+/// Read-only opens of lower files use FUSE passthrough (the kernel reads the branch file). A
+/// later copy-up (open for write, chmod) must not disturb open readers, nor be refused: the
+/// name moves to a new inode while the readers keep the file they opened.
+#[test]
+fn passthrough_readers_survive_copy_up() {
+    if !fuse_ok("passthrough_readers_survive_copy_up") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    let lower: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(b.join("lo/p.bin"), &lower).unwrap();
+    fs::write(b.join("lo/q.txt"), "q lower\n").unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let p = m.mnt.join("p.bin");
+    assert_eq!(fs::read(&p).unwrap(), lower);
+    let mut r1 = fs::File::open(&p).unwrap();
+    let mut r2 = fs::File::open(&p).unwrap();
+    let mut head = vec![0u8; 1000];
+    r1.read_exact(&mut head).unwrap();
+    assert_eq!(head, lower[..1000]);
+    // A read-only mapping of a passthrough file.
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: mapping 4096 bytes of a file we hold open, unmapped below.
+        unsafe {
+            let q = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                r2.as_raw_fd(),
+                0,
+            );
+            assert_ne!(q, libc::MAP_FAILED);
+            assert_eq!(std::slice::from_raw_parts(q as *const u8, 4096), &lower[..4096]);
+            libc::munmap(q, 4096);
+        }
+    }
+    let ino_before = fs::metadata(&p).unwrap().ino();
+
+    // Append while both readers are open: copy-up, then the write lands in the upper copy.
+    let mut w = OpenOptions::new().append(true).open(&p).unwrap();
+    w.write_all(b"tail").unwrap();
+    drop(w);
+    let mut want = lower.clone();
+    want.extend_from_slice(b"tail");
+    assert_eq!(fs::read(&p).unwrap(), want);
+    assert_eq!(fs::read(b.join("up/p.bin")).unwrap(), want);
+    assert_eq!(fs::read(b.join("lo/p.bin")).unwrap(), lower, "lower modified");
+    // The readers keep reading the file they opened, and fstat answers for them.
+    let mut rest = Vec::new();
+    r1.read_to_end(&mut rest).unwrap();
+    assert_eq!(rest, lower[1000..]);
+    assert_eq!(r2.metadata().unwrap().len(), lower.len() as u64);
+    assert_eq!(r2.metadata().unwrap().ino(), ino_before);
+    let mut all = Vec::new();
+    r2.read_to_end(&mut all).unwrap();
+    assert_eq!(all, lower);
+    drop((r1, r2));
+    // From now on the name has one inode again, for readers and writers alike.
+    let ino_after = fs::metadata(&p).unwrap().ino();
+    let mut r3 = fs::File::open(&p).unwrap();
+    let mut w = OpenOptions::new().write(true).open(&p).unwrap();
+    w.write_all(b"HEAD").unwrap();
+    drop(w);
+    let mut h = [0u8; 4];
+    r3.read_exact(&mut h).unwrap();
+    assert_eq!(&h, b"HEAD");
+    assert_eq!(fs::metadata(&p).unwrap().ino(), ino_after);
+    drop(r3);
+
+    // A copy-up by chmod while a reader is open: new opens see the copy, the reader its file.
+    let q = m.mnt.join("q.txt");
+    let mut rq = fs::File::open(&q).unwrap();
+    fs::set_permissions(&q, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    fs::write(b.join("up/q.txt"), "q upper\n").unwrap();
+    // The name's cached attributes may be up to a second old (and must then be dropped).
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(fs::read_to_string(&q).unwrap(), "q upper\n");
+    let mut s = String::new();
+    rq.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "q lower\n");
+    assert_eq!(fs::metadata(&q).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(fs::read_to_string(b.join("lo/q.txt")).unwrap(), "q lower\n");
+}

@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 
 use fuser::FileAttr;
 
-use super::{Errno, Handle, Union, R};
+use super::{Backing, Errno, Handle, Union, R};
 use crate::merge::Kind;
 use crate::sys;
 
@@ -26,6 +26,11 @@ fn wants_write(flags: i32) -> bool {
 
 impl Union {
     pub(super) fn do_open(&mut self, ino: u64, flags: i32) -> R<u64> {
+        if self.renoded.contains(&ino) {
+            // The name has a new inode now (see `settle_open`): a stale kernel dentry still
+            // points here. ESTALE makes the kernel look the path up again and retry the open.
+            return Err(libc::ESTALE);
+        }
         let b = if wants_write(flags) {
             self.writable_branch_for(ino)?
         } else {
@@ -47,6 +52,7 @@ impl Union {
                 ino,
                 branch_id,
                 flags,
+                passthrough: false,
             },
         );
         Ok(fh)
@@ -76,8 +82,26 @@ impl Union {
             return Err(e);
         }
         self.view_insert(parent, name, Kind::File, u);
-        let ino = self.nodes().get_or_create(parent, name);
+        let mut ino = self.nodes().get_or_create(parent, name);
+        if self.io.get(&ino).is_some_and(|io| io.backing.is_some()) {
+            // The name's old file vanished from its branch behind our back while passthrough
+            // readers still hold its inode, which the kernel keeps bound to that file: the new
+            // file gets an inode of its own.
+            let renumbered = self.nodes().renumber(ino);
+            match renumbered {
+                Some(n) => {
+                    self.renoded.insert(ino);
+                    ino = n;
+                }
+                None => {
+                    let _ = sys::unlinkat(fd, &rel, false);
+                    self.view_remove(parent, name);
+                    return Err(libc::EBUSY);
+                }
+            }
+        }
         let st = sys::fstat(file.as_raw_fd()).e()?;
+        self.io.entry(ino).or_default().cached += 1;
         let fh = self.new_fh();
         let branch_id = self.table.get(u).id;
         self.handles.insert(
@@ -87,6 +111,7 @@ impl Union {
                 ino,
                 branch_id,
                 flags,
+                passthrough: false,
             },
         );
         Ok((self.attr(ino, &st), fh))
@@ -182,7 +207,99 @@ impl Union {
         Ok(())
     }
 
+    /// Decide how the kernel does I/O on the handle `do_open` just made: Ok(true) for
+    /// passthrough (the backing id is then in `self.io[ino]`), Ok(false) for I/O through the
+    /// daemon. `register` turns a descriptor into a backing id (an ioctl on /dev/fuse).
+    ///
+    /// Only read-only opens of files on read-only branches pass through: such a file cannot
+    /// change through the union, and writes stay in the daemon, where a write through a handle
+    /// whose branch became read-only (a snapshot) moves to a copy first. The kernel binds an
+    /// inode to one backing file while any passthrough open lives and refuses cached opens of
+    /// it meanwhile; when an open needs another file (a copy-up happened, a branch changed) or
+    /// the cached mode, the name gets a new inode and the open fails with ESTALE, which makes
+    /// the kernel look the path up again and retry on the new inode. The old inode lives on
+    /// for its readers, who keep reading the file they opened (as in overlayfs).
+    pub(super) fn settle_open(
+        &mut self,
+        fh: u64,
+        register: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
+    ) -> R<bool> {
+        let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
+        let ino = h.ino;
+        let mut key = None;
+        if self.passthrough
+            && !wants_write(h.flags)
+            && self.table.by_id(h.branch_id).is_some_and(|b| !b.writable())
+        {
+            if let Ok(st) = sys::fstat(h.file.as_raw_fd()) {
+                if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                    key = Some((st.st_dev, st.st_ino));
+                }
+            }
+        }
+        let io = self.io.entry(ino).or_default();
+        if let Some(b) = io.backing.as_mut() {
+            if key == Some(b.file) {
+                b.opens += 1;
+                self.handles.get_mut(&fh).unwrap().passthrough = true;
+                return Ok(true);
+            }
+            // Conflict: move the name to a new inode and have the kernel retry there.
+            self.handles.remove(&fh);
+            let renumbered = self.nodes().renumber(ino);
+            return match renumbered {
+                Some(_) => {
+                    self.renoded.insert(ino);
+                    Err(libc::ESTALE)
+                }
+                None => Err(libc::EBUSY),
+            };
+        }
+        if let Some(file) = key.filter(|_| io.cached == 0) {
+            match register(&self.handles[&fh].file) {
+                Ok(id) => {
+                    io.backing = Some(Backing {
+                        id,
+                        file,
+                        opens: 1,
+                    });
+                    self.handles.get_mut(&fh).unwrap().passthrough = true;
+                    return Ok(true);
+                }
+                // Not privileged: no passthrough for this mount. Other errors (a branch on a
+                // stacked file system, ELOOP) only concern this file.
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => self.passthrough = false,
+                Err(_) => {}
+            }
+        }
+        io.cached += 1;
+        Ok(false)
+    }
+
+    /// The backing id of a passthrough open of `ino` (after `settle_open` returned true).
+    pub(super) fn backing_of(&self, ino: u64) -> Option<&fuser::BackingId> {
+        self.io.get(&ino)?.backing.as_ref().map(|b| &b.id)
+    }
+
     pub(super) fn do_release(&mut self, fh: u64) {
-        self.handles.remove(&fh);
+        let Some(h) = self.handles.remove(&fh) else {
+            return;
+        };
+        if let Some(io) = self.io.get_mut(&h.ino) {
+            if h.passthrough {
+                if let Some(b) = io.backing.as_mut() {
+                    b.opens -= 1;
+                    if b.opens == 0 {
+                        // Dropping the id unregisters it from the kernel.
+                        io.backing = None;
+                    }
+                }
+            } else {
+                io.cached = io.cached.saturating_sub(1);
+            }
+            if io.cached == 0 && io.backing.is_none() {
+                self.io.remove(&h.ino);
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use fuser::consts::{
     FUSE_ATOMIC_O_TRUNC, FUSE_AUTO_INVAL_DATA, FUSE_BIG_WRITES, FUSE_DO_READDIRPLUS,
+    FUSE_PASSTHROUGH,
 };
 use fuser::{
     Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -16,8 +17,8 @@ use fuser::{
 
 use super::entry::SetAttr;
 
-/// FUSE ABI 7.33 flag, newer than the ABI fuser speaks but negotiated by bit alone.
-const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
+/// FUSE ABI 7.33 flag (fuser has no constant for it).
+const FUSE_HANDLE_KILLPRIV_V2: u64 = 1 << 28;
 /// Write flag sent with FUSE_HANDLE_KILLPRIV_V2: this write must drop set-ID bits.
 const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 use super::{Union, TTL};
@@ -65,6 +66,12 @@ impl Filesystem for Union {
         // that stats what it lists (ls -l, find, make, tar). Always on: the kernel's adaptive
         // mode fell back to plain readdir plus lookups for `find`, 50x the requests.
         let _ = config.add_capabilities(FUSE_DO_READDIRPLUS);
+        // Read-only opens of files on read-only branches are served by the kernel from the
+        // branch file itself (see `settle_open`). Stack depth 1: branches must be on a plain
+        // file system (a branch on overlayfs falls back to reads through the daemon), and the
+        // union itself may still be a layer of an overlayfs.
+        self.passthrough = config.add_capabilities(FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(1).is_ok();
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         Ok(())
@@ -236,11 +243,19 @@ impl Filesystem for Union {
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         self.refresh();
-        match self.do_open(ino, flags) {
+        let fh = match self.do_open(ino, flags) {
+            Ok(fh) => fh,
+            Err(e) => return reply.error(e),
+        };
+        match self.settle_open(fh, |f| reply.open_backing(f)) {
+            Ok(true) => match self.backing_of(ino) {
+                Some(id) => reply.opened_passthrough(fh, 0, id),
+                None => reply.error(libc::EIO),
+            },
             // Keep cached pages across opens; FUSE_AUTO_INVAL_DATA drops them when a refreshed
             // attribute shows the file changed (also behind our back, within TTL), and a branch
             // change drops them explicitly.
-            Ok(fh) => reply.opened(fh, fuser::consts::FOPEN_KEEP_CACHE),
+            Ok(false) => reply.opened(fh, fuser::consts::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
         }
     }

@@ -160,6 +160,18 @@ impl Nodes {
         self.nodes[ino as usize].aliases.push(key);
     }
 
+    /// Give the name of `ino` a new inode number; `ino` lives on detached (through its open
+    /// handles). None for the root, a detached node, or one with hard-link aliases.
+    pub fn renumber(&mut self, ino: u64) -> Option<u64> {
+        let n = self.nodes.get(ino as usize)?;
+        if ino == ROOT || ino == 0 || !n.attached || !n.aliases.is_empty() {
+            return None;
+        }
+        let (p, name) = (n.parent, n.name.clone());
+        self.detach(p, &name);
+        Some(self.get_or_create(p, &name))
+    }
+
     /// Give every alias of `ino` its own inode again: a copy-up breaks hard links (as in
     /// overlayfs without index), so the names no longer share data.
     pub fn split_aliases(&mut self, ino: u64) {
@@ -254,6 +266,26 @@ struct Handle {
     ino: u64,
     branch_id: u64,
     flags: i32,
+    /// Opened with FUSE passthrough: the kernel reads the branch file itself.
+    passthrough: bool,
+}
+
+/// How the kernel does I/O on one inode's open files. The kernel binds an inode to a single
+/// backing file while any passthrough open of it lives, and refuses to mix passthrough and
+/// cached opens of one inode; this mirrors that state so every open is answered in a way the
+/// kernel accepts.
+#[derive(Default)]
+struct InodeIo {
+    /// Open handles served through the daemon (page cache).
+    cached: usize,
+    backing: Option<Backing>,
+}
+
+struct Backing {
+    id: fuser::BackingId,
+    /// (st_dev, st_ino) of the branch file behind `id`.
+    file: (u64, u64),
+    opens: usize,
 }
 
 pub struct Union {
@@ -261,6 +293,14 @@ pub struct Union {
     table: Arc<Table>,
     views: HashMap<u64, DirView>,
     handles: HashMap<u64, Handle>,
+    /// Per-inode I/O mode of the open handles (inodes with open files only).
+    io: HashMap<u64, InodeIo>,
+    /// Passthrough was negotiated at init and registering backing files works (needs
+    /// CAP_SYS_ADMIN).
+    passthrough: bool,
+    /// Inodes whose name was given a new inode because the name's file changed while the old
+    /// inode was bound to a passthrough backing file; they live on through their open handles.
+    renoded: std::collections::HashSet<u64>,
     dirs: HashMap<u64, Vec<(u64, FileType, OsString)>>,
     next_fh: u64,
     next_serial: u64,
@@ -276,6 +316,9 @@ impl Union {
             table,
             views: HashMap::new(),
             handles: HashMap::new(),
+            io: HashMap::new(),
+            passthrough: false,
+            renoded: Default::default(),
             dirs: HashMap::new(),
             next_fh: 1,
             next_serial: 1,
@@ -621,6 +664,11 @@ mod tests {
         assert_eq!(n.path(b), None);
         let c2 = n.get_or_create(ROOT, OsStr::new("c"));
         assert_ne!(c2, a, "a re-created name gets a new inode");
+        let c3 = n.renumber(c2).unwrap();
+        assert_ne!(c3, c2);
+        assert_eq!(n.lookup(ROOT, OsStr::new("c")), Some(c3));
+        assert_eq!(n.path(c2), None);
+        assert_eq!(n.renumber(c2), None, "a detached node keeps no name");
     }
 
     #[test]
