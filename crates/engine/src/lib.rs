@@ -283,6 +283,12 @@ fn mirror_inner(
             return report;
         }
     }
+    // One root inside the other: a mirror would delete the source, or copy
+    // itself into itself one level deeper on every run.
+    if let Some(why) = accord_fsys::nesting(src_path, dst_path) {
+        report.fatal = Some(why);
+        return report;
+    }
 
     // Scan both sides at once.
     let src_rules = match IgnoreRules::new(&cfg.excludes) {
@@ -317,6 +323,23 @@ fn mirror_inner(
     );
     let mut d_scan = d_scan.unwrap_or_default();
     report.errors.append(&mut s_scan.errors);
+    // A source file an earlier in-place run left half-written (its marker is
+    // beside it) holds neither version: never copy it as user data, and keep
+    // the destination's copy (deletions are suspended).
+    if !s_scan.inplace_markers.is_empty() {
+        let damaged = inplace_targets(src.root(), &s_scan.inplace_markers);
+        for p in &damaged {
+            report.errors.push(PathFailure {
+                path: p.clone(),
+                message:
+                    "the source holds a half-finished in-place update (an earlier run stopped); \
+                          not copied"
+                        .into(),
+            });
+        }
+        s_scan.entries.retain(|e| !damaged.contains(&e.path));
+        s_scan.incomplete = true;
+    }
     if s_scan.entries.is_empty() {
         report.fatal = Some(format!("cannot read source {}", src_path.display()));
         return report;
@@ -457,6 +480,26 @@ fn mirror_inner(
         }
     }
     report
+}
+
+/// The files that in-place markers name (markers hold the file's name).
+fn inplace_targets(root: &Root, markers: &[RelPath]) -> Vec<RelPath> {
+    let mut out = Vec::new();
+    for m in markers {
+        let parent = parent_of(m);
+        let Ok(dir) = root.open_dir(&parent) else {
+            continue;
+        };
+        let Ok(target) = dir.read_small(m.file_name()) else {
+            continue;
+        };
+        if accord_model::validate_name(&target).is_ok() {
+            if let Ok(p) = parent.join(&target) {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 fn recover_inplace(dst: &Root, markers: &[RelPath], notices: &mut Vec<String>) {
@@ -608,7 +651,13 @@ fn delete_one(x: &Exec, dir: &Dir, it: &Item) {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return,
         Err(e) => return x.fail(&it.path, &e),
     };
-    if st.kind != d.kind {
+    // Re-check against the scan (safety rule 3): a file saved or replaced in
+    // DST since then is not the one the plan meant to delete. Directories
+    // compare by inode only: deleting their children changes their mtime.
+    let same = st.kind == d.kind
+        && st.ino == d.ino
+        && (st.kind == Kind::Dir || (st.size == d.size && st.mtime == d.props.mtime));
+    if !same {
         return x.fail_msg(&it.path, "changed since it was scanned; left alone");
     }
     let r = if st.kind == Kind::Dir {

@@ -271,9 +271,10 @@ fn stage_write(x: &Exec, sdir: &Dir, ddir: &Dir, it: &Item) -> io::Result<Option
         .as_ref()
         .filter(|d| d.kind == Kind::File && d.size > 0);
     if x.cfg.inplace {
-        // Never rewrite in place an inode the destination shares with a
-        // path outside the source's hard-link group.
-        if let Some(d) = old.filter(|d| d.nlink <= 1 || d.nlink == s.nlink) {
+        // Never rewrite in place an inode with other names: they may be
+        // outside the source's group (even excluded), or fail mid-update
+        // where no recovery rename can reach them. Those go temp + rename.
+        if let Some(d) = old.filter(|d| d.nlink <= 1) {
             let xf = crate::transfer_delta::update_in_place(x, &sf, ddir, s, d)?;
             let c = &x.counters;
             c.transferred.fetch_add(1, Ordering::Relaxed);

@@ -87,7 +87,7 @@ fn rebuild(
     }
     // Data moved: the delta engine's in-place plan.
     let sig = Signature::generate(old, &SignatureOptions::default())
-        .map_err(|e| Modified(io::Error::other(e.to_string())))?;
+        .map_err(|e| Modified(delta_io(e)))?;
     let mut buf = Vec::new();
     let stats = make_delta(
         &sig,
@@ -97,12 +97,12 @@ fn rebuild(
         },
         &mut buf,
     )
-    .map_err(|e| Modified(io::Error::other(e.to_string())))?;
+    .map_err(|e| Modified(delta_io(e)))?;
     drop(old_map);
     if !force && stats.literal_bytes > new_len / 2 {
         return Ok(None);
     }
-    let delta = Delta::parse(&buf).map_err(|e| Modified(io::Error::other(e.to_string())))?;
+    let delta = Delta::parse(&buf).map_err(|e| Modified(delta_io(e)))?;
     let written: u64 = delta
         .commands
         .iter()
@@ -121,7 +121,7 @@ fn rebuild(
             ..PatchOptions::default()
         },
     )
-    .map_err(|e| Modified(io::Error::other(e.error.to_string())))?;
+    .map_err(|e| Modified(delta_io(e.error)))?;
     Ok(Some(Xfer {
         written,
         literal: stats.literal_bytes,
@@ -160,15 +160,12 @@ pub(crate) fn delta_to_temp(
         let new_map = map(sf, s.size)?;
         let oldb: &[u8] = old_map.as_deref().unwrap_or(&[]);
         let newb: &[u8] = new_map.as_deref().unwrap_or(&[]);
-        let sig = Signature::generate(oldb, &SignatureOptions::default())
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let sig = Signature::generate(oldb, &SignatureOptions::default()).map_err(delta_io)?;
         let mut buf = Vec::new();
-        let stats = make_delta(&sig, newb, &DeltaOptions::default(), &mut buf)
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        let delta = Delta::parse(&buf).map_err(|e| io::Error::other(e.to_string()))?;
+        let stats = make_delta(&sig, newb, &DeltaOptions::default(), &mut buf).map_err(delta_io)?;
+        let delta = Delta::parse(&buf).map_err(delta_io)?;
         let mut w = io::BufWriter::with_capacity(1 << 20, tf);
-        accord_delta::patch_to(oldb, &delta, &mut w)
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        accord_delta::patch_to(oldb, &delta, &mut w).map_err(delta_io)?;
         io::Write::flush(&mut w)?;
         return Ok(Some(Xfer {
             written: s.size,
@@ -252,5 +249,14 @@ pub(crate) fn update_in_place(
                 },
             ))
         }
+    }
+}
+
+/// A delta-engine error as an I/O error, keeping the OS error of an I/O
+/// failure (so a full disk is still recognised as fatal by `is_no_space`).
+fn delta_io(e: accord_delta::DeltaError) -> io::Error {
+    match e {
+        accord_delta::DeltaError::Io(io) => io,
+        other => io::Error::other(other.to_string()),
     }
 }

@@ -88,8 +88,36 @@ fn cvt_retry(mut f: impl FnMut() -> libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// True for errors that mean "the disk is full" (fatal for a run).
+/// Why a mirror from `src` to `dst` would be unsafe because one is inside
+/// the other (after resolving symlinks), or `None`.
+pub fn nesting(src: &std::path::Path, dst: &std::path::Path) -> Option<String> {
+    let (Ok(s), Ok(d)) = (std::fs::canonicalize(src), std::fs::canonicalize(dst)) else {
+        return None;
+    };
+    if s != d && s.starts_with(&d) {
+        return Some(format!(
+            "the source {} is inside the destination {}",
+            s.display(),
+            d.display()
+        ));
+    }
+    if s != d && d.starts_with(&s) {
+        return Some(format!(
+            "the destination {} is inside the source {}",
+            d.display(),
+            s.display()
+        ));
+    }
+    None
+}
+
 pub fn is_no_space(e: &io::Error) -> bool {
+    // The kinds too: errors rewrapped with a message keep their kind only.
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || matches!(
+            e.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        )
 }
 
 /// Random hex suffix for hidden names.
@@ -382,16 +410,27 @@ impl Dir {
     }
 
     /// Open a regular file for reading (not through a symlink).
+    /// Open an existing regular file for reading. O_NONBLOCK so that a fifo
+    /// swapped in for the file cannot block the run; anything but a regular
+    /// file is refused (on a regular file O_NONBLOCK changes nothing).
     pub fn open_read(&self, name: &[u8]) -> io::Result<File> {
         let c = check_name(name)?;
         let fd = cvt_retry(|| unsafe {
             libc::openat(
                 self.raw(),
                 c.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY,
+                libc::O_RDONLY
+                    | libc::O_NOFOLLOW
+                    | libc::O_CLOEXEC
+                    | libc::O_NOCTTY
+                    | libc::O_NONBLOCK,
             )
         })?;
-        Ok(unsafe { File::from_raw_fd(fd) })
+        let f = unsafe { File::from_raw_fd(fd) };
+        if fstat(f.as_fd())?.kind != Kind::File {
+            return Err(io::Error::other("not a regular file"));
+        }
+        Ok(f)
     }
 
     /// Open an existing regular file for reading and writing (in-place updates).

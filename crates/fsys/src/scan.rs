@@ -49,6 +49,9 @@ impl Ctx<'_> {
     }
 }
 
+/// Largest `.accordignore` read; a larger one is an error, not silently cut.
+const MAX_IGNORE_FILE: u64 = 1 << 20;
+
 fn entry_from(path: RelPath, st: &Stat) -> Entry {
     Entry {
         path,
@@ -138,15 +141,23 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
         }
     };
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _)| n == IGNORE_FILE) {
-        match dir.open_read(IGNORE_FILE) {
-            Ok(f) => {
-                let mut buf = Vec::new();
-                match f.take(1 << 20).read_to_end(&mut buf) {
-                    Ok(_) => ctx.rules.add_dir_file(&rel, &buf),
-                    Err(e) => ctx.fail(&rel, format!("reading .accordignore: {e}")),
-                }
+        // Rules that cannot be read would leave excluded DST entries looking
+        // like extras: any failure here suspends deletions for the run.
+        let read = dir.open_read(IGNORE_FILE).and_then(|f| {
+            let mut buf = Vec::new();
+            f.take(MAX_IGNORE_FILE + 1).read_to_end(&mut buf)?;
+            if buf.len() as u64 > MAX_IGNORE_FILE {
+                return Err(std::io::Error::other("larger than 1 MiB"));
             }
-            Err(e) => ctx.fail(&rel, format!("reading .accordignore: {e}")),
+            Ok(buf)
+        });
+        match read {
+            Ok(buf) => ctx.rules.add_dir_file(&rel, &buf),
+            Err(e) => {
+                ctx.fail(&rel, format!("reading .accordignore: {e}"));
+                ctx.incomplete
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
     let mut subdirs = Vec::new();
@@ -179,8 +190,12 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
         let st = match dir.stat(&name) {
             Ok(st) => st,
             Err(e) => {
+                // Gone since the listing: really gone. Any other error hides an
+                // entry that exists, which must never look like a deletion.
                 if e.raw_os_error() != Some(libc::ENOENT) {
                     ctx.fail(&child, e);
+                    ctx.incomplete
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 continue;
             }
@@ -203,6 +218,8 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
                 }
                 Err(err) => {
                     ctx.fail(&e.path, err);
+                    ctx.incomplete
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                     continue;
                 }
             },

@@ -1,0 +1,145 @@
+//! Regression tests for the data-loss review of `accord mirror`: each test is
+//! a reproduction of a bug found then, and must keep the user's data.
+
+mod mirror_common;
+use mirror_common::*;
+use std::fs;
+use std::path::Path;
+
+fn write(p: &Path, data: &[u8]) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, data).unwrap();
+}
+
+/// An `.accordignore` that cannot be read (here: a symlink, refused by
+/// O_NOFOLLOW) must suspend deletions, not drop its rules and delete the
+/// excluded entries of DST.
+#[test]
+fn unreadable_ignore_file_suspends_deletions() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
+    for i in 0..20 {
+        write(&src.join(format!("proj/f{i}")), b"x");
+    }
+    write(&src.join("proj/.accordignore"), b"cache/\n");
+    write(&dst.join("proj/cache/keep.bin"), b"precious");
+    let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::remove_file(src.join("proj/.accordignore")).unwrap();
+    write(&t.path().join("common/ignore"), b"cache/\n");
+    std::os::unix::fs::symlink("../../common/ignore", src.join("proj/.accordignore")).unwrap();
+    let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::read(dst.join("proj/cache/keep.bin")).unwrap(),
+        b"precious"
+    );
+}
+
+/// `--inplace` must not rewrite an inode that DST shares with another name
+/// (here an excluded file): such files go through temp + rename.
+#[test]
+fn inplace_leaves_other_names_of_a_shared_inode_alone() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
+    write(&src.join("a"), &vec![1u8; 100_000]);
+    fs::hard_link(src.join("a"), src.join("b")).unwrap();
+    write(&dst.join("a"), &vec![2u8; 100_000]);
+    fs::hard_link(dst.join("a"), dst.join("notes.keep")).unwrap();
+    // An older mtime, so size and time tell the files apart.
+    set_mtime(&dst.join("a"), 1_000_000_000, 0);
+    let out = mirror(
+        &state,
+        &[
+            "--inplace",
+            "--exclude",
+            "*.keep",
+            src.to_str().unwrap(),
+            dst.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = |p: &str, b: u8| fs::read(dst.join(p)).unwrap().iter().all(|&x| x == b);
+    assert!(
+        all("notes.keep", 2),
+        "the excluded name of the shared inode was rewritten"
+    );
+    assert!(
+        all("a", 1) && all("b", 1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// A source file with an in-place marker beside it (an interrupted in-place
+/// run into what is now the source) holds neither version: it must not be
+/// copied as user data, and the destination's copy must stay.
+#[test]
+fn half_finished_inplace_file_in_the_source_is_not_copied() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
+    write(&src.join("db"), b"half written");
+    write(&src.join(".accord-inplace-0123456789abcdef"), b"db");
+    write(&src.join("other"), b"fine");
+    write(&dst.join("db"), b"good old version");
+    let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("half-finished"));
+    assert_eq!(fs::read(dst.join("db")).unwrap(), b"good old version");
+    assert_eq!(fs::read(dst.join("other")).unwrap(), b"fine");
+}
+
+/// One root inside the other is refused before anything changes.
+#[test]
+fn nested_roots_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (backup, state) = (t.path().join("backup"), t.path().join("state"));
+    write(&backup.join("photos/p1.jpg"), b"jpeg");
+    write(&backup.join("other"), b"x");
+    let photos = backup.join("photos");
+    for (s, d) in [(&photos, &backup), (&backup, &photos)] {
+        let out = mirror(
+            &state,
+            &["--force", s.to_str().unwrap(), d.to_str().unwrap()],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("inside"));
+    }
+    assert_eq!(fs::read(backup.join("photos/p1.jpg")).unwrap(), b"jpeg");
+    assert!(!backup.join("photos/photos").exists());
+}
