@@ -143,3 +143,60 @@ fn nested_roots_are_refused() {
     assert_eq!(fs::read(backup.join("photos/p1.jpg")).unwrap(), b"jpeg");
     assert!(!backup.join("photos/photos").exists());
 }
+
+/// Two runs into one destination: the second refuses while the first holds
+/// the destination's lock (here taken by flock(1) the same way).
+#[test]
+fn a_second_run_into_a_locked_destination_is_refused() {
+    if !have("flock") {
+        eprintln!("SKIPPED: flock(1) is not installed (util-linux)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
+    write(&src.join("f"), b"new");
+    write(&dst.join("f"), b"old");
+    set_mtime(&dst.join("f"), 1_000_000_000, 0);
+    // -o: only flock(1) itself holds the lock, so killing it releases it.
+    let mut holder = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(&dst)
+        .args(["sleep", "5"])
+        .spawn()
+        .unwrap();
+    // Wait until the holder has the lock (a non-blocking probe fails).
+    for _ in 0..100 {
+        let probe = std::process::Command::new("flock")
+            .args(["-n"])
+            .arg(&dst)
+            .arg("true")
+            .status()
+            .unwrap();
+        if !probe.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another accord run"));
+    assert_eq!(fs::read(dst.join("f")).unwrap(), b"old");
+    let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read(dst.join("f")).unwrap(), b"new");
+}

@@ -283,6 +283,26 @@ fn mirror_inner(
             return report;
         }
     }
+    // Two runs into one destination would delete each other's temp files
+    // and move aside files the other is updating in place.
+    if let Some(d) = &dst {
+        if !cfg.dry_run {
+            match d.root().try_lock() {
+                Ok(true) => {}
+                Ok(false) => {
+                    report.fatal = Some(format!(
+                        "another accord run is writing into {}; try again when it is done",
+                        dst_path.display()
+                    ));
+                    return report;
+                }
+                Err(e) => {
+                    report.fatal = Some(format!("cannot lock {}: {e}", dst_path.display()));
+                    return report;
+                }
+            }
+        }
+    }
     // One root inside the other: a mirror would delete the source, or copy
     // itself into itself one level deeper on every run.
     if let Some(why) = accord_fsys::nesting(src_path, dst_path) {

@@ -324,6 +324,21 @@ impl Root {
         &self.path
     }
 
+    /// Takes an exclusive advisory lock on the root directory for as long as
+    /// this handle lives, so two runs never write into one root at once.
+    /// `Ok(false)` when another process holds it.
+    pub fn try_lock(&self) -> io::Result<bool> {
+        if unsafe { libc::flock(self.dir.raw(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
+
     /// The root directory itself.
     pub fn dir(&self) -> &Dir {
         &self.dir
