@@ -200,3 +200,26 @@ fn a_second_run_into_a_locked_destination_is_refused() {
     );
     assert_eq!(fs::read(dst.join("f")).unwrap(), b"new");
 }
+
+/// A source file whose name is reserved for accord's own temp or recovery
+/// files is not copied, and the run says so instead of reporting success.
+#[test]
+fn reserved_source_names_are_reported_not_silently_skipped() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst, state) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("state"),
+    );
+    write(&src.join("ok"), b"fine");
+    write(&src.join(".accord-recovery-notes"), b"user data");
+    let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reserved"));
+    assert_eq!(fs::read(dst.join("ok")).unwrap(), b"fine");
+}

@@ -326,6 +326,7 @@ fn mirror_inner(
                 &ScanOptions {
                     xattrs: cfg.xattrs,
                     read_ignore_files: cfg.ignore_files,
+                    source: true,
                 },
             )
         },
@@ -336,6 +337,7 @@ fn mirror_inner(
                     &ScanOptions {
                         xattrs: cfg.xattrs,
                         read_ignore_files: false,
+                        source: false,
                     },
                 )
             })
@@ -389,6 +391,7 @@ fn mirror_inner(
                 &ScanOptions {
                     xattrs: cfg.xattrs,
                     read_ignore_files: false,
+                    source: false,
                 },
             );
             report.errors.append(&mut d_scan.errors);

@@ -14,6 +14,9 @@ pub struct ScanOptions {
     pub xattrs: XattrFilter,
     /// Read `.accordignore` files into the rules (source side).
     pub read_ignore_files: bool,
+    /// This is the source: its entries with names reserved for our own temp
+    /// and recovery files are reported, since they are not copied.
+    pub source: bool,
 }
 
 /// The result of scanning a replica.
@@ -170,6 +173,15 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
             } else if name.starts_with(INPLACE_PREFIX) {
                 if let Ok(p) = rel.join(&name) {
                     ctx.markers.lock().unwrap().push(p);
+                }
+            }
+            if ctx.opts.source && !name.starts_with(INPLACE_PREFIX) {
+                if let Ok(p) = rel.join(&name) {
+                    ctx.fail(
+                        &p,
+                        "not copied: names starting with .accord-tmp- or .accord-recovery- \
+                         are reserved for accord's own temporary and recovery files",
+                    );
                 }
             }
             continue;

@@ -70,6 +70,7 @@ fn scan_lists_kinds_skips_reserved_and_excluded() {
                 acls: true,
             },
             read_ignore_files: true,
+            source: true,
         },
     );
     let paths: Vec<String> = s.entries.iter().map(|e| e.path.display()).collect();
