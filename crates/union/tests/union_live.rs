@@ -368,7 +368,10 @@ fn passthrough_readers_survive_copy_up() {
                 0,
             );
             assert_ne!(q, libc::MAP_FAILED);
-            assert_eq!(std::slice::from_raw_parts(q as *const u8, 4096), &lower[..4096]);
+            assert_eq!(
+                std::slice::from_raw_parts(q as *const u8, 4096),
+                &lower[..4096]
+            );
             libc::munmap(q, 4096);
         }
     }
@@ -382,7 +385,11 @@ fn passthrough_readers_survive_copy_up() {
     want.extend_from_slice(b"tail");
     assert_eq!(fs::read(&p).unwrap(), want);
     assert_eq!(fs::read(b.join("up/p.bin")).unwrap(), want);
-    assert_eq!(fs::read(b.join("lo/p.bin")).unwrap(), lower, "lower modified");
+    assert_eq!(
+        fs::read(b.join("lo/p.bin")).unwrap(),
+        lower,
+        "lower modified"
+    );
     // The readers keep reading the file they opened, and fstat answers for them.
     let mut rest = Vec::new();
     r1.read_to_end(&mut rest).unwrap();

@@ -61,7 +61,11 @@ impl Union {
         if self.renoded.contains(&ino) {
             // The name moved to a new inode; this one lives on through its open files (fstat
             // does not send the handle).
-            let h = self.handles.values().find(|h| h.ino == ino).ok_or(libc::ENOENT)?;
+            let h = self
+                .handles
+                .values()
+                .find(|h| h.ino == ino)
+                .ok_or(libc::ENOENT)?;
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
         }

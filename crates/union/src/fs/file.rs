@@ -258,11 +258,7 @@ impl Union {
         if let Some(file) = key.filter(|_| io.cached == 0) {
             match register(&self.handles[&fh].file) {
                 Ok(id) => {
-                    io.backing = Some(Backing {
-                        id,
-                        file,
-                        opens: 1,
-                    });
+                    io.backing = Some(Backing { id, file, opens: 1 });
                     self.handles.get_mut(&fh).unwrap().passthrough = true;
                     return Ok(true);
                 }
