@@ -11,9 +11,10 @@ use accord_delta::{
     PatchOptions, Signature, SignatureOptions,
 };
 use clap::{Args, Subcommand, ValueEnum};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -188,7 +189,7 @@ fn signature(
         },
     )
     .map_err(|e| Failure::new(e.to_string()))?;
-    write_atomically(out, |w| w.write_all(&sig.encode()))
+    write_atomically(out, false, None, |w| w.write_all(&sig.encode()))
 }
 
 fn write_delta(
@@ -203,7 +204,7 @@ fn write_delta(
         .map_err(|e| Failure::new(format!("{}: {e}", shown(sig_path))))?;
     let data = Input::open(new)?;
     let mut stats = None;
-    write_atomically(out, |w| {
+    write_atomically(out, false, None, |w| {
         let st = make_delta(
             &sig,
             data.bytes(),
@@ -259,8 +260,7 @@ fn patch_new(
     let delta =
         Delta::parse(&bytes).map_err(|e| Failure::new(format!("{}: {e}", shown(delta_path))))?;
     let data = Input::open(old)?;
-    let sync = opts.sync;
-    write_atomically_sync(out, sync, |w| {
+    write_atomically(out, opts.sync, Some(data.mode), |w| {
         patch_to(data.bytes(), &delta, w).map_err(|e| std::io::Error::other(e.to_string()))
     })
 }
@@ -274,22 +274,12 @@ fn patch_file_in_place(file: &Path, delta_path: &Path, opts: &PatchOptions) -> R
             shown(file)
         ))
     })?;
-    let mut target = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(file)
+    let (root, name) = dir_and_name(file)?;
+    // open_rw: no symlink followed, and only a regular file is accepted.
+    let mut target = root
+        .dir()
+        .open_rw(&name)
         .map_err(|e| Failure::io(file, "cannot open", e))?;
-    if !target
-        .metadata()
-        .map_err(|e| Failure::io(file, "cannot stat", e))?
-        .is_file()
-    {
-        return Err(Failure::new(format!(
-            "{} is not a regular file",
-            shown(file)
-        )));
-    }
     lock_exclusive(&target).map_err(|e| Failure::io(file, "cannot lock", e))?;
     match patch_in_place(&mut target, &delta, opts) {
         Ok(()) => Ok(()),
@@ -299,11 +289,13 @@ fn patch_file_in_place(file: &Path, delta_path: &Path, opts: &PatchOptions) -> R
         ))),
         Err(e) => {
             drop(target);
-            match move_to_recovery(file) {
-                Ok(rec) => Err(Failure::new(format!(
-                    "{}: {e}; the partly rebuilt file was moved to {} (it holds neither version)",
+            // Never leave it under its own name: it holds neither version.
+            let rec = accord_fsys::recovery_name(&name);
+            match root.dir().rename_noreplace(&name, &rec) {
+                Ok(()) => Err(Failure::new(format!(
+                    "{}: {e}; the partly rebuilt file was moved to {} beside it (it holds neither version)",
                     shown(file),
-                    shown(&rec)
+                    accord_model::escape_for_display(&rec)
                 ))),
                 Err(re) => Err(Failure::new(format!(
                     "{}: {e}; moving the damaged file to a recovery file also failed ({re}): do not trust its contents",
@@ -325,35 +317,11 @@ fn lock_exclusive(f: &File) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Renames `file` to a hidden `.NAME.accord-recovery[.N]` beside it.
-fn move_to_recovery(file: &Path) -> std::io::Result<PathBuf> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    let name = file
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("no file name"))?
-        .to_string_lossy();
-    for n in 0..1000 {
-        let candidate = if n == 0 {
-            dir.join(format!(".{name}.accord-recovery"))
-        } else {
-            dir.join(format!(".{name}.accord-recovery.{n}"))
-        };
-        // link + unlink instead of rename: never replaces an older recovery file.
-        match std::fs::hard_link(file, &candidate) {
-            Ok(()) => {
-                std::fs::remove_file(file)?;
-                return Ok(candidate);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::other("too many recovery files"))
-}
-
 /// An input file, memory-mapped when not empty.
 struct Input {
     map: Option<memmap2::Mmap>,
+    /// Permission bits, given to a file patched from this one.
+    mode: u32,
 }
 
 impl Input {
@@ -368,14 +336,18 @@ impl Input {
                 shown(path)
             )));
         }
+        let mode = meta.permissions().mode() & 0o7777;
         if meta.len() == 0 {
-            return Ok(Input { map: None });
+            return Ok(Input { map: None, mode });
         }
         // SAFETY: the map is read-only; a file truncated underneath us is the
         // documented risk of mapping, accepted here for single-file commands.
         let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }
             .map_err(|e| Failure::io(path, "cannot map", e))?;
-        Ok(Input { map: Some(map) })
+        Ok(Input {
+            map: Some(map),
+            mode,
+        })
     }
 
     fn bytes(&self) -> &[u8] {
@@ -383,77 +355,65 @@ impl Input {
     }
 }
 
-fn write_atomically(
-    out: &Path,
-    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
-) -> Result<(), Failure> {
-    write_atomically_sync(out, false, body)
-}
-
-/// Writes to a hidden temporary beside `out` (O_EXCL|O_NOFOLLOW), then renames.
-fn write_atomically_sync(
-    out: &Path,
-    sync: bool,
-    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
-) -> Result<(), Failure> {
-    let dir = match out.parent() {
+/// The directory holding `path` and the name in it, for the `*at` calls of
+/// `accord_fsys` (which never follow a symlink in the last component).
+fn dir_and_name(path: &Path) -> Result<(accord_fsys::Root, Vec<u8>), Failure> {
+    let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = out
+    let name = path
         .file_name()
-        .ok_or_else(|| Failure::new(format!("{} names no file", shown(out))))?;
-    let (tmp_path, file) = create_temp(dir, &name.to_string_lossy())
-        .map_err(|e| Failure::io(dir, "cannot create a file in", e))?;
+        .ok_or_else(|| Failure::new(format!("{} names no file", shown(path))))?;
+    let root = accord_fsys::Root::open(dir).map_err(|e| Failure::io(dir, "cannot open", e))?;
+    Ok((root, name.as_bytes().to_vec()))
+}
+
+/// Writes `out` through a hidden temp file beside it (accord_fsys: O_EXCL |
+/// O_NOFOLLOW), then renames it into place; on any error the temp is removed
+/// and `out` is untouched. The result gets `mode`, or 0666 less the umask.
+fn write_atomically(
+    out: &Path,
+    sync: bool,
+    mode: Option<u32>,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), Failure> {
+    let (root, name) = dir_and_name(out)?;
+    let dir = root.dir();
+    let (tmp, file) = dir
+        .create_temp(&name)
+        .map_err(|e| Failure::io(root.path(), "cannot create a file in", e))?;
     let result = (|| {
         let mut w = BufWriter::with_capacity(1 << 20, file);
         body(&mut w)?;
         let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.set_permissions(std::fs::Permissions::from_mode(
+            mode.unwrap_or_else(default_mode),
+        ))?;
         if sync {
             f.sync_all()?;
         }
-        std::fs::rename(&tmp_path, out)?;
+        dir.rename(&tmp, &name)?;
         if sync {
-            File::open(dir)?.sync_all()?;
+            dir.sync()?;
         }
         Ok::<(), std::io::Error>(())
     })();
     result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp_path);
+        let _ = dir.unlink(&tmp);
         Failure::io(out, "cannot write", e)
     })
 }
 
-fn create_temp(dir: &Path, name: &str) -> std::io::Result<(PathBuf, File)> {
-    let mut seed = [0u8; 8];
-    getrandom(&mut seed);
-    let mut n = u64::from_le_bytes(seed);
-    loop {
-        let p = dir.join(format!(".{name}.accord-tmp.{n:016x}"));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .mode(0o666)
-            .open(&p)
-        {
-            Ok(f) => return Ok((p, f)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                n = n.wrapping_add(0x9E37_79B9_7F4A_7C15)
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-fn getrandom(buf: &mut [u8]) {
-    // Temp names only need to be unpredictable enough not to collide.
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos() as u64;
-    let v = t ^ (std::process::id() as u64).rotate_left(32);
-    buf.copy_from_slice(&v.to_le_bytes()[..buf.len()]);
+/// 0666 less the process umask, as `open(2)` would give a new file.
+fn default_mode() -> u32 {
+    // SAFETY: umask only swaps a process-wide integer; it is restored at once.
+    let mask = unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    };
+    0o666 & !(mask as u32)
 }
 
 /// Sizes such as `8M`, `64MiB`, `1G`, `4096`.
