@@ -286,7 +286,7 @@ impl<'a> Delta<'a> {
     /// every unstash reads scratch filled by one live stash.
     fn check_order(&self) -> Result<(), DeltaError> {
         let mut written = IntervalSet::default();
-        let mut live: BTreeMap<u64, u64> = BTreeMap::new(); // slot -> len
+        let mut live = LiveStashes::default();
         for (i, c) in self.commands.iter().enumerate() {
             let clobbered = |what: &str| {
                 DeltaError::Corrupt(format!(
@@ -304,25 +304,10 @@ impl<'a> Delta<'a> {
                     if written.intersects(src, src + len) {
                         return Err(clobbered("stash"));
                     }
-                    // Live stashes are disjoint: walk down from the end of the new
-                    // one only while they overlap it (never the whole map).
-                    let dead: Vec<u64> = live
-                        .range(..slot + len)
-                        .rev()
-                        .take_while(|(&s, &l)| s + l > slot)
-                        .map(|(&s, _)| s)
-                        .collect();
-                    for s in dead {
-                        live.remove(&s);
-                    }
-                    live.insert(slot, len);
+                    live.stash(slot, len, src);
                 }
                 Command::Unstash { slot, dst, len } => {
-                    let ok = live
-                        .range(..=slot)
-                        .next_back()
-                        .is_some_and(|(&s, &l)| slot + len <= s + l);
-                    if !ok {
+                    if live.source_of(slot, len).is_none() {
                         return Err(DeltaError::Corrupt(format!(
                             "command {i}: unstash reads scratch no stash filled"
                         )));
@@ -404,6 +389,38 @@ fn read_command(
             )))
         }
     })
+}
+
+/// The scratch slots filled by STASH commands and not yet overwritten:
+/// slot → (length, offset in the old file). Kept disjoint: a new stash
+/// drops the ones it overlaps.
+#[derive(Default)]
+pub struct LiveStashes {
+    map: BTreeMap<u64, (u64, u64)>,
+}
+
+impl LiveStashes {
+    pub fn stash(&mut self, slot: u64, len: u64, src: u64) {
+        // Disjoint: walk down from the new one's end only while they overlap.
+        let dead: Vec<u64> = self
+            .map
+            .range(..slot + len)
+            .rev()
+            .take_while(|(&s, &(l, _))| s + l > slot)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in dead {
+            self.map.remove(&s);
+        }
+        self.map.insert(slot, (len, src));
+    }
+
+    /// Where in the old file the bytes of `slot..slot + len` came from, if
+    /// one live stash holds them all.
+    pub fn source_of(&self, slot: u64, len: u64) -> Option<u64> {
+        let (&s, &(l, src)) = self.map.range(..=slot).next_back()?;
+        (slot + len <= s + l).then_some(src + (slot - s))
+    }
 }
 
 /// Disjoint half-open ranges, merged on insert.

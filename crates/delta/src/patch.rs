@@ -131,30 +131,20 @@ pub fn patch_to(old: &[u8], delta: &Delta<'_>, out: &mut impl Write) -> Result<(
 
 /// Each target range with the place its bytes come from, in command order.
 fn resolve_sources(delta: &Delta<'_>) -> Vec<(u64, u64, Source)> {
-    // slot -> (len, old offset) of live stashes, to read UNSTASH from the old file.
-    let mut live: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    // UNSTASH is read from the old file where its stash took the bytes.
+    let mut live = crate::format::LiveStashes::default();
     let mut out = Vec::with_capacity(delta.commands.len());
     for c in &delta.commands {
         match *c {
             Command::Copy { src, dst, len } => out.push((dst, len, Source::Old(src))),
             Command::Keep { dst, len } => out.push((dst, len, Source::Old(dst))),
             Command::Add { dst, len, data } => out.push((dst, len, Source::Literal(data))),
-            Command::Stash { src, len, slot } => {
-                let dead: Vec<u64> = live
-                    .range(..slot + len)
-                    .rev()
-                    .take_while(|(&s, &(l, _))| s + l > slot)
-                    .map(|(&s, _)| s)
-                    .collect();
-                for s in dead {
-                    live.remove(&s);
-                }
-                live.insert(slot, (len, src));
-            }
+            Command::Stash { src, len, slot } => live.stash(slot, len, src),
             Command::Unstash { slot, dst, len } => {
-                // Validation guarantees a live stash covers the slot range.
-                let (&s, &(_, src)) = live.range(..=slot).next_back().expect("validated unstash");
-                out.push((dst, len, Source::Old(src + (slot - s))));
+                let src = live
+                    .source_of(slot, len)
+                    .expect("validation checked every unstash");
+                out.push((dst, len, Source::Old(src)));
             }
         }
     }
