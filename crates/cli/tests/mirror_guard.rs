@@ -15,12 +15,7 @@ fn setup() -> (
     std::path::PathBuf,
     std::path::PathBuf,
 ) {
-    let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (
-        t.path().join("src"),
-        t.path().join("dst"),
-        t.path().join("state"),
-    );
+    let (t, src, dst, state) = roots();
     std::fs::create_dir_all(src.join("d/e")).unwrap();
     for i in 0..10 {
         std::fs::write(src.join(format!("d/f{i}")), format!("file {i}")).unwrap();

@@ -16,12 +16,7 @@ fn write(p: &Path, data: &[u8]) {
 /// excluded entries of DST.
 #[test]
 fn unreadable_ignore_file_suspends_deletions() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (
-        t.path().join("src"),
-        t.path().join("dst"),
-        t.path().join("state"),
-    );
+    let (_tmp, src, dst, state) = roots();
     for i in 0..20 {
         write(&src.join(format!("proj/f{i}")), b"x");
     }
@@ -34,7 +29,7 @@ fn unreadable_ignore_file_suspends_deletions() {
         String::from_utf8_lossy(&out.stderr)
     );
     fs::remove_file(src.join("proj/.accordignore")).unwrap();
-    write(&t.path().join("common/ignore"), b"cache/\n");
+    write(&src.parent().unwrap().join("common/ignore"), b"cache/\n");
     std::os::unix::fs::symlink("../../common/ignore", src.join("proj/.accordignore")).unwrap();
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
     assert_eq!(
@@ -53,12 +48,7 @@ fn unreadable_ignore_file_suspends_deletions() {
 /// (here an excluded file): such files go through temp + rename.
 #[test]
 fn inplace_leaves_other_names_of_a_shared_inode_alone() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (
-        t.path().join("src"),
-        t.path().join("dst"),
-        t.path().join("state"),
-    );
+    let (_tmp, src, dst, state) = roots();
     write(&src.join("a"), &vec![1u8; 100_000]);
     fs::hard_link(src.join("a"), src.join("b")).unwrap();
     write(&dst.join("a"), &vec![2u8; 100_000]);
@@ -97,12 +87,7 @@ fn inplace_leaves_other_names_of_a_shared_inode_alone() {
 /// copied as user data, and the destination's copy must stay.
 #[test]
 fn half_finished_inplace_file_in_the_source_is_not_copied() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (
-        t.path().join("src"),
-        t.path().join("dst"),
-        t.path().join("state"),
-    );
+    let (_tmp, src, dst, state) = roots();
     write(&src.join("db"), b"half written");
     write(&src.join(".accord-inplace-0123456789abcdef"), b"db");
     write(&src.join("other"), b"fine");
@@ -152,12 +137,7 @@ fn a_second_run_into_a_locked_destination_is_refused() {
         eprintln!("SKIPPED: flock(1) is not installed (util-linux)");
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (
-        t.path().join("src"),
-        t.path().join("dst"),
-        t.path().join("state"),
-    );
+    let (_tmp, src, dst, state) = roots();
     write(&src.join("f"), b"new");
     write(&dst.join("f"), b"old");
     set_mtime(&dst.join("f"), 1_000_000_000, 0);
@@ -205,12 +185,7 @@ fn a_second_run_into_a_locked_destination_is_refused() {
 /// files is not copied, and the run says so instead of reporting success.
 #[test]
 fn reserved_source_names_are_reported_not_silently_skipped() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, dst, state) = (
-        t.path().join("src"),
-        t.path().join("dst"),
-        t.path().join("state"),
-    );
+    let (_tmp, src, dst, state) = roots();
     write(&src.join("ok"), b"fine");
     write(&src.join(".accord-recovery-notes"), b"user data");
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);

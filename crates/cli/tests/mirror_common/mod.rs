@@ -29,6 +29,13 @@ pub fn have(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A temp dir with the paths `src`, `dst` and `state` in it (not created).
+pub fn roots() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().to_path_buf();
+    (t, p.join("src"), p.join("dst"), p.join("state"))
+}
+
 /// Run `accord mirror ARGS` with a private state directory.
 pub fn mirror(state: &Path, args: &[&str]) -> Output {
     Command::new(bin())
