@@ -58,7 +58,7 @@ pub struct MountConfig {
 /// error that prevented it.
 pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::Result<()> {
     let res = setup(cfg);
-    let (mut session, listener, shared) = match res {
+    let (session, listener, shared) = match res {
         Ok(x) => x,
         Err(e) => {
             ready(Err(e.to_string()));
@@ -80,11 +80,11 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
                 (n.names(), n.inos())
             };
             for (parent, name) in names {
-                let _ = notifier.inval_entry(parent, &name);
+                let _ = notifier.inval_entry(fuser::INodeNo(parent), &name);
             }
             // Cached attributes and pages may now belong to another branch's copy.
             for ino in inos {
-                let _ = notifier.inval_inode(ino, 0, 0);
+                let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
             }
         })
     });
@@ -153,7 +153,8 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     })?;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let mut opts = vec![
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
         MountOption::FSName("accord-union".into()),
         MountOption::Subtype("accord".into()),
         MountOption::DefaultPermissions,
@@ -161,15 +162,31 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     if root {
         // Other users may use the union (the kernel checks their permissions), devices and
         // set-id files work as in the branches, and the mount goes away if we die.
-        opts.extend([
-            MountOption::AllowOther,
+        config.acl = fuser::SessionACL::All;
+        config.mount_options.extend([
             MountOption::Dev,
             MountOption::Suid,
             MountOption::AutoUnmount,
         ]);
     }
-    let session = fuser::Session::new(fs::Union::new(shared.clone()), &mountpoint, &opts)?;
+    // Requests are served by several threads, each reading its own clone of the FUSE device;
+    // while one request waits on a branch, the next one (often an asynchronous RELEASE or
+    // FORGET of the same process) is already being served.
+    config.n_threads = Some(threads());
+    config.clone_fd = true;
+    let session = fuser::Session::new(fs::Union::new(shared.clone()), &mountpoint, &config)?;
     Ok((session, listener, shared))
+}
+
+/// How many threads serve requests: `ACCORD_UNION_THREADS`, else 4 (enough to overlap the
+/// asynchronous requests of a busy process with its next call, and a few processes with each
+/// other, without a crowd of idle threads on small machines).
+fn threads() -> usize {
+    std::env::var("ACCORD_UNION_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| (1..=64).contains(&n))
+        .unwrap_or(4)
 }
 
 /// Unmount a union (or any FUSE mount) at `mountpoint`.

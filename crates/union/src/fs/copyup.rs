@@ -5,19 +5,18 @@ use std::ffi::OsStr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use super::{Errno, Union, R, ROOT};
+use super::{Errno, Op, R, ROOT};
 use crate::merge::Kind;
 use crate::sys;
 use crate::whiteout;
 
-impl Union {
+impl Op<'_> {
     /// Make directory `ino` exist in the upper branch (creating its missing ancestors first),
     /// with the mode, owner, times and xattrs of the copy the union shows. Returns the upper
-    /// branch index.
-    pub(super) fn ensure_dir_upper(&mut self, ino: u64) -> R<u32> {
+    /// branch index. Only with the namespace lock held.
+    pub(super) fn ensure_dir_upper(&self, ino: u64) -> R<u32> {
         let u = self.upper()?;
-        self.ensure_view(ino)?;
-        let layers = &self.views[&ino].layers;
+        let layers = self.ensure_view(ino)?.layers.clone();
         if layers.contains(&u) {
             return Ok(u);
         }
@@ -52,18 +51,19 @@ impl Union {
             // Someone created it meanwhile (directly in the branch): use theirs.
         }
         self.view_add_position(parent, &name, u);
-        if let Some(v) = self.views.get_mut(&ino) {
+        self.edit_view(ino, |v| {
             if let Err(i) = v.layers.binary_search(&u) {
                 v.layers.insert(i, u);
             }
-        }
+        });
         Ok(u)
     }
 
     /// Copy non-directory `ino` up into the upper branch unless it already lives there.
     /// Atomic: the copy is complete (data, owner, mode, xattrs, times, fsynced) under a hidden
-    /// temporary name before it is renamed over its final name.
-    pub(super) fn copy_up(&mut self, ino: u64) -> R<u32> {
+    /// temporary name before it is renamed over its final name. Only with the namespace lock
+    /// held.
+    pub(super) fn copy_up(&self, ino: u64) -> R<u32> {
         let loc = self.locate(ino)?;
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
         let u = self.ensure_dir_upper(parent)?;
@@ -138,9 +138,22 @@ impl Union {
         Ok(u)
     }
 
+    /// `writable_branch_for`, taking the namespace lock only when a copy-up is needed (for
+    /// requests that do not hold it already).
+    pub(super) fn writable_branch(&self, ino: u64) -> R<u32> {
+        let loc = self.locate(ino)?;
+        let w = loc.entry.winner();
+        if self.table.get(w).writable() {
+            return Ok(w);
+        }
+        let _ns = self.ns();
+        self.writable_branch_for(ino)
+    }
+
     /// Copy up for a data or metadata change: only names on read-only branches move; a file on
-    /// a lower writable branch is changed where it is (Unionfs's rule).
-    pub(super) fn writable_branch_for(&mut self, ino: u64) -> R<u32> {
+    /// a lower writable branch is changed where it is (Unionfs's rule). Only with the namespace
+    /// lock held.
+    pub(super) fn writable_branch_for(&self, ino: u64) -> R<u32> {
         let loc = self.locate(ino)?;
         let w = loc.entry.winner();
         if self.table.get(w).writable() {
@@ -155,11 +168,7 @@ impl Union {
     /// Checks and preparation before creating `name` in directory `parent`: the name must be
     /// free and not reserved; the directory is copied up. Returns (upper, rel path of the new
     /// name).
-    pub(super) fn prepare_create(
-        &mut self,
-        parent: u64,
-        name: &OsStr,
-    ) -> R<(u32, std::path::PathBuf)> {
+    pub(super) fn prepare_create(&self, parent: u64, name: &OsStr) -> R<(u32, std::path::PathBuf)> {
         if whiteout::is_reserved(name) {
             return Err(libc::EINVAL);
         }
@@ -186,7 +195,7 @@ impl Union {
     /// Hide `name` of `parent` in every branch below the upper one. The whiteout is left in
     /// place when the name is created again (it hides only lower branches), so a later delete
     /// cannot resurrect the old lower copy.
-    pub(super) fn write_whiteout(&mut self, parent: u64, name: &OsStr) -> R<()> {
+    pub(super) fn write_whiteout(&self, parent: u64, name: &OsStr) -> R<()> {
         let u = self.ensure_dir_upper(parent)?;
         let wh = self.path(parent)?.join(whiteout::whiteout_for(name));
         match sys::openat(self.fd(u), &wh, libc::O_WRONLY | libc::O_CREAT, 0o600) {

@@ -5,45 +5,45 @@ use std::os::unix::ffi::OsStrExt;
 
 use fuser::{FileAttr, FileType};
 
-use super::{kind_type, Errno, Union, R, ROOT};
+use super::{kind_type, Errno, Op, R, ROOT};
 use crate::merge::Kind;
 use crate::sys;
 use crate::whiteout;
 
-impl Union {
+impl Op<'_> {
     /// Snapshot the merged listing at opendir, so a listing read in several chunks is
     /// consistent even while the directory changes.
-    pub(super) fn do_opendir(&mut self, ino: u64) -> R<u64> {
-        self.ensure_view(ino)?;
+    pub(super) fn do_opendir(&self, ino: u64) -> R<u64> {
+        let v = self.ensure_view(ino)?;
         let parent = if ino == ROOT {
             ROOT
         } else {
             self.nodes().entry(ino).map(|(p, _)| p).unwrap_or(ROOT)
         };
-        let v = &self.views[&ino];
         let mut list: Vec<(u64, FileType, OsString)> = Vec::with_capacity(v.entries.len() + 2);
         list.push((ino, FileType::Directory, OsString::from(".")));
         list.push((parent, FileType::Directory, OsString::from("..")));
         {
-            let mut nodes = self.shared.nodes.lock().unwrap();
+            let mut nodes = self.nodes();
             for (name, e) in &v.entries {
                 let child = nodes.get_or_create(ino, name);
                 list.push((child, kind_type(e.kind), name.clone()));
             }
         }
         let fh = self.new_fh();
-        self.dirs.insert(fh, list);
+        super::lock(&self.dirs).insert(fh, std::sync::Arc::new(list));
         Ok(fh)
     }
 
     pub(super) fn do_mkdir(
-        &mut self,
+        &self,
         parent: u64,
         name: &OsStr,
         mode: u32,
         uid: u32,
         gid: u32,
     ) -> R<FileAttr> {
+        let _ns = self.ns();
         let (u, rel) = self.prepare_create(parent, name)?;
         let had_whiteout = self.has_whiteout(u, parent, name)?;
         let fd = self.fd(u);
@@ -69,12 +69,13 @@ impl Union {
         }
         self.view_insert(parent, name, Kind::Dir, u);
         let ino = self.nodes().get_or_create(parent, name);
-        self.views.remove(&ino);
+        self.forget_view(ino);
         let st = sys::fstatat(fd, &rel).e()?;
         Ok(self.attr(ino, &st))
     }
 
-    pub(super) fn do_rmdir(&mut self, parent: u64, name: &OsStr) -> R<()> {
+    pub(super) fn do_rmdir(&self, parent: u64, name: &OsStr) -> R<()> {
+        let _ns = self.ns();
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         if e.kind != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -84,8 +85,7 @@ impl Union {
             return Err(libc::EROFS);
         }
         let ino = self.nodes().get_or_create(parent, name);
-        self.ensure_view(ino)?;
-        if !self.views[&ino].entries.is_empty() {
+        if !self.ensure_view(ino)?.entries.is_empty() {
             return Err(libc::ENOTEMPTY);
         }
         let rel = self.path(ino)?;
@@ -109,16 +109,15 @@ impl Union {
         }
         self.view_remove(parent, name);
         self.nodes().detach(parent, name);
-        self.views.remove(&ino);
+        self.forget_view(ino);
         Ok(())
     }
 
     /// fsync of a directory reaches every writable branch that holds it (the only ones our
     /// operations changed).
-    pub(super) fn do_fsyncdir(&mut self, ino: u64, datasync: bool) -> R<()> {
+    pub(super) fn do_fsyncdir(&self, ino: u64, datasync: bool) -> R<()> {
         let rel = self.path(ino)?;
-        self.ensure_view(ino)?;
-        let layers = self.views[&ino].layers.clone();
+        let layers = self.ensure_view(ino)?.layers.clone();
         for b in layers {
             if !self.table.get(b).writable() {
                 continue;

@@ -6,7 +6,7 @@ use std::time::UNIX_EPOCH;
 
 use fuser::{FileAttr, TimeOrNow};
 
-use super::{Errno, Union, R};
+use super::{Errno, Op, R};
 use crate::sys::{self, TimeSpec};
 
 pub(super) struct SetAttr {
@@ -37,8 +37,8 @@ fn spec(t: Option<TimeOrNow>) -> TimeSpec {
     })
 }
 
-impl Union {
-    pub(super) fn do_lookup(&mut self, parent: u64, name: &OsStr) -> R<FileAttr> {
+impl Op<'_> {
+    pub(super) fn do_lookup(&self, parent: u64, name: &OsStr) -> R<FileAttr> {
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         let rel = self.path(parent)?.join(name);
         let st = match sys::fstatat(self.fd(e.winner()), &rel) {
@@ -52,19 +52,20 @@ impl Union {
         Ok(self.attr(ino, &st))
     }
 
-    pub(super) fn do_getattr(&mut self, ino: u64, fh: Option<u64>) -> R<FileAttr> {
+    pub(super) fn do_getattr(&self, ino: u64, fh: Option<u64>) -> R<FileAttr> {
         // An open handle answers even for a name that was unlinked meanwhile.
-        if let Some(h) = fh.and_then(|fh| self.handles.get(&fh)) {
+        if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
         }
-        if self.renoded.contains(&ino) {
+        if self.renoded().contains(&ino) {
             // The name moved to a new inode; this one lives on through its open files (fstat
             // does not send the handle).
             let h = self
-                .handles
+                .handles_r()
                 .values()
                 .find(|h| h.ino == ino)
+                .cloned()
                 .ok_or(libc::ENOENT)?;
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
@@ -74,8 +75,8 @@ impl Union {
         Ok(self.attr(ino, &st))
     }
 
-    pub(super) fn do_setattr(&mut self, ino: u64, a: SetAttr) -> R<FileAttr> {
-        let b = self.writable_branch_for(ino)?;
+    pub(super) fn do_setattr(&self, ino: u64, a: SetAttr) -> R<FileAttr> {
+        let b = self.writable_branch(ino)?;
         let fd = self.fd(b);
         let rel = self.path(ino)?;
         if a.uid.is_some() || a.gid.is_some() {
@@ -90,7 +91,7 @@ impl Union {
             // Prefer the caller's handle (it may be the only way to reach an unlinked file),
             // unless the handle still points at a branch we just copied away from.
             let via_handle =
-                a.fh.and_then(|fh| self.handles.get(&fh))
+                a.fh.and_then(|fh| self.handle(fh).ok())
                     .filter(|h| self.table.by_id(h.branch_id).map(|x| x.writable()) == Some(true));
             match via_handle {
                 Some(h) => h.file.set_len(size).e()?,
@@ -106,13 +107,13 @@ impl Union {
         Ok(self.attr(ino, &st))
     }
 
-    pub(super) fn do_readlink(&mut self, ino: u64) -> R<OsString> {
+    pub(super) fn do_readlink(&self, ino: u64) -> R<OsString> {
         let loc = self.locate(ino)?;
         sys::readlinkat(self.fd(loc.entry.winner()), &loc.rel).e()
     }
 
     /// Space is what the upper branch offers (where writes go); without one, the top branch.
-    pub(super) fn do_statfs(&mut self) -> R<libc::statvfs> {
+    pub(super) fn do_statfs(&self) -> R<libc::statvfs> {
         let b = self.table.upper().unwrap_or(0);
         sys::fstatvfs(self.fd(b)).e()
     }

@@ -8,10 +8,12 @@
 use std::ffi::OsStr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use fuser::FileAttr;
 
-use super::{Backing, Errno, Handle, Union, R};
+use super::{Backing, Errno, Handle, Op, R};
 use crate::merge::Kind;
 use crate::sys;
 
@@ -24,15 +26,15 @@ fn wants_write(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
-impl Union {
-    pub(super) fn do_open(&mut self, ino: u64, flags: i32) -> R<u64> {
-        if self.renoded.contains(&ino) {
+impl Op<'_> {
+    pub(super) fn do_open(&self, ino: u64, flags: i32) -> R<u64> {
+        if self.renoded().contains(&ino) {
             // The name has a new inode now (see `settle_open`): a stale kernel dentry still
             // points here. ESTALE makes the kernel look the path up again and retry the open.
             return Err(libc::ESTALE);
         }
         let b = if wants_write(flags) {
-            self.writable_branch_for(ino)?
+            self.writable_branch(ino)?
         } else {
             self.locate(ino)?.entry.winner()
         };
@@ -45,22 +47,22 @@ impl Union {
         .e()?;
         let fh = self.new_fh();
         let branch_id = self.table.get(b).id;
-        self.handles.insert(
+        self.handles_w().insert(
             fh,
-            Handle {
+            Arc::new(Handle {
                 file,
                 ino,
                 branch_id,
                 flags,
-                passthrough: false,
-            },
+                passthrough: AtomicBool::new(false),
+            }),
         );
         Ok(fh)
     }
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn do_create(
-        &mut self,
+        &self,
         parent: u64,
         name: &OsStr,
         mode: u32,
@@ -68,6 +70,7 @@ impl Union {
         uid: u32,
         gid: u32,
     ) -> R<(FileAttr, u64)> {
+        let _ns = self.ns();
         let (u, rel) = self.prepare_create(parent, name)?;
         let fd = self.fd(u);
         let file = sys::openat(
@@ -83,48 +86,55 @@ impl Union {
         }
         self.view_insert(parent, name, Kind::File, u);
         let mut ino = self.nodes().get_or_create(parent, name);
-        if self.io.get(&ino).is_some_and(|io| io.backing.is_some()) {
+        let mut io = self.io();
+        if io.get(&ino).is_some_and(|io| io.backing.is_some()) {
             // The name's old file vanished from its branch behind our back while passthrough
             // readers still hold its inode, which the kernel keeps bound to that file: the new
             // file gets an inode of its own.
             let renumbered = self.nodes().renumber(ino);
             match renumbered {
                 Some(n) => {
-                    self.renoded.insert(ino);
+                    self.renoded().insert(ino);
                     ino = n;
                 }
                 None => {
+                    drop(io);
                     let _ = sys::unlinkat(fd, &rel, false);
                     self.view_remove(parent, name);
                     return Err(libc::EBUSY);
                 }
             }
         }
-        let st = sys::fstat(file.as_raw_fd()).e()?;
-        self.io.entry(ino).or_default().cached += 1;
+        let st = match sys::fstat(file.as_raw_fd()) {
+            Ok(st) => st,
+            Err(e) => return Err(sys::errno(&e)),
+        };
+        io.entry(ino).or_default().cached += 1;
+        drop(io);
         let fh = self.new_fh();
         let branch_id = self.table.get(u).id;
-        self.handles.insert(
+        self.handles_w().insert(
             fh,
-            Handle {
+            Arc::new(Handle {
                 file,
                 ino,
                 branch_id,
                 flags,
-                passthrough: false,
-            },
+                passthrough: AtomicBool::new(false),
+            }),
         );
         Ok((self.attr(ino, &st), fh))
     }
 
-    /// Read into a buffer reused across requests (large reads are the hot path without FUSE
-    /// passthrough). Returns the number of bytes now at the start of `self.read_buf`.
-    pub(super) fn do_read(&mut self, fh: u64, offset: i64, size: u32) -> R<usize> {
-        let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
-        if self.read_buf.len() < size as usize {
-            self.read_buf.resize(size as usize, 0);
+    /// Read `size` bytes at `offset` into `buf` (a buffer of the serving thread, reused across
+    /// requests: large reads are the hot path without FUSE passthrough). Returns the number of
+    /// bytes read.
+    pub(super) fn do_read(&self, fh: u64, offset: i64, buf: &mut Vec<u8>, size: u32) -> R<usize> {
+        let h = self.handle(fh)?;
+        if buf.len() < size as usize {
+            buf.resize(size as usize, 0);
         }
-        let buf = &mut self.read_buf[..size as usize];
+        let buf = &mut buf[..size as usize];
         let mut got = 0;
         while got < buf.len() {
             match h.file.read_at(&mut buf[got..], offset as u64 + got as u64) {
@@ -137,9 +147,8 @@ impl Union {
         Ok(got)
     }
 
-    pub(super) fn do_write(&mut self, fh: u64, offset: i64, data: &[u8], kill: bool) -> R<u32> {
-        self.follow_snapshot(fh)?;
-        let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
+    pub(super) fn do_write(&self, fh: u64, offset: i64, data: &[u8], kill: bool) -> R<u32> {
+        let h = self.follow_snapshot(fh)?;
         if kill {
             let fd = h.file.as_raw_fd();
             let mode = sys::fstat(fd).e()?.st_mode;
@@ -166,29 +175,39 @@ impl Union {
     }
 
     /// Move a handle off a branch that was writable when it was opened but no longer is.
-    fn follow_snapshot(&mut self, fh: u64) -> R<()> {
-        let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
+    /// Returns the handle to write through.
+    fn follow_snapshot(&self, fh: u64) -> R<Arc<Handle>> {
+        let h = self.handle(fh)?;
         let writable = match self.table.by_id(h.branch_id) {
             Some(b) => b.writable(),
             // Removed from the union: the file keeps its own branch.
-            None => return Ok(()),
+            None => return Ok(h),
         };
         if writable {
-            return Ok(());
+            return Ok(h);
         }
-        let (ino, flags) = (h.ino, h.flags);
-        let b = self.writable_branch_for(ino)?;
-        let rel = self.path(ino)?;
-        let file = sys::openat(self.fd(b), &rel, branch_flags(flags) & !libc::O_TRUNC, 0).e()?;
-        let id = self.table.get(b).id;
-        let h = self.handles.get_mut(&fh).ok_or(libc::EBADF)?;
-        h.file = file;
-        h.branch_id = id;
-        Ok(())
+        let _ns = self.ns();
+        // Another writer may have moved it meanwhile.
+        let h = self.handle(fh)?;
+        if self.table.by_id(h.branch_id).is_none_or(|b| b.writable()) {
+            return Ok(h);
+        }
+        let b = self.writable_branch_for(h.ino)?;
+        let rel = self.path(h.ino)?;
+        let file = sys::openat(self.fd(b), &rel, branch_flags(h.flags) & !libc::O_TRUNC, 0).e()?;
+        let moved = Arc::new(Handle {
+            file,
+            ino: h.ino,
+            branch_id: self.table.get(b).id,
+            flags: h.flags,
+            passthrough: AtomicBool::new(h.passthrough.load(Ordering::Relaxed)),
+        });
+        self.handles_w().insert(fh, moved.clone());
+        Ok(moved)
     }
 
-    pub(super) fn do_fsync(&mut self, fh: u64, datasync: bool) -> R<()> {
-        let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
+    pub(super) fn do_fsync(&self, fh: u64, datasync: bool) -> R<()> {
+        let h = self.handle(fh)?;
         if datasync {
             h.file.sync_data().e()
         } else {
@@ -196,9 +215,8 @@ impl Union {
         }
     }
 
-    pub(super) fn do_fallocate(&mut self, fh: u64, offset: i64, length: i64, mode: i32) -> R<()> {
-        self.follow_snapshot(fh)?;
-        let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
+    pub(super) fn do_fallocate(&self, fh: u64, offset: i64, length: i64, mode: i32) -> R<()> {
+        let h = self.follow_snapshot(fh)?;
         // SAFETY: valid descriptor.
         let r = unsafe { libc::fallocate(h.file.as_raw_fd(), mode, offset, length) };
         if r != 0 {
@@ -207,9 +225,10 @@ impl Union {
         Ok(())
     }
 
-    /// Decide how the kernel does I/O on the handle `do_open` just made: Ok(true) for
-    /// passthrough (the backing id is then in `self.io[ino]`), Ok(false) for I/O through the
-    /// daemon. `register` turns a descriptor into a backing id (an ioctl on /dev/fuse).
+    /// Decide how the kernel does I/O on the handle `do_open` just made: Ok(Some(backing id))
+    /// for passthrough, Ok(None) for I/O through the daemon. `register` turns a descriptor into
+    /// a backing id (an ioctl on /dev/fuse). The id is shared with the other passthrough opens
+    /// of the inode and unregistered when the last of them (and of these answers) is gone.
     ///
     /// Only read-only opens of files on read-only branches pass through: such a file cannot
     /// change through the union, and writes stay in the daemon, where a write through a handle
@@ -220,14 +239,14 @@ impl Union {
     /// the kernel look the path up again and retry on the new inode. The old inode lives on
     /// for its readers, who keep reading the file they opened (as in overlayfs).
     pub(super) fn settle_open(
-        &mut self,
+        &self,
         fh: u64,
         register: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
-    ) -> R<bool> {
-        let h = self.handles.get(&fh).ok_or(libc::EBADF)?;
+    ) -> R<Option<Arc<fuser::BackingId>>> {
+        let h = self.handle(fh)?;
         let ino = h.ino;
         let mut key = None;
-        if self.passthrough
+        if self.passthrough.load(Ordering::Relaxed)
             && !wants_write(h.flags)
             && self.table.by_id(h.branch_id).is_some_and(|b| !b.writable())
         {
@@ -237,52 +256,57 @@ impl Union {
                 }
             }
         }
-        let io = self.io.entry(ino).or_default();
+        let mut all = self.io();
+        let io = all.entry(ino).or_default();
         if let Some(b) = io.backing.as_mut() {
             if key == Some(b.file) {
                 b.opens += 1;
-                self.handles.get_mut(&fh).unwrap().passthrough = true;
-                return Ok(true);
+                h.passthrough.store(true, Ordering::Relaxed);
+                return Ok(Some(b.id.clone()));
             }
             // Conflict: move the name to a new inode and have the kernel retry there.
-            self.handles.remove(&fh);
+            drop(all);
+            self.handles_w().remove(&fh);
             let renumbered = self.nodes().renumber(ino);
             return match renumbered {
                 Some(_) => {
-                    self.renoded.insert(ino);
+                    self.renoded().insert(ino);
                     Err(libc::ESTALE)
                 }
                 None => Err(libc::EBUSY),
             };
         }
         if let Some(file) = key.filter(|_| io.cached == 0) {
-            match register(&self.handles[&fh].file) {
+            match register(&h.file) {
                 Ok(id) => {
-                    io.backing = Some(Backing { id, file, opens: 1 });
-                    self.handles.get_mut(&fh).unwrap().passthrough = true;
-                    return Ok(true);
+                    let id = Arc::new(id);
+                    io.backing = Some(Backing {
+                        id: id.clone(),
+                        file,
+                        opens: 1,
+                    });
+                    h.passthrough.store(true, Ordering::Relaxed);
+                    return Ok(Some(id));
                 }
                 // Not privileged: no passthrough for this mount. Other errors (a branch on a
                 // stacked file system, ELOOP) only concern this file.
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => self.passthrough = false,
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                    self.passthrough.store(false, Ordering::Relaxed)
+                }
                 Err(_) => {}
             }
         }
         io.cached += 1;
-        Ok(false)
+        Ok(None)
     }
 
-    /// The backing id of a passthrough open of `ino` (after `settle_open` returned true).
-    pub(super) fn backing_of(&self, ino: u64) -> Option<&fuser::BackingId> {
-        self.io.get(&ino)?.backing.as_ref().map(|b| &b.id)
-    }
-
-    pub(super) fn do_release(&mut self, fh: u64) {
-        let Some(h) = self.handles.remove(&fh) else {
+    pub(super) fn do_release(&self, fh: u64) {
+        let Some(h) = self.handles_w().remove(&fh) else {
             return;
         };
-        if let Some(io) = self.io.get_mut(&h.ino) {
-            if h.passthrough {
+        let mut all = self.io();
+        if let Some(io) = all.get_mut(&h.ino) {
+            if h.passthrough.load(Ordering::Relaxed) {
                 if let Some(b) = io.backing.as_mut() {
                     b.opens -= 1;
                     if b.opens == 0 {
@@ -294,7 +318,7 @@ impl Union {
                 io.cached = io.cached.saturating_sub(1);
             }
             if io.cached == 0 && io.backing.is_none() {
-                self.io.remove(&h.ino);
+                all.remove(&h.ino);
             }
         }
     }

@@ -1,40 +1,38 @@
-//! The `fuser::Filesystem` glue: every request refreshes the branch table, calls the matching
-//! `do_*` method and turns its `Result` into a reply. No logic lives here.
+//! The `fuser::Filesystem` glue: every request takes the current branch table (`Union::op`),
+//! calls the matching `do_*` method and turns its `Result` into a reply. No logic lives here.
+//! fuser runs this on several threads at once (see `crate::serve`).
 
+use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::SystemTime;
 
-use fuser::consts::{
-    FUSE_ATOMIC_O_TRUNC, FUSE_AUTO_INVAL_DATA, FUSE_BIG_WRITES, FUSE_DO_READDIRPLUS,
-    FUSE_PASSTHROUGH,
-};
 use fuser::{
-    Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow,
+    AccessFlags, BsdFileFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::entry::SetAttr;
-
-/// FUSE ABI 7.33 flag (fuser has no constant for it).
-const FUSE_HANDLE_KILLPRIV_V2: u64 = 1 << 28;
-/// Write flag sent with FUSE_HANDLE_KILLPRIV_V2: this write must drop set-ID bits.
-const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 use super::{Union, TTL};
+
+fn err(e: i32) -> Errno {
+    Errno::from_i32(e)
+}
 
 fn xattr_reply(r: Result<Vec<u8>, i32>, size: u32, reply: ReplyXattr) {
     match r {
         Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(libc::ERANGE),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(v) => reply.data(&v),
-        Err(e) => reply.error(e),
+        Err(e) => reply.error(err(e)),
     }
 }
 
 fn negative() -> fuser::FileAttr {
     fuser::FileAttr {
-        ino: 0,
+        ino: INodeNo(0),
         size: 0,
         blocks: 0,
         atime: SystemTime::UNIX_EPOCH,
@@ -52,61 +50,84 @@ fn negative() -> fuser::FileAttr {
     }
 }
 
-impl Filesystem for Union {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+const G0: Generation = Generation(0);
+
+fn empty(r: Result<(), i32>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
+fn entry(r: Result<fuser::FileAttr, i32>, reply: ReplyEntry) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &a, G0),
+        Err(e) => reply.error(err(e)),
+    }
+}
+
+thread_local! {
+    /// Each serving thread's read buffer, reused across requests.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl fuser::Filesystem for Union {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // O_TRUNC arrives with open (one request instead of open + setattr); cached pages are
         // dropped when a file changes in a branch behind our back.
-        let _ =
-            config.add_capabilities(FUSE_ATOMIC_O_TRUNC | FUSE_AUTO_INVAL_DATA | FUSE_BIG_WRITES);
+        let _ = config.add_capabilities(
+            InitFlags::FUSE_ATOMIC_O_TRUNC
+                | InitFlags::FUSE_AUTO_INVAL_DATA
+                | InitFlags::FUSE_BIG_WRITES,
+        );
+        // Lookups and listings in one directory may run at the same time (we serve requests
+        // on several threads; the kernel otherwise serializes them per directory).
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         // We clear set-user/group-ID bits on write ourselves (the daemon writes with
         // CAP_FSETID, so the branch file system would not): in exchange the kernel stops asking
         // for security.capability before every single write, a round trip each.
-        let _ = config.add_capabilities(FUSE_HANDLE_KILLPRIV_V2);
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         // Listings carry attributes, which saves one lookup round trip per entry for anything
         // that stats what it lists (ls -l, find, make, tar). Always on: the kernel's adaptive
         // mode fell back to plain readdir plus lookups for `find`, 50x the requests.
-        let _ = config.add_capabilities(FUSE_DO_READDIRPLUS);
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         // Read-only opens of files on read-only branches are served by the kernel from the
         // branch file itself (see `settle_open`). Stack depth 1: branches must be on a plain
         // file system (a branch on overlayfs falls back to reads through the daemon), and the
         // union itself may still be a layer of an overlayfs.
-        self.passthrough = config.add_capabilities(FUSE_PASSTHROUGH).is_ok()
+        let pt = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(1).is_ok();
+        self.passthrough
+            .store(pt, std::sync::atomic::Ordering::Relaxed);
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         Ok(())
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        self.refresh();
-        match self.do_lookup(parent, name) {
-            Ok(a) => reply.entry(&TTL, &a, 0),
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.op().do_lookup(parent.0, name) {
+            Ok(a) => reply.entry(&TTL, &a, G0),
             // Node id 0 is a negative entry the kernel may cache for TTL: compilers and shells
             // probe many names that do not exist.
             Err(libc::ENOENT) => {
-                self.shared
-                    .nodes
-                    .lock()
-                    .unwrap()
-                    .note_negative(parent, name);
-                reply.entry(&TTL, &negative(), 0)
+                self.nodes().note_negative(parent.0, name);
+                reply.entry(&TTL, &negative(), G0)
             }
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(err(e)),
         }
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, fh: Option<u64>, reply: ReplyAttr) {
-        self.refresh();
-        match self.do_getattr(ino, fh) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.op().do_getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&TTL, &a),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(err(e)),
         }
     }
 
     fn setattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
@@ -114,14 +135,13 @@ impl Filesystem for Union {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        fh: Option<u64>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<u32>,
+        _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.refresh();
         let a = SetAttr {
             mode,
             uid,
@@ -129,223 +149,207 @@ impl Filesystem for Union {
             size,
             atime,
             mtime,
-            fh,
+            fh: fh.map(|f| f.0),
         };
-        match self.do_setattr(ino, a) {
+        match self.op().do_setattr(ino.0, a) {
             Ok(a) => reply.attr(&TTL, &a),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(err(e)),
         }
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        self.refresh();
-        match self.do_readlink(ino) {
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.op().do_readlink(ino.0) {
             Ok(t) => reply.data(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str())),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(err(e)),
         }
     }
 
     fn mknod(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.refresh();
-        match self.do_mknod(parent, name, mode & !umask, rdev, req.uid(), req.gid()) {
-            Ok(a) => reply.entry(&TTL, &a, 0),
-            Err(e) => reply.error(e),
-        }
+        let r = self
+            .op()
+            .do_mknod(parent.0, name, mode & !umask, rdev, req.uid(), req.gid());
+        entry(r, reply)
     }
 
     fn mkdir(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.refresh();
-        match self.do_mkdir(parent, name, mode & !umask, req.uid(), req.gid()) {
-            Ok(a) => reply.entry(&TTL, &a, 0),
-            Err(e) => reply.error(e),
-        }
+        let r = self
+            .op()
+            .do_mkdir(parent.0, name, mode & !umask, req.uid(), req.gid());
+        entry(r, reply)
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        self.refresh();
-        match self.do_unlink(parent, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.op().do_unlink(parent.0, name), reply)
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        self.refresh();
-        match self.do_rmdir(parent, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.op().do_rmdir(parent.0, name), reply)
     }
 
     fn symlink(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.refresh();
-        match self.do_symlink(parent, link_name, target, req.uid(), req.gid()) {
-            Ok(a) => reply.entry(&TTL, &a, 0),
-            Err(e) => reply.error(e),
-        }
+        let r = self
+            .op()
+            .do_symlink(parent.0, link_name, target, req.uid(), req.gid());
+        entry(r, reply)
     }
 
     fn rename(
-        &mut self,
-        _req: &Request<'_>,
-        parent: u64,
+        &self,
+        _req: &Request,
+        parent: INodeNo,
         name: &OsStr,
-        newparent: u64,
+        newparent: INodeNo,
         newname: &OsStr,
-        flags: u32,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.refresh();
-        match self.do_rename(parent, name, newparent, newname, flags) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        let r = self
+            .op()
+            .do_rename(parent.0, name, newparent.0, newname, flags.bits());
+        empty(r, reply)
     }
 
     fn link(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        newparent: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.refresh();
-        match self.do_link(ino, newparent, newname) {
-            Ok(a) => reply.entry(&TTL, &a, 0),
-            Err(e) => reply.error(e),
-        }
+        entry(self.op().do_link(ino.0, newparent.0, newname), reply)
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
-        self.refresh();
-        let fh = match self.do_open(ino, flags) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let op = self.op();
+        let fh = match op.do_open(ino.0, flags.0) {
             Ok(fh) => fh,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply.error(err(e)),
         };
-        match self.settle_open(fh, |f| reply.open_backing(f)) {
-            Ok(true) => match self.backing_of(ino) {
-                Some(id) => reply.opened_passthrough(fh, 0, id),
-                None => reply.error(libc::EIO),
-            },
+        match op.settle_open(fh, |f| reply.open_backing(f)) {
+            Ok(Some(id)) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
             // Keep cached pages across opens; FUSE_AUTO_INVAL_DATA drops them when a refreshed
             // attribute shows the file changed (also behind our back, within TTL), and a branch
             // change drops them explicitly.
-            Ok(false) => reply.opened(fh, fuser::consts::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(e),
+            Ok(None) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(err(e)),
         }
     }
 
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.do_read(fh, offset, size) {
-            Ok(n) => reply.data(&self.read_buf[..n]),
-            Err(e) => reply.error(e),
-        }
+        READ_BUF.with_borrow_mut(
+            |buf| match self.op().do_read(fh.0, offset as i64, buf, size) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(err(e)),
+            },
+        )
     }
 
     fn write(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         data: &[u8],
-        write_flags: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.refresh();
-        let kill = write_flags & FUSE_WRITE_KILL_SUIDGID != 0;
-        match self.do_write(fh, offset, data, kill) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.op().do_write(fh.0, offset as i64, data, kill) {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(err(e)),
         }
     }
 
-    fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lo: u64, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lo: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         // Nothing to do on close (writes reach the branch file at once, fsync is separate).
         // ENOSYS makes the kernel stop sending FLUSH altogether: one round trip less for every
         // close (a create + close is LOOKUP, CREATE, FLUSH, RELEASE and the directory's GETATTR).
-        reply.error(libc::ENOSYS);
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.do_release(fh);
+        self.op().do_release(fh.0);
         reply.ok();
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, datasync: bool, reply: ReplyEmpty) {
-        match self.do_fsync(fh, datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, ds: bool, reply: ReplyEmpty) {
+        empty(self.op().do_fsync(fh.0, ds), reply)
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        self.refresh();
-        match self.do_opendir(ino) {
-            Ok(fh) => reply.opened(fh, 0),
-            Err(e) => reply.error(e),
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.op().do_opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(err(e)),
         }
     }
 
     fn readdir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(list) = self.dirs.get(&fh) else {
-            return reply.error(libc::EBADF);
+        let Some(list) = super::lock(&self.dirs).get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
         };
-        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset.max(0) as usize) {
-            if reply.add(*ino, (i + 1) as i64, *kind, name) {
+        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
                 break;
             }
         }
@@ -353,32 +357,26 @@ impl Filesystem for Union {
     }
 
     fn readdirplus(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.refresh();
-        let Some(list) = self.dirs.get(&fh) else {
-            return reply.error(libc::EBADF);
+        let Some(list) = super::lock(&self.dirs).get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
         };
-        let todo: Vec<(usize, u64, std::ffi::OsString)> = list
-            .iter()
-            .enumerate()
-            .skip(offset.max(0) as usize)
-            .map(|(i, (child, _, name))| (i, *child, name.clone()))
-            .collect();
-        for (i, child, name) in todo {
+        let op = self.op();
+        for (i, (child, _, name)) in list.iter().enumerate().skip(offset as usize) {
             let attr = if name == "." || name == ".." {
-                self.do_getattr(child, None)
+                op.do_getattr(*child, None)
             } else {
-                self.do_lookup(ino, &name)
+                op.do_lookup(ino.0, name)
             };
             // A name that vanished since opendir is left out of this listing.
             let Ok(attr) = attr else { continue };
-            if reply.add(attr.ino, (i + 1) as i64, &name, &TTL, &attr, 0) {
+            if reply.add(attr.ino, (i + 1) as u64, name, &TTL, &attr, G0) {
                 break;
             }
         }
@@ -386,28 +384,23 @@ impl Filesystem for Union {
     }
 
     fn releasedir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.remove(&fh);
+        super::lock(&self.dirs).remove(&fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, ds: bool, reply: ReplyEmpty) {
-        self.refresh();
-        match self.do_fsyncdir(ino, ds) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, ds: bool, reply: ReplyEmpty) {
+        empty(self.op().do_fsyncdir(ino.0, ds), reply)
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
-        self.refresh();
-        match self.do_statfs() {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.op().do_statfs() {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -418,90 +411,72 @@ impl Filesystem for Union {
                 s.f_namemax as u32,
                 s.f_frsize as u32,
             ),
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(err(e)),
         }
     }
 
     fn setxattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         name: &OsStr,
         value: &[u8],
         flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.refresh();
-        match self.do_setxattr(ino, name, value, flags) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty(self.op().do_setxattr(ino.0, name, value, flags), reply)
     }
 
-    fn getxattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        name: &OsStr,
-        size: u32,
-        reply: ReplyXattr,
-    ) {
-        self.refresh();
-        let r = self.do_getxattr(ino, name);
-        xattr_reply(r, size, reply);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_reply(self.op().do_getxattr(ino.0, name), size, reply);
     }
 
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
-        self.refresh();
-        let r = self.do_listxattr(ino);
-        xattr_reply(r, size, reply);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(self.op().do_listxattr(ino.0), size, reply);
     }
 
-    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
-        self.refresh();
-        match self.do_removexattr(ino, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(self.op().do_removexattr(ino.0, name), reply)
     }
 
-    fn access(&mut self, _req: &Request<'_>, _ino: u64, _mask: i32, reply: ReplyEmpty) {
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (mounted with default_permissions).
         reply.ok();
     }
 
     fn create(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.refresh();
-        match self.do_create(parent, name, mode & !umask, flags, req.uid(), req.gid()) {
-            Ok((a, fh)) => reply.created(&TTL, &a, 0, fh, 0),
-            Err(e) => reply.error(e),
+        let r = self
+            .op()
+            .do_create(parent.0, name, mode & !umask, flags, req.uid(), req.gid());
+        match r {
+            Ok((a, fh)) => reply.created(&TTL, &a, G0, FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(err(e)),
         }
     }
 
     fn fallocate(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
-        length: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.refresh();
-        match self.do_fallocate(fh, offset, length, mode) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        let r = self
+            .op()
+            .do_fallocate(fh.0, offset as i64, length as i64, mode);
+        empty(r, reply)
     }
 }

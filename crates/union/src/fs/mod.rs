@@ -1,9 +1,9 @@
 //! The union's state behind the FUSE operations: the inode table, the per-directory merged
 //! views (the cache that keeps many branches cheap), open handles, and copy-up.
 //!
-//! The FUSE layer is single-threaded (fuser runs one request at a time), so this state needs no
-//! locks of its own; only the branch table and the inode names are shared with the control
-//! thread, which swaps tables and asks the kernel to forget cached names.
+//! Requests are served by several threads at once (see `Union` for the locks); the branch
+//! table and the inode names are also shared with the control thread, which swaps tables and
+//! asks the kernel to forget cached names.
 
 mod copyup;
 mod dir;
@@ -13,12 +13,13 @@ mod kernel;
 mod names;
 mod xattr;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType};
@@ -27,7 +28,7 @@ use crate::branch::Table;
 use crate::merge::{Kind, MergedEntry, Merger};
 use crate::sys::{self, Stat};
 
-pub const ROOT: u64 = fuser::FUSE_ROOT_ID;
+pub const ROOT: u64 = fuser::INodeNo::ROOT.0;
 
 /// How long the kernel may trust a name or an attribute, and how long a merged directory view
 /// is reused before the branches are read again. It bounds how stale a change made directly in
@@ -236,9 +237,10 @@ pub struct Shared {
     pub nodes: Mutex<Nodes>,
 }
 
-/// One directory's merge over the branches, cached for `TTL`.
-#[derive(Debug)]
-struct DirView {
+/// One directory's merge over the branches, cached for `TTL`. Immutable once shared: a change
+/// replaces the map's `Arc` (copy on write), so readers never hold a lock while they use it.
+#[derive(Debug, Clone)]
+pub(crate) struct DirView {
     /// Branches that hold this directory, highest first (stops at an opaque one).
     layers: Vec<u32>,
     entries: HashMap<OsString, MergedEntry>,
@@ -267,7 +269,7 @@ struct Handle {
     branch_id: u64,
     flags: i32,
     /// Opened with FUSE passthrough: the kernel reads the branch file itself.
-    passthrough: bool,
+    passthrough: AtomicBool,
 }
 
 /// How the kernel does I/O on one inode's open files. The kernel binds an inode to a single
@@ -282,69 +284,216 @@ struct InodeIo {
 }
 
 struct Backing {
-    id: fuser::BackingId,
+    id: Arc<fuser::BackingId>,
     /// (st_dev, st_ino) of the branch file behind `id`.
     file: (u64, u64),
     opens: usize,
 }
 
+/// One entry of a directory listing snapshot: (inode, type, name).
+type DirItem = (u64, FileType, OsString);
+
+/// Shards of the per-directory change counters (see `Union::epochs`).
+const EPOCH_SHARDS: usize = 64;
+
+/// The union's state. Requests run concurrently on several threads (`Op` is one request's
+/// view of it); every part has its own short-lived lock, and no lock is held across branch I/O
+/// except `ns`, which orders the changes of the union's namespace (see there).
 pub struct Union {
     shared: Arc<Shared>,
-    table: Arc<Table>,
-    views: HashMap<u64, DirView>,
-    handles: HashMap<u64, Handle>,
+    views: RwLock<HashMap<u64, Arc<DirView>>>,
+    /// The table generation the cached views belong to (they are dropped on a change).
+    views_generation: AtomicU64,
+    /// Per-directory change counters (sharded by inode): a change through the union bumps its
+    /// directory's counter after the branch I/O, and a view built from branch listings is
+    /// cached only if its directory's counter did not move while the branches were read, so a
+    /// listing that raced with a change never hides the change.
+    epochs: Vec<AtomicU64>,
+    handles: RwLock<HashMap<u64, Arc<Handle>>>,
     /// Per-inode I/O mode of the open handles (inodes with open files only).
-    io: HashMap<u64, InodeIo>,
+    io: Mutex<HashMap<u64, InodeIo>>,
     /// Passthrough was negotiated at init and registering backing files works (needs
     /// CAP_SYS_ADMIN).
-    passthrough: bool,
+    passthrough: AtomicBool,
     /// Inodes whose name was given a new inode because the name's file changed while the old
     /// inode was bound to a passthrough backing file; they live on through their open handles.
-    renoded: std::collections::HashSet<u64>,
-    dirs: HashMap<u64, Vec<(u64, FileType, OsString)>>,
-    next_fh: u64,
-    next_serial: u64,
-    tmp_counter: u64,
-    read_buf: Vec<u8>,
+    renoded: Mutex<HashSet<u64>>,
+    dirs: Mutex<HashMap<u64, Arc<Vec<DirItem>>>>,
+    next_fh: AtomicU64,
+    next_serial: AtomicU64,
+    tmp_counter: AtomicU64,
+    /// Held by every request that changes the union's namespace or copies up (create, mkdir,
+    /// unlink, rename, link, copy-up, whiteouts). The kernel already orders such changes per
+    /// directory; this also orders them against copy-ups (which the kernel does not lock), so
+    /// an unlink can never interleave with a copy-up of the same name. Lookups, attributes,
+    /// listings, reads and writes of files already on a writable branch never take it.
+    ns: Mutex<()>,
+}
+
+/// One request's view of the union: the branch table it runs against (a live change applies
+/// from the next request on; one request never sees two tables).
+pub(crate) struct Op<'a> {
+    u: &'a Union,
+    table: Arc<Table>,
+}
+
+impl std::ops::Deref for Op<'_> {
+    type Target = Union;
+    fn deref(&self) -> &Union {
+        self.u
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Union {
     pub fn new(shared: Arc<Shared>) -> Union {
-        let table = shared.table.lock().unwrap().clone();
+        let generation = lock(&shared.table).generation;
         Union {
             shared,
-            table,
-            views: HashMap::new(),
-            handles: HashMap::new(),
-            io: HashMap::new(),
-            passthrough: false,
+            views: RwLock::new(HashMap::new()),
+            views_generation: AtomicU64::new(generation),
+            epochs: (0..EPOCH_SHARDS).map(|_| AtomicU64::new(0)).collect(),
+            handles: RwLock::new(HashMap::new()),
+            io: Mutex::new(HashMap::new()),
+            passthrough: AtomicBool::new(false),
             renoded: Default::default(),
-            dirs: HashMap::new(),
-            next_fh: 1,
-            next_serial: 1,
-            tmp_counter: 0,
-            read_buf: Vec::new(),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            next_serial: AtomicU64::new(1),
+            tmp_counter: AtomicU64::new(0),
+            ns: Mutex::new(()),
         }
     }
 
-    /// Take the current branch table for this request (a live change applies from the next
-    /// request on; one request never sees two tables).
-    fn refresh(&mut self) {
-        let t = self.shared.table.lock().unwrap().clone();
-        if t.generation != self.table.generation {
-            self.views.clear();
+    /// Start a request on the current branch table.
+    pub(crate) fn op(&self) -> Op<'_> {
+        let table = lock(&self.shared.table).clone();
+        if self.views_generation.load(Ordering::Acquire) != table.generation {
+            let mut v = self.views_w();
+            if self
+                .views_generation
+                .swap(table.generation, Ordering::AcqRel)
+                != table.generation
+            {
+                v.clear();
+            }
         }
-        self.table = t;
+        Op { u: self, table }
     }
 
-    fn nodes(&self) -> std::sync::MutexGuard<'_, Nodes> {
-        self.shared.nodes.lock().unwrap()
+    fn views_r(&self) -> RwLockReadGuard<'_, HashMap<u64, Arc<DirView>>> {
+        self.views.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn views_w(&self) -> RwLockWriteGuard<'_, HashMap<u64, Arc<DirView>>> {
+        self.views.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn handles_r(&self) -> RwLockReadGuard<'_, HashMap<u64, Arc<Handle>>> {
+        self.handles.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn handles_w(&self) -> RwLockWriteGuard<'_, HashMap<u64, Arc<Handle>>> {
+        self.handles.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn handle(&self, fh: u64) -> R<Arc<Handle>> {
+        self.handles_r().get(&fh).cloned().ok_or(libc::EBADF)
+    }
+
+    fn io(&self) -> MutexGuard<'_, HashMap<u64, InodeIo>> {
+        lock(&self.io)
+    }
+
+    fn renoded(&self) -> MutexGuard<'_, HashSet<u64>> {
+        lock(&self.renoded)
+    }
+
+    /// Take the namespace lock (see `Union::ns`).
+    fn ns(&self) -> MutexGuard<'_, ()> {
+        lock(&self.ns)
+    }
+
+    fn nodes(&self) -> MutexGuard<'_, Nodes> {
+        lock(&self.shared.nodes)
     }
 
     fn path(&self, ino: u64) -> R<PathBuf> {
         self.nodes().path(ino).ok_or(libc::ENOENT)
     }
 
+    fn epoch(&self, dir: u64) -> &AtomicU64 {
+        &self.epochs[(dir as usize) % EPOCH_SHARDS]
+    }
+
+    fn fresh_serial(&self) -> u64 {
+        self.next_serial.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn cached_view(&self, ino: u64) -> Option<Arc<DirView>> {
+        self.views_r().get(&ino).cloned()
+    }
+
+    /// Change the cached view of directory `dir` (if any) after a change made through the
+    /// union, and mark the directory changed so a concurrent re-read is not cached over it.
+    fn edit_view(&self, dir: u64, f: impl FnOnce(&mut DirView)) {
+        let mut views = self.views_w();
+        if let Some(v) = views.get_mut(&dir) {
+            f(Arc::make_mut(v));
+        }
+        self.epoch(dir).fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drop a cached view (after an error that suggests the branches changed underneath, or
+    /// after a change that is easier re-read than patched).
+    fn forget_view(&self, ino: u64) {
+        self.views_w().remove(&ino);
+        self.epoch(ino).fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// After creating `name` in the upper branch: record it in the cached view.
+    fn view_insert(&self, parent: u64, name: &OsStr, kind: Kind, upper: u32) {
+        self.edit_view(parent, |v| {
+            v.entries.insert(
+                name.to_os_string(),
+                MergedEntry {
+                    kind,
+                    positions: vec![upper],
+                },
+            );
+        });
+    }
+
+    fn view_remove(&self, parent: u64, name: &OsStr) {
+        self.edit_view(parent, |v| {
+            v.entries.remove(name);
+        });
+    }
+
+    /// Record that `name` in `parent` now also exists in branch `b` (after a copy-up).
+    fn view_add_position(&self, parent: u64, name: &OsStr, b: u32) {
+        self.edit_view(parent, |v| {
+            if let Some(e) = v.entries.get_mut(name) {
+                if let Err(i) = e.positions.binary_search(&b) {
+                    e.positions.insert(i, b);
+                }
+            }
+        });
+    }
+
+    fn attr(&self, ino: u64, st: &Stat) -> FileAttr {
+        attr_of(ino, st)
+    }
+}
+
+impl Op<'_> {
     fn upper(&self) -> R<u32> {
         self.table.upper().ok_or(libc::EROFS)
     }
@@ -357,53 +506,95 @@ impl Union {
         self.table.get(branch).path.join(rel)
     }
 
-    fn fresh_serial(&mut self) -> u64 {
-        self.next_serial += 1;
-        self.next_serial
-    }
-
-    /// Make sure the merged view of directory `ino` is current, building it from the parent's
-    /// view (which says exactly which branches hold this directory) when needed. Walking up is
-    /// O(depth) hash lookups when everything is cached; a directory is only ever read on the
-    /// branches that hold it, which is what keeps 1,000 branches cheap.
-    fn ensure_view(&mut self, ino: u64) -> R<()> {
+    /// The current merged view of directory `ino`, building it from the parent's view (which
+    /// says exactly which branches hold this directory) when needed. Walking up is O(depth)
+    /// hash lookups when everything is cached; a directory is only ever read on the branches
+    /// that hold it, which is what keeps 1,000 branches cheap.
+    fn ensure_view(&self, ino: u64) -> R<Arc<DirView>> {
         let generation = self.table.generation;
+        let old = self.cached_view(ino);
         let (candidates, parent_serial, rel) = if ino == ROOT {
-            if let Some(v) = self.views.get(&ino) {
+            if let Some(v) = &old {
                 if v.generation == generation && v.built.elapsed() < TTL {
-                    return Ok(());
+                    return Ok(v.clone());
                 }
             }
-            let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
-            if self.revalidate(ino, 0, Path::new(".")) {
-                return Ok(());
+            let rel = PathBuf::from(".");
+            if let Some(v) = self.revalidate(ino, 0, &rel, old.as_ref()) {
+                return Ok(v);
             }
-            (all, 0, PathBuf::from("."))
+            let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
+            (all, 0, rel)
         } else {
             let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
-            self.ensure_view(parent)?;
-            let pv = &self.views[&parent];
+            let pv = self.ensure_view(parent)?;
             let e = pv.entries.get(&name).ok_or(libc::ENOENT)?;
             if e.kind != Kind::Dir {
                 return Err(libc::ENOTDIR);
             }
             let ps = pv.serial;
-            if let Some(v) = self.views.get(&ino) {
+            if let Some(v) = &old {
                 if v.generation == generation && v.parent_serial == ps && v.built.elapsed() < TTL {
-                    return Ok(());
+                    return Ok(v.clone());
                 }
             }
-            let cands = e.positions.clone();
             let rel = self.path(ino)?;
-            if self.revalidate(ino, ps, &rel) {
-                return Ok(());
+            if let Some(v) = self.revalidate(ino, ps, &rel, old.as_ref()) {
+                return Ok(v);
             }
-            (cands, ps, rel)
+            (e.positions.clone(), ps, rel)
         };
+        let mut attempt = 0;
+        loop {
+            let before = self.epoch(ino).load(Ordering::Acquire);
+            let built = self.read_view(ino, &candidates, &rel, parent_serial);
+            let mut views = self.views_w();
+            if self.epoch(ino).load(Ordering::Acquire) != before {
+                // A change through the union landed while the branches were read: the
+                // listing may predate it. Read again (a few times, then answer this request
+                // from the listing without caching it).
+                drop(views);
+                attempt += 1;
+                if attempt < 3 {
+                    continue;
+                }
+                return built.map(Arc::new);
+            }
+            let mut v = match built {
+                Ok(v) => v,
+                Err(e) => {
+                    views.remove(&ino);
+                    return Err(e);
+                }
+            };
+            if let Some(old) = views.get(&ino) {
+                if old.layers == v.layers && old.entries == v.entries {
+                    v.serial = old.serial;
+                }
+            }
+            if views.len() >= MAX_VIEWS {
+                // Keep memory bounded on huge trees: drop the expired views (they would be
+                // revalidated or re-read on their next use anyway).
+                views.retain(|_, v| v.built.elapsed() < TTL);
+            }
+            let v = Arc::new(v);
+            views.insert(ino, v.clone());
+            return Ok(v);
+        }
+    }
+
+    /// Read directory `rel` in the candidate branches and merge it (no locks held).
+    fn read_view(
+        &self,
+        _ino: u64,
+        candidates: &[u32],
+        rel: &Path,
+        parent_serial: u64,
+    ) -> R<DirView> {
         let mut m = Merger::new();
         let mut stamps = Vec::with_capacity(candidates.len());
         for (i, &b) in candidates.iter().enumerate() {
-            match sys::list_dir_stamped(self.fd(b), &rel) {
+            match sys::list_dir_stamped(self.fd(b), rel) {
                 Ok((list, st)) => {
                     stamps.push((b, Some(st)));
                     if !m.add(b, list) {
@@ -418,7 +609,7 @@ impl Union {
                     }
                     // A non-directory below a directory hides everything under it.
                     libc::ENOTDIR if i > 0 => {
-                        let st = sys::fstatat(self.fd(b), &rel).ok().map(|s| sys::stamp(&s));
+                        let st = sys::fstatat(self.fd(b), rel).ok().map(|s| sys::stamp(&s));
                         stamps.push((b, st));
                         break;
                     }
@@ -431,69 +622,54 @@ impl Union {
         }
         let (entries, layers) = m.finish();
         if layers.is_empty() {
-            self.views.remove(&ino);
             return Err(libc::ENOENT);
         }
-        let serial = match self.views.get(&ino) {
-            Some(old) if old.layers == layers && old.entries == entries => old.serial,
-            _ => self.fresh_serial(),
-        };
-        self.evict_expired_views();
-        self.views.insert(
-            ino,
-            DirView {
-                layers,
-                entries,
-                built: Instant::now(),
-                generation,
-                serial,
-                parent_serial,
-                stamps,
-            },
-        );
-        Ok(())
+        Ok(DirView {
+            layers,
+            entries,
+            built: Instant::now(),
+            generation: self.table.generation,
+            serial: self.fresh_serial(),
+            parent_serial,
+            stamps,
+        })
     }
 
     /// An expired view whose directory is unchanged in every branch it examined (same inode,
     /// mtime and ctime) is still right: renew it without reading the directories again.
-    fn revalidate(&mut self, ino: u64, parent_serial: u64, rel: &Path) -> bool {
-        let generation = self.table.generation;
-        let Some(v) = self.views.get(&ino) else {
-            return false;
-        };
-        if v.generation != generation || v.parent_serial != parent_serial || v.stamps.is_empty() {
-            return false;
+    fn revalidate(
+        &self,
+        ino: u64,
+        parent_serial: u64,
+        rel: &Path,
+        old: Option<&Arc<DirView>>,
+    ) -> Option<Arc<DirView>> {
+        let v = old?;
+        if v.generation != self.table.generation
+            || v.parent_serial != parent_serial
+            || v.stamps.is_empty()
+        {
+            return None;
         }
         for (b, st) in &v.stamps {
             let now = sys::fstatat(self.fd(*b), rel).ok().map(|s| sys::stamp(&s));
             if now != *st {
-                return false;
+                return None;
             }
         }
-        if let Some(v) = self.views.get_mut(&ino) {
-            v.built = Instant::now();
+        let mut views = self.views_w();
+        let cur = views.get_mut(&ino)?;
+        if !Arc::ptr_eq(cur, v) {
+            // Changed meanwhile: build it again.
+            return None;
         }
-        true
+        Arc::make_mut(cur).built = Instant::now();
+        Some(cur.clone())
     }
 
-    /// Keep memory bounded on huge trees: past a number of cached directories, drop the
-    /// expired ones (they would be revalidated or re-read on their next use anyway).
-    fn evict_expired_views(&mut self) {
-        const MAX_VIEWS: usize = 20_000;
-        if self.views.len() >= MAX_VIEWS {
-            self.views.retain(|_, v| v.built.elapsed() < TTL);
-        }
-    }
-
-    /// Drop a cached view (after an error that suggests the branches changed underneath).
-    fn forget_view(&mut self, ino: u64) {
-        self.views.remove(&ino);
-    }
-
-    fn locate(&mut self, ino: u64) -> R<Loc> {
+    fn locate(&self, ino: u64) -> R<Loc> {
         if ino == ROOT {
-            self.ensure_view(ROOT)?;
-            let v = &self.views[&ROOT];
+            let v = self.ensure_view(ROOT)?;
             return Ok(Loc {
                 rel: PathBuf::from("."),
                 entry: MergedEntry {
@@ -503,8 +679,8 @@ impl Union {
             });
         }
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
-        self.ensure_view(parent)?;
-        let entry = self.views[&parent]
+        let entry = self
+            .ensure_view(parent)?
             .entries
             .get(&name)
             .cloned()
@@ -516,72 +692,32 @@ impl Union {
     }
 
     /// The entry for `name` in directory `parent`, if visible.
-    fn child(&mut self, parent: u64, name: &OsStr) -> R<Option<MergedEntry>> {
-        self.ensure_view(parent)?;
-        Ok(self.views[&parent].entries.get(name).cloned())
+    fn child(&self, parent: u64, name: &OsStr) -> R<Option<MergedEntry>> {
+        Ok(self.ensure_view(parent)?.entries.get(name).cloned())
     }
 
-    fn stat_loc(&mut self, ino: u64, loc: &Loc) -> R<Stat> {
+    fn stat_loc(&self, ino: u64, loc: &Loc) -> R<Stat> {
         match sys::fstatat(self.fd(loc.entry.winner()), &loc.rel) {
             Ok(st) => Ok(st),
             Err(e) => {
                 // The branch changed behind our back: re-read the parent next time.
                 let parent = self.nodes().entry(ino).map(|(p, _)| p);
                 if let Some(p) = parent {
-                    self.views.remove(&p);
+                    self.forget_view(p);
                 }
                 Err(sys::errno(&e))
             }
         }
     }
 
-    /// After creating `name` in the upper branch: record it in the cached view.
-    fn view_insert(&mut self, parent: u64, name: &OsStr, kind: Kind, upper: u32) {
-        if let Some(v) = self.views.get_mut(&parent) {
-            v.entries.insert(
-                name.to_os_string(),
-                MergedEntry {
-                    kind,
-                    positions: vec![upper],
-                },
-            );
-        }
-    }
-
-    fn view_remove(&mut self, parent: u64, name: &OsStr) {
-        if let Some(v) = self.views.get_mut(&parent) {
-            v.entries.remove(name);
-        }
-    }
-
-    /// Record that `name` in `parent` now also exists in branch `b` (after a copy-up).
-    fn view_add_position(&mut self, parent: u64, name: &OsStr, b: u32) {
-        if let Some(v) = self.views.get_mut(&parent) {
-            if let Some(e) = v.entries.get_mut(name) {
-                if let Err(i) = e.positions.binary_search(&b) {
-                    e.positions.insert(i, b);
-                }
-            }
-        }
-    }
-
-    fn attr(&self, ino: u64, st: &Stat) -> FileAttr {
-        attr_of(ino, st)
-    }
-
-    fn new_fh(&mut self) -> u64 {
-        self.next_fh += 1;
-        self.next_fh
-    }
-
-    fn temp_rel(&mut self, parent_rel: &Path) -> PathBuf {
-        self.tmp_counter += 1;
-        parent_rel.join(crate::whiteout::temp_name(
-            std::process::id(),
-            self.tmp_counter,
-        ))
+    fn temp_rel(&self, parent_rel: &Path) -> PathBuf {
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed) + 1;
+        parent_rel.join(crate::whiteout::temp_name(std::process::id(), n))
     }
 }
+
+/// Past this many cached directories, expired ones are dropped.
+const MAX_VIEWS: usize = 20_000;
 
 /// A directory changed so recently that another change could land in the same timestamp
 /// tick without moving mtime; such a stamp cannot prove the directory unchanged later.
@@ -627,7 +763,7 @@ pub(crate) fn kind_type(k: Kind) -> FileType {
 
 pub(crate) fn attr_of(ino: u64, st: &Stat) -> FileAttr {
     FileAttr {
-        ino,
+        ino: fuser::INodeNo(ino),
         size: st.st_size as u64,
         blocks: st.st_blocks as u64,
         atime: time(st.st_atime, st.st_atime_nsec),

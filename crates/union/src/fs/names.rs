@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use fuser::FileAttr;
 
-use super::{Errno, Union, R, ROOT};
+use super::{Errno, Op, R, ROOT};
 use crate::merge::Kind;
 use crate::sys;
 
-impl Union {
+impl Op<'_> {
     fn rel_of(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
         Ok(if parent == ROOT {
             Path::new(name).to_path_buf()
@@ -21,7 +21,8 @@ impl Union {
         })
     }
 
-    pub(super) fn do_unlink(&mut self, parent: u64, name: &OsStr) -> R<()> {
+    pub(super) fn do_unlink(&self, parent: u64, name: &OsStr) -> R<()> {
+        let _ns = self.ns();
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         if e.kind == Kind::Dir {
             return Err(libc::EISDIR);
@@ -47,7 +48,7 @@ impl Union {
     /// upper branch; a directory with lower parts fails with EXDEV, as overlayfs does without
     /// redirect_dir, so `mv` falls back to copy and delete and no child ever silently vanishes.
     pub(super) fn do_rename(
-        &mut self,
+        &self,
         parent: u64,
         name: &OsStr,
         newparent: u64,
@@ -60,6 +61,7 @@ impl Union {
         if crate::whiteout::is_reserved(newname) {
             return Err(libc::EINVAL);
         }
+        let _ns = self.ns();
         let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         let dst = self.child(newparent, newname)?;
         if flags & libc::RENAME_NOREPLACE != 0 && dst.is_some() {
@@ -95,8 +97,7 @@ impl Union {
         // whiteouts, which rename(2) would count as contents.
         if let (Some(d), true) = (&dst, is_dir) {
             let dino = self.nodes().get_or_create(newparent, newname);
-            self.ensure_view(dino)?;
-            if !self.views[&dino].entries.is_empty() {
+            if !self.ensure_view(dino)?.entries.is_empty() {
                 return Err(libc::ENOTEMPTY);
             }
             if d.positions.contains(&u) {
@@ -130,12 +131,13 @@ impl Union {
         self.nodes().rename(parent, name, newparent, newname);
         if is_dir {
             // Its children resolve through the new path; rebuild its view from there.
-            self.views.remove(&src_ino);
+            self.forget_view(src_ino);
         }
         Ok(())
     }
 
-    pub(super) fn do_link(&mut self, ino: u64, newparent: u64, newname: &OsStr) -> R<FileAttr> {
+    pub(super) fn do_link(&self, ino: u64, newparent: u64, newname: &OsStr) -> R<FileAttr> {
+        let _ns = self.ns();
         let loc = self.locate(ino)?;
         if loc.entry.kind == Kind::Dir {
             return Err(libc::EPERM);
@@ -152,13 +154,14 @@ impl Union {
     }
 
     pub(super) fn do_symlink(
-        &mut self,
+        &self,
         parent: u64,
         name: &OsStr,
         target: &Path,
         uid: u32,
         gid: u32,
     ) -> R<FileAttr> {
+        let _ns = self.ns();
         let (u, rel) = self.prepare_create(parent, name)?;
         sys::symlinkat(target.as_os_str(), self.fd(u), &rel).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {
@@ -173,7 +176,7 @@ impl Union {
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn do_mknod(
-        &mut self,
+        &self,
         parent: u64,
         name: &OsStr,
         mode: u32,
@@ -181,6 +184,7 @@ impl Union {
         uid: u32,
         gid: u32,
     ) -> R<FileAttr> {
+        let _ns = self.ns();
         let (u, rel) = self.prepare_create(parent, name)?;
         sys::mknodat(self.fd(u), &rel, mode, rdev as u64).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {

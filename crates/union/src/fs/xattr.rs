@@ -2,36 +2,30 @@
 
 use std::ffi::OsStr;
 
-use super::{Errno, Union, R};
+use super::{Errno, Op, R};
 use crate::sys;
 
-impl Union {
-    pub(super) fn do_getxattr(&mut self, ino: u64, name: &OsStr) -> R<Vec<u8>> {
+impl Op<'_> {
+    pub(super) fn do_getxattr(&self, ino: u64, name: &OsStr) -> R<Vec<u8>> {
         let loc = self.locate(ino)?;
         sys::lgetxattr(&self.abs(loc.entry.winner(), &loc.rel), name).e()
     }
 
-    pub(super) fn do_listxattr(&mut self, ino: u64) -> R<Vec<u8>> {
+    pub(super) fn do_listxattr(&self, ino: u64) -> R<Vec<u8>> {
         let loc = self.locate(ino)?;
         sys::llistxattr(&self.abs(loc.entry.winner(), &loc.rel)).e()
     }
 
-    pub(super) fn do_setxattr(
-        &mut self,
-        ino: u64,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-    ) -> R<()> {
-        let b = self.writable_branch_for(ino)?;
+    pub(super) fn do_setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> R<()> {
+        let b = self.writable_branch(ino)?;
         let rel = self.path(ino)?;
         sys::lsetxattr(&self.abs(b, &rel), name, value, flags).e()
     }
 
-    pub(super) fn do_removexattr(&mut self, ino: u64, name: &OsStr) -> R<()> {
+    pub(super) fn do_removexattr(&self, ino: u64, name: &OsStr) -> R<()> {
         // Fail early without copying up when there is nothing to remove.
         self.do_getxattr(ino, name)?;
-        let b = self.writable_branch_for(ino)?;
+        let b = self.writable_branch(ino)?;
         let rel = self.path(ino)?;
         sys::lremovexattr(&self.abs(b, &rel), name).e()
     }
