@@ -325,6 +325,134 @@ fn write_by_another_user_drops_setuid() {
     assert_eq!(fs::read_to_string(&f).unwrap(), "xmore\n");
 }
 
+/// Truncation drops set-ID bits like a write when the caller lacks CAP_FSETID (truncate(2) and
+/// open with O_TRUNC, on the upper branch and through a copy-up), and keeps them for root, as
+/// the kernel does on a plain file system.
+#[test]
+fn truncate_by_another_user_drops_setuid() {
+    if !fuse_ok("truncate_by_another_user_drops_setuid") || !have("setpriv") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    for name in ["lo_trunc", "lo_otrunc"] {
+        fs::write(b.join("lo").join(name), "lower\n").unwrap();
+        sh(&format!("chmod 6777 {}", b.join("lo").join(name).display()));
+    }
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    sh(&format!("chmod 755 {}", b.display()));
+    let other = |cmd: &str| {
+        sh(&format!(
+            "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c '{cmd}'"
+        ))
+    };
+    let mode = |name: &str| fs::metadata(m.mnt.join(name)).unwrap().mode() & 0o7777;
+    for name in ["trunc", "otrunc", "root", "nogx"] {
+        fs::write(m.mnt.join(name), "x").unwrap();
+    }
+    sh(&format!(
+        "chmod 6777 {0}/trunc {0}/otrunc {0}/root",
+        m.mnt.display()
+    ));
+    sh(&format!("chmod 6767 {}/nogx", m.mnt.display()));
+    other(&format!("truncate -s 1 {}/trunc", m.mnt.display()));
+    other(&format!(": > {}/otrunc", m.mnt.display()));
+    other(&format!("truncate -s 0 {}/nogx", m.mnt.display()));
+    other(&format!("truncate -s 2 {}/lo_trunc", m.mnt.display()));
+    other(&format!(": > {}/lo_otrunc", m.mnt.display()));
+    sh(&format!("truncate -s 0 {}/root", m.mnt.display()));
+    assert_eq!(mode("trunc"), 0o777, "truncate(2) by another user");
+    assert_eq!(mode("otrunc"), 0o777, "O_TRUNC by another user");
+    assert_eq!(
+        mode("nogx"),
+        0o2767,
+        "set-group-ID without group execute stays"
+    );
+    assert_eq!(mode("lo_trunc"), 0o777, "truncate after a copy-up");
+    assert_eq!(mode("lo_otrunc"), 0o777, "O_TRUNC after a copy-up");
+    assert_eq!(mode("root"), 0o6777, "root (CAP_FSETID) keeps the bits");
+    assert_eq!(fs::read(m.mnt.join("lo_trunc")).unwrap(), b"lo");
+    assert_eq!(fs::metadata(m.mnt.join("otrunc")).unwrap().len(), 0);
+    // The read-only branch is untouched.
+    let lo = fs::metadata(b.join("lo/lo_trunc")).unwrap();
+    assert_eq!(lo.mode() & 0o7777, 0o6777);
+    assert_eq!(lo.len(), 6);
+}
+
+/// A copy-up is durable: the copy's data is synced before the rename, and the directory that
+/// received the new name is synced after it (checked by tracing the daemon's system calls).
+#[test]
+fn copy_up_syncs_the_parent_directory() {
+    if !fuse_ok("copy_up_syncs_the_parent_directory") || !have("strace") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path().canonicalize().unwrap();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo/d")).unwrap();
+    fs::create_dir_all(b.join("mnt")).unwrap();
+    fs::write(b.join("lo/d/f"), "lower\n").unwrap();
+    let log = b.join("trace");
+    let mut daemon = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-y",
+            "-e",
+            "trace=fsync,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&log)
+        .arg(accord())
+        .args(["union", "mount", "--foreground"])
+        .arg(b.join("mnt"))
+        .arg(format!("{}=rw", b.join("up").display()))
+        .arg(format!("{}=ro", b.join("lo").display()))
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !is_mounted(&b.join("mnt")) {
+        assert!(start.elapsed() < Duration::from_secs(20), "mount timed out");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = UnionMount { mnt: b.join("mnt") };
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(m.mnt.join("d/f"))
+        .unwrap();
+    f.write_all(b"more\n").unwrap();
+    drop(f);
+    assert_eq!(
+        fs::read_to_string(b.join("up/d/f")).unwrap(),
+        "lower\nmore\n"
+    );
+    drop(m);
+    daemon.wait().unwrap();
+    let trace = fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = trace.lines().collect();
+    // After the rename that puts each copy in place, its directory is synced.
+    for (dir, name) in [(b.join("up"), "d"), (b.join("up/d"), "d/f")] {
+        let dir = format!("<{}>)", dir.display());
+        let at = lines
+            .iter()
+            .position(|l| l.contains("rename") && l.contains(&format!(", \"{name}\"")))
+            .unwrap_or_else(|| panic!("no rename of {name} in the trace:\n{trace}"));
+        assert!(
+            lines[at..]
+                .iter()
+                .any(|l| l.contains("fsync(") && l.contains(&dir)),
+            "no fsync of {dir} after the copy-up of {name}:\n{trace}"
+        );
+    }
+}
+
 /// Read-only opens of lower files use FUSE passthrough (the kernel reads the branch file). A
 /// later copy-up (open for write, chmod) must not disturb open readers, nor be refused: the
 /// name moves to a new inode while the readers keep the file they opened.

@@ -10,6 +10,16 @@ use crate::merge::Kind;
 use crate::sys;
 use crate::whiteout;
 
+/// fsync directory `rel` of a branch (`""` is its root).
+fn sync_dir(branch: i32, rel: &Path) -> std::io::Result<()> {
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    sys::openat(branch, rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)?.sync_all()
+}
+
 impl Op<'_> {
     /// Make directory `ino` exist in the upper branch (creating its missing ancestors first),
     /// with the mode, owner, times and xattrs of the copy the union shows. Returns the upper
@@ -41,7 +51,8 @@ impl Op<'_> {
             sys::copy_xattrs(&self.abs(src, &rel), &self.abs(u, &tmp))?;
             let (a, m) = sys::stat_times(&st);
             sys::utimensat(ufd, &tmp, a, m)?;
-            sys::renameat(ufd, &tmp, &rel, libc::RENAME_NOREPLACE)
+            sys::renameat(ufd, &tmp, &rel, libc::RENAME_NOREPLACE)?;
+            sync_dir(ufd, &parent_rel)
         };
         if let Err(e) = build() {
             let _ = sys::unlinkat(ufd, &tmp, true);
@@ -128,7 +139,9 @@ impl Op<'_> {
                     sys::utimensat(ufd, &tmp, a, m)?;
                 }
             }
-            sys::renameat(ufd, &tmp, &rel, 0)
+            sys::renameat(ufd, &tmp, &rel, 0)?;
+            // The new name is durable too, not only the data behind it.
+            sync_dir(ufd, &parent_rel)
         };
         if let Err(e) = build() {
             let _ = sys::unlinkat(ufd, &tmp, false);

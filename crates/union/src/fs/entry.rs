@@ -17,6 +17,9 @@ pub(super) struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub fh: Option<u64>,
+    /// The calling process (pid, uid): a truncation by one without CAP_FSETID drops set-ID
+    /// bits.
+    pub caller: (u32, u32),
 }
 
 fn spec(t: Option<TimeOrNow>) -> TimeSpec {
@@ -93,11 +96,21 @@ impl Op<'_> {
             let via_handle =
                 a.fh.and_then(|fh| self.handle(fh).ok())
                     .filter(|h| self.table.by_id(h.branch_id).map(|x| x.writable()) == Some(true));
+            let kill = a.mode.is_none() && !super::file::has_fsetid(a.caller);
             match via_handle {
-                Some(h) => h.file.set_len(size).e()?,
-                None => sys::openat(fd, &rel, libc::O_WRONLY, 0)
-                    .and_then(|f| f.set_len(size))
-                    .e()?,
+                Some(h) => {
+                    h.file.set_len(size).e()?;
+                    if kill {
+                        super::file::drop_set_id(h.file.as_raw_fd())?;
+                    }
+                }
+                None => {
+                    let f = sys::openat(fd, &rel, libc::O_WRONLY, 0).e()?;
+                    f.set_len(size).e()?;
+                    if kill {
+                        super::file::drop_set_id(f.as_raw_fd())?;
+                    }
+                }
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {

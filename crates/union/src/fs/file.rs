@@ -22,12 +22,49 @@ fn branch_flags(flags: i32) -> i32 {
     flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY)
 }
 
+/// Drop the set-user-ID bit, and set-group-ID with group execute, of an open file, as the
+/// kernel does when a process without CAP_FSETID writes or truncates it. (Set-group-ID without
+/// group execute is mandatory locking, not a privilege.)
+pub(super) fn drop_set_id(fd: std::os::fd::RawFd) -> R<()> {
+    let mode = sys::fstat(fd).e()?.st_mode;
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(());
+    }
+    let mut drop = libc::S_ISUID;
+    if mode & libc::S_IXGRP != 0 {
+        drop |= libc::S_ISGID;
+    }
+    if mode & drop != 0 {
+        // SAFETY: valid descriptor.
+        if unsafe { libc::fchmod(fd, mode & 0o7777 & !drop) } != 0 {
+            return Err(sys::errno(&std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the calling process (pid, uid) holds CAP_FSETID, which lets it keep set-ID bits
+/// when it writes or truncates (the kernel's rule). Read from /proc; a process that is gone is
+/// judged by its user.
+pub(super) fn has_fsetid((pid, uid): (u32, u32)) -> bool {
+    const CAP_FSETID: u32 = 4;
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return uid == 0;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .map_or(uid == 0, |caps| caps & (1 << CAP_FSETID) != 0)
+}
+
 fn wants_write(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
 impl Op<'_> {
-    pub(super) fn do_open(&self, ino: u64, flags: i32) -> R<u64> {
+    /// Open `ino` for the process `caller` (pid, uid).
+    pub(super) fn do_open(&self, ino: u64, flags: i32, caller: (u32, u32)) -> R<u64> {
         if self.renoded().contains(&ino) {
             // The name has a new inode now (see `settle_open`): a stale kernel dentry still
             // points here. ESTALE makes the kernel look the path up again and retry the open.
@@ -45,6 +82,11 @@ impl Op<'_> {
             sys::open_noatime(self.fd(b), &rel, branch_flags(flags))
         }
         .e()?;
+        if flags & libc::O_TRUNC != 0 && !has_fsetid(caller) {
+            // Truncation drops set-ID bits like a write (we open as root, so the branch file
+            // system would keep them).
+            drop_set_id(file.as_raw_fd())?;
+        }
         let fh = self.new_fh();
         let branch_id = self.table.get(b).id;
         self.handles_w().insert(
@@ -150,19 +192,7 @@ impl Op<'_> {
     pub(super) fn do_write(&self, fh: u64, offset: i64, data: &[u8], kill: bool) -> R<u32> {
         let h = self.follow_snapshot(fh)?;
         if kill {
-            let fd = h.file.as_raw_fd();
-            let mode = sys::fstat(fd).e()?.st_mode;
-            // Set-group-ID without group execute is mandatory locking, not a privilege.
-            let mut drop = libc::S_ISUID;
-            if mode & libc::S_IXGRP != 0 {
-                drop |= libc::S_ISGID;
-            }
-            if mode & drop != 0 {
-                // SAFETY: valid descriptor.
-                if unsafe { libc::fchmod(fd, mode & 0o7777 & !drop) } != 0 {
-                    return Err(sys::errno(&std::io::Error::last_os_error()));
-                }
-            }
+            drop_set_id(h.file.as_raw_fd())?;
         }
         let n = if h.flags & libc::O_APPEND != 0 {
             // The branch file is O_APPEND too: the kernel appends whatever offset we pass.

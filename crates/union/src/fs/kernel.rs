@@ -126,7 +126,7 @@ impl fuser::Filesystem for Union {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -150,6 +150,7 @@ impl fuser::Filesystem for Union {
             atime,
             mtime,
             fh: fh.map(|f| f.0),
+            caller: (req.pid(), req.uid()),
         };
         match self.op().do_setattr(ino.0, a) {
             Ok(a) => reply.attr(&TTL, &a),
@@ -244,9 +245,9 @@ impl fuser::Filesystem for Union {
         entry(self.op().do_link(ino.0, newparent.0, newname), reply)
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let op = self.op();
-        let fh = match op.do_open(ino.0, flags.0) {
+        let fh = match op.do_open(ino.0, flags.0, (req.pid(), req.uid())) {
             Ok(fh) => fh,
             Err(e) => return reply.error(err(e)),
         };
