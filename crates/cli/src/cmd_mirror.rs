@@ -331,7 +331,7 @@ fn output(args: &MirrorArgs, r: &Report) -> i32 {
             out,
             "{{\"files_total\":{},\"files_transferred\":{},\"files_deleted\":{},\"bytes_total\":{},\
              \"bytes_written\":{},\"literal_bytes\":{},\"matched_bytes\":{},\"errors\":[{}],\
-             \"elapsed_s\":{:.6},\"dry_run\":{},\"deletions_suspended\":{},\"refused\":{},\"fatal\":{}}}",
+             \"elapsed_s\":{:.6},\"scan_s\":{:.6},\"plan_s\":{:.6},\"execute_s\":{:.6},\"dry_run\":{},\"deletions_suspended\":{},\"refused\":{},\"fatal\":{}}}",
             r.files_total,
             files_transferred,
             files_deleted,
@@ -341,6 +341,9 @@ fn output(args: &MirrorArgs, r: &Report) -> i32 {
             r.matched_bytes,
             errors.join(","),
             r.elapsed_s,
+            r.scan_s,
+            r.plan_s,
+            r.execute_s,
             args.dry_run,
             r.deletions_suspended,
             r.refusal

@@ -18,7 +18,7 @@ pub use accord_fsys::{Reflink, XattrFilter};
 pub use accord_plan::{Kinds, MaxDelete, MirrorOptions, MirrorPlan, Refusal};
 pub use replica::{LocalReplica, Replica};
 
-use accord_fsys::{is_no_space, Dir, IgnoreRules, PropsMask, Root, ScanOptions};
+use accord_fsys::{is_no_space, Dir, IgnoreRules, PropsMask, Root, ScanOptions, XattrMemo};
 use accord_model::{Entry, Kind, PathFailure, RelPath};
 use accord_plan::Item;
 use rayon::prelude::*;
@@ -112,6 +112,10 @@ pub struct Report {
     /// Deletions were suspended because a source directory could not be read.
     pub deletions_suspended: bool,
     pub elapsed_s: f64,
+    /// Seconds spent scanning both sides, planning, and carrying out the plan.
+    pub scan_s: f64,
+    pub plan_s: f64,
+    pub execute_s: f64,
 }
 
 impl Report {
@@ -200,6 +204,12 @@ fn parent_of(p: &RelPath) -> RelPath {
     p.parent().unwrap_or_default()
 }
 
+/// The xattr memo of a replica root (see `accord_fsys::XattrMemo`).
+fn memo_file(dir: &Path, root: &Path) -> PathBuf {
+    let key = blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex();
+    dir.join(format!("xattr-memo-{}", &key.as_str()[..24]))
+}
+
 fn state_file(dir: &Path, dst: &Path) -> PathBuf {
     let key = blake3::hash(dst.as_os_str().as_encoded_bytes()).to_hex();
     dir.join(format!("mirror-{}", &key.as_str()[..24]))
@@ -243,6 +253,7 @@ fn mirror_inner(
     progress: &Progress,
 ) -> Report {
     let mut report = Report::default();
+    let t_scan = Instant::now();
     let src = match LocalReplica::open(src_path) {
         Ok(s) => s,
         Err(e) => {
@@ -319,29 +330,35 @@ fn mirror_inner(
         }
     };
     let dst_rules = IgnoreRules::new(&cfg.excludes).expect("same patterns parsed above");
+    let memo_files = cfg.state_dir.as_ref().map(|dir| {
+        (
+            memo_file(dir, &accord_fsys::canonical(src_path)),
+            memo_file(dir, &accord_fsys::canonical(dst_path)),
+        )
+    });
+    let (s_memo, d_memo) = match &memo_files {
+        Some((s, d)) if cfg.xattrs.any() => (XattrMemo::load(s), XattrMemo::load(d)),
+        _ => Default::default(),
+    };
+    let dst_opts = ScanOptions {
+        xattrs: cfg.xattrs,
+        xattr_memo: Some(&d_memo),
+        read_ignore_files: false,
+        source: false,
+    };
     let (mut s_scan, d_scan) = rayon::join(
         || {
             src.scan(
                 &src_rules,
                 &ScanOptions {
                     xattrs: cfg.xattrs,
+                    xattr_memo: Some(&s_memo),
                     read_ignore_files: cfg.ignore_files,
                     source: true,
                 },
             )
         },
-        || {
-            dst.as_ref().map(|d| {
-                d.scan(
-                    &dst_rules,
-                    &ScanOptions {
-                        xattrs: cfg.xattrs,
-                        read_ignore_files: false,
-                        source: false,
-                    },
-                )
-            })
-        },
+        || dst.as_ref().map(|d| d.scan(&dst_rules, &dst_opts)),
     );
     let mut d_scan = d_scan.unwrap_or_default();
     report.errors.append(&mut s_scan.errors);
@@ -386,14 +403,7 @@ fn mirror_inner(
     if !d_scan.inplace_markers.is_empty() && !cfg.dry_run {
         if let Some(d) = &dst {
             recover_inplace(d.root(), &d_scan.inplace_markers, &mut report.notices);
-            d_scan = d.scan(
-                &dst_rules,
-                &ScanOptions {
-                    xattrs: cfg.xattrs,
-                    read_ignore_files: false,
-                    source: false,
-                },
-            );
+            d_scan = d.scan(&dst_rules, &dst_opts);
             report.errors.append(&mut d_scan.errors);
         }
     }
@@ -439,6 +449,8 @@ fn mirror_inner(
         }
     }
 
+    report.scan_s = t_scan.elapsed().as_secs_f64();
+    let t_plan = Instant::now();
     let plan = match accord_plan::mirror_plan(
         &s_scan.entries,
         &d_scan.entries,
@@ -451,8 +463,16 @@ fn mirror_inner(
             return report;
         }
     };
+    if let (Some((sf, df)), false) = (&memo_files, cfg.dry_run) {
+        // Only an accelerator: a memo that cannot be saved costs speed next time.
+        if cfg.xattrs.any() {
+            let _ = XattrMemo::from_keys(std::mem::take(&mut s_scan.xattr_free)).save(sf);
+            let _ = XattrMemo::from_keys(std::mem::take(&mut d_scan.xattr_free)).save(df);
+        }
+    }
     drop(s_scan);
     drop(d_scan);
+    report.plan_s = t_plan.elapsed().as_secs_f64();
     report.files_total = plan.summary.files_total as u64;
     report.bytes_total = plan.summary.bytes_total;
     progress
@@ -479,6 +499,7 @@ fn mirror_inner(
         changes: Mutex::new(Vec::new()),
         counters: Counters::default(),
     };
+    let t_exec = Instant::now();
     run_plan(&exec, &plan);
     let wrote = !plan.is_empty();
     if cfg.fsync && wrote && !exec.stopped() {
@@ -486,6 +507,7 @@ fn mirror_inner(
             exec.fatal_error(format!("syncing the destination failed: {e}"));
         }
     }
+    report.execute_s = t_exec.elapsed().as_secs_f64();
     report.errors.extend(exec.errors.into_inner().unwrap());
     report.fatal = exec.fatal.into_inner().unwrap();
     report.changes = exec.changes.into_inner().unwrap();

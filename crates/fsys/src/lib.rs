@@ -15,11 +15,13 @@ mod copy;
 mod rules;
 mod scan;
 mod xattr;
+mod xattr_memo;
 
 pub use copy::{copy_data, hash_file, CopyStats, Reflink};
 pub use rules::{IgnoreRules, IGNORE_FILE};
 pub use scan::{scan, Scan, ScanOptions};
 pub use xattr::XattrFilter;
+pub use xattr_memo::XattrMemo;
 
 use accord_model::{validate_name, Kind, Props, RelPath, Time, Xattr};
 use std::ffi::CString;
@@ -63,6 +65,24 @@ fn cstr(name: &[u8]) -> io::Result<CString> {
 fn check_name(name: &[u8]) -> io::Result<CString> {
     validate_name(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     cstr(name)
+}
+
+/// Call `f` with `name` (checked like `check_name`) as a C string built on
+/// the stack: the scan stats every entry, and a heap string each time shows.
+fn with_name<R>(name: &[u8], f: impl FnOnce(&std::ffi::CStr) -> io::Result<R>) -> io::Result<R> {
+    validate_name(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut buf = [0u8; 256];
+    if name.len() >= buf.len() {
+        return f(&cstr(name)?);
+    }
+    buf[..name.len()].copy_from_slice(name);
+    let c = std::ffi::CStr::from_bytes_until_nul(&buf)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    if c.to_bytes().len() != name.len() {
+        // An interior NUL.
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    f(c)
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -167,6 +187,8 @@ pub struct Stat {
     pub gid: u32,
     pub size: u64,
     pub mtime: Time,
+    /// Inode change time (moves on every metadata change, xattrs included).
+    pub ctime: Time,
     pub dev: u64,
     pub ino: u64,
     pub nlink: u64,
@@ -201,12 +223,66 @@ impl Stat {
                 sec: st.st_mtime,
                 nsec: st.st_mtime_nsec as u32,
             },
+            ctime: Time {
+                sec: st.st_ctime,
+                nsec: st.st_ctime_nsec as u32,
+            },
             dev: st.st_dev,
             ino: st.st_ino,
             nlink: st.st_nlink,
             rdev: st.st_rdev,
             blocks: st.st_blocks as u64,
         })
+    }
+}
+
+/// Every entry of a directory (but `.` and `..`) from the descriptor's
+/// position on: (name, d_type).
+fn read_dir_entries(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8)>> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut out = Vec::new();
+    loop {
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(out);
+        }
+        let n = (n as usize).min(buf.len());
+        let mut off = 0usize;
+        while off + 19 <= n {
+            // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            if reclen < 20 || off + reclen > n {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "malformed directory entry from the kernel",
+                ));
+            }
+            let dtype = buf[off + 18];
+            let name_area = &buf[off + 19..off + reclen];
+            let len = name_area
+                .iter()
+                .position(|b| *b == 0)
+                .unwrap_or(name_area.len());
+            let name = &name_area[..len];
+            if name != b"." && name != b".." {
+                out.push((name.to_vec(), dtype));
+            }
+            off += reclen;
+        }
     }
 }
 
@@ -413,10 +489,13 @@ impl Dir {
 
     /// `lstat` of a name in this directory.
     pub fn stat(&self, name: &[u8]) -> io::Result<Stat> {
-        let c = check_name(name)?;
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        cvt(unsafe { libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
-        Stat::from_raw(&st)
+        with_name(name, |c| {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            cvt(unsafe {
+                libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+            })?;
+            Stat::from_raw(&st)
+        })
     }
 
     /// Stat of this directory.
@@ -705,45 +784,16 @@ impl Dir {
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
             )
         })?;
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut out = Vec::new();
-        loop {
-            let n = unsafe {
-                libc::syscall(
-                    libc::SYS_getdents64,
-                    fd.as_raw_fd(),
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Ok(out);
-            }
-            let mut off = 0usize;
-            while off < n as usize {
-                // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
-                let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
-                let dtype = buf[off + 18];
-                let name_area = &buf[off + 19..off + reclen];
-                let len = name_area
-                    .iter()
-                    .position(|b| *b == 0)
-                    .unwrap_or(name_area.len());
-                let name = &name_area[..len];
-                if name != b"." && name != b".." {
-                    out.push((name.to_vec(), dtype));
-                }
-                off += reclen;
-            }
+        read_dir_entries(unsafe { OwnedFd::from_raw_fd(fd) }.as_fd())
+    }
+
+    /// Like [`Dir::list`], reading through this handle itself (one open
+    /// fewer): the exclusive borrow guarantees nobody else moves its position.
+    pub fn list_mut(&mut self) -> io::Result<Vec<(Vec<u8>, u8)>> {
+        if unsafe { libc::lseek(self.raw(), 0, libc::SEEK_SET) } < 0 {
+            return Err(io::Error::last_os_error());
         }
+        read_dir_entries(self.fd.as_fd())
     }
 
     /// fsync this directory.

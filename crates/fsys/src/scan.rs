@@ -2,6 +2,7 @@
 
 use crate::rules::{IgnoreRules, IGNORE_FILE};
 use crate::xattr::{self, XattrFilter};
+use crate::xattr_memo::{memo_key, settled, XattrMemo};
 use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, TEMP_PREFIX};
 use accord_model::{Entry, Kind, PathFailure, Props, RelPath};
 use rayon::prelude::*;
@@ -10,8 +11,11 @@ use std::sync::Mutex;
 
 /// What a scan reads.
 #[derive(Clone, Copy, Debug)]
-pub struct ScanOptions {
+pub struct ScanOptions<'a> {
     pub xattrs: XattrFilter,
+    /// Entries known to have no extended attributes (their lists are not
+    /// read again while their inode and ctime are unchanged).
+    pub xattr_memo: Option<&'a XattrMemo>,
     /// Read `.accordignore` files into the rules (source side).
     pub read_ignore_files: bool,
     /// This is the source: its entries with names reserved for our own temp
@@ -32,11 +36,19 @@ pub struct Scan {
     pub stale_temps: Vec<RelPath>,
     /// Markers of in-place updates that did not finish.
     pub inplace_markers: Vec<RelPath>,
+    /// Memo digests of the entries seen without extended attributes (for
+    /// the next scan; see `XattrMemo`).
+    pub xattr_free: Vec<u64>,
 }
 
 struct Ctx<'a> {
     rules: &'a IgnoreRules,
-    opts: ScanOptions,
+    opts: ScanOptions<'a>,
+    /// Seconds since the epoch when the scan began (for `settled`).
+    start_s: i64,
+    xattr_free: Mutex<Vec<u64>>,
+    /// Each directory's own entry and its non-directory children.
+    chunks: Mutex<Vec<Vec<Entry>>>,
     errors: Mutex<Vec<PathFailure>>,
     incomplete: std::sync::atomic::AtomicBool,
     stale: Mutex<Vec<RelPath>>,
@@ -44,6 +56,27 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The extended attributes of an entry: from the memo when it knows the
+    /// entry has none, else read by `read` (and remembered when empty).
+    fn xattrs_of(
+        &self,
+        path: &RelPath,
+        st: &Stat,
+        read: impl FnOnce() -> std::io::Result<Vec<accord_model::Xattr>>,
+        free: &mut Vec<u64>,
+    ) -> std::io::Result<Vec<accord_model::Xattr>> {
+        let key = memo_key(path, st.ino, st.ctime, self.opts.xattrs);
+        if self.opts.xattr_memo.is_some_and(|m| m.contains(key)) {
+            free.push(key);
+            return Ok(Vec::new());
+        }
+        let x = read()?;
+        if x.is_empty() && settled(st.ctime, self.start_s) {
+            free.push(key);
+        }
+        Ok(x)
+    }
+
     fn fail(&self, path: &RelPath, msg: impl std::fmt::Display) {
         self.errors.lock().unwrap().push(PathFailure {
             path: path.clone(),
@@ -83,24 +116,40 @@ fn entry_from(path: RelPath, st: &Stat) -> Entry {
 
 /// Scan a whole replica.
 pub fn scan(root: &Root, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    scan_at(root, rules, opts, now_s)
+}
+
+/// `scan` as if it began at `start_s` seconds since the epoch.
+fn scan_at(root: &Root, rules: &IgnoreRules, opts: &ScanOptions, start_s: i64) -> Scan {
     let ctx = Ctx {
         rules,
         opts: *opts,
+        start_s,
+        xattr_free: Mutex::new(Vec::new()),
+        chunks: Mutex::new(Vec::new()),
         errors: Mutex::new(Vec::new()),
         incomplete: std::sync::atomic::AtomicBool::new(false),
         stale: Mutex::new(Vec::new()),
         markers: Mutex::new(Vec::new()),
     };
     let rootp = RelPath::root();
-    let mut entries = match root.dir().try_clone() {
+    match root.dir().try_clone() {
         Ok(d) => scan_dir(d, rootp.clone(), &ctx),
         Err(e) => {
             ctx.fail(&rootp, e);
             ctx.incomplete
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            Vec::new()
         }
     };
+    let chunks = std::mem::take(&mut *ctx.chunks.lock().unwrap());
+    let mut entries = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
+    for mut c in chunks {
+        entries.append(&mut c);
+    }
     entries.par_sort_unstable_by(|a, b| a.path.cmp(&b.path));
     let mut errors = ctx.errors.into_inner().unwrap();
     errors.sort_by(|a, b| a.path.cmp(&b.path));
@@ -112,10 +161,45 @@ pub fn scan(root: &Root, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
         incomplete: ctx.incomplete.into_inner(),
         stale_temps,
         inplace_markers: ctx.markers.into_inner().unwrap(),
+        xattr_free: ctx.xattr_free.into_inner().unwrap(),
     }
 }
 
-fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
+/// Scan one directory: its entry and its non-directory children go to
+/// `ctx.chunks` as one chunk; subdirectories are scanned as tasks of their own.
+fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) {
+    let out = scan_dir_entries(&mut dir, &rel, ctx);
+    let (entries, subdirs) = match out {
+        Some(x) => x,
+        None => return,
+    };
+    ctx.chunks.lock().unwrap().push(entries);
+    subdirs
+        .into_par_iter()
+        .for_each(|(name, child)| match dir.open_subdir(&name) {
+            Ok(d) => scan_dir(d, child, ctx),
+            Err(e) => {
+                // Report it, and still list the directory itself so that it
+                // is not mistaken for something to delete.
+                ctx.fail(&child, format!("cannot open directory: {e}"));
+                ctx.incomplete
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                if let Ok(st) = dir.stat(&name) {
+                    ctx.chunks
+                        .lock()
+                        .unwrap()
+                        .push(vec![entry_from(child, &st)]);
+                }
+            }
+        });
+}
+
+type Subdirs = Vec<(Vec<u8>, RelPath)>;
+
+/// The entries of one directory (itself first) and the subdirectories to
+/// scan next; `None` when even the directory itself could not be read.
+fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entry>, Subdirs)> {
+    let rel = rel.clone();
     let mut out = Vec::new();
     let st = match dir.stat_self() {
         Ok(st) => st,
@@ -123,24 +207,30 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
             ctx.fail(&rel, e);
             ctx.incomplete
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            return out;
+            return None;
         }
     };
+    let mut free = Vec::new();
     let mut me = entry_from(rel.clone(), &st);
     if ctx.opts.xattrs.any() {
-        match xattr::list_fd(dir.raw(), ctx.opts.xattrs) {
+        match ctx.xattrs_of(
+            &rel,
+            &st,
+            || xattr::list_fd(dir.raw(), ctx.opts.xattrs),
+            &mut free,
+        ) {
             Ok(x) => me.props.xattrs = Some(x),
             Err(e) => ctx.fail(&rel, format!("reading extended attributes: {e}")),
         }
     }
     out.push(me);
-    let names = match dir.list() {
+    let names = match dir.list_mut() {
         Ok(n) => n,
         Err(e) => {
             ctx.fail(&rel, format!("cannot read directory: {e}"));
             ctx.incomplete
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            return out;
+            return Some((out, Vec::new()));
         }
     };
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _)| n == IGNORE_FILE) {
@@ -164,6 +254,7 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
         }
     }
     let mut subdirs = Vec::new();
+    let mut files_xattrs: Vec<(usize, u64, bool)> = Vec::new();
     for (name, _dtype) in names {
         if is_reserved_name(&name) {
             if name.starts_with(TEMP_PREFIX) {
@@ -235,10 +326,12 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
                     continue;
                 }
             },
-            Kind::File if ctx.opts.xattrs.any() => match dir.xattrs_at(&name, ctx.opts.xattrs) {
-                Ok(x) => e.props.xattrs = Some(x),
-                Err(err) => ctx.fail(&e.path, format!("reading extended attributes: {err}")),
-            },
+            Kind::File if ctx.opts.xattrs.any() => {
+                // Read after the loop, all memo lookups together (they miss
+                // the caches; back to back, their misses overlap).
+                let key = memo_key(&e.path, st.ino, st.ctime, ctx.opts.xattrs);
+                files_xattrs.push((out.len(), key, settled(st.ctime, ctx.start_s)));
+            }
             _ => {
                 if ctx.opts.xattrs.any() {
                     e.props.xattrs = Some(Vec::new());
@@ -247,25 +340,119 @@ fn scan_dir(dir: Dir, rel: RelPath, ctx: &Ctx) -> Vec<Entry> {
         }
         out.push(e);
     }
-    let nested: Vec<Vec<Entry>> = subdirs
-        .into_par_iter()
-        .map(|(name, child)| match dir.open_subdir(&name) {
-            Ok(d) => scan_dir(d, child, ctx),
-            Err(e) => {
-                // Report it, and still list the directory itself so that it
-                // is not mistaken for something to delete.
-                ctx.fail(&child, format!("cannot open directory: {e}"));
-                ctx.incomplete
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                match dir.stat(&name) {
-                    Ok(st) => vec![entry_from(child, &st)],
-                    Err(_) => Vec::new(),
-                }
-            }
-        })
-        .collect();
-    for mut n in nested {
-        out.append(&mut n);
+    file_xattrs(dir, ctx, &mut out, &files_xattrs, &mut free);
+    if !free.is_empty() {
+        ctx.xattr_free.lock().unwrap().append(&mut free);
     }
-    out
+    Some((out, subdirs))
+}
+
+/// Fill in the extended attributes of the regular files `pending` names
+/// (index into `out`, memo key, old enough to remember): from the memo when
+/// it knows a file has none, else read.
+fn file_xattrs(
+    dir: &Dir,
+    ctx: &Ctx,
+    out: &mut [Entry],
+    pending: &[(usize, u64, bool)],
+    free: &mut Vec<u64>,
+) {
+    let known: Vec<bool> = match ctx.opts.xattr_memo {
+        Some(m) => pending.iter().map(|p| m.contains(p.1)).collect(),
+        None => vec![false; pending.len()],
+    };
+    for (&(i, key, settled), known) in pending.iter().zip(known) {
+        let e = &mut out[i];
+        if known {
+            e.props.xattrs = Some(Vec::new());
+            free.push(key);
+            continue;
+        }
+        match dir.xattrs_at(e.path.file_name(), ctx.opts.xattrs) {
+            Ok(x) => {
+                if x.is_empty() && settled {
+                    free.push(key);
+                }
+                e.props.xattrs = Some(x);
+            }
+            Err(err) => ctx.fail(&e.path, format!("reading extended attributes: {err}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_xattr(path: &std::path::Path, name: &str, value: &[u8]) {
+        use std::os::unix::ffi::OsStrExt;
+        let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        let n = std::ffi::CString::new(name).unwrap();
+        let r = unsafe {
+            libc::setxattr(
+                p.as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+    }
+
+    fn xattrs_of<'a>(s: &'a Scan, path: &str) -> &'a Vec<accord_model::Xattr> {
+        let e = s
+            .entries
+            .iter()
+            .find(|e| e.path.as_bytes() == path.as_bytes());
+        e.unwrap().props.xattrs.as_ref().unwrap()
+    }
+
+    #[test]
+    fn xattr_memo_skips_only_unchanged_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("plain"), b"x").unwrap();
+        std::fs::write(tmp.path().join("tagged"), b"y").unwrap();
+        set_xattr(&tmp.path().join("tagged"), "user.t", b"1");
+        let root = Root::open(tmp.path()).unwrap();
+        let rules = IgnoreRules::new(&[]).unwrap();
+        let filter = XattrFilter {
+            xattrs: true,
+            acls: true,
+        };
+        let opts = |memo| ScanOptions {
+            xattrs: filter,
+            xattr_memo: memo,
+            read_ignore_files: false,
+            source: true,
+        };
+        let later = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            + 60;
+        // Entries changed just now are not remembered (a change within the
+        // same timestamp tick would go unseen).
+        let fresh = scan(&root, &rules, &opts(None));
+        assert!(fresh.xattr_free.is_empty());
+        // Settled: the plain file and the root are remembered, the tagged
+        // file is not.
+        let first = scan_at(&root, &rules, &opts(None), later);
+        assert_eq!(first.xattr_free.len(), 2);
+        let memo = XattrMemo::from_keys(first.xattr_free.clone());
+        // Setting an attribute moves the ctime: the memo no longer applies.
+        set_xattr(&tmp.path().join("plain"), "user.new", b"2");
+        let second = scan_at(&root, &rules, &opts(Some(&memo)), later);
+        assert_eq!(xattrs_of(&second, "plain").len(), 1);
+        assert_eq!(xattrs_of(&second, "tagged").len(), 1);
+        assert_eq!(second.xattr_free.len(), 1, "only the root is still plain");
+        // The memo is consulted: an entry it names is taken as plain without
+        // asking (here a forged key for the tagged file, whose ctime is
+        // unchanged, proves the read is skipped).
+        let st = root.dir().stat(b"tagged").unwrap();
+        let forged = memo_key(&RelPath::new(b"tagged").unwrap(), st.ino, st.ctime, filter);
+        let memo = XattrMemo::from_keys(vec![forged]);
+        let third = scan_at(&root, &rules, &opts(Some(&memo)), later);
+        assert!(xattrs_of(&third, "tagged").is_empty());
+    }
 }

@@ -69,6 +69,7 @@ fn scan_lists_kinds_skips_reserved_and_excluded() {
                 xattrs: true,
                 acls: true,
             },
+            xattr_memo: None,
             read_ignore_files: true,
             source: true,
         },

@@ -275,6 +275,57 @@ fn contents_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
     }
 }
 
+type Pair<'a> = (Option<&'a Entry>, Option<&'a Entry>);
+
+/// Both lists sorted by path, merged into pairs of entries with equal paths.
+fn join_sorted<'a>(src: &[&'a Entry], dst: &[&'a Entry]) -> Vec<Pair<'a>> {
+    let mut out = Vec::with_capacity(src.len().max(dst.len()));
+    let (mut i, mut j) = (0, 0);
+    while i < src.len() || j < dst.len() {
+        let ord = match (src.get(i), dst.get(j)) {
+            (Some(s), Some(d)) => s.path.cmp(&d.path),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        match ord {
+            std::cmp::Ordering::Less => {
+                out.push((Some(src[i]), None));
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push((None, Some(dst[j])));
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                out.push((Some(src[i]), Some(dst[j])));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The entries of kinds the mirror handles, strictly sorted by path (scans
+/// are already; anything else is sorted here, and a repeated path keeps its
+/// first entry).
+fn sorted_refs(entries: &[Entry], kinds: Kinds) -> Vec<&Entry> {
+    let mut v: Vec<&Entry> = entries.iter().filter(|e| kinds.allows(e.kind)).collect();
+    if !v.is_sorted_by(|a, b| a.path < b.path) {
+        v.sort_by(|a, b| a.path.cmp(&b.path));
+        v.dedup_by(|b, a| a.path == b.path);
+    }
+    v
+}
+
+/// The entry at `path` in a list sorted by path.
+fn lookup<'a>(sorted: &[&'a Entry], path: &RelPath) -> Option<&'a Entry> {
+    sorted
+        .binary_search_by(|e| e.path.cmp(path))
+        .ok()
+        .map(|i| sorted[i])
+}
+
 fn item(op: Op, s: Option<&Entry>, d: Option<&Entry>) -> Item {
     let path = s.or(d).map(|e| e.path.clone()).unwrap_or_default();
     Item {
@@ -295,10 +346,13 @@ pub fn mirror_plan(
     stale_temps: &[RelPath],
     o: &MirrorOptions,
 ) -> Result<MirrorPlan, Refusal> {
-    let src: Vec<&Entry> = src.iter().filter(|e| o.kinds.allows(e.kind)).collect();
-    let dst: Vec<&Entry> = dst.iter().filter(|e| o.kinds.allows(e.kind)).collect();
-    let smap: HashMap<&RelPath, &Entry> = src.iter().map(|e| (&e.path, *e)).collect();
-    let dmap: HashMap<&RelPath, &Entry> = dst.iter().map(|e| (&e.path, *e)).collect();
+    let src = sorted_refs(src, o.kinds);
+    let dst = sorted_refs(dst, o.kinds);
+    // Paths are joined by merging the two sorted lists; the rare lookups by
+    // another path (hard-link groups) binary-search them.
+    let pairs = join_sorted(&src, &dst);
+    let s_get = |p: &RelPath| lookup(&src, p);
+    let d_get = |p: &RelPath| lookup(&dst, p);
 
     let mut plan = MirrorPlan::default();
     let mut dirty: HashSet<RelPath> = HashSet::new();
@@ -333,7 +387,7 @@ pub fn mirror_plan(
             // existing copy is kept and only links are added.
             if let Some(i) = paths
                 .iter()
-                .position(|p| dmap.get(*p).is_some_and(|d| d.kind == Kind::File))
+                .position(|p| d_get(p).is_some_and(|d| d.kind == Kind::File))
             {
                 paths.swap(0, i);
             }
@@ -365,7 +419,7 @@ pub fn mirror_plan(
         };
         others.iter().any(|q| {
             **q != s.path
-                && smap.get(*q).is_some_and(|qe| qe.kind == Kind::File)
+                && s_get(q).is_some_and(|qe| qe.kind == Kind::File)
                 && !group.is_some_and(|g| g.contains(q))
         })
     };
@@ -373,11 +427,11 @@ pub fn mirror_plan(
     // Deletions: extras, and kind changes to or from a directory.
     let mut extras = 0usize;
     let mut deletes: Vec<Item> = Vec::new();
-    for d in &dst {
-        if d.path.is_root() {
+    for &(s, d) in &pairs {
+        let Some(d) = d.filter(|d| !d.path.is_root()) else {
             continue;
-        }
-        match smap.get(&d.path) {
+        };
+        match s {
             None => {
                 extras += 1;
                 deletes.push(item(Op::Delete, None, Some(d)));
@@ -413,7 +467,7 @@ pub fn mirror_plan(
         }
     }
     for it in deletes {
-        let is_extra = !smap.contains_key(&it.path);
+        let is_extra = it.src.is_none();
         if is_extra && !deleting {
             plan.summary.extras_kept += 1;
             continue;
@@ -430,16 +484,15 @@ pub fn mirror_plan(
     // Source entries.
     let mut rewritten: HashSet<&RelPath> = HashSet::new();
     let mut followers: Vec<(&Entry, &RelPath)> = Vec::new();
-    for s in &src {
-        if s.path.is_root() {
+    for &(s, d) in &pairs {
+        let Some(s) = s.filter(|s| !s.path.is_root()) else {
             continue;
-        }
+        };
         plan.summary.entries_total += 1;
         if s.kind == Kind::File {
             plan.summary.files_total += 1;
             plan.summary.bytes_total += s.size;
         }
-        let d = dmap.get(&s.path).copied();
         let same_kind = d.is_some_and(|d| d.kind == s.kind);
         if s.kind == Kind::Dir {
             if !same_kind {
@@ -495,8 +548,8 @@ pub fn mirror_plan(
         }
     }
     for (s, leader) in followers {
-        let d = dmap.get(&s.path).copied().filter(|d| d.kind != Kind::Dir);
-        let ok = match (d, dmap.get(leader)) {
+        let d = d_get(&s.path).filter(|d| d.kind != Kind::Dir);
+        let ok = match (d, d_get(leader)) {
             (Some(d), Some(l)) => {
                 d.kind == Kind::File
                     && l.kind == Kind::File
@@ -521,11 +574,11 @@ pub fn mirror_plan(
 
     // Directory properties, after their subtrees: new directories, changed
     // properties, and directories whose entries changed (their mtime moved).
-    for s in &src {
-        if s.kind != Kind::Dir {
+    for &(s, d) in &pairs {
+        let Some(s) = s.filter(|s| s.kind == Kind::Dir) else {
             continue;
-        }
-        let d = dmap.get(&s.path).copied().filter(|d| d.kind == Kind::Dir);
+        };
+        let d = d.filter(|d| d.kind == Kind::Dir);
         let differ = d.is_none_or(|d| props_differ(s, d, o));
         if differ || dirty.contains(&s.path) {
             let mut it = item(Op::DirMeta, Some(s), d);

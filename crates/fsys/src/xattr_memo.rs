@@ -1,0 +1,202 @@
+//! A memo of the entries known to carry no extended attributes, so that a
+//! scan of an unchanged tree need not ask the kernel for every file's list.
+//!
+//! An entry is remembered by a 64-bit digest of (path, inode, ctime, filter).
+//! Every change of an extended attribute or ACL moves the ctime, so while the
+//! digest still matches, the attributes are still the ones seen: none. To
+//! be safe against a change within the same timestamp tick as our read
+//! (timestamps are coarse), an entry is only remembered when its ctime is
+//! well before the scan began (the rule git uses for its index).
+//!
+//! The memo is only an accelerator: a missing, unreadable or damaged memo
+//! file is an empty memo, and the attributes are then read as usual.
+
+use crate::xattr::XattrFilter;
+use accord_model::{RelPath, Time};
+use std::io::{self, Read};
+use std::path::Path;
+
+const MAGIC: &[u8; 4] = b"ACXM";
+const VERSION: u32 = 1;
+const HEADER: usize = 16;
+/// Seconds an entry's ctime must lie before the scan began to be remembered.
+const SETTLE_S: i64 = 2;
+/// Largest memo read (2^27 entries); a larger file is ignored, not cut.
+const MAX_FILE: u64 = HEADER as u64 + 8 * (1 << 27);
+
+/// Digests of entries that had no extended attributes, sorted.
+#[derive(Clone, Debug, Default)]
+pub struct XattrMemo {
+    keys: Vec<u64>,
+    /// The digests are uniform: bucket `i` of the top `bits` bits starts at
+    /// `starts[i]`, so a lookup touches one or two cache lines instead of a
+    /// binary search's twenty.
+    starts: Vec<u32>,
+    bits: u32,
+}
+
+impl XattrMemo {
+    /// Read a memo file; anything missing or malformed gives an empty memo.
+    pub fn load(path: &Path) -> XattrMemo {
+        let mut buf = Vec::new();
+        let read =
+            std::fs::File::open(path).and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut buf));
+        match read {
+            Ok(_) => XattrMemo::decode(&buf).unwrap_or_default(),
+            Err(_) => XattrMemo::default(),
+        }
+    }
+
+    /// Parse the file format; `None` if it is not a well-formed memo.
+    pub fn decode(buf: &[u8]) -> Option<XattrMemo> {
+        if buf.len() < HEADER || buf.len() as u64 > MAX_FILE || &buf[..4] != MAGIC {
+            return None;
+        }
+        if u32::from_le_bytes(buf[4..8].try_into().ok()?) != VERSION {
+            return None;
+        }
+        let count = u64::from_le_bytes(buf[8..16].try_into().ok()?);
+        let body = &buf[HEADER..];
+        if count.checked_mul(8)? != body.len() as u64 {
+            return None;
+        }
+        let keys: Vec<u64> = body
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        if !keys.windows(2).all(|w| w[0] < w[1]) {
+            return None;
+        }
+        Some(XattrMemo::indexed(keys))
+    }
+
+    /// A memo of these digests.
+    pub fn from_keys(mut keys: Vec<u64>) -> XattrMemo {
+        keys.sort_unstable();
+        keys.dedup();
+        XattrMemo::indexed(keys)
+    }
+
+    /// Build the bucket index of sorted, distinct keys.
+    fn indexed(keys: Vec<u64>) -> XattrMemo {
+        let bits = (usize::BITS - keys.len().leading_zeros()).clamp(1, 28);
+        let mut starts = vec![0u32; (1usize << bits) + 1];
+        for &k in &keys {
+            starts[(k >> (64 - bits)) as usize + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        XattrMemo { keys, starts, bits }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + 8 * self.keys.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(self.keys.len() as u64).to_le_bytes());
+        for k in &self.keys {
+            out.extend_from_slice(&k.to_le_bytes());
+        }
+        out
+    }
+
+    /// Replace the memo file atomically.
+    pub fn save(&self, path: &Path) -> io::Result<()> {
+        crate::write_state_file(path, &self.encode())
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    pub fn contains(&self, key: u64) -> bool {
+        if self.keys.is_empty() {
+            return false;
+        }
+        let b = (key >> (64 - self.bits)) as usize;
+        let (lo, hi) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        self.keys[lo..hi].contains(&key)
+    }
+}
+
+/// The digest an entry is remembered by.
+pub fn memo_key(path: &RelPath, ino: u64, ctime: Time, filter: XattrFilter) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(&ino.to_le_bytes());
+    h.update(&ctime.sec.to_le_bytes());
+    h.update(&ctime.nsec.to_le_bytes());
+    h.update(&[filter.xattrs as u8, filter.acls as u8]);
+    h.update(path.as_bytes());
+    let d = h.finalize();
+    u64::from_le_bytes(d.as_bytes()[..8].try_into().unwrap())
+}
+
+/// True when a ctime is old enough, against the scan's start, to remember.
+pub fn settled(ctime: Time, scan_start_s: i64) -> bool {
+    ctime.sec < scan_start_s - SETTLE_S
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_damage() {
+        let m = XattrMemo::from_keys(vec![9, 3, 3, 7]);
+        let enc = m.encode();
+        let back = XattrMemo::decode(&enc).unwrap();
+        assert!(back.contains(3) && back.contains(7) && back.contains(9));
+        assert!(!back.contains(4));
+        assert_eq!(back.len(), 3);
+        assert!(!XattrMemo::default().contains(3));
+        // Many uniform keys: every one is found through the buckets, others not.
+        let keys: Vec<u64> = (0..5000u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        let big = XattrMemo::from_keys(keys.clone());
+        assert!(keys.iter().all(|k| big.contains(*k)));
+        assert!(!big.contains(1) && !big.contains(u64::MAX));
+        // Truncated, wrong count, unsorted, wrong magic: all rejected.
+        assert!(XattrMemo::decode(&enc[..enc.len() - 1]).is_none());
+        let mut bad = enc.clone();
+        bad[8] = 200;
+        assert!(XattrMemo::decode(&bad).is_none());
+        let mut unsorted = enc.clone();
+        unsorted[HEADER..HEADER + 8].copy_from_slice(&100u64.to_le_bytes());
+        assert!(XattrMemo::decode(&unsorted).is_none());
+        let mut magic = enc;
+        magic[0] = b'X';
+        assert!(XattrMemo::decode(&magic).is_none());
+    }
+
+    #[test]
+    fn key_depends_on_every_part() {
+        let p = RelPath::new(b"a/b").unwrap();
+        let t = Time { sec: 5, nsec: 6 };
+        let f = XattrFilter {
+            xattrs: true,
+            acls: true,
+        };
+        let k = memo_key(&p, 1, t, f);
+        assert_ne!(k, memo_key(&RelPath::new(b"a/c").unwrap(), 1, t, f));
+        assert_ne!(k, memo_key(&p, 2, t, f));
+        assert_ne!(k, memo_key(&p, 1, Time { sec: 5, nsec: 7 }, f));
+        assert_ne!(
+            k,
+            memo_key(
+                &p,
+                1,
+                t,
+                XattrFilter {
+                    xattrs: true,
+                    acls: false
+                }
+            )
+        );
+    }
+}
