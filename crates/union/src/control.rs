@@ -1,7 +1,7 @@
 //! The control channel of a live union: a Unix socket in the abstract namespace named after
 //! the mount point, one request line in, one answer out.
 //!
-//! Requests (tab-separated): `ping`, `list`, `add PATH POS MODE`, `remove PATH`,
+//! Requests (tab-separated): `ping`, `list`, `stats`, `add PATH POS MODE`, `remove PATH`,
 //! `mode PATH MODE`, `snapshot PATH`. Answers: `ok\n` followed by data, or `err MSG\n`.
 //! Only root and the user who mounted may talk to it (checked with SO_PEERCRED): anyone able to
 //! add a branch could otherwise show arbitrary files under the mount.
@@ -95,6 +95,15 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
     let new: Table = match parts.as_slice() {
         ["ping"] => return Ok((String::new(), false)),
         ["list"] => return Ok((current.describe(), false)),
+        // Internal figures (for tests and diagnosis).
+        ["stats"] => {
+            let inodes = shared
+                .nodes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .count();
+            return Ok((format!("inodes\t{inodes}\n"), false));
+        }
         ["add", path, pos, mode] => {
             let mode = Mode::parse(mode)?;
             let pos: usize = pos.parse().map_err(|_| format!("bad position {pos:?}"))?;

@@ -27,8 +27,13 @@
 //! parts in lower branches (EXDEV, like overlayfs without redirect_dir: `mv` then copies);
 //! hard links across branches (the source is copied up first, which breaks its links to other
 //! lower names, as overlayfs does without `index`); lower-branch hard links show one union inode
-//! per name (names linked through the union share one). Requests are served by one thread
-//! (fuser's session loop).
+//! per name (names linked through the union share one, until the kernel forgets the inode).
+//!
+//! Concurrency: requests are served by several threads (fuser's multi-threaded session, one
+//! cloned /dev/fuse descriptor per thread); see `fs::Union` for the locks. Inodes: the daemon
+//! keeps a node per inode the kernel holds and drops it on FORGET, so memory follows the
+//! kernel's caches; a name looked up again after its inode was forgotten (memory pressure,
+//! drop_caches) gets a new inode number, while a cache expiry (TTL) keeps it.
 
 pub mod branch;
 pub mod control;

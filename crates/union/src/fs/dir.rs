@@ -20,15 +20,13 @@ impl Op<'_> {
         } else {
             self.nodes().entry(ino).map(|(p, _)| p).unwrap_or(ROOT)
         };
+        // Entries carry no inode numbers yet: readdirplus looks every name up (which hands
+        // the inode to the kernel and counts it), so no node is made for names never listed.
         let mut list: Vec<(u64, FileType, OsString)> = Vec::with_capacity(v.entries.len() + 2);
         list.push((ino, FileType::Directory, OsString::from(".")));
         list.push((parent, FileType::Directory, OsString::from("..")));
-        {
-            let mut nodes = self.nodes();
-            for (name, e) in &v.entries {
-                let child = nodes.get_or_create(ino, name);
-                list.push((child, kind_type(e.kind), name.clone()));
-            }
+        for (name, e) in &v.entries {
+            list.push((0, kind_type(e.kind), name.clone()));
         }
         let fh = self.new_fh();
         super::lock(&self.dirs).insert(fh, std::sync::Arc::new(list));
@@ -71,6 +69,7 @@ impl Op<'_> {
         let ino = self.nodes().get_or_create(parent, name);
         self.forget_view(ino);
         let st = sys::fstatat(fd, &rel).e()?;
+        self.nodes().add_ref(ino);
         Ok(self.attr(ino, &st))
     }
 

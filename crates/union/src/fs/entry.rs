@@ -51,7 +51,8 @@ impl Op<'_> {
                 return Err(sys::errno(&err));
             }
         };
-        let ino = self.nodes().get_or_create(parent, name);
+        // The reply hands the inode to the kernel: count the reference.
+        let ino = self.nodes().get_ref(parent, name);
         Ok(self.attr(ino, &st))
     }
 

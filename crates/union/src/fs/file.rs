@@ -153,6 +153,7 @@ impl Op<'_> {
         };
         io.entry(ino).or_default().cached += 1;
         drop(io);
+        self.nodes().add_ref(ino);
         let fh = self.new_fh();
         let branch_id = self.table.get(u).id;
         self.handles_w().insert(

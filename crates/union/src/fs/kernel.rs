@@ -117,6 +117,11 @@ impl fuser::Filesystem for Union {
         }
     }
 
+    // (BATCH_FORGET arrives here once per inode: fuser's default.)
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.forget_inodes(&[(ino.0, nlookup)]);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.op().do_getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&TTL, &a),
@@ -341,7 +346,7 @@ impl fuser::Filesystem for Union {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
@@ -349,8 +354,14 @@ impl fuser::Filesystem for Union {
         let Some(list) = super::lock(&self.dirs).get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
-        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
+        for (i, (child, kind, name)) in list.iter().enumerate().skip(offset as usize) {
+            // Plain listings are rare (readdirplus is always on); their inode numbers are only
+            // shown, the kernel takes no reference.
+            let child = match *child {
+                0 => self.nodes().get_or_create(ino.0, name),
+                c => c,
+            };
+            if reply.add(INodeNo(child), (i + 1) as u64, *kind, name) {
                 break;
             }
         }
@@ -370,7 +381,10 @@ impl fuser::Filesystem for Union {
         };
         let op = self.op();
         for (i, (child, _, name)) in list.iter().enumerate().skip(offset as usize) {
-            let attr = if name == "." || name == ".." {
+            // The kernel takes a reference to every entry but `.` and `..` (do_lookup counts
+            // it).
+            let dots = name == "." || name == "..";
+            let attr = if dots {
                 op.do_getattr(*child, None)
             } else {
                 op.do_lookup(ino.0, name)
@@ -378,6 +392,10 @@ impl fuser::Filesystem for Union {
             // A name that vanished since opendir is left out of this listing.
             let Ok(attr) = attr else { continue };
             if reply.add(attr.ino, (i + 1) as u64, name, &TTL, &attr, G0) {
+                // Full: this entry is not sent, so the kernel will not hold it.
+                if !dots {
+                    self.forget_inodes(&[(attr.ino.0, 1)]);
+                }
                 break;
             }
         }

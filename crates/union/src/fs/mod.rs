@@ -47,12 +47,15 @@ impl<T> Errno<T> for io::Result<T> {
     }
 }
 
-/// Union inode numbers. A node is never forgotten while the mount lives, so a path keeps its
-/// inode number (and `..` its parent) for the whole mount, whatever the kernel evicts; the price
-/// is memory proportional to the names ever looked up.
+/// Union inode numbers and the names behind them. A node lives while the kernel holds a
+/// reference to it (its lookup count, raised by every reply that hands the inode out and
+/// lowered by FORGET) or while another node names it as parent; then it is dropped, so memory
+/// follows what the kernel caches, not every name ever seen. Numbers are never reused; a path
+/// looked up again after the kernel forgot it gets a new number (as in most FUSE file systems).
 #[derive(Debug)]
 pub struct Nodes {
-    nodes: Vec<Node>,
+    nodes: HashMap<u64, Node>,
+    next: u64,
     by_name: HashMap<(u64, OsString), u64>,
     /// Recent negative lookups the kernel may be caching, so a branch change can make it
     /// forget those too (bounded; older ones expire by TTL anyway).
@@ -71,6 +74,10 @@ struct Node {
     /// Other names of the same file made by link(2) through the union: the kernel must see
     /// one inode, or it would cache attributes and pages per name and show stale data.
     aliases: Vec<(u64, OsString)>,
+    /// References the kernel holds (replies that handed this inode out, less FORGETs).
+    lookups: u64,
+    /// Names (attached primary names and aliases) that have this node as parent.
+    children: u64,
 }
 
 impl Default for Nodes {
@@ -81,20 +88,21 @@ impl Default for Nodes {
 
 impl Nodes {
     pub fn new() -> Nodes {
-        let dummy = || Node {
-            parent: 0,
-            name: OsString::new(),
-            attached: true,
-            aliases: Vec::new(),
-        };
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            ROOT,
+            Node {
+                parent: ROOT,
+                name: OsString::new(),
+                attached: true,
+                aliases: Vec::new(),
+                lookups: 1,
+                children: 0,
+            },
+        );
         Nodes {
-            nodes: vec![
-                dummy(),
-                Node {
-                    parent: ROOT,
-                    ..dummy()
-                },
-            ],
+            nodes,
+            next: ROOT + 1,
             by_name: HashMap::new(),
             negatives: Default::default(),
         }
@@ -107,25 +115,91 @@ impl Nodes {
         self.negatives.push_back((parent, name.to_os_string()));
     }
 
+    fn child_count(&mut self, parent: u64, delta: i64) {
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            p.children = p.children.saturating_add_signed(delta);
+        }
+    }
+
     pub fn get_or_create(&mut self, parent: u64, name: &OsStr) -> u64 {
         let key = (parent, name.to_os_string());
         if let Some(&i) = self.by_name.get(&key) {
             return i;
         }
-        let ino = self.nodes.len() as u64;
-        self.nodes.push(Node {
-            parent,
-            name: name.to_os_string(),
-            attached: true,
-            aliases: Vec::new(),
-        });
+        let ino = self.next;
+        self.next += 1;
+        self.nodes.insert(
+            ino,
+            Node {
+                parent,
+                name: name.to_os_string(),
+                attached: true,
+                aliases: Vec::new(),
+                lookups: 0,
+                children: 0,
+            },
+        );
+        self.child_count(parent, 1);
         self.by_name.insert(key, ino);
         ino
     }
 
+    /// `get_or_create` for a reply that hands the inode to the kernel: counts the reference
+    /// in the same step, so a concurrent FORGET cannot drop the node in between.
+    pub fn get_ref(&mut self, parent: u64, name: &OsStr) -> u64 {
+        let ino = self.get_or_create(parent, name);
+        self.add_ref(ino);
+        ino
+    }
+
+    /// Count one more kernel reference to `ino` (a reply handed it out).
+    pub fn add_ref(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.lookups += 1;
+        }
+    }
+
+    /// The kernel dropped `n` references to `ino` (FORGET, or a reply that was not sent).
+    /// Returns the inodes this released (the node and possibly ancestors that were only kept
+    /// for it), so their cached state can go too.
+    pub fn forget(&mut self, ino: u64, n: u64) -> Vec<u64> {
+        let mut gone = Vec::new();
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_sub(n);
+        }
+        let mut cur = ino;
+        while cur != ROOT {
+            let Some(node) = self.nodes.get(&cur) else {
+                break;
+            };
+            if node.lookups > 0 || node.children > 0 {
+                break;
+            }
+            let node = self.nodes.remove(&cur).unwrap();
+            gone.push(cur);
+            for (p, nm) in node.aliases {
+                let key = (p, nm);
+                if self.by_name.get(&key) == Some(&cur) {
+                    self.by_name.remove(&key);
+                }
+                self.child_count(key.0, -1);
+            }
+            if !node.attached {
+                break;
+            }
+            let key = (node.parent, node.name);
+            if self.by_name.get(&key) == Some(&cur) {
+                self.by_name.remove(&key);
+            }
+            self.child_count(key.0, -1);
+            cur = key.0;
+        }
+        gone
+    }
+
     pub fn entry(&self, ino: u64) -> Option<(u64, OsString)> {
-        let n = self.nodes.get(ino as usize)?;
-        (ino != 0 && n.attached).then(|| (n.parent, n.name.clone()))
+        let n = self.nodes.get(&ino)?;
+        n.attached.then(|| (n.parent, n.name.clone()))
     }
 
     /// The node's path relative to every branch root (`.` for the root).
@@ -133,8 +207,8 @@ impl Nodes {
         let mut parts = Vec::new();
         let mut cur = ino;
         while cur != ROOT {
-            let n = self.nodes.get(cur as usize)?;
-            if cur == 0 || !n.attached {
+            let n = self.nodes.get(&cur)?;
+            if !n.attached {
                 return None;
             }
             parts.push(n.name.as_os_str());
@@ -156,16 +230,23 @@ impl Nodes {
 
     /// Record `(parent, name)` as another name of `ino` (a hard link made through the union).
     pub fn add_alias(&mut self, ino: u64, parent: u64, name: &OsStr) {
+        if !self.nodes.contains_key(&ino) {
+            return;
+        }
         let key = (parent, name.to_os_string());
+        self.detach(parent, name);
         self.by_name.insert(key.clone(), ino);
-        self.nodes[ino as usize].aliases.push(key);
+        self.child_count(parent, 1);
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.aliases.push(key);
+        }
     }
 
     /// Give the name of `ino` a new inode number; `ino` lives on detached (through its open
     /// handles). None for the root, a detached node, or one with hard-link aliases.
     pub fn renumber(&mut self, ino: u64) -> Option<u64> {
-        let n = self.nodes.get(ino as usize)?;
-        if ino == ROOT || ino == 0 || !n.attached || !n.aliases.is_empty() {
+        let n = self.nodes.get(&ino)?;
+        if ino == ROOT || !n.attached || !n.aliases.is_empty() {
             return None;
         }
         let (p, name) = (n.parent, n.name.clone());
@@ -176,30 +257,40 @@ impl Nodes {
     /// Give every alias of `ino` its own inode again: a copy-up breaks hard links (as in
     /// overlayfs without index), so the names no longer share data.
     pub fn split_aliases(&mut self, ino: u64) {
-        let aliases = std::mem::take(&mut self.nodes[ino as usize].aliases);
-        for (p, n) in aliases {
-            self.by_name.remove(&(p, n.clone()));
-            self.get_or_create(p, &n);
+        let Some(n) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        let aliases = std::mem::take(&mut n.aliases);
+        for (p, nm) in aliases {
+            self.by_name.remove(&(p, nm.clone()));
+            self.child_count(p, -1);
+            self.get_or_create(p, &nm);
         }
     }
 
     pub fn detach(&mut self, parent: u64, name: &OsStr) {
         let key = (parent, name.to_os_string());
-        if let Some(ino) = self.by_name.remove(&key) {
-            let n = &mut self.nodes[ino as usize];
-            if (n.parent, &n.name) == (key.0, &key.1) {
-                // The primary name went: another name of the file takes over, if any.
-                match n.aliases.pop() {
-                    Some((p, nm)) => {
-                        n.parent = p;
-                        n.name = nm;
-                    }
-                    None => n.attached = false,
+        let Some(ino) = self.by_name.remove(&key) else {
+            return;
+        };
+        self.child_count(parent, -1);
+        let Some(n) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        if (n.parent, &n.name) == (key.0, &key.1) {
+            // The primary name went: another name of the file takes over, if any.
+            match n.aliases.pop() {
+                Some((p, nm)) => {
+                    n.parent = p;
+                    n.name = nm;
                 }
-            } else {
-                n.aliases.retain(|a| *a != key);
+                None => n.attached = false,
             }
+        } else {
+            n.aliases.retain(|a| *a != key);
         }
+        // Nothing may be left that the kernel does not hold.
+        self.forget(ino, 0);
     }
 
     pub fn rename(&mut self, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr) {
@@ -207,20 +298,28 @@ impl Nodes {
         let old = (parent, name.to_os_string());
         let new = (newparent, newname.to_os_string());
         if let Some(ino) = self.by_name.remove(&old) {
-            let n = &mut self.nodes[ino as usize];
-            if (n.parent, &n.name) == (old.0, &old.1) {
-                n.parent = newparent;
-                n.name = newname.to_os_string();
-            } else if let Some(a) = n.aliases.iter_mut().find(|a| **a == old) {
-                *a = new.clone();
+            self.child_count(parent, -1);
+            self.child_count(newparent, 1);
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                if (n.parent, &n.name) == (old.0, &old.1) {
+                    n.parent = newparent;
+                    n.name = newname.to_os_string();
+                } else if let Some(a) = n.aliases.iter_mut().find(|a| **a == old) {
+                    *a = new.clone();
+                }
             }
             self.by_name.insert(new, ino);
         }
     }
 
-    /// Every inode number handed out (the root included).
-    pub fn inos(&self) -> std::ops::Range<u64> {
-        ROOT..self.nodes.len() as u64
+    /// Every inode number alive (the root included).
+    pub fn inos(&self) -> Vec<u64> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// How many inodes are alive (the root included).
+    pub fn count(&self) -> usize {
+        self.nodes.len()
     }
 
     /// Every (parent, name) the kernel may have cached, positive or negative.
@@ -490,6 +589,25 @@ impl Union {
 
     fn attr(&self, ino: u64, st: &Stat) -> FileAttr {
         attr_of(ino, st)
+    }
+
+    /// The kernel dropped references: (inode, count) pairs. Nodes no longer held go, and so
+    /// do the cached views of directories among them.
+    pub(crate) fn forget_inodes(&self, list: &[(u64, u64)]) {
+        let mut gone = Vec::new();
+        {
+            let mut nodes = self.nodes();
+            for &(ino, n) in list {
+                gone.extend(nodes.forget(ino, n));
+            }
+        }
+        if gone.is_empty() {
+            return;
+        }
+        let mut views = self.views_w();
+        for ino in gone {
+            views.remove(&ino);
+        }
     }
 }
 
@@ -789,8 +907,8 @@ mod tests {
     fn node_paths_follow_renames() {
         let mut n = Nodes::new();
         assert_eq!(n.path(ROOT).unwrap(), PathBuf::from("."));
-        let a = n.get_or_create(ROOT, OsStr::new("a"));
-        let b = n.get_or_create(a, OsStr::new("b"));
+        let a = n.get_ref(ROOT, OsStr::new("a"));
+        let b = n.get_ref(a, OsStr::new("b"));
         assert_eq!(n.get_or_create(ROOT, OsStr::new("a")), a);
         assert_eq!(n.path(b).unwrap(), PathBuf::from("a/b"));
         n.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("c"));
@@ -808,9 +926,43 @@ mod tests {
     }
 
     #[test]
+    fn forgotten_nodes_go() {
+        let mut n = Nodes::new();
+        let d = n.get_ref(ROOT, OsStr::new("d"));
+        let f = n.get_ref(d, OsStr::new("f"));
+        n.add_ref(f);
+        assert_eq!(n.count(), 3);
+        // The directory is forgotten first, but its child still holds it.
+        assert_eq!(n.forget(d, 1), Vec::<u64>::new());
+        assert_eq!(n.path(f).unwrap(), PathBuf::from("d/f"));
+        assert_eq!(n.forget(f, 1), Vec::<u64>::new(), "one reference left");
+        assert_eq!(n.forget(f, 1), vec![f, d], "the child, then its parent");
+        assert_eq!(n.count(), 1);
+        assert_eq!(n.lookup(ROOT, OsStr::new("d")), None);
+        let d2 = n.get_ref(ROOT, OsStr::new("d"));
+        assert!(d2 > f, "numbers are not reused");
+        // An unlinked file lives while the kernel holds it, then goes.
+        let g = n.get_ref(d2, OsStr::new("g"));
+        n.detach(d2, OsStr::new("g"));
+        assert_eq!(n.count(), 3);
+        assert_eq!(n.forget(g, 1), vec![g]);
+        assert_eq!(n.forget(d2, 1), vec![d2]);
+        // Hard-link aliases keep their parents and leave with the node.
+        let e = n.get_ref(ROOT, OsStr::new("e"));
+        let x = n.get_ref(e, OsStr::new("x"));
+        n.add_alias(x, ROOT, OsStr::new("y"));
+        n.forget(e, 1);
+        assert_eq!(n.path(x).unwrap(), PathBuf::from("e/x"));
+        assert_eq!(n.forget(x, 1), vec![x, e]);
+        assert_eq!(n.lookup(ROOT, OsStr::new("y")), None);
+        assert_eq!(n.count(), 1);
+        assert!(n.names().is_empty());
+    }
+
+    #[test]
     fn hard_link_aliases() {
         let mut n = Nodes::new();
-        let f = n.get_or_create(ROOT, OsStr::new("f"));
+        let f = n.get_ref(ROOT, OsStr::new("f"));
         n.add_alias(f, ROOT, OsStr::new("g"));
         assert_eq!(n.lookup(ROOT, OsStr::new("g")), Some(f));
         n.rename(ROOT, OsStr::new("g"), ROOT, OsStr::new("h"));

@@ -148,8 +148,11 @@ impl Op<'_> {
         sys::linkat(self.fd(u), &from, &rel).e()?;
         self.view_insert(newparent, newname, loc.entry.kind, u);
         // Both names are one inode for the kernel, so its caches stay coherent.
-        self.nodes().add_alias(ino, newparent, newname);
-        let st = sys::fstatat(self.fd(u), &rel).e()?;
+        let st = sys::fstatat(self.fd(u), &rel);
+        let mut nodes = self.nodes();
+        nodes.add_alias(ino, newparent, newname);
+        let st = st.e()?;
+        nodes.add_ref(ino);
         Ok(self.attr(ino, &st))
     }
 
@@ -169,8 +172,10 @@ impl Op<'_> {
             return Err(e);
         }
         self.view_insert(parent, name, Kind::Symlink, u);
+        let st = sys::fstatat(self.fd(u), &rel);
         let ino = self.nodes().get_or_create(parent, name);
-        let st = sys::fstatat(self.fd(u), &rel).e()?;
+        let st = st.e()?;
+        self.nodes().add_ref(ino);
         Ok(self.attr(ino, &st))
     }
 
@@ -193,7 +198,7 @@ impl Op<'_> {
         }
         let st = sys::fstatat(self.fd(u), &rel).e()?;
         self.view_insert(parent, name, sys::kind_of_mode(st.st_mode), u);
-        let ino = self.nodes().get_or_create(parent, name);
+        let ino = self.nodes().get_ref(parent, name);
         Ok(self.attr(ino, &st))
     }
 }
