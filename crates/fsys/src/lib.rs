@@ -239,51 +239,63 @@ impl Stat {
 /// Every entry of a directory (but `.` and `..`) from the descriptor's
 /// position on: (name, d_type).
 fn read_dir_entries(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8)>> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut out = Vec::new();
-    loop {
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                fd.as_raw_fd(),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Ok(out);
-        }
-        let n = (n as usize).min(buf.len());
-        let mut off = 0usize;
-        while off + 19 <= n {
-            // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
-            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
-            if reclen < 20 || off + reclen > n {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "malformed directory entry from the kernel",
-                ));
-            }
-            let dtype = buf[off + 18];
-            let name_area = &buf[off + 19..off + reclen];
-            let len = name_area
-                .iter()
-                .position(|b| *b == 0)
-                .unwrap_or(name_area.len());
-            let name = &name_area[..len];
-            if name != b"." && name != b".." {
-                out.push((name.to_vec(), dtype));
-            }
-            off += reclen;
-        }
+    thread_local! {
+        // One buffer per thread: a scan lists every directory, and a fresh
+        // zeroed 64 KiB each time costs more than the listing.
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 64 * 1024]);
     }
+    BUF.with(|b| {
+        let mut buf = b.borrow_mut();
+        let mut out = Vec::new();
+        loop {
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_getdents64,
+                    fd.as_raw_fd(),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Ok(out);
+            }
+            parse_dirents(&buf[..(n as usize).min(buf.len())], &mut out)?;
+        }
+    })
+}
+
+/// Append the entries of one getdents64 answer (but `.` and `..`).
+fn parse_dirents(buf: &[u8], out: &mut Vec<(Vec<u8>, u8)>) -> io::Result<()> {
+    let mut off = 0usize;
+    while off + 19 <= buf.len() {
+        // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+        let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+        if reclen < 20 || off + reclen > buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "malformed directory entry from the kernel",
+            ));
+        }
+        let dtype = buf[off + 18];
+        let name_area = &buf[off + 19..off + reclen];
+        let len = name_area
+            .iter()
+            .position(|b| *b == 0)
+            .unwrap_or(name_area.len());
+        let name = &name_area[..len];
+        if name != b"." && name != b".." {
+            out.push((name.to_vec(), dtype));
+        }
+        off += reclen;
+    }
+    Ok(())
 }
 
 /// `fstat` on an open descriptor.

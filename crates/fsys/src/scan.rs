@@ -47,8 +47,6 @@ struct Ctx<'a> {
     /// Seconds since the epoch when the scan began (for `settled`).
     start_s: i64,
     xattr_free: Mutex<Vec<u64>>,
-    /// Each directory's own entry and its non-directory children.
-    chunks: Mutex<Vec<Vec<Entry>>>,
     errors: Mutex<Vec<PathFailure>>,
     incomplete: std::sync::atomic::AtomicBool,
     stale: Mutex<Vec<RelPath>>,
@@ -130,27 +128,27 @@ fn scan_at(root: &Root, rules: &IgnoreRules, opts: &ScanOptions, start_s: i64) -
         opts: *opts,
         start_s,
         xattr_free: Mutex::new(Vec::new()),
-        chunks: Mutex::new(Vec::new()),
         errors: Mutex::new(Vec::new()),
         incomplete: std::sync::atomic::AtomicBool::new(false),
         stale: Mutex::new(Vec::new()),
         markers: Mutex::new(Vec::new()),
     };
     let rootp = RelPath::root();
-    match root.dir().try_clone() {
+    let tree = match root.dir().try_clone() {
         Ok(d) => scan_dir(d, rootp.clone(), &ctx),
         Err(e) => {
             ctx.fail(&rootp, e);
             ctx.incomplete
                 .store(true, std::sync::atomic::Ordering::Relaxed);
+            None
         }
     };
-    let chunks = std::mem::take(&mut *ctx.chunks.lock().unwrap());
-    let mut entries = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
-    for mut c in chunks {
-        entries.append(&mut c);
+    let mut entries = Vec::new();
+    if let Some(t) = tree {
+        entries.reserve(t.count());
+        t.flatten_into(&mut entries);
     }
-    entries.par_sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    debug_assert!(entries.is_sorted_by(|a, b| a.path < b.path));
     let mut errors = ctx.errors.into_inner().unwrap();
     errors.sort_by(|a, b| a.path.cmp(&b.path));
     let mut stale_temps = ctx.stale.into_inner().unwrap();
@@ -165,18 +163,43 @@ fn scan_at(root: &Root, rules: &IgnoreRules, opts: &ScanOptions, start_s: i64) -
     }
 }
 
-/// Scan one directory: its entry and its non-directory children go to
-/// `ctx.chunks` as one chunk; subdirectories are scanned as tasks of their own.
-fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) {
-    let out = scan_dir_entries(&mut dir, &rel, ctx);
-    let (entries, subdirs) = match out {
-        Some(x) => x,
-        None => return,
-    };
-    ctx.chunks.lock().unwrap().push(entries);
-    subdirs
+/// One scanned directory: its own entry first, then its other children
+/// sorted by name; its subdirectories, sorted by name.
+struct Node {
+    entries: Vec<Entry>,
+    subdirs: Vec<Node>,
+}
+
+impl Node {
+    fn count(&self) -> usize {
+        self.entries.len() + self.subdirs.iter().map(Node::count).sum::<usize>()
+    }
+
+    /// Depth first, names in order: with `RelPath`'s component order this
+    /// is sorted, so no sort of the whole scan is needed.
+    fn flatten_into(self, out: &mut Vec<Entry>) {
+        let mut files = self.entries.into_iter().peekable();
+        out.extend(files.next());
+        for sub in self.subdirs {
+            let name = sub.entries[0].path.file_name();
+            while let Some(f) = files.next_if(|f| f.path.file_name() < name) {
+                out.push(f);
+            }
+            sub.flatten_into(out);
+        }
+        out.extend(files);
+    }
+}
+
+/// Scan one directory, its subdirectories as tasks of their own; `None`
+/// when even the directory itself could not be read.
+fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
+    let (mut entries, mut subdirs) = scan_dir_entries(&mut dir, &rel, ctx)?;
+    entries[1..].sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
+    subdirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let subdirs = subdirs
         .into_par_iter()
-        .for_each(|(name, child)| match dir.open_subdir(&name) {
+        .filter_map(|(name, child)| match dir.open_subdir(&name) {
             Ok(d) => scan_dir(d, child, ctx),
             Err(e) => {
                 // Report it, and still list the directory itself so that it
@@ -184,14 +207,14 @@ fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) {
                 ctx.fail(&child, format!("cannot open directory: {e}"));
                 ctx.incomplete
                     .store(true, std::sync::atomic::Ordering::Relaxed);
-                if let Ok(st) = dir.stat(&name) {
-                    ctx.chunks
-                        .lock()
-                        .unwrap()
-                        .push(vec![entry_from(child, &st)]);
-                }
+                dir.stat(&name).ok().map(|st| Node {
+                    entries: vec![entry_from(child, &st)],
+                    subdirs: Vec::new(),
+                })
             }
-        });
+        })
+        .collect();
+    Some(Node { entries, subdirs })
 }
 
 type Subdirs = Vec<(Vec<u8>, RelPath)>;
@@ -406,6 +429,38 @@ mod tests {
             .iter()
             .find(|e| e.path.as_bytes() == path.as_bytes());
         e.unwrap().props.xattrs.as_ref().unwrap()
+    }
+
+    #[test]
+    fn scan_comes_out_sorted_without_a_sort() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        for d in ["a/x/deep", "a b", "b/c", "a0"] {
+            std::fs::create_dir_all(t.join(d)).unwrap();
+        }
+        for f in ["a.b", "a/x.txt", "a/x/y", "a/w", "a-", "b/c/z", "c", "a0/q"] {
+            std::fs::write(t.join(f), b"").unwrap();
+        }
+        let root = Root::open(t).unwrap();
+        let s = scan(
+            &root,
+            &IgnoreRules::new(&[]).unwrap(),
+            &ScanOptions {
+                xattrs: XattrFilter {
+                    xattrs: false,
+                    acls: false,
+                },
+                xattr_memo: None,
+                read_ignore_files: false,
+                source: true,
+            },
+        );
+        let got: Vec<&[u8]> = s.entries.iter().map(|e| e.path.as_bytes()).collect();
+        let mut want = got.clone();
+        want.sort_by(|a, b| RelPath::new(a).unwrap().cmp(&RelPath::new(b).unwrap()));
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 1 + 7 + 8, "root, seven directories, eight files");
+        assert_eq!(got[..4], [&b""[..], b"a", b"a/w", b"a/x"]);
     }
 
     #[test]

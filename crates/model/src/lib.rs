@@ -65,9 +65,32 @@ pub fn validate_name(name: &[u8]) -> Result<(), PathError> {
 }
 
 /// A validated path relative to a replica root; the empty path is the root.
-/// Ordering is bytewise, so a directory sorts before everything under it.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+/// Ordering is by component (bytewise within a component), so a directory
+/// sorts before everything under it and its subtree is contiguous: a
+/// depth-first walk that visits names in order yields sorted paths.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct RelPath(Box<[u8]>);
+
+impl Ord for RelPath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Bytewise, except that the separator sorts below every byte a name
+        // may hold (names hold no NUL and no '/').
+        let (a, b) = (&self.0, &other.0);
+        let same = a.iter().zip(b.iter()).take_while(|(x, y)| x == y).count();
+        let key = |c: Option<&u8>| match c {
+            None => 0u16,
+            Some(b'/') => 1,
+            Some(&x) => x as u16 + 1,
+        };
+        key(a.get(same)).cmp(&key(b.get(same)))
+    }
+}
+
+impl PartialOrd for RelPath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl RelPath {
     /// The root of the replica.
@@ -290,6 +313,33 @@ pub struct PathFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relpath_order_keeps_subtrees_together() {
+        let mut v: Vec<RelPath> = ["a.b", "a/x", "a", "a0", "a b", "a/x/y", "", "b", "a/\u{1}"]
+            .iter()
+            .map(|s| RelPath::new(s.as_bytes()).unwrap())
+            .collect();
+        v.sort();
+        let got: Vec<String> = v.iter().map(|p| p.display()).collect();
+        assert_eq!(
+            got,
+            ["", "a", "a/\u{1}", "a/x", "a/x/y", "a b", "a.b", "a0", "b"]
+                .map(|s| { RelPath::new(s.as_bytes()).unwrap().display() })
+        );
+        // Component order agrees with comparing the component lists.
+        for x in &v {
+            for y in &v {
+                let cx: Vec<&[u8]> = x.as_bytes().split(|b| *b == b'/').collect();
+                let cy: Vec<&[u8]> = y.as_bytes().split(|b| *b == b'/').collect();
+                let (cx, cy) = (
+                    if x.is_root() { vec![] } else { cx },
+                    if y.is_root() { vec![] } else { cy },
+                );
+                assert_eq!(x.cmp(y), cx.cmp(&cy), "{} vs {}", x.display(), y.display());
+            }
+        }
+    }
 
     #[test]
     fn relpath_validation() {
