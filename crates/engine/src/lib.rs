@@ -632,26 +632,17 @@ fn run_plan(x: &Exec, plan: &MirrorPlan) {
         let dir = &cache.as_ref().unwrap().1;
         delete_one(x, dir, it);
     }
-    // 3. New directories, parents first.
+    // 3. New directories, parents first: one depth level at a time, the
+    // directories of a level in parallel.
+    let mut levels: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
     for it in &plan.mkdirs {
+        levels.entry(it.path.depth()).or_default().push(it);
+    }
+    for (_, items) in levels {
         if x.stopped() {
             return;
         }
-        let r = x.dst.open_dir(&parent_of(&it.path)).and_then(|d| {
-            match d.mkdir(it.path.file_name(), 0o700) {
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                    match d.stat(it.path.file_name()) {
-                        Ok(st) if st.kind == Kind::Dir => Ok(()),
-                        _ => Err(e),
-                    }
-                }
-                r => r,
-            }
-        });
-        match r {
-            Ok(()) => x.changed(it),
-            Err(e) => x.fail(&it.path, &e),
-        }
+        items.par_iter().for_each(|it| make_dir(x, it));
     }
     // 4. Files, symlinks, specials; 5. hard links.
     transfer::run_files(x, &plan.files);
@@ -684,6 +675,22 @@ fn run_plan(x: &Exec, plan: &MirrorPlan) {
                 Err(e) => x.fail(&it.path, &e),
             }
         });
+    }
+}
+
+fn make_dir(x: &Exec, it: &Item) {
+    let r = x.dst.open_dir(&parent_of(&it.path)).and_then(|d| {
+        match d.mkdir(it.path.file_name(), 0o700) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => match d.stat(it.path.file_name()) {
+                Ok(st) if st.kind == Kind::Dir => Ok(()),
+                _ => Err(e),
+            },
+            r => r,
+        }
+    });
+    match r {
+        Ok(()) => x.changed(it),
+        Err(e) => x.fail(&it.path, &e),
     }
 }
 
