@@ -198,3 +198,63 @@ fn reserved_source_names_are_reported_not_silently_skipped() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("reserved"));
     assert_eq!(fs::read(dst.join("ok")).unwrap(), b"fine");
 }
+
+fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    let r = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (r >= 0).then(|| buf[..r as usize].to_vec())
+}
+
+/// Settled entries are remembered as having no extended attributes (the
+/// xattr memo), and a later change on either side is still mirrored: the
+/// change moves the entry's ctime, so the memo no longer vouches for it.
+#[test]
+fn xattr_changes_after_a_memoised_run_are_mirrored() {
+    let (_tmp, src, dst, state) = roots();
+    write(&src.join("a"), b"one");
+    write(&src.join("d/b"), b"two");
+    let run = || {
+        let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run();
+    // Entries are remembered only a while after their last change.
+    std::thread::sleep(std::time::Duration::from_millis(3200));
+    run();
+    let memos: Vec<_> = fs::read_dir(&state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("xattr-memo-"))
+        .collect();
+    assert_eq!(memos.len(), 2, "one memo per root");
+    for m in &memos {
+        let len = m.metadata().unwrap().len();
+        assert!(
+            len > 16,
+            "memo {:?} remembers entries ({len} bytes)",
+            m.path()
+        );
+    }
+    // A new attribute on a remembered source file reaches the destination.
+    set_xattr(&src.join("d/b"), "user.tag", b"v1");
+    run();
+    assert_eq!(
+        get_xattr(&dst.join("d/b"), "user.tag").as_deref(),
+        Some(&b"v1"[..])
+    );
+    // One planted in the destination on a remembered file is removed again.
+    set_xattr(&dst.join("a"), "user.stray", b"x");
+    run();
+    assert_eq!(get_xattr(&dst.join("a"), "user.stray"), None);
+    assert_eq!(
+        get_xattr(&dst.join("d/b"), "user.tag").as_deref(),
+        Some(&b"v1"[..])
+    );
+}
