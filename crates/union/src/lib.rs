@@ -174,24 +174,23 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
             MountOption::AutoUnmount,
         ]);
     }
-    // Requests are served by several threads, each reading its own clone of the FUSE device;
-    // while one request waits on a branch, the next one (often an asynchronous RELEASE or
-    // FORGET of the same process) is already being served.
-    config.n_threads = Some(threads());
+    // One thread reads requests and answers the quick ones; slow ones go to workers (see
+    // fs/kernel.rs). More readers (each with its own clone of the FUSE device) are possible
+    // and safe, but on small machines they cost more thread wake-ups than they save.
+    config.n_threads = Some(env_count("ACCORD_UNION_THREADS", 1));
     config.clone_fd = true;
-    let session = fuser::Session::new(fs::Union::new(shared.clone()), &mountpoint, &config)?;
+    let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
+    let session = fuser::Session::new(union, &mountpoint, &config)?;
     Ok((session, listener, shared))
 }
 
-/// How many threads serve requests: `ACCORD_UNION_THREADS`, else 4 (enough to overlap the
-/// asynchronous requests of a busy process with its next call, and a few processes with each
-/// other, without a crowd of idle threads on small machines).
-fn threads() -> usize {
-    std::env::var("ACCORD_UNION_THREADS")
+/// A thread count from the environment (1 to 64), else `default`.
+fn env_count(var: &str, default: usize) -> usize {
+    std::env::var(var)
         .ok()
         .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| (1..=64).contains(&n))
-        .unwrap_or(4)
+        .filter(|n: &usize| (1..=64).contains(n))
+        .unwrap_or(default)
 }
 
 /// Unmount a union (or any FUSE mount) at `mountpoint`.

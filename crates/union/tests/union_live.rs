@@ -453,6 +453,66 @@ fn copy_up_syncs_the_parent_directory() {
     }
 }
 
+/// Requests are served concurrently: a long copy-up (a big lower file opened for appending)
+/// does not hold up lookups of other names meanwhile.
+#[test]
+fn copy_up_does_not_block_other_requests() {
+    if !fuse_ok("copy_up_does_not_block_other_requests") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    {
+        let mut f = fs::File::create(b.join("lo/big")).unwrap();
+        let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8 + 1).collect();
+        for _ in 0..384 {
+            f.write_all(&chunk).unwrap();
+        }
+    }
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let big = m.mnt.join("big");
+    let writer = {
+        let big = big.clone();
+        std::thread::spawn(move || {
+            let mut f = OpenOptions::new().append(true).open(&big).unwrap();
+            f.write_all(b"tail").unwrap();
+        })
+    };
+    // The copy is being built under a temporary name in the upper branch.
+    let copying = || {
+        fs::read_dir(b.join("up")).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains("accord-tmp")
+        })
+    };
+    let start = Instant::now();
+    while !copying() {
+        assert!(start.elapsed() < Duration::from_secs(20), "no copy-up seen");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Fresh names each time: every one is a lookup the daemon must answer.
+    let mut answered = 0;
+    for i in 0..20 {
+        assert!(fs::symlink_metadata(m.mnt.join(format!("nothing{i}"))).is_err());
+        if copying() {
+            answered += 1;
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(fs::metadata(&big).unwrap().len(), (384 << 20) + 4);
+    assert!(answered > 0, "no lookup was answered while the copy-up ran");
+}
+
 /// Read-only opens of lower files use FUSE passthrough (the kernel reads the branch file). A
 /// later copy-up (open for write, chmod) must not disturb open readers, nor be refused: the
 /// name moves to a new inode while the readers keep the file they opened.

@@ -151,6 +151,13 @@ impl Op<'_> {
         Ok(u)
     }
 
+    /// Whether changing `ino` needs a copy-up first (its winning copy is on a read-only
+    /// branch). Errors say no: the request then fails quickly by itself.
+    pub(super) fn needs_copy_up(&self, ino: u64) -> bool {
+        self.locate(ino)
+            .is_ok_and(|l| !self.table.get(l.entry.winner()).writable())
+    }
+
     /// `writable_branch_for`, taking the namespace lock only when a copy-up is needed (for
     /// requests that do not hold it already).
     pub(super) fn writable_branch(&self, ino: u64) -> R<u32> {

@@ -58,7 +58,7 @@ pub(super) fn has_fsetid((pid, uid): (u32, u32)) -> bool {
         .map_or(uid == 0, |caps| caps & (1 << CAP_FSETID) != 0)
 }
 
-fn wants_write(flags: i32) -> bool {
+pub(super) fn wants_write(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 

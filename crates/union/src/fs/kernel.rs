@@ -1,6 +1,11 @@
-//! The `fuser::Filesystem` glue: every request takes the current branch table (`Union::op`),
+//! The `fuser::Filesystem` glue: every request takes the current branch table (`State::op`),
 //! calls the matching `do_*` method and turns its `Result` into a reply. No logic lives here.
-//! fuser runs this on several threads at once (see `crate::serve`).
+//!
+//! Threads: one thread reads requests from the kernel (by default; see `crate::serve`) and
+//! answers the quick ones itself, so a process's chain of calls never waits for another
+//! thread to wake up. Requests whose cost grows with file size (copy-up, truncation, fsync,
+//! fallocate, reads and writes of 128 KiB or more) are handed to worker threads, so they never
+//! hold up the others; the state is built for any number of concurrent requests.
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -15,7 +20,11 @@ use fuser::{
 };
 
 use super::entry::SetAttr;
-use super::{Union, TTL};
+use super::file::wants_write;
+use super::{State, Union, TTL};
+
+/// Reads and writes of at least this size go to a worker thread.
+const BIG_IO: usize = 128 << 10;
 
 fn err(e: i32) -> Errno {
     Errno::from_i32(e)
@@ -157,9 +166,16 @@ impl fuser::Filesystem for Union {
             fh: fh.map(|f| f.0),
             caller: (req.pid(), req.uid()),
         };
-        match self.op().do_setattr(ino.0, a) {
+        let ino = ino.0;
+        let run = move |s: &State| match s.op().do_setattr(ino, a) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(err(e)),
+        };
+        // Truncation and copy-up take time in proportion to the file.
+        if size.is_some() || self.op().needs_copy_up(ino) {
+            self.offload(run)
+        } else {
+            run(&self.state)
         }
     }
 
@@ -233,10 +249,25 @@ impl fuser::Filesystem for Union {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .op()
-            .do_rename(parent.0, name, newparent.0, newname, flags.bits());
-        empty(r, reply)
+        let op = self.op();
+        // A file on a read-only branch is copied up first: off this thread.
+        let copy = op.child(parent.0, name).ok().flatten().is_some_and(|e| {
+            e.kind != crate::merge::Kind::Dir && !op.table.get(e.winner()).writable()
+        });
+        drop(op);
+        let (parent, newparent, flags) = (parent.0, newparent.0, flags.bits());
+        let (name, newname) = (name.to_os_string(), newname.to_os_string());
+        let run = move |s: &State| {
+            empty(
+                s.op().do_rename(parent, &name, newparent, &newname, flags),
+                reply,
+            )
+        };
+        if copy {
+            self.offload(run)
+        } else {
+            run(&self.state)
+        }
     }
 
     fn link(
@@ -247,22 +278,38 @@ impl fuser::Filesystem for Union {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        entry(self.op().do_link(ino.0, newparent.0, newname), reply)
+        let (ino, newparent, newname) = (ino.0, newparent.0, newname.to_os_string());
+        let run = move |s: &State| entry(s.op().do_link(ino, newparent, &newname), reply);
+        if self.op().needs_copy_up(ino) {
+            self.offload(run)
+        } else {
+            run(&self.state)
+        }
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let op = self.op();
-        let fh = match op.do_open(ino.0, flags.0, (req.pid(), req.uid())) {
-            Ok(fh) => fh,
-            Err(e) => return reply.error(err(e)),
+        let (ino, flags, caller) = (ino.0, flags.0, (req.pid(), req.uid()));
+        let run = move |s: &State| {
+            let op = s.op();
+            let fh = match op.do_open(ino, flags, caller) {
+                Ok(fh) => fh,
+                Err(e) => return reply.error(err(e)),
+            };
+            match op.settle_open(fh, |f| reply.open_backing(f)) {
+                Ok(Some(id)) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
+                // Keep cached pages across opens; FUSE_AUTO_INVAL_DATA drops them when a
+                // refreshed attribute shows the file changed (also behind our back, within
+                // TTL), and a branch change drops them explicitly.
+                Ok(None) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+                Err(e) => reply.error(err(e)),
+            }
         };
-        match op.settle_open(fh, |f| reply.open_backing(f)) {
-            Ok(Some(id)) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
-            // Keep cached pages across opens; FUSE_AUTO_INVAL_DATA drops them when a refreshed
-            // attribute shows the file changed (also behind our back, within TTL), and a branch
-            // change drops them explicitly.
-            Ok(None) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(err(e)),
+        // An open for writing may copy the file up first (O_TRUNC copies nothing, but
+        // truncates).
+        if wants_write(flags) && (flags & libc::O_TRUNC != 0 || self.op().needs_copy_up(ino)) {
+            self.offload(run)
+        } else {
+            run(&self.state)
         }
     }
 
@@ -277,12 +324,18 @@ impl fuser::Filesystem for Union {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        READ_BUF.with_borrow_mut(
-            |buf| match self.op().do_read(fh.0, offset as i64, buf, size) {
+        let fh = fh.0;
+        let run = move |s: &State| {
+            READ_BUF.with_borrow_mut(|buf| match s.op().do_read(fh, offset as i64, buf, size) {
                 Ok(n) => reply.data(&buf[..n]),
                 Err(e) => reply.error(err(e)),
-            },
-        )
+            })
+        };
+        if size as usize >= BIG_IO {
+            self.offload(run)
+        } else {
+            run(&self.state)
+        }
     }
 
     fn write(
@@ -298,10 +351,20 @@ impl fuser::Filesystem for Union {
         reply: ReplyWrite,
     ) {
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.op().do_write(fh.0, offset as i64, data, kill) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(err(e)),
+        if data.len() < BIG_IO {
+            match self.op().do_write(fh.0, offset as i64, data, kill) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(err(e)),
+            }
+            return;
         }
+        let (fh, data) = (fh.0, data.to_vec());
+        self.offload(
+            move |s| match s.op().do_write(fh, offset as i64, &data, kill) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(err(e)),
+            },
+        )
     }
 
     fn flush(
@@ -333,7 +396,8 @@ impl fuser::Filesystem for Union {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, ds: bool, reply: ReplyEmpty) {
-        empty(self.op().do_fsync(fh.0, ds), reply)
+        let fh = fh.0;
+        self.offload(move |s| empty(s.op().do_fsync(fh, ds), reply))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -415,7 +479,8 @@ impl fuser::Filesystem for Union {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, ds: bool, reply: ReplyEmpty) {
-        empty(self.op().do_fsyncdir(ino.0, ds), reply)
+        let ino = ino.0;
+        self.offload(move |s| empty(s.op().do_fsyncdir(ino, ds), reply))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -444,7 +509,13 @@ impl fuser::Filesystem for Union {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        empty(self.op().do_setxattr(ino.0, name, value, flags), reply)
+        let (ino, name, value) = (ino.0, name.to_os_string(), value.to_vec());
+        let run = move |s: &State| empty(s.op().do_setxattr(ino, &name, &value, flags), reply);
+        if self.op().needs_copy_up(ino) {
+            self.offload(run)
+        } else {
+            run(&self.state)
+        }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -456,7 +527,13 @@ impl fuser::Filesystem for Union {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.op().do_removexattr(ino.0, name), reply)
+        let (ino, name) = (ino.0, name.to_os_string());
+        let run = move |s: &State| empty(s.op().do_removexattr(ino, &name), reply);
+        if self.op().needs_copy_up(ino) {
+            self.offload(run)
+        } else {
+            run(&self.state)
+        }
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -493,9 +570,10 @@ impl fuser::Filesystem for Union {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .op()
-            .do_fallocate(fh.0, offset as i64, length as i64, mode);
-        empty(r, reply)
+        let fh = fh.0;
+        self.offload(move |s| {
+            let r = s.op().do_fallocate(fh, offset as i64, length as i64, mode);
+            empty(r, reply)
+        })
     }
 }

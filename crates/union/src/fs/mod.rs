@@ -1,7 +1,7 @@
 //! The union's state behind the FUSE operations: the inode table, the per-directory merged
 //! views (the cache that keeps many branches cheap), open handles, and copy-up.
 //!
-//! Requests are served by several threads at once (see `Union` for the locks); the branch
+//! Requests are served by several threads at once (see `State` for the locks); the branch
 //! table and the inode names are also shared with the control thread, which swaps tables and
 //! asks the kernel to forget cached names.
 
@@ -392,13 +392,13 @@ struct Backing {
 /// One entry of a directory listing snapshot: (inode, type, name).
 type DirItem = (u64, FileType, OsString);
 
-/// Shards of the per-directory change counters (see `Union::epochs`).
+/// Shards of the per-directory change counters (see `State::epochs`).
 const EPOCH_SHARDS: usize = 64;
 
 /// The union's state. Requests run concurrently on several threads (`Op` is one request's
 /// view of it); every part has its own short-lived lock, and no lock is held across branch I/O
 /// except `ns`, which orders the changes of the union's namespace (see there).
-pub struct Union {
+pub struct State {
     shared: Arc<Shared>,
     views: RwLock<HashMap<u64, Arc<DirView>>>,
     /// The table generation the cached views belong to (they are dropped on a change).
@@ -432,14 +432,71 @@ pub struct Union {
 /// One request's view of the union: the branch table it runs against (a live change applies
 /// from the next request on; one request never sees two tables).
 pub(crate) struct Op<'a> {
-    u: &'a Union,
+    u: &'a State,
     table: Arc<Table>,
 }
 
 impl std::ops::Deref for Op<'_> {
-    type Target = Union;
-    fn deref(&self) -> &Union {
+    type Target = State;
+    fn deref(&self) -> &State {
         self.u
+    }
+}
+
+/// The file system fuser serves: the state, shared with the workers that take slow requests
+/// off the thread that reads from the kernel (see `kernel.rs`).
+pub struct Union {
+    state: Arc<State>,
+    workers: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+}
+
+type Job = Box<dyn FnOnce(&State) + Send>;
+
+impl std::ops::Deref for Union {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl Union {
+    pub fn new(shared: Arc<Shared>, workers: usize) -> Union {
+        let state = Arc::new(State::new(shared));
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut spawned = 0;
+        for i in 0..workers {
+            let (rx, state) = (rx.clone(), state.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("union-worker-{i}"))
+                .spawn(move || loop {
+                    let job = lock(&rx).recv();
+                    match job {
+                        Ok(job) => job(&state),
+                        Err(_) => return,
+                    }
+                });
+            spawned += t.is_ok() as usize;
+        }
+        Union {
+            state,
+            workers: Mutex::new((spawned > 0).then_some(tx)),
+        }
+    }
+
+    /// Run `job` on a worker thread (in the calling thread when there are none), so a slow
+    /// request (a copy-up, fsync, a large read or write) does not hold up the others.
+    pub(crate) fn offload(&self, job: impl FnOnce(&State) + Send + 'static) {
+        let tx = lock(&self.workers).clone();
+        let job: Job = Box::new(job);
+        match tx {
+            Some(tx) => {
+                if let Err(e) = tx.send(job) {
+                    (e.0)(&self.state)
+                }
+            }
+            None => job(&self.state),
+        }
     }
 }
 
@@ -447,10 +504,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Union {
-    pub fn new(shared: Arc<Shared>) -> Union {
+impl State {
+    fn new(shared: Arc<Shared>) -> State {
         let generation = lock(&shared.table).generation;
-        Union {
+        State {
             shared,
             views: RwLock::new(HashMap::new()),
             views_generation: AtomicU64::new(generation),
@@ -511,7 +568,7 @@ impl Union {
         lock(&self.renoded)
     }
 
-    /// Take the namespace lock (see `Union::ns`).
+    /// Take the namespace lock (see `State::ns`).
     fn ns(&self) -> MutexGuard<'_, ()> {
         lock(&self.ns)
     }
