@@ -239,6 +239,12 @@ impl Stat {
 /// Every entry of a directory (but `.` and `..`) from the descriptor's
 /// position on: (name, d_type).
 fn read_dir_entries(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8)>> {
+    let mut v = read_dir_entries_ino(fd)?;
+    Ok(v.drain(..).map(|(n, t, _)| (n, t)).collect())
+}
+
+/// Like `read_dir_entries`, with each entry's inode number.
+fn read_dir_entries_ino(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8, u64)>> {
     thread_local! {
         // One buffer per thread: a scan lists every directory, and a fresh
         // zeroed 64 KiB each time costs more than the listing.
@@ -272,7 +278,7 @@ fn read_dir_entries(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8)>> {
 }
 
 /// Append the entries of one getdents64 answer (but `.` and `..`).
-fn parse_dirents(buf: &[u8], out: &mut Vec<(Vec<u8>, u8)>) -> io::Result<()> {
+fn parse_dirents(buf: &[u8], out: &mut Vec<(Vec<u8>, u8, u64)>) -> io::Result<()> {
     let mut off = 0usize;
     while off + 19 <= buf.len() {
         // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
@@ -283,6 +289,7 @@ fn parse_dirents(buf: &[u8], out: &mut Vec<(Vec<u8>, u8)>) -> io::Result<()> {
                 "malformed directory entry from the kernel",
             ));
         }
+        let ino = u64::from_ne_bytes(buf[off..off + 8].try_into().unwrap());
         let dtype = buf[off + 18];
         let name_area = &buf[off + 19..off + reclen];
         let len = name_area
@@ -291,7 +298,7 @@ fn parse_dirents(buf: &[u8], out: &mut Vec<(Vec<u8>, u8)>) -> io::Result<()> {
             .unwrap_or(name_area.len());
         let name = &name_area[..len];
         if name != b"." && name != b".." {
-            out.push((name.to_vec(), dtype));
+            out.push((name.to_vec(), dtype, ino));
         }
         off += reclen;
     }
@@ -801,11 +808,12 @@ impl Dir {
 
     /// Like [`Dir::list`], reading through this handle itself (one open
     /// fewer): the exclusive borrow guarantees nobody else moves its position.
-    pub fn list_mut(&mut self) -> io::Result<Vec<(Vec<u8>, u8)>> {
+    /// Entries come with their inode numbers: (name, d_type, d_ino).
+    pub fn list_mut(&mut self) -> io::Result<Vec<(Vec<u8>, u8, u64)>> {
         if unsafe { libc::lseek(self.raw(), 0, libc::SEEK_SET) } < 0 {
             return Err(io::Error::last_os_error());
         }
-        read_dir_entries(self.fd.as_fd())
+        read_dir_entries_ino(self.fd.as_fd())
     }
 
     /// fsync this directory.

@@ -247,7 +247,7 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
         }
     }
     out.push(me);
-    let names = match dir.list_mut() {
+    let mut names = match dir.list_mut() {
         Ok(n) => n,
         Err(e) => {
             ctx.fail(&rel, format!("cannot read directory: {e}"));
@@ -256,7 +256,7 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
             return Some((out, Vec::new()));
         }
     };
-    if ctx.opts.read_ignore_files && names.iter().any(|(n, _)| n == IGNORE_FILE) {
+    if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
         // Rules that cannot be read would leave excluded DST entries looking
         // like extras: any failure here suspends deletions for the run.
         let read = dir.open_read(IGNORE_FILE).and_then(|f| {
@@ -278,7 +278,10 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
     }
     let mut subdirs = Vec::new();
     let mut files_xattrs: Vec<(usize, u64, bool)> = Vec::new();
-    for (name, _dtype) in names {
+    // In inode order: inodes sit in the inode table (and in memory) roughly
+    // in that order, so the stats below touch neighbouring inodes.
+    names.sort_unstable_by_key(|n| n.2);
+    for (name, _dtype, _ino) in names {
         if is_reserved_name(&name) {
             if name.starts_with(TEMP_PREFIX) {
                 if let Ok(p) = rel.join(&name) {
