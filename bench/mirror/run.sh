@@ -22,6 +22,10 @@ ACCORD=${ACCORD:-$ROOT/target/release/accord}
 WORK=${WORK:-/tmp/accord-mirror-bench}
 IMG=$WORK/fs.img
 MNT=$WORK/mnt
+# accord's state (deletion guard, xattr memo) for this benchmark only: the
+# warm-up run fills it and the timed runs use it, as a nightly job would.
+export ACCORD_STATE_DIR=$WORK/state
+rm -rf "$ACCORD_STATE_DIR"
 
 [ "$(id -u)" = 0 ] || { echo "run as root (loop mount)" >&2; exit 1; }
 command -v rsync >/dev/null || { echo "rsync missing" >&2; exit 1; }
@@ -49,18 +53,29 @@ DEV=$(basename "$LOOP")
 sectors() { sync; awk '{print $7}' "/sys/block/$DEV/stat"; }
 
 median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.3f\n", m}'; }
-# time_runs NAME PREP CMD: one warm-up, then RUNS timed runs; PREP is untimed.
+# rounds PREP NAME CMD [NAME CMD ...]: one warm-up of each command, then
+# RUNS rounds that run every command once in turn (so a load that comes and
+# goes hits all alike); PREP runs untimed before each. Medians go to MED.
 declare -A MED
-time_runs() {
-    local name=$1 prep=$2 cmd=$3 t0 t1 times=()
-    eval "$prep"; eval "$cmd" >/dev/null
+rounds() {
+    local prep=$1 t0 t1 i name
+    shift
+    local -a names=() cmds=()
+    while [ $# -gt 0 ]; do names+=("$1"); cmds+=("$2"); shift 2; done
+    declare -A times=()
+    for i in "${!cmds[@]}"; do eval "$prep"; eval "${cmds[$i]}" >/dev/null; done
     for _ in $(seq "$RUNS"); do
-        eval "$prep"
-        t0=$(date +%s.%N); eval "$cmd" >/dev/null; t1=$(date +%s.%N)
-        times+=("$(echo "$t1 - $t0" | bc)")
+        for i in "${!cmds[@]}"; do
+            eval "$prep"
+            t0=$(date +%s.%N); eval "${cmds[$i]}" >/dev/null; t1=$(date +%s.%N)
+            times[$i]+="$(echo "$t1 - $t0" | bc) "
+        done
     done
-    MED[$name]=$(printf '%s\n' "${times[@]}" | median)
-    printf '  %-34s median %8.3f s   runs: %s\n' "$name" "${MED[$name]}" "${times[*]}"
+    for i in "${!cmds[@]}"; do
+        name=${names[$i]}
+        MED[$name]=$(printf '%s\n' ${times[$i]} | median)
+        printf '  %-34s median %8.3f s   runs: %s\n' "$name" "${MED[$name]}" "${times[$i]}"
+    done
 }
 ratio() { echo "scale=3; $1 / $2" | bc; }
 
@@ -71,11 +86,12 @@ python3 bench/mirror/gentree.py "$MNT/t1" "$N1" "$B1" 1
 sync
 echo "  tree: $(find "$MNT/t1" -type f | wc -l) files, $(du -sm "$MNT/t1" | cut -f1) MiB"
 CLEAN='rm -rf "$MNT/c1"; sync'
-time_runs "accord mirror" "$CLEAN" '"$ACCORD" mirror -q "$MNT/t1" "$MNT/c1"'
-time_runs "accord mirror --no-fsync" "$CLEAN" '"$ACCORD" mirror -q --no-fsync "$MNT/t1" "$MNT/c1"'
-time_runs "rsync -a" "$CLEAN" 'rsync -a "$MNT/t1/" "$MNT/c1/"'
-time_runs "cp -a" "$CLEAN" 'cp -a "$MNT/t1" "$MNT/c1"'
-time_runs "cp -a; sync" "$CLEAN" 'cp -a "$MNT/t1" "$MNT/c1"; sync'
+rounds "$CLEAN" \
+    "accord mirror" '"$ACCORD" mirror -q "$MNT/t1" "$MNT/c1"' \
+    "accord mirror --no-fsync" '"$ACCORD" mirror -q --no-fsync "$MNT/t1" "$MNT/c1"' \
+    "rsync -a" 'rsync -a "$MNT/t1/" "$MNT/c1/"' \
+    "cp -a" 'cp -a "$MNT/t1" "$MNT/c1"' \
+    "cp -a; sync" 'cp -a "$MNT/t1" "$MNT/c1"; sync'
 echo "  ratio accord/rsync -a           $(ratio "${MED[accord mirror]}" "${MED[rsync -a]}")   (target <= 0.5)"
 echo "  ratio accord/cp -a              $(ratio "${MED[accord mirror]}" "${MED[cp -a]}")   (target <= 1.2)"
 echo "  ratio accord/(cp -a; sync)      $(ratio "${MED[accord mirror]}" "${MED[cp -a; sync]}")"
@@ -90,11 +106,14 @@ python3 bench/mirror/gentree.py "$MNT/t2" "$N2" 0 2 2048
 rsync -a "$MNT/t2/" "$MNT/r2/"
 sync
 echo "  tree: $(find "$MNT/t2" | wc -l) entries"
-time_runs "accord mirror (nothing to do)" ':' '"$ACCORD" mirror -q "$MNT/t2" "$MNT/a2"'
-time_runs "rsync -a (nothing to do)" ':' 'rsync -a "$MNT/t2/" "$MNT/r2/"'
-# Same fidelity on both sides: accord reads xattrs and ACLs by default, rsync -a does not.
-time_runs "accord --no-xattrs --no-acls" ':' '"$ACCORD" mirror -q --no-xattrs --no-acls "$MNT/t2" "$MNT/a2"'
-time_runs "rsync -aHAXS (nothing to do)" ':' 'rsync -aHAXS "$MNT/t2/" "$MNT/r2/"'
+# accord keeps xattrs and ACLs by default, rsync -a does not: both are shown
+# with and without them.
+rounds ':' \
+    "accord mirror (nothing to do)" '"$ACCORD" mirror -q "$MNT/t2" "$MNT/a2"' \
+    "rsync -a (nothing to do)" 'rsync -a "$MNT/t2/" "$MNT/r2/"' \
+    "accord --no-xattrs --no-acls" '"$ACCORD" mirror -q --no-xattrs --no-acls "$MNT/t2" "$MNT/a2"' \
+    "rsync -aHAXS (nothing to do)" 'rsync -aHAXS "$MNT/t2/" "$MNT/r2/"'
+echo "  accord phases (one more run): $("$ACCORD" mirror --json "$MNT/t2" "$MNT/a2" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(f"{k}={d[k]:.3f}" for k in ("scan_s","plan_s","execute_s","elapsed_s")))')"
 echo "  ratio accord/rsync -a           $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -a (nothing to do)]}")   (target <= 0.5)"
 echo "  ratio accord/rsync -aHAXS       $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -aHAXS (nothing to do)]}")"
 echo "  ratio accord --no-xattrs --no-acls/rsync -a  $(ratio "${MED[accord --no-xattrs --no-acls]}" "${MED[rsync -a (nothing to do)]}")"
@@ -127,8 +146,9 @@ EOF
 touch "$MNT/t3/big"
 RESET_A='cp "$WORK/old/big" "$MNT/a3/big"; touch -d @1 "$MNT/a3/big"; sync'
 RESET_R='cp "$WORK/old/big" "$MNT/r3/big"; touch -d @1 "$MNT/r3/big"; sync'
-time_runs "accord mirror --inplace" "$RESET_A" '"$ACCORD" mirror -q --inplace "$MNT/t3" "$MNT/a3"'
-time_runs "rsync --inplace --no-whole-file" "$RESET_R" 'rsync -a --inplace --no-whole-file "$MNT/t3/" "$MNT/r3/"'
+rounds "$RESET_A; $RESET_R" \
+    "accord mirror --inplace" '"$ACCORD" mirror -q --inplace "$MNT/t3" "$MNT/a3"' \
+    "rsync --inplace --no-whole-file" 'rsync -a --inplace --no-whole-file "$MNT/t3/" "$MNT/r3/"'
 eval "$RESET_A"; s0=$(sectors)
 J=$("$ACCORD" mirror -q --inplace --json "$MNT/t3" "$MNT/a3"); s1=$(sectors)
 eval "$RESET_R"; s2=$(sectors)
