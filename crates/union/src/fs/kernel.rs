@@ -3,7 +3,7 @@
 //!
 //! Threads: one thread reads requests from the kernel (by default; see `crate::serve`) and
 //! answers the quick ones itself, so a process's chain of calls never waits for another
-//! thread to wake up. Requests whose cost grows with file size (copy-up, truncation, fsync,
+//! thread to wake up. Requests whose cost grows with file size (copy-up, truncate(2), fsync,
 //! fallocate, reads and writes of 128 KiB or more) are handed to worker threads, so they never
 //! hold up the others; the state is built for any number of concurrent requests.
 
@@ -304,9 +304,8 @@ impl fuser::Filesystem for Union {
                 Err(e) => reply.error(err(e)),
             }
         };
-        // An open for writing may copy the file up first (O_TRUNC copies nothing, but
-        // truncates).
-        if wants_write(flags) && (flags & libc::O_TRUNC != 0 || self.op().needs_copy_up(ino)) {
+        // An open for writing may copy the file up first.
+        if wants_write(flags) && self.op().needs_copy_up(ino) {
             self.offload(run)
         } else {
             run(&self.state)
