@@ -451,25 +451,25 @@ fn mirror_inner(
 
     report.scan_s = t_scan.elapsed().as_secs_f64();
     let t_plan = Instant::now();
-    let plan = match accord_plan::mirror_plan(
-        &s_scan.entries,
-        &d_scan.entries,
-        &d_scan.stale_temps,
-        &opts,
-    ) {
+    // The memos are saved while the plan is made (both only read the scans).
+    let save_memos = || {
+        if let (Some((sf, df)), false, true) = (&memo_files, cfg.dry_run, cfg.xattrs.any()) {
+            // Only an accelerator: a memo that cannot be saved costs speed next time.
+            let _ = XattrMemo::from_keys(s_scan.xattr_free.clone()).save(sf);
+            let _ = XattrMemo::from_keys(d_scan.xattr_free.clone()).save(df);
+        }
+    };
+    let (planned, ()) = rayon::join(
+        || accord_plan::mirror_plan(&s_scan.entries, &d_scan.entries, &d_scan.stale_temps, &opts),
+        save_memos,
+    );
+    let plan = match planned {
         Ok(p) => p,
         Err(refusal) => {
             report.refusal = Some(refusal);
             return report;
         }
     };
-    if let (Some((sf, df)), false) = (&memo_files, cfg.dry_run) {
-        // Only an accelerator: a memo that cannot be saved costs speed next time.
-        if cfg.xattrs.any() {
-            let _ = XattrMemo::from_keys(std::mem::take(&mut s_scan.xattr_free)).save(sf);
-            let _ = XattrMemo::from_keys(std::mem::take(&mut d_scan.xattr_free)).save(df);
-        }
-    }
     drop(s_scan);
     drop(d_scan);
     report.plan_s = t_plan.elapsed().as_secs_f64();

@@ -953,6 +953,12 @@ pub fn read_state_file(path: &Path) -> io::Result<Vec<u8>> {
 
 /// Replace a small host file atomically (temp + fsync + rename).
 pub fn write_state_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    replace_host_file(path, data, true)
+}
+
+/// Replace a host file by temp + rename; `sync`: fsync the temp first (a
+/// file that may come back empty after a crash can skip it).
+pub fn replace_host_file(path: &Path, data: &[u8], sync: bool) -> io::Result<()> {
     use std::io::Write;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -962,7 +968,9 @@ pub fn write_state_file(path: &Path, data: &[u8]) -> io::Result<()> {
         .write(true)
         .create_new(true)
         .open(&tmp)?;
-    let r = f.write_all(data).and_then(|_| f.sync_all());
+    let r = f
+        .write_all(data)
+        .and_then(|_| if sync { f.sync_all() } else { Ok(()) });
     if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);

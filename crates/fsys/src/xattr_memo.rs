@@ -101,9 +101,10 @@ impl XattrMemo {
         out
     }
 
-    /// Replace the memo file atomically.
+    /// Replace the memo file (temp + rename, no fsync: after a crash a torn
+    /// or empty memo fails `decode` and only costs speed).
     pub fn save(&self, path: &Path) -> io::Result<()> {
-        crate::write_state_file(path, &self.encode())
+        crate::replace_host_file(path, &self.encode(), false)
     }
 
     pub fn len(&self) -> usize {
