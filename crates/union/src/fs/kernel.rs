@@ -1,9 +1,9 @@
 //! The `fuser::Filesystem` glue: every request takes the current branch table (`State::op`),
 //! calls the matching `do_*` method and turns its `Result` into a reply. No logic lives here.
 //!
-//! Threads: one thread reads requests from the kernel (by default; see `crate::serve`) and
-//! answers the quick ones itself, so a process's chain of calls never waits for another
-//! thread to wake up. Requests whose cost grows with file size (copy-up, truncate(2), fsync,
+//! Threads: the threads that read requests from the kernel (one on a 2-CPU machine; see
+//! `crate::serve`) answer the quick ones themselves, so a process's chain of calls does not
+//! wait for a hand-off to another thread. Requests whose cost grows with file size (copy-up, truncate(2), fsync,
 //! fallocate, reads and writes of 128 KiB or more) are handed to worker threads, so they never
 //! hold up the others; the state is built for any number of concurrent requests.
 

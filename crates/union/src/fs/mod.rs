@@ -661,6 +661,12 @@ impl State {
         if gone.is_empty() {
             return;
         }
+        {
+            let mut renoded = self.renoded();
+            for ino in &gone {
+                renoded.remove(ino);
+            }
+        }
         let mut views = self.views_w();
         for ino in gone {
             views.remove(&ino);
