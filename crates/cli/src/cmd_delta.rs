@@ -189,6 +189,8 @@ fn signature(
         },
     )
     .map_err(|e| Failure::new(e.to_string()))?;
+    data.intact()
+        .map_err(|e| Failure::io(old, "cannot read", e))?;
     write_atomically(out, false, None, |w| w.write_all(&sig.encode()))
 }
 
@@ -214,6 +216,7 @@ fn write_delta(
             w,
         )
         .map_err(|e| std::io::Error::other(e.to_string()))?;
+        data.intact()?;
         stats = Some(st);
         Ok(())
     })?;
@@ -261,7 +264,8 @@ fn patch_new(
         Delta::parse(&bytes).map_err(|e| Failure::new(format!("{}: {e}", shown(delta_path))))?;
     let data = Input::open(old)?;
     write_atomically(out, opts.sync, Some(data.mode), |w| {
-        patch_to(data.bytes(), &delta, w).map_err(|e| std::io::Error::other(e.to_string()))
+        patch_to(data.bytes(), &delta, w).map_err(|e| std::io::Error::other(e.to_string()))?;
+        data.intact()
     })
 }
 
@@ -317,9 +321,10 @@ fn lock_exclusive(f: &File) -> std::io::Result<()> {
     Ok(())
 }
 
-/// An input file, memory-mapped when not empty.
+/// An input file, memory-mapped when not empty (through `accord_fsys::Mapped`,
+/// so a file truncated underneath is an error, not a SIGBUS).
 struct Input {
-    map: Option<memmap2::Mmap>,
+    map: Option<accord_fsys::Mapped>,
     /// Permission bits, given to a file patched from this one.
     mode: u32,
 }
@@ -340,9 +345,7 @@ impl Input {
         if meta.len() == 0 {
             return Ok(Input { map: None, mode });
         }
-        // SAFETY: the map is read-only; a file truncated underneath us is the
-        // documented risk of mapping, accepted here for single-file commands.
-        let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }
+        let map = accord_fsys::Mapped::populated(&f, meta.len())
             .map_err(|e| Failure::io(path, "cannot map", e))?;
         Ok(Input {
             map: Some(map),
@@ -352,6 +355,16 @@ impl Input {
 
     fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// An error if the file was cut short while it was read.
+    fn intact(&self) -> std::io::Result<()> {
+        if self.map.as_ref().is_some_and(|m| m.damaged()) {
+            return Err(std::io::Error::other(
+                "the input file was truncated while it was read",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -258,3 +258,70 @@ fn xattr_changes_after_a_memoised_run_are_mirrored() {
         Some(&b"v1"[..])
     );
 }
+
+/// A source truncated while `--inplace` reads it through a mapping (a log
+/// rotated with copytruncate) must not kill the run with SIGBUS: the file is
+/// reported, and the next run converges.
+#[test]
+fn source_truncated_during_an_inplace_update_is_an_error_not_a_crash() {
+    use std::os::unix::process::ExitStatusExt;
+    let (_tmp, src, dst, state) = roots();
+    let size = 96usize << 20;
+    let mut data: Vec<u8> = (0..size).map(|i| (i / 4096 % 251) as u8).collect();
+    write(&src.join("log"), &data);
+    write(&src.join("other"), b"x");
+    let run = || {
+        std::process::Command::new(bin())
+            .args(["mirror", "--inplace", "-q"])
+            .arg(&src)
+            .arg(&dst)
+            .env("ACCORD_STATE_DIR", &state)
+            .output()
+            .unwrap()
+    };
+    assert!(run().status.success());
+    for (trial, delay_ms) in [0u64, 5, 20, 40, 80, 160].into_iter().enumerate() {
+        // Shift the data so the update needs the in-place planner.
+        data.rotate_left(4096 * (trial + 1));
+        write(&src.join("log"), &data);
+        let child = std::process::Command::new(bin())
+            .args(["mirror", "--inplace", "-q"])
+            .arg(&src)
+            .arg(&dst)
+            .env("ACCORD_STATE_DIR", &state)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        fs::OpenOptions::new()
+            .write(true)
+            .open(src.join("log"))
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.signal(),
+            None,
+            "trial {trial}: killed by a signal; {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            matches!(out.status.code(), Some(0) | Some(2)),
+            "trial {trial}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The next run converges on the truncated source.
+        let again = run();
+        assert!(
+            again.status.success(),
+            "{}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+        assert_eq!(
+            fs::read(dst.join("log")).unwrap(),
+            fs::read(src.join("log")).unwrap()
+        );
+    }
+}

@@ -12,7 +12,7 @@ use accord_delta::{
     make_delta, patch_in_place, Command, Delta, DeltaOptions, InPlaceOptions, PatchOptions,
     Signature, SignatureOptions,
 };
-use accord_fsys::{fstat, Dir};
+use accord_fsys::{fstat, Dir, Mapped};
 use accord_model::Entry;
 use std::fs::File;
 use std::io;
@@ -22,15 +22,23 @@ use std::os::unix::fs::FileExt;
 /// Page granularity of the equal-offset comparison.
 const PAGE: usize = 4096;
 
-fn map(f: &File, len: u64) -> io::Result<Option<memmap2::Mmap>> {
+/// A mapping that a truncation by another process cannot crash the run
+/// with (`Mapped::damaged` tells; sizes are also re-checked after).
+fn map(f: &File, len: u64) -> io::Result<Option<Mapped>> {
     if len == 0 {
         return Ok(None);
     }
-    // SAFETY: read-only mapping; a concurrent truncation by another process
-    // is the usual mmap caveat (the run re-checks sizes before and after).
-    Ok(Some(unsafe {
-        memmap2::MmapOptions::new().len(len as usize).map(f)?
-    }))
+    Mapped::new(f, len).map(Some)
+}
+
+/// An error if a mapping read zeros where the file was cut short.
+fn intact(m: &Option<Mapped>, what: &str) -> io::Result<()> {
+    if m.as_ref().is_some_and(Mapped::damaged) {
+        return Err(io::Error::other(format!(
+            "{what} was truncated while it was read"
+        )));
+    }
+    Ok(())
 }
 
 /// An update that failed after the target was changed: it holds neither
@@ -59,6 +67,8 @@ fn rebuild(
         }
         i = end;
     }
+    // Someone else cut the file short while we compared: give up on it.
+    intact(&old_map, "the destination").map_err(Modified)?;
     let diff_bytes = diff_pages.len() as u64 * PAGE as u64 + (new.len() - common) as u64;
     let new_len = new.len() as u64;
     if diff_bytes <= new_len / 4 || x.cfg.delta == DeltaMode::Never {
@@ -98,6 +108,7 @@ fn rebuild(
         &mut buf,
     )
     .map_err(|e| Modified(delta_io(e)))?;
+    intact(&old_map, "the destination").map_err(Modified)?;
     drop(old_map);
     if !force && stats.literal_bytes > new_len / 2 {
         return Ok(None);
@@ -167,6 +178,8 @@ pub(crate) fn delta_to_temp(
         let mut w = io::BufWriter::with_capacity(1 << 20, tf);
         accord_delta::patch_to(oldb, &delta, &mut w).map_err(delta_io)?;
         io::Write::flush(&mut w)?;
+        intact(&new_map, "the source")?;
+        intact(&old_map, "the old destination file")?;
         return Ok(Some(Xfer {
             written: s.size,
             literal: stats.literal_bytes,
@@ -177,7 +190,7 @@ pub(crate) fn delta_to_temp(
     let newb: &[u8] = new_map.as_deref().unwrap_or(&[]);
     let mut t = tf.try_clone()?;
     match rebuild(x, &mut t, d.size, newb, x.cfg.delta == DeltaMode::Always) {
-        Ok(Some(xf)) => Ok(Some(xf)),
+        Ok(Some(xf)) => intact(&new_map, "the source").map(|()| Some(xf)),
         Ok(None) => {
             // Start over with a whole copy into the (untouched) clone.
             tf.set_len(0)?;
@@ -211,7 +224,7 @@ pub(crate) fn update_in_place(
     // the file aside before anything else.
     let marker = ddir.create_inplace_marker(name, x.cfg.fsync)?;
     let r = match rebuild(x, &mut target, d.size, newb, true) {
-        Ok(Some(xf)) => Ok(xf),
+        Ok(Some(xf)) => intact(&new_map, "the source").map(|()| xf),
         Ok(None) => unreachable!("forced rebuild always writes"),
         Err(Modified(e)) => Err(e),
     }

@@ -12,12 +12,14 @@
 //! renamed over the target ([`Dir::rename`]).
 
 mod copy;
+mod mapped;
 mod rules;
 mod scan;
 mod xattr;
 mod xattr_memo;
 
 pub use copy::{copy_data, hash_file, CopyStats, Reflink};
+pub use mapped::Mapped;
 pub use rules::{IgnoreRules, IGNORE_FILE};
 pub use scan::{scan, Scan, ScanOptions};
 pub use xattr::XattrFilter;
