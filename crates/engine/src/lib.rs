@@ -610,27 +610,42 @@ fn run_plan(x: &Exec, plan: &MirrorPlan) {
             let _ = dir.unlink(it.path.file_name());
         }
     }
-    // 2. Deletions, deepest first.
-    let mut cache: Option<(RelPath, Dir)> = None;
+    // 2. Deletions, deepest first: one depth level at a time (a directory
+    // goes after everything under it), the directories of a level in
+    // parallel, each opened once.
+    type Groups<'a> = BTreeMap<RelPath, Vec<&'a Item>>;
+    let mut levels: BTreeMap<std::cmp::Reverse<usize>, Groups> = BTreeMap::new();
     for it in &plan.deletes {
+        levels
+            .entry(std::cmp::Reverse(it.path.depth()))
+            .or_default()
+            .entry(parent_of(&it.path))
+            .or_default()
+            .push(it);
+    }
+    for (_, groups) in levels {
         if x.stopped() {
             return;
         }
-        let parent = parent_of(&it.path);
-        if cache.as_ref().map(|(p, _)| p != &parent).unwrap_or(true) {
-            match x.dst.open_dir(&parent) {
-                Ok(d) => cache = Some((parent.clone(), d)),
+        groups.into_par_iter().for_each(|(parent, items)| {
+            let dir = match x.dst.open_dir(&parent) {
+                Ok(d) => d,
                 Err(e) => {
                     if e.raw_os_error() != Some(libc::ENOENT) {
-                        x.fail(&it.path, &e);
+                        for it in items {
+                            x.fail(&it.path, &e);
+                        }
                     }
-                    cache = None;
-                    continue;
+                    return;
                 }
+            };
+            for it in items {
+                if x.stopped() {
+                    return;
+                }
+                delete_one(x, &dir, it);
             }
-        }
-        let dir = &cache.as_ref().unwrap().1;
-        delete_one(x, dir, it);
+        });
     }
     // 3. New directories, parents first: one depth level at a time, the
     // directories of a level in parallel.
