@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Name of the per-directory ignore file.
@@ -20,6 +21,9 @@ pub const IGNORE_FILE: &[u8] = b".accordignore";
 pub struct IgnoreRules {
     global: Option<Gitignore>,
     per_dir: RwLock<HashMap<RelPath, Arc<Gitignore>>>,
+    /// Set once `per_dir` holds rules: until then a lookup skips the lock
+    /// (every scan task asks for every entry).
+    any_per_dir: AtomicBool,
 }
 
 fn os(b: &[u8]) -> &Path {
@@ -45,6 +49,7 @@ impl IgnoreRules {
         Ok(IgnoreRules {
             global,
             per_dir: RwLock::new(HashMap::new()),
+            any_per_dir: AtomicBool::new(false),
         })
     }
 
@@ -61,6 +66,7 @@ impl IgnoreRules {
                     .write()
                     .expect("ignore rules lock")
                     .insert(dir.clone(), Arc::new(gi));
+                self.any_per_dir.store(true, Ordering::Release);
             }
         }
     }
@@ -76,10 +82,10 @@ impl IgnoreRules {
                 return true;
             }
         }
-        let map = self.per_dir.read().expect("ignore rules lock");
-        if map.is_empty() {
+        if !self.any_per_dir.load(Ordering::Acquire) {
             return false;
         }
+        let map = self.per_dir.read().expect("ignore rules lock");
         // Deepest .accordignore first: it has the last word.
         let mut anc = path.parent();
         while let Some(dir) = anc {
