@@ -107,14 +107,17 @@ rsync -a "$MNT/t2/" "$MNT/r2/"
 sync
 echo "  tree: $(find "$MNT/t2" | wc -l) entries"
 # accord keeps xattrs and ACLs by default, rsync -a does not: both are shown
-# with and without them.
+# with and without them. rsync -a also never lists DST's directories (it does
+# not delete); --delete makes it do the same work as a mirror.
 rounds ':' \
     "accord mirror (nothing to do)" '"$ACCORD" mirror -q "$MNT/t2" "$MNT/a2"' \
     "rsync -a (nothing to do)" 'rsync -a "$MNT/t2/" "$MNT/r2/"' \
+    "rsync -a --delete (nothing to do)" 'rsync -a --delete "$MNT/t2/" "$MNT/r2/"' \
     "accord --no-xattrs --no-acls" '"$ACCORD" mirror -q --no-xattrs --no-acls "$MNT/t2" "$MNT/a2"' \
     "rsync -aHAXS (nothing to do)" 'rsync -aHAXS "$MNT/t2/" "$MNT/r2/"'
 echo "  accord phases (one more run): $("$ACCORD" mirror --json "$MNT/t2" "$MNT/a2" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(f"{k}={d[k]:.3f}" for k in ("scan_s","plan_s","execute_s","elapsed_s")))')"
 echo "  ratio accord/rsync -a           $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -a (nothing to do)]}")   (target <= 0.5)"
+echo "  ratio accord/rsync -a --delete  $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -a --delete (nothing to do)]}")"
 echo "  ratio accord/rsync -aHAXS       $(ratio "${MED[accord mirror (nothing to do)]}" "${MED[rsync -aHAXS (nothing to do)]}")"
 echo "  ratio accord --no-xattrs --no-acls/rsync -a  $(ratio "${MED[accord --no-xattrs --no-acls]}" "${MED[rsync -a (nothing to do)]}")"
 rm -rf "$MNT/t2" "$MNT/a2" "$MNT/r2"; sync
