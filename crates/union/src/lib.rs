@@ -29,8 +29,8 @@
 //! lower names, as overlayfs does without `index`); lower-branch hard links show one union inode
 //! per name (names linked through the union share one, until the kernel forgets the inode).
 //!
-//! Concurrency: reader threads (one per two CPUs, 1 to 4; `ACCORD_UNION_THREADS`) answer the
-//! quick requests; slow ones (copy-up, truncate, fsync, big reads and writes) run on worker
+//! Concurrency: four reader threads (`ACCORD_UNION_THREADS`) answer the quick requests
+//! concurrently; slow ones (copy-up, truncate, fsync, big reads and writes) run on worker
 //! threads meanwhile (`fs/kernel.rs`). See `fs::State` for the locks.
 //!
 //! Inodes: the daemon keeps a node per inode the kernel holds and drops it on FORGET, so memory
@@ -176,13 +176,10 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
             MountOption::AutoUnmount,
         ]);
     }
-    // Reader threads answer the quick requests themselves; slow ones go to workers (see
-    // fs/kernel.rs). Each reader has its own clone of the FUSE device, but the kernel hands a
-    // request to the reader that has waited longest, so a process's chain of calls wakes a
-    // different thread every time: on a 2-CPU machine one reader was faster for sequential
-    // work (bench/union/README.md). Bigger machines get up to 4, for parallel workloads.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    config.n_threads = Some(env_count("ACCORD_UNION_THREADS", (cpus / 2).clamp(1, 4)));
+    // Reader threads (each with its own clone of the FUSE device) answer the quick requests
+    // themselves; slow ones go to workers (see fs/kernel.rs). Four readers: on an idle 2-CPU
+    // machine they beat one by 30-50 % on every metadata workload (bench/union/README.md).
+    config.n_threads = Some(env_count("ACCORD_UNION_THREADS", 4));
     config.clone_fd = true;
     let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
     let session = fuser::Session::new(union, &mountpoint, &config)?;

@@ -1,9 +1,8 @@
 //! The `fuser::Filesystem` glue: every request takes the current branch table (`State::op`),
 //! calls the matching `do_*` method and turns its `Result` into a reply. No logic lives here.
 //!
-//! Threads: the threads that read requests from the kernel (one on a 2-CPU machine; see
-//! `crate::serve`) answer the quick ones themselves, so a process's chain of calls does not
-//! wait for a hand-off to another thread. Requests whose cost grows with file size (copy-up, truncate(2), fsync,
+//! Threads: the threads that read requests from the kernel (see `crate::serve`) answer the
+//! quick ones themselves, without a hand-off to another thread. Requests whose cost grows with file size (copy-up, truncate(2), fsync,
 //! fallocate, reads and writes of 128 KiB or more) are handed to worker threads, so they never
 //! hold up the others; the state is built for any number of concurrent requests.
 
