@@ -66,10 +66,10 @@ impl Op<'_> {
             return Err(e);
         }
         self.view_insert(parent, name, Kind::Dir, u);
-        let ino = self.nodes().get_or_create(parent, name);
-        self.forget_view(ino);
         let st = sys::fstatat(fd, &rel).e()?;
-        self.nodes().add_ref(ino);
+        // Found and counted under one lock, so a racing FORGET cannot drop it in between.
+        let ino = self.nodes().get_ref(parent, name);
+        self.forget_view(ino);
         Ok(self.attr(ino, &st))
     }
 

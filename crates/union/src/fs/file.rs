@@ -127,7 +127,9 @@ impl Op<'_> {
             return Err(e);
         }
         self.view_insert(parent, name, Kind::File, u);
-        let mut ino = self.nodes().get_or_create(parent, name);
+        // The reply's reference is counted at once, under the same lock that finds the
+        // node: a FORGET racing this create cannot drop the node in between.
+        let mut ino = self.nodes().get_ref(parent, name);
         let mut io = self.io();
         if io.get(&ino).is_some_and(|io| io.backing.is_some()) {
             // The name's old file vanished from its branch behind our back while passthrough
@@ -137,10 +139,16 @@ impl Op<'_> {
             match renumbered {
                 Some(n) => {
                     self.renoded().insert(ino);
+                    // No reply has named `n` yet, so no FORGET can race this count.
+                    self.nodes().add_ref(n);
+                    drop(io);
+                    self.forget_inodes(&[(ino, 1)]);
+                    io = self.io();
                     ino = n;
                 }
                 None => {
                     drop(io);
+                    self.forget_inodes(&[(ino, 1)]);
                     let _ = sys::unlinkat(fd, &rel, false);
                     self.view_remove(parent, name);
                     return Err(libc::EBUSY);
@@ -149,11 +157,14 @@ impl Op<'_> {
         }
         let st = match sys::fstat(file.as_raw_fd()) {
             Ok(st) => st,
-            Err(e) => return Err(sys::errno(&e)),
+            Err(e) => {
+                drop(io);
+                self.forget_inodes(&[(ino, 1)]);
+                return Err(sys::errno(&e));
+            }
         };
         io.entry(ino).or_default().cached += 1;
         drop(io);
-        self.nodes().add_ref(ino);
         let fh = self.new_fh();
         let branch_id = self.table.get(u).id;
         self.handles_w().insert(

@@ -172,10 +172,9 @@ impl Op<'_> {
             return Err(e);
         }
         self.view_insert(parent, name, Kind::Symlink, u);
-        let st = sys::fstatat(self.fd(u), &rel);
-        let ino = self.nodes().get_or_create(parent, name);
-        let st = st.e()?;
-        self.nodes().add_ref(ino);
+        let st = sys::fstatat(self.fd(u), &rel).e()?;
+        // Found and counted under one lock, so a racing FORGET cannot drop it in between.
+        let ino = self.nodes().get_ref(parent, name);
         Ok(self.attr(ino, &st))
     }
 
