@@ -693,45 +693,67 @@ impl Op<'_> {
     /// that hold it, which is what keeps 1,000 branches cheap.
     fn ensure_view(&self, ino: u64) -> R<Arc<DirView>> {
         let generation = self.table.generation;
-        let old = self.cached_view(ino);
-        let (candidates, parent_serial, rel) = if ino == ROOT {
-            if let Some(v) = &old {
-                if v.generation == generation && v.built.elapsed() < TTL {
-                    return Ok(v.clone());
-                }
-            }
-            let rel = PathBuf::from(".");
-            if let Some(v) = self.revalidate(ino, 0, &rel, old.as_ref()) {
-                return Ok(v);
-            }
-            let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
-            (all, 0, rel)
-        } else {
-            let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
-            let pv = self.ensure_view(parent)?;
-            let e = pv.entries.get(&name).ok_or(libc::ENOENT)?;
-            if e.kind != Kind::Dir {
-                return Err(libc::ENOTDIR);
-            }
-            let ps = pv.serial;
-            if let Some(v) = &old {
-                if v.generation == generation && v.parent_serial == ps && v.built.elapsed() < TTL {
-                    return Ok(v.clone());
-                }
-            }
-            let rel = self.path(ino)?;
-            if let Some(v) = self.revalidate(ino, ps, &rel, old.as_ref()) {
-                return Ok(v);
-            }
-            (e.positions.clone(), ps, rel)
-        };
         let mut attempt = 0;
         loop {
+            // The change counters are read before any input of the view (the parent's
+            // positions for this directory, the listings): a change through the union that
+            // lands after this point, in this directory or in its parent, is seen below and
+            // the view is not cached from inputs that predate it.
+            let parent = if ino == ROOT {
+                None
+            } else {
+                Some(self.nodes().entry(ino).ok_or(libc::ENOENT)?)
+            };
             let before = self.epoch(ino).load(Ordering::Acquire);
+            let before_parent = parent
+                .as_ref()
+                .map(|(p, _)| self.epoch(*p).load(Ordering::Acquire));
+            let old = self.cached_view(ino);
+            let (candidates, parent_serial, rel) = match &parent {
+                None => {
+                    if let Some(v) = &old {
+                        if v.generation == generation && v.built.elapsed() < TTL {
+                            return Ok(v.clone());
+                        }
+                    }
+                    let rel = PathBuf::from(".");
+                    if let Some(v) = self.revalidate(ino, 0, &rel, old.as_ref()) {
+                        return Ok(v);
+                    }
+                    let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
+                    (all, 0, rel)
+                }
+                Some((parent, name)) => {
+                    let pv = self.ensure_view(*parent)?;
+                    let e = pv.entries.get(name).ok_or(libc::ENOENT)?;
+                    if e.kind != Kind::Dir {
+                        return Err(libc::ENOTDIR);
+                    }
+                    let ps = pv.serial;
+                    if let Some(v) = &old {
+                        if v.generation == generation
+                            && v.parent_serial == ps
+                            && v.built.elapsed() < TTL
+                        {
+                            return Ok(v.clone());
+                        }
+                    }
+                    let rel = self.path(ino)?;
+                    if let Some(v) = self.revalidate(ino, ps, &rel, old.as_ref()) {
+                        return Ok(v);
+                    }
+                    (e.positions.clone(), ps, rel)
+                }
+            };
             let built = self.read_view(ino, &candidates, &rel, parent_serial);
             let mut views = self.views_w();
-            if self.epoch(ino).load(Ordering::Acquire) != before {
-                // A change through the union landed while the branches were read: the
+            let raced = self.epoch(ino).load(Ordering::Acquire) != before
+                || parent
+                    .as_ref()
+                    .map(|(p, _)| self.epoch(*p).load(Ordering::Acquire))
+                    != before_parent;
+            if raced {
+                // A change through the union landed while the inputs were read: the
                 // listing may predate it. Read again (a few times, then answer this request
                 // from the listing without caching it).
                 drop(views);
