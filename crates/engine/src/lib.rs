@@ -527,39 +527,37 @@ fn mirror_inner(
     report
 }
 
+/// What an in-place marker says: its directory (open), the directory's path
+/// and the file name it holds (`None` when that is not a valid name); `None`
+/// as a whole when the marker cannot be read.
+fn read_marker(root: &Root, m: &RelPath) -> Option<(Dir, RelPath, Option<Vec<u8>>)> {
+    let parent = parent_of(m);
+    let dir = root.open_dir(&parent).ok()?;
+    let target = dir.read_small(m.file_name()).ok()?;
+    let valid = accord_model::validate_name(&target).is_ok();
+    Some((dir, parent, valid.then_some(target)))
+}
+
 /// The files that in-place markers name (markers hold the file's name).
 fn inplace_targets(root: &Root, markers: &[RelPath]) -> Vec<RelPath> {
-    let mut out = Vec::new();
-    for m in markers {
-        let parent = parent_of(m);
-        let Ok(dir) = root.open_dir(&parent) else {
-            continue;
-        };
-        let Ok(target) = dir.read_small(m.file_name()) else {
-            continue;
-        };
-        if accord_model::validate_name(&target).is_ok() {
-            if let Ok(p) = parent.join(&target) {
-                out.push(p);
-            }
-        }
-    }
-    out
+    markers
+        .iter()
+        .filter_map(|m| match read_marker(root, m)? {
+            (_, parent, Some(target)) => parent.join(&target).ok(),
+            _ => None,
+        })
+        .collect()
 }
 
 fn recover_inplace(dst: &Root, markers: &[RelPath], notices: &mut Vec<String>) {
     for m in markers {
-        let parent = parent_of(m);
-        let Ok(dir) = dst.open_dir(&parent) else {
+        let Some((dir, parent, target)) = read_marker(dst, m) else {
             continue;
         };
-        let Ok(target) = dir.read_small(m.file_name()) else {
-            continue;
-        };
-        if accord_model::validate_name(&target).is_err() {
+        let Some(target) = target else {
             let _ = dir.unlink(m.file_name());
             continue;
-        }
+        };
         let shown = parent
             .join(&target)
             .map(|p| p.display())
