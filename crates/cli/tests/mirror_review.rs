@@ -23,21 +23,12 @@ fn unreadable_ignore_file_suspends_deletions() {
     write(&src.join("proj/.accordignore"), b"cache/\n");
     write(&dst.join("proj/cache/keep.bin"), b"precious");
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     fs::remove_file(src.join("proj/.accordignore")).unwrap();
     write(&src.parent().unwrap().join("common/ignore"), b"cache/\n");
     std::os::unix::fs::symlink("../../common/ignore", src.join("proj/.accordignore")).unwrap();
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 2);
     assert_eq!(
         fs::read(dst.join("proj/cache/keep.bin")).unwrap(),
         b"precious"
@@ -65,11 +56,7 @@ fn inplace_leaves_other_names_of_a_shared_inode_alone() {
             dst.to_str().unwrap(),
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let all = |p: &str, b: u8| fs::read(dst.join(p)).unwrap().iter().all(|&x| x == b);
     assert!(
         all("notes.keep", 2),
@@ -93,12 +80,7 @@ fn half_finished_inplace_file_in_the_source_is_not_copied() {
     write(&src.join("other"), b"fine");
     write(&dst.join("db"), b"good old version");
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("half-finished"));
     assert_eq!(fs::read(dst.join("db")).unwrap(), b"good old version");
     assert_eq!(fs::read(dst.join("other")).unwrap(), b"fine");
@@ -117,12 +99,7 @@ fn nested_roots_are_refused() {
             &state,
             &["--force", s.to_str().unwrap(), d.to_str().unwrap()],
         );
-        assert_eq!(
-            out.status.code(),
-            Some(3),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_exit(&out, 3);
         assert!(String::from_utf8_lossy(&out.stderr).contains("inside"));
     }
     assert_eq!(fs::read(backup.join("photos/p1.jpg")).unwrap(), b"jpeg");
@@ -164,20 +141,11 @@ fn a_second_run_into_a_locked_destination_is_refused() {
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
     holder.kill().unwrap();
     let _ = holder.wait();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 3);
     assert!(String::from_utf8_lossy(&out.stderr).contains("another accord run"));
     assert_eq!(fs::read(dst.join("f")).unwrap(), b"old");
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert_eq!(fs::read(dst.join("f")).unwrap(), b"new");
 }
 
@@ -189,12 +157,7 @@ fn reserved_source_names_are_reported_not_silently_skipped() {
     write(&src.join("ok"), b"fine");
     write(&src.join(".accord-recovery-notes"), b"user data");
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("reserved"));
     assert_eq!(fs::read(dst.join("ok")).unwrap(), b"fine");
 }
@@ -218,11 +181,7 @@ fn xattr_changes_after_a_memoised_run_are_mirrored() {
     write(&src.join("d/b"), b"two");
     let run = || {
         let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_exit(&out, 0);
     };
     run();
     // Entries are remembered only a while after their last change.
@@ -314,11 +273,7 @@ fn source_truncated_during_an_inplace_update_is_an_error_not_a_crash() {
         );
         // The next run converges on the truncated source.
         let again = run();
-        assert!(
-            again.status.success(),
-            "{}",
-            String::from_utf8_lossy(&again.stderr)
-        );
+        assert_exit(&again, 0);
         assert_eq!(
             fs::read(dst.join("log")).unwrap(),
             fs::read(src.join("log")).unwrap()

@@ -46,6 +46,16 @@ pub fn mirror(state: &Path, args: &[&str]) -> Output {
         .expect("run accord")
 }
 
+/// Assert a run's exit status, showing its stderr when it differs.
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn sh(cmd: &str) {
     let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
     assert!(st.success(), "command failed: {cmd}");
