@@ -76,7 +76,7 @@ impl Ord for RelPath {
         // Bytewise, except that the separator sorts below every byte a name
         // may hold (names hold no NUL and no '/').
         let (a, b) = (&self.0, &other.0);
-        let same = a.iter().zip(b.iter()).take_while(|(x, y)| x == y).count();
+        let same = common_prefix_len(a, b);
         let key = |c: Option<&u8>| match c {
             None => 0u16,
             Some(b'/') => 1,
@@ -84,6 +84,26 @@ impl Ord for RelPath {
         };
         key(a.get(same)).cmp(&key(b.get(same)))
     }
+}
+
+/// How many leading bytes `a` and `b` share. Eight bytes at a time: the
+/// planner compares every path of both trees, and paths share long prefixes.
+fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().unwrap());
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        if x != y {
+            // Little-endian: the lowest differing byte is the first one.
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
 impl PartialOrd for RelPath {
@@ -337,6 +357,57 @@ mod tests {
                     if y.is_root() { vec![] } else { cy },
                 );
                 assert_eq!(x.cmp(y), cx.cmp(&cy), "{} vs {}", x.display(), y.display());
+            }
+        }
+    }
+
+    #[test]
+    fn relpath_order_of_long_paths_matches_component_order() {
+        // Long shared prefixes and differences at every offset, so the
+        // word-at-a-time comparison meets its every case.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let stem = "directory-with-a-long-name/sub/";
+        let paths: Vec<RelPath> = (0..300)
+            .map(|_| {
+                let mut s = stem[..next(stem.len() as u64) as usize]
+                    .trim_end_matches('/')
+                    .to_string();
+                for _ in 0..next(4) {
+                    if !s.is_empty() {
+                        s.push('/');
+                    }
+                    for _ in 0..1 + next(12) {
+                        s.push(b"ab/y\x7f\xff"[next(5) as usize] as char);
+                    }
+                }
+                let parts: Vec<&str> = s.split('/').filter(|c| !c.is_empty()).collect();
+                RelPath::new(parts.join("/").as_bytes()).unwrap()
+            })
+            .collect();
+        let comps = |p: &RelPath| -> Vec<Vec<u8>> {
+            if p.is_root() {
+                return vec![];
+            }
+            p.as_bytes()
+                .split(|b| *b == b'/')
+                .map(<[u8]>::to_vec)
+                .collect()
+        };
+        for x in &paths {
+            for y in &paths {
+                assert_eq!(
+                    x.cmp(y),
+                    comps(x).cmp(&comps(y)),
+                    "{} vs {}",
+                    x.display(),
+                    y.display()
+                );
             }
         }
     }
