@@ -400,6 +400,7 @@ impl Root {
         })?;
         let dir = Dir {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            at_start: true,
         };
         let stat = fstat(dir.fd.as_fd())?;
         Ok(Root {
@@ -456,7 +457,7 @@ impl Root {
             rel.as_bytes(),
             libc::O_RDONLY | libc::O_DIRECTORY,
         )?;
-        Ok(Dir { fd })
+        Ok(Dir { fd, at_start: true })
     }
 
     /// Open a regular file `rel` for reading (never through a symlink).
@@ -479,6 +480,9 @@ impl Root {
 #[derive(Debug)]
 pub struct Dir {
     fd: OwnedFd,
+    /// Nothing has read through this descriptor yet, so a listing needs no
+    /// rewind (a scan lists every directory once, right after opening it).
+    at_start: bool,
 }
 
 impl AsFd for Dir {
@@ -499,8 +503,10 @@ pub struct PropsMask {
 
 impl Dir {
     pub fn try_clone(&self) -> io::Result<Dir> {
+        // A duplicate shares the original's position.
         Ok(Dir {
             fd: self.fd.try_clone()?,
+            at_start: false,
         })
     }
 
@@ -578,6 +584,7 @@ impl Dir {
         })?;
         Ok(Dir {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            at_start: true,
         })
     }
 
@@ -812,9 +819,10 @@ impl Dir {
     /// fewer): the exclusive borrow guarantees nobody else moves its position.
     /// Entries come with their inode numbers: (name, d_type, d_ino).
     pub fn list_mut(&mut self) -> io::Result<Vec<(Vec<u8>, u8, u64)>> {
-        if unsafe { libc::lseek(self.raw(), 0, libc::SEEK_SET) } < 0 {
+        if !self.at_start && unsafe { libc::lseek(self.raw(), 0, libc::SEEK_SET) } < 0 {
             return Err(io::Error::last_os_error());
         }
+        self.at_start = false;
         read_dir_entries_ino(self.fd.as_fd())
     }
 
