@@ -175,7 +175,7 @@ fn get_xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
 /// xattr memo), and a later change on either side is still mirrored: the
 /// change moves the entry's ctime, so the memo no longer vouches for it.
 #[test]
-fn xattr_changes_after_a_memoised_run_are_mirrored() {
+fn changes_after_a_memoised_run_are_mirrored() {
     let (_tmp, src, dst, state) = roots();
     write(&src.join("a"), b"one");
     write(&src.join("d/b"), b"two");
@@ -216,6 +216,24 @@ fn xattr_changes_after_a_memoised_run_are_mirrored() {
         get_xattr(&dst.join("d/b"), "user.tag").as_deref(),
         Some(&b"v1"[..])
     );
+    // The listing memo: destination directory d was remembered holding the
+    // source's names, so runs stat its entries without listing it. Names
+    // planted there since must still be found and deleted.
+    let listing = fs::read_dir(&state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with("listing-memo-"))
+        .expect("a listing memo for the destination");
+    assert!(
+        listing.metadata().unwrap().len() > 16,
+        "it remembers directories"
+    );
+    write(&dst.join("d/planted"), b"p");
+    fs::create_dir(dst.join("d/planted-dir")).unwrap();
+    run();
+    assert!(!dst.join("d/planted").exists());
+    assert!(!dst.join("d/planted-dir").exists());
+    assert_eq!(fs::read(dst.join("d/b")).unwrap(), b"two");
 }
 
 /// A source truncated while `--inplace` reads it through a mapping (a log

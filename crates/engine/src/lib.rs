@@ -18,7 +18,7 @@ pub use accord_fsys::{Reflink, XattrFilter};
 pub use accord_plan::{Kinds, MaxDelete, MirrorOptions, MirrorPlan, Refusal};
 pub use replica::{LocalReplica, Replica};
 
-use accord_fsys::{is_no_space, Dir, IgnoreRules, PropsMask, Root, ScanOptions, XattrMemo};
+use accord_fsys::{is_no_space, DigestMemo, Dir, IgnoreRules, PropsMask, Root, ScanOptions};
 use accord_model::{Entry, Kind, PathFailure, RelPath};
 use accord_plan::Item;
 use rayon::prelude::*;
@@ -204,10 +204,10 @@ fn parent_of(p: &RelPath) -> RelPath {
     p.parent().unwrap_or_default()
 }
 
-/// The xattr memo of a replica root (see `accord_fsys::XattrMemo`).
-fn memo_file(dir: &Path, root: &Path) -> PathBuf {
+/// A memo of a replica root (`xattr` or `listing`; see `accord_fsys::DigestMemo`).
+fn memo_file(dir: &Path, kind: &str, root: &Path) -> PathBuf {
     let key = blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex();
-    dir.join(format!("xattr-memo-{}", &key.as_str()[..24]))
+    dir.join(format!("{kind}-memo-{}", &key.as_str()[..24]))
 }
 
 fn state_file(dir: &Path, dst: &Path) -> PathBuf {
@@ -332,34 +332,48 @@ fn mirror_inner(
     let dst_rules = IgnoreRules::new(&cfg.excludes).expect("same patterns parsed above");
     let memo_files = cfg.state_dir.as_ref().map(|dir| {
         (
-            memo_file(dir, &accord_fsys::canonical(src_path)),
-            memo_file(dir, &accord_fsys::canonical(dst_path)),
+            memo_file(dir, "xattr", &accord_fsys::canonical(src_path)),
+            memo_file(dir, "xattr", &accord_fsys::canonical(dst_path)),
         )
     });
     let (s_memo, d_memo) = match &memo_files {
-        Some((s, d)) if cfg.xattrs.any() => (XattrMemo::load(s), XattrMemo::load(d)),
+        Some((s, d)) if cfg.xattrs.any() => (DigestMemo::load(s), DigestMemo::load(d)),
         _ => Default::default(),
+    };
+    // Only where directory ctimes are kept by the local kernel itself (not
+    // a network or FUSE file system, whose attributes may lag).
+    let listing_file = match (&cfg.state_dir, &dst) {
+        (Some(dir), Some(d)) if d.root().is_local_disk_fs() => {
+            Some(memo_file(dir, "listing", &accord_fsys::canonical(dst_path)))
+        }
+        _ => None,
+    };
+    let listing_memo = listing_file
+        .as_deref()
+        .map(DigestMemo::load)
+        .unwrap_or_default();
+    let src_opts = ScanOptions {
+        xattrs: cfg.xattrs,
+        xattr_memo: Some(&s_memo),
+        listing_memo: None,
+        read_ignore_files: cfg.ignore_files,
+        source: true,
     };
     let dst_opts = ScanOptions {
         xattrs: cfg.xattrs,
         xattr_memo: Some(&d_memo),
+        listing_memo: listing_file.as_ref().map(|_| &listing_memo),
         read_ignore_files: false,
         source: false,
     };
-    let (mut s_scan, d_scan) = rayon::join(
-        || {
-            src.scan(
-                &src_rules,
-                &ScanOptions {
-                    xattrs: cfg.xattrs,
-                    xattr_memo: Some(&s_memo),
-                    read_ignore_files: cfg.ignore_files,
-                    source: true,
-                },
-            )
-        },
-        || dst.as_ref().map(|d| d.scan(&dst_rules, &dst_opts)),
-    );
+    // Both sides at once, directory by directory.
+    let (mut s_scan, d_scan) = match &dst {
+        Some(d) => {
+            let (s, d) = src.scan_pair(d, (&src_rules, &src_opts), (&dst_rules, &dst_opts));
+            (s, Some(d))
+        }
+        None => (src.scan(&src_rules, &src_opts), None),
+    };
     let mut d_scan = d_scan.unwrap_or_default();
     report.errors.append(&mut s_scan.errors);
     // A source file an earlier in-place run left half-written (its marker is
@@ -455,8 +469,11 @@ fn mirror_inner(
     let save_memos = || {
         if let (Some((sf, df)), false, true) = (&memo_files, cfg.dry_run, cfg.xattrs.any()) {
             // Only an accelerator: a memo that cannot be saved costs speed next time.
-            let _ = XattrMemo::from_keys(s_scan.xattr_free.clone()).save(sf);
-            let _ = XattrMemo::from_keys(d_scan.xattr_free.clone()).save(df);
+            let _ = DigestMemo::from_keys(s_scan.xattr_free.clone()).save(sf);
+            let _ = DigestMemo::from_keys(d_scan.xattr_free.clone()).save(df);
+        }
+        if let (Some(lf), false) = (&listing_file, cfg.dry_run) {
+            let _ = DigestMemo::from_keys(d_scan.listings.clone()).save(lf);
         }
     };
     let (planned, ()) = rayon::join(

@@ -45,6 +45,18 @@ impl LocalReplica {
     pub fn root(&self) -> &Root {
         &self.root
     }
+
+    /// Scan this replica and `dst` together (see `accord_fsys::scan_pair`):
+    /// both local, a destination directory that still holds exactly the
+    /// source's names need not be listed.
+    pub fn scan_pair(
+        &self,
+        dst: &LocalReplica,
+        (s_rules, s_opts): (&IgnoreRules, &ScanOptions),
+        (d_rules, d_opts): (&IgnoreRules, &ScanOptions),
+    ) -> (Scan, Scan) {
+        accord_fsys::scan_pair((&self.root, s_rules, s_opts), (&dst.root, d_rules, d_opts))
+    }
 }
 
 impl Replica for LocalReplica {

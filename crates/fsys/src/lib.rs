@@ -13,17 +13,17 @@
 
 mod copy;
 mod mapped;
+mod memo;
 mod rules;
 mod scan;
 mod xattr;
-mod xattr_memo;
 
 pub use copy::{copy_data, hash_file, CopyStats, Reflink};
 pub use mapped::Mapped;
+pub use memo::DigestMemo;
 pub use rules::{IgnoreRules, IGNORE_FILE};
-pub use scan::{scan, Scan, ScanOptions};
+pub use scan::{scan, scan_pair, Scan, ScanOptions};
 pub use xattr::XattrFilter;
-pub use xattr_memo::XattrMemo;
 
 use accord_model::{validate_name, Kind, Props, RelPath, Time, Xattr};
 use std::ffi::CString;
@@ -468,6 +468,23 @@ impl Root {
             libc::O_RDONLY | libc::O_NOCTTY,
         )?;
         Ok(File::from(fd))
+    }
+
+    /// True when the root is on a disk file system the local kernel keeps
+    /// (ext2/3/4, XFS, Btrfs, F2FS, tmpfs): there a directory's ctime moves
+    /// with every change of its names the moment it happens, which the
+    /// listing memo relies on. Network and FUSE file systems are not.
+    pub fn is_local_disk_fs(&self) -> bool {
+        const LOCAL: [i64; 5] = [
+            0xEF53,      // ext2, ext3, ext4
+            0x5846_5342, // XFS
+            0x9123_683E, // Btrfs
+            0xF2F5_2010, // F2FS
+            0x0102_1994, // tmpfs
+        ];
+        let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::fstatfs(self.dir.fd.as_raw_fd(), &mut sf) };
+        r == 0 && LOCAL.contains(&(sf.f_type as i64))
     }
 
     /// Flush the whole file system holding this root (`syncfs`).

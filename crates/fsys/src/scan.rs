@@ -1,8 +1,11 @@
-//! Parallel scanner: one task per directory on the rayon pool.
+//! Parallel scanner: one task per directory on the rayon pool. `scan_pair`
+//! walks a source and a destination together, so that a destination
+//! directory unchanged since it last held exactly the source's names is not
+//! listed again (see `memo`).
 
+use crate::memo::{listing_key, memo_key, names_digest, settled, DigestMemo};
 use crate::rules::{IgnoreRules, IGNORE_FILE};
 use crate::xattr::{self, XattrFilter};
-use crate::xattr_memo::{memo_key, settled, XattrMemo};
 use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, TEMP_PREFIX};
 use accord_model::{Entry, Kind, PathFailure, Props, RelPath};
 use rayon::prelude::*;
@@ -15,7 +18,10 @@ pub struct ScanOptions<'a> {
     pub xattrs: XattrFilter,
     /// Entries known to have no extended attributes (their lists are not
     /// read again while their inode and ctime are unchanged).
-    pub xattr_memo: Option<&'a XattrMemo>,
+    pub xattr_memo: Option<&'a DigestMemo>,
+    /// Destination directories known to hold the names they held when
+    /// listed (see `memo`); with it, the scan also records its listings.
+    pub listing_memo: Option<&'a DigestMemo>,
     /// Read `.accordignore` files into the rules (source side).
     pub read_ignore_files: bool,
     /// This is the source: its entries with names reserved for our own temp
@@ -37,8 +43,13 @@ pub struct Scan {
     /// Markers of in-place updates that did not finish.
     pub inplace_markers: Vec<RelPath>,
     /// Memo digests of the entries seen without extended attributes (for
-    /// the next scan; see `XattrMemo`).
+    /// the next scan; see `DigestMemo`).
     pub xattr_free: Vec<u64>,
+    /// Listing memo digests of the directories listed or known unchanged
+    /// (only when `listing_memo` was given).
+    pub listings: Vec<u64>,
+    /// Directories whose listing was skipped thanks to the memo.
+    pub listings_skipped: usize,
 }
 
 struct Ctx<'a> {
@@ -47,6 +58,8 @@ struct Ctx<'a> {
     /// Seconds since the epoch when the scan began (for `settled`).
     start_s: i64,
     xattr_free: Mutex<Vec<u64>>,
+    listings: Mutex<Vec<u64>>,
+    listings_skipped: std::sync::atomic::AtomicUsize,
     errors: Mutex<Vec<PathFailure>>,
     incomplete: std::sync::atomic::AtomicBool,
     stale: Mutex<Vec<RelPath>>,
@@ -114,53 +127,156 @@ fn entry_from(path: RelPath, st: &Stat) -> Entry {
 
 /// Scan a whole replica.
 pub fn scan(root: &Root, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
-    let now_s = std::time::SystemTime::now()
+    scan_at(root, rules, opts, now_s())
+}
+
+/// Scan a source and a destination together, directory by directory, so a
+/// destination directory's listing can be skipped when `d_opts.listing_memo`
+/// shows it unchanged and holding the source's names. The results are the
+/// same as two `scan`s.
+pub fn scan_pair(
+    src: (&Root, &IgnoreRules, &ScanOptions),
+    dst: (&Root, &IgnoreRules, &ScanOptions),
+) -> (Scan, Scan) {
+    scan_pair_at(src, dst, now_s())
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    scan_at(root, rules, opts, now_s)
+        .unwrap_or(0)
 }
 
 /// `scan` as if it began at `start_s` seconds since the epoch.
 fn scan_at(root: &Root, rules: &IgnoreRules, opts: &ScanOptions, start_s: i64) -> Scan {
-    let ctx = Ctx {
-        rules,
-        opts: *opts,
-        start_s,
-        xattr_free: Mutex::new(Vec::new()),
-        errors: Mutex::new(Vec::new()),
-        incomplete: std::sync::atomic::AtomicBool::new(false),
-        stale: Mutex::new(Vec::new()),
-        markers: Mutex::new(Vec::new()),
-    };
-    let rootp = RelPath::root();
-    let tree = match root.dir().try_clone() {
-        Ok(d) => scan_dir(d, rootp.clone(), &ctx),
-        Err(e) => {
-            ctx.fail(&rootp, e);
-            ctx.incomplete
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            None
+    let ctx = Ctx::new(rules, opts, start_s);
+    let tree = ctx
+        .open_root(root)
+        .and_then(|d| scan_dir(d, RelPath::root(), &ctx));
+    ctx.finish(tree)
+}
+
+/// `scan_pair` as if it began at `start_s` seconds since the epoch.
+fn scan_pair_at(
+    (s_root, s_rules, s_opts): (&Root, &IgnoreRules, &ScanOptions),
+    (d_root, d_rules, d_opts): (&Root, &IgnoreRules, &ScanOptions),
+    start_s: i64,
+) -> (Scan, Scan) {
+    let (sc, dc) = (
+        Ctx::new(s_rules, s_opts, start_s),
+        Ctx::new(d_rules, d_opts, start_s),
+    );
+    let (s_tree, d_tree) = scan_pair_dir(
+        sc.open_root(s_root),
+        dc.open_root(d_root),
+        RelPath::root(),
+        &sc,
+        &dc,
+    );
+    rayon::join(|| sc.finish(s_tree), || dc.finish(d_tree))
+}
+
+impl<'a> Ctx<'a> {
+    fn new(rules: &'a IgnoreRules, opts: &ScanOptions<'a>, start_s: i64) -> Ctx<'a> {
+        Ctx {
+            rules,
+            opts: *opts,
+            start_s,
+            xattr_free: Mutex::new(Vec::new()),
+            listings: Mutex::new(Vec::new()),
+            listings_skipped: Default::default(),
+            errors: Mutex::new(Vec::new()),
+            incomplete: std::sync::atomic::AtomicBool::new(false),
+            stale: Mutex::new(Vec::new()),
+            markers: Mutex::new(Vec::new()),
         }
-    };
-    let mut entries = Vec::new();
-    if let Some(t) = tree {
-        entries.reserve(t.count());
-        t.flatten_into(&mut entries);
     }
-    debug_assert!(entries.is_sorted_by(|a, b| a.path < b.path));
-    let mut errors = ctx.errors.into_inner().unwrap();
-    errors.sort_by(|a, b| a.path.cmp(&b.path));
-    let mut stale_temps = ctx.stale.into_inner().unwrap();
-    stale_temps.sort();
-    Scan {
-        entries,
-        errors,
-        incomplete: ctx.incomplete.into_inner(),
-        stale_temps,
-        inplace_markers: ctx.markers.into_inner().unwrap(),
-        xattr_free: ctx.xattr_free.into_inner().unwrap(),
+
+    fn open_root(&self, root: &Root) -> Option<Dir> {
+        root.dir()
+            .try_clone()
+            .map_err(|e| self.fail_dir(&RelPath::root(), e))
+            .ok()
     }
+
+    /// Report a path whose contents are unknown (deletions must stop).
+    fn fail_dir(&self, path: &RelPath, msg: impl std::fmt::Display) {
+        self.fail(path, msg);
+        self.incomplete
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The scan of the tree rooted at `tree`.
+    fn finish(self, tree: Option<Node>) -> Scan {
+        let mut entries = Vec::new();
+        if let Some(t) = tree {
+            entries.reserve(t.count());
+            t.flatten_into(&mut entries);
+        }
+        debug_assert!(entries.is_sorted_by(|a, b| a.path < b.path));
+        let mut errors = self.errors.into_inner().unwrap();
+        errors.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut stale_temps = self.stale.into_inner().unwrap();
+        stale_temps.sort();
+        Scan {
+            entries,
+            errors,
+            incomplete: self.incomplete.into_inner(),
+            stale_temps,
+            inplace_markers: self.markers.into_inner().unwrap(),
+            xattr_free: self.xattr_free.into_inner().unwrap(),
+            listings: self.listings.into_inner().unwrap(),
+            listings_skipped: self.listings_skipped.into_inner(),
+        }
+    }
+
+    /// The names of `dir`: the peer's (the source's names at the same path)
+    /// when the listing memo knows this directory unchanged since it held
+    /// exactly those, else listed. `None` when it cannot be listed.
+    fn names_of(
+        &self,
+        dir: &mut Dir,
+        rel: &RelPath,
+        st: &Stat,
+        peer: Option<Names>,
+    ) -> Option<Names> {
+        let Some(memo) = self.opts.listing_memo else {
+            return self.list(dir, rel);
+        };
+        if let Some(peer) = peer {
+            // Names reserved for our temp and recovery files must be seen as
+            // such, from a real listing.
+            if !peer.iter().any(|(n, _, _)| is_reserved_name(n)) {
+                let key = listing_key(rel, st.ino, st.ctime, digest_of(&peer));
+                if memo.contains(key) {
+                    self.listings.lock().unwrap().push(key);
+                    self.listings_skipped
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Some(peer);
+                }
+            }
+        }
+        let names = self.list(dir, rel)?;
+        if settled(st.ctime, self.start_s) {
+            let key = listing_key(rel, st.ino, st.ctime, digest_of(&names));
+            self.listings.lock().unwrap().push(key);
+        }
+        Some(names)
+    }
+
+    fn list(&self, dir: &mut Dir, rel: &RelPath) -> Option<Names> {
+        dir.list_mut()
+            .map_err(|e| self.fail_dir(rel, format!("cannot read directory: {e}")))
+            .ok()
+    }
+}
+
+/// A directory's names as listed: (name, d_type, d_ino).
+type Names = Vec<(Vec<u8>, u8, u64)>;
+
+fn digest_of(names: &Names) -> u64 {
+    names_digest(names.iter().map(|(n, _, _)| n.as_slice()))
 }
 
 /// One scanned directory: its own entry first, then its other children
@@ -194,42 +310,128 @@ impl Node {
 /// Scan one directory, its subdirectories as tasks of their own; `None`
 /// when even the directory itself could not be read.
 fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
-    let (mut entries, mut subdirs) = scan_dir_entries(&mut dir, &rel, ctx)?;
-    entries[1..].sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
-    subdirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let (entries, subdirs) = scan_dir_entries(&mut dir, &rel, ctx, None, None)?;
     let subdirs = subdirs
         .into_par_iter()
-        .filter_map(|(name, child)| match dir.open_subdir(&name) {
-            Ok(d) => scan_dir(d, child, ctx),
-            Err(e) => {
-                // Report it, and still list the directory itself so that it
-                // is not mistaken for something to delete.
-                ctx.fail(&child, format!("cannot open directory: {e}"));
-                ctx.incomplete
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                dir.stat(&name).ok().map(|st| Node {
-                    entries: vec![entry_from(child, &st)],
-                    subdirs: Vec::new(),
-                })
-            }
-        })
+        .filter_map(
+            |(name, child)| match open_subdir(&dir, &name, &child, ctx) {
+                Ok(d) => scan_dir(d, child, ctx),
+                Err(fallback) => fallback,
+            },
+        )
         .collect();
     Some(Node { entries, subdirs })
 }
 
+/// Open subdirectory `name` of `dir`. One that cannot be opened is
+/// reported, and its own entry is still returned (as the error) so that it
+/// is not mistaken for something to delete.
+fn open_subdir(dir: &Dir, name: &[u8], child: &RelPath, ctx: &Ctx) -> Result<Dir, Option<Node>> {
+    dir.open_subdir(name).map_err(|e| {
+        ctx.fail_dir(child, format!("cannot open directory: {e}"));
+        dir.stat(name).ok().map(|st| Node {
+            entries: vec![entry_from(child.clone(), &st)],
+            subdirs: Vec::new(),
+        })
+    })
+}
+
+/// Scan the same directory of both trees (either may be missing), and the
+/// subdirectories of both as paired tasks of their own.
+fn scan_pair_dir(
+    mut s: Option<Dir>,
+    mut d: Option<Dir>,
+    rel: RelPath,
+    sc: &Ctx,
+    dc: &Ctx,
+) -> (Option<Node>, Option<Node>) {
+    let mut peer = None;
+    let share = d.is_some().then_some(&mut peer);
+    let s_part = s
+        .as_mut()
+        .and_then(|dir| scan_dir_entries(dir, &rel, sc, None, share));
+    let d_part = d
+        .as_mut()
+        .and_then(|dir| scan_dir_entries(dir, &rel, dc, peer, None));
+    let (s_entries, s_subs) = s_part.map_or((None, Vec::new()), |(e, s)| (Some(e), s));
+    let (d_entries, d_subs) = d_part.map_or((None, Vec::new()), |(e, s)| (Some(e), s));
+    let open = |dir: &Option<Dir>, name: &[u8], child: &RelPath, ctx: &Ctx, here: bool| match (
+        here, dir,
+    ) {
+        (true, Some(dir)) => match open_subdir(dir, name, child, ctx) {
+            Ok(d) => (Some(d), None),
+            Err(fallback) => (None, fallback),
+        },
+        _ => (None, None),
+    };
+    let (s_nodes, d_nodes): (Vec<_>, Vec<_>) = pair_subdirs(s_subs, d_subs)
+        .into_par_iter()
+        .map(|(name, child, in_s, in_d)| {
+            let (s_dir, s_fallback) = open(&s, &name, &child, sc, in_s);
+            let (d_dir, d_fallback) = open(&d, &name, &child, dc, in_d);
+            let (a, b) = scan_pair_dir(s_dir, d_dir, child, sc, dc);
+            (a.or(s_fallback), b.or(d_fallback))
+        })
+        .unzip();
+    let node = |entries: Option<Vec<Entry>>, subs: Vec<Option<Node>>| {
+        entries.map(|entries| Node {
+            entries,
+            subdirs: subs.into_iter().flatten().collect(),
+        })
+    };
+    (node(s_entries, s_nodes), node(d_entries, d_nodes))
+}
+
+/// The union of two sorted subdirectory lists: (name, path, in the first,
+/// in the second), sorted by name.
+fn pair_subdirs(a: Subdirs, b: Subdirs) -> Vec<(Vec<u8>, RelPath, bool, bool)> {
+    let mut out = Vec::with_capacity(a.len().max(b.len()));
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let ord = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.0.cmp(&y.0),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => return out,
+        };
+        match ord {
+            std::cmp::Ordering::Less => {
+                let (n, p) = a.next().unwrap();
+                out.push((n, p, true, false));
+            }
+            std::cmp::Ordering::Greater => {
+                let (n, p) = b.next().unwrap();
+                out.push((n, p, false, true));
+            }
+            std::cmp::Ordering::Equal => {
+                let (n, p) = a.next().unwrap();
+                b.next();
+                out.push((n, p, true, true));
+            }
+        }
+    }
+}
+
 type Subdirs = Vec<(Vec<u8>, RelPath)>;
 
-/// The entries of one directory (itself first) and the subdirectories to
-/// scan next; `None` when even the directory itself could not be read.
-fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entry>, Subdirs)> {
+/// The entries of one directory (itself first, then the rest sorted by
+/// name) and the subdirectories to scan next, sorted by name; `None` when
+/// even the directory itself could not be read. `peer` is the other tree's
+/// listing of the same directory (see `Ctx::names_of`); `share` receives a
+/// copy of this one's listing for the other tree.
+fn scan_dir_entries(
+    dir: &mut Dir,
+    rel: &RelPath,
+    ctx: &Ctx,
+    peer: Option<Names>,
+    share: Option<&mut Option<Names>>,
+) -> Option<(Vec<Entry>, Subdirs)> {
     let rel = rel.clone();
     let mut out = Vec::new();
     let st = match dir.stat_self() {
         Ok(st) => st,
         Err(e) => {
-            ctx.fail(&rel, e);
-            ctx.incomplete
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            ctx.fail_dir(&rel, e);
             return None;
         }
     };
@@ -247,15 +449,12 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
         }
     }
     out.push(me);
-    let mut names = match dir.list_mut() {
-        Ok(n) => n,
-        Err(e) => {
-            ctx.fail(&rel, format!("cannot read directory: {e}"));
-            ctx.incomplete
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            return Some((out, Vec::new()));
-        }
+    let Some(mut names) = ctx.names_of(dir, &rel, &st, peer) else {
+        return Some((out, Vec::new()));
     };
+    if let Some(share) = share {
+        *share = Some(names.clone());
+    }
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
         // Rules that cannot be read would leave excluded DST entries looking
         // like extras: any failure here suspends deletions for the run.
@@ -270,9 +469,7 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
         match read {
             Ok(buf) => ctx.rules.add_dir_file(&rel, &buf),
             Err(e) => {
-                ctx.fail(&rel, format!("reading .accordignore: {e}"));
-                ctx.incomplete
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                ctx.fail_dir(&rel, format!("reading .accordignore: {e}"));
             }
         }
     }
@@ -322,9 +519,7 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
                 // Gone since the listing: really gone. Any other error hides an
                 // entry that exists, which must never look like a deletion.
                 if e.raw_os_error() != Some(libc::ENOENT) {
-                    ctx.fail(&child, e);
-                    ctx.incomplete
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    ctx.fail_dir(&child, e);
                 }
                 continue;
             }
@@ -346,9 +541,7 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
                     e.props.xattrs = Some(Vec::new());
                 }
                 Err(err) => {
-                    ctx.fail(&e.path, err);
-                    ctx.incomplete
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    ctx.fail_dir(&e.path, err);
                     continue;
                 }
             },
@@ -370,6 +563,8 @@ fn scan_dir_entries(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Vec<Entr
     if !free.is_empty() {
         ctx.xattr_free.lock().unwrap().append(&mut free);
     }
+    out[1..].sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
+    subdirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Some((out, subdirs))
 }
 
@@ -454,6 +649,7 @@ mod tests {
                     acls: false,
                 },
                 xattr_memo: None,
+                listing_memo: None,
                 read_ignore_files: false,
                 source: true,
             },
@@ -481,6 +677,7 @@ mod tests {
         let opts = |memo| ScanOptions {
             xattrs: filter,
             xattr_memo: memo,
+            listing_memo: None,
             read_ignore_files: false,
             source: true,
         };
@@ -497,7 +694,7 @@ mod tests {
         // file is not.
         let first = scan_at(&root, &rules, &opts(None), later);
         assert_eq!(first.xattr_free.len(), 2);
-        let memo = XattrMemo::from_keys(first.xattr_free.clone());
+        let memo = DigestMemo::from_keys(first.xattr_free.clone());
         // Setting an attribute moves the ctime: the memo no longer applies.
         set_xattr(&tmp.path().join("plain"), "user.new", b"2");
         let second = scan_at(&root, &rules, &opts(Some(&memo)), later);
@@ -509,8 +706,156 @@ mod tests {
         // unchanged, proves the read is skipped).
         let st = root.dir().stat(b"tagged").unwrap();
         let forged = memo_key(&RelPath::new(b"tagged").unwrap(), st.ino, st.ctime, filter);
-        let memo = XattrMemo::from_keys(vec![forged]);
+        let memo = DigestMemo::from_keys(vec![forged]);
         let third = scan_at(&root, &rules, &opts(Some(&memo)), later);
         assert!(xattrs_of(&third, "tagged").is_empty());
+    }
+
+    fn plain_opts(listing_memo: Option<&DigestMemo>) -> ScanOptions<'_> {
+        ScanOptions {
+            xattrs: XattrFilter {
+                xattrs: false,
+                acls: false,
+            },
+            xattr_memo: None,
+            listing_memo,
+            read_ignore_files: false,
+            source: listing_memo.is_none(),
+        }
+    }
+
+    fn paths(s: &Scan) -> Vec<String> {
+        s.entries.iter().map(|e| e.path.display()).collect()
+    }
+
+    /// A source and a destination that differ in every way a pairing can:
+    /// directories on one side only, files on one side only, and a name
+    /// that is a directory on one side and a file on the other.
+    fn two_trees() -> (tempfile::TempDir, Root, Root) {
+        let tmp = tempfile::tempdir().unwrap();
+        for (side, dirs, files) in [
+            (
+                "s",
+                &["same/deep", "only-src/x", "kind"][..],
+                &["same/f", "same/deep/g", "only-src/x/h", "kind/k", "top"][..],
+            ),
+            (
+                "d",
+                &["same/deep", "only-dst/y"][..],
+                &[
+                    "same/f",
+                    "same/deep/g",
+                    "same/extra",
+                    "only-dst/y/i",
+                    "kind",
+                ][..],
+            ),
+        ] {
+            for d in dirs {
+                std::fs::create_dir_all(tmp.path().join(side).join(d)).unwrap();
+            }
+            for f in files {
+                std::fs::write(tmp.path().join(side).join(f), b"x").unwrap();
+            }
+        }
+        let s = Root::open(&tmp.path().join("s")).unwrap();
+        let d = Root::open(&tmp.path().join("d")).unwrap();
+        (tmp, s, d)
+    }
+
+    #[test]
+    fn paired_scan_equals_two_scans() {
+        let (_tmp, s, d) = two_trees();
+        let rules = IgnoreRules::new(&[]).unwrap();
+        let memo = DigestMemo::default();
+        let (ps, pd) = scan_pair(
+            (&s, &rules, &plain_opts(None)),
+            (&d, &rules, &plain_opts(Some(&memo))),
+        );
+        assert_eq!(paths(&ps), paths(&scan(&s, &rules, &plain_opts(None))));
+        assert_eq!(paths(&pd), paths(&scan(&d, &rules, &plain_opts(None))));
+        assert!(paths(&pd).contains(&"only-dst/y/i".to_string()));
+        assert!(paths(&ps).contains(&"only-src/x/h".to_string()));
+        assert_eq!(pd.listings_skipped, 0);
+    }
+
+    #[test]
+    fn listing_memo_skips_only_directories_that_still_hold_the_source_names() {
+        let (tmp, s, d) = two_trees();
+        let rules = IgnoreRules::new(&[]).unwrap();
+        let later = now_s() + 60;
+        let pair = |memo: &DigestMemo| {
+            scan_pair_at(
+                (&s, &rules, &plain_opts(None)),
+                (&d, &rules, &plain_opts(Some(memo))),
+                later,
+            )
+        };
+        // Listings of directories changed just now are not remembered.
+        let (_, fresh) = scan_pair(
+            (&s, &rules, &plain_opts(None)),
+            (&d, &rules, &plain_opts(Some(&DigestMemo::default()))),
+        );
+        assert!(fresh.listings.is_empty());
+        // Settled: every destination directory listed is remembered...
+        let (_, first) = pair(&DigestMemo::default());
+        assert_eq!(
+            first.listings.len(),
+            5,
+            "root, same, same/deep, only-dst, only-dst/y"
+        );
+        let memo = DigestMemo::from_keys(first.listings.clone());
+        // ...but only same/deep holds exactly the source's names: the root
+        // and same have extras, only-dst has no source side.
+        let (_, second) = pair(&memo);
+        assert_eq!(second.listings_skipped, 1);
+        assert_eq!(paths(&second), paths(&first));
+        // A name added to same/deep moves its ctime: it is listed again and
+        // the new name is seen.
+        std::fs::write(tmp.path().join("d/same/deep/new"), b"n").unwrap();
+        let (_, third) = pair(&memo);
+        assert_eq!(third.listings_skipped, 0);
+        assert!(paths(&third).contains(&"same/deep/new".to_string()));
+        // The memo is consulted: a key forged for the root with the source's
+        // names (its ctime unchanged) makes the scan trust it, so the
+        // destination's extra file at the root goes unseen. This proves the
+        // skip; in real runs only a listing that matched records a key.
+        let names: Vec<Vec<u8>> = ["same", "only-src", "kind", "top"]
+            .map(|n| n.as_bytes().to_vec())
+            .to_vec();
+        let st = d.dir().stat_self().unwrap();
+        let forged = listing_key(
+            &RelPath::root(),
+            st.ino,
+            st.ctime,
+            names_digest(names.iter().map(|n| n.as_slice())),
+        );
+        let (_, forged_scan) = pair(&DigestMemo::from_keys(vec![forged]));
+        assert_eq!(forged_scan.listings_skipped, 1);
+        assert!(!paths(&forged_scan).contains(&"only-dst".to_string()));
+    }
+
+    #[test]
+    fn source_names_reserved_for_temp_files_never_skip_a_listing() {
+        let (tmp, s, d) = two_trees();
+        std::fs::write(tmp.path().join("s/same/deep/.accord-tmp-x"), b"").unwrap();
+        std::fs::write(tmp.path().join("d/same/deep/.accord-tmp-x"), b"").unwrap();
+        let rules = IgnoreRules::new(&[]).unwrap();
+        let later = now_s() + 60;
+        let pair = |memo: &DigestMemo| {
+            scan_pair_at(
+                (&s, &rules, &plain_opts(None)),
+                (&d, &rules, &plain_opts(Some(memo))),
+                later,
+            )
+        };
+        let (_, first) = pair(&DigestMemo::default());
+        let (_, second) = pair(&DigestMemo::from_keys(first.listings.clone()));
+        assert_eq!(second.listings_skipped, 0);
+        assert_eq!(
+            second.stale_temps.len(),
+            1,
+            "the destination's temp file is found"
+        );
     }
 }

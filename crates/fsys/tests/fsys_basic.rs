@@ -70,6 +70,7 @@ fn scan_lists_kinds_skips_reserved_and_excluded() {
                 acls: true,
             },
             xattr_memo: None,
+            listing_memo: None,
             read_ignore_files: true,
             source: true,
         },

@@ -1,15 +1,22 @@
-//! A memo of the entries known to carry no extended attributes, so that a
-//! scan of an unchanged tree need not ask the kernel for every file's list.
+//! Memos that let a scan of an unchanged tree skip work, trusting the
+//! ctime: every change of an entry's extended attributes or ACLs, and every
+//! name added to, removed from or renamed in a directory, moves the ctime of
+//! that entry or directory, and nobody can set a ctime back.
 //!
-//! An entry is remembered by a 64-bit digest of (path, inode, ctime, filter).
-//! Every change of an extended attribute or ACL moves the ctime, so while the
-//! digest still matches, the attributes are still the ones seen: none. To
-//! be safe against a change within the same timestamp tick as our read
-//! (timestamps are coarse), an entry is only remembered when its ctime is
+//! - The xattr memo remembers the entries seen with no extended attributes,
+//!   by a digest of (path, inode, ctime, filter): while it matches, the
+//!   entry's list need not be read again.
+//! - The listing memo remembers destination directories by a digest of
+//!   (path, inode, ctime, digest of all names listed): while it matches
+//!   the names the source has there, the destination directory holds
+//!   exactly those names and need not be listed again.
+//!
+//! To be safe against a change within the same timestamp tick as our read
+//! (timestamps are coarse), something is only remembered when its ctime is
 //! well before the scan began (the rule git uses for its index).
 //!
-//! The memo is only an accelerator: a missing, unreadable or damaged memo
-//! file is an empty memo, and the attributes are then read as usual.
+//! A memo is only an accelerator: a missing, unreadable or damaged memo
+//! file is an empty memo, and everything is read as usual.
 
 use crate::xattr::XattrFilter;
 use accord_model::{RelPath, Time};
@@ -25,9 +32,9 @@ const SETTLE_S: i64 = 2;
 /// Largest memo read (2^27 entries); a larger file is ignored, not cut.
 const MAX_FILE: u64 = HEADER as u64 + 8 * (1 << 27);
 
-/// Digests of entries that had no extended attributes, sorted.
+/// A set of 64-bit digests, sorted, with a bucket index.
 #[derive(Clone, Debug, Default)]
-pub struct XattrMemo {
+pub struct DigestMemo {
     keys: Vec<u64>,
     /// The digests are uniform: bucket `i` of the top `bits` bits starts at
     /// `starts[i]`, so a lookup touches one or two cache lines instead of a
@@ -36,20 +43,20 @@ pub struct XattrMemo {
     bits: u32,
 }
 
-impl XattrMemo {
+impl DigestMemo {
     /// Read a memo file; anything missing or malformed gives an empty memo.
-    pub fn load(path: &Path) -> XattrMemo {
+    pub fn load(path: &Path) -> DigestMemo {
         let mut buf = Vec::new();
         let read =
             std::fs::File::open(path).and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut buf));
         match read {
-            Ok(_) => XattrMemo::decode(&buf).unwrap_or_default(),
-            Err(_) => XattrMemo::default(),
+            Ok(_) => DigestMemo::decode(&buf).unwrap_or_default(),
+            Err(_) => DigestMemo::default(),
         }
     }
 
     /// Parse the file format; `None` if it is not a well-formed memo.
-    pub fn decode(buf: &[u8]) -> Option<XattrMemo> {
+    pub fn decode(buf: &[u8]) -> Option<DigestMemo> {
         if buf.len() < HEADER || buf.len() as u64 > MAX_FILE || &buf[..4] != MAGIC {
             return None;
         }
@@ -68,18 +75,18 @@ impl XattrMemo {
         if !keys.windows(2).all(|w| w[0] < w[1]) {
             return None;
         }
-        Some(XattrMemo::indexed(keys))
+        Some(DigestMemo::indexed(keys))
     }
 
     /// A memo of these digests.
-    pub fn from_keys(mut keys: Vec<u64>) -> XattrMemo {
+    pub fn from_keys(mut keys: Vec<u64>) -> DigestMemo {
         keys.sort_unstable();
         keys.dedup();
-        XattrMemo::indexed(keys)
+        DigestMemo::indexed(keys)
     }
 
     /// Build the bucket index of sorted, distinct keys.
-    fn indexed(keys: Vec<u64>) -> XattrMemo {
+    fn indexed(keys: Vec<u64>) -> DigestMemo {
         let bits = (usize::BITS - keys.len().leading_zeros()).clamp(1, 28);
         let mut starts = vec![0u32; (1usize << bits) + 1];
         for &k in &keys {
@@ -88,7 +95,7 @@ impl XattrMemo {
         for i in 1..starts.len() {
             starts[i] += starts[i - 1];
         }
-        XattrMemo { keys, starts, bits }
+        DigestMemo { keys, starts, bits }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -126,17 +133,45 @@ impl XattrMemo {
     }
 }
 
-/// The digest an entry is remembered by. Not a cryptographic hash (inode
-/// and ctime are not the writer's to choose): it must tell apart the entries
-/// of a tree, where with 10^6 lookups into a memo of 10^6 digests a false
-/// match is about 5 * 10^-8 likely per run, and it is computed for every
-/// entry of both trees, so it must be cheap (BLAKE3 was 3% of a no-change run).
+/// The digest an entry without extended attributes is remembered by.
 pub fn memo_key(path: &RelPath, ino: u64, ctime: Time, filter: XattrFilter) -> u64 {
     let flags = (filter.xattrs as u64) | (filter.acls as u64) << 1;
-    let bytes = path.as_bytes();
+    entry_digest(path, ino, ctime, flags)
+}
+
+/// The digest a directory listing is remembered by: the directory's path,
+/// inode and ctime, and `names_digest` of the names it held.
+pub fn listing_key(path: &RelPath, ino: u64, ctime: Time, names: u64) -> u64 {
+    entry_digest(path, ino, ctime, names ^ LISTING)
+}
+
+/// An order-independent digest of a directory's names (a listing comes in
+/// the directory's own order): the wrapping sum of the names' digests, and
+/// their count.
+pub fn names_digest<'a>(names: impl Iterator<Item = &'a [u8]>) -> u64 {
+    let (mut sum, mut n) = (0u64, 0u64);
+    for name in names {
+        sum = sum.wrapping_add(finish(bytes_digest(SEED, name)));
+        n += 1;
+    }
+    finish(fold(sum ^ n, K1))
+}
+
+/// Not a cryptographic hash (inode and ctime are not the writer's to
+/// choose): it must tell apart the entries of a tree, where with 10^6
+/// lookups into a memo of 10^6 digests a false match is about 5 * 10^-8
+/// likely per run, and it is computed for every entry of both trees, so it
+/// must be cheap (BLAKE3 was 3% of a no-change run).
+fn entry_digest(path: &RelPath, ino: u64, ctime: Time, extra: u64) -> u64 {
     let mut h = fold(SEED ^ ino, K1);
     h = fold(h ^ ctime.sec as u64, K2);
-    h = fold(h ^ (ctime.nsec as u64) << 2 ^ flags, K3);
+    h = fold(h ^ ctime.nsec as u64, K3);
+    h = fold(h ^ extra, K1);
+    finish(bytes_digest(h, path.as_bytes()))
+}
+
+/// Fold `bytes` (and their length) into the state `h`.
+fn bytes_digest(mut h: u64, bytes: &[u8]) -> u64 {
     h = fold(h ^ bytes.len() as u64, K1);
     let mut words = bytes.chunks_exact(8);
     for w in &mut words {
@@ -144,10 +179,12 @@ pub fn memo_key(path: &RelPath, ino: u64, ctime: Time, filter: XattrFilter) -> u
     }
     let mut tail = [0u8; 8];
     tail[..words.remainder().len()].copy_from_slice(words.remainder());
-    h = fold(h ^ u64::from_le_bytes(tail), K3);
-    finish(h)
+    fold(h ^ u64::from_le_bytes(tail), K3)
 }
 
+/// Separates listing keys from xattr keys (they live in different files,
+/// but a digest should never mean two things).
+const LISTING: u64 = 0x6c69_7374_696e_6773;
 const SEED: u64 = 0x243f_6a88_85a3_08d3;
 const K1: u64 = 0x9e37_79b9_7f4a_7c15;
 const K2: u64 = 0xbf58_476d_1ce4_e5b9;
@@ -181,31 +218,31 @@ mod tests {
 
     #[test]
     fn round_trip_and_damage() {
-        let m = XattrMemo::from_keys(vec![9, 3, 3, 7]);
+        let m = DigestMemo::from_keys(vec![9, 3, 3, 7]);
         let enc = m.encode();
-        let back = XattrMemo::decode(&enc).unwrap();
+        let back = DigestMemo::decode(&enc).unwrap();
         assert!(back.contains(3) && back.contains(7) && back.contains(9));
         assert!(!back.contains(4));
         assert_eq!(back.len(), 3);
-        assert!(!XattrMemo::default().contains(3));
+        assert!(!DigestMemo::default().contains(3));
         // Many uniform keys: every one is found through the buckets, others not.
         let keys: Vec<u64> = (0..5000u64)
             .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .collect();
-        let big = XattrMemo::from_keys(keys.clone());
+        let big = DigestMemo::from_keys(keys.clone());
         assert!(keys.iter().all(|k| big.contains(*k)));
         assert!(!big.contains(1) && !big.contains(u64::MAX));
         // Truncated, wrong count, unsorted, wrong magic: all rejected.
-        assert!(XattrMemo::decode(&enc[..enc.len() - 1]).is_none());
+        assert!(DigestMemo::decode(&enc[..enc.len() - 1]).is_none());
         let mut bad = enc.clone();
         bad[8] = 200;
-        assert!(XattrMemo::decode(&bad).is_none());
+        assert!(DigestMemo::decode(&bad).is_none());
         let mut unsorted = enc.clone();
         unsorted[HEADER..HEADER + 8].copy_from_slice(&100u64.to_le_bytes());
-        assert!(XattrMemo::decode(&unsorted).is_none());
+        assert!(DigestMemo::decode(&unsorted).is_none());
         let mut magic = enc;
         magic[0] = b'X';
-        assert!(XattrMemo::decode(&magic).is_none());
+        assert!(DigestMemo::decode(&magic).is_none());
     }
 
     #[test]
@@ -254,7 +291,7 @@ mod tests {
                 keys.push(memo_key(&p, 1_000_000 + d * 1000 + i, t, f));
             }
         }
-        let m = XattrMemo::from_keys(keys.clone());
+        let m = DigestMemo::from_keys(keys.clone());
         assert_eq!(m.len(), keys.len(), "distinct digests");
         let mut buckets = [0u32; 256];
         for k in &keys {
@@ -264,5 +301,23 @@ mod tests {
         // 781 expected per bucket; a uniform spread stays well within this.
         assert!(*lo > 600 && *hi < 970, "buckets from {lo} to {hi}");
         assert!(keys.iter().all(|k| m.contains(*k)));
+    }
+
+    #[test]
+    fn names_digest_ignores_order_and_sees_every_change() {
+        let d = |names: &[&str]| names_digest(names.iter().map(|n| n.as_bytes()));
+        let base = d(&["a", "b", "longer-name.txt"]);
+        assert_eq!(base, d(&["longer-name.txt", "a", "b"]));
+        assert_ne!(base, d(&["a", "b"]), "removed");
+        assert_ne!(base, d(&["a", "b", "longer-name.txt", "c"]), "added");
+        assert_ne!(base, d(&["a", "c", "longer-name.txt"]), "renamed");
+        assert_ne!(d(&["a", "a"]), d(&[]), "equal names do not cancel out");
+        let p = RelPath::new(b"dir").unwrap();
+        let t = Time { sec: 5, nsec: 6 };
+        assert_ne!(
+            listing_key(&p, 1, t, base),
+            listing_key(&p, 1, t, d(&["a"]))
+        );
+        assert_ne!(listing_key(&p, 1, t, base), listing_key(&p, 2, t, base));
     }
 }
