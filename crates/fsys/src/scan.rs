@@ -763,6 +763,21 @@ mod tests {
         (tmp, s, d)
     }
 
+    /// Both scans of a pair scanned as if a minute from now (everything the
+    /// test changed has settled).
+    fn pair_a_minute_later(
+        s: &Root,
+        d: &Root,
+        rules: &IgnoreRules,
+        memo: &DigestMemo,
+    ) -> (Scan, Scan) {
+        scan_pair_at(
+            (s, rules, &plain_opts(None)),
+            (d, rules, &plain_opts(Some(memo))),
+            now_s() + 60,
+        )
+    }
+
     #[test]
     fn paired_scan_equals_two_scans() {
         let (_tmp, s, d) = two_trees();
@@ -783,14 +798,7 @@ mod tests {
     fn listing_memo_skips_only_directories_that_still_hold_the_source_names() {
         let (tmp, s, d) = two_trees();
         let rules = IgnoreRules::new(&[]).unwrap();
-        let later = now_s() + 60;
-        let pair = |memo: &DigestMemo| {
-            scan_pair_at(
-                (&s, &rules, &plain_opts(None)),
-                (&d, &rules, &plain_opts(Some(memo))),
-                later,
-            )
-        };
+        let pair = |memo: &DigestMemo| pair_a_minute_later(&s, &d, &rules, memo);
         // Listings of directories changed just now are not remembered.
         let (_, fresh) = scan_pair(
             (&s, &rules, &plain_opts(None)),
@@ -841,14 +849,7 @@ mod tests {
         std::fs::write(tmp.path().join("s/same/deep/.accord-tmp-x"), b"").unwrap();
         std::fs::write(tmp.path().join("d/same/deep/.accord-tmp-x"), b"").unwrap();
         let rules = IgnoreRules::new(&[]).unwrap();
-        let later = now_s() + 60;
-        let pair = |memo: &DigestMemo| {
-            scan_pair_at(
-                (&s, &rules, &plain_opts(None)),
-                (&d, &rules, &plain_opts(Some(memo))),
-                later,
-            )
-        };
+        let pair = |memo: &DigestMemo| pair_a_minute_later(&s, &d, &rules, memo);
         let (_, first) = pair(&DigestMemo::default());
         let (_, second) = pair(&DigestMemo::from_keys(first.listings.clone()));
         assert_eq!(second.listings_skipped, 0);
