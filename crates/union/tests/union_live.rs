@@ -614,3 +614,43 @@ fn passthrough_readers_survive_copy_up() {
     assert_eq!(fs::metadata(&q).unwrap().mode() & 0o777, 0o600);
     assert_eq!(fs::read_to_string(b.join("lo/q.txt")).unwrap(), "q lower\n");
 }
+
+/// Absence is cached too (a negative entry, for the entry timeout): a name looked up while
+/// absent and then created directly in a branch shows up within the same bound as any other
+/// direct change, and one created through the union shows at once.
+#[test]
+fn absent_names_created_later_show_up() {
+    if !fuse_ok("absent_names_created_later_show_up") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo/sub")).unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    for n in ["late", "mine", "dir", "link"] {
+        assert!(fs::symlink_metadata(m.mnt.join("sub").join(n)).is_err());
+    }
+    fs::write(m.mnt.join("sub/mine"), "m").unwrap();
+    fs::create_dir(m.mnt.join("sub/dir")).unwrap();
+    std::os::unix::fs::symlink("mine", m.mnt.join("sub/link")).unwrap();
+    assert_eq!(fs::read_to_string(m.mnt.join("sub/link")).unwrap(), "m");
+    assert!(fs::metadata(m.mnt.join("sub/dir")).unwrap().is_dir());
+    fs::write(b.join("lo/sub/late"), "l").unwrap();
+    let start = Instant::now();
+    while fs::symlink_metadata(m.mnt.join("sub/late")).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "a name created directly in a branch still absent after 3 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("direct creation visible after {:?}", start.elapsed());
+    assert_eq!(fs::read_to_string(m.mnt.join("sub/late")).unwrap(), "l");
+}

@@ -51,6 +51,7 @@ impl Op<'_> {
             sys::copy_xattrs(&self.abs(src, &rel), &self.abs(u, &tmp))?;
             let (a, m) = sys::stat_times(&st);
             sys::utimensat(ufd, &tmp, a, m)?;
+            self.ns_changing();
             sys::renameat(ufd, &tmp, &rel, libc::RENAME_NOREPLACE)?;
             sync_dir(ufd, &parent_rel)
         };
@@ -139,6 +140,9 @@ impl Op<'_> {
                     sys::utimensat(ufd, &tmp, a, m)?;
                 }
             }
+            // Only now does the name change (to the copy): lookups and opens that resolved it
+            // meanwhile try again.
+            self.ns_changing();
             sys::renameat(ufd, &tmp, &rel, 0)?;
             // The new name is durable too, not only the data behind it.
             sync_dir(ufd, &parent_rel)

@@ -42,6 +42,7 @@ impl Op<'_> {
         gid: u32,
     ) -> R<FileAttr> {
         let _ns = self.ns();
+        self.ns_changing();
         let (u, rel) = self.prepare_create(parent, name)?;
         let had_whiteout = self.has_whiteout(u, parent, name)?;
         let fd = self.fd(u);
@@ -75,6 +76,7 @@ impl Op<'_> {
 
     pub(super) fn do_rmdir(&self, parent: u64, name: &OsStr) -> R<()> {
         let _ns = self.ns();
+        self.ns_changing();
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         if e.kind != Kind::Dir {
             return Err(libc::ENOTDIR);

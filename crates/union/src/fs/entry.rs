@@ -1,13 +1,25 @@
 //! Name lookup and attributes: lookup, getattr, setattr, readlink, statfs.
 
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use fuser::{FileAttr, TimeOrNow};
 
-use super::{Errno, Op, R};
+use super::{DirView, Errno, Op, R};
 use crate::sys::{self, TimeSpec};
+
+/// One directory being listed with attributes (see `Op::listed`).
+pub(super) struct Listed {
+    dir: u64,
+    view: Arc<DirView>,
+    rel: PathBuf,
+    /// Descriptors (O_PATH) of the directory in the branches used so far; None: not there.
+    fds: Vec<(u32, Option<File>)>,
+}
 
 pub(super) struct SetAttr {
     pub mode: Option<u32>,
@@ -41,10 +53,37 @@ fn spec(t: Option<TimeOrNow>) -> TimeSpec {
 }
 
 impl Op<'_> {
-    pub(super) fn do_lookup(&self, parent: u64, name: &OsStr) -> R<FileAttr> {
-        let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+    /// Look `name` up in directory `parent`: Ok(Some) hands the inode to the kernel (the
+    /// reference is counted), Ok(None) says the name is absent, which the kernel may cache
+    /// for `TTL`. A lookup that finds nothing while the namespace changed (a rename of an
+    /// ancestor may have moved the path it resolved) looks again, the last time under the
+    /// namespace lock, so a transient miss is never cached as an absence.
+    pub(super) fn do_lookup(&self, parent: u64, name: &OsStr) -> R<Option<FileAttr>> {
+        let missing = |e: i32| e == libc::ENOENT || e == libc::ENOTDIR;
+        for _ in 0..2 {
+            let mark = self.ns_mark();
+            match self.lookup_once(parent, name) {
+                Ok(a) => return Ok(Some(a)),
+                Err(e) if missing(e) && !self.ns_stable(mark) => {}
+                Err(libc::ENOENT) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        let _ns = self.ns();
+        match self.lookup_once(parent, name) {
+            Ok(a) => Ok(Some(a)),
+            Err(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn lookup_once(&self, parent: u64, name: &OsStr) -> R<FileAttr> {
+        let winner = {
+            let v = self.ensure_view(parent)?;
+            v.entries.get(name).ok_or(libc::ENOENT)?.winner()
+        };
         let rel = self.path(parent)?.join(name);
-        let st = match sys::fstatat(self.fd(e.winner()), &rel) {
+        let st = match sys::fstatat(self.fd(winner), &rel) {
             Ok(st) => st,
             Err(err) => {
                 self.forget_view(parent);
@@ -53,6 +92,51 @@ impl Op<'_> {
         };
         // The reply hands the inode to the kernel: count the reference.
         let ino = self.nodes().get_ref(parent, name);
+        Ok(self.attr(ino, &st))
+    }
+
+    /// Start looking up the names of a listing chunk of directory `dir` (readdirplus): the
+    /// directory's view, path and descriptors in the branches are found once per chunk
+    /// instead of once per name, and each name is then one fstatat of one path component.
+    pub(super) fn listed(&self, dir: u64) -> R<Listed> {
+        Ok(Listed {
+            dir,
+            view: self.ensure_view(dir)?,
+            rel: self.path(dir)?,
+            fds: Vec::new(),
+        })
+    }
+
+    /// `lookup_once` of a name of `l`'s directory.
+    pub(super) fn lookup_listed(&self, l: &mut Listed, name: &OsStr) -> R<FileAttr> {
+        let b = l.view.entries.get(name).ok_or(libc::ENOENT)?.winner();
+        let fd = match l.fds.iter().find(|(x, _)| *x == b) {
+            Some((_, f)) => f.as_ref().map(|f| f.as_raw_fd()),
+            None => {
+                let f = sys::openat(
+                    self.fd(b),
+                    &l.rel,
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    0,
+                )
+                .ok();
+                let fd = f.as_ref().map(|f| f.as_raw_fd());
+                l.fds.push((b, f));
+                fd
+            }
+        };
+        let st = fd
+            .ok_or(libc::ENOENT)
+            .and_then(|fd| sys::fstatat(fd, Path::new(name)).e());
+        let st = match st {
+            Ok(st) => st,
+            Err(e) => {
+                // The branch changed behind our back: re-read the directory next time.
+                self.forget_view(l.dir);
+                return Err(e);
+            }
+        };
+        let ino = self.nodes().get_ref(l.dir, name);
         Ok(self.attr(ino, &st))
     }
 
@@ -74,9 +158,17 @@ impl Op<'_> {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
         }
-        let loc = self.locate(ino)?;
-        let st = self.stat_loc(ino, &loc)?;
-        Ok(self.attr(ino, &st))
+        // As in `do_lookup`: a miss while the namespace changed is checked again.
+        let stat = || self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc));
+        for _ in 0..2 {
+            let mark = self.ns_mark();
+            match stat() {
+                Err(libc::ENOENT | libc::ENOTDIR) if !self.ns_stable(mark) => {}
+                r => return r.map(|st| self.attr(ino, &st)),
+            }
+        }
+        let _ns = self.ns();
+        stat().map(|st| self.attr(ino, &st))
     }
 
     pub(super) fn do_setattr(&self, ino: u64, a: SetAttr) -> R<FileAttr> {

@@ -6,6 +6,7 @@
 //! a snapshot stays frozen even under open writers.
 
 use std::ffi::OsStr;
+use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,18 +71,43 @@ impl Op<'_> {
             // points here. ESTALE makes the kernel look the path up again and retry the open.
             return Err(libc::ESTALE);
         }
-        let b = if wants_write(flags) {
-            self.writable_branch(ino)?
-        } else {
-            self.locate(ino)?.entry.winner()
+        // The path is resolved, then opened: a rename through the union in between would make
+        // it name another file (and O_TRUNC truncate that one). Opens check that no change of
+        // the namespace ran meanwhile and try again; a truncating open, and one that kept
+        // losing that race, resolves and opens under the namespace lock instead.
+        let open = |locked: bool| -> R<(u32, File)> {
+            let b = match (wants_write(flags), locked) {
+                (true, false) => self.writable_branch(ino)?,
+                (true, true) => self.writable_branch_for(ino)?,
+                (false, _) => self.locate(ino)?.entry.winner(),
+            };
+            let rel = self.path(ino)?;
+            let file = if wants_write(flags) {
+                sys::openat(self.fd(b), &rel, branch_flags(flags), 0)
+            } else {
+                sys::open_noatime(self.fd(b), &rel, branch_flags(flags))
+            }
+            .e()?;
+            Ok((b, file))
         };
-        let rel = self.path(ino)?;
-        let file = if wants_write(flags) {
-            sys::openat(self.fd(b), &rel, branch_flags(flags), 0)
-        } else {
-            sys::open_noatime(self.fd(b), &rel, branch_flags(flags))
+        let mut opened = None;
+        if flags & libc::O_TRUNC == 0 {
+            for _ in 0..3 {
+                let mark = self.ns_mark();
+                let r = open(false);
+                if self.ns_stable(mark) {
+                    opened = Some(r?);
+                    break;
+                }
+            }
         }
-        .e()?;
+        let (b, file) = match opened {
+            Some(x) => x,
+            None => {
+                let _ns = self.ns();
+                open(true)?
+            }
+        };
         if flags & libc::O_TRUNC != 0 && !has_fsetid(caller) {
             // Truncation drops set-ID bits like a write (we open as root, so the branch file
             // system would keep them).
@@ -113,6 +139,7 @@ impl Op<'_> {
         gid: u32,
     ) -> R<(FileAttr, u64)> {
         let _ns = self.ns();
+        self.ns_changing();
         let (u, rel) = self.prepare_create(parent, name)?;
         let fd = self.fd(u);
         let file = sys::openat(

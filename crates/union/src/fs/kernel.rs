@@ -114,10 +114,11 @@ impl fuser::Filesystem for Union {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.op().do_lookup(parent.0, name) {
-            Ok(a) => reply.entry(&TTL, &a, G0),
+            Ok(Some(a)) => reply.entry(&TTL, &a, G0),
             // Node id 0 is a negative entry the kernel may cache for TTL: compilers and shells
-            // probe many names that do not exist.
-            Err(libc::ENOENT) => {
+            // probe many names that do not exist. (A name not found while a rename ran comes
+            // back as an error instead, which the kernel does not cache.)
+            Ok(None) => {
                 self.nodes().note_negative(parent.0, name);
                 reply.entry(&TTL, &negative(), G0)
             }
@@ -442,14 +443,18 @@ impl fuser::Filesystem for Union {
             return reply.error(Errno::EBADF);
         };
         let op = self.op();
+        let mut listed = op.listed(ino.0);
         for (i, (child, _, name)) in list.iter().enumerate().skip(offset as usize) {
-            // The kernel takes a reference to every entry but `.` and `..` (do_lookup counts
-            // it).
+            // The kernel takes a reference to every entry but `.` and `..` (lookup_listed
+            // counts it).
             let dots = name == "." || name == "..";
             let attr = if dots {
                 op.do_getattr(*child, None)
             } else {
-                op.do_lookup(ino.0, name)
+                match &mut listed {
+                    Ok(l) => op.lookup_listed(l, name),
+                    Err(e) => Err(*e),
+                }
             };
             // A name that vanished since opendir is left out of this listing.
             let Ok(attr) = attr else { continue };

@@ -427,6 +427,27 @@ pub struct State {
     /// an unlink can never interleave with a copy-up of the same name. Lookups, attributes,
     /// listings, reads and writes of files already on a writable branch never take it.
     ns: Mutex<()>,
+    /// Odd while a holder of `ns` changes the namespace (from `ns_changing` until the lock is
+    /// released), so it moves by two with every change. Lookups, attributes and opens resolve
+    /// a path without the lock and check this afterwards: if it moved, a rename may have made
+    /// the path name another file, and they try again. (A copy-up holds the lock while it
+    /// copies data, but marks the change only for its final rename.)
+    ns_seq: AtomicU64,
+}
+
+/// The namespace lock, held (see `State::ns`).
+pub(crate) struct NsGuard<'a> {
+    _lock: MutexGuard<'a, ()>,
+    seq: &'a AtomicU64,
+}
+
+impl Drop for NsGuard<'_> {
+    fn drop(&mut self) {
+        // Before the lock is released (fields drop after this).
+        if !self.seq.load(Ordering::SeqCst).is_multiple_of(2) {
+            self.seq.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// One request's view of the union: the branch table it runs against (a live change applies
@@ -521,6 +542,7 @@ impl State {
             next_serial: AtomicU64::new(1),
             tmp_counter: AtomicU64::new(0),
             ns: Mutex::new(()),
+            ns_seq: AtomicU64::new(0),
         }
     }
 
@@ -569,8 +591,29 @@ impl State {
     }
 
     /// Take the namespace lock (see `State::ns`).
-    fn ns(&self) -> MutexGuard<'_, ()> {
-        lock(&self.ns)
+    fn ns(&self) -> NsGuard<'_> {
+        let lock = lock(&self.ns);
+        NsGuard {
+            _lock: lock,
+            seq: &self.ns_seq,
+        }
+    }
+
+    /// With the namespace lock held: names are about to change (see `ns_seq`).
+    fn ns_changing(&self) {
+        if self.ns_seq.load(Ordering::SeqCst).is_multiple_of(2) {
+            self.ns_seq.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A mark to check with `ns_stable` after resolving and using a path without the lock.
+    fn ns_mark(&self) -> u64 {
+        self.ns_seq.load(Ordering::SeqCst)
+    }
+
+    /// No namespace change ran, or was under way, since `mark` was taken.
+    fn ns_stable(&self, mark: u64) -> bool {
+        mark.is_multiple_of(2) && self.ns_seq.load(Ordering::SeqCst) == mark
     }
 
     fn nodes(&self) -> MutexGuard<'_, Nodes> {

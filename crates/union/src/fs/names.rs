@@ -23,6 +23,7 @@ impl Op<'_> {
 
     pub(super) fn do_unlink(&self, parent: u64, name: &OsStr) -> R<()> {
         let _ns = self.ns();
+        self.ns_changing();
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         if e.kind == Kind::Dir {
             return Err(libc::EISDIR);
@@ -93,6 +94,10 @@ impl Op<'_> {
         if is_dir && src.positions != [u] {
             return Err(libc::EXDEV);
         }
+        if is_dir {
+            // (A file is copied up first: the copy is not a change of names until its end.)
+            self.ns_changing();
+        }
         // A replaced directory must be empty in the merged view; its upper copy may hold
         // whiteouts, which rename(2) would count as contents.
         if let (Some(d), true) = (&dst, is_dir) {
@@ -113,6 +118,7 @@ impl Op<'_> {
         }
         if !is_dir {
             self.copy_up(src_ino)?;
+            self.ns_changing();
         }
         self.ensure_dir_upper(newparent)?;
         if let Some(d) = &dst {
@@ -143,6 +149,7 @@ impl Op<'_> {
             return Err(libc::EPERM);
         }
         self.copy_up(ino)?;
+        self.ns_changing();
         let (u, rel) = self.prepare_create(newparent, newname)?;
         let from = self.path(ino)?;
         sys::linkat(self.fd(u), &from, &rel).e()?;
@@ -165,6 +172,7 @@ impl Op<'_> {
         gid: u32,
     ) -> R<FileAttr> {
         let _ns = self.ns();
+        self.ns_changing();
         let (u, rel) = self.prepare_create(parent, name)?;
         sys::symlinkat(target.as_os_str(), self.fd(u), &rel).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {
@@ -189,6 +197,7 @@ impl Op<'_> {
         gid: u32,
     ) -> R<FileAttr> {
         let _ns = self.ns();
+        self.ns_changing();
         let (u, rel) = self.prepare_create(parent, name)?;
         sys::mknodat(self.fd(u), &rel, mode, rdev as u64).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {

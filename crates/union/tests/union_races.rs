@@ -1,0 +1,154 @@
+//! Races between requests served at the same time: a path the daemon resolves for one request
+//! must not name another file by the time it is used because a rename ran in between.
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn mount(b: &Path) -> UnionMount {
+    UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    )
+}
+
+/// Two files swap names through the union over and over while another thread opens one of the
+/// names for writing (every other time with O_TRUNC) and writes the mark of the inode the open
+/// reached. An open the daemon resolved to a path that a rename meanwhile gave to the other
+/// file would write one file's mark into the other (or truncate the other).
+#[test]
+fn opens_never_reach_a_file_renamed_meanwhile() {
+    if !fuse_ok("opens_never_reach_a_file_renamed_meanwhile") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    fs::write(b.join("up/a"), "x").unwrap();
+    fs::write(b.join("up/b"), "y").unwrap();
+    let branch_x = fs::metadata(b.join("up/a")).unwrap().ino();
+    let branch_y = fs::metadata(b.join("up/b")).unwrap().ino();
+    let m = mount(b);
+    let (x, y) = (
+        fs::metadata(m.mnt.join("a")).unwrap().ino(),
+        fs::metadata(m.mnt.join("b")).unwrap().ino(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (mnt, stop) = (m.mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                fs::rename(mnt.join("a"), mnt.join("t")).unwrap();
+                fs::rename(mnt.join("b"), mnt.join("a")).unwrap();
+                fs::rename(mnt.join("t"), mnt.join("b")).unwrap();
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let start = Instant::now();
+    let mut opens = 0u64;
+    while start.elapsed() < Duration::from_secs(3) {
+        let truncate = opens % 2 == 1;
+        let f = match OpenOptions::new()
+            .write(true)
+            .truncate(truncate)
+            .open(m.mnt.join("a"))
+        {
+            Ok(f) => f,
+            // "a" is briefly absent in every swap.
+            Err(_) => continue,
+        };
+        let ino = f.metadata().unwrap().ino();
+        let mark = if ino == x {
+            b"x"
+        } else if ino == y {
+            b"y"
+        } else {
+            panic!("unexpected inode {ino}")
+        };
+        f.write_all_at(mark, 0).unwrap();
+        opens += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    eprintln!("{opens} opens during {swaps} swaps");
+    for e in fs::read_dir(b.join("up")).unwrap() {
+        let e = e.unwrap();
+        let ino = e.metadata().unwrap().ino();
+        let want = if ino == branch_x {
+            "x"
+        } else if ino == branch_y {
+            "y"
+        } else {
+            continue;
+        };
+        let got = fs::read_to_string(e.path()).unwrap();
+        assert_eq!(got, want, "{:?} holds another file's mark", e.file_name());
+    }
+}
+
+/// A directory is renamed back and forth through the union while another thread looks up
+/// names inside it that the kernel has not seen yet. A lookup that raced a rename (its path
+/// resolved under the old name) must not leave the kernel caching the name as absent: right
+/// after the renames stop, every name is there.
+#[test]
+fn lookups_racing_a_directory_rename_cache_no_absence() {
+    if !fuse_ok("lookups_racing_a_directory_rename_cache_no_absence") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up/d1")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    const N: usize = 2000;
+    for i in 0..N {
+        fs::write(b.join(format!("up/d1/f{i}")), "").unwrap();
+    }
+    let m = mount(b);
+    let mut missing = Vec::new();
+    for round in 0..20 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let renamer = {
+            let (mnt, stop) = (m.mnt.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    fs::rename(mnt.join("d1"), mnt.join("d2")).unwrap();
+                    fs::rename(mnt.join("d2"), mnt.join("d1")).unwrap();
+                }
+            })
+        };
+        let names: Vec<String> = (round * 100..(round + 1) * 100)
+            .map(|i| format!("f{i}"))
+            .collect();
+        for n in &names {
+            // Whichever name the directory has at the moment.
+            let _ = fs::symlink_metadata(m.mnt.join("d1").join(n))
+                .or_else(|_| fs::symlink_metadata(m.mnt.join("d2").join(n)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        renamer.join().unwrap();
+        // Well within the one second a cached absence would last.
+        for n in &names {
+            if fs::symlink_metadata(m.mnt.join("d1").join(n)).is_err() {
+                missing.push(n.clone());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "names shown as absent after the renames stopped: {missing:?}"
+    );
+}
