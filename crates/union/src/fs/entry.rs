@@ -1,5 +1,6 @@
 //! Name lookup and attributes: lookup, getattr, setattr, readlink, statfs.
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -17,8 +18,17 @@ pub(super) struct Listed {
     dir: u64,
     view: Arc<DirView>,
     rel: PathBuf,
-    /// Descriptors (O_PATH) of the directory in the branches used so far; None: not there.
-    fds: Vec<(u32, Option<File>)>,
+    /// The directory in the branches used so far.
+    fds: HashMap<u32, Slot>,
+}
+
+enum Slot {
+    /// One name looked up here, by path.
+    Once,
+    /// A descriptor (O_PATH) for the next names.
+    Open(File),
+    /// The directory is gone from the branch.
+    Missing,
 }
 
 pub(super) struct SetAttr {
@@ -103,31 +113,34 @@ impl Op<'_> {
             dir,
             view: self.ensure_view(dir)?,
             rel: self.path(dir)?,
-            fds: Vec::new(),
+            fds: HashMap::new(),
         })
     }
 
     /// `lookup_once` of a name of `l`'s directory.
     pub(super) fn lookup_listed(&self, l: &mut Listed, name: &OsStr) -> R<FileAttr> {
         let b = l.view.entries.get(name).ok_or(libc::ENOENT)?.winner();
-        let fd = match l.fds.iter().find(|(x, _)| *x == b) {
-            Some((_, f)) => f.as_ref().map(|f| f.as_raw_fd()),
+        // A branch's descriptor of the directory is opened at its second name: with many
+        // branches each holding a few names, an open per name would cost more than it saves.
+        let st = match l.fds.get_mut(&b) {
             None => {
-                let f = sys::openat(
-                    self.fd(b),
-                    &l.rel,
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                    0,
-                )
-                .ok();
-                let fd = f.as_ref().map(|f| f.as_raw_fd());
-                l.fds.push((b, f));
-                fd
+                l.fds.insert(b, Slot::Once);
+                sys::fstatat(self.fd(b), &l.rel.join(name)).e()
+            }
+            Some(slot) => {
+                if let Slot::Once = slot {
+                    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+                    *slot = match sys::openat(self.fd(b), &l.rel, flags, 0) {
+                        Ok(f) => Slot::Open(f),
+                        Err(_) => Slot::Missing,
+                    };
+                }
+                match slot {
+                    Slot::Open(f) => sys::fstatat(f.as_raw_fd(), Path::new(name)).e(),
+                    _ => Err(libc::ENOENT),
+                }
             }
         };
-        let st = fd
-            .ok_or(libc::ENOENT)
-            .and_then(|fd| sys::fstatat(fd, Path::new(name)).e());
         let st = match st {
             Ok(st) => st,
             Err(e) => {
