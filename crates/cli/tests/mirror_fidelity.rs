@@ -200,3 +200,33 @@ fn dry_run_changes_nothing_and_checksum_finds_same_size_same_time_edits() {
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(std::fs::read(dst.join("d/f")).unwrap(), b"bbbb");
 }
+
+/// `-i` lists changes by path, whatever order the parallel phases made
+/// them in, so two runs of the same change print the same lines.
+#[test]
+fn itemized_changes_come_in_path_order() {
+    let (_tmp, src, dst, state) = roots();
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    for i in 0..40 {
+        let dir = src.join(format!("d{}", i % 7));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i:02}")), b"x").unwrap();
+        std::fs::create_dir_all(dst.join(format!("d{}", i % 5))).unwrap();
+        std::fs::write(dst.join(format!("d{}/g{i:02}", i % 5)), b"y").unwrap();
+    }
+    let o = mirror(&state, &[s, d, "-i", "--force"]);
+    assert_exit(&o, 0);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let paths: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_once(' ').unwrap().1.trim_start())
+        .collect();
+    assert!(
+        paths.len() > 80,
+        "created and deleted entries listed:\n{text}"
+    );
+    // These names sort the same bytewise and by component.
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted, "itemized:\n{text}");
+}

@@ -528,6 +528,10 @@ fn mirror_inner(
     report.errors.extend(exec.errors.into_inner().unwrap());
     report.fatal = exec.fatal.into_inner().unwrap();
     report.changes = exec.changes.into_inner().unwrap();
+    // The phases run in parallel, so changes are recorded in no fixed
+    // order: list them by path (a stable sort keeps a path's own changes,
+    // say deleted then created, in the order they were made).
+    report.changes.sort_by(|a, b| a.1.cmp(&b.1));
     let c = &exec.counters;
     report.files_transferred = c.transferred.load(Ordering::Relaxed);
     report.files_deleted = c.deleted.load(Ordering::Relaxed);
