@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs::{self, OpenOptions};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,9 +23,10 @@ fn mount(b: &Path) -> UnionMount {
 }
 
 /// Two files swap names through the union over and over while another thread opens one of the
-/// names for writing (every other time with O_TRUNC) and writes the mark of the inode the open
-/// reached. An open the daemon resolved to a path that a rename meanwhile gave to the other
-/// file would write one file's mark into the other (or truncate the other).
+/// names for writing (every other time with O_TRUNC), writes the mark of the inode the open
+/// reached and sets that inode's mode mark. An open or a change the daemon resolved to a path
+/// that a rename meanwhile gave to the other file would write one file's mark into the other
+/// (or truncate the other). (The attribute reads in between must not fail either.)
 #[test]
 fn opens_never_reach_a_file_renamed_meanwhile() {
     if !fuse_ok("opens_never_reach_a_file_renamed_meanwhile") {
@@ -80,6 +81,9 @@ fn opens_never_reach_a_file_renamed_meanwhile() {
             panic!("unexpected inode {ino}")
         };
         f.write_all_at(mark, 0).unwrap();
+        // A change of attributes must reach the same file (fchmod: by inode, not by path).
+        let mode = if ino == x { 0o640 } else { 0o604 };
+        f.set_permissions(fs::Permissions::from_mode(mode)).unwrap();
         opens += 1;
     }
     stop.store(true, Ordering::Relaxed);
@@ -97,6 +101,14 @@ fn opens_never_reach_a_file_renamed_meanwhile() {
         };
         let got = fs::read_to_string(e.path()).unwrap();
         assert_eq!(got, want, "{:?} holds another file's mark", e.file_name());
+        let mode = e.metadata().unwrap().mode() & 0o777;
+        let want_mode = if want == "x" { 0o640 } else { 0o604 };
+        assert_eq!(
+            mode,
+            want_mode,
+            "{:?} has another file's mode",
+            e.file_name()
+        );
     }
 }
 

@@ -171,21 +171,19 @@ impl Op<'_> {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
         }
-        // As in `do_lookup`: a miss while the namespace changed is checked again.
-        let stat = || self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc));
-        for _ in 0..2 {
-            let mark = self.ns_mark();
-            match stat() {
-                Err(libc::ENOENT | libc::ENOTDIR) if !self.ns_stable(mark) => {}
-                r => return r.map(|st| self.attr(ino, &st)),
-            }
-        }
-        let _ns = self.ns();
-        stat().map(|st| self.attr(ino, &st))
+        let st = self.resolved(|| self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc)))?;
+        Ok(self.attr(ino, &st))
     }
 
     pub(super) fn do_setattr(&self, ino: u64, a: SetAttr) -> R<FileAttr> {
-        let b = self.writable_branch(ino)?;
+        // Copy up first (that takes the namespace lock by itself), then resolve and change
+        // the file under the lock, so a concurrent rename cannot aim the change at another
+        // file.
+        self.writable_branch(ino)?;
+        // (Read from /proc, so only for truncations, and before the lock.)
+        let kill = a.size.is_some() && a.mode.is_none() && !super::file::has_fsetid(a.caller);
+        let _ns = self.ns();
+        let b = self.writable_branch_for(ino)?;
         let fd = self.fd(b);
         let rel = self.path(ino)?;
         if a.uid.is_some() || a.gid.is_some() {
@@ -202,7 +200,6 @@ impl Op<'_> {
             let via_handle =
                 a.fh.and_then(|fh| self.handle(fh).ok())
                     .filter(|h| self.table.by_id(h.branch_id).map(|x| x.writable()) == Some(true));
-            let kill = a.mode.is_none() && !super::file::has_fsetid(a.caller);
             match via_handle {
                 Some(h) => {
                     h.file.set_len(size).e()?;
@@ -227,8 +224,10 @@ impl Op<'_> {
     }
 
     pub(super) fn do_readlink(&self, ino: u64) -> R<OsString> {
-        let loc = self.locate(ino)?;
-        sys::readlinkat(self.fd(loc.entry.winner()), &loc.rel).e()
+        self.resolved(|| {
+            let loc = self.locate(ino)?;
+            sys::readlinkat(self.fd(loc.entry.winner()), &loc.rel).e()
+        })
     }
 
     /// Space is what the upper branch offers (where writes go); without one, the top branch.

@@ -611,6 +611,22 @@ impl State {
         self.ns_seq.load(Ordering::SeqCst)
     }
 
+    /// Run `f`, which resolves a path and reads through it, until no namespace change ran
+    /// meanwhile (the third time under the namespace lock): a rename in between could have
+    /// made the path name another file. Not for changes, which cannot be undone: those
+    /// resolve and change under the lock.
+    fn resolved<T>(&self, f: impl Fn() -> R<T>) -> R<T> {
+        for _ in 0..2 {
+            let mark = self.ns_mark();
+            let r = f();
+            if self.ns_stable(mark) {
+                return r;
+            }
+        }
+        let _ns = self.ns();
+        f()
+    }
+
     /// No namespace change ran, or was under way, since `mark` was taken.
     fn ns_stable(&self, mark: u64) -> bool {
         mark.is_multiple_of(2) && self.ns_seq.load(Ordering::SeqCst) == mark
