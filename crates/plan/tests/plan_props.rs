@@ -264,6 +264,22 @@ proptest! {
     }
 
     #[test]
+    fn input_order_does_not_matter(s in raw_strategy(), d in raw_strategy(), turn in 0usize..64) {
+        // Scans come sorted; other callers' lists are sorted by the planner.
+        let src = build(&s, 100);
+        let dst = build(&d, 5000);
+        let o = MirrorOptions { force: true, ..opts() };
+        let want = mirror_plan(&src, &dst, &[], &o).unwrap();
+        let (mut s2, mut d2) = (src.clone(), dst.clone());
+        s2.reverse();
+        let n = d2.len();
+        d2.rotate_left(turn % n);
+        let got = mirror_plan(&s2, &d2, &[], &o).unwrap();
+        let items = |p: &MirrorPlan| format!("{:?}", p.items().collect::<Vec<_>>());
+        prop_assert_eq!(items(&got), items(&want));
+    }
+
+    #[test]
     fn keep_extra_never_deletes(s in raw_strategy(), d in raw_strategy()) {
         let src = build(&s, 100);
         let dst = build(&d, 5000);
