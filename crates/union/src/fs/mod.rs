@@ -629,6 +629,8 @@ impl State {
 
     /// No namespace change ran, or was under way, since `mark` was taken.
     fn ns_stable(&self, mark: u64) -> bool {
+        // The reads made since `mark` complete before the counter is read again.
+        std::sync::atomic::fence(Ordering::SeqCst);
         mark.is_multiple_of(2) && self.ns_seq.load(Ordering::SeqCst) == mark
     }
 
