@@ -10,7 +10,8 @@
 # 1. initial copy of ~50,000 files (mixed sizes, ~2 GiB): accord vs rsync -a vs cp -a
 #    (accord with its default durability -- a syncfs per commit batch -- and with
 #    --no-fsync; cp and rsync do not sync at all, so `rsync -a; sync` and
-#    `cp -a; sync` are shown too: the time until the copy is on disk)
+#    `cp -a; sync` are shown too: the time until the copy is on disk; and
+#    `rsync -a --fsync`, rsync's own durable mode, one fsync per file)
 # 2. no-change re-run on ~200,000 files: accord vs rsync -a
 # 3. 1 GiB file with 0.1% changed: accord --inplace vs rsync --inplace --no-whole-file,
 #    time and bytes written to the device (sectors from /sys/block/loopN/stat)
@@ -92,11 +93,13 @@ rounds "$CLEAN" \
     "accord mirror --no-fsync" '"$ACCORD" mirror -q --no-fsync "$MNT/t1" "$MNT/c1"' \
     "rsync -a" 'rsync -a "$MNT/t1/" "$MNT/c1/"' \
     "rsync -a; sync" 'rsync -a "$MNT/t1/" "$MNT/c1/"; sync' \
+    "rsync -a --fsync" 'rsync -a --fsync "$MNT/t1/" "$MNT/c1/"' \
     "cp -a" 'cp -a "$MNT/t1" "$MNT/c1"' \
     "cp -a; sync" 'cp -a "$MNT/t1" "$MNT/c1"; sync'
 echo "  ratio accord/rsync -a           $(ratio "${MED[accord mirror]}" "${MED[rsync -a]}")   (target <= 0.5)"
 echo "  ratio accord/cp -a              $(ratio "${MED[accord mirror]}" "${MED[cp -a]}")   (target <= 1.2)"
 echo "  ratio accord/(rsync -a; sync)   $(ratio "${MED[accord mirror]}" "${MED[rsync -a; sync]}")   (both durable at the end)"
+echo "  ratio accord/rsync -a --fsync   $(ratio "${MED[accord mirror]}" "${MED[rsync -a --fsync]}")   (rsync's own durable mode)"
 echo "  ratio accord/(cp -a; sync)      $(ratio "${MED[accord mirror]}" "${MED[cp -a; sync]}")"
 echo "  ratio accord --no-fsync/rsync   $(ratio "${MED[accord mirror --no-fsync]}" "${MED[rsync -a]}")"
 echo "  ratio accord --no-fsync/cp -a   $(ratio "${MED[accord mirror --no-fsync]}" "${MED[cp -a]}")"
