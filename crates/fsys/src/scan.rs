@@ -346,7 +346,9 @@ fn scan_pair_dir(
     dc: &Ctx,
 ) -> (Option<Node>, Option<Node>) {
     let mut peer = None;
-    let share = d.is_some().then_some(&mut peer);
+    // The source's names are only of use to a destination that may skip
+    // its listing.
+    let share = (d.is_some() && dc.opts.listing_memo.is_some()).then_some(&mut peer);
     let s_part = s
         .as_mut()
         .and_then(|dir| scan_dir_entries(dir, &rel, sc, None, share));
