@@ -419,8 +419,8 @@ type Subdirs = Vec<(Vec<u8>, RelPath)>;
 /// The entries of one directory (itself first, then the rest sorted by
 /// name) and the subdirectories to scan next, sorted by name; `None` when
 /// even the directory itself could not be read. `peer` is the other tree's
-/// listing of the same directory (see `Ctx::names_of`); `share` receives a
-/// copy of this one's listing for the other tree.
+/// listing of the same directory (see `Ctx::names_of`); `share` receives
+/// this one's listing for the other tree.
 fn scan_dir_entries(
     dir: &mut Dir,
     rel: &RelPath,
@@ -454,9 +454,6 @@ fn scan_dir_entries(
     let Some(mut names) = ctx.names_of(dir, &rel, &st, peer) else {
         return Some((out, Vec::new()));
     };
-    if let Some(share) = share {
-        *share = Some(names.clone());
-    }
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
         // Rules that cannot be read would leave excluded DST entries looking
         // like extras: any failure here suspends deletions for the run.
@@ -480,7 +477,7 @@ fn scan_dir_entries(
     // In inode order: inodes sit in the inode table (and in memory) roughly
     // in that order, so the stats below touch neighbouring inodes.
     names.sort_unstable_by_key(|n| n.2);
-    for (name, _dtype, _ino) in names {
+    for (name, _dtype, _ino) in &names {
         if is_reserved_name(&name) {
             if name.starts_with(TEMP_PREFIX) {
                 if let Ok(p) = rel.join(&name) {
@@ -531,7 +528,7 @@ fn scan_dir_entries(
             continue;
         }
         if is_dir {
-            subdirs.push((name, child));
+            subdirs.push((name.clone(), child));
             continue;
         }
         let mut e = entry_from(child, &st);
@@ -567,6 +564,11 @@ fn scan_dir_entries(
     }
     out[1..].sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
     subdirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    // The listing goes to the other tree's side when it may use it (the
+    // names are only borrowed above, so no copy is made).
+    if let Some(share) = share {
+        *share = Some(names);
+    }
     Some((out, subdirs))
 }
 
