@@ -478,18 +478,18 @@ fn scan_dir_entries(
     // in that order, so the stats below touch neighbouring inodes.
     names.sort_unstable_by_key(|n| n.2);
     for (name, _dtype, _ino) in &names {
-        if is_reserved_name(&name) {
+        if is_reserved_name(name) {
             if name.starts_with(TEMP_PREFIX) {
-                if let Ok(p) = rel.join(&name) {
+                if let Ok(p) = rel.join(name) {
                     ctx.stale.lock().unwrap().push(p);
                 }
             } else if name.starts_with(INPLACE_PREFIX) {
-                if let Ok(p) = rel.join(&name) {
+                if let Ok(p) = rel.join(name) {
                     ctx.markers.lock().unwrap().push(p);
                 }
             }
             if ctx.opts.source && !name.starts_with(INPLACE_PREFIX) {
-                if let Ok(p) = rel.join(&name) {
+                if let Ok(p) = rel.join(name) {
                     ctx.fail(
                         &p,
                         "not copied: names starting with .accord-tmp- or .accord-recovery- \
@@ -499,20 +499,20 @@ fn scan_dir_entries(
             }
             continue;
         }
-        let child = match rel.join(&name) {
+        let child = match rel.join(name) {
             Ok(c) => c,
             Err(e) => {
                 ctx.fail(
                     &rel,
                     format!(
                         "unusable name {:?}: {e}",
-                        accord_model::escape_for_display(&name)
+                        accord_model::escape_for_display(name)
                     ),
                 );
                 continue;
             }
         };
-        let st = match dir.stat(&name) {
+        let st = match dir.stat(name) {
             Ok(st) => st,
             Err(e) => {
                 // Gone since the listing: really gone. Any other error hides an
@@ -533,7 +533,7 @@ fn scan_dir_entries(
         }
         let mut e = entry_from(child, &st);
         match st.kind {
-            Kind::Symlink => match dir.read_link(&name) {
+            Kind::Symlink => match dir.read_link(name) {
                 Ok(t) => {
                     e.size = t.len() as u64;
                     e.link_target = Some(t);
