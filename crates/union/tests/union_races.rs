@@ -164,3 +164,135 @@ fn lookups_racing_a_directory_rename_cache_no_absence() {
         "names shown as absent after the renames stopped: {missing:?}"
     );
 }
+
+/// Two directories swap names through the union over and over (x -> t, y -> x, t -> y) while
+/// another thread lists `x/d` again and again through a descriptor it holds (so the kernel
+/// never walks the changing path: every failure is the daemon's). A listing whose path was
+/// resolved just before a rename must be read again: it must never fail, and never show the
+/// names or the attributes of the other directory's files (`y/d` holds the same names, with
+/// other sizes), which the path names for a moment.
+#[test]
+fn listings_racing_a_parent_swap_show_their_own_directory() {
+    if !fuse_ok("listings_racing_a_parent_swap_show_their_own_directory") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    // Only on the writable branch: a directory that also exists below cannot be renamed.
+    for (dir, size) in [("x", 1), ("y", 7)] {
+        fs::create_dir_all(b.join("up").join(dir).join("d")).unwrap();
+        for n in ["one", "two"] {
+            fs::write(b.join("up").join(dir).join("d").join(n), vec![b'.'; size]).unwrap();
+        }
+    }
+    fs::create_dir_all(b.join("lo")).unwrap();
+    let m = mount(b);
+    let held = fs::File::open(m.mnt.join("x/d")).unwrap();
+    let via = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (mnt, stop) = (m.mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                fs::rename(mnt.join("x"), mnt.join("t")).unwrap();
+                fs::rename(mnt.join("y"), mnt.join("x")).unwrap();
+                fs::rename(mnt.join("t"), mnt.join("y")).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut failures = Vec::new();
+    let start = Instant::now();
+    let mut listings = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        match fs::read_dir(&via) {
+            Ok(rd) => {
+                let mut names: Vec<(String, u64)> = rd
+                    .map(|e| {
+                        let e = e.unwrap();
+                        // From the attributes the listing handed to the kernel.
+                        let len = e.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+                        (e.file_name().into_string().unwrap(), len)
+                    })
+                    .collect();
+                names.sort();
+                if names != [("one".to_string(), 1), ("two".to_string(), 1)] {
+                    failures.push(format!("listed {names:?}"));
+                }
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+        listings += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 100, "only {swaps} swaps ran");
+    assert!(
+        failures.is_empty(),
+        "{} of {listings} listings failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+}
+
+/// A directory's parent is renamed back and forth through the union while another thread
+/// lists the directory through a descriptor it holds. A listing whose path was resolved just
+/// before a rename (so the path named nothing) must be read again, not fail with ENOENT or
+/// leave names out.
+#[test]
+fn listings_racing_a_parent_rename_never_fail() {
+    if !fuse_ok("listings_racing_a_parent_rename_never_fail") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up/p1/d")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    fs::write(b.join("up/p1/d/one"), "").unwrap();
+    fs::write(b.join("up/p1/d/two"), "").unwrap();
+    let m = mount(b);
+    let held = fs::File::open(m.mnt.join("p1/d")).unwrap();
+    let via = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
+    let stop = Arc::new(AtomicBool::new(false));
+    let renamer = {
+        let (mnt, stop) = (m.mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                fs::rename(mnt.join("p1"), mnt.join("p2")).unwrap();
+                fs::rename(mnt.join("p2"), mnt.join("p1")).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut failures = Vec::new();
+    let start = Instant::now();
+    let mut listings = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        match fs::read_dir(&via) {
+            Ok(rd) => {
+                let mut names: Vec<String> = rd
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect();
+                names.sort();
+                if names != ["one", "two"] {
+                    failures.push(format!("listed {names:?}"));
+                }
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+        listings += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let renames = renamer.join().unwrap();
+    assert!(renames > 100, "only {renames} renames ran");
+    assert!(
+        failures.is_empty(),
+        "{} of {listings} listings failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+}

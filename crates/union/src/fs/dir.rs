@@ -76,7 +76,7 @@ impl Op<'_> {
 
     pub(super) fn do_rmdir(&self, parent: u64, name: &OsStr) -> R<()> {
         let _ns = self.ns();
-        self.ns_changing();
+        self.dirs_moving();
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         if e.kind != Kind::Dir {
             return Err(libc::ENOTDIR);

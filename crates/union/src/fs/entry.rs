@@ -18,6 +18,9 @@ pub(super) struct Listed {
     dir: u64,
     view: Arc<DirView>,
     rel: PathBuf,
+    /// `dirs_mark` from before `rel` was resolved: what was read through `rel` counts only
+    /// while no directory moved since.
+    moves: u64,
     /// The directory in the branches used so far.
     fds: HashMap<u32, Slot>,
 }
@@ -67,58 +70,83 @@ impl Op<'_> {
     /// reference is counted), Ok(None) says the name is absent, which the kernel may cache
     /// for `TTL`. A lookup that finds nothing while the namespace changed (a rename of an
     /// ancestor may have moved the path it resolved) looks again, the last time under the
-    /// namespace lock, so a transient miss is never cached as an absence.
+    /// namespace lock, so a transient miss is never cached as an absence; so does one that
+    /// found a file while a directory moved (the path may have named another file).
     pub(super) fn do_lookup(&self, parent: u64, name: &OsStr) -> R<Option<FileAttr>> {
         let missing = |e: i32| e == libc::ENOENT || e == libc::ENOTDIR;
         for _ in 0..2 {
-            let mark = self.ns_mark();
-            match self.lookup_once(parent, name) {
-                Ok(a) => return Ok(Some(a)),
+            let (mark, moves) = (self.ns_mark(), self.dirs_mark());
+            match self.stat_child(parent, name) {
+                Ok(st) if self.dirs_stable(moves) => {
+                    return Ok(Some(self.counted(parent, name, &st)))
+                }
+                Ok(_) => {}
                 Err(e) if missing(e) && !self.ns_stable(mark) => {}
                 Err(libc::ENOENT) => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
         let _ns = self.ns();
-        match self.lookup_once(parent, name) {
-            Ok(a) => Ok(Some(a)),
+        match self.stat_child(parent, name) {
+            Ok(st) => Ok(Some(self.counted(parent, name, &st))),
             Err(libc::ENOENT) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    fn lookup_once(&self, parent: u64, name: &OsStr) -> R<FileAttr> {
+    /// The attributes of `name` in `parent`, read through its path (no reference counted).
+    fn stat_child(&self, parent: u64, name: &OsStr) -> R<sys::Stat> {
         let winner = {
             let v = self.ensure_view(parent)?;
             v.entries.get(name).ok_or(libc::ENOENT)?.winner()
         };
         let rel = self.path(parent)?.join(name);
-        let st = match sys::fstatat(self.fd(winner), &rel) {
-            Ok(st) => st,
-            Err(err) => {
-                self.forget_view(parent);
-                return Err(sys::errno(&err));
-            }
-        };
-        // The reply hands the inode to the kernel: count the reference.
-        let ino = self.nodes().get_ref(parent, name);
-        Ok(self.attr(ino, &st))
+        sys::fstatat(self.fd(winner), &rel).map_err(|err| {
+            self.forget_view(parent);
+            sys::errno(&err)
+        })
     }
 
     /// Start looking up the names of a listing chunk of directory `dir` (readdirplus): the
     /// directory's view, path and descriptors in the branches are found once per chunk
     /// instead of once per name, and each name is then one fstatat of one path component.
     pub(super) fn listed(&self, dir: u64) -> R<Listed> {
+        let moves = self.dirs_mark();
         Ok(Listed {
             dir,
             view: self.ensure_view(dir)?,
             rel: self.path(dir)?,
+            moves,
             fds: HashMap::new(),
         })
     }
 
-    /// `lookup_once` of a name of `l`'s directory.
+    /// `do_lookup` of a name of `l`'s directory. If a directory was renamed or removed
+    /// meanwhile, the directory's path may have named another one (or none) when it was read
+    /// through: the listing's directory is then found again and the name looked up anew, the
+    /// third time under the namespace lock, so a listing never shows another directory's file
+    /// and never leaves out a name that was there all along.
     pub(super) fn lookup_listed(&self, l: &mut Listed, name: &OsStr) -> R<FileAttr> {
+        for _ in 0..2 {
+            let st = self.stat_listed(l, name);
+            if self.dirs_stable(l.moves) {
+                return Ok(self.counted(l.dir, name, &st?));
+            }
+            *l = self.listed(l.dir)?;
+        }
+        let _ns = self.ns();
+        *l = self.listed(l.dir)?;
+        let st = self.stat_listed(l, name)?;
+        Ok(self.counted(l.dir, name, &st))
+    }
+
+    /// The reply hands the inode of `name` in `dir` to the kernel: count the reference.
+    fn counted(&self, dir: u64, name: &OsStr, st: &sys::Stat) -> FileAttr {
+        let ino = self.nodes().get_ref(dir, name);
+        self.attr(ino, st)
+    }
+
+    fn stat_listed(&self, l: &mut Listed, name: &OsStr) -> R<sys::Stat> {
         let b = l.view.entries.get(name).ok_or(libc::ENOENT)?.winner();
         // A branch's descriptor of the directory is opened at its second name: with many
         // branches each holding a few names, an open per name would cost more than it saves.
@@ -141,16 +169,11 @@ impl Op<'_> {
                 }
             }
         };
-        let st = match st {
-            Ok(st) => st,
-            Err(e) => {
-                // The branch changed behind our back: re-read the directory next time.
-                self.forget_view(l.dir);
-                return Err(e);
-            }
-        };
-        let ino = self.nodes().get_ref(l.dir, name);
-        Ok(self.attr(ino, &st))
+        if st.is_err() {
+            // The branch changed behind our back: re-read the directory next time.
+            self.forget_view(l.dir);
+        }
+        st
     }
 
     pub(super) fn do_getattr(&self, ino: u64, fh: Option<u64>) -> R<FileAttr> {

@@ -336,6 +336,22 @@ pub struct Shared {
     pub nodes: Mutex<Nodes>,
 }
 
+/// See `Op::view_inputs`.
+enum ViewInputs {
+    Cached(Arc<DirView>),
+    Read(ViewRead),
+}
+
+/// A directory to read for its view: where, and the change counters from before.
+struct ViewRead {
+    parent: Option<u64>,
+    before: u64,
+    before_parent: Option<u64>,
+    candidates: Vec<u32>,
+    parent_serial: u64,
+    rel: PathBuf,
+}
+
 /// One directory's merge over the branches, cached for `TTL`. Immutable once shared: a change
 /// replaces the map's `Arc` (copy on write), so readers never hold a lock while they use it.
 #[derive(Debug, Clone)]
@@ -433,20 +449,35 @@ pub struct State {
     /// the path name another file, and they try again. (A copy-up holds the lock while it
     /// copies data, but marks the change only for its final rename.)
     ns_seq: AtomicU64,
+    /// Like `ns_seq`, but moved only by changes that can make a directory's path name another
+    /// directory or none (renaming or removing a directory). A merged view or a listing's
+    /// attributes read through a directory's path are kept only if it did not move meanwhile.
+    /// (Creates and unlinks of files, the common changes, leave it alone, so they do not make
+    /// concurrent listings read again.)
+    dir_seq: AtomicU64,
+}
+
+thread_local! {
+    /// This thread holds the namespace lock: no path can change until it lets go.
+    static HOLDS_NS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The namespace lock, held (see `State::ns`).
 pub(crate) struct NsGuard<'a> {
     _lock: MutexGuard<'a, ()>,
     seq: &'a AtomicU64,
+    dir_seq: &'a AtomicU64,
 }
 
 impl Drop for NsGuard<'_> {
     fn drop(&mut self) {
         // Before the lock is released (fields drop after this).
-        if !self.seq.load(Ordering::SeqCst).is_multiple_of(2) {
-            self.seq.fetch_add(1, Ordering::SeqCst);
+        for seq in [self.seq, self.dir_seq] {
+            if !seq.load(Ordering::SeqCst).is_multiple_of(2) {
+                seq.fetch_add(1, Ordering::SeqCst);
+            }
         }
+        HOLDS_NS.with(|h| h.set(false));
     }
 }
 
@@ -543,6 +574,7 @@ impl State {
             tmp_counter: AtomicU64::new(0),
             ns: Mutex::new(()),
             ns_seq: AtomicU64::new(0),
+            dir_seq: AtomicU64::new(0),
         }
     }
 
@@ -593,10 +625,36 @@ impl State {
     /// Take the namespace lock (see `State::ns`).
     fn ns(&self) -> NsGuard<'_> {
         let lock = lock(&self.ns);
+        HOLDS_NS.with(|h| h.set(true));
         NsGuard {
             _lock: lock,
             seq: &self.ns_seq,
+            dir_seq: &self.dir_seq,
         }
+    }
+
+    /// With the namespace lock held: a directory is about to be renamed or removed, so the
+    /// paths below it may name other directories (see `dir_seq`). Also a namespace change.
+    fn dirs_moving(&self) {
+        self.ns_changing();
+        if self.dir_seq.load(Ordering::SeqCst).is_multiple_of(2) {
+            self.dir_seq.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A mark to check with `dirs_stable` after reading through a directory's path.
+    fn dirs_mark(&self) -> u64 {
+        self.dir_seq.load(Ordering::SeqCst)
+    }
+
+    /// No directory was renamed or removed, nor was one under way, since `mark` was taken;
+    /// always true for the holder of the namespace lock (nobody else can move one).
+    fn dirs_stable(&self, mark: u64) -> bool {
+        if HOLDS_NS.with(|h| h.get()) {
+            return true;
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        mark.is_multiple_of(2) && self.dir_seq.load(Ordering::SeqCst) == mark
     }
 
     /// With the namespace lock held: names are about to change (see `ns_seq`).
@@ -753,66 +811,34 @@ impl Op<'_> {
     /// hash lookups when everything is cached; a directory is only ever read on the branches
     /// that hold it, which is what keeps 1,000 branches cheap.
     fn ensure_view(&self, ino: u64) -> R<Arc<DirView>> {
-        let generation = self.table.generation;
         let mut attempt = 0;
+        // Taken for the last attempt when directories kept moving (see below).
+        let mut _ns = None;
         loop {
-            // The change counters are read before any input of the view (the parent's
-            // positions for this directory, the listings): a change through the union that
-            // lands after this point, in this directory or in its parent, is seen below and
-            // the view is not cached from inputs that predate it.
-            let parent = if ino == ROOT {
-                None
-            } else {
-                Some(self.nodes().entry(ino).ok_or(libc::ENOENT)?)
+            // Read before any input of the view: a directory renamed or removed after this
+            // point (which can make `rel` name another directory, or none) is seen below.
+            let moves = self.dirs_mark();
+            let inputs = self.view_inputs(ino);
+            let built = match &inputs {
+                Ok(ViewInputs::Cached(v)) => return Ok(v.clone()),
+                Ok(ViewInputs::Read(r)) => self.read_view(&r.candidates, &r.rel, r.parent_serial),
+                Err(e) => Err(*e),
             };
-            let before = self.epoch(ino).load(Ordering::Acquire);
-            let before_parent = parent
-                .as_ref()
-                .map(|(p, _)| self.epoch(*p).load(Ordering::Acquire));
-            let old = self.cached_view(ino);
-            let (candidates, parent_serial, rel) = match &parent {
-                None => {
-                    if let Some(v) = &old {
-                        if v.generation == generation && v.built.elapsed() < TTL {
-                            return Ok(v.clone());
-                        }
-                    }
-                    let rel = PathBuf::from(".");
-                    if let Some(v) = self.revalidate(ino, 0, &rel, old.as_ref()) {
-                        return Ok(v);
-                    }
-                    let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
-                    (all, 0, rel)
+            if !self.dirs_stable(moves) {
+                // Neither the listing nor an error is surely this directory's. Read again;
+                // the third time under the namespace lock, where paths cannot change.
+                attempt += 1;
+                if attempt >= 2 && _ns.is_none() {
+                    _ns = Some(self.ns());
                 }
-                Some((parent, name)) => {
-                    let pv = self.ensure_view(*parent)?;
-                    let e = pv.entries.get(name).ok_or(libc::ENOENT)?;
-                    if e.kind != Kind::Dir {
-                        return Err(libc::ENOTDIR);
-                    }
-                    let ps = pv.serial;
-                    if let Some(v) = &old {
-                        if v.generation == generation
-                            && v.parent_serial == ps
-                            && v.built.elapsed() < TTL
-                        {
-                            return Ok(v.clone());
-                        }
-                    }
-                    let rel = self.path(ino)?;
-                    if let Some(v) = self.revalidate(ino, ps, &rel, old.as_ref()) {
-                        return Ok(v);
-                    }
-                    (e.positions.clone(), ps, rel)
-                }
+                continue;
+            }
+            let Ok(ViewInputs::Read(r)) = inputs else {
+                return Err(built.err().unwrap_or(libc::EIO));
             };
-            let built = self.read_view(ino, &candidates, &rel, parent_serial);
             let mut views = self.views_w();
-            let raced = self.epoch(ino).load(Ordering::Acquire) != before
-                || parent
-                    .as_ref()
-                    .map(|(p, _)| self.epoch(*p).load(Ordering::Acquire))
-                    != before_parent;
+            let raced = self.epoch(ino).load(Ordering::Acquire) != r.before
+                || r.parent.map(|p| self.epoch(p).load(Ordering::Acquire)) != r.before_parent;
             if raced {
                 // A change through the union landed while the inputs were read: the
                 // listing may predate it. Read again (a few times, then answer this request
@@ -847,14 +873,67 @@ impl Op<'_> {
         }
     }
 
+    /// What `ensure_view` needs: a view still fresh (or renewed), or what to read.
+    fn view_inputs(&self, ino: u64) -> R<ViewInputs> {
+        let generation = self.table.generation;
+        // The change counters are read before any input of the view (the parent's positions
+        // for this directory, the listings): a change through the union that lands after this
+        // point, in this directory or in its parent, is seen by `ensure_view` and the view is
+        // not cached from inputs that predate it.
+        let parent = if ino == ROOT {
+            None
+        } else {
+            Some(self.nodes().entry(ino).ok_or(libc::ENOENT)?)
+        };
+        let before = self.epoch(ino).load(Ordering::Acquire);
+        let before_parent = parent
+            .as_ref()
+            .map(|(p, _)| self.epoch(*p).load(Ordering::Acquire));
+        let old = self.cached_view(ino);
+        let fresh = |v: &DirView, ps: u64| {
+            v.generation == generation && v.parent_serial == ps && v.built.elapsed() < TTL
+        };
+        let (candidates, parent_serial, rel) = match &parent {
+            None => {
+                if let Some(v) = old.as_ref().filter(|v| fresh(v, v.parent_serial)) {
+                    return Ok(ViewInputs::Cached(v.clone()));
+                }
+                let rel = PathBuf::from(".");
+                if let Some(v) = self.revalidate(ino, 0, &rel, old.as_ref()) {
+                    return Ok(ViewInputs::Cached(v));
+                }
+                let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
+                (all, 0, rel)
+            }
+            Some((parent, name)) => {
+                let pv = self.ensure_view(*parent)?;
+                let e = pv.entries.get(name).ok_or(libc::ENOENT)?;
+                if e.kind != Kind::Dir {
+                    return Err(libc::ENOTDIR);
+                }
+                let ps = pv.serial;
+                if let Some(v) = old.as_ref().filter(|v| fresh(v, ps)) {
+                    return Ok(ViewInputs::Cached(v.clone()));
+                }
+                let rel = self.path(ino)?;
+                if let Some(v) = self.revalidate(ino, ps, &rel, old.as_ref()) {
+                    return Ok(ViewInputs::Cached(v));
+                }
+                (e.positions.clone(), ps, rel)
+            }
+        };
+        Ok(ViewInputs::Read(ViewRead {
+            parent: parent.map(|(p, _)| p),
+            before,
+            before_parent,
+            candidates,
+            parent_serial,
+            rel,
+        }))
+    }
+
     /// Read directory `rel` in the candidate branches and merge it (no locks held).
-    fn read_view(
-        &self,
-        _ino: u64,
-        candidates: &[u32],
-        rel: &Path,
-        parent_serial: u64,
-    ) -> R<DirView> {
+    fn read_view(&self, candidates: &[u32], rel: &Path, parent_serial: u64) -> R<DirView> {
         let mut m = Merger::new();
         let mut stamps = Vec::with_capacity(candidates.len());
         for (i, &b) in candidates.iter().enumerate() {

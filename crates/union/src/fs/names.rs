@@ -96,7 +96,7 @@ impl Op<'_> {
         }
         if is_dir {
             // (A file is copied up first: the copy is not a change of names until its end.)
-            self.ns_changing();
+            self.dirs_moving();
         }
         // A replaced directory must be empty in the merged view; its upper copy may hold
         // whiteouts, which rename(2) would count as contents.
