@@ -6,7 +6,7 @@ mod common;
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -511,6 +511,70 @@ fn copy_up_does_not_block_other_requests() {
     writer.join().unwrap();
     assert_eq!(fs::metadata(&big).unwrap().len(), (384 << 20) + 4);
     assert!(answered > 0, "no lookup was answered while the copy-up ran");
+}
+
+/// While a big lower file is being copied up (opened for appending), the union's other changes
+/// go on: creating, renaming and chmod-ing other files is answered before the copy ends (the
+/// data is copied before the namespace lock is taken), and the copy-up still completes.
+#[test]
+fn copy_up_does_not_block_changes_elsewhere() {
+    if !fuse_ok("copy_up_does_not_block_changes_elsewhere") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    {
+        let mut f = fs::File::create(b.join("lo/big")).unwrap();
+        let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8 + 1).collect();
+        for _ in 0..384 {
+            f.write_all(&chunk).unwrap();
+        }
+    }
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let big = m.mnt.join("big");
+    let writer = {
+        let big = big.clone();
+        std::thread::spawn(move || {
+            let mut f = OpenOptions::new().append(true).open(&big).unwrap();
+            f.write_all(b"tail").unwrap();
+        })
+    };
+    let copying = || {
+        fs::read_dir(b.join("up")).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains("accord-tmp")
+        })
+    };
+    let start = Instant::now();
+    while !copying() {
+        assert!(start.elapsed() < Duration::from_secs(20), "no copy-up seen");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut answered = 0;
+    for i in 0..20 {
+        let f = m.mnt.join(format!("new{i}"));
+        fs::write(&f, "x").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::rename(&f, m.mnt.join(format!("moved{i}"))).unwrap();
+        if copying() {
+            answered += 1;
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(fs::metadata(&big).unwrap().len(), (384 << 20) + 4);
+    assert_eq!(fs::metadata(b.join("lo/big")).unwrap().len(), 384 << 20);
+    assert!(!copying(), "a temporary file was left in the upper branch");
+    assert!(answered > 0, "no change was answered while the copy-up ran");
 }
 
 /// Read-only opens of lower files use FUSE passthrough (the kernel reads the branch file). A

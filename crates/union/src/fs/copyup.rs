@@ -20,6 +20,33 @@ fn sync_dir(branch: i32, rel: &Path) -> std::io::Result<()> {
     sys::openat(branch, rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)?.sync_all()
 }
 
+/// Files at least this long are copied before the namespace lock is taken (`Op::precopy`);
+/// smaller ones copy in less time than the extra opens and checks cost.
+const PRECOPY_MIN: i64 = 1 << 20;
+
+/// A lower file's data, copied up to a temporary file without the namespace lock. Unless it
+/// was renamed into place, the temporary file is removed when this is dropped.
+pub(super) struct Precopy {
+    src: u32,
+    upper: u32,
+    rel: std::path::PathBuf,
+    stamp: sys::Stamp,
+    /// The upper branch's root (valid while the request's branch table lives) and the
+    /// temporary file's name in it.
+    dir: i32,
+    tmp: std::path::PathBuf,
+    file: Option<std::fs::File>,
+    placed: bool,
+}
+
+impl Drop for Precopy {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = sys::unlinkat(self.dir, &self.tmp, false);
+        }
+    }
+}
+
 impl Op<'_> {
     /// Make directory `ino` exist in the upper branch (creating its missing ancestors first),
     /// with the mode, owner, times and xattrs of the copy the union shows. Returns the upper
@@ -76,6 +103,11 @@ impl Op<'_> {
     /// temporary name before it is renamed over its final name. Only with the namespace lock
     /// held.
     pub(super) fn copy_up(&self, ino: u64) -> R<u32> {
+        self.copy_up_with(ino, None)
+    }
+
+    /// `copy_up`, using the data `pre` copied without the lock if it is still the file's.
+    fn copy_up_with(&self, ino: u64, pre: Option<Precopy>) -> R<u32> {
         let loc = self.locate(ino)?;
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
         let u = self.ensure_dir_upper(parent)?;
@@ -96,20 +128,35 @@ impl Op<'_> {
         let rel = loc.rel.clone();
         let st = sys::fstatat(sfd, &rel).e()?;
         let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
-        let tmp = self.temp_rel(&parent_rel);
+        // The data copied before the lock was taken counts only if it is still this file's:
+        // same branch and path, and the source unchanged since (inode, mtime, ctime).
+        // (A stale one is dropped here, which removes its file.)
+        let mut pre = pre
+            .filter(|p| p.src == src && p.upper == u && p.rel == rel && p.stamp == sys::stamp(&st));
+        let tmp = match &pre {
+            Some(p) => p.tmp.clone(),
+            None => self.temp_rel(&parent_rel),
+        };
+        let copied = pre.as_mut().and_then(|p| p.file.take());
         let src_abs = self.abs(src, &rel);
         let tmp_abs = self.abs(u, &tmp);
         let build = || -> std::io::Result<()> {
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {
-                    let s = sys::open_noatime(sfd, &rel, libc::O_RDONLY)?;
-                    let d = sys::openat(
-                        ufd,
-                        &tmp,
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                        0o600,
-                    )?;
-                    sys::copy_data(&s, &d)?;
+                    let d = match copied {
+                        Some(d) => d,
+                        None => {
+                            let s = sys::open_noatime(sfd, &rel, libc::O_RDONLY)?;
+                            let d = sys::openat(
+                                ufd,
+                                &tmp,
+                                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                                0o600,
+                            )?;
+                            sys::copy_data(&s, &d)?;
+                            d
+                        }
+                    };
                     // SAFETY: d is a valid descriptor. Owner before mode: chown clears set-id.
                     unsafe {
                         if libc::fchown(d.as_raw_fd(), st.st_uid, st.st_gid) != 0
@@ -151,6 +198,9 @@ impl Op<'_> {
             let _ = sys::unlinkat(ufd, &tmp, false);
             return Err(sys::errno(&e));
         }
+        if let Some(p) = &mut pre {
+            p.placed = true;
+        }
         self.view_add_position(parent, &name, u);
         Ok(u)
     }
@@ -170,23 +220,70 @@ impl Op<'_> {
         if self.table.get(w).writable() {
             return Ok(w);
         }
+        // A big file's data is copied before the namespace lock is taken, so the union's
+        // other changes (creates, unlinks, renames, attribute changes) do not wait for it.
+        let pre = self.precopy(ino);
         let _ns = self.ns();
-        self.writable_branch_for(ino)
+        self.writable_branch_with(ino, pre)
     }
 
     /// Copy up for a data or metadata change: only names on read-only branches move; a file on
     /// a lower writable branch is changed where it is (Unionfs's rule). Only with the namespace
     /// lock held.
     pub(super) fn writable_branch_for(&self, ino: u64) -> R<u32> {
+        self.writable_branch_with(ino, None)
+    }
+
+    fn writable_branch_with(&self, ino: u64, pre: Option<Precopy>) -> R<u32> {
         let loc = self.locate(ino)?;
         let w = loc.entry.winner();
         if self.table.get(w).writable() {
+            // (Copied up by another request meanwhile: `pre` is dropped.)
             return Ok(w);
         }
         if loc.entry.kind == Kind::Dir {
             return self.ensure_dir_upper(ino);
         }
-        self.copy_up(ino)
+        self.copy_up_with(ino, pre)
+    }
+
+    /// Without the namespace lock: copy the data of regular file `ino` (if on a read-only
+    /// branch and at least `PRECOPY_MIN` long) to a hidden temporary file at the root of the
+    /// upper branch and make it durable. `copy_up_with` then only finishes it under the lock
+    /// (owner, mode, xattrs, times, rename into place), or drops it if the file changed
+    /// meanwhile. Any failure here just means the copy is made under the lock as before.
+    fn precopy(&self, ino: u64) -> Option<Precopy> {
+        let u = self.upper().ok()?;
+        let (src, rel, file, st) = self
+            .resolved(|| {
+                let loc = self.locate(ino)?;
+                let src = loc.entry.winner();
+                let f = sys::open_noatime(self.fd(src), &loc.rel, libc::O_RDONLY).e()?;
+                let st = sys::fstat(f.as_raw_fd()).e()?;
+                Ok((src, loc.rel, f, st))
+            })
+            .ok()?;
+        let big = st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_size >= PRECOPY_MIN;
+        if !big || src <= u {
+            return None;
+        }
+        let tmp = self.temp_rel(Path::new(""));
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let d = sys::openat(self.fd(u), &tmp, flags, 0o600).ok()?;
+        let mut pre = Precopy {
+            src,
+            upper: u,
+            rel,
+            stamp: sys::stamp(&st),
+            dir: self.fd(u),
+            tmp,
+            file: None,
+            placed: false,
+        };
+        // On failure `pre` is dropped, which removes the temporary file.
+        sys::copy_data(&file, &d).and_then(|_| d.sync_data()).ok()?;
+        pre.file = Some(d);
+        Some(pre)
     }
 
     /// Checks and preparation before creating `name` in directory `parent`: the name must be
