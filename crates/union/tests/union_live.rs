@@ -577,6 +577,80 @@ fn copy_up_does_not_block_changes_elsewhere() {
     assert!(answered > 0, "no change was answered while the copy-up ran");
 }
 
+/// Several processes open the same big lower file for appending at once, one of them in a
+/// directory the upper branch does not have yet and one in a directory it has: each file is
+/// copied up once, every append lands, the lower branch is untouched and no temporary file
+/// is left anywhere in the upper branch.
+#[test]
+fn concurrent_copy_ups_of_big_files_all_land() {
+    if !fuse_ok("concurrent_copy_ups_of_big_files_all_land") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up/have")).unwrap();
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 241) as u8 + 1).collect();
+    for dir in ["have", "new/deep"] {
+        fs::create_dir_all(b.join("lo").join(dir)).unwrap();
+        let mut f = fs::File::create(b.join("lo").join(dir).join("big")).unwrap();
+        for _ in 0..8 {
+            f.write_all(&chunk).unwrap();
+        }
+    }
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let writers: Vec<_> = ["have", "new/deep"]
+        .iter()
+        .flat_map(|dir| (0..3).map(move |i| (dir.to_string(), i)))
+        .map(|(dir, i)| {
+            let path = m.mnt.join(&dir).join("big");
+            std::thread::spawn(move || {
+                let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+                f.write_all(format!("<{i}>").as_bytes()).unwrap();
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    for dir in ["have", "new/deep"] {
+        let data = fs::read(m.mnt.join(dir).join("big")).unwrap();
+        assert_eq!(data.len(), (8 << 20) + 9, "{dir}/big");
+        assert!(
+            data[..8 << 20].chunks(1 << 20).all(|c| c == &chunk[..]),
+            "{dir}/big"
+        );
+        let tail = String::from_utf8_lossy(&data[8 << 20..]).to_string();
+        for i in 0..3 {
+            assert!(tail.contains(&format!("<{i}>")), "{dir}/big ends in {tail}");
+        }
+        assert_eq!(
+            fs::metadata(b.join("lo").join(dir).join("big"))
+                .unwrap()
+                .len(),
+            8 << 20
+        );
+    }
+    let mut left = Vec::new();
+    let mut todo = vec![b.join("up")];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                todo.push(e.path());
+            } else if e.file_name().to_string_lossy().contains("accord-tmp") {
+                left.push(e.path());
+            }
+        }
+    }
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
 /// Read-only opens of lower files use FUSE passthrough (the kernel reads the branch file). A
 /// later copy-up (open for write, chmod) must not disturb open readers, nor be refused: the
 /// name moves to a new inode while the readers keep the file they opened.

@@ -1,23 +1,28 @@
 //! Copy-up: bringing a name from a lower branch into the upper (highest writable) branch
 //! before it is changed, so read-only branches are never touched.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::{Errno, Op, R, ROOT};
+use super::{Errno, Op, State, R, ROOT};
 use crate::merge::Kind;
 use crate::sys;
 use crate::whiteout;
 
-/// fsync directory `rel` of a branch (`""` is its root).
-fn sync_dir(branch: i32, rel: &Path) -> std::io::Result<()> {
-    let rel = if rel.as_os_str().is_empty() {
+/// `rel`, or `.` for the branch root (`""`).
+fn dot(rel: &Path) -> &Path {
+    if rel.as_os_str().is_empty() {
         Path::new(".")
     } else {
         rel
-    };
-    sys::openat(branch, rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)?.sync_all()
+    }
+}
+
+/// fsync directory `rel` of a branch (`""` is its root).
+fn sync_dir(branch: i32, rel: &Path) -> std::io::Result<()> {
+    sys::openat(branch, dot(rel), libc::O_RDONLY | libc::O_DIRECTORY, 0)?.sync_all()
 }
 
 /// Files at least this long are copied before the namespace lock is taken (`Op::precopy`);
@@ -26,24 +31,39 @@ const PRECOPY_MIN: i64 = 1 << 20;
 
 /// A lower file's data, copied up to a temporary file without the namespace lock. Unless it
 /// was renamed into place, the temporary file is removed when this is dropped.
-pub(super) struct Precopy {
+pub(super) struct Precopy<'a> {
     src: u32,
     upper: u32,
-    rel: std::path::PathBuf,
+    rel: PathBuf,
     stamp: sys::Stamp,
-    /// The upper branch's root (valid while the request's branch table lives) and the
-    /// temporary file's name in it.
-    dir: i32,
-    tmp: std::path::PathBuf,
-    file: Option<std::fs::File>,
+    /// The upper directory holding the temporary file `name`: the file's own directory if it
+    /// was in the upper branch already, else the branch root (`at_root`).
+    dir: File,
+    name: OsString,
+    at_root: bool,
+    file: Option<File>,
     placed: bool,
+    _busy: Busy<'a>,
 }
 
-impl Drop for Precopy {
+impl Drop for Precopy<'_> {
     fn drop(&mut self) {
         if !self.placed {
-            let _ = sys::unlinkat(self.dir, &self.tmp, false);
+            let _ = sys::unlinkat(self.dir.as_raw_fd(), Path::new(&self.name), false);
         }
+    }
+}
+
+/// A file being pre-copied (see `State::copying`); released when dropped.
+pub(super) struct Busy<'a> {
+    state: &'a State,
+    ino: u64,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        super::lock(&self.state.copying).remove(&self.ino);
+        self.state.copied.notify_all();
     }
 }
 
@@ -107,7 +127,7 @@ impl Op<'_> {
     }
 
     /// `copy_up`, using the data `pre` copied without the lock if it is still the file's.
-    fn copy_up_with(&self, ino: u64, pre: Option<Precopy>) -> R<u32> {
+    fn copy_up_with(&self, ino: u64, pre: Option<Precopy<'_>>) -> R<u32> {
         let loc = self.locate(ino)?;
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
         let u = self.ensure_dir_upper(parent)?;
@@ -128,13 +148,20 @@ impl Op<'_> {
         let rel = loc.rel.clone();
         let st = sys::fstatat(sfd, &rel).e()?;
         let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
-        // The data copied before the lock was taken counts only if it is still this file's:
-        // same branch and path, and the source unchanged since (inode, mtime, ctime).
-        // (A stale one is dropped here, which removes its file.)
-        let mut pre = pre
-            .filter(|p| p.src == src && p.upper == u && p.rel == rel && p.stamp == sys::stamp(&st));
+        // The data copied before the lock was taken counts only if it is still this file's
+        // (same branch and path, the source unchanged since: inode, mtime, ctime) and its
+        // temporary file can be renamed into place (still in this directory, or at the root
+        // of the same file system). A stale one is dropped here, which removes its file.
+        let mut pre = pre.filter(|p| {
+            p.src == src
+                && p.upper == u
+                && p.rel == rel
+                && p.stamp == sys::stamp(&st)
+                && self.placeable(p, &parent_rel)
+        });
         let tmp = match &pre {
-            Some(p) => p.tmp.clone(),
+            Some(p) if p.at_root => PathBuf::from(&p.name),
+            Some(p) => parent_rel.join(&p.name),
             None => self.temp_rel(&parent_rel),
         };
         let copied = pre.as_mut().and_then(|p| p.file.take());
@@ -234,7 +261,7 @@ impl Op<'_> {
         self.writable_branch_with(ino, None)
     }
 
-    fn writable_branch_with(&self, ino: u64, pre: Option<Precopy>) -> R<u32> {
+    fn writable_branch_with(&self, ino: u64, pre: Option<Precopy<'_>>) -> R<u32> {
         let loc = self.locate(ino)?;
         let w = loc.entry.winner();
         if self.table.get(w).writable() {
@@ -248,11 +275,12 @@ impl Op<'_> {
     }
 
     /// Without the namespace lock: copy the data of regular file `ino` (if on a read-only
-    /// branch and at least `PRECOPY_MIN` long) to a hidden temporary file at the root of the
-    /// upper branch and make it durable. `copy_up_with` then only finishes it under the lock
-    /// (owner, mode, xattrs, times, rename into place), or drops it if the file changed
-    /// meanwhile. Any failure here just means the copy is made under the lock as before.
-    fn precopy(&self, ino: u64) -> Option<Precopy> {
+    /// branch and at least `PRECOPY_MIN` long) to a hidden temporary file in the upper branch
+    /// and make it durable. `copy_up_with` then only finishes it under the lock (owner, mode,
+    /// xattrs, times, rename into place), or drops it if the file changed meanwhile. One
+    /// request at a time pre-copies a file; the others wait for it and then find the file
+    /// copied up. Any failure here just means the copy is made under the lock as before.
+    fn precopy(&self, ino: u64) -> Option<Precopy<'_>> {
         let u = self.upper().ok()?;
         let (src, rel, file, st) = self
             .resolved(|| {
@@ -267,23 +295,70 @@ impl Op<'_> {
         if !big || src <= u {
             return None;
         }
-        let tmp = self.temp_rel(Path::new(""));
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-        let d = sys::openat(self.fd(u), &tmp, flags, 0o600).ok()?;
+        let busy = self.busy(ino)?;
+        // Next to the file if its directory is in the upper branch already (checked again
+        // under the lock), else at the branch root.
+        let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        let (dir, at_root) = match sys::openat(self.fd(u), dot(&parent_rel), flags, 0) {
+            Ok(d) => (d, parent_rel.as_os_str().is_empty()),
+            Err(_) => (
+                sys::openat(self.fd(u), Path::new("."), flags, 0).ok()?,
+                true,
+            ),
+        };
+        let name = self.temp_rel(Path::new("")).into_os_string();
+        let create = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let d = sys::openat(dir.as_raw_fd(), Path::new(&name), create, 0o600).ok()?;
         let mut pre = Precopy {
             src,
             upper: u,
             rel,
             stamp: sys::stamp(&st),
-            dir: self.fd(u),
-            tmp,
+            dir,
+            name,
+            at_root,
             file: None,
             placed: false,
+            _busy: busy,
         };
-        // On failure `pre` is dropped, which removes the temporary file.
+        // On failure `pre` is dropped, which removes the temporary file. A source changed
+        // while it was copied (behind the union's back) is not used.
         sys::copy_data(&file, &d).and_then(|_| d.sync_data()).ok()?;
+        let after = sys::fstat(file.as_raw_fd()).ok()?;
+        if sys::stamp(&after) != pre.stamp {
+            return None;
+        }
         pre.file = Some(d);
         Some(pre)
+    }
+
+    /// Wait while another request pre-copies `ino`, then claim it; None if another did (the
+    /// file is then copied up, or the caller copies it under the lock).
+    fn busy(&self, ino: u64) -> Option<Busy<'_>> {
+        let mut copying = super::lock(&self.copying);
+        let mut waited = false;
+        while copying.contains(&ino) {
+            copying = self.copied.wait(copying).unwrap_or_else(|e| e.into_inner());
+            waited = true;
+        }
+        if waited {
+            return None;
+        }
+        copying.insert(ino);
+        Some(Busy { state: self, ino })
+    }
+
+    /// Under the lock: `p`'s temporary file can be renamed to a name in upper directory
+    /// `parent_rel` (it is that directory, or the root on the same file system).
+    fn placeable(&self, p: &Precopy<'_>, parent_rel: &Path) -> bool {
+        let (Ok(here), Ok(there)) = (
+            sys::fstat(p.dir.as_raw_fd()),
+            sys::fstatat(self.fd(p.upper), dot(parent_rel)),
+        ) else {
+            return false;
+        };
+        here.st_dev == there.st_dev && (p.at_root || here.st_ino == there.st_ino)
     }
 
     /// Checks and preparation before creating `name` in directory `parent`: the name must be

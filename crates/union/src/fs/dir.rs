@@ -117,13 +117,18 @@ impl Op<'_> {
     /// fsync of a directory reaches every writable branch that holds it (the only ones our
     /// operations changed).
     pub(super) fn do_fsyncdir(&self, ino: u64, datasync: bool) -> R<()> {
-        let rel = self.path(ino)?;
-        let layers = self.ensure_view(ino)?.layers.clone();
-        for b in layers {
-            if !self.table.get(b).writable() {
-                continue;
-            }
-            let d = sys::openat(self.fd(b), &rel, libc::O_RDONLY | libc::O_DIRECTORY, 0).e()?;
+        // Opened through the directory's path (again if a rename ran meanwhile), then synced.
+        let dirs = self.resolved(|| {
+            let rel = self.path(ino)?;
+            let layers = self.ensure_view(ino)?.layers.clone();
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+            layers
+                .into_iter()
+                .filter(|&b| self.table.get(b).writable())
+                .map(|b| sys::openat(self.fd(b), &rel, flags, 0).e())
+                .collect::<R<Vec<_>>>()
+        })?;
+        for d in dirs {
             if datasync {
                 d.sync_data().e()?;
             } else {

@@ -443,7 +443,12 @@ impl fuser::Filesystem for Union {
             return reply.error(Errno::EBADF);
         };
         let op = self.op();
-        let mut listed = op.listed(ino.0);
+        // Without the directory no name can be looked up: an error, not an empty chunk (which
+        // the kernel would take for the end of the listing).
+        let mut listed = match op.listed(ino.0) {
+            Ok(l) => l,
+            Err(e) => return reply.error(err(e)),
+        };
         for (i, (child, _, name)) in list.iter().enumerate().skip(offset as usize) {
             // The kernel takes a reference to every entry but `.` and `..` (lookup_listed
             // counts it).
@@ -451,10 +456,7 @@ impl fuser::Filesystem for Union {
             let attr = if dots {
                 op.do_getattr(*child, None)
             } else {
-                match &mut listed {
-                    Ok(l) => op.lookup_listed(l, name),
-                    Err(e) => Err(*e),
-                }
+                op.lookup_listed(&mut listed, name)
             };
             // A name that vanished since opendir is left out of this listing.
             let Ok(attr) = attr else { continue };

@@ -455,6 +455,10 @@ pub struct State {
     /// (Creates and unlinks of files, the common changes, leave it alone, so they do not make
     /// concurrent listings read again.)
     dir_seq: AtomicU64,
+    /// Regular files whose data a request is copying up before taking `ns` (see
+    /// `Op::precopy`); `copied` wakes the requests waiting for one to finish.
+    copying: Mutex<HashSet<u64>>,
+    copied: std::sync::Condvar,
 }
 
 thread_local! {
@@ -575,6 +579,8 @@ impl State {
             ns: Mutex::new(()),
             ns_seq: AtomicU64::new(0),
             dir_seq: AtomicU64::new(0),
+            copying: Mutex::new(HashSet::new()),
+            copied: std::sync::Condvar::new(),
         }
     }
 
