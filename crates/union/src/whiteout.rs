@@ -8,7 +8,8 @@
 //!
 //! Every name that starts with `.wh.` is reserved: it never shows in a listing and cannot be
 //! created through the union. Copy-up temporaries use the same prefix so a crash leaves nothing
-//! visible behind.
+//! visible behind; they carry the daemon's pid, and one that outlived its daemon is removed when
+//! its directory is next read.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -46,6 +47,13 @@ pub fn temp_name(pid: u32, counter: u64) -> OsString {
     OsString::from(format!(".wh..accord-tmp.{pid}.{counter}"))
 }
 
+/// The process that made temporary name `name` (see `temp_name`), or None for other names.
+pub fn temp_owner(name: &OsStr) -> Option<u32> {
+    let rest = name.as_bytes().strip_prefix(b".wh..accord-tmp.")?;
+    let pid = std::str::from_utf8(rest).ok()?.split('.').next()?;
+    pid.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +81,13 @@ mod tests {
         assert_eq!(whiteout_target(OsStr::new(".wh")), None);
         assert!(!is_reserved(OsStr::new(".whx")));
         assert!(is_reserved(&temp_name(1, 2)));
+    }
+
+    #[test]
+    fn temp_names_tell_their_process() {
+        assert_eq!(temp_owner(&temp_name(4321, 7)), Some(4321));
+        assert_eq!(temp_owner(OsStr::new(".wh..accord-tmp.x.1")), None);
+        assert_eq!(temp_owner(OsStr::new(".wh.foo")), None);
+        assert_eq!(temp_owner(OsStr::new(".wh..accord-tmp.")), None);
     }
 }

@@ -651,6 +651,49 @@ fn concurrent_copy_ups_of_big_files_all_land() {
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
 
+/// Copy-up temporaries left in the upper branch by a daemon that died mid-copy are removed
+/// when their directory is next read; those of a running process are left alone.
+#[test]
+fn temporaries_of_dead_daemons_are_swept() {
+    if !fuse_ok("temporaries_of_dead_daemons_are_swept") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up/d")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    // A process that has exited: its pid is free (until reused, which this test would notice
+    // only as a failure to sweep).
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let alive = std::process::id();
+    let stale = [
+        b.join(format!("up/.wh..accord-tmp.{dead}.1")),
+        b.join(format!("up/d/.wh..accord-tmp.{dead}.2")),
+    ];
+    for f in &stale {
+        fs::write(f, "partial copy").unwrap();
+    }
+    fs::create_dir(b.join(format!("up/.wh..accord-tmp.{dead}.3"))).unwrap();
+    let live = b.join(format!("up/d/.wh..accord-tmp.{alive}.4"));
+    fs::write(&live, "in progress").unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    assert_eq!(fs::read_dir(&m.mnt).unwrap().count(), 1, "only d shows");
+    assert_eq!(fs::read_dir(m.mnt.join("d")).unwrap().count(), 0);
+    for f in &stale {
+        assert!(!f.exists(), "{} was left", f.display());
+    }
+    assert!(!b.join(format!("up/.wh..accord-tmp.{dead}.3")).exists());
+    assert!(live.exists(), "a running process's temporary was removed");
+}
+
 /// Read-only opens of lower files use FUSE passthrough (the kernel reads the branch file). A
 /// later copy-up (open for write, chmod) must not disturb open readers, nor be refused: the
 /// name moves to a new inode while the readers keep the file they opened.

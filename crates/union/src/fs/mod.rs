@@ -945,6 +945,9 @@ impl Op<'_> {
         for (i, &b) in candidates.iter().enumerate() {
             match sys::list_dir_stamped(self.fd(b), rel) {
                 Ok((list, st)) => {
+                    if self.table.get(b).writable() {
+                        self.sweep_temps(b, rel, &list);
+                    }
                     stamps.push((b, Some(st)));
                     if !m.add(b, list) {
                         break;
@@ -982,6 +985,22 @@ impl Op<'_> {
             parent_serial,
             stamps,
         })
+    }
+
+    /// Remove the copy-up temporaries in directory `rel` of writable branch `b` that a daemon
+    /// no longer running left behind (a crash in the middle of a copy-up): hidden, but they can
+    /// be as big as the file they copied. Those of running processes are theirs to finish.
+    fn sweep_temps(&self, b: u32, rel: &Path, list: &[(OsString, Kind)]) {
+        let me = std::process::id();
+        for (name, kind) in list {
+            let Some(pid) = crate::whiteout::temp_owner(name) else {
+                continue;
+            };
+            let gone = pid != me && i32::try_from(pid).is_ok_and(process_gone);
+            if gone {
+                let _ = sys::unlinkat(self.fd(b), &rel.join(name), *kind == Kind::Dir);
+            }
+        }
     }
 
     /// An expired view whose directory is unchanged in every branch it examined (same inode,
@@ -1063,6 +1082,13 @@ impl Op<'_> {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed) + 1;
         parent_rel.join(crate::whiteout::temp_name(std::process::id(), n))
     }
+}
+
+/// No process `pid` exists (in this PID namespace).
+fn process_gone(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Past this many cached directories, expired ones are dropped.
