@@ -4,9 +4,10 @@
 # private tmpfs (so the disk does not dominate). Each figure is the median of RUNS runs; the
 # tables print absolute numbers and the ratio to kernel overlayfs and to accord.
 #
-# usage: sudo bench/union/run.sh [path/to/accord]     (needs root, /dev/fuse, gcc, postmark)
+# usage: sudo bench/union/run.sh [path/to/accord]     (needs root, /dev/fuse, gcc, postmark,
+#        libfuse3-dev and pkg-config for the floor)
 # env:   RUNS=3  STATN=100000  RATEN=10000  READMB=1024  PM_FILES=1000  PM_TX=5000
-#        BRANCHES="1 200 1000"  ONLY="plain overlayfs ..." (subset of file systems)
+#        BRANCHES="1 200 1000"  ONLY="plain overlayfs ..." (subset of file systems)  FLOOR=0
 #        PRIO=-10 (nice value for the whole run: every daemon and workload inherits it, so
 #        other load on a shared machine disturbs the figures less; all file systems alike)
 set -euo pipefail
@@ -178,6 +179,52 @@ for k in postmark build stat create statrate unlink read; do ratio_row "$k" "$k"
 echo
 echo "== time relative to accord union (above 1.00x = slower than accord)"
 for k in postmark build stat create statrate unlink read; do ratio_row "$k" "$k" accord; done
+
+# ---- the floor of FUSE on this machine: create / stat / unlink with the daemon and the
+# workload pinned to one CPU (no wake-up of another CPU: the cheapest path a FUSE request
+# has), for kernel overlayfs, a null FUSE file system (nullfs.c: names and modes in memory,
+# nothing else, mounted with accord's options) and accord. What nullfs costs over overlayfs is
+# the price of the FUSE round trips themselves, which no FUSE daemon can go below.
+if [ "${FLOOR:-1}" = 1 ]; then
+    echo
+    echo "== floor: daemon and workload on CPU 0 (median of $RUNS; operations per second)"
+    gcc -O2 -o "$B/nullfs" "$here/nullfs.c" $(pkg-config fuse3 --cflags --libs)
+    F=$B/floor
+    mkdir -p "$F/lower" "$F/upper-ovl" "$F/work-ovl" "$F/upper-acc"
+    floor_fs="overlayfs nullfs accord"
+    for fs in $floor_fs; do
+        M=$F/mnt-$fs; mkdir -p "$M"
+        case $fs in
+            overlayfs) mount -t overlay overlay -o "lowerdir=$F/lower,upperdir=$F/upper-ovl,workdir=$F/work-ovl" "$M" ;;
+            nullfs) taskset -c 0 "$B/nullfs" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
+            accord) taskset -c 0 "$ACCORD" union mount "$M" "$F/upper-acc=rw" "$F/lower=ro" ;;
+        esac
+        MOUNTS+=("$M")
+    done
+    declare -A FS_
+    for r in $(seq "$RUNS"); do
+        for fs in $floor_fs; do
+            M=$F/mnt-$fs; mkdir -p "$M/rate"
+            sync; FS_[$fs.create]="${FS_[$fs.create]:-} $(taskset -c 0 "$B/fsops" create "$M/rate" "$RATEN")"
+            drop; FS_[$fs.stat]="${FS_[$fs.stat]:-} $(taskset -c 0 "$B/fsops" stat "$M/rate" "$RATEN")"
+            FS_[$fs.unlink]="${FS_[$fs.unlink]:-} $(taskset -c 0 "$B/fsops" unlink "$M/rate" "$RATEN")"
+            rmdir "$M/rate"
+        done
+    done
+    for fs in $floor_fs; do
+        case $fs in overlayfs) umount "$F/mnt-$fs" ;; *) fusermount3 -u "$F/mnt-$fs" ;; esac
+    done
+    printf '%-10s' ""; for op in create stat unlink; do printf '%22s' "$op"; done; echo
+    for fs in $floor_fs; do
+        printf '%-10s' "$fs"
+        for op in create stat unlink; do
+            v=$(printf '%s\n' ${FS_[$fs.$op]} | median); o=$(printf '%s\n' ${FS_[overlayfs.$op]} | median)
+            printf '%22s' "$(awk -v n="$RATEN" -v v="$v" -v o="$o" 'BEGIN{printf "%.0f/s (%.2fx)", n/(v/1e9), v/o}')"
+        done
+        echo
+    done
+    echo "(in brackets: time relative to overlayfs on the same CPU)"
+fi
 
 # ---- many branches: accord (and the FUSE peers that take a branch list) with 1, 200, 1000
 # branches. A directory `d` of 1000 files spread round-robin over the branches (so it is held
