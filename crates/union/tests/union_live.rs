@@ -694,6 +694,57 @@ fn temporaries_of_dead_daemons_are_swept() {
     assert!(live.exists(), "a running process's temporary was removed");
 }
 
+/// Opening a lower file with O_TRUNC copies it up without its data: the union shows the new
+/// contents with the old file's owner, mode and xattrs, the lower branch is untouched, and an
+/// O_TRUNC open of a file already copied up truncates it as usual.
+#[test]
+fn truncating_open_of_a_lower_file_keeps_its_attributes() {
+    if !fuse_ok("truncating_open_of_a_lower_file_keeps_its_attributes") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo/d")).unwrap();
+    let lower = b.join("lo/d/big");
+    fs::write(&lower, vec![7u8; 3 << 20]).unwrap();
+    fs::set_permissions(&lower, fs::Permissions::from_mode(0o640)).unwrap();
+    setxattr(&lower, "user.kept", b"yes").unwrap();
+    std::os::unix::fs::chown(&lower, Some(1234), Some(5678)).unwrap();
+    let before = fs::read(&lower).unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let f = m.mnt.join("d/big");
+    for text in ["new", "newer!"] {
+        let mut w = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&f)
+            .unwrap();
+        w.write_all(text.as_bytes()).unwrap();
+        drop(w);
+        assert_eq!(fs::read_to_string(&f).unwrap(), text);
+    }
+    let md = fs::metadata(&f).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o640);
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    assert_eq!(
+        user_xattrs(&f),
+        vec![("user.kept".to_string(), b"yes".to_vec())]
+    );
+    assert_eq!(fs::read(b.join("up/d/big")).unwrap(), b"newer!");
+    assert_eq!(
+        fs::read(&lower).unwrap(),
+        before,
+        "the lower branch changed"
+    );
+}
+
 /// Read-only opens of lower files use FUSE passthrough (the kernel reads the branch file). A
 /// later copy-up (open for write, chmod) must not disturb open readers, nor be refused: the
 /// name moves to a new inode while the readers keep the file they opened.

@@ -45,6 +45,12 @@ fn opens_never_reach_a_file_renamed_meanwhile() {
         fs::metadata(m.mnt.join("a")).unwrap().ino(),
         fs::metadata(m.mnt.join("b")).unwrap().ino(),
     );
+    // Held open, so the kernel keeps both inodes and their numbers stay (a name looked up
+    // again after the kernel evicted its inode, say under memory pressure, may get a new one).
+    let _held = (
+        fs::File::open(m.mnt.join("a")).unwrap(),
+        fs::File::open(m.mnt.join("b")).unwrap(),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let swapper = {
         let (mnt, stop) = (m.mnt.clone(), stop.clone());

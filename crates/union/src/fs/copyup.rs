@@ -123,24 +123,46 @@ impl Op<'_> {
     /// temporary name before it is renamed over its final name. Only with the namespace lock
     /// held.
     pub(super) fn copy_up(&self, ino: u64) -> R<u32> {
-        self.copy_up_with(ino, None)
+        Ok(self.copy_up_with(ino, None, None)?.0)
     }
 
-    /// `copy_up`, using the data `pre` copied without the lock if it is still the file's.
-    fn copy_up_with(&self, ino: u64, pre: Option<Precopy<'_>>) -> R<u32> {
+    /// For an open with O_TRUNC (`flags`) of regular file `ino` on a read-only branch: copy
+    /// it up without its data (which the open would throw away) and open the copy with
+    /// `flags` before it takes the file's name, so a failed open leaves the union unchanged.
+    /// None if no copy-up was needed. Only with the namespace lock held.
+    pub(super) fn copy_up_truncated(&self, ino: u64, flags: i32) -> R<Option<(u32, File)>> {
+        let loc = self.locate(ino)?;
+        if loc.entry.kind != Kind::File || self.table.get(loc.entry.winner()).writable() {
+            return Ok(None);
+        }
+        Ok(match self.copy_up_with(ino, None, Some(flags))? {
+            (u, Some(f)) => Some((u, f)),
+            (_, None) => None,
+        })
+    }
+
+    /// `copy_up`, using the data `pre` copied without the lock if it is still the file's;
+    /// with `truncated_open`, a regular file is copied without its data and opened with
+    /// those flags (see `copy_up_truncated`).
+    fn copy_up_with(
+        &self,
+        ino: u64,
+        pre: Option<Precopy<'_>>,
+        truncated_open: Option<i32>,
+    ) -> R<(u32, Option<File>)> {
         let loc = self.locate(ino)?;
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
         let u = self.ensure_dir_upper(parent)?;
         let src = loc.entry.winner();
         if src == u {
-            return Ok(u);
+            return Ok((u, None));
         }
         if src < u {
             // A read-only branch above every writable one: a copy below it would stay hidden.
             return Err(libc::EROFS);
         }
         if loc.entry.kind == Kind::Dir {
-            return self.ensure_dir_upper(ino);
+            return Ok((self.ensure_dir_upper(ino)?, None));
         }
         self.nodes().split_aliases(ino);
         let sfd = self.fd(src);
@@ -167,20 +189,23 @@ impl Op<'_> {
         let copied = pre.as_mut().and_then(|p| p.file.take());
         let src_abs = self.abs(src, &rel);
         let tmp_abs = self.abs(u, &tmp);
-        let build = || -> std::io::Result<()> {
+        let build = || -> std::io::Result<Option<File>> {
+            let mut opened = None;
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {
                     let d = match copied {
                         Some(d) => d,
                         None => {
-                            let s = sys::open_noatime(sfd, &rel, libc::O_RDONLY)?;
                             let d = sys::openat(
                                 ufd,
                                 &tmp,
                                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
                                 0o600,
                             )?;
-                            sys::copy_data(&s, &d)?;
+                            if truncated_open.is_none() {
+                                let s = sys::open_noatime(sfd, &rel, libc::O_RDONLY)?;
+                                sys::copy_data(&s, &d)?;
+                            }
                             d
                         }
                     };
@@ -196,6 +221,10 @@ impl Op<'_> {
                     let (a, m) = sys::stat_times(&st);
                     sys::utimensat(ufd, &tmp, a, m)?;
                     d.sync_all()?;
+                    if let Some(flags) = truncated_open {
+                        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+                        opened = Some(sys::openat(ufd, &tmp, flags, 0)?);
+                    }
                 }
                 libc::S_IFLNK => {
                     let target = sys::readlinkat(sfd, &rel)?;
@@ -219,17 +248,21 @@ impl Op<'_> {
             self.ns_changing();
             sys::renameat(ufd, &tmp, &rel, 0)?;
             // The new name is durable too, not only the data behind it.
-            sync_dir(ufd, &parent_rel)
+            sync_dir(ufd, &parent_rel)?;
+            Ok(opened)
         };
-        if let Err(e) = build() {
-            let _ = sys::unlinkat(ufd, &tmp, false);
-            return Err(sys::errno(&e));
-        }
+        let opened = match build() {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = sys::unlinkat(ufd, &tmp, false);
+                return Err(sys::errno(&e));
+            }
+        };
         if let Some(p) = &mut pre {
             p.placed = true;
         }
         self.view_add_position(parent, &name, u);
-        Ok(u)
+        Ok((u, opened))
     }
 
     /// Whether changing `ino` needs a copy-up first (its winning copy is on a read-only
@@ -271,7 +304,7 @@ impl Op<'_> {
         if loc.entry.kind == Kind::Dir {
             return self.ensure_dir_upper(ino);
         }
-        self.copy_up_with(ino, pre)
+        Ok(self.copy_up_with(ino, pre, None)?.0)
     }
 
     /// Without the namespace lock: copy the data of regular file `ino` (if on a read-only

@@ -105,7 +105,15 @@ impl Op<'_> {
             Some(x) => x,
             None => {
                 let _ns = self.ns();
-                open(true)?
+                // A truncating open of a lower file copies no data up (see there).
+                let copied = match flags & libc::O_TRUNC != 0 && wants_write(flags) {
+                    true => self.copy_up_truncated(ino, flags)?,
+                    false => None,
+                };
+                match copied {
+                    Some(x) => x,
+                    None => open(true)?,
+                }
             }
         };
         if flags & libc::O_TRUNC != 0 && !has_fsetid(caller) {
