@@ -118,14 +118,6 @@ impl Op<'_> {
         Ok(u)
     }
 
-    /// Copy non-directory `ino` up into the upper branch unless it already lives there.
-    /// Atomic: the copy is complete (data, owner, mode, xattrs, times, fsynced) under a hidden
-    /// temporary name before it is renamed over its final name. Only with the namespace lock
-    /// held.
-    pub(super) fn copy_up(&self, ino: u64) -> R<u32> {
-        Ok(self.copy_up_with(ino, None, None)?.0)
-    }
-
     /// For an open with O_TRUNC (`flags`) of regular file `ino` on a read-only branch: copy
     /// it up without its data (which the open would throw away) and open the copy with
     /// `flags` before it takes the file's name, so a failed open leaves the union unchanged.
@@ -141,10 +133,13 @@ impl Op<'_> {
         })
     }
 
-    /// `copy_up`, using the data `pre` copied without the lock if it is still the file's;
-    /// with `truncated_open`, a regular file is copied without its data and opened with
-    /// those flags (see `copy_up_truncated`).
-    fn copy_up_with(
+    /// Copy non-directory `ino` up into the upper branch unless it already lives there.
+    /// Atomic: the copy is complete (data, owner, mode, xattrs, times, fsynced) under a hidden
+    /// temporary name before it is renamed over its final name. Only with the namespace lock
+    /// held. Uses the data `pre` copied without the lock if it is still the file's; with
+    /// `truncated_open`, a regular file is copied without its data and opened with those
+    /// flags (see `copy_up_truncated`).
+    pub(super) fn copy_up_with(
         &self,
         ino: u64,
         pre: Option<Precopy<'_>>,
@@ -313,7 +308,7 @@ impl Op<'_> {
     /// xattrs, times, rename into place), or drops it if the file changed meanwhile. One
     /// request at a time pre-copies a file; the others wait for it and then find the file
     /// copied up. Any failure here just means the copy is made under the lock as before.
-    fn precopy(&self, ino: u64) -> Option<Precopy<'_>> {
+    pub(super) fn precopy(&self, ino: u64) -> Option<Precopy<'_>> {
         let u = self.upper().ok()?;
         let (src, rel, file, st) = self
             .resolved(|| {

@@ -62,6 +62,10 @@ impl Op<'_> {
         if crate::whiteout::is_reserved(newname) {
             return Err(libc::EINVAL);
         }
+        // A big lower file that moves is copied up first; its data before the lock is taken.
+        // (The node table's guard must be gone before `precopy` looks the file up.)
+        let known = self.nodes().lookup(parent, name);
+        let mut pre = known.and_then(|ino| self.precopy(ino));
         let _ns = self.ns();
         let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         let dst = self.child(newparent, newname)?;
@@ -117,7 +121,7 @@ impl Op<'_> {
             }
         }
         if !is_dir {
-            self.copy_up(src_ino)?;
+            self.copy_up_with(src_ino, pre.take(), None)?;
             self.ns_changing();
         }
         self.ensure_dir_upper(newparent)?;
@@ -143,12 +147,13 @@ impl Op<'_> {
     }
 
     pub(super) fn do_link(&self, ino: u64, newparent: u64, newname: &OsStr) -> R<FileAttr> {
+        let pre = self.precopy(ino);
         let _ns = self.ns();
         let loc = self.locate(ino)?;
         if loc.entry.kind == Kind::Dir {
             return Err(libc::EPERM);
         }
-        self.copy_up(ino)?;
+        self.copy_up_with(ino, pre, None)?;
         self.ns_changing();
         let (u, rel) = self.prepare_create(newparent, newname)?;
         let from = self.path(ino)?;
