@@ -174,7 +174,10 @@ mod tests {
         let mut m = Merger::new();
         m.add(
             0,
-            l(&[(".wh..accord-tmp.1.2", Kind::File), (".wh.", Kind::File)]),
+            l(&[
+                (".wh..wh.accord-tmp.1.2.3", Kind::File),
+                (".wh.", Kind::File),
+            ]),
         );
         let (e, _) = m.finish();
         assert!(e.is_empty());

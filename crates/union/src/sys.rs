@@ -41,6 +41,21 @@ pub fn fstatat(dir: RawFd, rel: &Path) -> io::Result<Stat> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// The id of the mount `rel` of `dir` is on (`""`: `dir` itself), from statx.
+pub fn mount_id(dir: RawFd, rel: &Path) -> io::Result<u64> {
+    let c = cstr(rel)?;
+    let mut stx = MaybeUninit::<libc::statx>::uninit();
+    let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH;
+    // SAFETY: valid C string and out pointer.
+    cvt(unsafe { libc::statx(dir, c.as_ptr(), flags, libc::STATX_MNT_ID, stx.as_mut_ptr()) })?;
+    // SAFETY: statx succeeded and filled the struct.
+    let stx = unsafe { stx.assume_init() };
+    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    Ok(stx.stx_mnt_id)
+}
+
 pub fn fstat(fd: RawFd) -> io::Result<Stat> {
     let mut st = MaybeUninit::<Stat>::uninit();
     // SAFETY: out pointer is valid.

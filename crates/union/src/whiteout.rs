@@ -42,16 +42,29 @@ pub fn whiteout_target(name: &OsStr) -> Option<&OsStr> {
     Some(OsStr::from_bytes(&b[PREFIX.len()..]))
 }
 
-/// A hidden temporary name for building a copy-up before renaming it into place.
-pub fn temp_name(pid: u32, counter: u64) -> OsString {
-    OsString::from(format!(".wh..accord-tmp.{pid}.{counter}"))
+/// Temporary names start so: a whiteout of a reserved name (`.wh.accord-tmp…`), which no file
+/// can have through the union, so a temporary never hides anything and no whiteout of a real
+/// name is ever taken for a temporary.
+const TEMP_PREFIX: &[u8] = b".wh..wh.accord-tmp.";
+
+/// A hidden temporary name for building a copy-up before renaming it into place: the daemon's
+/// pid and a value drawn at its start (`run`, which tells a daemon from an earlier one with
+/// the same pid), and a counter.
+pub fn temp_name(pid: u32, run: u64, counter: u64) -> OsString {
+    let mut v = TEMP_PREFIX.to_vec();
+    v.extend_from_slice(format!("{pid}.{run:x}.{counter}").as_bytes());
+    OsString::from_vec(v)
 }
 
-/// The process that made temporary name `name` (see `temp_name`), or None for other names.
-pub fn temp_owner(name: &OsStr) -> Option<u32> {
-    let rest = name.as_bytes().strip_prefix(b".wh..accord-tmp.")?;
-    let pid = std::str::from_utf8(rest).ok()?.split('.').next()?;
-    pid.parse().ok()
+/// The (pid, run) of the daemon that made temporary name `name` (see `temp_name`), or None
+/// for other names.
+pub fn temp_owner(name: &OsStr) -> Option<(u32, u64)> {
+    let rest = std::str::from_utf8(name.as_bytes().strip_prefix(TEMP_PREFIX)?).ok()?;
+    let mut parts = rest.split('.');
+    let pid = parts.next()?.parse().ok()?;
+    let run = u64::from_str_radix(parts.next()?, 16).ok()?;
+    parts.next()?.parse::<u64>().ok()?;
+    parts.next().is_none().then_some((pid, run))
 }
 
 #[cfg(test)]
@@ -80,14 +93,29 @@ mod tests {
         assert_eq!(whiteout_target(OsStr::new(".wh.")), None);
         assert_eq!(whiteout_target(OsStr::new(".wh")), None);
         assert!(!is_reserved(OsStr::new(".whx")));
-        assert!(is_reserved(&temp_name(1, 2)));
+        assert!(is_reserved(&temp_name(1, 2, 3)));
     }
 
     #[test]
-    fn temp_names_tell_their_process() {
-        assert_eq!(temp_owner(&temp_name(4321, 7)), Some(4321));
-        assert_eq!(temp_owner(OsStr::new(".wh..accord-tmp.x.1")), None);
+    fn temp_names_tell_their_daemon() {
+        assert_eq!(
+            temp_owner(&temp_name(4321, 0xbeef, 7)),
+            Some((4321, 0xbeef))
+        );
+        assert_eq!(temp_owner(OsStr::new(".wh..wh.accord-tmp.x.1.2")), None);
+        assert_eq!(temp_owner(OsStr::new(".wh..wh.accord-tmp.1.2")), None);
+        assert_eq!(temp_owner(OsStr::new(".wh..wh.accord-tmp.1.2.3.4")), None);
         assert_eq!(temp_owner(OsStr::new(".wh.foo")), None);
-        assert_eq!(temp_owner(OsStr::new(".wh..accord-tmp.")), None);
+    }
+
+    #[test]
+    fn temp_names_are_no_whiteouts_of_real_names() {
+        // A user may name a file `.accord-tmp.1.2.3`: deleting it leaves this whiteout, which
+        // must never be taken for a temporary (and swept, bringing the file back).
+        let w = whiteout_for(OsStr::new(".accord-tmp.1.2.3"));
+        assert_eq!(temp_owner(&w), None);
+        // What a temporary would hide is itself a reserved name.
+        let t = temp_name(1, 2, 3);
+        assert!(is_reserved(whiteout_target(&t).unwrap()));
     }
 }

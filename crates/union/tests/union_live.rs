@@ -670,7 +670,8 @@ fn concurrent_copy_ups_of_big_files_all_land() {
 }
 
 /// Copy-up temporaries left in the upper branch by a daemon that died mid-copy are removed
-/// when their directory is next read; those of a running process are left alone.
+/// when their directory is next read; those of a running process are left alone, and so is the
+/// whiteout of a file whose name merely looks like a temporary's.
 #[test]
 fn temporaries_of_dead_daemons_are_swept() {
     if !fuse_ok("temporaries_of_dead_daemons_are_swept") {
@@ -686,16 +687,18 @@ fn temporaries_of_dead_daemons_are_swept() {
     let dead = child.id();
     child.wait().unwrap();
     let alive = std::process::id();
-    let stale = [
-        b.join(format!("up/.wh..accord-tmp.{dead}.1")),
-        b.join(format!("up/d/.wh..accord-tmp.{dead}.2")),
-    ];
+    let tmp =
+        |dir: &str, pid: u32, n: u32| b.join(format!("up/{dir}.wh..wh.accord-tmp.{pid}.5eed.{n}"));
+    let stale = [tmp("", dead, 1), tmp("d/", dead, 2)];
     for f in &stale {
         fs::write(f, "partial copy").unwrap();
     }
-    fs::create_dir(b.join(format!("up/.wh..accord-tmp.{dead}.3"))).unwrap();
-    let live = b.join(format!("up/d/.wh..accord-tmp.{alive}.4"));
+    fs::create_dir(tmp("", dead, 3)).unwrap();
+    let live = tmp("d/", alive, 4);
     fs::write(&live, "in progress").unwrap();
+    // A lower file named like a temporary's hidden target.
+    let odd = format!(".accord-tmp.{dead}.5eed.5");
+    fs::write(b.join("lo").join(&odd), "deleted below").unwrap();
     let m = UnionMount::new(
         &b.join("mnt"),
         &[
@@ -703,12 +706,23 @@ fn temporaries_of_dead_daemons_are_swept() {
             format!("{}=ro", b.join("lo").display()),
         ],
     );
-    assert_eq!(fs::read_dir(&m.mnt).unwrap().count(), 1, "only d shows");
+    fs::remove_file(m.mnt.join(&odd)).unwrap();
+    // Past the one-second cache, so the root is read from the branches again.
+    std::thread::sleep(Duration::from_millis(1200));
+    let names: Vec<String> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["d"],
+        "the deleted file came back, or a temporary shows"
+    );
     assert_eq!(fs::read_dir(m.mnt.join("d")).unwrap().count(), 0);
     for f in &stale {
         assert!(!f.exists(), "{} was left", f.display());
     }
-    assert!(!b.join(format!("up/.wh..accord-tmp.{dead}.3")).exists());
+    assert!(!tmp("", dead, 3).exists());
     assert!(live.exists(), "a running process's temporary was removed");
 }
 

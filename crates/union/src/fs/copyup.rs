@@ -242,8 +242,6 @@ impl Op<'_> {
             // meanwhile try again.
             self.ns_changing();
             sys::renameat(ufd, &tmp, &rel, 0)?;
-            // The new name is durable too, not only the data behind it.
-            sync_dir(ufd, &parent_rel)?;
             Ok(opened)
         };
         let opened = match build() {
@@ -253,10 +251,13 @@ impl Op<'_> {
                 return Err(sys::errno(&e));
             }
         };
+        // The copy has the name now, whatever follows: the view says so.
         if let Some(p) = &mut pre {
             p.placed = true;
         }
         self.view_add_position(parent, &name, u);
+        // The new name is durable too, not only the data behind it.
+        sync_dir(ufd, &parent_rel).e()?;
         Ok((u, opened))
     }
 
@@ -386,7 +387,16 @@ impl Op<'_> {
         ) else {
             return false;
         };
-        here.st_dev == there.st_dev && (p.at_root || here.st_ino == there.st_ino)
+        // One mount, not only one file system: a bind mount inside the branch would refuse
+        // the rename (EXDEV).
+        let same_mount = match (
+            sys::mount_id(p.dir.as_raw_fd(), Path::new("")),
+            sys::mount_id(self.fd(p.upper), dot(parent_rel)),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        same_mount && here.st_dev == there.st_dev && (p.at_root || here.st_ino == there.st_ino)
     }
 
     /// Checks and preparation before creating `name` in directory `parent`: the name must be

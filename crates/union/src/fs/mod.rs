@@ -437,6 +437,8 @@ pub struct State {
     next_fh: AtomicU64,
     next_serial: AtomicU64,
     tmp_counter: AtomicU64,
+    /// Drawn at start and written into temporary names with the pid (see `sweep_temps`).
+    run: u64,
     /// Held by every request that changes the union's namespace or copies up (create, mkdir,
     /// unlink, rename, link, copy-up, whiteouts). The kernel already orders such changes per
     /// directory; this also orders them against copy-ups (which the kernel does not lock), so
@@ -576,6 +578,9 @@ impl State {
             next_fh: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),
             tmp_counter: AtomicU64::new(0),
+            run: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
             ns: Mutex::new(()),
             ns_seq: AtomicU64::new(0),
             dir_seq: AtomicU64::new(0),
@@ -989,14 +994,20 @@ impl Op<'_> {
 
     /// Remove the copy-up temporaries in directory `rel` of writable branch `b` that a daemon
     /// no longer running left behind (a crash in the middle of a copy-up): hidden, but they can
-    /// be as big as the file they copied. Those of running processes are theirs to finish.
+    /// be as big as the file they copied. Those of running processes are theirs to finish (a
+    /// daemon in another PID namespace looks gone, though: branches are not to be shared
+    /// between unions mounted from different namespaces).
     fn sweep_temps(&self, b: u32, rel: &Path, list: &[(OsString, Kind)]) {
         let me = std::process::id();
         for (name, kind) in list {
-            let Some(pid) = crate::whiteout::temp_owner(name) else {
+            let Some((pid, run)) = crate::whiteout::temp_owner(name) else {
                 continue;
             };
-            let gone = pid != me && i32::try_from(pid).is_ok_and(process_gone);
+            let gone = match pid == me {
+                // An earlier daemon that had our pid.
+                true => run != self.run,
+                false => i32::try_from(pid).is_ok_and(process_gone),
+            };
             if gone {
                 let _ = sys::unlinkat(self.fd(b), &rel.join(name), *kind == Kind::Dir);
             }
@@ -1080,7 +1091,7 @@ impl Op<'_> {
 
     fn temp_rel(&self, parent_rel: &Path) -> PathBuf {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed) + 1;
-        parent_rel.join(crate::whiteout::temp_name(std::process::id(), n))
+        parent_rel.join(crate::whiteout::temp_name(std::process::id(), self.run, n))
     }
 }
 
