@@ -168,7 +168,7 @@ impl Op<'_> {
         // The data copied before the lock was taken counts only if it is still this file's
         // (same branch and path, the source unchanged since: inode, mtime, ctime) and its
         // temporary file can be renamed into place (still in this directory, or at the root
-        // of the same file system). A stale one is dropped here, which removes its file.
+        // of the same mount). A stale one is dropped here, which removes its file.
         let mut pre = pre.filter(|p| {
             p.src == src
                 && p.upper == u
@@ -379,7 +379,7 @@ impl Op<'_> {
     }
 
     /// Under the lock: `p`'s temporary file can be renamed to a name in upper directory
-    /// `parent_rel` (it is that directory, or the root on the same file system).
+    /// `parent_rel` (it is that directory, or the root on the same mount).
     fn placeable(&self, p: &Precopy<'_>, parent_rel: &Path) -> bool {
         let (Ok(here), Ok(there)) = (
             sys::fstat(p.dir.as_raw_fd()),

@@ -105,10 +105,11 @@ impl Op<'_> {
             Some(x) => x,
             None => {
                 let _ns = self.ns();
-                // A truncating open of a lower file copies no data up (see there).
-                let copied = match flags & libc::O_TRUNC != 0 && wants_write(flags) {
-                    true => self.copy_up_truncated(ino, flags)?,
-                    false => None,
+                // A truncating open of a lower file copies no data up (`copy_up_truncated`).
+                let copied = if flags & libc::O_TRUNC != 0 && wants_write(flags) {
+                    self.copy_up_truncated(ino, flags)?
+                } else {
+                    None
                 };
                 match copied {
                     Some(x) => x,
