@@ -193,54 +193,7 @@ fn listings_racing_a_parent_swap_show_their_own_directory() {
     }
     fs::create_dir_all(b.join("lo")).unwrap();
     let m = mount(b);
-    let held = fs::File::open(m.mnt.join("x/d")).unwrap();
-    let via = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
-    let stop = Arc::new(AtomicBool::new(false));
-    let swapper = {
-        let (mnt, stop) = (m.mnt.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                fs::rename(mnt.join("x"), mnt.join("t")).unwrap();
-                fs::rename(mnt.join("y"), mnt.join("x")).unwrap();
-                fs::rename(mnt.join("t"), mnt.join("y")).unwrap();
-                n += 1;
-            }
-            n
-        })
-    };
-    let mut failures = Vec::new();
-    let start = Instant::now();
-    let mut listings = 0;
-    while start.elapsed() < Duration::from_secs(3) {
-        match fs::read_dir(&via) {
-            Ok(rd) => {
-                let mut names: Vec<(String, u64)> = rd
-                    .map(|e| {
-                        let e = e.unwrap();
-                        // From the attributes the listing handed to the kernel.
-                        let len = e.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-                        (e.file_name().into_string().unwrap(), len)
-                    })
-                    .collect();
-                names.sort();
-                if names != [("one".to_string(), 1), ("two".to_string(), 1)] {
-                    failures.push(format!("listed {names:?}"));
-                }
-            }
-            Err(e) => failures.push(e.to_string()),
-        }
-        listings += 1;
-    }
-    stop.store(true, Ordering::Relaxed);
-    let swaps = swapper.join().unwrap();
-    assert!(swaps > 100, "only {swaps} swaps ran");
-    assert!(
-        failures.is_empty(),
-        "{} of {listings} listings failed: {:?}",
-        failures.len(),
-        &failures[..failures.len().min(5)]
-    );
+    listings_while_renaming(&m.mnt, "x/d", &[("x", "t"), ("y", "x"), ("t", "y")], 1);
 }
 
 /// A directory's parent is renamed back and forth through the union while another thread
@@ -259,32 +212,49 @@ fn listings_racing_a_parent_rename_never_fail() {
     fs::write(b.join("up/p1/d/one"), "").unwrap();
     fs::write(b.join("up/p1/d/two"), "").unwrap();
     let m = mount(b);
-    let held = fs::File::open(m.mnt.join("p1/d")).unwrap();
+    listings_while_renaming(&m.mnt, "p1/d", &[("p1", "p2"), ("p2", "p1")], 0);
+}
+
+/// For 3 s, list `dir` of the union at `mnt` through a descriptor held open while another
+/// thread runs the `renames` (from, to) in a loop; every listing must be `one` and `two`, each
+/// `size` bytes long (as the attributes the listing handed to the kernel say).
+fn listings_while_renaming(mnt: &Path, dir: &str, renames: &[(&str, &str)], size: u64) {
+    let held = fs::File::open(mnt.join(dir)).unwrap();
     let via = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
     let stop = Arc::new(AtomicBool::new(false));
     let renamer = {
-        let (mnt, stop) = (m.mnt.clone(), stop.clone());
+        let (stop, mnt) = (stop.clone(), mnt.to_path_buf());
+        let renames: Vec<(String, String)> = renames
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
         std::thread::spawn(move || {
-            let mut n = 0u64;
+            let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                fs::rename(mnt.join("p1"), mnt.join("p2")).unwrap();
-                fs::rename(mnt.join("p2"), mnt.join("p1")).unwrap();
-                n += 1;
+                for (from, to) in &renames {
+                    fs::rename(mnt.join(from), mnt.join(to)).unwrap();
+                }
+                rounds += 1;
             }
-            n
+            rounds
         })
     };
+    let want = [("one".to_string(), size), ("two".to_string(), size)];
     let mut failures = Vec::new();
     let start = Instant::now();
     let mut listings = 0;
     while start.elapsed() < Duration::from_secs(3) {
         match fs::read_dir(&via) {
             Ok(rd) => {
-                let mut names: Vec<String> = rd
-                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                let mut names: Vec<(String, u64)> = rd
+                    .map(|e| {
+                        let e = e.unwrap();
+                        let len = e.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+                        (e.file_name().into_string().unwrap(), len)
+                    })
                     .collect();
                 names.sort();
-                if names != ["one", "two"] {
+                if names != want {
                     failures.push(format!("listed {names:?}"));
                 }
             }
@@ -293,8 +263,8 @@ fn listings_racing_a_parent_rename_never_fail() {
         listings += 1;
     }
     stop.store(true, Ordering::Relaxed);
-    let renames = renamer.join().unwrap();
-    assert!(renames > 100, "only {renames} renames ran");
+    let rounds = renamer.join().unwrap();
+    assert!(rounds > 100, "only {rounds} rounds of renames ran");
     assert!(
         failures.is_empty(),
         "{} of {listings} listings failed: {:?}",
