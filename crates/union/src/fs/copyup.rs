@@ -311,17 +311,22 @@ impl Op<'_> {
     /// copied up. Any failure here just means the copy is made under the lock as before.
     pub(super) fn precopy(&self, ino: u64) -> Option<Precopy<'_>> {
         let u = self.upper().ok()?;
-        let (src, rel, file, st) = self
+        // A stat first: most copy-ups are of small files, which need nothing opened here.
+        let (src, rel, st) = self
             .resolved(|| {
                 let loc = self.locate(ino)?;
                 let src = loc.entry.winner();
-                let f = sys::open_noatime(self.fd(src), &loc.rel, libc::O_RDONLY).e()?;
-                let st = sys::fstat(f.as_raw_fd()).e()?;
-                Ok((src, loc.rel, f, st))
+                let st = sys::fstatat(self.fd(src), &loc.rel).e()?;
+                Ok((src, loc.rel, st))
             })
             .ok()?;
         let big = st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_size >= PRECOPY_MIN;
         if !big || src <= u {
+            return None;
+        }
+        // Opened through the path again: it must still be the file just stat'ed.
+        let file = sys::open_noatime(self.fd(src), &rel, libc::O_RDONLY).ok()?;
+        if sys::fstat(file.as_raw_fd()).ok().map(|s| sys::stamp(&s)) != Some(sys::stamp(&st)) {
             return None;
         }
         let busy = self.busy(ino)?;
@@ -446,10 +451,7 @@ impl Op<'_> {
         if uid == unsafe { libc::geteuid() } && gid == unsafe { libc::getegid() } {
             return Ok(());
         }
-        let parent_rel = match rel.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
+        let parent_rel = dot(rel.parent().unwrap_or(Path::new("")));
         let gid = match sys::fstatat(self.fd(u), parent_rel) {
             Ok(st) if st.st_mode & libc::S_ISGID != 0 => st.st_gid,
             _ => gid,

@@ -661,11 +661,7 @@ impl State {
     /// No directory was renamed or removed, nor was one under way, since `mark` was taken;
     /// always true for the holder of the namespace lock (nobody else can move one).
     fn dirs_stable(&self, mark: u64) -> bool {
-        if HOLDS_NS.with(|h| h.get()) {
-            return true;
-        }
-        std::sync::atomic::fence(Ordering::SeqCst);
-        mark.is_multiple_of(2) && self.dir_seq.load(Ordering::SeqCst) == mark
+        HOLDS_NS.with(|h| h.get()) || unmoved(&self.dir_seq, mark)
     }
 
     /// With the namespace lock held: names are about to change (see `ns_seq`).
@@ -698,9 +694,7 @@ impl State {
 
     /// No namespace change ran, or was under way, since `mark` was taken.
     fn ns_stable(&self, mark: u64) -> bool {
-        // The reads made since `mark` complete before the counter is read again.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        mark.is_multiple_of(2) && self.ns_seq.load(Ordering::SeqCst) == mark
+        unmoved(&self.ns_seq, mark)
     }
 
     fn nodes(&self) -> MutexGuard<'_, Nodes> {
@@ -1093,6 +1087,13 @@ impl Op<'_> {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed) + 1;
         parent_rel.join(crate::whiteout::temp_name(std::process::id(), self.run, n))
     }
+}
+
+/// Sequence counter `seq` (odd while a change is under way) did not move since `mark`.
+fn unmoved(seq: &AtomicU64, mark: u64) -> bool {
+    // The reads made since `mark` complete before the counter is read again.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    mark.is_multiple_of(2) && seq.load(Ordering::SeqCst) == mark
 }
 
 /// No process `pid` exists (in this PID namespace).
