@@ -4,7 +4,7 @@
 use crate::exit;
 use accord_engine::{
     DeltaMode, Kinds, MaxDelete, MirrorConfig, MirrorOptions, Progress, Reflink, Report,
-    XattrFilter,
+    TransferOptions, XattrFilter,
 };
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -144,10 +144,6 @@ fn default_state_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/accord"))
 }
 
-fn json_str(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
-}
-
 pub fn run(args: MirrorArgs) -> i32 {
     let is_root = unsafe { libc::geteuid() } == 0;
     let max_delete = {
@@ -188,8 +184,14 @@ pub fn run(args: MirrorArgs) -> i32 {
             specials: !args.no_specials,
             devices: !args.no_devices && is_root,
         },
-        source_incomplete: false,
-        source_root_changed: false,
+        transfer: TransferOptions {
+            delta: match args.delta {
+                When::Auto => DeltaMode::Auto,
+                When::Always => DeltaMode::Always,
+                When::Never => DeltaMode::Never,
+            },
+            inplace: args.inplace,
+        },
     };
     let cfg = MirrorConfig {
         plan,
@@ -204,12 +206,6 @@ pub fn run(args: MirrorArgs) -> i32 {
             When::Always => Reflink::Always,
             When::Never => Reflink::Never,
         },
-        delta: match args.delta {
-            When::Auto => DeltaMode::Auto,
-            When::Always => DeltaMode::Always,
-            When::Never => DeltaMode::Never,
-        },
-        inplace: args.inplace,
         fsync: !args.no_fsync,
         dry_run: args.dry_run,
         jobs: args.jobs,
@@ -263,16 +259,99 @@ fn progress_loop(p: &Progress, done: &std::sync::atomic::AtomicBool) {
     bar.finish_and_clear();
 }
 
+/// One path's failure in `--json`.
+#[derive(serde::Serialize)]
+struct JsonError {
+    path: String,
+    message: String,
+}
+
+/// The `--json` report: what each figure counts is in the README.
+#[derive(serde::Serialize)]
+struct JsonReport {
+    files_total: u64,
+    files_transferred: u64,
+    others_created: u64,
+    links_created: u64,
+    dirs_created: u64,
+    metadata_updated: u64,
+    files_deleted: u64,
+    bytes_total: u64,
+    bytes_written: u64,
+    literal_bytes: u64,
+    matched_bytes: u64,
+    errors: Vec<JsonError>,
+    elapsed_s: f64,
+    scan_s: f64,
+    plan_s: f64,
+    execute_s: f64,
+    dry_run: bool,
+    deletions_suspended: bool,
+    refused: Option<String>,
+    fatal: Option<String>,
+}
+
+impl JsonReport {
+    fn new(r: &Report, dry_run: bool) -> JsonReport {
+        let mut j = JsonReport {
+            files_total: r.files_total,
+            files_transferred: r.files_transferred,
+            others_created: r.others_created,
+            links_created: r.links_created,
+            dirs_created: r.dirs_created,
+            metadata_updated: r.metadata_updated,
+            files_deleted: r.files_deleted,
+            bytes_total: r.bytes_total,
+            bytes_written: r.bytes_written,
+            literal_bytes: r.literal_bytes,
+            matched_bytes: r.matched_bytes,
+            errors: r
+                .errors
+                .iter()
+                .map(|e| JsonError {
+                    path: e.path.display(),
+                    message: e.error.to_string(),
+                })
+                .collect(),
+            elapsed_s: r.elapsed_s,
+            scan_s: r.scan_s,
+            plan_s: r.plan_s,
+            execute_s: r.execute_s,
+            dry_run,
+            deletions_suspended: r.deletions_suspended,
+            refused: r.refusal.as_ref().map(|x| x.to_string()),
+            fatal: r.fatal.as_ref().map(|x| x.to_string()),
+        };
+        // A dry run reports what it would do.
+        if let (Some(p), true) = (&r.plan, dry_run) {
+            j.files_transferred = p.summary.files_to_write as u64;
+            j.files_deleted = p.summary.deletes as u64;
+        }
+        j
+    }
+}
+
+/// A planned item for `-n`: its change, its path, and how a file's
+/// contents would be written when that is not a whole copy.
+fn dry_run_line(it: &accord_engine::PlanItem) -> Option<String> {
+    let c = it.change()?;
+    let how = match it.op {
+        accord_engine::Op::Write(m) if m != accord_engine::Method::Whole => {
+            format!(" ({})", m.name())
+        }
+        _ => String::new(),
+    };
+    Some(format!("{:<9} {}{how}", c.name(), it.path.display()))
+}
+
 fn output(args: &MirrorArgs, r: &Report) -> i32 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.dry_run {
         if let Some(plan) = &r.plan {
             if !args.json {
-                for it in plan.items() {
-                    if let Some(c) = it.change() {
-                        let _ = writeln!(out, "{c:<9} {}", it.path.display());
-                    }
+                for line in plan.items().filter_map(dry_run_line) {
+                    let _ = writeln!(out, "{line}");
                 }
                 let s = &plan.summary;
                 let _ = writeln!(
@@ -291,14 +370,11 @@ fn output(args: &MirrorArgs, r: &Report) -> i32 {
         }
     } else if args.itemize {
         for (c, p) in &r.changes {
-            let _ = writeln!(out, "{c:<9} {}", p.display());
+            let _ = writeln!(out, "{:<9} {}", c.name(), p.display());
         }
     }
-    for n in &r.notices {
-        eprintln!("accord mirror: {n}");
-    }
     for e in &r.errors {
-        eprintln!("accord mirror: {}: {}", e.path.display(), e.message);
+        eprintln!("accord mirror: {}: {}", e.path.display(), e.error);
     }
     if r.deletions_suspended {
         eprintln!(
@@ -312,49 +388,9 @@ fn output(args: &MirrorArgs, r: &Report) -> i32 {
         eprintln!("accord mirror: {f}");
     }
     if args.json {
-        let (files_transferred, files_deleted, bytes_written) = match (&r.plan, args.dry_run) {
-            (Some(p), true) => (p.summary.files_to_write as u64, p.summary.deletes as u64, 0),
-            _ => (r.files_transferred, r.files_deleted, r.bytes_written),
-        };
-        let errors: Vec<String> = r
-            .errors
-            .iter()
-            .map(|e| {
-                format!(
-                    "{{\"path\":{},\"message\":{}}}",
-                    json_str(&e.path.display()),
-                    json_str(&e.message)
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "{{\"files_total\":{},\"files_transferred\":{},\"files_deleted\":{},\"bytes_total\":{},\
-             \"bytes_written\":{},\"literal_bytes\":{},\"matched_bytes\":{},\"errors\":[{}],\
-             \"elapsed_s\":{:.6},\"scan_s\":{:.6},\"plan_s\":{:.6},\"execute_s\":{:.6},\"dry_run\":{},\"deletions_suspended\":{},\"refused\":{},\"fatal\":{}}}",
-            r.files_total,
-            files_transferred,
-            files_deleted,
-            r.bytes_total,
-            bytes_written,
-            r.literal_bytes,
-            r.matched_bytes,
-            errors.join(","),
-            r.elapsed_s,
-            r.scan_s,
-            r.plan_s,
-            r.execute_s,
-            args.dry_run,
-            r.deletions_suspended,
-            r.refusal
-                .as_ref()
-                .map(|x| json_str(&x.to_string()))
-                .unwrap_or_else(|| "null".into()),
-            r.fatal
-                .as_ref()
-                .map(|x| json_str(x))
-                .unwrap_or_else(|| "null".into()),
-        );
+        let json = serde_json::to_string(&JsonReport::new(r, args.dry_run))
+            .unwrap_or_else(|e| format!("{{\"fatal\":\"cannot encode the report: {e}\"}}"));
+        let _ = writeln!(out, "{json}");
     } else if !args.quiet && !args.dry_run && std::io::stderr().is_terminal() {
         eprintln!(
             "accord mirror: {} files, {} transferred, {} deleted, {} bytes written in {:.2}s",

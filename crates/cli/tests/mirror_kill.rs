@@ -137,14 +137,18 @@ fn fifty_kill_trials() {
             );
         }
 
-        // The next run converges and leaves no temp files.
+        // The next run converges and leaves no temp files. It exits 0, or 2
+        // when all it reports is files an in-place run left half-updated
+        // (moved to recovery files and copied again: issue 10, defect 4).
         let o = mirror(&state, &args);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "trial {trial}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        let only_recoveries = inplace
+            && !err.is_empty()
+            && err
+                .lines()
+                .all(|l| l.contains(": was being updated in place when an earlier run stopped"));
+        let want = if only_recoveries { 2 } else { 0 };
+        assert_eq!(o.status.code(), Some(want), "trial {trial}: {err}");
         let d = differences(&snapshot(&src), &visible(&dst));
         assert!(
             d.is_empty(),

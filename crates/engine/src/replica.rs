@@ -1,83 +1,151 @@
-//! The `Replica` seam: what the orchestrator asks of a replica. `LocalReplica`
-//! implements it over `fsys`; a remote replica will implement the same calls
-//! over the protocol.
+//! The `Replica` seam: every call the engine makes on a replica. The engine
+//! holds two `&dyn Replica` and nothing above this trait knows what is behind
+//! one: `LocalReplica` (a directory on this host, over `fsys`), the in-memory
+//! replica of the engine's tests, and later a replica across the wire.
+//!
+//! Work on a replica happens a directory at a time: [`Replica::open_dir`]
+//! gives a [`ReplicaDir`] whose calls take one validated file name, so a
+//! local replica resolves the directory once for all its files, and a remote
+//! one can batch them. Every call that replaces, changes or deletes takes the
+//! [`Expect`] the plan was made on and re-checks it first (safety rule 3).
 
-use accord_fsys::{IgnoreRules, Root, Scan, ScanOptions};
-use accord_model::{Fingerprint, RelPath};
+use crate::error::Error;
+use crate::local::LocalReplica;
+use accord_fsys::{IgnoreRules, PropsMask, Scan, ScanOptions};
+use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use std::io;
-use std::path::Path;
 
 /// A replica as the engine sees it.
-pub trait Replica: Sync {
-    /// Walk the whole replica (in parallel), applying `rules`.
-    fn scan(&self, rules: &IgnoreRules, opts: &ScanOptions) -> Scan;
-    /// BLAKE3 of a regular file's contents.
-    fn fingerprint(&self, path: &RelPath) -> io::Result<Fingerprint>;
-    /// Identity of the root (device, inode), for the deletion guard.
-    fn identity(&self) -> (u64, u64);
-    /// Make everything written so far durable.
-    fn sync_all(&self) -> io::Result<()>;
+pub trait Replica: Send + Sync {
     /// A name for messages.
     fn describe(&self) -> String;
+    /// Identity of the root (device, inode), for the deletion guard and
+    /// nesting checks.
+    fn identity(&self) -> (u64, u64);
+    /// Take the replica's write lock for as long as this value lives;
+    /// `Ok(false)` when another run holds it.
+    fn try_lock(&self) -> io::Result<bool>;
+    /// Walk the whole replica (in parallel), applying `rules`; entries in
+    /// path order.
+    fn scan(&self, rules: &IgnoreRules, opts: &ScanOptions) -> Scan;
+    /// BLAKE3 of a regular file's contents.
+    fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error>;
+    /// A directory of the replica, to work on its entries.
+    fn open_dir(&self, path: &RelPath) -> io::Result<Box<dyn ReplicaDir + '_>>;
+    /// Make everything written so far durable.
+    fn sync_all(&self) -> io::Result<()>;
+    /// The replica's own state (memos; later the sync archive): `None` when
+    /// it has none under that name. `durable`: the write survives a crash
+    /// whole (else a crash may leave it torn, which readers must detect).
+    fn read_state(&self, name: &str) -> Option<Vec<u8>>;
+    fn write_state(&self, name: &str, data: &[u8], durable: bool) -> io::Result<()>;
+    /// `Some` for a replica on this host's file system: the engine then
+    /// copies between two of them with its local fast paths
+    /// (`copy_file_range`, reflinks, the paired scan, local deltas).
+    fn local(&self) -> Option<&LocalReplica> {
+        None
+    }
 }
 
-/// A replica on a local file system, confined under its root handle.
-pub struct LocalReplica {
-    root: Root,
+/// New contents for [`ReplicaDir::receive`].
+pub enum Incoming<'a> {
+    /// The whole file as a stream.
+    Whole(&'a mut dyn io::Read),
+    /// An encoded delta against the file now at the same name, which must
+    /// still be what `basis` says.
+    Delta { basis: Expect, delta: &'a [u8] },
 }
 
-impl LocalReplica {
-    /// Open an existing directory.
-    pub fn open(path: &Path) -> io::Result<LocalReplica> {
-        Ok(LocalReplica {
-            root: Root::open(path)?,
-        })
-    }
+/// How a deletion ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deleted {
+    Done,
+    /// Nothing was there any more.
+    Gone,
+    /// A directory that still holds entries (excluded ones, say).
+    NotEmpty,
+}
 
-    /// Open a directory, creating it first if missing.
-    pub fn create(path: &Path) -> io::Result<LocalReplica> {
-        Ok(LocalReplica {
-            root: Root::create(path)?,
-        })
-    }
-
-    /// The root handle (local fast paths: copy_file_range, reflink, links).
-    pub fn root(&self) -> &Root {
-        &self.root
-    }
-
-    /// Scan this replica and `dst` together (see `accord_fsys::scan_pair`):
-    /// both local, a destination directory that still holds exactly the
-    /// source's names need not be listed.
-    pub fn scan_pair(
+/// One directory of a replica; every name is a single validated component.
+/// Temp names returned by one call are only given back to the same
+/// directory.
+pub trait ReplicaDir: Send + Sync {
+    /// What is at `name` now (`None`: nothing).
+    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>>;
+    /// Read a regular file that must still be what `expect` says.
+    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn io::Read + '_>, Error>;
+    /// The encoded signature (see `accord_delta::Signature`) of the regular
+    /// file at `name`, which must still be what `expect` says.
+    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error>;
+    /// Write new contents for `name` into a hidden temp file beside it, with
+    /// `props` applied; returns the temp's name.
+    fn receive(
         &self,
-        dst: &LocalReplica,
-        (s_rules, s_opts): (&IgnoreRules, &ScanOptions),
-        (d_rules, d_opts): (&IgnoreRules, &ScanOptions),
-    ) -> (Scan, Scan) {
-        accord_fsys::scan_pair((&self.root, s_rules, s_opts), (&dst.root, d_rules, d_opts))
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<Vec<u8>, Error>;
+    /// Rebuild the file at `name` in its own storage from an encoded
+    /// in-place delta, using at most `max_scratch` bytes of memory; on a
+    /// failure after writing began the file is moved to a recovery name.
+    fn patch_in_place(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        delta: &[u8],
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error>;
+    /// Make a symlink, fifo, socket or device node like `entry` under a temp
+    /// name, with its properties; returns the temp's name.
+    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error>;
+    /// Hard-link the regular file at `leader` (a path of the same replica)
+    /// under a temp name for `name`.
+    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error>;
+    /// Rename `temp` over `name` if `name` is still what `expect` says.
+    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error>;
+    /// Remove a temp that will not be committed.
+    fn discard(&self, temp: &[u8]);
+    /// Set the properties of `name` (not a directory's own: see
+    /// `set_own_props`), if it is still what `expect` says.
+    fn set_props(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error>;
+    /// Set this directory's own properties, if it is still what `expect` says.
+    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error>;
+    /// Make a subdirectory (mode 0700 until its properties are set); an
+    /// existing directory is fine.
+    fn mkdir(&self, name: &[u8]) -> Result<(), Error>;
+    /// Delete `name` (an empty directory or anything else) if it is still
+    /// what `expect` says.
+    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error>;
+    /// Remove a stale temp file of an interrupted run (never anything else).
+    fn remove_stale_temp(&self, name: &[u8]);
+    /// The local directory handle behind this one, for the local fast paths.
+    fn local(&self) -> Option<&accord_fsys::Dir> {
+        None
     }
 }
 
-impl Replica for LocalReplica {
-    fn scan(&self, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
-        accord_fsys::scan(&self.root, rules, opts)
-    }
-
-    fn fingerprint(&self, path: &RelPath) -> io::Result<Fingerprint> {
-        let f = self.root.open_file(path)?;
-        accord_fsys::hash_file(&f)
-    }
-
-    fn identity(&self) -> (u64, u64) {
-        self.root.identity()
-    }
-
-    fn sync_all(&self) -> io::Result<()> {
-        self.root.syncfs()
-    }
-
-    fn describe(&self) -> String {
-        self.root.path().display().to_string()
+/// Check `expect` against what `dir` has at `name` now.
+pub fn recheck(
+    dir: &dyn ReplicaDir,
+    name: &[u8],
+    expect: &Expect,
+    side: crate::Side,
+) -> Result<(), Error> {
+    let now = dir
+        .stat(name)
+        .map_err(Error::io(crate::error::Action::OpenDestination))?;
+    if expect.still_holds(now.as_ref()) {
+        Ok(())
+    } else {
+        Err(Error::Changed(side))
     }
 }

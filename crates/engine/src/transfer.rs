@@ -1,14 +1,21 @@
 //! Transfer and commit of non-directory entries.
+//!
+//! Contents are staged in temp files a batch at a time; the batch is made
+//! durable (one `sync_all` instead of one `fsync` per file), then each temp
+//! is re-checked and renamed over its target. When the disk fills up, what
+//! is staged is committed (which frees the old versions) and the rest goes
+//! file by file; what still does not fit is reported at the end.
 
-use crate::{parent_of, DeltaMode, Exec};
-use accord_fsys::{fstat, Dir, Stat};
-use accord_model::{Entry, Kind, RelPath};
-use accord_plan::{Item, Op};
+use crate::error::{Action, Error};
+use crate::exec::{parent_of, Exec};
+use crate::replica::{Incoming, ReplicaDir};
+use crate::Side;
+use accord_delta::{make_delta, DeltaOptions, InPlaceOptions, Signature};
+use accord_model::RelPath;
+use accord_plan::{Item, Method, Op};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io;
-use std::os::fd::AsFd;
+use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -16,11 +23,16 @@ use std::sync::Arc;
 const BATCH_FILES: usize = 2048;
 /// Bytes per commit batch.
 const BATCH_BYTES: u64 = 256 << 20;
+/// Largest file a delta is made for when the source is not on this host's
+/// file system (its new version is read into memory to be matched).
+const GENERIC_DELTA_MAX: u64 = 1 << 30;
+
+type DirBox<'r> = Arc<Box<dyn ReplicaDir + 'r>>;
 
 /// A temp file (or link, or node) ready to be renamed over its target.
-struct Staged<'a> {
+struct Staged<'a, 'r> {
     item: &'a Item,
-    dir: Arc<Dir>,
+    dir: DirBox<'r>,
     temp: Vec<u8>,
     xfer: Xfer,
 }
@@ -33,176 +45,200 @@ pub(crate) struct Xfer {
     pub matched: u64,
 }
 
-fn changed_err(what: &str) -> io::Error {
-    io::Error::other(format!("{what} changed since it was scanned; left alone"))
+/// What staging one batch gave: temps to commit, and items that met a full
+/// disk (to be tried again file by file once the batch is committed).
+struct StagedBatch<'a, 'r> {
+    staged: Vec<Staged<'a, 'r>>,
+    no_space: Vec<&'a Item>,
 }
 
-fn same_as_scanned(st: &Stat, e: &Entry) -> bool {
-    st.kind == e.kind
-        && st.ino == e.ino
-        && st.dev == e.dev
-        && (e.kind != Kind::File || (st.size == e.size && st.mtime == e.props.mtime))
-}
+type Batch<'a> = Vec<(RelPath, Vec<&'a Item>)>;
 
-/// Rule 3: the target is still what the plan saw.
-fn recheck_target(dir: &Dir, item: &Item) -> io::Result<()> {
-    match dir.stat(item.path.file_name()) {
-        Ok(st) => match &item.dst {
-            Some(d) if same_as_scanned(&st, d) => Ok(()),
-            _ => Err(changed_err("the destination")),
-        },
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-pub(crate) fn run_files(x: &Exec, items: &[Item]) {
+/// Items grouped per directory, in batches of bounded files and bytes.
+fn batches<'a>(items: &[&'a Item]) -> Vec<Batch<'a>> {
     let mut groups: BTreeMap<RelPath, Vec<&Item>> = BTreeMap::new();
-    let mut metas: Vec<&Item> = Vec::new();
     for it in items {
-        if it.op == Op::Meta {
-            metas.push(it);
-        } else {
-            groups.entry(parent_of(&it.path)).or_default().push(it);
-        }
+        groups.entry(parent_of(&it.path)).or_default().push(it);
     }
-    let mut batches: Vec<Vec<(RelPath, Vec<&Item>)>> = Vec::new();
-    let mut batch: Vec<(RelPath, Vec<&Item>)> = Vec::new();
+    let mut out: Vec<Batch> = Vec::new();
+    let mut batch: Batch = Vec::new();
     let (mut n, mut bytes) = (0usize, 0u64);
     for (parent, its) in groups {
         for chunk in its.chunks(BATCH_FILES) {
             n += chunk.len();
             bytes += chunk
                 .iter()
-                .map(|i| i.src.as_ref().map(|s| s.size).unwrap_or(0))
+                .map(|i| i.src.as_ref().map_or(0, |s| s.size))
                 .sum::<u64>();
             batch.push((parent.clone(), chunk.to_vec()));
             if n >= BATCH_FILES || bytes >= BATCH_BYTES {
-                batches.push(std::mem::take(&mut batch));
+                out.push(std::mem::take(&mut batch));
                 n = 0;
                 bytes = 0;
             }
         }
     }
     if !batch.is_empty() {
-        batches.push(batch);
+        out.push(batch);
     }
+    out
+}
+
+/// Phase 4: regular files, symlinks, special files, and metadata-only items.
+pub(crate) fn run_files(x: &Exec, items: &[Item]) {
+    let (metas, writes): (Vec<&Item>, Vec<&Item>) = items.iter().partition(|i| i.op == Op::Meta);
+    let mut deferred: Vec<&Item> = Vec::new();
     // Pipelined: while batch N is flushed and committed, batch N+1 is staged.
-    let mut pending: Option<Vec<Staged>> = None;
-    for b in &batches {
+    let mut pending: Option<StagedBatch> = None;
+    for b in batches(&writes) {
+        if x.stopped() || x.short_of_space() {
+            deferred.extend(b.iter().flat_map(|(_, its)| its.iter().copied()));
+            continue;
+        }
         let prev = pending.take();
         let ((), staged) = rayon::join(
             || {
                 if let Some(p) = prev {
-                    finish_batch(x, p)
+                    deferred.extend(finish_batch(x, p));
                 }
             },
-            || stage_batch(x, b),
+            || stage_batch(x, &b),
         );
         pending = Some(staged);
     }
     if let Some(p) = pending {
-        finish_batch(x, p);
+        deferred.extend(finish_batch(x, p));
+    }
+    // A full disk: what was staged is committed (the old versions it
+    // replaced are freed); the rest goes one file at a time.
+    for it in deferred {
+        if x.stopped() {
+            break;
+        }
+        let one = stage_batch(x, &vec![(parent_of(&it.path), vec![it])]);
+        for again in finish_batch(x, one) {
+            x.did_not_fit(&again.path);
+        }
     }
     if x.stopped() {
         return;
     }
     metas.par_iter().for_each(|it| {
-        if x.stopped() {
-            return;
-        }
-        let r = x.dst.open_dir(&parent_of(&it.path)).and_then(|dir| {
-            let (Some(s), Some(d)) = (&it.src, &it.dst) else {
-                return Ok(());
-            };
-            let st = dir.stat(it.path.file_name())?;
-            if st.kind != d.kind || st.ino != d.ino {
-                return Err(changed_err("the destination"));
-            }
-            dir.set_props_at(it.path.file_name(), s.kind, &s.props, x.mask())
-        });
-        match r {
-            Ok(()) => x.changed(it),
-            Err(e) => x.fail(&it.path, &e),
+        if !x.stopped() {
+            set_meta(x, it)
         }
     });
 }
 
-fn stage_batch<'a>(x: &Exec, batch: &[(RelPath, Vec<&'a Item>)]) -> Vec<Staged<'a>> {
-    if x.stopped() {
-        return Vec::new();
+fn set_meta(x: &Exec, it: &Item) {
+    let Some(s) = &it.src else { return };
+    let r = x
+        .dst
+        .open_dir(&parent_of(&it.path))
+        .map_err(Error::io(Action::OpenDestination))
+        .and_then(|dir| {
+            dir.set_props(
+                it.path.file_name(),
+                &it.expect_dst(),
+                s.kind,
+                &s.props,
+                x.mask(),
+            )
+        });
+    match r {
+        Ok(()) => {
+            x.counters.metadata.fetch_add(1, Ordering::Relaxed);
+            x.changed(it)
+        }
+        Err(e) => x.fail_item(it, e),
     }
-    batch
-        .par_iter()
-        .flat_map_iter(|(parent, its)| stage_group(x, parent, its))
-        .collect()
 }
 
-fn finish_batch(x: &Exec, staged: Vec<Staged>) {
+fn stage_batch<'a, 'r>(x: &'r Exec, batch: &Batch<'a>) -> StagedBatch<'a, 'r> {
+    let mut out = StagedBatch {
+        staged: Vec::new(),
+        no_space: Vec::new(),
+    };
+    if x.stopped() {
+        out.no_space = batch.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        return out;
+    }
+    let results: Vec<(Vec<Staged>, Vec<&Item>)> = batch
+        .par_iter()
+        .map(|(parent, its)| stage_group(x, parent, its))
+        .collect();
+    for (staged, no_space) in results {
+        out.staged.extend(staged);
+        out.no_space.extend(no_space);
+    }
+    out
+}
+
+/// Flush and commit a staged batch; returns the items to try again.
+fn finish_batch<'a>(x: &Exec, batch: StagedBatch<'a, '_>) -> Vec<&'a Item> {
+    let StagedBatch { staged, no_space } = batch;
     if x.stopped() {
         for s in &staged {
-            let _ = s.dir.unlink(&s.temp);
+            s.dir.discard(&s.temp);
         }
-        return;
+        return no_space;
     }
     // Make every temp file of the batch durable before any rename.
-    if x.cfg.fsync && staged.iter().any(|s| s.item.op == Op::Write) {
-        if let Err(e) = x.dst.syncfs() {
+    if x.cfg.fsync && staged.iter().any(|s| matches!(s.item.op, Op::Write(_))) {
+        if let Err(e) = x.dst.sync_all() {
             for s in &staged {
-                let _ = s.dir.unlink(&s.temp);
-                x.fail_msg(&s.item.path, format!("flushing to disk failed: {e}"));
+                s.dir.discard(&s.temp);
             }
-            return;
+            for s in &staged {
+                x.fail_item(s.item, Error::io(Action::Flush)(clone_io(&e)));
+            }
+            return no_space;
         }
     }
     staged.par_iter().for_each(|s| commit(x, s));
+    no_space
 }
 
 fn commit(x: &Exec, s: &Staged) {
     let name = s.item.path.file_name();
-    let r = recheck_target(&s.dir, s.item).and_then(|_| s.dir.rename(&s.temp, name));
-    match r {
+    match s.dir.commit(&s.temp, name, &s.item.expect_dst()) {
         Ok(()) => {
             if matches!(s.item.op, Op::Link { .. }) {
                 // Renaming a link over a name of the same inode does nothing.
-                let _ = s.dir.unlink(&s.temp);
+                s.dir.discard(&s.temp);
             }
-            let c = &x.counters;
-            c.transferred.fetch_add(1, Ordering::Relaxed);
-            c.written.fetch_add(s.xfer.written, Ordering::Relaxed);
-            c.literal.fetch_add(s.xfer.literal, Ordering::Relaxed);
-            c.matched.fetch_add(s.xfer.matched, Ordering::Relaxed);
-            if s.item.op == Op::Write {
-                x.progress.files_done.fetch_add(1, Ordering::Relaxed);
-            }
-            x.changed(s.item);
+            x.count_done(s.item, s.xfer);
         }
         Err(e) => {
-            let _ = s.dir.unlink(&s.temp);
-            x.fail(&s.item.path, &e);
+            s.dir.discard(&s.temp);
+            x.fail_item(s.item, e);
         }
     }
 }
 
-fn stage_group<'a>(x: &Exec, parent: &RelPath, its: &[&'a Item]) -> Vec<Staged<'a>> {
-    let ddir = match x.dst.open_dir(parent) {
+fn stage_group<'a, 'r>(
+    x: &'r Exec,
+    parent: &RelPath,
+    its: &[&'a Item],
+) -> (Vec<Staged<'a, 'r>>, Vec<&'a Item>) {
+    let ddir: DirBox<'r> = match x.dst.open_dir(parent) {
         Ok(d) => Arc::new(d),
         Err(e) => {
             for it in its {
-                x.fail(&it.path, &e);
+                x.fail_item(it, Error::io(Action::OpenDestination)(clone_io(&e)));
             }
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
     };
-    let need_src = its.iter().any(|i| i.op == Op::Write);
+    let need_src = its.iter().any(|i| matches!(i.op, Op::Write(_)));
     let sdir = if need_src {
         match x.src.open_dir(parent) {
             Ok(d) => Some(d),
             Err(e) => {
                 for it in its {
-                    x.fail(&it.path, &e);
+                    x.fail_item(it, Error::io(Action::OpenSource)(clone_io(&e)));
                 }
-                return Vec::new();
+                return (Vec::new(), Vec::new());
             }
         }
     } else {
@@ -211,157 +247,227 @@ fn stage_group<'a>(x: &Exec, parent: &RelPath, its: &[&'a Item]) -> Vec<Staged<'
     // Directories in parallel, the files of one directory in order (creating
     // names in one directory from several threads contends on its lock);
     // large directories are split into chunks that run in parallel.
-    its.par_chunks(256)
+    let results: Vec<Result<Option<Staged>, &Item>> = its
+        .par_chunks(256)
         .flat_map_iter(|chunk| chunk.iter())
         .filter_map(|it| {
             if x.stopped() {
                 return None;
             }
             let r = match it.op {
-                Op::Write => stage_write(x, sdir.as_ref().unwrap(), &ddir, it),
-                Op::Create => stage_create(x, &ddir, it),
+                Op::Write(method) => write(x, sdir.as_deref()?, &**ddir, it, method),
+                Op::Create => {
+                    let s = it.src.as_ref()?;
+                    ddir.make_node(it.path.file_name(), s, x.mask())
+                        .map(|t| Some((t, Xfer::default())))
+                }
                 _ => return None,
             };
-            match r {
-                Ok(Some((temp, xfer))) => Some(Staged {
+            Some(match r {
+                Ok(Some((temp, xfer))) => Ok(Some(Staged {
                     item: it,
                     dir: ddir.clone(),
                     temp,
                     xfer,
-                }),
-                Ok(None) => None,
+                })),
+                Ok(None) => Ok(None),
+                Err(e) if e.is_no_space() && !matches!(e, Error::InPlaceFailed { .. }) => {
+                    x.note_no_space();
+                    Err(*it)
+                }
                 Err(e) => {
-                    x.fail(&it.path, &e);
-                    None
+                    x.fail_item(it, e);
+                    Ok(None)
                 }
-            }
+            })
         })
-        .collect()
+        .collect();
+    let mut staged = Vec::new();
+    let mut no_space = Vec::new();
+    for r in results {
+        match r {
+            Ok(Some(s)) => staged.push(s),
+            Ok(None) => {}
+            Err(it) => no_space.push(it),
+        }
+    }
+    (staged, no_space)
 }
 
-fn stage_create(x: &Exec, ddir: &Dir, it: &Item) -> io::Result<Option<(Vec<u8>, Xfer)>> {
-    let s = it.src.as_ref().expect("create has a source");
-    let name = it.path.file_name();
-    let temp = match s.kind {
-        Kind::Symlink => ddir.symlink_temp(s.link_target.as_deref().unwrap_or_default(), name)?,
-        k => ddir.mknod_temp(k, s.rdev, name)?,
+pub(crate) fn clone_io(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(n) => io::Error::from_raw_os_error(n),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+/// Write one file's new contents: into a temp file (returned, to be
+/// committed), or in place (`None`: already done and counted).
+fn write(
+    x: &Exec,
+    sdir: &dyn ReplicaDir,
+    ddir: &dyn ReplicaDir,
+    it: &Item,
+    method: Method,
+) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+    let r = match (sdir.local(), ddir.local()) {
+        (Some(s), Some(d)) => crate::transfer_local::write(x, s, d, it, method),
+        _ => write_generic(x, sdir, ddir, it, method),
     };
-    if let Err(e) = ddir.set_props_at(&temp, s.kind, &s.props, x.mask()) {
-        let _ = ddir.unlink(&temp);
-        return Err(e);
-    }
-    Ok(Some((temp, Xfer::default())))
-}
-
-fn open_source(sdir: &Dir, s: &Entry) -> io::Result<(File, Stat)> {
-    let f = sdir.open_read(s.path.file_name())?;
-    let st = fstat(f.as_fd())?;
-    if st.kind != Kind::File || st.size != s.size || st.mtime != s.props.mtime {
-        return Err(changed_err("the source"));
-    }
-    Ok((f, st))
-}
-
-fn stage_write(x: &Exec, sdir: &Dir, ddir: &Dir, it: &Item) -> io::Result<Option<(Vec<u8>, Xfer)>> {
-    let s = it.src.as_ref().expect("write has a source");
-    let name = it.path.file_name();
-    let (sf, st) = open_source(sdir, s)?;
-    let old = it
-        .dst
-        .as_ref()
-        .filter(|d| d.kind == Kind::File && d.size > 0);
-    if x.cfg.inplace {
-        // Never rewrite in place an inode with other names: they may be
-        // outside the source's group (even excluded), or fail mid-update
-        // where no recovery rename can reach them. Those go temp + rename.
-        if let Some(d) = old.filter(|d| d.nlink <= 1) {
-            let xf = crate::transfer_delta::update_in_place(x, &sf, ddir, s, d)?;
-            let c = &x.counters;
-            c.transferred.fetch_add(1, Ordering::Relaxed);
-            c.written.fetch_add(xf.written, Ordering::Relaxed);
-            c.literal.fetch_add(xf.literal, Ordering::Relaxed);
-            c.matched.fetch_add(xf.matched, Ordering::Relaxed);
-            x.progress.files_done.fetch_add(1, Ordering::Relaxed);
-            x.progress.bytes_done.fetch_add(s.size, Ordering::Relaxed);
-            x.changed(it);
-            return Ok(None);
-        }
-    }
-    let (temp, tf) = ddir.create_temp(name)?;
-    let r = (|| {
-        let mut xfer = None;
-        if let Some(d) = old {
-            if x.cfg.delta != DeltaMode::Never {
-                xfer = crate::transfer_delta::delta_to_temp(x, &sf, ddir, d, &tf, s)?;
-            }
-        }
-        let xfer = match xfer {
-            Some(xf) => xf,
-            None => {
-                let c = accord_fsys::copy_data(&sf, &tf, s.size, s.looks_sparse(), x.cfg.reflink)?;
-                Xfer {
-                    written: c.written,
-                    literal: if c.cloned { 0 } else { s.size },
-                    matched: if c.cloned { s.size } else { 0 },
-                }
-            }
-        };
-        accord_fsys::set_props_fd(tf.as_fd(), &s.props, x.mask())?;
-        let st2 = fstat(sf.as_fd())?;
-        if st2.size != st.size || st2.mtime != st.mtime {
-            return Err(changed_err("the source"));
-        }
-        Ok(xfer)
-    })();
-    drop(tf);
     match r {
-        Ok(xfer) => {
-            x.progress.bytes_done.fetch_add(s.size, Ordering::Relaxed);
+        Ok(Some((temp, xfer))) => {
+            x.progress
+                .bytes_done
+                .fetch_add(it.src.as_ref().map_or(0, |s| s.size), Ordering::Relaxed);
             Ok(Some((temp, xfer)))
         }
-        Err(e) => {
-            let _ = ddir.unlink(&temp);
-            Err(e)
-        }
+        Ok(None) => Ok(None),
+        // A delta that does not check out while a side changed meanwhile
+        // is that change, not a damaged delta.
+        Err(e @ Error::Delta { .. }) => Err(changed_side(sdir, ddir, it).unwrap_or(e)),
+        Err(e) => Err(e),
     }
 }
 
-pub(crate) fn run_links(x: &Exec, items: &[Item]) {
-    let staged: Vec<Staged> = items
-        .par_iter()
-        .filter_map(|it| {
-            if x.stopped() {
-                return None;
-            }
-            let Op::Link { leader } = &it.op else {
-                return None;
+/// `Some(Changed(side))` when one side no longer holds what was planned.
+fn changed_side(sdir: &dyn ReplicaDir, ddir: &dyn ReplicaDir, it: &Item) -> Option<Error> {
+    let name = it.path.file_name();
+    let moved = |dir: &dyn ReplicaDir, expect: accord_model::Expect| {
+        !dir.stat(name)
+            .is_ok_and(|now| expect.still_holds(now.as_ref()))
+    };
+    if moved(sdir, it.expect_src()) {
+        Some(Error::Changed(Side::Source))
+    } else if moved(ddir, it.expect_dst()) {
+        Some(Error::Changed(Side::Destination))
+    } else {
+        None
+    }
+}
+
+/// Counts the bytes read through it.
+struct Counting<'a> {
+    inner: &'a mut dyn Read,
+    n: u64,
+}
+
+impl Read for Counting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+}
+
+/// The transfer between replicas that are not both on this host: the whole
+/// file as a stream, or a delta made here from the receiver's signature.
+fn write_generic(
+    x: &Exec,
+    sdir: &dyn ReplicaDir,
+    ddir: &dyn ReplicaDir,
+    it: &Item,
+    method: Method,
+) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+    let s = it.src.as_ref().expect("a write has a source");
+    let name = it.path.file_name();
+    let expect_src = it.expect_src();
+    let expect_dst = it.expect_dst();
+    let method = if method != Method::Whole && s.size > GENERIC_DELTA_MAX {
+        Method::Whole
+    } else {
+        method
+    };
+    let (temp, xfer) = match method {
+        Method::Whole => {
+            let mut reader = sdir.open_read(name, &expect_src)?;
+            let mut counting = Counting {
+                inner: &mut *reader,
+                n: 0,
             };
-            let r = (|| {
-                let ddir = Arc::new(x.dst.open_dir(&parent_of(&it.path))?);
-                let ldir = x.dst.open_dir(&parent_of(leader))?;
-                let lst = ldir.stat(leader.file_name())?;
-                if lst.kind != Kind::File {
-                    return Err(io::Error::other(format!(
-                        "cannot link to {}: not a file",
-                        leader.display()
-                    )));
-                }
-                let temp = ddir.link_temp(&ldir, leader.file_name(), it.path.file_name())?;
-                Ok((ddir, temp))
-            })();
-            match r {
-                Ok((dir, temp)) => Some(Staged {
+            let temp = ddir.receive(name, Incoming::Whole(&mut counting), &s.props, x.mask())?;
+            let n = counting.n;
+            (
+                temp,
+                Xfer {
+                    written: n,
+                    literal: n,
+                    matched: 0,
+                },
+            )
+        }
+        Method::Delta | Method::InPlace => {
+            let sig_bytes = ddir.signature(name, &expect_dst)?;
+            let sig = Signature::decode(&sig_bytes).map_err(|source| Error::Delta {
+                action: Action::OpenDestination,
+                source,
+            })?;
+            let mut new = Vec::with_capacity(s.size as usize);
+            sdir.open_read(name, &expect_src)?
+                .read_to_end(&mut new)
+                .map_err(Error::io(Action::ReadSource))?;
+            let opts = DeltaOptions {
+                in_place: (method == Method::InPlace).then(InPlaceOptions::default),
+            };
+            let mut delta = Vec::new();
+            let stats =
+                make_delta(&sig, &new, &opts, &mut delta).map_err(|source| Error::Delta {
+                    action: Action::ReadSource,
+                    source,
+                })?;
+            let xfer = Xfer {
+                written: stats.literal_bytes,
+                literal: stats.literal_bytes,
+                matched: stats.matched_bytes,
+            };
+            if method == Method::InPlace {
+                ddir.patch_in_place(name, &expect_dst, &delta, &s.props, x.mask())?;
+                crate::replica::recheck(sdir, name, &expect_src, Side::Source)?;
+                x.count_done(it, xfer);
+                x.progress.bytes_done.fetch_add(s.size, Ordering::Relaxed);
+                return Ok(None);
+            }
+            let incoming = Incoming::Delta {
+                basis: expect_dst,
+                delta: &delta,
+            };
+            let temp = ddir.receive(name, incoming, &s.props, x.mask())?;
+            (temp, xfer)
+        }
+    };
+    // The source must not have changed while it was read.
+    if let Err(e) = crate::replica::recheck(sdir, name, &expect_src, Side::Source) {
+        ddir.discard(&temp);
+        return Err(e);
+    }
+    Ok(Some((temp, xfer)))
+}
+
+/// Phase 5: hard links to their group's first path.
+pub(crate) fn run_links(x: &Exec, items: &[Item]) {
+    items.par_iter().for_each(|it| {
+        if x.stopped() {
+            return;
+        }
+        let Op::Link { leader } = &it.op else { return };
+        let r = x
+            .dst
+            .open_dir(&parent_of(&it.path))
+            .map_err(Error::io(Action::OpenDestination))
+            .and_then(|dir| {
+                let temp = dir.link_temp(it.path.file_name(), leader)?;
+                Ok((Arc::new(dir), temp))
+            });
+        match r {
+            Ok((dir, temp)) => commit(
+                x,
+                &Staged {
                     item: it,
                     dir,
                     temp,
                     xfer: Xfer::default(),
-                }),
-                Err(e) => {
-                    x.fail(&it.path, &e);
-                    None
-                }
-            }
-        })
-        .collect();
-    staged.par_iter().for_each(|s| commit(x, s));
+                },
+            ),
+            Err(e) => x.fail_item(it, e),
+        }
+    });
 }

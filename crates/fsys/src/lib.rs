@@ -212,6 +212,17 @@ fn kind_of(mode: u32) -> Option<Kind> {
 }
 
 impl Stat {
+    /// The fields a re-check compares (see `accord_model::Expect`).
+    pub fn found(&self) -> accord_model::Found {
+        accord_model::Found {
+            kind: self.kind,
+            dev: self.dev,
+            ino: self.ino,
+            size: self.size,
+            mtime: self.mtime,
+        }
+    }
+
     fn from_raw(st: &libc::stat) -> io::Result<Stat> {
         let kind = kind_of(st.st_mode)
             .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "unknown file type"))?;

@@ -323,6 +323,66 @@ impl Entry {
     }
 }
 
+/// What is found at a path when a step re-checks it: the fields that
+/// [`Expect::still_holds`] compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub kind: Kind,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: Time,
+}
+
+/// What a step expects to find at a path when it is carried out: the one
+/// definition of "the target is still what we planned on" (safety rule 3 of
+/// the design), used by every step that replaces, changes or deletes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Nothing at that name.
+    Absent,
+    /// The entry as scanned. A directory is compared by identity only (its
+    /// size and mtime move whenever an entry is added or removed in it,
+    /// which the run itself does); anything else also by size and mtime,
+    /// which every write moves.
+    Entry(Found),
+    /// Something of this kind that this run made (no scan saw it).
+    Made(Kind),
+}
+
+impl Expect {
+    /// The expectation of a scanned entry.
+    pub fn entry(e: &Entry) -> Expect {
+        Expect::Entry(Found {
+            kind: e.kind,
+            dev: e.dev,
+            ino: e.ino,
+            size: e.size,
+            mtime: e.props.mtime,
+        })
+    }
+
+    /// `entry` of `Some`, `Absent` of `None`.
+    pub fn of(e: Option<&Entry>) -> Expect {
+        e.map_or(Expect::Absent, Expect::entry)
+    }
+
+    /// Does what is there now (`None`: nothing) still match?
+    pub fn still_holds(&self, now: Option<&Found>) -> bool {
+        match (self, now) {
+            (Expect::Absent, None) => true,
+            (Expect::Made(kind), Some(f)) => f.kind == *kind,
+            (Expect::Entry(want), Some(f)) => {
+                f.kind == want.kind
+                    && f.dev == want.dev
+                    && f.ino == want.ino
+                    && (f.kind == Kind::Dir || (f.size == want.size && f.mtime == want.mtime))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// An error tied to one path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathFailure {
@@ -433,6 +493,46 @@ mod tests {
         );
         assert!(RelPath::root().join(b"..").is_err());
         assert!(RelPath::root().join(b"x/y").is_err());
+    }
+
+    #[test]
+    fn expectations() {
+        let f = Found {
+            kind: Kind::File,
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime: Time { sec: 4, nsec: 5 },
+        };
+        let e = Expect::Entry(f);
+        assert!(e.still_holds(Some(&f)));
+        assert!(!e.still_holds(None));
+        assert!(!Expect::Absent.still_holds(Some(&f)));
+        assert!(Expect::Absent.still_holds(None));
+        for changed in [
+            Found { dev: 9, ..f },
+            Found { ino: 9, ..f },
+            Found { size: 9, ..f },
+            Found {
+                mtime: Time { sec: 4, nsec: 6 },
+                ..f
+            },
+            Found {
+                kind: Kind::Symlink,
+                ..f
+            },
+        ] {
+            assert!(!e.still_holds(Some(&changed)), "{changed:?}");
+        }
+        // A directory: identity only.
+        let d = Found {
+            kind: Kind::Dir,
+            ..f
+        };
+        assert!(Expect::Entry(d).still_holds(Some(&Found { size: 99, ..d })));
+        assert!(!Expect::Entry(d).still_holds(Some(&Found { ino: 99, ..d })));
+        assert!(Expect::Made(Kind::Dir).still_holds(Some(&d)));
+        assert!(!Expect::Made(Kind::Dir).still_holds(Some(&f)));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! 5. `links`: hard links to a group's first path (after phase 4);
 //! 6. `dir_meta`: directory properties, deepest first (after their subtree).
 
-use accord_model::{Entry, Kind, RelPath};
+use accord_model::{Entry, Expect, Kind, RelPath};
 use std::collections::{HashMap, HashSet};
 
 /// How many deletions the guard allows.
@@ -70,6 +70,44 @@ pub struct MirrorOptions {
     pub xattrs: bool,
     pub hard_links: bool,
     pub kinds: Kinds,
+    /// How changed contents reach the destination.
+    pub transfer: TransferOptions,
+}
+
+/// `--delta auto|always|never`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeltaMode {
+    /// A delta when the file is big enough to be worth it.
+    Auto,
+    Always,
+    Never,
+}
+
+/// The user's choices of transfer method (the plan applies them per file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferOptions {
+    pub delta: DeltaMode,
+    /// `--inplace`: rebuild changed files in their own storage.
+    pub inplace: bool,
+}
+
+impl Default for TransferOptions {
+    fn default() -> Self {
+        TransferOptions {
+            delta: DeltaMode::Auto,
+            inplace: false,
+        }
+    }
+}
+
+/// Below this size `--delta auto` copies the whole file: the signature and
+/// the matching cost more than the bytes they would save.
+pub const DELTA_AUTO_MIN_SIZE: u64 = 64 * 1024;
+
+/// Facts found during the run that the plan depends on (the user's choices
+/// are in [`MirrorOptions`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
     /// Some source directory could not be read: deletions are suspended.
     pub source_incomplete: bool,
     /// The source root is not the one seen last time (device or inode).
@@ -89,8 +127,7 @@ impl Default for MirrorOptions {
             xattrs: true,
             hard_links: true,
             kinds: Kinds::default(),
-            source_incomplete: false,
-            source_root_changed: false,
+            transfer: TransferOptions::default(),
         }
     }
 }
@@ -100,8 +137,8 @@ impl Default for MirrorOptions {
 pub enum Op {
     /// Create a directory (its properties follow in `dir_meta`).
     Mkdir,
-    /// Write a regular file's contents (new or changed).
-    Write,
+    /// Write a regular file's contents (new or changed), by this method.
+    Write(Method),
     /// Create a symlink, fifo, socket or device node (new or changed).
     Create,
     /// Make this path a hard link to `leader` (already in place).
@@ -114,6 +151,60 @@ pub enum Op {
     Cleanup,
     /// Set a directory's properties after its subtree.
     DirMeta,
+}
+
+/// How a file's new contents reach the destination, decided by the plan so
+/// that a dry run shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// The whole file is copied into a temp file that replaces the target.
+    Whole,
+    /// The old version is the basis of a delta written into a temp file that
+    /// replaces the target (the engine falls back to `Whole` when the delta
+    /// turns out to save nothing, under `--delta auto`).
+    Delta,
+    /// The old version is rebuilt in its own storage (`--inplace`).
+    InPlace,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Whole => "whole",
+            Method::Delta => "delta",
+            Method::InPlace => "inplace",
+        }
+    }
+}
+
+/// What a person is told happened (or would happen) to a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Created,
+    Updated,
+    Linked,
+    Relinked,
+    Metadata,
+    Deleted,
+}
+
+impl Change {
+    pub fn name(self) -> &'static str {
+        match self {
+            Change::Created => "created",
+            Change::Updated => "updated",
+            Change::Linked => "linked",
+            Change::Relinked => "relinked",
+            Change::Metadata => "metadata",
+            Change::Deleted => "deleted",
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// One planned change.
@@ -132,30 +223,46 @@ pub struct Item {
 impl Item {
     /// What a person is told about this item (`-i`), or `None` for items
     /// that are bookkeeping only.
-    pub fn change(&self) -> Option<&'static str> {
+    pub fn change(&self) -> Option<Change> {
         match self.op {
-            Op::Mkdir => Some("created"),
-            Op::Write | Op::Create => Some(if self.dst.is_some() {
-                "updated"
+            Op::Mkdir => Some(Change::Created),
+            Op::Write(_) | Op::Create => Some(if self.dst.is_some() {
+                Change::Updated
             } else {
-                "created"
+                Change::Created
             }),
             Op::Link { .. } => Some(if self.dst.is_some() {
-                "relinked"
+                Change::Relinked
             } else {
-                "linked"
+                Change::Linked
             }),
-            Op::Meta => Some("metadata"),
-            Op::Delete => Some("deleted"),
+            Op::Meta => Some(Change::Metadata),
+            Op::Delete => Some(Change::Deleted),
             Op::Cleanup => None,
             Op::DirMeta => {
                 if self.dst.is_some() && self.props_differ {
-                    Some("metadata")
+                    Some(Change::Metadata)
                 } else {
                     None
                 }
             }
         }
+    }
+
+    /// What the destination must still hold at this path when the item is
+    /// carried out (safety rule 3).
+    pub fn expect_dst(&self) -> Expect {
+        match (&self.dst, &self.op) {
+            (Some(d), _) => Expect::entry(d),
+            // A directory made earlier in this run.
+            (None, Op::DirMeta) => Expect::Made(Kind::Dir),
+            (None, _) => Expect::Absent,
+        }
+    }
+
+    /// What the source must still hold at this path (safety rule 3).
+    pub fn expect_src(&self) -> Expect {
+        Expect::of(self.src.as_ref())
     }
 }
 
@@ -275,6 +382,25 @@ fn contents_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
     }
 }
 
+/// How a file's new contents are written over `old` (the destination's
+/// entry at the same path, if any).
+fn method(new: &Entry, old: Option<&Entry>, t: &TransferOptions) -> Method {
+    let Some(old) = old.filter(|d| d.kind == Kind::File && d.size > 0) else {
+        return Method::Whole;
+    };
+    // Never rewrite in place an inode with other names: they may be outside
+    // the source's group (even excluded), or be left half-updated where no
+    // recovery rename can reach them. Those go temp + rename.
+    if t.inplace && old.nlink <= 1 {
+        return Method::InPlace;
+    }
+    match t.delta {
+        DeltaMode::Never => Method::Whole,
+        DeltaMode::Auto if new.size < DELTA_AUTO_MIN_SIZE => Method::Whole,
+        _ => Method::Delta,
+    }
+}
+
 type Pair<'a> = (Option<&'a Entry>, Option<&'a Entry>);
 
 /// Both lists merged into pairs of entries with equal paths; `None` if
@@ -360,6 +486,7 @@ pub fn mirror_plan(
     dst: &[Entry],
     stale_temps: &[RelPath],
     o: &MirrorOptions,
+    facts: &Facts,
 ) -> Result<MirrorPlan, Refusal> {
     let (mut src, mut src_linked) = refs(src, o.kinds);
     let (mut dst, mut dst_linked) = refs(dst, o.kinds);
@@ -466,12 +593,12 @@ pub fn mirror_plan(
     }
     let dst_entries = dst.iter().filter(|e| !e.path.is_root()).count();
     let src_entries = src.iter().filter(|e| !e.path.is_root()).count();
-    let deleting = o.delete && !o.source_incomplete;
+    let deleting = o.delete && !facts.source_incomplete;
     if deleting && extras > 0 && !o.force {
         if src_entries == 0 {
             return Err(Refusal::SourceEmpty { dst_entries });
         }
-        if o.source_root_changed {
+        if facts.source_root_changed {
             return Err(Refusal::SourceRootChanged {
                 would_delete: extras,
             });
@@ -533,14 +660,14 @@ pub fn mirror_plan(
         let op = match (s.kind, d_usable) {
             (Kind::File, Some(d)) if d.kind == Kind::File => {
                 if contents_differ(s, d, o) || wrongly_linked(s, d) {
-                    Some(Op::Write)
+                    Some(Op::Write(Method::Whole))
                 } else if props_differ(s, d, o) {
                     Some(Op::Meta)
                 } else {
                     None
                 }
             }
-            (Kind::File, _) => Some(Op::Write),
+            (Kind::File, _) => Some(Op::Write(Method::Whole)),
             (_, Some(d)) if d.kind == s.kind => {
                 let same = match s.kind {
                     Kind::Symlink => s.link_target == d.link_target,
@@ -558,7 +685,11 @@ pub fn mirror_plan(
             _ => Some(Op::Create),
         };
         if let Some(op) = op {
-            if op == Op::Write {
+            let op = match op {
+                Op::Write(_) => Op::Write(method(s, d_usable, &o.transfer)),
+                op => op,
+            };
+            if matches!(op, Op::Write(_)) {
                 plan.summary.files_to_write += 1;
                 plan.summary.bytes_to_write += s.size;
                 rewritten.insert(&s.path);

@@ -3,7 +3,7 @@
 //! guard holds.
 
 use accord_model::{Entry, Kind, Props, RelPath, Time};
-use accord_plan::{mirror_plan, MaxDelete, MirrorOptions, MirrorPlan, Op, Refusal};
+use accord_plan::{mirror_plan, Facts, MaxDelete, MirrorOptions, MirrorPlan, Op, Refusal};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 
@@ -143,7 +143,7 @@ fn apply(dst: &[Entry], plan: &MirrorPlan) -> Result<Vec<Entry>, String> {
                 e.props.mtime = Time { sec: 999, nsec: 0 };
                 t.insert(p.clone(), e);
             }
-            Op::Write | Op::Create => {
+            Op::Write(_) | Op::Create => {
                 if !parent_is_dir(&t, p) || t.get(p).is_some_and(|e| e.kind == Kind::Dir) {
                     return Err(format!("write {p} impossible"));
                 }
@@ -185,7 +185,7 @@ fn apply(dst: &[Entry], plan: &MirrorPlan) -> Result<Vec<Entry>, String> {
         // Creating or removing an entry moves the parent's mtime.
         if matches!(
             it.op,
-            Op::Delete | Op::Mkdir | Op::Write | Op::Create | Op::Link { .. }
+            Op::Delete | Op::Mkdir | Op::Write(_) | Op::Create | Op::Link { .. }
         ) {
             if let Some(e) = t.get_mut(&p.parent().unwrap()) {
                 e.props.mtime = Time { sec: 777, nsec: 1 };
@@ -256,10 +256,10 @@ proptest! {
         let src = build(&s, 100);
         let dst = build(&d, 5000);
         let o = MirrorOptions { force: true, ..opts() };
-        let plan = mirror_plan(&src, &dst, &[], &o).unwrap();
+        let plan = mirror_plan(&src, &dst, &[], &o, &Facts::default()).unwrap();
         let out = apply(&dst, &plan).map_err(TestCaseError::fail)?;
         same(&src, &out).map_err(TestCaseError::fail)?;
-        let again = mirror_plan(&src, &out, &[], &o).unwrap();
+        let again = mirror_plan(&src, &out, &[], &o, &Facts::default()).unwrap();
         prop_assert!(again.is_empty(), "second plan not empty: {:?}", again.items().collect::<Vec<_>>());
     }
 
@@ -269,12 +269,12 @@ proptest! {
         let src = build(&s, 100);
         let dst = build(&d, 5000);
         let o = MirrorOptions { force: true, ..opts() };
-        let want = mirror_plan(&src, &dst, &[], &o).unwrap();
+        let want = mirror_plan(&src, &dst, &[], &o, &Facts::default()).unwrap();
         let (mut s2, mut d2) = (src.clone(), dst.clone());
         s2.reverse();
         let n = d2.len();
         d2.rotate_left(turn % n);
-        let got = mirror_plan(&s2, &d2, &[], &o).unwrap();
+        let got = mirror_plan(&s2, &d2, &[], &o, &Facts::default()).unwrap();
         let items = |p: &MirrorPlan| format!("{:?}", p.items().collect::<Vec<_>>());
         prop_assert_eq!(items(&got), items(&want));
     }
@@ -283,11 +283,12 @@ proptest! {
     fn keep_extra_never_deletes(s in raw_strategy(), d in raw_strategy()) {
         let src = build(&s, 100);
         let dst = build(&d, 5000);
-        for o in [
-            MirrorOptions { delete: false, ..opts() },
-            MirrorOptions { source_incomplete: true, ..opts() },
+        let suspended = Facts { source_incomplete: true, ..Facts::default() };
+        for (o, facts) in [
+            (MirrorOptions { delete: false, ..opts() }, Facts::default()),
+            (opts(), suspended),
         ] {
-            let plan = mirror_plan(&src, &dst, &[], &o).unwrap();
+            let plan = mirror_plan(&src, &dst, &[], &o, &facts).unwrap();
             let in_src: std::collections::HashSet<_> = src.iter().map(|e| &e.path).collect();
             for it in &plan.deletes {
                 // Only kind changes of paths the source has.
@@ -301,24 +302,24 @@ proptest! {
         let dst = build(&d, 5000);
         let empty = build(&[], 100);
         let n = dst.len() - 1;
-        let r = mirror_plan(&empty, &dst, &[], &MirrorOptions::default());
+        let r = mirror_plan(&empty, &dst, &[], &MirrorOptions::default(), &Facts::default());
         if n > 0 {
             prop_assert_eq!(r.unwrap_err(), Refusal::SourceEmpty { dst_entries: n });
         } else {
             prop_assert!(r.unwrap().deletes.is_empty());
         }
         let src = build(&[(vec![0], 0, 1, 1, 0o644, None)], 100);
-        let r = mirror_plan(&src, &dst, &[], &MirrorOptions { max_delete: MaxDelete::Count(limit), ..MirrorOptions::default() });
+        let r = mirror_plan(&src, &dst, &[], &MirrorOptions { max_delete: MaxDelete::Count(limit), ..MirrorOptions::default() }, &Facts::default());
         match r {
             Ok(p) => prop_assert!(p.summary.deletes <= limit),
             Err(Refusal::TooManyDeletes { would_delete, .. }) => prop_assert!(would_delete > limit),
             Err(e) => prop_assert!(false, "unexpected {:?}", e),
         }
-        let r = mirror_plan(&src, &dst, &[], &MirrorOptions { source_root_changed: true, max_delete: MaxDelete::Fraction(1.0), ..MirrorOptions::default() });
+        let r = mirror_plan(&src, &dst, &[], &MirrorOptions { max_delete: MaxDelete::Fraction(1.0), ..MirrorOptions::default() }, &Facts { source_root_changed: true, ..Facts::default() });
         if let Ok(p) = r {
             prop_assert_eq!(p.summary.deletes, 0);
         }
-        let forced = mirror_plan(&empty, &dst, &[], &MirrorOptions { force: true, ..MirrorOptions::default() }).unwrap();
+        let forced = mirror_plan(&empty, &dst, &[], &MirrorOptions { force: true, ..MirrorOptions::default() }, &Facts::default()).unwrap();
         prop_assert_eq!(forced.summary.deletes, n);
     }
 }

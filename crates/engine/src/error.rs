@@ -1,0 +1,295 @@
+//! Typed errors that keep their cause: per-path failures (the run goes on)
+//! and fatal ones (the run stops). The cli maps them to messages, exit codes
+//! and JSON fields without parsing text.
+
+use accord_model::RelPath;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// What the engine was doing when an operation failed (so a permission error
+/// says which operation it refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    OpenSource,
+    ReadSource,
+    OpenDestination,
+    WriteTemp,
+    Flush,
+    Replace,
+    SetProps,
+    MakeDir,
+    MakeLink,
+    MakeNode,
+    Delete,
+    ListDir,
+    UpdateInPlace,
+    Fingerprint,
+    Scan,
+}
+
+impl Action {
+    fn doing(self) -> &'static str {
+        match self {
+            Action::OpenSource => "opening the source file",
+            Action::ReadSource => "reading the source file",
+            Action::OpenDestination => "opening the destination",
+            Action::WriteTemp => "writing the temp file",
+            Action::Flush => "flushing to disk",
+            Action::Replace => "renaming the new version into place",
+            Action::SetProps => "setting properties",
+            Action::MakeDir => "making the directory",
+            Action::MakeLink => "making the hard link",
+            Action::MakeNode => "making the entry",
+            Action::Delete => "deleting",
+            Action::ListDir => "listing the directory",
+            Action::UpdateInPlace => "updating in place",
+            Action::Fingerprint => "computing the fingerprint",
+            Action::Scan => "scanning",
+        }
+    }
+}
+
+/// Which replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Destination,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Source => "the source",
+            Side::Destination => "the destination",
+        }
+    }
+}
+
+/// Why one path failed.
+#[derive(Debug)]
+pub enum Error {
+    /// An operating-system error during an action.
+    Io { action: Action, source: io::Error },
+    /// Safety rule 3: the entry is not what the plan was made on.
+    Changed(Side),
+    /// The delta engine refused (a damaged basis, an inconsistent delta).
+    Delta {
+        action: Action,
+        source: accord_delta::DeltaError,
+    },
+    /// An in-place update failed after it began writing: the file holds
+    /// neither version and was moved to `recovery` (or could not be moved).
+    InPlaceFailed {
+        cause: Box<Error>,
+        recovery: Result<Vec<u8>, io::Error>,
+    },
+    /// A source file holds a half-finished in-place update of an earlier run.
+    HalfUpdated,
+    /// A destination file was being updated in place when an earlier run
+    /// stopped: it held a mix of both versions and was moved to `recovery`
+    /// (or could not be moved); this run copies it again.
+    InterruptedInPlace {
+        recovery: Result<Vec<u8>, io::Error>,
+    },
+    /// A hard link's leader is not a regular file.
+    LeaderNotFile(RelPath),
+    /// A scan could not read the entry (the scanner's own message).
+    Scan(String),
+}
+
+impl Error {
+    pub fn io(action: Action) -> impl FnOnce(io::Error) -> Error {
+        move |source| Error::Io { action, source }
+    }
+
+    /// True when the disk (or a quota) is full: fatal for a run.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => accord_fsys::is_no_space(source),
+            Error::Delta {
+                source: accord_delta::DeltaError::Io(e),
+                ..
+            } => accord_fsys::is_no_space(e),
+            Error::InPlaceFailed { cause, .. } => cause.is_no_space(),
+            _ => false,
+        }
+    }
+
+    /// The OS error number, if the cause is an OS error.
+    pub fn os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { action, source } => write!(f, "{}: {source}", action.doing()),
+            Error::Changed(side) => write!(
+                f,
+                "{} changed since it was scanned; left alone",
+                side.name()
+            ),
+            Error::Delta { action, source } => write!(f, "{}: {source}", action.doing()),
+            Error::InPlaceFailed { cause, recovery } => match recovery {
+                Ok(rec) => write!(
+                    f,
+                    "{cause}; the partly updated file was moved to {}",
+                    accord_model::escape_for_display(rec)
+                ),
+                Err(e) => write!(
+                    f,
+                    "{cause}; moving the partly updated file aside failed: {e}"
+                ),
+            },
+            Error::HalfUpdated => f.write_str(
+                "the source holds a half-finished in-place update (an earlier run stopped); \
+                 not copied",
+            ),
+            Error::InterruptedInPlace { recovery } => {
+                f.write_str(
+                    "was being updated in place when an earlier run stopped, \
+                     so it held a mix of old and new data; ",
+                )?;
+                match recovery {
+                    Ok(rec) => write!(
+                        f,
+                        "it was moved to {} and is copied again",
+                        accord_model::escape_for_display(rec)
+                    ),
+                    Err(e) => write!(f, "moving it aside failed: {e}"),
+                }
+            }
+            Error::LeaderNotFile(leader) => {
+                write!(f, "cannot link to {}: not a file", leader.display())
+            }
+            Error::Scan(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            Error::Delta { source, .. } => Some(source),
+            Error::InPlaceFailed { cause, .. } => Some(cause.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// A per-path failure: the run went on without this path.
+#[derive(Debug)]
+pub struct Failure {
+    pub path: RelPath,
+    pub error: Error,
+}
+
+/// Why a run stopped.
+#[derive(Debug)]
+pub enum Fatal {
+    OpenSource {
+        path: PathBuf,
+        source: io::Error,
+    },
+    OpenDestination {
+        path: PathBuf,
+        source: io::Error,
+    },
+    SameDirectory,
+    /// One root inside the other.
+    Nested(String),
+    /// Another run holds the destination's lock.
+    Busy(PathBuf),
+    Lock {
+        path: PathBuf,
+        source: io::Error,
+    },
+    BadExclude(io::Error),
+    ThreadPool(String),
+    /// The source root could not be read at all.
+    SourceUnreadable(PathBuf),
+    /// Some destination directory could not be read: what to delete or
+    /// replace is unknown.
+    DestinationUnreadable {
+        path: PathBuf,
+        detail: String,
+    },
+    /// The disk filled up; `path` is the file being written, `replaced`
+    /// whether it had an old version (which was left in place).
+    DiskFull {
+        path: RelPath,
+        replaced: bool,
+        source: Box<Error>,
+    },
+    /// The final flush of the destination failed.
+    Sync(io::Error),
+    /// Files whose transfer was cut off by a full disk after the run went on
+    /// file by file, committing what fitted.
+    DidNotFit {
+        files: Vec<RelPath>,
+        source: Box<Error>,
+    },
+}
+
+impl fmt::Display for Fatal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fatal::OpenSource { path, source } => write!(
+                f,
+                "cannot open source {}: {source}; nothing was changed",
+                path.display()
+            ),
+            Fatal::OpenDestination { path, source } => write!(
+                f,
+                "cannot open or create destination {}: {source}",
+                path.display()
+            ),
+            Fatal::SameDirectory => f.write_str("source and destination are the same directory"),
+            Fatal::Nested(why) => f.write_str(why),
+            Fatal::Busy(path) => write!(
+                f,
+                "another accord run is writing into {}; try again when it is done",
+                path.display()
+            ),
+            Fatal::Lock { path, source } => write!(f, "cannot lock {}: {source}", path.display()),
+            Fatal::BadExclude(e) => write!(f, "bad exclude pattern: {e}"),
+            Fatal::ThreadPool(e) => write!(f, "cannot start worker threads: {e}"),
+            Fatal::SourceUnreadable(path) => write!(f, "cannot read source {}", path.display()),
+            Fatal::DestinationUnreadable { path, detail } => {
+                write!(f, "cannot read destination {}: {detail}", path.display())
+            }
+            Fatal::DiskFull {
+                path,
+                replaced,
+                source,
+            } => {
+                write!(f, "disk full writing {}: {source}", path.display())?;
+                if *replaced {
+                    f.write_str("; the old file was left in place")?;
+                }
+                Ok(())
+            }
+            Fatal::Sync(e) => write!(f, "syncing the destination failed: {e}"),
+            Fatal::DidNotFit { files, source } => {
+                write!(
+                    f,
+                    "disk full ({source}): {} file(s) did not fit:",
+                    files.len()
+                )?;
+                for p in files.iter().take(10) {
+                    write!(f, " {}", p.display())?;
+                }
+                if files.len() > 10 {
+                    write!(f, " and {} more", files.len() - 10)?;
+                }
+                f.write_str("; their old versions, if any, were left in place")
+            }
+        }
+    }
+}

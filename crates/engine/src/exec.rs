@@ -1,0 +1,309 @@
+//! Carrying out a mirror plan over two replicas, phase by phase; inside a
+//! phase every item is an independent task on the rayon pool.
+
+use crate::error::{Action, Error, Failure, Fatal};
+use crate::replica::{Deleted, Replica};
+use crate::transfer::{self, Xfer};
+use crate::{MirrorConfig, Progress};
+use accord_fsys::PropsMask;
+use accord_model::{Kind, RelPath};
+use accord_plan::{Change, Item, MirrorPlan, Op};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// What the execution did, counted as it goes.
+#[derive(Default)]
+pub(crate) struct Counters {
+    /// Regular files whose contents were written.
+    pub files: AtomicU64,
+    /// Symlinks, fifos, sockets and device nodes made.
+    pub others: AtomicU64,
+    /// Hard links made.
+    pub links: AtomicU64,
+    /// Entries whose properties alone were set.
+    pub metadata: AtomicU64,
+    pub dirs: AtomicU64,
+    pub deleted: AtomicU64,
+    pub written: AtomicU64,
+    pub literal: AtomicU64,
+    pub matched: AtomicU64,
+}
+
+pub(crate) struct Exec<'a> {
+    pub src: &'a dyn Replica,
+    pub dst: &'a dyn Replica,
+    pub cfg: &'a MirrorConfig,
+    pub progress: &'a Progress,
+    pub failures: Mutex<Vec<Failure>>,
+    pub fatal: Mutex<Option<Fatal>>,
+    stop: AtomicBool,
+    /// The disk filled up: stage no more batches, go file by file.
+    short_of_space: AtomicBool,
+    /// Files that did not fit even alone.
+    did_not_fit: Mutex<Vec<RelPath>>,
+    pub changes: Mutex<Vec<(Change, RelPath)>>,
+    pub counters: Counters,
+}
+
+impl<'a> Exec<'a> {
+    pub fn new(
+        src: &'a dyn Replica,
+        dst: &'a dyn Replica,
+        cfg: &'a MirrorConfig,
+        progress: &'a Progress,
+    ) -> Exec<'a> {
+        Exec {
+            src,
+            dst,
+            cfg,
+            progress,
+            failures: Mutex::new(Vec::new()),
+            fatal: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            short_of_space: AtomicBool::new(false),
+            did_not_fit: Mutex::new(Vec::new()),
+            changes: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+        }
+    }
+
+    /// A failure of `it`: per path, or fatal when the disk is full.
+    pub fn fail_item(&self, it: &Item, e: Error) {
+        if e.is_no_space() {
+            self.fatal_error(Fatal::DiskFull {
+                path: it.path.clone(),
+                replaced: it.dst.is_some(),
+                source: Box::new(e),
+            });
+        } else {
+            self.failures.lock().unwrap().push(Failure {
+                path: it.path.clone(),
+                error: e,
+            });
+        }
+    }
+
+    pub fn fatal_error(&self, f: Fatal) {
+        let mut slot = self.fatal.lock().unwrap();
+        if slot.is_none() {
+            *slot = Some(f);
+        }
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub fn note_no_space(&self) {
+        self.short_of_space.store(true, Ordering::Relaxed);
+    }
+
+    pub fn short_of_space(&self) -> bool {
+        self.short_of_space.load(Ordering::Relaxed)
+    }
+
+    pub fn did_not_fit(&self, path: &RelPath) {
+        self.did_not_fit.lock().unwrap().push(path.clone());
+    }
+
+    pub fn changed(&self, it: &Item) {
+        if let Some(c) = it.change() {
+            self.changes.lock().unwrap().push((c, it.path.clone()));
+        }
+    }
+
+    /// Count a committed non-directory item (and its bytes).
+    pub fn count_done(&self, it: &Item, xfer: Xfer) {
+        let c = &self.counters;
+        let counter = match it.op {
+            Op::Write(_) => {
+                self.progress.files_done.fetch_add(1, Ordering::Relaxed);
+                &c.files
+            }
+            Op::Link { .. } => &c.links,
+            _ => &c.others,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        c.written.fetch_add(xfer.written, Ordering::Relaxed);
+        c.literal.fetch_add(xfer.literal, Ordering::Relaxed);
+        c.matched.fetch_add(xfer.matched, Ordering::Relaxed);
+        self.changed(it);
+    }
+
+    pub fn mask(&self) -> PropsMask {
+        let o = &self.cfg.plan;
+        PropsMask {
+            perms: o.perms,
+            owner: o.owner,
+            times: o.times,
+            xattrs: if o.xattrs {
+                Some(self.cfg.xattrs)
+            } else {
+                None
+            },
+        }
+    }
+
+    /// The fatal error of a run that went on file by file after the disk
+    /// filled up, if some file never fitted.
+    pub fn finish_space_report(&self) {
+        let files = std::mem::take(&mut *self.did_not_fit.lock().unwrap());
+        if !files.is_empty() {
+            let source = Box::new(Error::Io {
+                action: Action::WriteTemp,
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            });
+            self.fatal_error(Fatal::DidNotFit { files, source });
+        }
+    }
+}
+
+pub(crate) fn parent_of(p: &RelPath) -> RelPath {
+    p.parent().unwrap_or_default()
+}
+
+/// Carry out `plan`: stale temps, deletions (deepest first), new
+/// directories (parents first), files, hard links, directory properties
+/// (deepest first, after their subtree).
+pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) {
+    remove_stale_temps(x, &plan.cleanup);
+    delete_all(x, &plan.deletes);
+    if !x.stopped() {
+        make_dirs(x, &plan.mkdirs);
+    }
+    if !x.stopped() {
+        transfer::run_files(x, &plan.files);
+    }
+    if !x.stopped() {
+        transfer::run_links(x, &plan.links);
+    }
+    x.finish_space_report();
+    // Even after a fatal error: a directory made by this run keeps mode 0700
+    // until its properties are set, which would lock out other users.
+    set_dir_props(x, &plan.dir_meta);
+}
+
+fn remove_stale_temps(x: &Exec, items: &[Item]) {
+    for it in items {
+        if let Ok(dir) = x.dst.open_dir(&parent_of(&it.path)) {
+            dir.remove_stale_temp(it.path.file_name());
+        }
+    }
+}
+
+/// Deletions, one depth level at a time (a directory goes after everything
+/// under it), the directories of a level in parallel, each opened once.
+fn delete_all(x: &Exec, deletes: &[Item]) {
+    type Groups<'a> = BTreeMap<RelPath, Vec<&'a Item>>;
+    let mut levels: BTreeMap<std::cmp::Reverse<usize>, Groups> = BTreeMap::new();
+    for it in deletes {
+        levels
+            .entry(std::cmp::Reverse(it.path.depth()))
+            .or_default()
+            .entry(parent_of(&it.path))
+            .or_default()
+            .push(it);
+    }
+    for (_, groups) in levels {
+        if x.stopped() {
+            return;
+        }
+        groups.into_par_iter().for_each(|(parent, items)| {
+            let dir = match x.dst.open_dir(&parent) {
+                Ok(d) => d,
+                Err(e) => {
+                    if e.raw_os_error() != Some(libc::ENOENT) {
+                        for it in items {
+                            x.fail_item(it, Error::io(Action::Delete)(transfer::clone_io(&e)));
+                        }
+                    }
+                    return;
+                }
+            };
+            for it in items {
+                if x.stopped() {
+                    return;
+                }
+                delete_one(x, &*dir, it);
+            }
+        });
+    }
+}
+
+fn delete_one(x: &Exec, dir: &dyn crate::replica::ReplicaDir, it: &Item) {
+    let is_extra = it.src.is_none();
+    match dir.delete(it.path.file_name(), &it.expect_dst()) {
+        Ok(Deleted::Done) => {
+            x.counters.deleted.fetch_add(1, Ordering::Relaxed);
+            x.changed(it);
+        }
+        Ok(Deleted::Gone) => {}
+        // An extra directory holding excluded entries: they and it stay.
+        Ok(Deleted::NotEmpty) if is_extra => {}
+        Ok(Deleted::NotEmpty) => x.fail_item(
+            it,
+            Error::io(Action::Delete)(std::io::Error::from_raw_os_error(libc::ENOTEMPTY)),
+        ),
+        Err(e) => x.fail_item(it, e),
+    }
+}
+
+/// New directories, parents first: one depth level at a time, the
+/// directories of a level in parallel.
+fn make_dirs(x: &Exec, mkdirs: &[Item]) {
+    let mut levels: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
+    for it in mkdirs {
+        levels.entry(it.path.depth()).or_default().push(it);
+    }
+    for (_, items) in levels {
+        if x.stopped() {
+            return;
+        }
+        items.par_iter().for_each(|it| {
+            let r = x
+                .dst
+                .open_dir(&parent_of(&it.path))
+                .map_err(Error::io(Action::MakeDir))
+                .and_then(|d| d.mkdir(it.path.file_name()));
+            match r {
+                Ok(()) => {
+                    x.counters.dirs.fetch_add(1, Ordering::Relaxed);
+                    x.changed(it)
+                }
+                Err(e) => x.fail_item(it, e),
+            }
+        });
+    }
+}
+
+/// Directory properties, deepest first, one depth level at a time.
+fn set_dir_props(x: &Exec, items: &[Item]) {
+    let mut levels: BTreeMap<std::cmp::Reverse<usize>, Vec<&Item>> = BTreeMap::new();
+    for it in items {
+        levels
+            .entry(std::cmp::Reverse(it.path.depth()))
+            .or_default()
+            .push(it);
+    }
+    for (_, items) in levels {
+        items.par_iter().for_each(|it| {
+            let Some(s) = &it.src else { return };
+            debug_assert_eq!(s.kind, Kind::Dir);
+            let r = x
+                .dst
+                .open_dir(&it.path)
+                .map_err(Error::io(Action::SetProps))
+                .and_then(|d| d.set_own_props(&it.expect_dst(), &s.props, x.mask()));
+            match r {
+                Ok(()) => x.changed(it),
+                // A directory this run could not make was reported already.
+                Err(Error::Io { source, .. })
+                    if it.dst.is_none() && source.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => x.fail_item(it, e),
+            }
+        });
+    }
+}

@@ -1,0 +1,474 @@
+//! `LocalReplica`: a replica on this host's file system, confined under its
+//! root handle (`fsys`), with its state files in a host state directory.
+
+use crate::error::{Action, Error};
+use crate::replica::{Deleted, Incoming, Replica, ReplicaDir};
+use crate::Side;
+use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
+use accord_fsys::{fstat, Dir, IgnoreRules, Mapped, PropsMask, Root, Scan, ScanOptions};
+use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+/// Largest state file read (the memos hold up to 2^27 digests).
+const MAX_STATE_BYTES: u64 = 1 << 31;
+
+/// How a local replica writes.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalOptions {
+    /// fsync what must survive a crash (in-place markers and updates).
+    pub fsync: bool,
+    /// Most scratch memory an in-place patch may use.
+    pub max_scratch: u64,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        LocalOptions {
+            fsync: true,
+            max_scratch: PatchOptions::default().max_scratch,
+        }
+    }
+}
+
+/// A replica on a local file system, confined under its root handle.
+pub struct LocalReplica {
+    root: Root,
+    /// Where this replica's state files live (None: it keeps none).
+    state_dir: Option<PathBuf>,
+    /// The state files' key: a digest of the canonical root path.
+    state_key: String,
+    opts: LocalOptions,
+}
+
+impl LocalReplica {
+    /// Open an existing directory.
+    pub fn open(path: &Path) -> io::Result<LocalReplica> {
+        Ok(LocalReplica::new(Root::open(path)?))
+    }
+
+    /// Open a directory, creating it first if missing.
+    pub fn create(path: &Path) -> io::Result<LocalReplica> {
+        Ok(LocalReplica::new(Root::create(path)?))
+    }
+
+    fn new(root: Root) -> LocalReplica {
+        let canonical = accord_fsys::canonical(root.path());
+        let key = blake3::hash(canonical.as_os_str().as_encoded_bytes()).to_hex();
+        LocalReplica {
+            root,
+            state_dir: None,
+            state_key: key.as_str()[..24].to_string(),
+            opts: LocalOptions::default(),
+        }
+    }
+
+    /// Keep state files in `dir`.
+    pub fn with_state_dir(mut self, dir: Option<PathBuf>) -> LocalReplica {
+        self.state_dir = dir;
+        self
+    }
+
+    pub fn with_options(mut self, opts: LocalOptions) -> LocalReplica {
+        self.opts = opts;
+        self
+    }
+
+    /// The root handle (local fast paths: copy_file_range, reflink, links).
+    pub fn root(&self) -> &Root {
+        &self.root
+    }
+
+    fn state_path(&self, name: &str) -> Option<PathBuf> {
+        self.state_dir
+            .as_ref()
+            .map(|d| d.join(format!("{name}-{}", self.state_key)))
+    }
+
+    /// Scan this replica and `dst` together (see `accord_fsys::scan_pair`):
+    /// both local, a destination directory that still holds exactly the
+    /// source's names need not be listed.
+    pub fn scan_pair(
+        &self,
+        dst: &LocalReplica,
+        (s_rules, s_opts): (&IgnoreRules, &ScanOptions),
+        (d_rules, d_opts): (&IgnoreRules, &ScanOptions),
+    ) -> (Scan, Scan) {
+        accord_fsys::scan_pair((&self.root, s_rules, s_opts), (&dst.root, d_rules, d_opts))
+    }
+}
+
+impl Replica for LocalReplica {
+    fn describe(&self) -> String {
+        self.root.path().display().to_string()
+    }
+
+    fn identity(&self) -> (u64, u64) {
+        self.root.identity()
+    }
+
+    fn try_lock(&self) -> io::Result<bool> {
+        self.root.try_lock()
+    }
+
+    fn scan(&self, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
+        accord_fsys::scan(&self.root, rules, opts)
+    }
+
+    fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {
+        let f = self
+            .root
+            .open_file(path)
+            .map_err(Error::io(Action::OpenSource))?;
+        accord_fsys::hash_file(&f).map_err(Error::io(Action::Fingerprint))
+    }
+
+    fn open_dir(&self, path: &RelPath) -> io::Result<Box<dyn ReplicaDir + '_>> {
+        Ok(Box::new(LocalDir {
+            dir: self.root.open_dir(path)?,
+            replica: self,
+        }))
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.root.syncfs()
+    }
+
+    fn read_state(&self, name: &str) -> Option<Vec<u8>> {
+        let mut buf = Vec::new();
+        File::open(self.state_path(name)?)
+            .and_then(|f| f.take(MAX_STATE_BYTES).read_to_end(&mut buf))
+            .ok()?;
+        Some(buf)
+    }
+
+    fn write_state(&self, name: &str, data: &[u8], durable: bool) -> io::Result<()> {
+        match self.state_path(name) {
+            Some(p) => accord_fsys::replace_host_file(&p, data, durable),
+            None => Ok(()),
+        }
+    }
+
+    fn local(&self) -> Option<&LocalReplica> {
+        Some(self)
+    }
+}
+
+/// A directory of a [`LocalReplica`].
+pub struct LocalDir<'a> {
+    dir: Dir,
+    replica: &'a LocalReplica,
+}
+
+fn stat_now(dir: &Dir, name: &[u8]) -> io::Result<Option<Found>> {
+    match dir.stat(name) {
+        Ok(st) => Ok(Some(st.found())),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Safety rule 3 for an open file: `f` is what `expect` says.
+pub(crate) fn check_open(f: &File, expect: &Expect, side: Side) -> Result<(), Error> {
+    let st = fstat(f.as_fd()).map_err(Error::io(match side {
+        Side::Source => Action::ReadSource,
+        Side::Destination => Action::OpenDestination,
+    }))?;
+    if expect.still_holds(Some(&st.found())) {
+        Ok(())
+    } else {
+        Err(Error::Changed(side))
+    }
+}
+
+/// Safety rule 3 for a name in `dir`.
+pub(crate) fn check_name(dir: &Dir, name: &[u8], expect: &Expect, side: Side) -> Result<(), Error> {
+    let now = stat_now(dir, name).map_err(Error::io(Action::OpenDestination))?;
+    if expect.still_holds(now.as_ref()) {
+        Ok(())
+    } else {
+        Err(Error::Changed(side))
+    }
+}
+
+/// A mapping that a truncation by another process cannot crash the run with.
+pub(crate) fn map(f: &File, len: u64) -> io::Result<Option<Mapped>> {
+    if len == 0 {
+        return Ok(None);
+    }
+    Mapped::new(f, len).map(Some)
+}
+
+/// Run `update` on the file `name` in place, behind an in-place marker: if
+/// it fails (or this process dies) after writing began, the file holds
+/// neither version and is moved to a hidden recovery name beside it.
+pub(crate) fn guarded_in_place<T>(
+    dir: &Dir,
+    name: &[u8],
+    fsync: bool,
+    update: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let marker = dir
+        .create_inplace_marker(name, fsync)
+        .map_err(Error::io(Action::UpdateInPlace))?;
+    match update() {
+        Ok(v) => {
+            let _ = dir.unlink(&marker);
+            Ok(v)
+        }
+        Err(e) => {
+            let rec = accord_fsys::recovery_name(name);
+            let moved = dir.rename_noreplace(name, &rec);
+            if moved.is_ok() {
+                let _ = dir.unlink(&marker);
+            }
+            Err(Error::InPlaceFailed {
+                cause: Box::new(e),
+                recovery: moved.map(|()| rec),
+            })
+        }
+    }
+}
+
+impl LocalDir<'_> {
+    fn open_checked(&self, name: &[u8], expect: &Expect, side: Side) -> Result<File, Error> {
+        let action = match side {
+            Side::Source => Action::OpenSource,
+            Side::Destination => Action::OpenDestination,
+        };
+        let f = match self.dir.open_read(name) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(Error::Changed(side)),
+            Err(e) => return Err(Error::Io { action, source: e }),
+        };
+        check_open(&f, expect, side)?;
+        Ok(f)
+    }
+
+    /// A new temp file for `name`, filled by `fill`, with `props`; removed
+    /// again on any failure.
+    fn temp_with(
+        &self,
+        name: &[u8],
+        props: &Props,
+        mask: PropsMask,
+        fill: impl FnOnce(&File) -> Result<(), Error>,
+    ) -> Result<Vec<u8>, Error> {
+        let (temp, tf) = self
+            .dir
+            .create_temp(name)
+            .map_err(Error::io(Action::WriteTemp))?;
+        let r = fill(&tf).and_then(|()| {
+            accord_fsys::set_props_fd(tf.as_fd(), props, mask).map_err(Error::io(Action::SetProps))
+        });
+        match r {
+            Ok(()) => Ok(temp),
+            Err(e) => {
+                let _ = self.dir.unlink(&temp);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn delta_err(action: Action) -> impl Fn(accord_delta::DeltaError) -> Error {
+    move |source| Error::Delta { action, source }
+}
+
+impl ReplicaDir for LocalDir<'_> {
+    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
+        stat_now(&self.dir, name)
+    }
+
+    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + '_>, Error> {
+        Ok(Box::new(self.open_checked(name, expect, Side::Source)?))
+    }
+
+    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error> {
+        let f = self.open_checked(name, expect, Side::Destination)?;
+        let len = fstat(f.as_fd())
+            .map_err(Error::io(Action::OpenDestination))?
+            .size;
+        let m = map(&f, len).map_err(Error::io(Action::OpenDestination))?;
+        let sig = Signature::generate(m.as_deref().unwrap_or(&[]), &SignatureOptions::default())
+            .map_err(delta_err(Action::OpenDestination))?;
+        if m.as_ref().is_some_and(Mapped::damaged) {
+            return Err(Error::Changed(Side::Destination));
+        }
+        Ok(sig.encode())
+    }
+
+    fn receive(
+        &self,
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<Vec<u8>, Error> {
+        match incoming {
+            Incoming::Whole(data) => self.temp_with(name, props, mask, |tf| {
+                let mut w = io::BufWriter::with_capacity(1 << 20, tf);
+                io::copy(data, &mut w).map_err(Error::io(Action::WriteTemp))?;
+                w.flush().map_err(Error::io(Action::WriteTemp))
+            }),
+            Incoming::Delta { basis, delta } => {
+                let delta = Delta::parse(delta).map_err(delta_err(Action::WriteTemp))?;
+                let old = self.open_checked(name, &basis, Side::Destination)?;
+                let m = map(&old, delta.old_len).map_err(Error::io(Action::OpenDestination))?;
+                self.temp_with(name, props, mask, |tf| {
+                    let mut w = io::BufWriter::with_capacity(1 << 20, tf);
+                    accord_delta::patch_to(m.as_deref().unwrap_or(&[]), &delta, &mut w)
+                        .map_err(delta_err(Action::WriteTemp))?;
+                    w.flush().map_err(Error::io(Action::WriteTemp))?;
+                    if m.as_ref().is_some_and(Mapped::damaged) {
+                        return Err(Error::Changed(Side::Destination));
+                    }
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    fn patch_in_place(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        delta: &[u8],
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error> {
+        let delta = Delta::parse(delta).map_err(delta_err(Action::UpdateInPlace))?;
+        let mut target = self
+            .dir
+            .open_rw(name)
+            .map_err(Error::io(Action::UpdateInPlace))?;
+        check_open(&target, expect, Side::Destination)?;
+        let fsync = self.replica.opts.fsync;
+        let opts = PatchOptions {
+            max_scratch: self.replica.opts.max_scratch,
+            sync: false,
+        };
+        guarded_in_place(&self.dir, name, fsync, || {
+            accord_delta::patch_in_place(&mut target, &delta, &opts).map_err(|e| Error::Delta {
+                action: Action::UpdateInPlace,
+                source: e.error,
+            })?;
+            accord_fsys::set_props_fd(target.as_fd(), props, mask)
+                .map_err(Error::io(Action::SetProps))?;
+            if fsync {
+                accord_fsys::fsync(&target).map_err(Error::io(Action::Flush))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
+        let temp = match entry.kind {
+            Kind::Symlink => self
+                .dir
+                .symlink_temp(entry.link_target.as_deref().unwrap_or_default(), name),
+            kind => self.dir.mknod_temp(kind, entry.rdev, name),
+        }
+        .map_err(Error::io(Action::MakeNode))?;
+        if let Err(e) = self.dir.set_props_at(&temp, entry.kind, &entry.props, mask) {
+            let _ = self.dir.unlink(&temp);
+            return Err(Error::io(Action::SetProps)(e));
+        }
+        Ok(temp)
+    }
+
+    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
+        let root = &self.replica.root;
+        let ldir = root
+            .open_dir(&leader.parent().unwrap_or_default())
+            .map_err(Error::io(Action::MakeLink))?;
+        let lst = ldir
+            .stat(leader.file_name())
+            .map_err(Error::io(Action::MakeLink))?;
+        if lst.kind != Kind::File {
+            return Err(Error::LeaderNotFile(leader.clone()));
+        }
+        self.dir
+            .link_temp(&ldir, leader.file_name(), name)
+            .map_err(Error::io(Action::MakeLink))
+    }
+
+    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
+        check_name(&self.dir, name, expect, Side::Destination)?;
+        self.dir
+            .rename(temp, name)
+            .map_err(Error::io(Action::Replace))
+    }
+
+    fn discard(&self, temp: &[u8]) {
+        let _ = self.dir.unlink(temp);
+    }
+
+    fn set_props(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error> {
+        check_name(&self.dir, name, expect, Side::Destination)?;
+        self.dir
+            .set_props_at(name, kind, props, mask)
+            .map_err(Error::io(Action::SetProps))
+    }
+
+    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error> {
+        let st = self.dir.stat_self().map_err(Error::io(Action::SetProps))?;
+        if !expect.still_holds(Some(&st.found())) {
+            return Err(Error::Changed(Side::Destination));
+        }
+        accord_fsys::set_props_fd(self.dir.as_fd(), props, mask)
+            .map_err(Error::io(Action::SetProps))
+    }
+
+    fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
+        match self.dir.mkdir(name, 0o700) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => match self.dir.stat(name) {
+                Ok(st) if st.kind == Kind::Dir => Ok(()),
+                _ => Err(Error::io(Action::MakeDir)(e)),
+            },
+            r => r.map_err(Error::io(Action::MakeDir)),
+        }
+    }
+
+    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
+        let now = match stat_now(&self.dir, name).map_err(Error::io(Action::Delete))? {
+            None => return Ok(Deleted::Gone),
+            Some(f) => f,
+        };
+        if !expect.still_holds(Some(&now)) {
+            return Err(Error::Changed(Side::Destination));
+        }
+        let r = if now.kind == Kind::Dir {
+            self.dir.rmdir(name)
+        } else {
+            self.dir.unlink(name)
+        };
+        match r {
+            Ok(()) => Ok(Deleted::Done),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST)) => {
+                Ok(Deleted::NotEmpty)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Deleted::Gone),
+            Err(e) => Err(Error::io(Action::Delete)(e)),
+        }
+    }
+
+    fn remove_stale_temp(&self, name: &[u8]) {
+        if name.starts_with(accord_fsys::TEMP_PREFIX) {
+            let _ = self.dir.unlink(name);
+        }
+    }
+
+    fn local(&self) -> Option<&Dir> {
+        Some(&self.dir)
+    }
+}
