@@ -69,6 +69,16 @@ pub fn mirror_replicas(
         if src.identity() == dst.identity() {
             return Err(Fatal::SameDirectory.into());
         }
+        if !cfg.dry_run {
+            match dst.try_lock() {
+                Ok(true) => {}
+                Ok(false) => return Err(Fatal::Busy(dst.describe().into()).into()),
+                Err(source) => {
+                    let path = dst.describe().into();
+                    return Err(Fatal::Lock { path, source }.into());
+                }
+            }
+        }
         run(src, Some(dst), cfg, progress, report)
     })
 }
@@ -598,6 +608,7 @@ fn execute(
     // order: list them by path (a stable sort keeps a path's own changes,
     // say deleted then created, in the order they were made).
     report.changes.sort_by(|a, b| a.1.cmp(&b.1));
+    report.errors.sort_by(|a, b| a.path.cmp(&b.path));
     let c = &exec.counters;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     report.files_transferred = get(&c.files);

@@ -1,0 +1,349 @@
+//! The engine driven through the `Replica` seam alone: between two in-memory
+//! replicas, and between an in-memory and a local one. Every call the engine
+//! makes on a replica is recorded, so the tests also check what it did not do.
+
+mod mem_replica;
+
+use accord_engine::{
+    mirror_replicas, Error, LocalReplica, MirrorConfig, MirrorOptions, Progress, Refusal, Replica,
+    Report, Side, TransferOptions,
+};
+use accord_model::RelPath;
+use mem_replica::{p, MemReplica};
+
+fn cfg() -> MirrorConfig {
+    MirrorConfig {
+        jobs: 2,
+        ..MirrorConfig::default()
+    }
+}
+
+fn run(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig) -> Report {
+    mirror_replicas(src, dst, cfg, &Progress::default())
+}
+
+/// Calls that change a replica.
+fn mutations(calls: &[String]) -> Vec<String> {
+    const READS: [&str; 2] = ["read ", "signature "];
+    calls
+        .iter()
+        .filter(|c| !READS.iter().any(|r| c.starts_with(r)) && *c != "sync_all")
+        .cloned()
+        .collect()
+}
+
+fn every_kind(r: &MemReplica) {
+    r.dir("d", 0o750)
+        .dir("d/e", 0o700)
+        .dir("empty", 0o755)
+        .file("a", 0o644, b"alpha")
+        .file("d/b", 0o600, b"bravo")
+        .file("d/e/c", 0o640, b"charlie")
+        .symlink("d/link", "../a")
+        .fifo("d/pipe")
+        .file("h1", 0o644, b"shared")
+        .hard_link("d/e/h2", "h1")
+        .hard_link("h3", "h1");
+}
+
+#[test]
+fn every_entry_kind_between_two_memory_replicas() {
+    let src = MemReplica::new(1);
+    every_kind(&src);
+    let dst = MemReplica::new(2);
+    dst.file("extra", 0o644, b"x")
+        .dir("gone", 0o755)
+        .file("gone/f", 0o644, b"y")
+        .file("a", 0o644, b"old alpha")
+        .dir("d", 0o700)
+        .file("d/link", 0o644, b"a file where a link goes");
+    let r = run(
+        &src,
+        &dst,
+        &MirrorConfig {
+            plan: MirrorOptions {
+                force: true,
+                ..MirrorOptions::default()
+            },
+            ..cfg()
+        },
+    );
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    assert_eq!(dst.snapshot(), src.snapshot());
+    assert_eq!(
+        r.files_transferred, 4,
+        "a, d/b, d/e/c, h1, and nothing else"
+    );
+    assert_eq!(r.links_created, 2);
+    assert_eq!(r.others_created, 2, "the symlink and the fifo");
+    assert_eq!(r.files_deleted, 3, "extra, gone/f, gone");
+
+    // A second run changes nothing and reads nothing.
+    dst.calls.lock().unwrap().clear();
+    let r = run(&src, &dst, &cfg());
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    assert_eq!(dst.calls(), Vec::<String>::new());
+    assert!(r.changes.is_empty(), "{:?}", r.changes);
+}
+
+#[test]
+fn deletion_guard_stops_before_any_call() {
+    let src = MemReplica::new(1);
+    src.file("keep", 0o644, b"k").file("new", 0o644, b"n");
+    let dst = MemReplica::new(2);
+    dst.file("keep", 0o644, b"k");
+    for i in 0..10 {
+        dst.file(&format!("x{i}"), 0o644, b"x");
+    }
+    let before = dst.snapshot();
+    let r = run(&src, &dst, &cfg());
+    assert!(
+        matches!(
+            r.refusal,
+            Some(Refusal::TooManyDeletes {
+                would_delete: 10,
+                ..
+            })
+        ),
+        "{:?}",
+        r.refusal
+    );
+    assert_eq!(dst.snapshot(), before);
+    assert_eq!(mutations(&dst.calls()), Vec::<String>::new());
+
+    // An empty source never deletes everything without --force.
+    let empty = MemReplica::new(3);
+    let r = run(&empty, &dst, &cfg());
+    assert!(
+        matches!(r.refusal, Some(Refusal::SourceEmpty { .. })),
+        "{:?}",
+        r.refusal
+    );
+    assert_eq!(dst.snapshot(), before);
+}
+
+#[test]
+fn a_target_changed_after_planning_is_left_alone() {
+    let src = MemReplica::new(1);
+    src.file("a", 0o644, b"new a!").file("b", 0o644, b"new b!");
+    let dst = MemReplica::new(2);
+    dst.file("a", 0o644, b"old a")
+        .file("b", 0o644, b"old b")
+        .file("extra", 0o644, b"e");
+    // A user saves `a` just before the engine commits it, and `extra` just
+    // before the engine deletes it.
+    *dst.hook.lock().unwrap() = Some(Box::new(|what, path, tree| {
+        if (what == "commit" && *path == p("a")) || (what == "delete" && *path == p("extra")) {
+            tree.edit(path, b"the user's version");
+        }
+    }));
+    let r = run(
+        &src,
+        &dst,
+        &MirrorConfig {
+            plan: MirrorOptions {
+                force: true,
+                ..MirrorOptions::default()
+            },
+            ..cfg()
+        },
+    );
+    let failed: Vec<(&RelPath, bool)> = r
+        .errors
+        .iter()
+        .map(|f| {
+            (
+                &f.path,
+                matches!(f.error, Error::Changed(Side::Destination)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        vec![(&p("a"), true), (&p("extra"), true)],
+        "{:?}",
+        r.errors
+    );
+    let snap = dst.snapshot();
+    assert!(snap["a"].contains("the user's version"), "{snap:?}");
+    assert!(snap["extra"].contains("the user's version"), "{snap:?}");
+    assert!(snap["b"].contains("new b"), "{snap:?}");
+    // No temp file is left behind.
+    assert!(dst
+        .tree
+        .lock()
+        .unwrap()
+        .names
+        .keys()
+        .all(|k| !k.file_name().starts_with(b".accord-tmp-")));
+}
+
+#[test]
+fn a_source_changed_while_read_is_not_committed() {
+    let src = MemReplica::new(1);
+    src.file("a", 0o644, b"version 1");
+    let dst = MemReplica::new(2);
+    *src.hook.lock().unwrap() = Some(Box::new(|what, path, tree| {
+        if what == "read" && *path == p("a") {
+            tree.edit(path, b"version 2, longer");
+        }
+    }));
+    let r = run(&src, &dst, &cfg());
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    assert!(matches!(r.errors[0].error, Error::Changed(Side::Source)));
+    assert!(!dst.snapshot().contains_key("a"));
+}
+
+fn big(seed: u8, len: usize) -> Vec<u8> {
+    let mut x = seed as u32 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn the_plan_chooses_delta_or_in_place_and_the_engine_follows() {
+    let old = big(7, 300_000);
+    let mut new = old.clone();
+    new[1000..1100].copy_from_slice(&[0u8; 100]);
+    new.extend_from_slice(b"appended");
+    for inplace in [false, true] {
+        let src = MemReplica::new(1);
+        src.file("big", 0o644, &new)
+            .file("small", 0o644, b"tiny new");
+        let dst = MemReplica::new(2);
+        dst.file("big", 0o644, &old).file("small", 0o644, b"tiny");
+        let cfg = MirrorConfig {
+            plan: MirrorOptions {
+                transfer: TransferOptions {
+                    inplace,
+                    ..TransferOptions::default()
+                },
+                ..MirrorOptions::default()
+            },
+            ..cfg()
+        };
+        let r = run(&src, &dst, &cfg);
+        assert!(r.ok(), "{:?}", r.errors);
+        assert_eq!(dst.snapshot(), src.snapshot());
+        let calls = dst.calls();
+        let want = if inplace {
+            "patch-in-place big"
+        } else {
+            "receive-delta big"
+        };
+        assert!(calls.contains(&"signature big".to_string()), "{calls:?}");
+        assert!(calls.contains(&want.to_string()), "{calls:?}");
+        // In place applies to every file with an old version; a delta only
+        // to files big enough to be worth one.
+        let small = if inplace {
+            "patch-in-place small"
+        } else {
+            "receive-whole small"
+        };
+        assert!(calls.contains(&small.to_string()), "{calls:?}");
+        assert!(
+            r.literal_bytes < 10_000,
+            "{} literal bytes",
+            r.literal_bytes
+        );
+    }
+}
+
+#[test]
+fn dry_run_plans_and_changes_nothing() {
+    let src = MemReplica::new(1);
+    every_kind(&src);
+    let dst = MemReplica::new(2);
+    dst.file("extra", 0o644, b"x").file("a", 0o644, b"old");
+    let r = run(
+        &src,
+        &dst,
+        &MirrorConfig {
+            dry_run: true,
+            ..cfg()
+        },
+    );
+    assert!(r.plan.as_ref().is_some_and(|p| !p.is_empty()));
+    assert_eq!(mutations(&dst.calls()), Vec::<String>::new());
+}
+
+fn local_tree(root: &std::path::Path) {
+    std::fs::create_dir_all(root.join("d/e")).unwrap();
+    std::fs::write(root.join("a"), b"alpha").unwrap();
+    std::fs::write(root.join("d/b"), b"bravo").unwrap();
+    std::fs::write(root.join("d/e/c"), b"charlie").unwrap();
+    std::os::unix::fs::symlink("../a", root.join("d/link")).unwrap();
+    std::fs::write(root.join("h1"), b"shared").unwrap();
+    std::fs::hard_link(root.join("h1"), root.join("d/e/h2")).unwrap();
+}
+
+fn local_cfg() -> MirrorConfig {
+    let mut c = cfg();
+    // Owner kept only where the test may chown.
+    c.plan.owner = unsafe { libc::geteuid() } == 0;
+    c
+}
+
+#[test]
+fn memory_replica_into_a_local_directory_and_back() {
+    let t = tempfile::tempdir().unwrap();
+    let mem = MemReplica::new(1);
+    every_kind(&mem);
+    let dst = LocalReplica::create(&t.path().join("dst")).unwrap();
+    let r = run(&mem, &dst, &local_cfg());
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    let root = t.path().join("dst");
+    assert_eq!(std::fs::read(root.join("d/e/c")).unwrap(), b"charlie");
+    assert_eq!(
+        std::fs::read_link(root.join("d/link")).unwrap().to_str(),
+        Some("../a")
+    );
+    use std::os::unix::fs::MetadataExt;
+    let (m1, m2) = (
+        std::fs::metadata(root.join("h1")).unwrap(),
+        std::fs::metadata(root.join("d/e/h2")).unwrap(),
+    );
+    assert_eq!(m1.ino(), m2.ino(), "the hard-link group stays a group");
+    assert_eq!(m1.mode() & 0o7777, 0o644);
+    assert_eq!(
+        std::fs::metadata(root.join("d")).unwrap().mode() & 0o7777,
+        0o750
+    );
+
+    // And from the local directory into a fresh memory replica.
+    let back = MemReplica::new(3);
+    let r = run(&dst, &back, &local_cfg());
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    let (a, b) = (mem.snapshot(), back.snapshot());
+    // Same paths, kinds, modes and contents (ownership and fifos aside).
+    for (k, v) in &a {
+        if k == "d/pipe" {
+            continue;
+        }
+        assert_eq!(b.get(k), Some(v), "{k}");
+    }
+}
+
+#[test]
+fn local_directory_into_memory_uses_the_generic_path() {
+    let t = tempfile::tempdir().unwrap();
+    local_tree(&t.path().join("src"));
+    let src = LocalReplica::open(&t.path().join("src")).unwrap();
+    let dst = MemReplica::new(9);
+    dst.file("a", 0o644, b"old");
+    let r = run(&src, &dst, &local_cfg());
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    let snap = dst.snapshot();
+    assert!(snap["a"].contains("alpha"), "{snap:?}");
+    assert!(
+        snap["d/e/h2"].ends_with("= d/e/h2") || snap["h1"].contains("= d/e/h2"),
+        "{snap:?}"
+    );
+    assert!(dst.calls().contains(&"receive-whole a".to_string()));
+}
