@@ -229,10 +229,11 @@ pub enum Fatal {
     },
     /// The final flush of the destination failed.
     Sync(io::Error),
-    /// Files whose transfer was cut off by a full disk after the run went on
-    /// file by file, committing what fitted.
+    /// Files that did not fit on the destination even one at a time, after
+    /// the run went on file by file committing what fitted; with whether
+    /// each had an old version (which was left in place).
     DidNotFit {
-        files: Vec<RelPath>,
+        files: Vec<(RelPath, bool)>,
         source: Box<Error>,
     },
 }
@@ -282,13 +283,16 @@ impl fmt::Display for Fatal {
                     "disk full ({source}): {} file(s) did not fit:",
                     files.len()
                 )?;
-                for p in files.iter().take(10) {
+                for (p, _) in files.iter().take(10) {
                     write!(f, " {}", p.display())?;
                 }
                 if files.len() > 10 {
                     write!(f, " and {} more", files.len() - 10)?;
                 }
-                f.write_str("; their old versions, if any, were left in place")
+                if files.iter().any(|(_, replaced)| *replaced) {
+                    f.write_str(" (their old versions were left in place)")?;
+                }
+                Ok(())
             }
         }
     }

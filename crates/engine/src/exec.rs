@@ -41,8 +41,8 @@ pub(crate) struct Exec<'a> {
     stop: AtomicBool,
     /// The disk filled up: stage no more batches, go file by file.
     short_of_space: AtomicBool,
-    /// Files that did not fit even alone.
-    did_not_fit: Mutex<Vec<RelPath>>,
+    /// Files that did not fit even alone (and whether they had an old version).
+    did_not_fit: Mutex<Vec<(RelPath, bool)>>,
     pub changes: Mutex<Vec<(Change, RelPath)>>,
     pub counters: Counters,
 }
@@ -105,8 +105,9 @@ impl<'a> Exec<'a> {
         self.short_of_space.load(Ordering::Relaxed)
     }
 
-    pub fn did_not_fit(&self, path: &RelPath) {
-        self.did_not_fit.lock().unwrap().push(path.clone());
+    pub fn did_not_fit(&self, it: &Item) {
+        let entry = (it.path.clone(), it.dst.is_some());
+        self.did_not_fit.lock().unwrap().push(entry);
     }
 
     pub fn changed(&self, it: &Item) {

@@ -117,7 +117,7 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
         }
         let one = stage_batch(x, &vec![(parent_of(&it.path), vec![it])]);
         for again in finish_batch(x, one) {
-            x.did_not_fit(&again.path);
+            x.did_not_fit(again);
         }
     }
     if x.stopped() {
