@@ -310,8 +310,10 @@ impl Node {
 /// Scan one directory, its subdirectories as tasks of their own; `None`
 /// when even the directory itself could not be read.
 fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
-    let (entries, subdirs) = scan_dir_entries(&mut dir, &rel, ctx, None, None)?;
-    let subdirs = subdirs
+    let mut listing = scan_dir_entries(&mut dir, &rel, ctx, None, None)?;
+    ctx.keep_found(&mut listing);
+    let entries = listing.entries;
+    let subdirs = subdir_names(&listing.subdirs)
         .into_par_iter()
         .filter_map(
             |(name, child)| match open_subdir(&dir, &name, &child, ctx) {
@@ -355,8 +357,15 @@ fn scan_pair_dir(
     let d_part = d
         .as_mut()
         .and_then(|dir| scan_dir_entries(dir, &rel, dc, peer, None));
-    let (s_entries, s_subs) = s_part.map_or((None, Vec::new()), |(e, s)| (Some(e), s));
-    let (d_entries, d_subs) = d_part.map_or((None, Vec::new()), |(e, s)| (Some(e), s));
+    let split = |part: Option<Listing>, ctx: &Ctx| match part {
+        Some(mut l) => {
+            ctx.keep_found(&mut l);
+            (Some(l.entries), subdir_names(&l.subdirs))
+        }
+        None => (None, Vec::new()),
+    };
+    let (s_entries, s_subs) = split(s_part, sc);
+    let (d_entries, d_subs) = split(d_part, dc);
     let open = |dir: &Option<Dir>, name: &[u8], child: &RelPath, ctx: &Ctx, here: bool| match (
         here, dir,
     ) {
@@ -414,6 +423,41 @@ fn pair_subdirs(a: Subdirs, b: Subdirs) -> Vec<(Vec<u8>, RelPath, bool, bool)> {
     }
 }
 
+/// One directory as read by a scan.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The directory's own entry first, then its other children that are
+    /// not directories, sorted by name.
+    pub entries: Vec<Entry>,
+    /// Its subdirectories as seen from it (no extended attributes: those
+    /// are read with the subdirectory's own listing), sorted by name.
+    pub subdirs: Vec<Entry>,
+    /// Temp files left by an interrupted run.
+    pub stale_temps: Vec<RelPath>,
+    /// Markers of in-place updates that did not finish.
+    pub markers: Vec<RelPath>,
+}
+
+impl Ctx<'_> {
+    /// Keep what a listing found that the whole scan reports.
+    fn keep_found(&self, l: &mut Listing) {
+        if !l.stale_temps.is_empty() {
+            self.stale.lock().unwrap().append(&mut l.stale_temps);
+        }
+        if !l.markers.is_empty() {
+            self.markers.lock().unwrap().append(&mut l.markers);
+        }
+    }
+}
+
+/// Names and paths of subdirectories.
+fn subdir_names(subdirs: &[Entry]) -> Vec<(Vec<u8>, RelPath)> {
+    subdirs
+        .iter()
+        .map(|e| (e.path.file_name().to_vec(), e.path.clone()))
+        .collect()
+}
+
 type Subdirs = Vec<(Vec<u8>, RelPath)>;
 
 /// The entries of one directory (itself first, then the rest sorted by
@@ -427,7 +471,7 @@ fn scan_dir_entries(
     ctx: &Ctx,
     peer: Option<Names>,
     share: Option<&mut Option<Names>>,
-) -> Option<(Vec<Entry>, Subdirs)> {
+) -> Option<Listing> {
     let rel = rel.clone();
     let mut out = Vec::new();
     let st = match dir.stat_self() {
@@ -451,8 +495,10 @@ fn scan_dir_entries(
         }
     }
     out.push(me);
+    let mut listing = Listing::default();
     let Some(mut names) = ctx.names_of(dir, &rel, &st, peer) else {
-        return Some((out, Vec::new()));
+        listing.entries = out;
+        return Some(listing);
     };
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
         // Rules that cannot be read would leave excluded DST entries looking
@@ -481,11 +527,11 @@ fn scan_dir_entries(
         if is_reserved_name(name) {
             if name.starts_with(TEMP_PREFIX) {
                 if let Ok(p) = rel.join(name) {
-                    ctx.stale.lock().unwrap().push(p);
+                    listing.stale_temps.push(p);
                 }
             } else if name.starts_with(INPLACE_PREFIX) {
                 if let Ok(p) = rel.join(name) {
-                    ctx.markers.lock().unwrap().push(p);
+                    listing.markers.push(p);
                 }
             }
             if ctx.opts.source && !name.starts_with(INPLACE_PREFIX) {
@@ -528,7 +574,7 @@ fn scan_dir_entries(
             continue;
         }
         if is_dir {
-            subdirs.push((name.clone(), child));
+            subdirs.push(entry_from(child, &st));
             continue;
         }
         let mut e = entry_from(child, &st);
@@ -563,13 +609,15 @@ fn scan_dir_entries(
         ctx.xattr_free.lock().unwrap().append(&mut free);
     }
     out[1..].sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
-    subdirs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    subdirs.sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
     // The listing goes to the other tree's side when it may use it (the
     // names are only borrowed above, so no copy is made).
     if let Some(share) = share {
         *share = Some(names);
     }
-    Some((out, subdirs))
+    listing.entries = out;
+    listing.subdirs = subdirs;
+    Some(listing)
 }
 
 /// Fill in the extended attributes of the regular files `pending` names

@@ -12,8 +12,11 @@
 //! 5. `links`: hard links to a group's first path (after phase 4);
 //! 6. `dir_meta`: directory properties, deepest first (after their subtree).
 
+mod dirs;
+
+pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
+
 use accord_model::{Entry, Expect, Kind, RelPath};
-use std::collections::{HashMap, HashSet};
 
 /// How many deletions the guard allows.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -356,7 +359,7 @@ impl MirrorPlan {
     }
 }
 
-fn props_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
+pub(crate) fn props_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
     let (sp, dp) = (&s.props, &d.props);
     (o.perms && s.kind != Kind::Symlink && sp.mode != dp.mode)
         || (o.owner && (sp.uid != dp.uid || sp.gid != dp.gid))
@@ -368,7 +371,7 @@ fn props_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
             && sp.xattrs != dp.xattrs)
 }
 
-fn contents_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
+pub(crate) fn contents_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
     if s.size != d.size {
         return true;
     }
@@ -384,7 +387,7 @@ fn contents_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
 
 /// How a file's new contents are written over `old` (the destination's
 /// entry at the same path, if any).
-fn method(new: &Entry, old: Option<&Entry>, t: &TransferOptions) -> Method {
+pub(crate) fn method(new: &Entry, old: Option<&Entry>, t: &TransferOptions) -> Method {
     let Some(old) = old.filter(|d| d.kind == Kind::File && d.size > 0) else {
         return Method::Whole;
     };
@@ -401,13 +404,13 @@ fn method(new: &Entry, old: Option<&Entry>, t: &TransferOptions) -> Method {
     }
 }
 
-type Pair<'a> = (Option<&'a Entry>, Option<&'a Entry>);
+pub(crate) type Pair<'a> = (Option<&'a Entry>, Option<&'a Entry>);
 
 /// Both lists merged into pairs of entries with equal paths; `None` if
 /// either list is not strictly sorted by path. The order is checked here,
 /// where the paths are read anyway: a separate pass over 400,000 paths
 /// (each its own allocation) cost half the planning time.
-fn join_sorted<'a>(src: &[&'a Entry], dst: &[&'a Entry]) -> Option<Vec<Pair<'a>>> {
+pub(crate) fn join_sorted<'a>(src: &[&'a Entry], dst: &[&'a Entry]) -> Option<Vec<Pair<'a>>> {
     use std::cmp::Ordering::{Equal, Greater, Less};
     let mut out = Vec::with_capacity(src.len().max(dst.len()));
     let (mut i, mut j) = (0, 0);
@@ -435,39 +438,11 @@ fn join_sorted<'a>(src: &[&'a Entry], dst: &[&'a Entry]) -> Option<Vec<Pair<'a>>
     Some(out)
 }
 
-/// The entries of kinds the mirror handles, and among them the regular files
-/// with more than one link (hard-link candidates), in one pass.
-fn refs(entries: &[Entry], kinds: Kinds) -> (Vec<&Entry>, Vec<&Entry>) {
-    let mut all = Vec::with_capacity(entries.len());
-    let mut linked = Vec::new();
-    for e in entries.iter().filter(|e| kinds.allows(e.kind)) {
-        all.push(e);
-        if multi_linked(e) {
-            linked.push(e);
-        }
-    }
-    (all, linked)
-}
-
-fn multi_linked(e: &Entry) -> bool {
+pub(crate) fn multi_linked(e: &Entry) -> bool {
     e.kind == Kind::File && e.nlink > 1
 }
 
-/// Sort by path; a repeated path keeps its first entry.
-fn sort_refs(v: &mut Vec<&Entry>) {
-    v.sort_by(|a, b| a.path.cmp(&b.path));
-    v.dedup_by(|b, a| a.path == b.path);
-}
-
-/// The entry at `path` in a list sorted by path.
-fn lookup<'a>(sorted: &[&'a Entry], path: &RelPath) -> Option<&'a Entry> {
-    sorted
-        .binary_search_by(|e| e.path.cmp(path))
-        .ok()
-        .map(|i| sorted[i])
-}
-
-fn item(op: Op, s: Option<&Entry>, d: Option<&Entry>) -> Item {
+pub(crate) fn item(op: Op, s: Option<&Entry>, d: Option<&Entry>) -> Item {
     let path = s.or(d).map(|e| e.path.clone()).unwrap_or_default();
     Item {
         op,
@@ -476,274 +451,4 @@ fn item(op: Op, s: Option<&Entry>, d: Option<&Entry>) -> Item {
         dst: d.cloned(),
         props_differ: false,
     }
-}
-
-/// Plan a mirror of `src` onto `dst` (both sorted by path, as scans are; the
-/// root entry may be present in both). Returns the guard's refusal instead of
-/// a plan when the run must stop before changing anything.
-pub fn mirror_plan(
-    src: &[Entry],
-    dst: &[Entry],
-    stale_temps: &[RelPath],
-    o: &MirrorOptions,
-    facts: &Facts,
-) -> Result<MirrorPlan, Refusal> {
-    let (mut src, mut src_linked) = refs(src, o.kinds);
-    let (mut dst, mut dst_linked) = refs(dst, o.kinds);
-    // Paths are joined by merging the two sorted lists; the rare lookups by
-    // another path (hard-link groups) binary-search them. Lists that are not
-    // sorted (not from a scan) are sorted first.
-    let pairs = match join_sorted(&src, &dst) {
-        Some(p) => p,
-        None => {
-            sort_refs(&mut src);
-            sort_refs(&mut dst);
-            src_linked = src.iter().copied().filter(|e| multi_linked(e)).collect();
-            dst_linked = dst.iter().copied().filter(|e| multi_linked(e)).collect();
-            join_sorted(&src, &dst).expect("sorted and without repeats")
-        }
-    };
-    let (src, dst) = (src, dst);
-    let s_get = |p: &RelPath| lookup(&src, p);
-    let d_get = |p: &RelPath| lookup(&dst, p);
-
-    let mut plan = MirrorPlan::default();
-    let mut dirty: HashSet<RelPath> = HashSet::new();
-    let mark = |dirty: &mut HashSet<RelPath>, p: &RelPath| {
-        if let Some(parent) = p.parent() {
-            dirty.insert(parent);
-        }
-    };
-
-    for t in stale_temps {
-        plan.cleanup.push(Item {
-            op: Op::Cleanup,
-            path: t.clone(),
-            src: None,
-            dst: None,
-            props_differ: false,
-        });
-        mark(&mut dirty, t);
-    }
-
-    // Hard-link groups of the source, led by their first path.
-    let mut leader_of: HashMap<&RelPath, &RelPath> = HashMap::new();
-    let mut group_of: HashMap<(u64, u64), Vec<&RelPath>> = HashMap::new();
-    if o.hard_links {
-        for e in &src_linked {
-            group_of.entry((e.dev, e.ino)).or_default().push(&e.path);
-        }
-        for paths in group_of.values_mut() {
-            // Lead with a path the destination already has as a file, so an
-            // existing copy is kept and only links are added.
-            if let Some(i) = paths
-                .iter()
-                .position(|p| d_get(p).is_some_and(|d| d.kind == Kind::File))
-            {
-                paths.swap(0, i);
-            }
-            for p in &paths[1..] {
-                leader_of.insert(*p, paths[0]);
-            }
-        }
-    }
-    // Destination files sharing an inode, by path.
-    let mut dst_sharing: HashMap<(u64, u64), Vec<&RelPath>> = HashMap::new();
-    for e in &dst_linked {
-        dst_sharing.entry((e.dev, e.ino)).or_default().push(&e.path);
-    }
-    // A destination file is wrongly linked if it shares its inode with another
-    // path that the source has as a file outside its group.
-    let wrongly_linked = |s: &Entry, d: &Entry| -> bool {
-        if d.nlink <= 1 {
-            return false;
-        }
-        let Some(others) = dst_sharing.get(&(d.dev, d.ino)) else {
-            return false;
-        };
-        let group: Option<&Vec<&RelPath>> = if o.hard_links && s.nlink > 1 {
-            group_of.get(&(s.dev, s.ino))
-        } else {
-            None
-        };
-        others.iter().any(|q| {
-            **q != s.path
-                && s_get(q).is_some_and(|qe| qe.kind == Kind::File)
-                && !group.is_some_and(|g| g.contains(q))
-        })
-    };
-
-    // Deletions: extras, and kind changes to or from a directory.
-    let mut extras = 0usize;
-    let mut deletes: Vec<Item> = Vec::new();
-    for &(s, d) in &pairs {
-        let Some(d) = d.filter(|d| !d.path.is_root()) else {
-            continue;
-        };
-        match s {
-            None => {
-                extras += 1;
-                deletes.push(item(Op::Delete, None, Some(d)));
-            }
-            Some(s) if s.kind != d.kind && (s.kind == Kind::Dir || d.kind == Kind::Dir) => {
-                deletes.push(item(Op::Delete, Some(s), Some(d)));
-            }
-            _ => {}
-        }
-    }
-    let dst_entries = dst.iter().filter(|e| !e.path.is_root()).count();
-    let src_entries = src.iter().filter(|e| !e.path.is_root()).count();
-    let deleting = o.delete && !facts.source_incomplete;
-    if deleting && extras > 0 && !o.force {
-        if src_entries == 0 {
-            return Err(Refusal::SourceEmpty { dst_entries });
-        }
-        if facts.source_root_changed {
-            return Err(Refusal::SourceRootChanged {
-                would_delete: extras,
-            });
-        }
-        let limit = match o.max_delete {
-            MaxDelete::Count(n) => n,
-            MaxDelete::Fraction(f) => (dst_entries as f64 * f).floor() as usize,
-        };
-        if extras > limit {
-            return Err(Refusal::TooManyDeletes {
-                would_delete: extras,
-                dst_entries,
-                limit,
-            });
-        }
-    }
-    for it in deletes {
-        let is_extra = it.src.is_none();
-        if is_extra && !deleting {
-            plan.summary.extras_kept += 1;
-            continue;
-        }
-        if is_extra {
-            plan.summary.deletes += 1;
-        }
-        mark(&mut dirty, &it.path);
-        plan.deletes.push(it);
-    }
-    // Deepest first, so a directory comes after everything under it.
-    plan.deletes.sort_by(|a, b| b.path.cmp(&a.path));
-
-    // Source entries.
-    let mut rewritten: HashSet<&RelPath> = HashSet::new();
-    let mut followers: Vec<(&Entry, &RelPath)> = Vec::new();
-    for &(s, d) in &pairs {
-        let Some(s) = s.filter(|s| !s.path.is_root()) else {
-            continue;
-        };
-        plan.summary.entries_total += 1;
-        if s.kind == Kind::File {
-            plan.summary.files_total += 1;
-            plan.summary.bytes_total += s.size;
-        }
-        let same_kind = d.is_some_and(|d| d.kind == s.kind);
-        if s.kind == Kind::Dir {
-            if !same_kind {
-                plan.mkdirs.push(item(Op::Mkdir, Some(s), None));
-                mark(&mut dirty, &s.path);
-            }
-            continue;
-        }
-        if let Some(leader) = leader_of.get(&s.path) {
-            followers.push((s, leader));
-            continue;
-        }
-        // Kind changes between non-directories are replaced by rename; from a
-        // directory the old one was deleted above.
-        let d_usable = d.filter(|d| d.kind != Kind::Dir);
-        let op = match (s.kind, d_usable) {
-            (Kind::File, Some(d)) if d.kind == Kind::File => {
-                if contents_differ(s, d, o) || wrongly_linked(s, d) {
-                    Some(Op::Write(Method::Whole))
-                } else if props_differ(s, d, o) {
-                    Some(Op::Meta)
-                } else {
-                    None
-                }
-            }
-            (Kind::File, _) => Some(Op::Write(Method::Whole)),
-            (_, Some(d)) if d.kind == s.kind => {
-                let same = match s.kind {
-                    Kind::Symlink => s.link_target == d.link_target,
-                    Kind::CharDev | Kind::BlockDev => s.rdev == d.rdev,
-                    _ => true,
-                };
-                if !same {
-                    Some(Op::Create)
-                } else if props_differ(s, d, o) {
-                    Some(Op::Meta)
-                } else {
-                    None
-                }
-            }
-            _ => Some(Op::Create),
-        };
-        if let Some(op) = op {
-            let op = match op {
-                Op::Write(_) => Op::Write(method(s, d_usable, &o.transfer)),
-                op => op,
-            };
-            if matches!(op, Op::Write(_)) {
-                plan.summary.files_to_write += 1;
-                plan.summary.bytes_to_write += s.size;
-                rewritten.insert(&s.path);
-            }
-            if op != Op::Meta {
-                mark(&mut dirty, &s.path);
-            }
-            plan.files.push(item(op, Some(s), d_usable));
-        }
-    }
-    for (s, leader) in followers {
-        let d = d_get(&s.path).filter(|d| d.kind != Kind::Dir);
-        let ok = match (d, d_get(leader)) {
-            (Some(d), Some(l)) => {
-                d.kind == Kind::File
-                    && l.kind == Kind::File
-                    && d.ino == l.ino
-                    && d.dev == l.dev
-                    && !rewritten.contains(leader)
-                    && !wrongly_linked(s, d)
-            }
-            _ => false,
-        };
-        if !ok {
-            mark(&mut dirty, &s.path);
-            plan.links.push(item(
-                Op::Link {
-                    leader: (*leader).clone(),
-                },
-                Some(s),
-                d,
-            ));
-        }
-    }
-
-    // Directory properties, after their subtrees: new directories, changed
-    // properties, and directories whose entries changed (their mtime moved).
-    for &(s, d) in &pairs {
-        let Some(s) = s.filter(|s| s.kind == Kind::Dir) else {
-            continue;
-        };
-        let d = d.filter(|d| d.kind == Kind::Dir);
-        let differ = d.is_none_or(|d| props_differ(s, d, o));
-        if differ || dirty.contains(&s.path) {
-            let mut it = item(Op::DirMeta, Some(s), d);
-            it.props_differ = differ;
-            plan.dir_meta.push(it);
-        }
-    }
-    plan.dir_meta.sort_by(|a, b| {
-        b.path
-            .depth()
-            .cmp(&a.path.depth())
-            .then_with(|| a.path.cmp(&b.path))
-    });
-    Ok(plan)
 }
