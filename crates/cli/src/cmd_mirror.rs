@@ -23,10 +23,12 @@ pub enum When {
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
-(fatal error or deletion guard), 64 usage error."
+(fatal error or deletion guard), 64 usage error, 69 a remote root (HOST:PATH, \
+ssh://…, accord://…: not built yet)."
 )]
 pub struct MirrorArgs {
-    /// Source directory.
+    /// Source directory (a local path; for one with a colon before its first
+    /// slash, write ./HOST:PATH).
     src: PathBuf,
     /// Destination directory (created if missing).
     dst: PathBuf,
@@ -51,7 +53,7 @@ pub struct MirrorArgs {
     #[arg(long)]
     keep_extra: bool,
     /// Delete extra entries in DST (the default).
-    #[arg(long, overrides_with = "keep_extra")]
+    #[arg(long, conflicts_with = "keep_extra")]
     delete: bool,
     /// Most deletions allowed: a count, or a percentage of DST's entries ("50%").
     #[arg(long, value_name = "N|P%", default_value = "50%")]
@@ -66,14 +68,18 @@ pub struct MirrorArgs {
     /// Delta transfer against the old version (auto: when it writes fewer bytes).
     #[arg(long, value_enum, default_value = "auto")]
     delta: When,
-    /// Rebuild changed files in their own storage instead of temp + rename.
+    /// Rebuild changed files in their own storage instead of temp + rename
+    /// (a delta against the old version; not with --delta never).
     #[arg(long)]
     inplace: bool,
     /// Skip the fsyncs (faster; a crash may lose the latest writes).
     #[arg(long)]
     no_fsync: bool,
-    /// Worker threads (default: twice the cores, at least 4).
-    #[arg(short = 'j', long, default_value_t = 0)]
+    /// Worker threads (0 or unset: twice the cores, at least 4). At most
+    /// 1024: each is an OS thread with its own stack and buffers, and more
+    /// than that only adds memory and contention on any one machine.
+    #[arg(short = 'j', long, default_value_t = 0, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_JOBS))]
     jobs: usize,
 
     /// Keep owner and group even when not root.
@@ -122,6 +128,22 @@ pub struct MirrorArgs {
     state_dir: Option<PathBuf>,
 }
 
+/// Most worker threads `--jobs` accepts (see its help).
+pub const MAX_JOBS: u64 = 1024;
+
+/// True for a root written the way remote roots will be: `ssh://…`,
+/// `accord://…`, or rsync's `[user@]host:path` (a colon before the first
+/// slash, with something before it). `./host:path` and `/a:b` are local.
+fn looks_remote(p: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let b = p.as_os_str().as_bytes();
+    let before_slash = b.split(|c| *c == b'/').next().unwrap_or_default();
+    before_slash
+        .iter()
+        .position(|c| *c == b':')
+        .is_some_and(|i| i > 0)
+}
+
 fn usage(msg: &str) -> i32 {
     use clap::CommandFactory;
     #[derive(clap::Parser)]
@@ -146,6 +168,25 @@ fn default_state_dir() -> Option<PathBuf> {
 
 pub fn run(args: MirrorArgs) -> i32 {
     let is_root = unsafe { libc::geteuid() } == 0;
+    // --inplace applies a delta against the old version; `--delta never`
+    // forbids exactly that. (--inplace alone uses --delta's default.)
+    if args.inplace && args.delta == When::Never {
+        return usage(
+            "--inplace cannot be used with --delta never (an in-place update is a delta)",
+        );
+    }
+    // Nothing may be created under a name meant as a remote root.
+    for root in [&args.src, &args.dst] {
+        if looks_remote(root) {
+            eprintln!(
+                "accord mirror: remote roots are not built yet: {} (for a local path with a colon, \
+                 write ./{})",
+                root.display(),
+                root.display()
+            );
+            return exit::UNAVAILABLE;
+        }
+    }
     let max_delete = {
         let s = args.max_delete.trim();
         let parsed = if let Some(p) = s.strip_suffix('%') {

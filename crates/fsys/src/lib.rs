@@ -198,6 +198,15 @@ pub struct Stat {
     pub blocks: u64,
 }
 
+/// True for a directory owned by the effective user (not root, whom modes do
+/// not stop) whose mode lacks one of the owner bits in `need`.
+fn owned_and_lacking(st: &Stat, need: u32) -> bool {
+    st.kind == Kind::Dir && st.mode & need != need && {
+        let euid = unsafe { libc::geteuid() };
+        euid != 0 && st.uid == euid
+    }
+}
+
 fn kind_of(mode: u32) -> Option<Kind> {
     Some(match mode & libc::S_IFMT {
         libc::S_IFREG => Kind::File,
@@ -396,6 +405,10 @@ pub struct Root {
     dir: Dir,
     path: PathBuf,
     stat: Stat,
+    /// This process holds the root's lock ([`Root::try_lock`]): it is the
+    /// run writing into it, so the directories it opens may be repaired
+    /// (see [`Dir::repairs`]).
+    locked: std::sync::atomic::AtomicBool,
 }
 
 impl Root {
@@ -412,12 +425,14 @@ impl Root {
         let dir = Dir {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             at_start: true,
+            repair: false,
         };
         let stat = fstat(dir.fd.as_fd())?;
         Ok(Root {
             dir,
             path: path.to_path_buf(),
             stat,
+            locked: Default::default(),
         })
     }
 
@@ -435,9 +450,14 @@ impl Root {
 
     /// Takes an exclusive advisory lock on the root directory for as long as
     /// this handle lives, so two runs never write into one root at once.
-    /// `Ok(false)` when another process holds it.
+    /// `Ok(false)` when another process holds it. Once locked, the
+    /// directories opened through this root may be repaired (see
+    /// [`Dir::repairs`]); a root that is not (a dry run, a source) is never
+    /// changed that way.
     pub fn try_lock(&self) -> io::Result<bool> {
         if unsafe { libc::flock(self.dir.raw(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            self.locked
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             return Ok(true);
         }
         let e = io::Error::last_os_error();
@@ -460,15 +480,22 @@ impl Root {
 
     /// Open the directory `rel` (never through a symlink).
     pub fn open_dir(&self, rel: &RelPath) -> io::Result<Dir> {
+        let repair = self.locked.load(std::sync::atomic::Ordering::Relaxed);
         if rel.is_root() {
-            return self.dir.try_clone();
+            let mut d = self.dir.try_clone()?;
+            d.repair = repair;
+            return Ok(d);
         }
         let fd = open_beneath(
             self.dir.fd.as_raw_fd(),
             rel.as_bytes(),
             libc::O_RDONLY | libc::O_DIRECTORY,
         )?;
-        Ok(Dir { fd, at_start: true })
+        Ok(Dir {
+            fd,
+            at_start: true,
+            repair,
+        })
     }
 
     /// Open a regular file `rel` for reading (never through a symlink).
@@ -511,6 +538,8 @@ pub struct Dir {
     /// Nothing has read through this descriptor yet, so a listing needs no
     /// rewind (a scan lists every directory once, right after opening it).
     at_start: bool,
+    /// See [`Dir::repairs`].
+    repair: bool,
 }
 
 impl AsFd for Dir {
@@ -535,7 +564,85 @@ impl Dir {
         Ok(Dir {
             fd: self.fd.try_clone()?,
             at_start: false,
+            repair: self.repair,
         })
+    }
+
+    /// True when this directory was opened through a root this process
+    /// holds the lock of (the destination of a run that writes). There a
+    /// directory we own but whose mode shuts us out (a copied 000, 0500 or
+    /// 0555, when not root) is given back u+rwx when it is in the way:
+    /// listed or entered by a scan ([`Dir::open_subdir_to_scan`],
+    /// [`Dir::stat_self_to_scan`]) or written into (every call here that
+    /// adds or removes a name). Its mode is then what the chmod left, so a
+    /// mirror, which sets the properties of every directory whose names or
+    /// mode it changed after its contents, sets the source's mode again.
+    pub fn repairs(&self) -> bool {
+        self.repair
+    }
+
+    /// Give this directory u+rwx when it is ours and its mode lacks any of
+    /// `need` (owner bits); true if it was changed.
+    fn grant_owner(&self, need: u32) -> io::Result<bool> {
+        let st = self.stat_self()?;
+        if !owned_and_lacking(&st, need) {
+            return Ok(false);
+        }
+        cvt(unsafe { libc::fchmod(self.raw(), (st.mode | 0o700) as libc::mode_t) })?;
+        Ok(true)
+    }
+
+    /// Run `op`, which adds or removes a name here; on a repairing handle, a
+    /// refusal (EACCES) in a directory of ours without u+wx makes it
+    /// writable and runs `op` once more.
+    fn writing<R>(&self, mut op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
+        match op() {
+            Err(e)
+                if self.repair
+                    && e.raw_os_error() == Some(libc::EACCES)
+                    && self.grant_owner(0o300).unwrap_or(false) =>
+            {
+                op()
+            }
+            r => r,
+        }
+    }
+
+    /// [`Dir::stat_self`] for a scan: on a repairing handle, a directory of
+    /// ours that we may not list or search (no u+r or u+x) is first given
+    /// u+rwx, so its entries can be read; the stat is taken after.
+    pub fn stat_self_to_scan(&self) -> io::Result<Stat> {
+        let st = self.stat_self()?;
+        if self.repair && owned_and_lacking(&st, 0o500) && self.grant_owner(0o500)? {
+            return self.stat_self();
+        }
+        Ok(st)
+    }
+
+    /// [`Dir::open_subdir`] for a scan: on a repairing handle, a
+    /// subdirectory of ours that cannot be opened (EACCES: no u+r) is given
+    /// u+rwx first (`fchmodat` by name from this handle, never through a
+    /// symlink) and opened again.
+    pub fn open_subdir_to_scan(&self, name: &[u8]) -> io::Result<Dir> {
+        match self.open_subdir(name) {
+            Err(e) if self.repair && e.raw_os_error() == Some(libc::EACCES) => {
+                let st = self.stat(name)?;
+                if st.kind != Kind::Dir || !owned_and_lacking(&st, 0o400) {
+                    return Err(e);
+                }
+                let c = check_name(name)?;
+                cvt(unsafe {
+                    libc::fchmodat(
+                        self.raw(),
+                        c.as_ptr(),
+                        (st.mode | 0o700) as libc::mode_t,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                })?;
+                self.open_subdir(name)
+            }
+            r => r,
+        }
     }
 
     pub fn raw(&self) -> RawFd {
@@ -613,6 +720,7 @@ impl Dir {
         Ok(Dir {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             at_start: true,
+            repair: self.repair,
         })
     }
 
@@ -633,6 +741,10 @@ impl Dir {
 
     /// Create a new, empty temp file (mode 0600) with a hidden random name.
     pub fn create_temp(&self, hint: &[u8]) -> io::Result<(Vec<u8>, File)> {
+        self.writing(|| self.create_temp_once(hint))
+    }
+
+    fn create_temp_once(&self, hint: &[u8]) -> io::Result<(Vec<u8>, File)> {
         loop {
             let name = Self::temp_name(hint);
             let c = cstr(&name)?;
@@ -663,13 +775,19 @@ impl Dir {
         let mut name = INPLACE_PREFIX.to_vec();
         name.extend_from_slice(unique_suffix().as_bytes());
         let c = cstr(&name)?;
-        let fd = cvt_retry(|| unsafe {
-            libc::openat(
-                self.raw(),
-                c.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
+        let fd = self.writing(|| {
+            cvt_retry(|| unsafe {
+                libc::openat(
+                    self.raw(),
+                    c.as_ptr(),
+                    libc::O_WRONLY
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o600 as libc::c_uint,
+                )
+            })
         })?;
         let mut f = unsafe { File::from_raw_fd(fd) };
         let r = f.write_all(target).and_then(|_| {
@@ -701,7 +819,9 @@ impl Dir {
         loop {
             let name = Self::temp_name(hint);
             let c = cstr(&name)?;
-            match cvt(unsafe { libc::symlinkat(t.as_ptr(), self.raw(), c.as_ptr()) }) {
+            match self
+                .writing(|| cvt(unsafe { libc::symlinkat(t.as_ptr(), self.raw(), c.as_ptr()) }))
+            {
                 Ok(_) => return Ok(name),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
                 Err(e) => return Err(e),
@@ -721,7 +841,9 @@ impl Dir {
         loop {
             let name = Self::temp_name(hint);
             let c = cstr(&name)?;
-            match cvt(unsafe { libc::mknodat(self.raw(), c.as_ptr(), fmt | 0o600, rdev) }) {
+            match self.writing(|| {
+                cvt(unsafe { libc::mknodat(self.raw(), c.as_ptr(), fmt | 0o600, rdev) })
+            }) {
                 Ok(_) => return Ok(name),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
                 Err(e) => return Err(e),
@@ -735,8 +857,8 @@ impl Dir {
         loop {
             let name = Self::temp_name(hint);
             let c = cstr(&name)?;
-            match cvt(unsafe {
-                libc::linkat(from_dir.raw(), f.as_ptr(), self.raw(), c.as_ptr(), 0)
+            match self.writing(|| {
+                cvt(unsafe { libc::linkat(from_dir.raw(), f.as_ptr(), self.raw(), c.as_ptr(), 0) })
             }) {
                 Ok(_) => return Ok(name),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
@@ -748,28 +870,34 @@ impl Dir {
     /// Create a directory.
     pub fn mkdir(&self, name: &[u8], mode: u32) -> io::Result<()> {
         let c = check_name(name)?;
-        cvt(unsafe { libc::mkdirat(self.raw(), c.as_ptr(), mode as libc::mode_t) }).map(|_| ())
+        self.writing(|| cvt(unsafe { libc::mkdirat(self.raw(), c.as_ptr(), mode as libc::mode_t) }))
+            .map(|_| ())
     }
 
     /// Atomically rename `from` over `to` within this directory.
     pub fn rename(&self, from: &[u8], to: &[u8]) -> io::Result<()> {
         let f = cstr(from)?;
         let t = check_name(to)?;
-        cvt(unsafe { libc::renameat(self.raw(), f.as_ptr(), self.raw(), t.as_ptr()) }).map(|_| ())
+        self.writing(|| {
+            cvt(unsafe { libc::renameat(self.raw(), f.as_ptr(), self.raw(), t.as_ptr()) })
+        })
+        .map(|_| ())
     }
 
     /// Rename `from` to `to` only if `to` does not exist.
     pub fn rename_noreplace(&self, from: &[u8], to: &[u8]) -> io::Result<()> {
         let f = check_name(from)?;
         let t = cstr(to)?;
-        cvt(unsafe {
-            libc::renameat2(
-                self.raw(),
-                f.as_ptr(),
-                self.raw(),
-                t.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            )
+        self.writing(|| {
+            cvt(unsafe {
+                libc::renameat2(
+                    self.raw(),
+                    f.as_ptr(),
+                    self.raw(),
+                    t.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
+            })
         })
         .map(|_| ())
     }
@@ -777,13 +905,15 @@ impl Dir {
     /// Remove a non-directory.
     pub fn unlink(&self, name: &[u8]) -> io::Result<()> {
         let c = cstr(name)?;
-        cvt(unsafe { libc::unlinkat(self.raw(), c.as_ptr(), 0) }).map(|_| ())
+        self.writing(|| cvt(unsafe { libc::unlinkat(self.raw(), c.as_ptr(), 0) }))
+            .map(|_| ())
     }
 
     /// Remove an empty directory.
     pub fn rmdir(&self, name: &[u8]) -> io::Result<()> {
         let c = check_name(name)?;
-        cvt(unsafe { libc::unlinkat(self.raw(), c.as_ptr(), libc::AT_REMOVEDIR) }).map(|_| ())
+        self.writing(|| cvt(unsafe { libc::unlinkat(self.raw(), c.as_ptr(), libc::AT_REMOVEDIR) }))
+            .map(|_| ())
     }
 
     /// Remove a directory and everything under it (never following symlinks).

@@ -194,8 +194,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn open_root(&self, root: &Root) -> Option<Dir> {
-        root.dir()
-            .try_clone()
+        root.open_dir(&RelPath::root())
             .map_err(|e| self.fail_dir(&RelPath::root(), e))
             .ok()
     }
@@ -327,9 +326,17 @@ fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
 
 /// Open subdirectory `name` of `dir`. One that cannot be opened is
 /// reported, and its own entry is still returned (as the error) so that it
-/// is not mistaken for something to delete.
+/// is not mistaken for something to delete. In the destination of a run that
+/// writes, a directory of ours that shuts us out is opened again after a
+/// chmod (see `Dir::repairs`): a mirror that copied a mode of 000 must not
+/// lock itself out of its own copy.
 fn open_subdir(dir: &Dir, name: &[u8], child: &RelPath, ctx: &Ctx) -> Result<Dir, Option<Node>> {
-    dir.open_subdir(name).map_err(|e| {
+    let opened = if ctx.opts.source {
+        dir.open_subdir(name)
+    } else {
+        dir.open_subdir_to_scan(name)
+    };
+    opened.map_err(|e| {
         ctx.fail_dir(child, format!("cannot open directory: {e}"));
         dir.stat(name).ok().map(|st| Node {
             entries: vec![entry_from(child.clone(), &st)],
@@ -474,7 +481,14 @@ fn scan_dir_entries(
 ) -> Option<Listing> {
     let rel = rel.clone();
     let mut out = Vec::new();
-    let st = match dir.stat_self() {
+    // A destination directory we may open but not list or search is given
+    // u+rwx first (see `Dir::repairs`); its entry shows the mode after.
+    let stat = if ctx.opts.source {
+        dir.stat_self()
+    } else {
+        dir.stat_self_to_scan()
+    };
+    let st = match stat {
         Ok(st) => st,
         Err(e) => {
             ctx.fail_dir(&rel, e);

@@ -199,27 +199,41 @@ impl RelPath {
                 && (self.0.len() == other.0.len() || self.0[other.0.len()] == b'/'))
     }
 
-    /// For people: lossy UTF-8 with control characters escaped.
+    /// For people: see [`escape_for_display`].
     pub fn display(&self) -> String {
         escape_for_display(&self.0)
     }
 }
 
-/// Lossy UTF-8 with control characters (and backslash) escaped, for showing a
-/// name to a person.
+/// A name for a person, escaped so that distinct byte strings always show
+/// distinctly (two names that differ only in bytes that are not UTF-8 must
+/// not look alike): each byte that is not part of valid UTF-8 and each byte
+/// of a control character shows as `\xNN`, a backslash as `\\`, everything
+/// else as itself. The escaping is reversible. The empty string (the root)
+/// shows as `.`, which no file name can be.
 pub fn escape_for_display(bytes: &[u8]) -> String {
+    use fmt::Write;
     if bytes.is_empty() {
         return ".".into();
     }
-    let s = String::from_utf8_lossy(bytes);
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        if ch.is_control() {
-            out.push_str(&format!("\\x{:02x}", ch as u32));
-        } else if ch == '\\' {
-            out.push_str("\\\\");
-        } else {
-            out.push(ch);
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for ch in chunk.valid().chars() {
+            if ch.is_control() {
+                // Byte by byte (C1 controls are two bytes), so that `\xNN`
+                // always means the byte NN.
+                let mut buf = [0u8; 4];
+                for b in ch.encode_utf8(&mut buf).as_bytes() {
+                    let _ = write!(out, "\\x{b:02x}");
+                }
+            } else if ch == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(ch);
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
         }
     }
     out
@@ -548,5 +562,76 @@ mod tests {
             .starts_with(&RelPath::new(b"a/b").unwrap()));
         assert!(RelPath::new(b"a").unwrap() < RelPath::new(b"a/b").unwrap());
         assert_eq!(RelPath::new(b"x\ny").unwrap().display(), "x\\x0ay");
+    }
+
+    /// The inverse of `escape_for_display` (for non-empty inputs).
+    fn unescape(s: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rest = s;
+        while let Some(ch) = rest.chars().next() {
+            if let Some(r) = rest.strip_prefix("\\\\") {
+                out.push(b'\\');
+                rest = r;
+            } else if let Some(r) = rest.strip_prefix("\\x") {
+                out.push(u8::from_str_radix(&r[..2], 16).unwrap());
+                rest = &r[2..];
+            } else {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                rest = &rest[ch.len_utf8()..];
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_display_distinctly() {
+        assert_eq!(escape_for_display(b"a\xff"), "a\\xff");
+        assert_eq!(escape_for_display(b"a\xfe"), "a\\xfe");
+        // A backslash is escaped, so a name spelled like an escape differs
+        // from the byte it spells.
+        assert_eq!(escape_for_display(b"a\\xff"), "a\\\\xff");
+        // A C1 control (two bytes of valid UTF-8) shows byte by byte, never
+        // like the lone invalid byte 0x85.
+        assert_eq!(escape_for_display("a\u{85}".as_bytes()), "a\\xc2\\x85");
+        assert_eq!(escape_for_display(b"a\x85"), "a\\x85");
+        // A truncated multi-byte sequence: each of its bytes.
+        assert_eq!(escape_for_display(b"\xe6\x97x"), "\\xe6\\x97x");
+        assert_eq!(escape_for_display(b"x\x7fy"), "x\\x7fy");
+        assert_eq!(escape_for_display("名前 é".as_bytes()), "名前 é");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn display_is_reversible_hence_distinct(
+            a in proptest::collection::vec(proptest::num::u8::ANY, 1..24),
+            b in proptest::collection::vec(proptest::num::u8::ANY, 1..24),
+        ) {
+            let (x, y) = (escape_for_display(&a), escape_for_display(&b));
+            proptest::prop_assert_eq!(unescape(&x), a.clone());
+            proptest::prop_assert_eq!(a == b, x == y);
+        }
+
+        #[test]
+        fn display_keeps_plain_text(s in "[^\\\\\\p{Cc}]{1,24}") {
+            proptest::prop_assert_eq!(escape_for_display(s.as_bytes()), s);
+        }
+
+        #[test]
+        fn display_of_near_alike_bytes_differs(
+            a in proptest::collection::vec(
+                proptest::sample::select(b"a\\x\xc2\x85\xe6\x97\xa5\xff\n".to_vec()),
+                1..12,
+            ),
+            b in proptest::collection::vec(
+                proptest::sample::select(b"a\\x\xc2\x85\xe6\x97\xa5\xff\n".to_vec()),
+                1..12,
+            ),
+        ) {
+            // Drawn from bytes that make escapes, backslashes, C1 controls
+            // and broken sequences, so collisions would be likely if possible.
+            proptest::prop_assume!(a != b);
+            proptest::prop_assert_ne!(escape_for_display(&a), escape_for_display(&b));
+        }
     }
 }
