@@ -38,6 +38,10 @@ pub struct MirrorPlanner {
     acc: Mutex<Acc>,
 }
 
+/// A directory holding deferred files: its source entry, its destination
+/// entry, and whether its properties item is already planned.
+type HeldDir = (Entry, Option<Entry>, bool);
+
 #[derive(Default)]
 struct Acc {
     plan: MirrorPlan,
@@ -52,7 +56,7 @@ struct Acc {
     dst_linked: Vec<(Entry, Option<Entry>)>,
     /// Directories holding deferred files: (source entry, destination
     /// entry, properties item already planned).
-    held_dirs: HashMap<RelPath, (Entry, Option<Entry>, bool)>,
+    held_dirs: HashMap<RelPath, HeldDir>,
 }
 
 /// What one directory adds to the plan.
@@ -63,7 +67,7 @@ struct DirPlan {
     dst_entries: usize,
     deferred: Vec<(Entry, Option<Entry>)>,
     dst_linked: Vec<(Entry, Option<Entry>)>,
-    held: Option<(RelPath, (Entry, Option<Entry>, bool))>,
+    held: Option<(RelPath, HeldDir)>,
 }
 
 impl MirrorPlanner {
@@ -134,8 +138,7 @@ impl Acc {
 
 /// Wait for the whole tree before planning this source file?
 fn deferred(s: &Entry, d: Option<&Entry>, o: &MirrorOptions) -> bool {
-    s.kind == Kind::File
-        && ((o.hard_links && multi_linked(s)) || d.is_some_and(|d| multi_linked(d)))
+    s.kind == Kind::File && ((o.hard_links && multi_linked(s)) || d.is_some_and(multi_linked))
 }
 
 /// The operation for a source entry that is not a directory, against the
@@ -233,7 +236,7 @@ fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {
             plan.summary.bytes_total += s.size;
         }
         if s.kind == Kind::Dir {
-            if !d.is_some_and(|d| d.kind == Kind::Dir) {
+            if d.is_none_or(|d| d.kind != Kind::Dir) {
                 plan.mkdirs.push(item(Op::Mkdir, Some(s), None));
                 dirty = true;
             }
