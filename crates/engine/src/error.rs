@@ -94,6 +94,9 @@ pub enum Error {
     },
     /// A hard link's leader is not a regular file.
     LeaderNotFile(RelPath),
+    /// A hard link's leader could not be given its new contents: linking to
+    /// it would give this name neither its old nor its new contents.
+    LeaderNotWritten(RelPath),
     /// A scan could not read the entry (the scanner's own message).
     Scan(String),
 }
@@ -135,17 +138,20 @@ impl fmt::Display for Error {
                 side.name()
             ),
             Error::Delta { action, source } => write!(f, "{}: {source}", action.doing()),
-            Error::InPlaceFailed { cause, recovery } => match recovery {
-                Ok(rec) => write!(
-                    f,
-                    "{cause}; the partly updated file was moved to {}",
-                    accord_model::escape_for_display(rec)
-                ),
-                Err(e) => write!(
-                    f,
-                    "{cause}; moving the partly updated file aside failed: {e}"
-                ),
-            },
+            Error::InPlaceFailed { cause, recovery } => {
+                match cause.as_ref() {
+                    Error::Changed(side) => write!(f, "{} changed during the update", side.name())?,
+                    cause => write!(f, "{cause}")?,
+                }
+                match recovery {
+                    Ok(rec) => write!(
+                        f,
+                        "; the partly updated file was moved to {}",
+                        accord_model::escape_for_display(rec)
+                    ),
+                    Err(e) => write!(f, "; moving the partly updated file aside failed: {e}"),
+                }
+            }
             Error::HalfUpdated => f.write_str(
                 "the source holds a half-finished in-place update (an earlier run stopped); \
                  not copied",
@@ -167,6 +173,11 @@ impl fmt::Display for Error {
             Error::LeaderNotFile(leader) => {
                 write!(f, "cannot link to {}: not a file", leader.display())
             }
+            Error::LeaderNotWritten(leader) => write!(
+                f,
+                "not linked: the first file of its hard-link group, {}, was not updated",
+                leader.display()
+            ),
             Error::Scan(msg) => f.write_str(msg),
         }
     }

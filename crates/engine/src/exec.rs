@@ -9,7 +9,7 @@ use accord_fsys::PropsMask;
 use accord_model::{Kind, RelPath};
 use accord_plan::{Change, Item, MirrorPlan, Op};
 use rayon::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -43,6 +43,9 @@ pub(crate) struct Exec<'a> {
     short_of_space: AtomicBool,
     /// Files that did not fit even alone (and whether they had an old version).
     did_not_fit: Mutex<Vec<(RelPath, bool)>>,
+    /// Files whose new contents could not be written (hard links to them
+    /// are not made).
+    not_written: Mutex<HashSet<RelPath>>,
     pub changes: Mutex<Vec<(Change, RelPath)>>,
     pub counters: Counters,
 }
@@ -64,6 +67,7 @@ impl<'a> Exec<'a> {
             stop: AtomicBool::new(false),
             short_of_space: AtomicBool::new(false),
             did_not_fit: Mutex::new(Vec::new()),
+            not_written: Mutex::new(HashSet::new()),
             changes: Mutex::new(Vec::new()),
             counters: Counters::default(),
         }
@@ -71,10 +75,16 @@ impl<'a> Exec<'a> {
 
     /// A failure of `it`: per path, or fatal when the disk is full.
     pub fn fail_item(&self, it: &Item, e: Error) {
+        if matches!(it.op, Op::Write(_)) {
+            self.not_written.lock().unwrap().insert(it.path.clone());
+        }
         if e.is_no_space() {
+            // An in-place update that failed was moved to a recovery file
+            // (its message says where), not left in place.
+            let in_place = matches!(e, Error::InPlaceFailed { .. });
             self.fatal_error(Fatal::DiskFull {
                 path: it.path.clone(),
-                replaced: it.dst.is_some(),
+                replaced: it.dst.is_some() && !in_place,
                 source: Box::new(e),
             });
         } else {
@@ -108,6 +118,12 @@ impl<'a> Exec<'a> {
     pub fn did_not_fit(&self, it: &Item) {
         let entry = (it.path.clone(), it.dst.is_some());
         self.did_not_fit.lock().unwrap().push(entry);
+        self.not_written.lock().unwrap().insert(it.path.clone());
+    }
+
+    /// Was `path` to be written and was not?
+    pub fn not_written(&self, path: &RelPath) -> bool {
+        self.not_written.lock().unwrap().contains(path)
     }
 
     pub fn changed(&self, it: &Item) {
@@ -152,13 +168,26 @@ impl<'a> Exec<'a> {
     /// filled up, if some file never fitted.
     pub fn finish_space_report(&self) {
         let files = std::mem::take(&mut *self.did_not_fit.lock().unwrap());
-        if !files.is_empty() {
-            let source = Box::new(Error::Io {
-                action: Action::WriteTemp,
-                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
-            });
-            self.fatal_error(Fatal::DidNotFit { files, source });
+        if files.is_empty() {
+            return;
         }
+        let no_space = || Error::Io {
+            action: Action::WriteTemp,
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        };
+        if self.stopped() {
+            // Another fatal error is the run's: these are reported per path.
+            let mut failures = self.failures.lock().unwrap();
+            for (path, _) in files {
+                failures.push(Failure {
+                    path,
+                    error: no_space(),
+                });
+            }
+            return;
+        }
+        let source = Box::new(no_space());
+        self.fatal_error(Fatal::DidNotFit { files, source });
     }
 }
 

@@ -13,6 +13,7 @@ mod replica;
 mod run;
 mod transfer;
 mod transfer_local;
+mod walk;
 
 pub use accord_fsys::{Reflink, XattrFilter};
 pub use accord_plan::{

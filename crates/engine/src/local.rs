@@ -315,6 +315,17 @@ impl ReplicaDir for LocalDir<'_> {
             }),
             Incoming::Delta { basis, delta } => {
                 let delta = Delta::parse(delta).map_err(delta_err(Action::WriteTemp))?;
+                if let Expect::Entry(old) = basis {
+                    if old.size != delta.old_len {
+                        return Err(Error::Delta {
+                            action: Action::WriteTemp,
+                            source: accord_delta::DeltaError::WrongBasis {
+                                expected: delta.old_len,
+                                actual: old.size,
+                            },
+                        });
+                    }
+                }
                 let old = self.open_checked(name, &basis, Side::Destination)?;
                 let m = map(&old, delta.old_len).map_err(Error::io(Action::OpenDestination))?;
                 self.temp_with(name, props, mask, |tf| {

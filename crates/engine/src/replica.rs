@@ -140,9 +140,11 @@ pub fn recheck(
     expect: &Expect,
     side: crate::Side,
 ) -> Result<(), Error> {
-    let now = dir
-        .stat(name)
-        .map_err(Error::io(crate::error::Action::OpenDestination))?;
+    let action = match side {
+        crate::Side::Source => crate::error::Action::ReadSource,
+        crate::Side::Destination => crate::error::Action::OpenDestination,
+    };
+    let now = dir.stat(name).map_err(Error::io(action))?;
     if expect.still_holds(now.as_ref()) {
         Ok(())
     } else {

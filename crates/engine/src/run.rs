@@ -7,12 +7,10 @@ use crate::error::{Error, Failure, Fatal};
 use crate::exec::{run_plan, Exec};
 use crate::local::LocalReplica;
 use crate::replica::Replica;
+use crate::walk::{visit_scans, Found, Walk};
 use crate::{MirrorConfig, Progress, Report};
-use accord_fsys::{DigestMemo, Dir, IgnoreRules, Scan, ScanOptions};
-use accord_model::{Entry, Kind, RelPath};
+use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
 use accord_plan::{Facts, MirrorPlan, Refusal};
-use rayon::prelude::*;
-use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -198,40 +196,28 @@ fn run(
     let rules = IgnoreRules::new(&cfg.excludes).map_err(Fatal::BadExclude)?;
     let dst_rules = IgnoreRules::new(&cfg.excludes).map_err(Fatal::BadExclude)?;
     let memos = Memos::load(src, dst, cfg);
-    let (mut s_scan, mut d_scan) = scan_both(src, dst, cfg, (&rules, &dst_rules), &memos);
-    check_scan_nesting(src, dst, &s_scan, &d_scan)?;
-    let mut errors = take_scan_errors(&mut s_scan);
-    errors.extend(drop_half_updated(src, &mut s_scan));
-    check_readable(src, dst, &s_scan, &d_scan)?;
-    errors.extend(take_scan_errors(&mut d_scan));
-    if let (Some(d), false) = (dst, cfg.dry_run) {
-        if !d_scan.inplace_markers.is_empty() {
-            errors.extend(recover_half_updated(d, &d_scan.inplace_markers));
-            // Scan again: the files moved aside are copied again.
-            let opts = memos.dst_options(cfg);
-            d_scan = d.scan(&dst_rules, &opts);
-            errors.extend(take_scan_errors(&mut d_scan));
-        }
+    let walk = Walk::new(src, dst, cfg, &rules);
+    let (mut s_scan, mut d_scan) = walk_both(src, dst, cfg, (&rules, &dst_rules), &memos, &walk);
+    let found = walk.finish();
+    if let Some(f) = found.nested {
+        return Err(f.into());
     }
-    report.errors.extend(errors);
-    exclude_in_destination(&rules, &mut d_scan.entries);
-    if cfg.plan.checksum {
-        if let Some(d) = dst {
-            checksum_pairs(src, d, &mut s_scan.entries, &mut d_scan.entries);
-        }
-    }
+    check_readable(src, dst, &found, &d_scan)?;
+    report.errors.extend(take_scan_errors(&mut s_scan));
+    report.errors.extend(take_scan_errors(&mut d_scan));
+    report.errors.extend(found.failures);
     let facts = Facts {
-        source_incomplete: s_scan.incomplete,
+        source_incomplete: s_scan.incomplete || found.half_updated,
         source_root_changed: dst.is_some_and(|d| source_root_changed(src, d)),
     };
     report.deletions_suspended = facts.source_incomplete && cfg.plan.delete;
+    if let (Some(d), false) = (dst, cfg.dry_run) {
+        Memos::save(src, d, cfg, &s_scan, &d_scan);
+    }
     report.scan_s = t_scan.elapsed().as_secs_f64();
 
     let t_plan = Instant::now();
-    let plan = plan_and_save_memos(src, dst, cfg, &facts, &s_scan, &d_scan)?;
-    // Freeing two scans of a large tree takes a while (10-30 ms for 400,000
-    // entries): a thread of its own does it while the plan is carried out.
-    free_in_background((s_scan, d_scan));
+    let plan = found.planner.finish(&facts).map_err(Stop::Refused)?;
     report.plan_s = t_plan.elapsed().as_secs_f64();
     report.files_total = plan.summary.files_total as u64;
     report.bytes_total = plan.summary.bytes_total;
@@ -334,58 +320,45 @@ impl Memos {
     }
 }
 
-/// Scan both sides at once: two local replicas directory by directory
-/// together (`scan_pair`), others each on its own.
-fn scan_both(
+/// Walk both sides, each directory pair handed to `walk` as it is read:
+/// two local replicas directory by directory together (`walk_pair`; the
+/// source's listing spares the destination's where the listing memo
+/// allows), others scanned whole and cut into directory pairs. Returns the
+/// scans' findings without their entries.
+fn walk_both(
     src: &dyn Replica,
     dst: Option<&dyn Replica>,
     cfg: &MirrorConfig,
     (s_rules, d_rules): (&IgnoreRules, &IgnoreRules),
     memos: &Memos,
+    walk: &Walk,
 ) -> (Scan, Scan) {
     let (s_opts, d_opts) = (memos.src_options(cfg), memos.dst_options(cfg));
-    match dst {
-        None => (src.scan(s_rules, &s_opts), Scan::default()),
-        Some(d) => match (src.local(), d.local()) {
-            (Some(s), Some(d)) => s.scan_pair(d, (s_rules, &s_opts), (d_rules, &d_opts)),
-            _ => rayon::join(|| src.scan(s_rules, &s_opts), || d.scan(d_rules, &d_opts)),
-        },
+    let visit = |v: accord_fsys::DirVisit| walk.visit(v);
+    if let (Some(s), Some(d)) = (src.local(), dst.and_then(|d| d.local())) {
+        return accord_fsys::walk_pair(
+            (s.root(), s_rules, &s_opts),
+            (d.root(), d_rules, &d_opts),
+            &visit,
+        );
     }
-}
-
-/// One root reached from inside the other, as through a bind mount of a
-/// source directory onto the destination: a mirror would delete the source
-/// through the destination.
-fn check_scan_nesting(
-    src: &dyn Replica,
-    dst: Option<&dyn Replica>,
-    s_scan: &Scan,
-    d_scan: &Scan,
-) -> Result<(), Fatal> {
-    let Some(dst) = dst else { return Ok(()) };
-    let inside = |scan: &Scan, ident: (u64, u64)| {
-        scan.entries
-            .iter()
-            .find(|e| e.kind == Kind::Dir && !e.path.is_root() && (e.dev, e.ino) == ident)
-            .map(|e| e.path.display())
+    let (mut s_scan, d_scan) = match dst {
+        None => (src.scan(s_rules, &s_opts), None),
+        Some(d) => {
+            let (s, d) = rayon::join(|| src.scan(s_rules, &s_opts), || d.scan(d_rules, &d_opts));
+            (s, Some(d))
+        }
     };
-    if let Some(p) = inside(s_scan, dst.identity()) {
-        return Err(Fatal::Nested(format!(
-            "the destination {} is the directory {p} inside the source {} \
-             (a bind mount or another name for it)",
-            dst.describe(),
-            src.describe()
-        )));
-    }
-    if let Some(p) = inside(d_scan, src.identity()) {
-        return Err(Fatal::Nested(format!(
-            "the source {} is the directory {p} inside the destination {} \
-             (a bind mount or another name for it)",
-            src.describe(),
-            dst.describe()
-        )));
-    }
-    Ok(())
+    let mut d_scan = d_scan.unwrap_or_default();
+    let whole = |scan: &mut Scan| Scan {
+        entries: std::mem::take(&mut scan.entries),
+        stale_temps: std::mem::take(&mut scan.stale_temps),
+        inplace_markers: std::mem::take(&mut scan.inplace_markers),
+        ..Scan::default()
+    };
+    let (s_whole, d_whole) = (whole(&mut s_scan), whole(&mut d_scan));
+    visit_scans(s_whole, dst.map(|_| d_whole), &visit);
+    (s_scan, d_scan)
 }
 
 fn take_scan_errors(scan: &mut Scan) -> Vec<Failure> {
@@ -398,50 +371,19 @@ fn take_scan_errors(scan: &mut Scan) -> Vec<Failure> {
         .collect()
 }
 
-/// A source file an earlier in-place run left half-written (its marker is
-/// beside it) holds neither version: never copy it as user data, and keep
-/// the destination's copy (deletions are suspended).
-fn drop_half_updated(src: &dyn Replica, scan: &mut Scan) -> Vec<Failure> {
-    let Some(local) = src.local() else {
-        return Vec::new();
-    };
-    if scan.inplace_markers.is_empty() {
-        return Vec::new();
-    }
-    let damaged: HashSet<RelPath> = scan
-        .inplace_markers
-        .iter()
-        .filter_map(|m| match read_marker(local.root(), m)? {
-            (_, parent, Some(target)) => parent.join(&target).ok(),
-            _ => None,
-        })
-        .collect();
-    scan.entries.retain(|e| !damaged.contains(&e.path));
-    scan.incomplete = true;
-    let mut out: Vec<Failure> = damaged
-        .into_iter()
-        .map(|path| Failure {
-            path,
-            error: Error::HalfUpdated,
-        })
-        .collect();
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    out
-}
-
 /// An unreadable destination directory could hide entries: we could still
 /// copy, but we would not know what to delete or replace.
 fn check_readable(
     src: &dyn Replica,
     dst: Option<&dyn Replica>,
-    s_scan: &Scan,
+    found: &Found,
     d_scan: &Scan,
 ) -> Result<(), Fatal> {
-    if s_scan.entries.is_empty() {
+    if !found.src_root_read {
         return Err(Fatal::SourceUnreadable(src.describe().into()));
     }
     if let Some(d) = dst {
-        if d_scan.entries.is_empty() || d_scan.incomplete {
+        if !found.dst_root_read || d_scan.incomplete {
             let detail = d_scan
                 .errors
                 .first()
@@ -456,90 +398,6 @@ fn check_readable(
     Ok(())
 }
 
-/// What an in-place marker says: its directory (open), the directory's path
-/// and the file name it holds (`None` when that is not a valid name); `None`
-/// as a whole when the marker cannot be read.
-fn read_marker(root: &accord_fsys::Root, m: &RelPath) -> Option<(Dir, RelPath, Option<Vec<u8>>)> {
-    let parent = m.parent().unwrap_or_default();
-    let dir = root.open_dir(&parent).ok()?;
-    let target = dir.read_small(m.file_name()).ok()?;
-    let valid = accord_model::validate_name(&target).is_ok();
-    Some((dir, parent, valid.then_some(target)))
-}
-
-/// In-place updates that a previous run did not finish: the file holds a mix
-/// of both versions; move it aside (this run copies it again) and report it.
-fn recover_half_updated(dst: &dyn Replica, markers: &[RelPath]) -> Vec<Failure> {
-    let Some(local) = dst.local() else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for m in markers {
-        let Some((dir, parent, target)) = read_marker(local.root(), m) else {
-            continue;
-        };
-        let Some(target) = target else {
-            let _ = dir.unlink(m.file_name());
-            continue;
-        };
-        let Ok(path) = parent.join(&target) else {
-            continue;
-        };
-        if !dir.stat(&target).is_ok_and(|st| st.kind == Kind::File) {
-            let _ = dir.unlink(m.file_name());
-            continue;
-        }
-        let rec = accord_fsys::recovery_name(&target);
-        let moved = dir.rename_noreplace(&target, &rec);
-        if moved.is_ok() {
-            let _ = dir.unlink(m.file_name());
-        }
-        out.push(Failure {
-            path,
-            error: Error::InterruptedInPlace {
-                recovery: moved.map(|()| rec),
-            },
-        });
-    }
-    out
-}
-
-/// The source's .accordignore files also decide what is excluded in the
-/// destination (excluded entries there are never deleted).
-fn exclude_in_destination(rules: &IgnoreRules, entries: &mut Vec<Entry>) {
-    if !rules.has_rules() {
-        return;
-    }
-    let mut excluded_dirs: HashSet<RelPath> = HashSet::new();
-    entries.retain(|e| {
-        let parent = e.path.parent().unwrap_or_default();
-        let out = !e.path.is_root()
-            && (excluded_dirs.contains(&parent) || rules.is_excluded(&e.path, e.kind == Kind::Dir));
-        if out && e.kind == Kind::Dir {
-            excluded_dirs.insert(e.path.clone());
-        }
-        !out
-    });
-}
-
-/// Fingerprints of the files whose sizes agree on both sides (`--checksum`).
-fn checksum_pairs(src: &dyn Replica, dst: &dyn Replica, s: &mut [Entry], d: &mut [Entry]) {
-    let dsizes: HashMap<&RelPath, (Kind, u64)> =
-        d.iter().map(|e| (&e.path, (e.kind, e.size))).collect();
-    let wanted: HashSet<RelPath> = s
-        .iter()
-        .filter(|e| e.kind == Kind::File && dsizes.get(&e.path) == Some(&(Kind::File, e.size)))
-        .map(|e| e.path.clone())
-        .collect();
-    drop(dsizes);
-    s.par_iter_mut()
-        .filter(|e| wanted.contains(&e.path))
-        .for_each(|e| e.hash = src.fingerprint(&e.path).ok());
-    d.par_iter_mut()
-        .filter(|e| wanted.contains(&e.path))
-        .for_each(|e| e.hash = dst.fingerprint(&e.path).ok());
-}
-
 /// The deletion guard's memory: is the source root another one than the
 /// last run's into this destination?
 fn source_root_changed(src: &dyn Replica, dst: &dyn Replica) -> bool {
@@ -552,35 +410,6 @@ fn source_root_changed(src: &dyn Replica, dst: &dyn Replica) -> bool {
         (Some(Some(dev)), Some(Some(ino))) => (dev, ino) != src.identity(),
         _ => false,
     }
-}
-
-/// Plan, saving the memos meanwhile (both only read the scans).
-fn plan_and_save_memos(
-    src: &dyn Replica,
-    dst: Option<&dyn Replica>,
-    cfg: &MirrorConfig,
-    facts: &Facts,
-    s_scan: &Scan,
-    d_scan: &Scan,
-) -> Result<MirrorPlan, Stop> {
-    let save = || {
-        if let (Some(d), false) = (dst, cfg.dry_run) {
-            Memos::save(src, d, cfg, s_scan, d_scan);
-        }
-    };
-    let (planned, ()) = rayon::join(
-        || {
-            accord_plan::mirror_plan(
-                &s_scan.entries,
-                &d_scan.entries,
-                &d_scan.stale_temps,
-                &cfg.plan,
-                facts,
-            )
-        },
-        save,
-    );
-    planned.map_err(Stop::Refused)
 }
 
 /// Carry out the plan on `dst`, make it durable, and fill in the report.
@@ -626,11 +455,4 @@ fn execute(
         // Durable: the deletion guard's memory must not come back torn.
         let _ = dst.write_state(GUARD_STATE, format!("{dev} {ino}\n").as_bytes(), true);
     }
-}
-
-/// Drop `v` on a thread of its own (a failed spawn drops it right here).
-fn free_in_background<T: Send + 'static>(v: T) {
-    let _ = std::thread::Builder::new()
-        .name("accord-free".into())
-        .spawn(move || drop(v));
 }

@@ -403,8 +403,15 @@ fn write_generic(
             })?;
             let mut new = Vec::with_capacity(s.size as usize);
             sdir.open_read(name, &expect_src)?
+                .take(s.size + 1)
                 .read_to_end(&mut new)
                 .map_err(Error::io(Action::ReadSource))?;
+            // What was read is the planned version, whole (an in-place
+            // patch cannot be taken back once it began).
+            if new.len() as u64 != s.size {
+                return Err(Error::Changed(Side::Source));
+            }
+            crate::replica::recheck(sdir, name, &expect_src, Side::Source)?;
             let opts = DeltaOptions {
                 in_place: (method == Method::InPlace).then(InPlaceOptions::default),
             };
@@ -449,6 +456,9 @@ pub(crate) fn run_links(x: &Exec, items: &[Item]) {
             return;
         }
         let Op::Link { leader } = &it.op else { return };
+        if x.not_written(leader) {
+            return x.fail_item(it, Error::LeaderNotWritten(leader.clone()));
+        }
         let r = x
             .dst
             .open_dir(&parent_of(&it.path))

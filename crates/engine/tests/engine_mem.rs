@@ -347,3 +347,36 @@ fn local_directory_into_memory_uses_the_generic_path() {
     );
     assert!(dst.calls().contains(&"receive-whole a".to_string()));
 }
+
+#[test]
+fn no_hard_link_is_made_to_a_first_file_that_was_not_updated() {
+    let src = MemReplica::new(1);
+    src.file("a", 0o644, b"new shared contents")
+        .hard_link("b", "a");
+    let dst = MemReplica::new(2);
+    dst.file("a", 0o644, b"old a").file("b", 0o644, b"old b");
+    // The user saves `a` just before the engine commits its new version.
+    *dst.hook.lock().unwrap() = Some(Box::new(|what, path, tree| {
+        if what == "commit" && *path == p("a") {
+            tree.edit(path, b"the user's a");
+        }
+    }));
+    let r = run(&src, &dst, &cfg());
+    let errors: Vec<String> = r
+        .errors
+        .iter()
+        .map(|f| format!("{}: {}", f.path, f.error))
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].starts_with("a: the destination changed"),
+        "{errors:?}"
+    );
+    assert!(errors[1].starts_with("b: not linked"), "{errors:?}");
+    let snap = dst.snapshot();
+    assert!(snap["a"].contains("the user's a"), "{snap:?}");
+    assert!(
+        snap["b"].contains("old b"),
+        "b keeps its own old contents: {snap:?}"
+    );
+}

@@ -5,7 +5,11 @@
 //!
 //! - The xattr memo remembers the entries seen with no extended attributes,
 //!   by a digest of (path, inode, ctime, filter): while it matches, the
-//!   entry's list need not be read again.
+//!   entry's list need not be read again. Directories are remembered one by
+//!   one; the regular files of a directory together, by one digest of all
+//!   their digests (`group_key`), so the memo holds about one digest per
+//!   directory, not one per file, and a run's memory does not grow with
+//!   the number of files.
 //! - The listing memo remembers destination directories by a digest of
 //!   (path, inode, ctime, digest of all names listed): while it matches
 //!   the names the source has there, the destination directory holds
@@ -25,7 +29,8 @@ use std::path::Path;
 
 const MAGIC: &[u8; 4] = b"ACXM";
 /// 2: digests by `memo_key`'s multiply-fold hash (1 was BLAKE3).
-const VERSION: u32 = 2;
+/// 3: the files of a directory by one `group_key`.
+const VERSION: u32 = 3;
 const HEADER: usize = 16;
 /// Seconds an entry's ctime must lie before the scan began to be remembered.
 const SETTLE_S: i64 = 2;
@@ -139,6 +144,18 @@ pub fn memo_key(path: &RelPath, ino: u64, ctime: Time, filter: XattrFilter) -> u
     entry_digest(path, ino, ctime, flags)
 }
 
+/// The digest the regular files of one directory are remembered by when
+/// none has extended attributes: an order-independent digest of their
+/// `memo_key`s (`None` when there are none).
+pub fn group_key(keys: impl Iterator<Item = u64>) -> Option<u64> {
+    let (mut sum, mut n) = (0u64, 0u64);
+    for k in keys {
+        sum = sum.wrapping_add(finish(k ^ GROUP));
+        n += 1;
+    }
+    (n > 0).then(|| finish(fold(sum ^ n, K2)))
+}
+
 /// The digest a directory listing is remembered by: the directory's path,
 /// inode and ctime, and `names_digest` of the names it held.
 pub fn listing_key(path: &RelPath, ino: u64, ctime: Time, names: u64) -> u64 {
@@ -185,6 +202,8 @@ fn bytes_digest(mut h: u64, bytes: &[u8]) -> u64 {
 /// Separates listing keys from xattr keys (they live in different files,
 /// but a digest should never mean two things).
 const LISTING: u64 = 0x6c69_7374_696e_6773;
+/// Separates group keys from the keys of single entries.
+const GROUP: u64 = 0x6772_6f75_7020_6b65;
 const SEED: u64 = 0x243f_6a88_85a3_08d3;
 const K1: u64 = 0x9e37_79b9_7f4a_7c15;
 const K2: u64 = 0xbf58_476d_1ce4_e5b9;

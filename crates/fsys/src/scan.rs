@@ -3,7 +3,7 @@
 //! directory unchanged since it last held exactly the source's names is not
 //! listed again (see `memo`).
 
-use crate::memo::{listing_key, memo_key, names_digest, settled, DigestMemo};
+use crate::memo::{group_key, listing_key, memo_key, names_digest, settled, DigestMemo};
 use crate::rules::{IgnoreRules, IGNORE_FILE};
 use crate::xattr::{self, XattrFilter};
 use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, TEMP_PREFIX};
@@ -345,6 +345,122 @@ fn open_subdir(dir: &Dir, name: &[u8], child: &RelPath, ctx: &Ctx) -> Result<Dir
     })
 }
 
+/// One directory of a paired walk: each side's listing (`None`: missing on
+/// that side, or unreadable: then the walk's scan says so).
+#[derive(Clone, Copy, Debug)]
+pub struct DirVisit<'a> {
+    pub path: &'a RelPath,
+    pub src: Option<&'a Listing>,
+    pub dst: Option<&'a Listing>,
+}
+
+/// Walk a source and a destination together, directory by directory, as
+/// `scan_pair` does, but hand each directory pair to `visit` as soon as both
+/// sides are read, and keep nothing of it: memory holds the directories in
+/// flight, not the tree. A parent is visited before its subdirectories.
+/// Returns both scans without entries (errors, completeness, memo digests);
+/// stale temps and markers are only in the listings.
+pub fn walk_pair(
+    (s_root, s_rules, s_opts): (&Root, &IgnoreRules, &ScanOptions),
+    (d_root, d_rules, d_opts): (&Root, &IgnoreRules, &ScanOptions),
+    visit: &(dyn Fn(DirVisit) + Sync),
+) -> (Scan, Scan) {
+    let start_s = now_s();
+    let (sc, dc) = (
+        Ctx::new(s_rules, s_opts, start_s),
+        Ctx::new(d_rules, d_opts, start_s),
+    );
+    let side = |dir: Option<Dir>| dir.map_or(WalkSide::Missing, WalkSide::Open);
+    walk_pair_dir(
+        side(sc.open_root(s_root)),
+        side(dc.open_root(d_root)),
+        RelPath::root(),
+        (&sc, &dc),
+        visit,
+    );
+    (sc.finish(None), dc.finish(None))
+}
+
+/// One side of a directory in a paired walk.
+enum WalkSide {
+    Open(Dir),
+    /// It exists (its parent listed it) but cannot be opened: reported, and
+    /// visited with its own entry alone, so it is neither mistaken for
+    /// something to delete nor left without its properties.
+    Unreadable(Entry),
+    Missing,
+}
+
+/// The listing of one side of a directory in a paired walk.
+fn read_side(
+    side: &mut WalkSide,
+    rel: &RelPath,
+    ctx: &Ctx,
+    peer: Option<Names>,
+    share: Option<&mut Option<Names>>,
+) -> Option<Listing> {
+    match side {
+        WalkSide::Open(dir) => scan_dir_entries(dir, rel, ctx, peer, share),
+        WalkSide::Unreadable(me) => Some(Listing {
+            entries: vec![me.clone()],
+            ..Listing::default()
+        }),
+        WalkSide::Missing => None,
+    }
+}
+
+fn walk_pair_dir(
+    s: WalkSide,
+    d: WalkSide,
+    rel: RelPath,
+    (sc, dc): (&Ctx, &Ctx),
+    visit: &(dyn Fn(DirVisit) + Sync),
+) {
+    let mut peer = None;
+    let share =
+        (matches!(d, WalkSide::Open(_)) && dc.opts.listing_memo.is_some()).then_some(&mut peer);
+    let (mut s, mut d) = (s, d);
+    let s_part = read_side(&mut s, &rel, sc, None, share);
+    let d_part = read_side(&mut d, &rel, dc, peer, None);
+    visit(DirVisit {
+        path: &rel,
+        src: s_part.as_ref(),
+        dst: d_part.as_ref(),
+    });
+    let subdirs = |part: Option<Listing>| part.map_or(Vec::new(), |l| l.subdirs);
+    let (s_subs, d_subs) = (subdirs(s_part), subdirs(d_part));
+    let pairs = pair_subdirs(subdir_names(&s_subs), subdir_names(&d_subs));
+    let by_name = |subs: &[Entry], name: &[u8]| {
+        subs.binary_search_by(|e| e.path.file_name().cmp(name))
+            .ok()
+            .map(|i| subs[i].clone())
+    };
+    // A subdirectory that cannot be opened is reported (its side of the scan
+    // is incomplete).
+    let open = |side: &WalkSide, subs: &[Entry], name: &[u8], child: &RelPath, ctx: &Ctx| {
+        let (WalkSide::Open(dir), Some(me)) = (side, by_name(subs, name)) else {
+            return WalkSide::Missing;
+        };
+        match open_subdir(dir, name, child, ctx) {
+            Ok(sub) => WalkSide::Open(sub),
+            Err(_) => WalkSide::Unreadable(me),
+        }
+    };
+    pairs.into_par_iter().for_each(|(name, child, in_s, in_d)| {
+        let s_child = if in_s {
+            open(&s, &s_subs, &name, &child, sc)
+        } else {
+            WalkSide::Missing
+        };
+        let d_child = if in_d {
+            open(&d, &d_subs, &name, &child, dc)
+        } else {
+            WalkSide::Missing
+        };
+        walk_pair_dir(s_child, d_child, child, (sc, dc), visit);
+    });
+}
+
 /// Scan the same directory of both trees (either may be missing), and the
 /// subdirectories of both as paired tasks of their own.
 fn scan_pair_dir(
@@ -635,8 +751,9 @@ fn scan_dir_entries(
 }
 
 /// Fill in the extended attributes of the regular files `pending` names
-/// (index into `out`, memo key, old enough to remember): from the memo when
-/// it knows a file has none, else read.
+/// (index into `out`, memo key, old enough to remember): none when the memo
+/// knows the directory's files all had none, by their `group_key`; else
+/// read, and the group remembered when none has any and all are settled.
 fn file_xattrs(
     dir: &Dir,
     ctx: &Ctx,
@@ -644,26 +761,32 @@ fn file_xattrs(
     pending: &[(usize, u64, bool)],
     free: &mut Vec<u64>,
 ) {
-    let known: Vec<bool> = match ctx.opts.xattr_memo {
-        Some(m) => pending.iter().map(|p| m.contains(p.1)).collect(),
-        None => vec![false; pending.len()],
+    let Some(group) = group_key(pending.iter().map(|p| p.1)) else {
+        return;
     };
-    for (&(i, key, settled), known) in pending.iter().zip(known) {
-        let e = &mut out[i];
-        if known {
-            e.props.xattrs = Some(Vec::new());
-            free.push(key);
-            continue;
+    if ctx.opts.xattr_memo.is_some_and(|m| m.contains(group)) {
+        for &(i, _, _) in pending {
+            out[i].props.xattrs = Some(Vec::new());
         }
+        free.push(group);
+        return;
+    }
+    let mut remember = true;
+    for &(i, _, settled) in pending {
+        let e = &mut out[i];
         match dir.xattrs_at(e.path.file_name(), ctx.opts.xattrs) {
             Ok(x) => {
-                if x.is_empty() && settled {
-                    free.push(key);
-                }
+                remember &= x.is_empty() && settled;
                 e.props.xattrs = Some(x);
             }
-            Err(err) => ctx.fail(&e.path, format!("reading extended attributes: {err}")),
+            Err(err) => {
+                remember = false;
+                ctx.fail(&e.path, format!("reading extended attributes: {err}"));
+            }
         }
+    }
+    if remember {
+        free.push(group);
     }
 }
 
@@ -731,7 +854,9 @@ mod tests {
     #[test]
     fn xattr_memo_skips_only_unchanged_entries() {
         let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join("plain"), b"x").unwrap();
+        std::fs::create_dir(tmp.path().join("p")).unwrap();
+        std::fs::write(tmp.path().join("p/a"), b"x").unwrap();
+        std::fs::write(tmp.path().join("p/b"), b"x").unwrap();
         std::fs::write(tmp.path().join("tagged"), b"y").unwrap();
         set_xattr(&tmp.path().join("tagged"), "user.t", b"1");
         let root = Root::open(tmp.path()).unwrap();
@@ -756,23 +881,25 @@ mod tests {
         // same timestamp tick would go unseen).
         let fresh = scan(&root, &rules, &opts(None));
         assert!(fresh.xattr_free.is_empty());
-        // Settled: the plain file and the root are remembered, the tagged
-        // file is not.
+        // Settled: the two directories and the files of `p` (one digest for
+        // the group) are remembered; the root's files are not (one is tagged).
         let first = scan_at(&root, &rules, &opts(None), later);
-        assert_eq!(first.xattr_free.len(), 2);
+        assert_eq!(first.xattr_free.len(), 3);
         let memo = DigestMemo::from_keys(first.xattr_free.clone());
-        // Setting an attribute moves the ctime: the memo no longer applies.
-        set_xattr(&tmp.path().join("plain"), "user.new", b"2");
+        // Setting an attribute moves the ctime: the memo no longer applies
+        // to that file's group, whose files are all read again.
+        set_xattr(&tmp.path().join("p/a"), "user.new", b"2");
         let second = scan_at(&root, &rules, &opts(Some(&memo)), later);
-        assert_eq!(xattrs_of(&second, "plain").len(), 1);
+        assert_eq!(xattrs_of(&second, "p/a").len(), 1);
+        assert_eq!(xattrs_of(&second, "p/b").len(), 0);
         assert_eq!(xattrs_of(&second, "tagged").len(), 1);
-        assert_eq!(second.xattr_free.len(), 1, "only the root is still plain");
-        // The memo is consulted: an entry it names is taken as plain without
-        // asking (here a forged key for the tagged file, whose ctime is
+        assert_eq!(second.xattr_free.len(), 2, "only the directories");
+        // The memo is consulted: a group it names is taken as plain without
+        // asking (here a forged key for the root's files, whose ctimes are
         // unchanged, proves the read is skipped).
         let st = root.dir().stat(b"tagged").unwrap();
-        let forged = memo_key(&RelPath::new(b"tagged").unwrap(), st.ino, st.ctime, filter);
-        let memo = DigestMemo::from_keys(vec![forged]);
+        let key = memo_key(&RelPath::new(b"tagged").unwrap(), st.ino, st.ctime, filter);
+        let memo = DigestMemo::from_keys(vec![group_key(std::iter::once(key)).unwrap()]);
         let third = scan_at(&root, &rules, &opts(Some(&memo)), later);
         assert!(xattrs_of(&third, "tagged").is_empty());
     }

@@ -1,0 +1,346 @@
+//! The unit of work: a directory pair. Each directory of the two trees is
+//! read (both sides together), settled (half-finished in-place updates,
+//! exclusions, fingerprints under `--checksum`, nesting of the roots) and
+//! planned with the mirror's rules, then dropped: the planner keeps only
+//! what changes. Two local replicas are walked directory by directory
+//! (`accord_fsys::walk_pair`); other replicas are scanned whole and their
+//! scans cut into the same directory pairs.
+
+use crate::error::{Error, Failure, Fatal};
+use crate::replica::Replica;
+use crate::MirrorConfig;
+use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, Scan};
+use accord_model::{Entry, Kind, RelPath};
+use accord_plan::{DirInput, MirrorPlanner};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// What the walk found besides the plan.
+pub(crate) struct Found {
+    pub planner: MirrorPlanner,
+    pub failures: Vec<Failure>,
+    /// One root reached from inside the other (a bind mount, say).
+    pub nested: Option<Fatal>,
+    /// A source file held a half-finished in-place update and was left out.
+    pub half_updated: bool,
+    pub src_root_read: bool,
+    pub dst_root_read: bool,
+}
+
+pub(crate) struct Walk<'a> {
+    src: &'a dyn Replica,
+    dst: Option<&'a dyn Replica>,
+    cfg: &'a MirrorConfig,
+    /// The source's rules, `.accordignore` files included: they also decide
+    /// what is excluded in the destination (never deleted there).
+    rules: &'a IgnoreRules,
+    planner: MirrorPlanner,
+    failures: Mutex<Vec<Failure>>,
+    nested: Mutex<Option<Fatal>>,
+    half_updated: AtomicBool,
+    /// Destination directories the source's rules exclude.
+    excluded: Mutex<HashSet<RelPath>>,
+    src_root_read: AtomicBool,
+    dst_root_read: AtomicBool,
+}
+
+impl<'a> Walk<'a> {
+    pub fn new(
+        src: &'a dyn Replica,
+        dst: Option<&'a dyn Replica>,
+        cfg: &'a MirrorConfig,
+        rules: &'a IgnoreRules,
+    ) -> Walk<'a> {
+        Walk {
+            src,
+            dst,
+            cfg,
+            rules,
+            planner: MirrorPlanner::new(&cfg.plan),
+            failures: Mutex::new(Vec::new()),
+            nested: Mutex::new(None),
+            half_updated: AtomicBool::new(false),
+            excluded: Mutex::new(HashSet::new()),
+            src_root_read: AtomicBool::new(false),
+            dst_root_read: AtomicBool::new(false),
+        }
+    }
+
+    pub fn finish(self) -> Found {
+        Found {
+            planner: self.planner,
+            failures: self.failures.into_inner().unwrap(),
+            nested: self.nested.into_inner().unwrap(),
+            half_updated: self.half_updated.into_inner(),
+            src_root_read: self.src_root_read.into_inner(),
+            dst_root_read: self.dst_root_read.into_inner(),
+        }
+    }
+
+    fn fail(&self, path: RelPath, error: Error) {
+        self.failures.lock().unwrap().push(Failure { path, error });
+    }
+
+    /// Settle and plan one directory pair.
+    pub fn visit(&self, v: DirVisit) {
+        if v.path.is_root() {
+            self.src_root_read.store(v.src.is_some(), Ordering::Relaxed);
+            self.dst_root_read.store(v.dst.is_some(), Ordering::Relaxed);
+        }
+        if v.src.is_none() && self.inside_excluded(v.path) {
+            return;
+        }
+        self.check_nesting(&v);
+        let left_out = v
+            .src
+            .map(|l| self.half_updated_sources(l))
+            .unwrap_or_default();
+        let moved = v
+            .dst
+            .map(|l| self.recover_half_updated(l))
+            .unwrap_or_default();
+        let mut src = children(v.src);
+        src.retain(|e| !left_out.contains(&e.path));
+        let mut dst = children(v.dst);
+        dst.retain(|e| !moved.contains(&e.path) && !self.excluded_here(e));
+        // `--checksum`: copies of this directory's entries with fingerprints.
+        let hashed: (Vec<Entry>, Vec<Entry>);
+        let (src, dst) = if self.cfg.plan.checksum && self.dst.is_some() {
+            let (s_hashes, d_hashes) = self.fingerprints(&src, &dst);
+            hashed = (with_hashes(&src, &s_hashes), with_hashes(&dst, &d_hashes));
+            (hashed.0.iter().collect(), hashed.1.iter().collect())
+        } else {
+            (src, dst)
+        };
+        self.planner.plan_dir(&DirInput {
+            path: v.path,
+            src_me: v.src.map(|l| &l.entries[0]),
+            dst_me: v.dst.map(|l| &l.entries[0]),
+            src: &src,
+            dst: &dst,
+            stale_temps: v.dst.map_or(&[], |l| l.stale_temps.as_slice()),
+        });
+    }
+
+    /// A destination-only directory under one the source's rules exclude
+    /// (its parent's visit recorded that) is excluded too.
+    fn inside_excluded(&self, path: &RelPath) -> bool {
+        let mut excluded = self.excluded.lock().unwrap();
+        let parent = path.parent().unwrap_or_default();
+        if excluded.contains(path) || (!path.is_root() && excluded.contains(&parent)) {
+            excluded.insert(path.clone());
+            return true;
+        }
+        false
+    }
+
+    /// Does the source's rules exclude this destination entry?
+    fn excluded_here(&self, e: &Entry) -> bool {
+        if !self.rules.has_rules() || !self.rules.is_excluded(&e.path, e.kind == Kind::Dir) {
+            return false;
+        }
+        if e.kind == Kind::Dir {
+            self.excluded.lock().unwrap().insert(e.path.clone());
+        }
+        true
+    }
+
+    /// One root seen as a directory inside the other: a mirror would delete
+    /// the source through the destination.
+    fn check_nesting(&self, v: &DirVisit) {
+        let Some(dst) = self.dst else { return };
+        let found = |l: Option<&Listing>, ident: (u64, u64)| {
+            l.and_then(|l| l.subdirs.iter().find(|e| (e.dev, e.ino) == ident))
+                .map(|e| e.path.display())
+        };
+        let why = if let Some(p) = found(v.src, dst.identity()) {
+            format!(
+                "the destination {} is the directory {p} inside the source {} \
+                 (a bind mount or another name for it)",
+                dst.describe(),
+                self.src.describe()
+            )
+        } else if let Some(p) = found(v.dst, self.src.identity()) {
+            format!(
+                "the source {} is the directory {p} inside the destination {} \
+                 (a bind mount or another name for it)",
+                self.src.describe(),
+                dst.describe()
+            )
+        } else {
+            return;
+        };
+        self.nested
+            .lock()
+            .unwrap()
+            .get_or_insert(Fatal::Nested(why));
+    }
+
+    /// A source file an earlier in-place run left half-written (its marker
+    /// is beside it) holds neither version: never copy it as user data, and
+    /// keep the destination's copy (deletions are suspended).
+    fn half_updated_sources(&self, l: &Listing) -> HashSet<RelPath> {
+        let Some(root) = self.src.local().map(|r| r.root()) else {
+            return HashSet::new();
+        };
+        let mut out = HashSet::new();
+        for m in &l.markers {
+            if let Some((_, parent, Some(target))) = read_marker(root, m) {
+                if let Ok(path) = parent.join(&target) {
+                    self.fail(path.clone(), Error::HalfUpdated);
+                    out.insert(path);
+                }
+            }
+        }
+        if !out.is_empty() {
+            self.half_updated.store(true, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// In-place updates that a previous run did not finish: the file holds a
+    /// mix of both versions; move it aside (this run copies it again) and
+    /// report it. Returns the paths moved.
+    fn recover_half_updated(&self, l: &Listing) -> HashSet<RelPath> {
+        let mut out = HashSet::new();
+        let root = self.dst.and_then(|d| d.local()).map(|r| r.root());
+        let (Some(root), false) = (root, self.cfg.dry_run) else {
+            return out;
+        };
+        for m in &l.markers {
+            let Some((dir, parent, target)) = read_marker(root, m) else {
+                continue;
+            };
+            let target = match target {
+                Some(t) if dir.stat(&t).is_ok_and(|st| st.kind == Kind::File) => t,
+                _ => {
+                    let _ = dir.unlink(m.file_name());
+                    continue;
+                }
+            };
+            let Ok(path) = parent.join(&target) else {
+                continue;
+            };
+            let rec = accord_fsys::recovery_name(&target);
+            let moved = dir.rename_noreplace(&target, &rec);
+            if moved.is_ok() {
+                let _ = dir.unlink(m.file_name());
+                out.insert(path.clone());
+            }
+            let recovery = moved.map(|()| rec);
+            self.fail(path, Error::InterruptedInPlace { recovery });
+        }
+        out
+    }
+
+    /// `--checksum`: fingerprints of the regular files whose sizes agree on
+    /// both sides, by path.
+    fn fingerprints(&self, src: &[&Entry], dst: &[&Entry]) -> (Hashes, Hashes) {
+        let Some(dst_replica) = self.dst else {
+            return Default::default();
+        };
+        let sizes: HashMap<&RelPath, u64> = dst
+            .iter()
+            .filter(|e| e.kind == Kind::File)
+            .map(|e| (&e.path, e.size))
+            .collect();
+        let (mut s_out, mut d_out) = (Hashes::new(), Hashes::new());
+        for e in src.iter().filter(|e| e.kind == Kind::File) {
+            if sizes.get(&e.path) == Some(&e.size) {
+                s_out.insert(e.path.clone(), self.src.fingerprint(&e.path).ok());
+                d_out.insert(e.path.clone(), dst_replica.fingerprint(&e.path).ok());
+            }
+        }
+        (s_out, d_out)
+    }
+}
+
+type Hashes = HashMap<RelPath, Option<accord_model::Fingerprint>>;
+
+/// Copies of `entries` with their fingerprints filled in.
+fn with_hashes(entries: &[&Entry], hashes: &Hashes) -> Vec<Entry> {
+    entries
+        .iter()
+        .map(|e| {
+            let mut copy = (*e).clone();
+            if let Some(h) = hashes.get(&e.path) {
+                copy.hash = *h;
+            }
+            copy
+        })
+        .collect()
+}
+
+/// A directory's children, subdirectories included, sorted by path.
+fn children(l: Option<&Listing>) -> Vec<&Entry> {
+    let Some(l) = l else { return Vec::new() };
+    let mut v: Vec<&Entry> = l.entries[1..].iter().chain(&l.subdirs).collect();
+    v.sort_by(|a, b| a.path.cmp(&b.path));
+    v
+}
+
+/// What an in-place marker says: its directory (open), the directory's path
+/// and the file name it holds (`None` when that is not a valid name); `None`
+/// as a whole when the marker cannot be read.
+fn read_marker(root: &Root, m: &RelPath) -> Option<(accord_fsys::Dir, RelPath, Option<Vec<u8>>)> {
+    let parent = m.parent().unwrap_or_default();
+    let dir = root.open_dir(&parent).ok()?;
+    let target = dir.read_small(m.file_name()).ok()?;
+    let valid = accord_model::validate_name(&target).is_ok();
+    Some((dir, parent, valid.then_some(target)))
+}
+
+/// Cut whole scans into directory pairs and visit them, parents first.
+pub(crate) fn visit_scans(src: Scan, dst: Option<Scan>, visit: &dyn Fn(DirVisit)) {
+    let s = listings(src);
+    let d = dst.map(listings).unwrap_or_default();
+    let mut paths: Vec<&RelPath> = s.keys().chain(d.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    for path in paths {
+        visit(DirVisit {
+            path,
+            src: s.get(path),
+            dst: d.get(path),
+        });
+    }
+}
+
+/// A whole scan as one listing per directory.
+fn listings(scan: Scan) -> BTreeMap<RelPath, Listing> {
+    let mut out: BTreeMap<RelPath, Listing> = BTreeMap::new();
+    let mut children: Vec<Entry> = Vec::new();
+    for e in scan.entries {
+        if e.kind == Kind::Dir {
+            out.entry(e.path.clone()).or_default().entries.push(e);
+        } else {
+            children.push(e);
+        }
+    }
+    let dirs: Vec<Entry> = out.values().map(|l| l.entries[0].clone()).collect();
+    for e in dirs.into_iter().chain(children) {
+        let Some(parent) = e.path.parent() else {
+            continue;
+        };
+        let Some(l) = out.get_mut(&parent) else {
+            continue;
+        };
+        if e.kind == Kind::Dir {
+            l.subdirs.push(e);
+        } else {
+            l.entries.push(e);
+        }
+    }
+    for t in scan.stale_temps {
+        if let Some(l) = out.get_mut(&t.parent().unwrap_or_default()) {
+            l.stale_temps.push(t);
+        }
+    }
+    for m in scan.inplace_markers {
+        if let Some(l) = out.get_mut(&m.parent().unwrap_or_default()) {
+            l.markers.push(m);
+        }
+    }
+    out
+}
