@@ -5,7 +5,7 @@ use crate::error::{Action, Error};
 use crate::replica::{Deleted, Incoming, Replica, ReplicaDir};
 use crate::Side;
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
-use accord_fsys::{fstat, Dir, IgnoreRules, Mapped, PropsMask, Root, Scan, ScanOptions};
+use accord_fsys::{fstat, Dir, IgnoreRules, Listing, Mapped, PropsMask, Root, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -86,18 +86,6 @@ impl LocalReplica {
             .as_ref()
             .map(|d| d.join(format!("{name}-{}", self.state_key)))
     }
-
-    /// Scan this replica and `dst` together (see `accord_fsys::scan_pair`):
-    /// both local, a destination directory that still holds exactly the
-    /// source's names need not be listed.
-    pub fn scan_pair(
-        &self,
-        dst: &LocalReplica,
-        (s_rules, s_opts): (&IgnoreRules, &ScanOptions),
-        (d_rules, d_opts): (&IgnoreRules, &ScanOptions),
-    ) -> (Scan, Scan) {
-        accord_fsys::scan_pair((&self.root, s_rules, s_opts), (&dst.root, d_rules, d_opts))
-    }
 }
 
 impl Replica for LocalReplica {
@@ -113,8 +101,13 @@ impl Replica for LocalReplica {
         self.root.try_lock()
     }
 
-    fn scan(&self, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
-        accord_fsys::scan(&self.root, rules, opts)
+    fn list_dir(
+        &self,
+        dir: &RelPath,
+        rules: &IgnoreRules,
+        opts: &ScanOptions,
+    ) -> (Option<Listing>, Scan) {
+        accord_fsys::list_dir(&self.root, dir, rules, opts)
     }
 
     fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {

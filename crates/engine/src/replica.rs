@@ -11,7 +11,7 @@
 
 use crate::error::Error;
 use crate::local::LocalReplica;
-use accord_fsys::{IgnoreRules, PropsMask, Scan, ScanOptions};
+use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use std::io;
 
@@ -25,9 +25,45 @@ pub trait Replica: Send + Sync {
     /// Take the replica's write lock for as long as this value lives;
     /// `Ok(false)` when another run holds it.
     fn try_lock(&self) -> io::Result<bool>;
-    /// Walk the whole replica (in parallel), applying `rules`; entries in
-    /// path order.
-    fn scan(&self, rules: &IgnoreRules, opts: &ScanOptions) -> Scan;
+    /// List one directory: its own entry first, then its children that are
+    /// not directories, in name order; its subdirectories in name order;
+    /// stale temps and in-place markers. `None` when it does not exist (or
+    /// cannot be read: the returned scan then says so, with what else was
+    /// found: errors, memo digests).
+    fn list_dir(
+        &self,
+        dir: &RelPath,
+        rules: &IgnoreRules,
+        opts: &ScanOptions,
+    ) -> (Option<Listing>, Scan);
+    /// Scan the subtree at `dir` in path order, handing its entries to
+    /// `sink` in batches of at most `batch` (memory holds one batch and the
+    /// listings of one path from `dir` down, not the subtree). Returns what
+    /// else was found.
+    fn scan_batches(
+        &self,
+        dir: &RelPath,
+        rules: &IgnoreRules,
+        opts: &ScanOptions,
+        batch: usize,
+        sink: &mut dyn FnMut(Vec<Entry>),
+    ) -> Scan {
+        let mut found = Scan::default();
+        let mut pending = Vec::new();
+        scan_in_order(
+            self,
+            dir,
+            (rules, opts),
+            batch.max(1),
+            &mut pending,
+            sink,
+            &mut found,
+        );
+        if !pending.is_empty() {
+            sink(pending);
+        }
+        found
+    }
     /// BLAKE3 of a regular file's contents.
     fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error>;
     /// A directory of the replica, to work on its entries.
@@ -149,5 +185,50 @@ pub fn recheck(
         Ok(())
     } else {
         Err(Error::Changed(side))
+    }
+}
+
+/// Depth first, names in order: with `RelPath`'s component order this is
+/// path order.
+fn scan_in_order<R: Replica + ?Sized>(
+    replica: &R,
+    dir: &RelPath,
+    (rules, opts): (&IgnoreRules, &ScanOptions),
+    batch: usize,
+    pending: &mut Vec<Entry>,
+    sink: &mut dyn FnMut(Vec<Entry>),
+    found: &mut Scan,
+) {
+    let (listing, more) = replica.list_dir(dir, rules, opts);
+    found.absorb(more);
+    let Some(listing) = listing else { return };
+    let mut entries = listing.entries.into_iter();
+    if let Some(me) = entries.next() {
+        emit(me, batch, pending, sink);
+    }
+    let mut files = entries.peekable();
+    for sub in listing.subdirs {
+        while let Some(f) = files.next_if(|f| f.path < sub.path) {
+            emit(f, batch, pending, sink);
+        }
+        scan_in_order(
+            replica,
+            &sub.path,
+            (rules, opts),
+            batch,
+            pending,
+            sink,
+            found,
+        );
+    }
+    for f in files {
+        emit(f, batch, pending, sink);
+    }
+}
+
+fn emit(e: Entry, batch: usize, pending: &mut Vec<Entry>, sink: &mut dyn FnMut(Vec<Entry>)) {
+    pending.push(e);
+    if pending.len() >= batch {
+        sink(std::mem::take(pending));
     }
 }

@@ -7,7 +7,7 @@ use crate::error::{Error, Failure, Fatal};
 use crate::exec::{run_plan, Exec};
 use crate::local::LocalReplica;
 use crate::replica::Replica;
-use crate::walk::{visit_scans, Found, Walk};
+use crate::walk::{walk_replicas, Found, Walk};
 use crate::{MirrorConfig, Progress, Report};
 use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
 use accord_plan::{Facts, MirrorPlan, Refusal};
@@ -323,8 +323,8 @@ impl Memos {
 /// Walk both sides, each directory pair handed to `walk` as it is read:
 /// two local replicas directory by directory together (`walk_pair`; the
 /// source's listing spares the destination's where the listing memo
-/// allows), others scanned whole and cut into directory pairs. Returns the
-/// scans' findings without their entries.
+/// allows), others through `Replica::list_dir`. Returns what the walk
+/// found besides the entries, per side.
 fn walk_both(
     src: &dyn Replica,
     dst: Option<&dyn Replica>,
@@ -342,23 +342,11 @@ fn walk_both(
             &visit,
         );
     }
-    let (mut s_scan, d_scan) = match dst {
-        None => (src.scan(s_rules, &s_opts), None),
-        Some(d) => {
-            let (s, d) = rayon::join(|| src.scan(s_rules, &s_opts), || d.scan(d_rules, &d_opts));
-            (s, Some(d))
-        }
-    };
-    let mut d_scan = d_scan.unwrap_or_default();
-    let whole = |scan: &mut Scan| Scan {
-        entries: std::mem::take(&mut scan.entries),
-        stale_temps: std::mem::take(&mut scan.stale_temps),
-        inplace_markers: std::mem::take(&mut scan.inplace_markers),
-        ..Scan::default()
-    };
-    let (s_whole, d_whole) = (whole(&mut s_scan), whole(&mut d_scan));
-    visit_scans(s_whole, dst.map(|_| d_whole), &visit);
-    (s_scan, d_scan)
+    walk_replicas(
+        (src, s_rules, &s_opts),
+        dst.map(|d| (d, d_rules, &d_opts)),
+        &visit,
+    )
 }
 
 fn take_scan_errors(scan: &mut Scan) -> Vec<Failure> {

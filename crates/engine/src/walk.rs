@@ -3,16 +3,17 @@
 //! exclusions, fingerprints under `--checksum`, nesting of the roots) and
 //! planned with the mirror's rules, then dropped: the planner keeps only
 //! what changes. Two local replicas are walked directory by directory
-//! (`accord_fsys::walk_pair`); other replicas are scanned whole and their
-//! scans cut into the same directory pairs.
+//! (`accord_fsys::walk_pair`, with the listing memo); other replicas
+//! through `Replica::list_dir`, the same pairs in the same order.
 
 use crate::error::{Error, Failure, Fatal};
 use crate::replica::Replica;
 use crate::MirrorConfig;
-use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, Scan};
+use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, Scan, ScanOptions};
 use accord_model::{Entry, Kind, RelPath};
 use accord_plan::{DirInput, MirrorPlanner};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rayon::prelude::*;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -291,56 +292,75 @@ fn read_marker(root: &Root, m: &RelPath) -> Option<(accord_fsys::Dir, RelPath, O
     Some((dir, parent, valid.then_some(target)))
 }
 
-/// Cut whole scans into directory pairs and visit them, parents first.
-pub(crate) fn visit_scans(src: Scan, dst: Option<Scan>, visit: &dyn Fn(DirVisit)) {
-    let s = listings(src);
-    let d = dst.map(listings).unwrap_or_default();
-    let mut paths: Vec<&RelPath> = s.keys().chain(d.keys()).collect();
-    paths.sort();
-    paths.dedup();
-    for path in paths {
-        visit(DirVisit {
-            path,
-            src: s.get(path),
-            dst: d.get(path),
-        });
-    }
+/// Walk two replicas a directory pair at a time through `Replica::list_dir`
+/// (both sides of a pair listed at once, subdirectory pairs in parallel),
+/// each pair handed to `visit` before its subdirectories'. Returns what the
+/// listings found besides their entries, per side.
+pub(crate) fn walk_replicas(
+    src: (&dyn Replica, &IgnoreRules, &ScanOptions),
+    dst: Option<(&dyn Replica, &IgnoreRules, &ScanOptions)>,
+    visit: &(dyn Fn(DirVisit) + Sync),
+) -> (Scan, Scan) {
+    let found = Mutex::new((Scan::default(), Scan::default()));
+    walk_pair_of(
+        src,
+        dst,
+        (&RelPath::root(), true, dst.is_some()),
+        visit,
+        &found,
+    );
+    found.into_inner().unwrap()
 }
 
-/// A whole scan as one listing per directory.
-fn listings(scan: Scan) -> BTreeMap<RelPath, Listing> {
-    let mut out: BTreeMap<RelPath, Listing> = BTreeMap::new();
-    let mut children: Vec<Entry> = Vec::new();
-    for e in scan.entries {
-        if e.kind == Kind::Dir {
-            out.entry(e.path.clone()).or_default().entries.push(e);
-        } else {
-            children.push(e);
-        }
+type Side<'r> = (&'r dyn Replica, &'r IgnoreRules, &'r ScanOptions<'r>);
+
+fn walk_pair_of(
+    src: Side,
+    dst: Option<Side>,
+    (path, in_s, in_d): (&RelPath, bool, bool),
+    visit: &(dyn Fn(DirVisit) + Sync),
+    found: &Mutex<(Scan, Scan)>,
+) {
+    let list = |side: Option<Side>, here: bool| match side {
+        Some((replica, rules, opts)) if here => replica.list_dir(path, rules, opts),
+        _ => (None, Scan::default()),
+    };
+    let ((s, s_more), (d, d_more)) = rayon::join(|| list(Some(src), in_s), || list(dst, in_d));
+    {
+        let mut f = found.lock().unwrap();
+        f.0.absorb(s_more);
+        f.1.absorb(d_more);
     }
-    let dirs: Vec<Entry> = out.values().map(|l| l.entries[0].clone()).collect();
-    for e in dirs.into_iter().chain(children) {
-        let Some(parent) = e.path.parent() else {
-            continue;
+    visit(DirVisit {
+        path,
+        src: s.as_ref(),
+        dst: d.as_ref(),
+    });
+    let names = |l: Option<Listing>| {
+        l.map_or(Vec::new(), |l| {
+            l.subdirs.into_iter().map(|e| e.path).collect::<Vec<_>>()
+        })
+    };
+    let (s_subs, d_subs) = (names(s), names(d));
+    let mut pairs: Vec<(RelPath, bool, bool)> = Vec::with_capacity(s_subs.len().max(d_subs.len()));
+    let (mut a, mut b) = (s_subs.into_iter().peekable(), d_subs.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x == y => {
+                b.next();
+                a.next().map(|p| (p, true, true))
+            }
+            (Some(x), Some(y)) if x < y => a.next().map(|p| (p, true, false)),
+            (Some(_), None) => a.next().map(|p| (p, true, false)),
+            (_, Some(_)) => b.next().map(|p| (p, false, true)),
+            (None, None) => None,
         };
-        let Some(l) = out.get_mut(&parent) else {
-            continue;
-        };
-        if e.kind == Kind::Dir {
-            l.subdirs.push(e);
-        } else {
-            l.entries.push(e);
+        match next {
+            Some(pair) => pairs.push(pair),
+            None => break,
         }
     }
-    for t in scan.stale_temps {
-        if let Some(l) = out.get_mut(&t.parent().unwrap_or_default()) {
-            l.stale_temps.push(t);
-        }
-    }
-    for m in scan.inplace_markers {
-        if let Some(l) = out.get_mut(&m.parent().unwrap_or_default()) {
-            l.markers.push(m);
-        }
-    }
-    out
+    pairs.into_par_iter().for_each(|(child, in_s, in_d)| {
+        walk_pair_of(src, dst, (&child, in_s, in_d), visit, found);
+    });
 }

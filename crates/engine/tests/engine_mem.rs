@@ -24,7 +24,7 @@ fn run(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig) -> Report {
 
 /// Calls that change a replica.
 fn mutations(calls: &[String]) -> Vec<String> {
-    const READS: [&str; 2] = ["read ", "signature "];
+    const READS: [&str; 3] = ["read ", "signature ", "list "];
     calls
         .iter()
         .filter(|c| !READS.iter().any(|r| c.starts_with(r)) && *c != "sync_all")
@@ -78,11 +78,13 @@ fn every_entry_kind_between_two_memory_replicas() {
     assert_eq!(r.others_created, 2, "the symlink and the fifo");
     assert_eq!(r.files_deleted, 3, "extra, gone/f, gone");
 
-    // A second run changes nothing and reads nothing.
+    // A second run lists each directory once and does nothing else.
     dst.calls.lock().unwrap().clear();
     let r = run(&src, &dst, &cfg());
     assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
-    assert_eq!(dst.calls(), Vec::<String>::new());
+    let mut calls = dst.calls();
+    calls.sort();
+    assert_eq!(calls, ["list .", "list d", "list d/e", "list empty"]);
     assert!(r.changes.is_empty(), "{:?}", r.changes);
 }
 
@@ -379,4 +381,60 @@ fn no_hard_link_is_made_to_a_first_file_that_was_not_updated() {
         snap["b"].contains("old b"),
         "b keeps its own old contents: {snap:?}"
     );
+}
+
+#[test]
+fn a_subtree_is_scanned_in_path_order_in_bounded_batches() {
+    use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
+    let t = tempfile::tempdir().unwrap();
+    local_tree(&t.path().join("src"));
+    std::fs::write(t.path().join("src/d/z"), b"z").unwrap();
+    let local = LocalReplica::open(&t.path().join("src")).unwrap();
+    let mem = MemReplica::new(1);
+    every_kind(&mem);
+    let rules = IgnoreRules::new(&[]).unwrap();
+    let opts = ScanOptions {
+        xattrs: XattrFilter {
+            xattrs: false,
+            acls: false,
+        },
+        xattr_memo: None,
+        listing_memo: None,
+        read_ignore_files: false,
+        source: true,
+    };
+    for replica in [&local as &dyn Replica, &mem] {
+        let whole: Vec<RelPath> = {
+            let mut v = Vec::new();
+            replica.scan_batches(&RelPath::root(), &rules, &opts, 1000, &mut |b| {
+                v.extend(b.into_iter().map(|e| e.path))
+            });
+            v
+        };
+        let mut sorted = whole.clone();
+        sorted.sort();
+        assert_eq!(whole, sorted, "path order");
+        assert!(whole.len() > 8, "{whole:?}");
+        for batch in [1, 2, 3] {
+            let mut sizes = Vec::new();
+            let mut paths = Vec::new();
+            replica.scan_batches(&RelPath::root(), &rules, &opts, batch, &mut |b| {
+                sizes.push(b.len());
+                paths.extend(b.into_iter().map(|e| e.path));
+            });
+            assert_eq!(paths, whole);
+            assert!(sizes.iter().all(|n| *n <= batch && *n > 0), "{sizes:?}");
+        }
+        // A subtree alone.
+        let mut sub = Vec::new();
+        replica.scan_batches(&p("d"), &rules, &opts, 4, &mut |b| {
+            sub.extend(b.into_iter().map(|e| e.path))
+        });
+        let want: Vec<RelPath> = whole
+            .iter()
+            .filter(|x| x.starts_with(&p("d")))
+            .cloned()
+            .collect();
+        assert_eq!(sub, want);
+    }
 }

@@ -52,6 +52,20 @@ pub struct Scan {
     pub listings_skipped: usize,
 }
 
+impl Scan {
+    /// Add what `other` found (a scan of another part of the same replica).
+    pub fn absorb(&mut self, mut other: Scan) {
+        self.entries.append(&mut other.entries);
+        self.errors.append(&mut other.errors);
+        self.incomplete |= other.incomplete;
+        self.stale_temps.append(&mut other.stale_temps);
+        self.inplace_markers.append(&mut other.inplace_markers);
+        self.xattr_free.append(&mut other.xattr_free);
+        self.listings.append(&mut other.listings);
+        self.listings_skipped += other.listings_skipped;
+    }
+}
+
 struct Ctx<'a> {
     rules: &'a IgnoreRules,
     opts: ScanOptions<'a>,
@@ -128,6 +142,28 @@ fn entry_from(path: RelPath, st: &Stat) -> Entry {
 /// Scan a whole replica.
 pub fn scan(root: &Root, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
     scan_at(root, rules, opts, now_s())
+}
+
+/// List one directory of a replica: its listing (`None` when it does not
+/// exist, is not a directory, or cannot be opened: then the returned scan
+/// says so), and a scan without entries holding what else was found
+/// (errors, completeness, memo digests).
+pub fn list_dir(
+    root: &Root,
+    rel: &RelPath,
+    rules: &IgnoreRules,
+    opts: &ScanOptions,
+) -> (Option<Listing>, Scan) {
+    let ctx = Ctx::new(rules, opts, now_s());
+    let listing = match root.open_dir(rel) {
+        Ok(mut dir) => scan_dir_entries(&mut dir, rel, &ctx, None, None),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => None,
+        Err(e) => {
+            ctx.fail_dir(rel, format!("cannot open directory: {e}"));
+            None
+        }
+    };
+    (listing, ctx.finish(None))
 }
 
 /// Scan a source and a destination together, directory by directory, so a

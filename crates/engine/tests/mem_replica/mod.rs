@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use accord_engine::{Deleted, Error, Incoming, Replica, ReplicaDir, Side};
-use accord_fsys::{IgnoreRules, PropsMask, Scan, ScanOptions};
+use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath, Time};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
@@ -305,27 +305,49 @@ impl Replica for MemReplica {
         Ok(true)
     }
 
-    fn scan(&self, rules: &IgnoreRules, opts: &ScanOptions) -> Scan {
+    fn list_dir(
+        &self,
+        dir: &RelPath,
+        rules: &IgnoreRules,
+        opts: &ScanOptions,
+    ) -> (Option<Listing>, Scan) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("list {}", dir.display()));
         let t = self.tree.lock().unwrap();
-        let mut scan = Scan::default();
-        let mut excluded: Vec<RelPath> = Vec::new();
-        for (path, ino) in &t.names {
-            if excluded.iter().any(|x| path.starts_with(x)) {
+        let none = (None, Scan::default());
+        let Some(&me) = t.names.get(dir) else {
+            return none;
+        };
+        if t.inodes[&me].kind != Kind::Dir {
+            return none;
+        }
+        let mut l = Listing::default();
+        l.entries.push(self.entry(&t, dir, me, opts.xattrs.any()));
+        for (path, ino) in t.names.range(dir.clone()..) {
+            if !path.starts_with(dir) {
+                break;
+            }
+            if path.parent().as_ref() != Some(dir) {
                 continue;
             }
             if path.file_name().starts_with(TEMP_PREFIX) {
-                scan.stale_temps.push(path.clone());
+                l.stale_temps.push(path.clone());
                 continue;
             }
             let is_dir = t.inodes[ino].kind == Kind::Dir;
             if rules.is_excluded(path, is_dir) {
-                excluded.push(path.clone());
                 continue;
             }
-            scan.entries
-                .push(self.entry(&t, path, *ino, opts.xattrs.any()));
+            let e = self.entry(&t, path, *ino, opts.xattrs.any());
+            if is_dir {
+                l.subdirs.push(e);
+            } else {
+                l.entries.push(e);
+            }
         }
-        scan
+        (Some(l), Scan::default())
     }
 
     fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {
