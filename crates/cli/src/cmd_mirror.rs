@@ -334,7 +334,8 @@ struct JsonReport {
 
 impl JsonReport {
     fn new(r: &Report, dry_run: bool) -> JsonReport {
-        let mut j = JsonReport {
+        // A dry run's figures are what it would do (see `DryRun`).
+        JsonReport {
             files_total: r.files_total,
             files_transferred: r.files_transferred,
             others_created: r.others_created,
@@ -362,13 +363,7 @@ impl JsonReport {
             deletions_suspended: r.deletions_suspended,
             refused: r.refusal.as_ref().map(|x| x.to_string()),
             fatal: r.fatal.as_ref().map(|x| x.to_string()),
-        };
-        // A dry run reports what it would do.
-        if let (Some(p), true) = (&r.plan, dry_run) {
-            j.files_transferred = p.summary.files_to_write as u64;
-            j.files_deleted = p.summary.deletes as u64;
         }
-        j
     }
 }
 

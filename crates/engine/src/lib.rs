@@ -6,6 +6,7 @@
 //! fast paths (`transfer_local.rs`, the paired scan). The steps of a run are
 //! in `run.rs`, the execution of a plan in `exec.rs` and `transfer.rs`.
 
+mod dry_run;
 mod error;
 mod exec;
 mod local;
@@ -20,6 +21,7 @@ pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,
     MirrorPlan, Op, Refusal, TransferOptions,
 };
+pub use dry_run::DryRun;
 pub use error::{Action, Error, Failure, Fatal, Side};
 pub use local::{LocalOptions, LocalReplica};
 pub use replica::{Deleted, Incoming, Replica, ReplicaDir};

@@ -163,6 +163,11 @@ pub trait ReplicaDir: Send + Sync {
     fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error>;
     /// Remove a stale temp file of an interrupted run (never anything else).
     fn remove_stale_temp(&self, name: &[u8]);
+    /// False for a destination that keeps no contents (a dry run): the
+    /// engine then sends it none, and reads none to send.
+    fn takes_contents(&self) -> bool {
+        true
+    }
     /// The local directory handle behind this one, for the local fast paths.
     fn local(&self) -> Option<&accord_fsys::Dir> {
         None

@@ -3,6 +3,7 @@
 //! what the scans found (half-finished in-place updates, exclusions,
 //! checksums), find the facts the plan depends on, plan, carry it out.
 
+use crate::dry_run::DryRun;
 use crate::error::{Error, Failure, Fatal};
 use crate::exec::{run_plan, Exec};
 use crate::local::LocalReplica;
@@ -34,29 +35,28 @@ impl From<Fatal> for Stop {
     }
 }
 
-/// Make the local directory `dst_path` a copy of `src_path`.
+/// Make the local directory `dst_path` a copy of `src_path` (in a dry run,
+/// say what that would do).
 pub fn mirror(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: &Progress) -> Report {
     in_pool(cfg, |report| {
         let (src, dst) = open_roots(src_path, dst_path, cfg)?;
-        let _lock = match &dst {
-            Some(d) if !cfg.dry_run => Some(lock(d, dst_path)?),
-            _ => None,
-        };
         if let Some(d) = &dst {
             check_distinct(&src, d, src_path, dst_path)?;
         }
-        run(
-            &src,
-            dst.as_ref().map(|d| d as &dyn Replica),
-            cfg,
-            progress,
-            report,
-        )
+        let existing = dst.as_ref().map(|d| d as &dyn Replica);
+        let dry = DryRun::new(existing, dst_path.display().to_string());
+        let dst: &dyn Replica = match existing {
+            Some(d) if !cfg.dry_run => d,
+            _ => &dry,
+        };
+        lock(dst)?;
+        run(&src, dst, cfg, progress, report)
     })
 }
 
 /// Make the replica `dst` a copy of `src`, whatever kind of replicas they
-/// are (the caller has opened and checked them).
+/// are (the caller has opened and checked them; for a dry run, `dst` is a
+/// [`DryRun`]).
 pub fn mirror_replicas(
     src: &dyn Replica,
     dst: &dyn Replica,
@@ -67,17 +67,10 @@ pub fn mirror_replicas(
         if src.identity() == dst.identity() {
             return Err(Fatal::SameDirectory.into());
         }
-        if !cfg.dry_run {
-            match dst.try_lock() {
-                Ok(true) => {}
-                Ok(false) => return Err(Fatal::Busy(dst.describe().into()).into()),
-                Err(source) => {
-                    let path = dst.describe().into();
-                    return Err(Fatal::Lock { path, source }.into());
-                }
-            }
-        }
-        run(src, Some(dst), cfg, progress, report)
+        let dry = DryRun::new(Some(dst), dst.describe());
+        let dst: &dyn Replica = if cfg.dry_run { &dry } else { dst };
+        lock(dst)?;
+        run(src, dst, cfg, progress, report)
     })
 }
 
@@ -154,13 +147,14 @@ fn open_roots(
 }
 
 /// Two runs into one destination would delete each other's temp files and
-/// move aside files the other is updating in place.
-fn lock<'a>(dst: &'a LocalReplica, dst_path: &Path) -> Result<&'a LocalReplica, Fatal> {
+/// move aside files the other is updating in place. The lock lasts as long
+/// as the replica.
+fn lock(dst: &dyn Replica) -> Result<(), Fatal> {
     match dst.try_lock() {
-        Ok(true) => Ok(dst),
-        Ok(false) => Err(Fatal::Busy(dst_path.to_path_buf())),
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Fatal::Busy(dst.describe().into())),
         Err(source) => Err(Fatal::Lock {
-            path: dst_path.to_path_buf(),
+            path: dst.describe().into(),
             source,
         }),
     }
@@ -187,7 +181,7 @@ fn check_distinct(
 /// The steps after the roots are open.
 fn run(
     src: &dyn Replica,
-    dst: Option<&dyn Replica>,
+    dst: &dyn Replica,
     cfg: &MirrorConfig,
     progress: &Progress,
     report: &mut Report,
@@ -208,12 +202,10 @@ fn run(
     report.errors.extend(found.failures);
     let facts = Facts {
         source_incomplete: s_scan.incomplete || found.half_updated,
-        source_root_changed: dst.is_some_and(|d| source_root_changed(src, d)),
+        source_root_changed: source_root_changed(src, dst),
     };
     report.deletions_suspended = facts.source_incomplete && cfg.plan.delete;
-    if let (Some(d), false) = (dst, cfg.dry_run) {
-        Memos::save(src, d, cfg, &s_scan, &d_scan);
-    }
+    Memos::save(src, dst, cfg, &s_scan, &d_scan);
     report.scan_s = t_scan.elapsed().as_secs_f64();
 
     let t_plan = Instant::now();
@@ -228,10 +220,7 @@ fn run(
         .store(plan.summary.bytes_to_write, Ordering::Relaxed);
     p.planned.store(true, Ordering::Relaxed);
 
-    match dst {
-        Some(d) if !cfg.dry_run => execute(src, d, plan, cfg, progress, report),
-        _ => report.plan = Some(plan),
-    }
+    execute(src, dst, plan, cfg, progress, report);
     Ok(())
 }
 
@@ -252,25 +241,19 @@ fn load_memo(r: &dyn Replica, name: &str) -> DigestMemo {
 }
 
 impl Memos {
-    fn load(src: &dyn Replica, dst: Option<&dyn Replica>, cfg: &MirrorConfig) -> Memos {
-        let xattrs = cfg.xattrs.any();
-        let listing_kept = dst
-            .and_then(|d| d.local())
-            .is_some_and(|l| l.root().is_local_disk_fs());
-        Memos {
-            src_xattr: if xattrs {
-                load_memo(src, XATTR_MEMO)
+    fn load(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig) -> Memos {
+        let load_if = |r: &dyn Replica, on: bool| {
+            if on {
+                load_memo(r, XATTR_MEMO)
             } else {
                 DigestMemo::default()
-            },
-            dst_xattr: match dst {
-                Some(d) if xattrs => load_memo(d, XATTR_MEMO),
-                _ => DigestMemo::default(),
-            },
-            listing: match dst {
-                Some(d) if listing_kept => Some(load_memo(d, LISTING_MEMO)),
-                _ => None,
-            },
+            }
+        };
+        let listing_kept = dst.local().is_some_and(|l| l.root().is_local_disk_fs());
+        Memos {
+            src_xattr: load_if(src, cfg.xattrs.any()),
+            dst_xattr: load_if(dst, cfg.xattrs.any()),
+            listing: listing_kept.then(|| load_memo(dst, LISTING_MEMO)),
         }
     }
 
@@ -327,7 +310,7 @@ impl Memos {
 /// found besides the entries, per side.
 fn walk_both(
     src: &dyn Replica,
-    dst: Option<&dyn Replica>,
+    dst: &dyn Replica,
     cfg: &MirrorConfig,
     (s_rules, d_rules): (&IgnoreRules, &IgnoreRules),
     memos: &Memos,
@@ -335,18 +318,14 @@ fn walk_both(
 ) -> (Scan, Scan) {
     let (s_opts, d_opts) = (memos.src_options(cfg), memos.dst_options(cfg));
     let visit = |v: accord_fsys::DirVisit| walk.visit(v);
-    if let (Some(s), Some(d)) = (src.local(), dst.and_then(|d| d.local())) {
+    if let (Some(s), Some(d)) = (src.local(), dst.local()) {
         return accord_fsys::walk_pair(
             (s.root(), s_rules, &s_opts),
             (d.root(), d_rules, &d_opts),
             &visit,
         );
     }
-    walk_replicas(
-        (src, s_rules, &s_opts),
-        dst.map(|d| (d, d_rules, &d_opts)),
-        &visit,
-    )
+    walk_replicas((src, s_rules, &s_opts), (dst, d_rules, &d_opts), &visit)
 }
 
 fn take_scan_errors(scan: &mut Scan) -> Vec<Failure> {
@@ -363,25 +342,23 @@ fn take_scan_errors(scan: &mut Scan) -> Vec<Failure> {
 /// copy, but we would not know what to delete or replace.
 fn check_readable(
     src: &dyn Replica,
-    dst: Option<&dyn Replica>,
+    dst: &dyn Replica,
     found: &Found,
     d_scan: &Scan,
 ) -> Result<(), Fatal> {
     if !found.src_root_read {
         return Err(Fatal::SourceUnreadable(src.describe().into()));
     }
-    if let Some(d) = dst {
-        if !found.dst_root_read || d_scan.incomplete {
-            let detail = d_scan
-                .errors
-                .first()
-                .map(|e| format!("{}: {}", e.path.display(), e.message))
-                .unwrap_or_default();
-            return Err(Fatal::DestinationUnreadable {
-                path: d.describe().into(),
-                detail,
-            });
-        }
+    if !found.dst_root_read || d_scan.incomplete {
+        let detail = d_scan
+            .errors
+            .first()
+            .map(|e| format!("{}: {}", e.path.display(), e.message))
+            .unwrap_or_default();
+        return Err(Fatal::DestinationUnreadable {
+            path: dst.describe().into(),
+            detail,
+        });
     }
     Ok(())
 }

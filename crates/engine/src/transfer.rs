@@ -310,6 +310,12 @@ fn write(
     it: &Item,
     method: Method,
 ) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+    if !ddir.takes_contents() {
+        let s = it.src.as_ref().expect("a write has a source");
+        let nothing = Incoming::Whole(&mut io::empty());
+        let temp = ddir.receive(it.path.file_name(), nothing, &s.props, x.mask())?;
+        return Ok(Some((temp, Xfer::default())));
+    }
     let r = match (sdir.local(), ddir.local()) {
         (Some(s), Some(d)) => crate::transfer_local::write(x, s, d, it, method),
         _ => write_generic(x, sdir, ddir, it, method),

@@ -31,7 +31,7 @@ pub(crate) struct Found {
 
 pub(crate) struct Walk<'a> {
     src: &'a dyn Replica,
-    dst: Option<&'a dyn Replica>,
+    dst: &'a dyn Replica,
     cfg: &'a MirrorConfig,
     /// The source's rules, `.accordignore` files included: they also decide
     /// what is excluded in the destination (never deleted there).
@@ -49,7 +49,7 @@ pub(crate) struct Walk<'a> {
 impl<'a> Walk<'a> {
     pub fn new(
         src: &'a dyn Replica,
-        dst: Option<&'a dyn Replica>,
+        dst: &'a dyn Replica,
         cfg: &'a MirrorConfig,
         rules: &'a IgnoreRules,
     ) -> Walk<'a> {
@@ -107,7 +107,7 @@ impl<'a> Walk<'a> {
         dst.retain(|e| !moved.contains(&e.path) && !self.excluded_here(e));
         // `--checksum`: copies of this directory's entries with fingerprints.
         let hashed: (Vec<Entry>, Vec<Entry>);
-        let (src, dst) = if self.cfg.plan.checksum && self.dst.is_some() {
+        let (src, dst) = if self.cfg.plan.checksum {
             let (s_hashes, d_hashes) = self.fingerprints(&src, &dst);
             hashed = (with_hashes(&src, &s_hashes), with_hashes(&dst, &d_hashes));
             (hashed.0.iter().collect(), hashed.1.iter().collect())
@@ -150,7 +150,7 @@ impl<'a> Walk<'a> {
     /// One root seen as a directory inside the other: a mirror would delete
     /// the source through the destination.
     fn check_nesting(&self, v: &DirVisit) {
-        let Some(dst) = self.dst else { return };
+        let dst = self.dst;
         let found = |l: Option<&Listing>, ident: (u64, u64)| {
             l.and_then(|l| l.subdirs.iter().find(|e| (e.dev, e.ino) == ident))
                 .map(|e| e.path.display())
@@ -205,8 +205,9 @@ impl<'a> Walk<'a> {
     /// report it. Returns the paths moved.
     fn recover_half_updated(&self, l: &Listing) -> HashSet<RelPath> {
         let mut out = HashSet::new();
-        let root = self.dst.and_then(|d| d.local()).map(|r| r.root());
-        let (Some(root), false) = (root, self.cfg.dry_run) else {
+        let root = self.dst.local().map(|r| r.root());
+        // A dry run's destination is not local: nothing is moved.
+        let Some(root) = root else {
             return out;
         };
         for m in &l.markers {
@@ -238,9 +239,7 @@ impl<'a> Walk<'a> {
     /// `--checksum`: fingerprints of the regular files whose sizes agree on
     /// both sides, by path.
     fn fingerprints(&self, src: &[&Entry], dst: &[&Entry]) -> (Hashes, Hashes) {
-        let Some(dst_replica) = self.dst else {
-            return Default::default();
-        };
+        let dst_replica = self.dst;
         let sizes: HashMap<&RelPath, u64> = dst
             .iter()
             .filter(|e| e.kind == Kind::File)
@@ -297,18 +296,12 @@ fn read_marker(root: &Root, m: &RelPath) -> Option<(accord_fsys::Dir, RelPath, O
 /// each pair handed to `visit` before its subdirectories'. Returns what the
 /// listings found besides their entries, per side.
 pub(crate) fn walk_replicas(
-    src: (&dyn Replica, &IgnoreRules, &ScanOptions),
-    dst: Option<(&dyn Replica, &IgnoreRules, &ScanOptions)>,
+    src: Side,
+    dst: Side,
     visit: &(dyn Fn(DirVisit) + Sync),
 ) -> (Scan, Scan) {
     let found = Mutex::new((Scan::default(), Scan::default()));
-    walk_pair_of(
-        src,
-        dst,
-        (&RelPath::root(), true, dst.is_some()),
-        visit,
-        &found,
-    );
+    walk_pair_of(src, dst, (&RelPath::root(), true, true), visit, &found);
     found.into_inner().unwrap()
 }
 
@@ -316,16 +309,16 @@ type Side<'r> = (&'r dyn Replica, &'r IgnoreRules, &'r ScanOptions<'r>);
 
 fn walk_pair_of(
     src: Side,
-    dst: Option<Side>,
+    dst: Side,
     (path, in_s, in_d): (&RelPath, bool, bool),
     visit: &(dyn Fn(DirVisit) + Sync),
     found: &Mutex<(Scan, Scan)>,
 ) {
-    let list = |side: Option<Side>, here: bool| match side {
-        Some((replica, rules, opts)) if here => replica.list_dir(path, rules, opts),
-        _ => (None, Scan::default()),
+    let list = |(replica, rules, opts): Side, here: bool| match here {
+        true => replica.list_dir(path, rules, opts),
+        false => (None, Scan::default()),
     };
-    let ((s, s_more), (d, d_more)) = rayon::join(|| list(Some(src), in_s), || list(dst, in_d));
+    let ((s, s_more), (d, d_more)) = rayon::join(|| list(src, in_s), || list(dst, in_d));
     {
         let mut f = found.lock().unwrap();
         f.0.absorb(s_more);

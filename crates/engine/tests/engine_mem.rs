@@ -263,16 +263,35 @@ fn dry_run_plans_and_changes_nothing() {
     every_kind(&src);
     let dst = MemReplica::new(2);
     dst.file("extra", 0o644, b"x").file("a", 0o644, b"old");
-    let r = run(
-        &src,
-        &dst,
-        &MirrorConfig {
-            dry_run: true,
-            ..cfg()
+    let before = dst.snapshot();
+    let cfg = MirrorConfig {
+        dry_run: true,
+        plan: MirrorOptions {
+            force: true,
+            ..MirrorOptions::default()
         },
-    );
-    assert!(r.plan.as_ref().is_some_and(|p| !p.is_empty()));
+        ..cfg()
+    };
+    let r = run(&src, &dst, &cfg);
+    let plan = r.plan.as_ref().unwrap();
+    assert!(!plan.is_empty());
+    assert_eq!(dst.snapshot(), before);
     assert_eq!(mutations(&dst.calls()), Vec::<String>::new());
+    // It reads no contents, on either side.
+    let src_calls = src.calls();
+    assert!(
+        !src_calls.iter().any(|c| c.starts_with("read ")),
+        "{src_calls:?}"
+    );
+    // Its report says what the run would do.
+    assert!(r.ok(), "{:?}", r.errors);
+    assert_eq!(r.files_transferred as usize, plan.summary.files_to_write);
+    assert_eq!(r.files_deleted, 1);
+    let updated_a = r
+        .changes
+        .iter()
+        .any(|(c, p)| c.name() == "updated" && p.display() == "a");
+    assert!(updated_a, "{:?}", r.changes);
 }
 
 fn local_tree(root: &std::path::Path) {
