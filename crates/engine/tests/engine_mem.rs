@@ -457,3 +457,45 @@ fn a_subtree_is_scanned_in_path_order_in_bounded_batches() {
         assert_eq!(sub, want);
     }
 }
+
+/// Issue 10, defect 7: a delta that does not check out while the source
+/// changed meanwhile is that change ("the source changed"), not "wrong basis
+/// file or damaged delta"; with no side changed, the delta's own error stays.
+#[test]
+fn issue10_a_failed_delta_blames_the_side_that_changed() {
+    let old = big(5, 300_000);
+    let mut new = old.clone();
+    new[200..300].copy_from_slice(&[1u8; 100]);
+    new.extend_from_slice(b"a new tail");
+    for source_moves in [true, false] {
+        let src = std::sync::Arc::new(MemReplica::new(1));
+        src.file("big", 0o644, &new);
+        let dst = MemReplica::new(2);
+        dst.file("big", 0o644, &old);
+        let src2 = src.clone();
+        // Just before the delta is applied: the basis is damaged without a
+        // trace in its size or mtime, and (in the first round) the source is
+        // saved again.
+        *dst.hook.lock().unwrap() = Some(Box::new(move |what, path, tree| {
+            if what == "receive-delta" {
+                let ino = tree.names[path];
+                tree.inodes.get_mut(&ino).unwrap().data[250_000] ^= 0xff;
+                if source_moves {
+                    src2.tree.lock().unwrap().edit(path, b"saved again");
+                }
+            }
+        }));
+        let r = run(&*src, &dst, &cfg());
+        assert_eq!(r.errors.len(), 1, "{:?} {:?}", r.errors, dst.calls());
+        let msg = r.errors[0].error.to_string();
+        if source_moves {
+            assert!(
+                matches!(r.errors[0].error, Error::Changed(Side::Source)),
+                "{msg}"
+            );
+            assert!(!msg.contains("wrong basis"), "{msg}");
+        } else {
+            assert!(matches!(r.errors[0].error, Error::Delta { .. }), "{msg}");
+        }
+    }
+}
