@@ -2,7 +2,7 @@
 //! root handle (`fsys`), with its state files in a host state directory.
 
 use crate::error::{Action, Error};
-use crate::replica::{Deleted, Incoming, Replica, ReplicaDir};
+use crate::replica::{recheck, Deleted, Incoming, Replica, ReplicaDir};
 use crate::Side;
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
 use accord_fsys::{fstat, Dir, IgnoreRules, Listing, Mapped, PropsMask, Root, Scan, ScanOptions};
@@ -170,16 +170,6 @@ pub(crate) fn check_open(f: &File, expect: &Expect, side: Side) -> Result<(), Er
         Side::Destination => Action::OpenDestination,
     }))?;
     if expect.still_holds(Some(&st.found())) {
-        Ok(())
-    } else {
-        Err(Error::Changed(side))
-    }
-}
-
-/// Safety rule 3 for a name in `dir`.
-pub(crate) fn check_name(dir: &Dir, name: &[u8], expect: &Expect, side: Side) -> Result<(), Error> {
-    let now = stat_now(dir, name).map_err(Error::io(Action::OpenDestination))?;
-    if expect.still_holds(now.as_ref()) {
         Ok(())
     } else {
         Err(Error::Changed(side))
@@ -400,7 +390,7 @@ impl ReplicaDir for LocalDir<'_> {
     }
 
     fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
-        check_name(&self.dir, name, expect, Side::Destination)?;
+        recheck(self, name, expect, Side::Destination)?;
         self.dir
             .rename(temp, name)
             .map_err(Error::io(Action::Replace))
@@ -418,7 +408,7 @@ impl ReplicaDir for LocalDir<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Result<(), Error> {
-        check_name(&self.dir, name, expect, Side::Destination)?;
+        recheck(self, name, expect, Side::Destination)?;
         self.dir
             .set_props_at(name, kind, props, mask)
             .map_err(Error::io(Action::SetProps))

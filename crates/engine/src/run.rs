@@ -205,7 +205,7 @@ fn run(
         source_root_changed: source_root_changed(src, dst),
     };
     report.deletions_suspended = facts.source_incomplete && cfg.plan.delete;
-    Memos::save(src, dst, cfg, &s_scan, &d_scan);
+    memos.save(src, dst, cfg, &s_scan, &d_scan);
     report.scan_s = t_scan.elapsed().as_secs_f64();
 
     let t_plan = Instant::now();
@@ -279,7 +279,7 @@ impl Memos {
 
     /// Save what the scans found for the next run. Only an accelerator: a
     /// memo that cannot be saved costs speed next time.
-    fn save(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig, s: &Scan, d: &Scan) {
+    fn save(&self, src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig, s: &Scan, d: &Scan) {
         if cfg.xattrs.any() {
             let _ = src.write_state(
                 XATTR_MEMO,
@@ -292,8 +292,7 @@ impl Memos {
                 false,
             );
         }
-        let listing_kept = dst.local().is_some_and(|l| l.root().is_local_disk_fs());
-        if listing_kept {
+        if self.listing.is_some() {
             let _ = dst.write_state(
                 LISTING_MEMO,
                 &DigestMemo::from_keys(d.listings.clone()).encode(),

@@ -338,17 +338,10 @@ fn write(
 /// `Some(Changed(side))` when one side no longer holds what was planned.
 fn changed_side(sdir: &dyn ReplicaDir, ddir: &dyn ReplicaDir, it: &Item) -> Option<Error> {
     let name = it.path.file_name();
-    let moved = |dir: &dyn ReplicaDir, expect: accord_model::Expect| {
-        !dir.stat(name)
-            .is_ok_and(|now| expect.still_holds(now.as_ref()))
-    };
-    if moved(sdir, it.expect_src()) {
-        Some(Error::Changed(Side::Source))
-    } else if moved(ddir, it.expect_dst()) {
-        Some(Error::Changed(Side::Destination))
-    } else {
-        None
-    }
+    let (src, dst) = (it.expect_src(), it.expect_dst());
+    crate::replica::recheck(sdir, name, &src, Side::Source)
+        .and_then(|()| crate::replica::recheck(ddir, name, &dst, Side::Destination))
+        .err()
 }
 
 /// Counts the bytes read through it.

@@ -193,24 +193,35 @@ fn scan_at(root: &Root, rules: &IgnoreRules, opts: &ScanOptions, start_s: i64) -
     ctx.finish(tree)
 }
 
-/// `scan_pair` as if it began at `start_s` seconds since the epoch.
+/// `scan_pair` as if it began at `start_s` seconds since the epoch: the
+/// paired walk, its listings kept and put in path order.
 fn scan_pair_at(
-    (s_root, s_rules, s_opts): (&Root, &IgnoreRules, &ScanOptions),
-    (d_root, d_rules, d_opts): (&Root, &IgnoreRules, &ScanOptions),
+    src: (&Root, &IgnoreRules, &ScanOptions),
+    dst: (&Root, &IgnoreRules, &ScanOptions),
     start_s: i64,
 ) -> (Scan, Scan) {
-    let (sc, dc) = (
-        Ctx::new(s_rules, s_opts, start_s),
-        Ctx::new(d_rules, d_opts, start_s),
-    );
-    let (s_tree, d_tree) = scan_pair_dir(
-        sc.open_root(s_root),
-        dc.open_root(d_root),
-        RelPath::root(),
-        &sc,
-        &dc,
-    );
-    rayon::join(|| sc.finish(s_tree), || dc.finish(d_tree))
+    let kept = Mutex::new((Scan::default(), Scan::default()));
+    let keep = |into: &mut Scan, l: Option<&Listing>| {
+        if let Some(l) = l {
+            into.entries.extend(l.entries.iter().cloned());
+            into.stale_temps.extend(l.stale_temps.iter().cloned());
+            into.inplace_markers.extend(l.markers.iter().cloned());
+        }
+    };
+    let (mut s_scan, mut d_scan) = walk_pair_at(src, dst, start_s, &|v: DirVisit| {
+        let mut k = kept.lock().unwrap();
+        keep(&mut k.0, v.src);
+        keep(&mut k.1, v.dst);
+    });
+    let (s_kept, d_kept) = kept.into_inner().unwrap();
+    for (scan, mut found) in [(&mut s_scan, s_kept), (&mut d_scan, d_kept)] {
+        found.entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        found.stale_temps.sort();
+        scan.entries = found.entries;
+        scan.stale_temps = found.stale_temps;
+        scan.inplace_markers = found.inplace_markers;
+    }
+    (s_scan, d_scan)
 }
 
 impl<'a> Ctx<'a> {
@@ -397,11 +408,20 @@ pub struct DirVisit<'a> {
 /// Returns both scans without entries (errors, completeness, memo digests);
 /// stale temps and markers are only in the listings.
 pub fn walk_pair(
-    (s_root, s_rules, s_opts): (&Root, &IgnoreRules, &ScanOptions),
-    (d_root, d_rules, d_opts): (&Root, &IgnoreRules, &ScanOptions),
+    src: (&Root, &IgnoreRules, &ScanOptions),
+    dst: (&Root, &IgnoreRules, &ScanOptions),
     visit: &(dyn Fn(DirVisit) + Sync),
 ) -> (Scan, Scan) {
-    let start_s = now_s();
+    walk_pair_at(src, dst, now_s(), visit)
+}
+
+/// `walk_pair` as if it began at `start_s` seconds since the epoch.
+fn walk_pair_at(
+    (s_root, s_rules, s_opts): (&Root, &IgnoreRules, &ScanOptions),
+    (d_root, d_rules, d_opts): (&Root, &IgnoreRules, &ScanOptions),
+    start_s: i64,
+    visit: &(dyn Fn(DirVisit) + Sync),
+) -> (Scan, Scan) {
     let (sc, dc) = (
         Ctx::new(s_rules, s_opts, start_s),
         Ctx::new(d_rules, d_opts, start_s),
@@ -495,61 +515,6 @@ fn walk_pair_dir(
         };
         walk_pair_dir(s_child, d_child, child, (sc, dc), visit);
     });
-}
-
-/// Scan the same directory of both trees (either may be missing), and the
-/// subdirectories of both as paired tasks of their own.
-fn scan_pair_dir(
-    mut s: Option<Dir>,
-    mut d: Option<Dir>,
-    rel: RelPath,
-    sc: &Ctx,
-    dc: &Ctx,
-) -> (Option<Node>, Option<Node>) {
-    let mut peer = None;
-    // The source's names are only of use to a destination that may skip
-    // its listing.
-    let share = (d.is_some() && dc.opts.listing_memo.is_some()).then_some(&mut peer);
-    let s_part = s
-        .as_mut()
-        .and_then(|dir| scan_dir_entries(dir, &rel, sc, None, share));
-    let d_part = d
-        .as_mut()
-        .and_then(|dir| scan_dir_entries(dir, &rel, dc, peer, None));
-    let split = |part: Option<Listing>, ctx: &Ctx| match part {
-        Some(mut l) => {
-            ctx.keep_found(&mut l);
-            (Some(l.entries), subdir_names(&l.subdirs))
-        }
-        None => (None, Vec::new()),
-    };
-    let (s_entries, s_subs) = split(s_part, sc);
-    let (d_entries, d_subs) = split(d_part, dc);
-    let open = |dir: &Option<Dir>, name: &[u8], child: &RelPath, ctx: &Ctx, here: bool| match (
-        here, dir,
-    ) {
-        (true, Some(dir)) => match open_subdir(dir, name, child, ctx) {
-            Ok(d) => (Some(d), None),
-            Err(fallback) => (None, fallback),
-        },
-        _ => (None, None),
-    };
-    let (s_nodes, d_nodes): (Vec<_>, Vec<_>) = pair_subdirs(s_subs, d_subs)
-        .into_par_iter()
-        .map(|(name, child, in_s, in_d)| {
-            let (s_dir, s_fallback) = open(&s, &name, &child, sc, in_s);
-            let (d_dir, d_fallback) = open(&d, &name, &child, dc, in_d);
-            let (a, b) = scan_pair_dir(s_dir, d_dir, child, sc, dc);
-            (a.or(s_fallback), b.or(d_fallback))
-        })
-        .unzip();
-    let node = |entries: Option<Vec<Entry>>, subs: Vec<Option<Node>>| {
-        entries.map(|entries| Node {
-            entries,
-            subdirs: subs.into_iter().flatten().collect(),
-        })
-    };
-    (node(s_entries, s_nodes), node(d_entries, d_nodes))
 }
 
 /// The union of two sorted subdirectory lists: (name, path, in the first,
