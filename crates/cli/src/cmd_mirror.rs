@@ -6,6 +6,7 @@ use accord_engine::{
     DeltaMode, Kinds, MaxDelete, MirrorConfig, MirrorOptions, Progress, Reflink, Report,
     TransferOptions, XattrFilter,
 };
+use accord_remote::{connect_ssh, parse_remote, RemoteSpec, RootMode, SshOptions};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -23,14 +24,16 @@ pub enum When {
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
-(fatal error or deletion guard), 64 usage error, 69 a remote root (HOST:PATH, \
-ssh://…, accord://…: not built yet)."
+(fatal error or deletion guard, a lost connection), 64 usage error, 69 a remote root that \
+could not be reached (ssh failed, no accord on the far side, another protocol version), or an \
+accord:// root (the daemon is not built yet)."
 )]
 pub struct MirrorArgs {
-    /// Source directory (a local path; for one with a colon before its first
-    /// slash, write ./HOST:PATH).
+    /// Source directory: a local path, [USER@]HOST:PATH or
+    /// ssh://[USER@]HOST[:PORT]/PATH (for a local path with a colon before
+    /// its first slash, write ./NAME:REST).
     src: PathBuf,
-    /// Destination directory (created if missing).
+    /// Destination directory (created if missing), local or remote like SRC.
     dst: PathBuf,
 
     /// Print the plan and change nothing.
@@ -123,6 +126,14 @@ pub struct MirrorArgs {
     #[arg(long)]
     no_ignore_files: bool,
 
+    /// The command that reaches a remote host instead of `ssh` (e.g.
+    /// "ssh -p 2222 -i KEY"); `accord server` is run through it.
+    #[arg(short = 'e', long, value_name = "CMD")]
+    rsh: Option<String>,
+    /// The accord program on the remote host (when not on its PATH).
+    #[arg(long, value_name = "PATH")]
+    remote_accord: Option<String>,
+
     /// Where the deletion guard remembers the source root.
     #[arg(long, hide = true)]
     state_dir: Option<PathBuf>,
@@ -131,17 +142,13 @@ pub struct MirrorArgs {
 /// Most worker threads `--jobs` accepts (see its help).
 pub const MAX_JOBS: u64 = 1024;
 
-/// True for a root written the way remote roots will be: `ssh://…`,
-/// `accord://…`, or rsync's `[user@]host:path` (a colon before the first
-/// slash, with something before it). `./host:path` and `/a:b` are local.
-fn looks_remote(p: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let b = p.as_os_str().as_bytes();
-    let before_slash = b.split(|c| *c == b'/').next().unwrap_or_default();
-    before_slash
-        .iter()
-        .position(|c| *c == b':')
-        .is_some_and(|i| i > 0)
+/// The remote root `p` names, if any (`Err`: it looks remote but is not
+/// a valid one). A root that is not UTF-8 is a local path.
+fn remote_root(p: &std::path::Path) -> Result<Option<RemoteSpec>, String> {
+    match p.to_str() {
+        Some(s) => parse_remote(s),
+        None => Ok(None),
+    }
 }
 
 fn usage(msg: &str) -> i32 {
@@ -159,7 +166,7 @@ fn usage(msg: &str) -> i32 {
     exit::USAGE
 }
 
-fn default_state_dir() -> Option<PathBuf> {
+pub fn default_state_dir() -> Option<PathBuf> {
     if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(x).join("accord"));
     }
@@ -175,17 +182,19 @@ pub fn run(args: MirrorArgs) -> i32 {
             "--inplace cannot be used with --delta never (an in-place update is a delta)",
         );
     }
-    // Nothing may be created under a name meant as a remote root.
-    for root in [&args.src, &args.dst] {
-        if looks_remote(root) {
-            eprintln!(
-                "accord mirror: remote roots are not built yet: {} (for a local path with a colon, \
-                 write ./{})",
-                root.display(),
-                root.display()
-            );
-            return exit::UNAVAILABLE;
-        }
+    let remote = match (remote_root(&args.src), remote_root(&args.dst)) {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(e), _) | (_, Err(e)) => return usage(&e),
+    };
+    if remote.0.is_some() && remote.1.is_some() {
+        return usage("at most one root may be remote (run accord on one of the two hosts)");
+    }
+    if let Some(spec) = remote.0.iter().chain(&remote.1).find(|s| s.daemon) {
+        eprintln!(
+            "accord mirror: accord:// roots (the TCP daemon) are not built yet: {}",
+            spec.display()
+        );
+        return exit::UNAVAILABLE;
     }
     let max_delete = {
         let s = args.max_delete.trim();
@@ -265,12 +274,80 @@ pub fn run(args: MirrorArgs) -> i32 {
         let done = done.clone();
         std::thread::spawn(move || progress_loop(&progress, &done))
     });
-    let report = accord_engine::mirror(&args.src, &args.dst, &cfg, &progress);
+    let (report, wire) = match remote {
+        (None, None) => (
+            accord_engine::mirror(&args.src, &args.dst, &cfg, &progress),
+            None,
+        ),
+        (src, dst) => match mirror_remote(&args, src, dst, &cfg, &progress) {
+            Ok(r) => r,
+            Err(code) => {
+                done.store(true, Ordering::SeqCst);
+                return code;
+            }
+        },
+    };
     done.store(true, Ordering::SeqCst);
     if let Some(t) = bar_thread {
         let _ = t.join();
     }
-    output(&args, &report)
+    output(&args, &report, wire)
+}
+
+/// A mirror with one remote root: connect to it, open the local one, run.
+/// Returns the report and the bytes sent and received on the wire, or the
+/// exit status when the remote root could not be reached.
+fn mirror_remote(
+    args: &MirrorArgs,
+    src: Option<RemoteSpec>,
+    dst: Option<RemoteSpec>,
+    cfg: &MirrorConfig,
+    progress: &Progress,
+) -> Result<(Report, Option<(u64, u64)>), i32> {
+    let opts = SshOptions {
+        rsh: args.rsh.clone(),
+        remote_accord: args.remote_accord.clone(),
+        features: 0,
+    };
+    let (spec, mode) = match (&src, &dst) {
+        (Some(s), _) => (s, RootMode::Read),
+        (_, Some(d)) if cfg.dry_run => (d, RootMode::Inspect),
+        (_, Some(d)) => (d, RootMode::Write),
+        (None, None) => unreachable!("one root is remote"),
+    };
+    let remote = match connect_ssh(spec, &opts, mode) {
+        Ok(r) => Some(r),
+        Err(e) if mode == RootMode::Inspect && e.contains("No such file") => None,
+        Err(e) => {
+            eprintln!("accord mirror: {e}");
+            return Err(exit::UNAVAILABLE);
+        }
+    };
+    let (local_path, local_is_dst) = match src {
+        Some(_) => (&args.dst, true),
+        None => (&args.src, false),
+    };
+    let local = match accord_engine::open_local_root(local_path, local_is_dst, cfg) {
+        Ok(l) => l,
+        Err(f) => {
+            let report = Report {
+                fatal: Some(f),
+                ..Report::default()
+            };
+            return Ok((report, remote.as_ref().map(|r| r.wire_bytes())));
+        }
+    };
+    let local_ref = local.as_ref().map(|l| l as &dyn accord_engine::Replica);
+    let remote_ref = remote.as_ref().map(|r| r as &dyn accord_engine::Replica);
+    let report = if local_is_dst {
+        let src = remote_ref.expect("a connected source");
+        let name = local_path.display().to_string();
+        accord_engine::mirror_replicas(src, local_ref, &name, cfg, progress)
+    } else {
+        let src = local_ref.expect("an opened source");
+        accord_engine::mirror_replicas(src, remote_ref, &spec.display(), cfg, progress)
+    };
+    Ok((report, remote.as_ref().map(|r| r.wire_bytes())))
 }
 
 fn progress_loop(p: &Progress, done: &std::sync::atomic::AtomicBool) {
@@ -330,6 +407,11 @@ struct JsonReport {
     deletions_suspended: bool,
     refused: Option<String>,
     fatal: Option<String>,
+    /// Bytes on the wire (with a remote root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_sent: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_received: Option<u64>,
 }
 
 impl JsonReport {
@@ -363,6 +445,8 @@ impl JsonReport {
             deletions_suspended: r.deletions_suspended,
             refused: r.refusal.as_ref().map(|x| x.to_string()),
             fatal: r.fatal.as_ref().map(|x| x.to_string()),
+            bytes_sent: None,
+            bytes_received: None,
         }
     }
 }
@@ -380,7 +464,7 @@ fn dry_run_line(it: &accord_engine::PlanItem) -> Option<String> {
     Some(format!("{:<9} {}{how}", c.name(), it.path.display()))
 }
 
-fn output(args: &MirrorArgs, r: &Report) -> i32 {
+fn output(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) -> i32 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.dry_run {
@@ -424,7 +508,12 @@ fn output(args: &MirrorArgs, r: &Report) -> i32 {
         eprintln!("accord mirror: {f}");
     }
     if args.json {
-        let json = serde_json::to_string(&JsonReport::new(r, args.dry_run))
+        let mut report = JsonReport::new(r, args.dry_run);
+        if let Some((sent, received)) = wire {
+            report.bytes_sent = Some(sent);
+            report.bytes_received = Some(received);
+        }
+        let json = serde_json::to_string(&report)
             .unwrap_or_else(|e| format!("{{\"fatal\":\"cannot encode the report: {e}\"}}"));
         let _ = writeln!(out, "{json}");
     } else if !args.quiet && !args.dry_run && std::io::stderr().is_terminal() {

@@ -3,6 +3,7 @@
 
 mod cmd_delta;
 mod cmd_mirror;
+mod cmd_server;
 mod cmd_union;
 mod exit;
 
@@ -34,8 +35,8 @@ enum Command {
     Delta(cmd_delta::DeltaArgs),
     /// A union file system over FUSE.
     Union(cmd_union::UnionArgs),
-    /// Serve roots to remote clients (not built yet).
-    Server(NotBuiltArgs),
+    /// The far side of a remote root (started over ssh).
+    Server(cmd_server::ServerArgs),
     /// Run tasks from a cluster queue (not built yet).
     Worker(NotBuiltArgs),
 }
@@ -70,7 +71,7 @@ fn main() {
         Command::Mirror(args) => cmd_mirror::run(args),
         Command::Delta(args) => cmd_delta::run(args),
         Command::Union(args) => cmd_union::run(args),
-        Command::Server(_) => not_built("server"),
+        Command::Server(args) => cmd_server::run(args),
         Command::Worker(_) => not_built("worker"),
     };
     std::process::exit(code);

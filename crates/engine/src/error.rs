@@ -119,6 +119,16 @@ impl Error {
         }
     }
 
+    /// True when the connection to a remote replica is gone: fatal for a
+    /// run (every later call would fail the same way).
+    pub fn is_lost(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.kind() == io::ErrorKind::ConnectionAborted,
+            Error::InPlaceFailed { cause, .. } => cause.is_lost(),
+            _ => false,
+        }
+    }
+
     /// The OS error number, if the cause is an OS error.
     pub fn os_error(&self) -> Option<i32> {
         match self {
@@ -247,6 +257,8 @@ pub enum Fatal {
         files: Vec<(RelPath, bool)>,
         source: Box<Error>,
     },
+    /// The connection to a remote replica was lost (why).
+    ConnectionLost(String),
 }
 
 impl fmt::Display for Fatal {
@@ -261,6 +273,10 @@ impl fmt::Display for Fatal {
                 f,
                 "cannot open or create destination {}: {source}",
                 path.display()
+            ),
+            Fatal::ConnectionLost(why) => write!(
+                f,
+                "connection lost: {why}; every file holds its old or its new contents"
             ),
             Fatal::SameDirectory => f.write_str("source and destination are the same directory"),
             Fatal::Nested(why) => f.write_str(why),

@@ -78,7 +78,9 @@ impl<'a> Exec<'a> {
         if matches!(it.op, Op::Write(_)) {
             self.not_written.lock().unwrap().insert(it.path.clone());
         }
-        if e.is_no_space() {
+        if e.is_lost() {
+            self.fatal_error(Fatal::ConnectionLost(e.to_string()));
+        } else if e.is_no_space() {
             // An in-place update that failed was moved to a recovery file
             // (its message says where), not left in place.
             let in_place = matches!(e, Error::InPlaceFailed { .. });

@@ -25,7 +25,7 @@ pub use dry_run::DryRun;
 pub use error::{Action, Error, Failure, Fatal, Side};
 pub use local::{LocalOptions, LocalReplica};
 pub use replica::{Deleted, Incoming, Replica, ReplicaDir};
-pub use run::{mirror, mirror_replicas};
+pub use run::{mirror, mirror_replicas, open_local_root};
 
 use accord_model::RelPath;
 use std::path::PathBuf;

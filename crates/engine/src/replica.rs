@@ -11,9 +11,10 @@
 
 use crate::error::Error;
 use crate::local::LocalReplica;
+use accord_delta::{make_delta, DeltaOptions, DeltaStats, InPlaceOptions, Signature};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
-use std::io;
+use std::io::{self, Read};
 
 /// A replica as the engine sees it.
 pub trait Replica: Send + Sync {
@@ -113,6 +114,19 @@ pub trait ReplicaDir: Send + Sync {
     /// The encoded signature (see `accord_delta::Signature`) of the regular
     /// file at `name`, which must still be what `expect` says.
     fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error>;
+    /// A delta from the receiver's encoded `signature` to the regular file
+    /// at `name`, which must still be what `expect` says, made where that
+    /// file is (so from a remote source only the delta crosses the wire);
+    /// `in_place`: a delta for `patch_in_place`.
+    fn make_delta(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        signature: &[u8],
+        in_place: bool,
+    ) -> Result<(Vec<u8>, DeltaStats), Error> {
+        delta_from_stream(self, name, expect, signature, in_place)
+    }
     /// Write new contents for `name` into a hidden temp file beside it, with
     /// `props` applied; returns the temp's name.
     fn receive(
@@ -174,9 +188,58 @@ pub trait ReplicaDir: Send + Sync {
     }
 }
 
+/// Largest file a delta is made for by reading it through
+/// [`ReplicaDir::open_read`] (its new version is held in memory to be
+/// matched).
+pub const STREAM_DELTA_MAX: u64 = 1 << 30;
+
+/// `make_delta` for any directory: read the file whole, check it is the
+/// planned version, match it against the signature.
+pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
+    dir: &D,
+    name: &[u8],
+    expect: &Expect,
+    signature: &[u8],
+    in_place: bool,
+) -> Result<(Vec<u8>, DeltaStats), Error> {
+    let size = match expect {
+        Expect::Entry(f) if f.kind == Kind::File => f.size,
+        _ => return Err(Error::Changed(crate::Side::Source)),
+    };
+    if size > STREAM_DELTA_MAX {
+        return Err(Error::io(crate::error::Action::ReadSource)(
+            io::Error::other("too large for a delta made from a stream"),
+        ));
+    }
+    let sig = Signature::decode(signature).map_err(|source| Error::Delta {
+        action: crate::error::Action::OpenDestination,
+        source,
+    })?;
+    let mut new = Vec::with_capacity(size as usize);
+    dir.open_read(name, expect)?
+        .take(size + 1)
+        .read_to_end(&mut new)
+        .map_err(Error::io(crate::error::Action::ReadSource))?;
+    // What was read is the planned version, whole (an in-place patch
+    // cannot be taken back once it began).
+    if new.len() as u64 != size {
+        return Err(Error::Changed(crate::Side::Source));
+    }
+    recheck(dir, name, expect, crate::Side::Source)?;
+    let opts = DeltaOptions {
+        in_place: in_place.then(InPlaceOptions::default),
+    };
+    let mut delta = Vec::new();
+    let stats = make_delta(&sig, &new, &opts, &mut delta).map_err(|source| Error::Delta {
+        action: crate::error::Action::ReadSource,
+        source,
+    })?;
+    Ok((delta, stats))
+}
+
 /// Check `expect` against what `dir` has at `name` now.
-pub fn recheck(
-    dir: &dyn ReplicaDir,
+pub fn recheck<D: ReplicaDir + ?Sized>(
+    dir: &D,
     name: &[u8],
     expect: &Expect,
     side: crate::Side,

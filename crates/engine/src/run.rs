@@ -55,23 +55,65 @@ pub fn mirror(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: &P
 }
 
 /// Make the replica `dst` a copy of `src`, whatever kind of replicas they
-/// are (the caller has opened and checked them; for a dry run, `dst` is a
-/// [`DryRun`]).
+/// are (the caller has opened them). `dst` is `None` only in a dry run
+/// whose destination does not exist yet; `dst_name` names it then.
 pub fn mirror_replicas(
     src: &dyn Replica,
-    dst: &dyn Replica,
+    dst: Option<&dyn Replica>,
+    dst_name: &str,
     cfg: &MirrorConfig,
     progress: &Progress,
 ) -> Report {
     in_pool(cfg, |report| {
-        if src.identity() == dst.identity() {
-            return Err(Fatal::SameDirectory.into());
+        if let Some(d) = dst {
+            if src.identity() == d.identity() && src.local().is_some() == d.local().is_some() {
+                return Err(Fatal::SameDirectory.into());
+            }
         }
-        let dry = DryRun::new(Some(dst), dst.describe());
-        let dst: &dyn Replica = if cfg.dry_run { &dry } else { dst };
+        let dry = DryRun::new(dst, dst_name.to_string());
+        let dst: &dyn Replica = match dst {
+            Some(d) if !cfg.dry_run => d,
+            _ => &dry,
+        };
         lock(dst)?;
         run(src, dst, cfg, progress, report)
     })
+}
+
+/// Open one local root of a run whose other root is elsewhere: the source
+/// (`dst` false), or the destination (created if missing; `None` in a dry
+/// run when it does not exist yet).
+pub fn open_local_root(
+    path: &Path,
+    dst: bool,
+    cfg: &MirrorConfig,
+) -> Result<Option<LocalReplica>, Fatal> {
+    let state = cfg.state_dir.clone();
+    if !dst {
+        let src = LocalReplica::open(path).map_err(|source| Fatal::OpenSource {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        return Ok(Some(src.with_state_dir(state)));
+    }
+    let opened = if cfg.dry_run {
+        match LocalReplica::open(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            r => r.map(Some),
+        }
+    } else {
+        LocalReplica::create(path).map(Some)
+    };
+    let opts = crate::LocalOptions {
+        fsync: cfg.fsync,
+        ..Default::default()
+    };
+    opened
+        .map(|d| d.map(|d| d.with_state_dir(state).with_options(opts)))
+        .map_err(|source| Fatal::OpenDestination {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Run `steps` on a pool of `cfg.jobs` threads and time it.

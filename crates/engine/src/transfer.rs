@@ -10,7 +10,6 @@ use crate::error::{Action, Error};
 use crate::exec::{parent_of, Exec};
 use crate::replica::{Incoming, ReplicaDir};
 use crate::Side;
-use accord_delta::{make_delta, DeltaOptions, InPlaceOptions, Signature};
 use accord_model::RelPath;
 use accord_plan::{Item, Method, Op};
 use rayon::prelude::*;
@@ -23,9 +22,6 @@ use std::sync::Arc;
 const BATCH_FILES: usize = 2048;
 /// Bytes per commit batch.
 const BATCH_BYTES: u64 = 256 << 20;
-/// Largest file a delta is made for when the source is not on this host's
-/// file system (its new version is read into memory to be matched).
-const GENERIC_DELTA_MAX: u64 = 1 << 30;
 
 type DirBox<'r> = Arc<Box<dyn ReplicaDir + 'r>>;
 
@@ -371,7 +367,7 @@ fn write_generic(
     let name = it.path.file_name();
     let expect_src = it.expect_src();
     let expect_dst = it.expect_dst();
-    let method = if method != Method::Whole && s.size > GENERIC_DELTA_MAX {
+    let method = if method != Method::Whole && s.size > crate::replica::STREAM_DELTA_MAX {
         Method::Whole
     } else {
         method
@@ -395,31 +391,9 @@ fn write_generic(
             )
         }
         Method::Delta | Method::InPlace => {
-            let sig_bytes = ddir.signature(name, &expect_dst)?;
-            let sig = Signature::decode(&sig_bytes).map_err(|source| Error::Delta {
-                action: Action::OpenDestination,
-                source,
-            })?;
-            let mut new = Vec::with_capacity(s.size as usize);
-            sdir.open_read(name, &expect_src)?
-                .take(s.size + 1)
-                .read_to_end(&mut new)
-                .map_err(Error::io(Action::ReadSource))?;
-            // What was read is the planned version, whole (an in-place
-            // patch cannot be taken back once it began).
-            if new.len() as u64 != s.size {
-                return Err(Error::Changed(Side::Source));
-            }
-            crate::replica::recheck(sdir, name, &expect_src, Side::Source)?;
-            let opts = DeltaOptions {
-                in_place: (method == Method::InPlace).then(InPlaceOptions::default),
-            };
-            let mut delta = Vec::new();
-            let stats =
-                make_delta(&sig, &new, &opts, &mut delta).map_err(|source| Error::Delta {
-                    action: Action::ReadSource,
-                    source,
-                })?;
+            let sig = ddir.signature(name, &expect_dst)?;
+            let in_place = method == Method::InPlace;
+            let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, in_place)?;
             let xfer = Xfer {
                 written: stats.literal_bytes,
                 literal: stats.literal_bytes,

@@ -19,7 +19,7 @@ fn cfg() -> MirrorConfig {
 }
 
 fn run(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig) -> Report {
-    mirror_replicas(src, dst, cfg, &Progress::default())
+    mirror_replicas(src, Some(dst), &dst.describe(), cfg, &Progress::default())
 }
 
 /// Calls that change a replica.

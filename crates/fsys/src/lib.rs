@@ -549,7 +549,7 @@ impl AsFd for Dir {
 }
 
 /// Which properties to apply.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PropsMask {
     pub perms: bool,
     pub owner: bool,

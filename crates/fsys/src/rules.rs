@@ -19,6 +19,9 @@ pub const IGNORE_FILE: &[u8] = b".accordignore";
 /// excluded on the destination (so excluded entries there are never deleted).
 #[derive(Default)]
 pub struct IgnoreRules {
+    /// The patterns `global` was built from (a remote replica builds its
+    /// own rules from them).
+    patterns: Vec<String>,
     global: Option<Gitignore>,
     per_dir: RwLock<HashMap<RelPath, Arc<Gitignore>>>,
     /// Set once `per_dir` holds rules: until then a lookup skips the lock
@@ -47,10 +50,16 @@ impl IgnoreRules {
             )
         };
         Ok(IgnoreRules {
+            patterns: patterns.to_vec(),
             global,
             per_dir: RwLock::new(HashMap::new()),
             any_per_dir: AtomicBool::new(false),
         })
+    }
+
+    /// The `--exclude` patterns the rules were built from.
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
     }
 
     /// Record the contents of `dir/.accordignore`.

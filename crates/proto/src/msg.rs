@@ -1,0 +1,599 @@
+//! Requests (one per call of the replica seam) and their replies.
+//!
+//! A request goes in the OPEN frame of a new stream: its operation number,
+//! then its fields. Requests that carry bulk data (file contents, a delta, a
+//! signature, state) send it as the stream's body. A reply is the stream's
+//! body from the server, or an ERROR frame.
+
+use crate::codec::*;
+use crate::wire::{Dec, Enc, ProtoError};
+use accord_fsys::{PropsMask, XattrFilter};
+use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, MAX_NAME_LEN};
+
+/// Most `--exclude` patterns sent with a listing request.
+pub const MAX_PATTERNS: u64 = 1 << 16;
+/// Longest state name (memos, the guard's memory, archives).
+pub const MAX_STATE_NAME: usize = 255;
+
+/// How a replica is listed (the scanner's options that cross the wire).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListOptions {
+    pub excludes: Vec<String>,
+    pub read_ignore_files: bool,
+    pub source: bool,
+    pub xattrs: XattrFilter,
+}
+
+/// One call of the replica seam. `dir` is a directory of the replica and
+/// `name` a single component in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Lock,
+    ListDir {
+        dir: RelPath,
+        opts: ListOptions,
+    },
+    Fingerprint {
+        path: RelPath,
+    },
+    OpenDir {
+        dir: RelPath,
+    },
+    SyncAll,
+    ReadState {
+        name: String,
+    },
+    /// Body: the state's bytes.
+    WriteState {
+        name: String,
+        durable: bool,
+    },
+    Stat {
+        dir: RelPath,
+        name: Vec<u8>,
+    },
+    OpenRead {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
+    },
+    Signature {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
+    },
+    /// Body: the receiver's signature. Reply: literal and matched byte
+    /// counts, then the delta.
+    MakeDelta {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
+        in_place: bool,
+    },
+    /// Body: the whole contents, or (with a `basis`) a delta against it.
+    Receive {
+        dir: RelPath,
+        name: Vec<u8>,
+        basis: Option<Expect>,
+        props: Props,
+        mask: PropsMask,
+    },
+    /// Body: an in-place delta.
+    PatchInPlace {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
+        props: Props,
+        mask: PropsMask,
+    },
+    MakeNode {
+        dir: RelPath,
+        name: Vec<u8>,
+        entry: Entry,
+        mask: PropsMask,
+    },
+    LinkTemp {
+        dir: RelPath,
+        name: Vec<u8>,
+        leader: RelPath,
+    },
+    Commit {
+        dir: RelPath,
+        temp: Vec<u8>,
+        name: Vec<u8>,
+        expect: Expect,
+    },
+    Discard {
+        dir: RelPath,
+        temp: Vec<u8>,
+    },
+    SetProps {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
+        kind: Kind,
+        props: Props,
+        mask: PropsMask,
+    },
+    SetOwnProps {
+        dir: RelPath,
+        expect: Expect,
+        props: Props,
+        mask: PropsMask,
+    },
+    Mkdir {
+        dir: RelPath,
+        name: Vec<u8>,
+    },
+    Delete {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
+    },
+    RemoveStaleTemp {
+        dir: RelPath,
+        name: Vec<u8>,
+    },
+}
+
+impl Request {
+    /// True for requests whose bulk data follows as a body.
+    pub fn has_body(&self) -> bool {
+        matches!(
+            self,
+            Request::WriteState { .. }
+                | Request::MakeDelta { .. }
+                | Request::Receive { .. }
+                | Request::PatchInPlace { .. }
+        )
+    }
+
+    /// True for requests that change the replica (refused by a read-only
+    /// server, and carried out in the order they were sent).
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Request::ListDir { .. }
+                | Request::Fingerprint { .. }
+                | Request::OpenDir { .. }
+                | Request::ReadState { .. }
+                | Request::Stat { .. }
+                | Request::OpenRead { .. }
+                | Request::Signature { .. }
+                | Request::MakeDelta { .. }
+        )
+    }
+
+    /// A name for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Lock => "lock",
+            Request::ListDir { .. } => "list",
+            Request::Fingerprint { .. } => "fingerprint",
+            Request::OpenDir { .. } => "open directory",
+            Request::SyncAll => "sync",
+            Request::ReadState { .. } => "read state",
+            Request::WriteState { .. } => "write state",
+            Request::Stat { .. } => "stat",
+            Request::OpenRead { .. } => "read",
+            Request::Signature { .. } => "signature",
+            Request::MakeDelta { .. } => "delta",
+            Request::Receive { .. } => "receive",
+            Request::PatchInPlace { .. } => "patch in place",
+            Request::MakeNode { .. } => "make node",
+            Request::LinkTemp { .. } => "link",
+            Request::Commit { .. } => "commit",
+            Request::Discard { .. } => "discard",
+            Request::SetProps { .. } => "set properties",
+            Request::SetOwnProps { .. } => "set directory properties",
+            Request::Mkdir { .. } => "mkdir",
+            Request::Delete { .. } => "delete",
+            Request::RemoveStaleTemp { .. } => "remove temp",
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        let dn = |e: &mut Enc, dir: &RelPath, name: &[u8]| {
+            put_path(e, dir);
+            e.bytes(name);
+        };
+        match self {
+            Request::Lock => {
+                e.u8(1);
+            }
+            Request::ListDir { dir, opts } => {
+                e.u8(2);
+                put_path(&mut e, dir);
+                e.varint(opts.excludes.len() as u64);
+                for p in &opts.excludes {
+                    e.str(p);
+                }
+                e.bool(opts.read_ignore_files).bool(opts.source);
+                put_filter(&mut e, opts.xattrs);
+            }
+            Request::Fingerprint { path } => {
+                e.u8(3);
+                put_path(&mut e, path);
+            }
+            Request::OpenDir { dir } => {
+                e.u8(4);
+                put_path(&mut e, dir);
+            }
+            Request::SyncAll => {
+                e.u8(5);
+            }
+            Request::ReadState { name } => {
+                e.u8(6).str(name);
+            }
+            Request::WriteState { name, durable } => {
+                e.u8(7).str(name).bool(*durable);
+            }
+            Request::Stat { dir, name } => {
+                e.u8(8);
+                dn(&mut e, dir, name);
+            }
+            Request::OpenRead { dir, name, expect } => {
+                e.u8(9);
+                dn(&mut e, dir, name);
+                put_expect(&mut e, expect);
+            }
+            Request::Signature { dir, name, expect } => {
+                e.u8(10);
+                dn(&mut e, dir, name);
+                put_expect(&mut e, expect);
+            }
+            Request::MakeDelta {
+                dir,
+                name,
+                expect,
+                in_place,
+            } => {
+                e.u8(11);
+                dn(&mut e, dir, name);
+                put_expect(&mut e, expect);
+                e.bool(*in_place);
+            }
+            Request::Receive {
+                dir,
+                name,
+                basis,
+                props,
+                mask,
+            } => {
+                e.u8(12);
+                dn(&mut e, dir, name);
+                match basis {
+                    None => e.u8(0),
+                    Some(b) => {
+                        e.u8(1);
+                        put_expect(&mut e, b);
+                        &mut e
+                    }
+                };
+                put_props(&mut e, props);
+                put_mask(&mut e, *mask);
+            }
+            Request::PatchInPlace {
+                dir,
+                name,
+                expect,
+                props,
+                mask,
+            } => {
+                e.u8(13);
+                dn(&mut e, dir, name);
+                put_expect(&mut e, expect);
+                put_props(&mut e, props);
+                put_mask(&mut e, *mask);
+            }
+            Request::MakeNode {
+                dir,
+                name,
+                entry,
+                mask,
+            } => {
+                e.u8(14);
+                dn(&mut e, dir, name);
+                put_entry(&mut e, entry);
+                put_mask(&mut e, *mask);
+            }
+            Request::LinkTemp { dir, name, leader } => {
+                e.u8(15);
+                dn(&mut e, dir, name);
+                put_path(&mut e, leader);
+            }
+            Request::Commit {
+                dir,
+                temp,
+                name,
+                expect,
+            } => {
+                e.u8(16);
+                dn(&mut e, dir, temp);
+                e.bytes(name);
+                put_expect(&mut e, expect);
+            }
+            Request::Discard { dir, temp } => {
+                e.u8(17);
+                dn(&mut e, dir, temp);
+            }
+            Request::SetProps {
+                dir,
+                name,
+                expect,
+                kind,
+                props,
+                mask,
+            } => {
+                e.u8(18);
+                dn(&mut e, dir, name);
+                put_expect(&mut e, expect);
+                put_kind_of(&mut e, *kind);
+                put_props(&mut e, props);
+                put_mask(&mut e, *mask);
+            }
+            Request::SetOwnProps {
+                dir,
+                expect,
+                props,
+                mask,
+            } => {
+                e.u8(19);
+                put_path(&mut e, dir);
+                put_expect(&mut e, expect);
+                put_props(&mut e, props);
+                put_mask(&mut e, *mask);
+            }
+            Request::Mkdir { dir, name } => {
+                e.u8(20);
+                dn(&mut e, dir, name);
+            }
+            Request::Delete { dir, name, expect } => {
+                e.u8(21);
+                dn(&mut e, dir, name);
+                put_expect(&mut e, expect);
+            }
+            Request::RemoveStaleTemp { dir, name } => {
+                e.u8(22);
+                dn(&mut e, dir, name);
+            }
+        }
+        e.finish()
+    }
+
+    /// Decode and validate a request: every path a `RelPath`, every name a
+    /// single component, every count bounded.
+    pub fn decode(b: &[u8]) -> Result<Request, ProtoError> {
+        let mut d = Dec::new(b);
+        let op = d.u8("operation")?;
+        let dir = |d: &mut Dec| get_path(d, "directory");
+        let name = |d: &mut Dec| get_name(d, "name");
+        let r = match op {
+            1 => Request::Lock,
+            2 => {
+                let dir = dir(&mut d)?;
+                let n = d.count(MAX_PATTERNS, 1, "pattern count")?;
+                let excludes = (0..n)
+                    .map(|_| d.string(4096, "pattern"))
+                    .collect::<Result<_, _>>()?;
+                let opts = ListOptions {
+                    excludes,
+                    read_ignore_files: d.bool("read ignore files")?,
+                    source: d.bool("source")?,
+                    xattrs: get_filter(&mut d)?,
+                };
+                Request::ListDir { dir, opts }
+            }
+            3 => Request::Fingerprint {
+                path: get_path(&mut d, "path")?,
+            },
+            4 => Request::OpenDir { dir: dir(&mut d)? },
+            5 => Request::SyncAll,
+            6 => Request::ReadState {
+                name: state_name(&mut d)?,
+            },
+            7 => Request::WriteState {
+                name: state_name(&mut d)?,
+                durable: d.bool("durable")?,
+            },
+            8 => Request::Stat {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+            },
+            9 => Request::OpenRead {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                expect: get_expect(&mut d)?,
+            },
+            10 => Request::Signature {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                expect: get_expect(&mut d)?,
+            },
+            11 => Request::MakeDelta {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                expect: get_expect(&mut d)?,
+                in_place: d.bool("in place")?,
+            },
+            12 => Request::Receive {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                basis: if d.bool("basis present")? {
+                    Some(get_expect(&mut d)?)
+                } else {
+                    None
+                },
+                props: get_props(&mut d)?,
+                mask: get_mask(&mut d)?,
+            },
+            13 => Request::PatchInPlace {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                expect: get_expect(&mut d)?,
+                props: get_props(&mut d)?,
+                mask: get_mask(&mut d)?,
+            },
+            14 => Request::MakeNode {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                entry: get_entry(&mut d)?,
+                mask: get_mask(&mut d)?,
+            },
+            15 => Request::LinkTemp {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                leader: get_path(&mut d, "leader")?,
+            },
+            16 => Request::Commit {
+                dir: dir(&mut d)?,
+                temp: name(&mut d)?,
+                name: name(&mut d)?,
+                expect: get_expect(&mut d)?,
+            },
+            17 => Request::Discard {
+                dir: dir(&mut d)?,
+                temp: name(&mut d)?,
+            },
+            18 => Request::SetProps {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                expect: get_expect(&mut d)?,
+                kind: get_kind(&mut d)?,
+                props: get_props(&mut d)?,
+                mask: get_mask(&mut d)?,
+            },
+            19 => Request::SetOwnProps {
+                dir: dir(&mut d)?,
+                expect: get_expect(&mut d)?,
+                props: get_props(&mut d)?,
+                mask: get_mask(&mut d)?,
+            },
+            20 => Request::Mkdir {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+            },
+            21 => Request::Delete {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                expect: get_expect(&mut d)?,
+            },
+            22 => Request::RemoveStaleTemp {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+            },
+            op => return Err(ProtoError::Invalid(format!("unknown operation {op}"))),
+        };
+        d.end("the request")?;
+        Ok(r)
+    }
+}
+
+fn state_name(d: &mut Dec) -> Result<String, ProtoError> {
+    let s = d.string(MAX_STATE_NAME, "state name")?;
+    let ok = !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && !s.starts_with('.');
+    if !ok {
+        return Err(ProtoError::Invalid(format!(
+            "state name {s:?} is not allowed"
+        )));
+    }
+    Ok(s)
+}
+
+/// The reply of `Stat`.
+pub fn encode_found(f: Option<&Found>) -> Vec<u8> {
+    let mut e = Enc::new();
+    match f {
+        None => e.u8(0),
+        Some(f) => {
+            e.u8(1);
+            put_found(&mut e, f);
+            &mut e
+        }
+    };
+    e.finish()
+}
+
+pub fn decode_found(b: &[u8]) -> Result<Option<Found>, ProtoError> {
+    let mut d = Dec::new(b);
+    let f = if d.bool("present")? {
+        Some(get_found(&mut d)?)
+    } else {
+        None
+    };
+    d.end("the stat reply")?;
+    Ok(f)
+}
+
+/// A temp name in a reply: one component, and one of our reserved names.
+pub fn decode_temp(b: &[u8]) -> Result<Vec<u8>, ProtoError> {
+    if b.len() > MAX_NAME_LEN
+        || accord_model::validate_name(b).is_err()
+        || !accord_fsys::is_reserved_name(b)
+    {
+        return Err(ProtoError::Invalid(
+            "a temp name that is not one of ours".into(),
+        ));
+    }
+    Ok(b.to_vec())
+}
+
+/// Why a request failed, as it crosses the wire. `code`, `action` and
+/// `side` are the numbers of the engine's error kinds (the remote crate
+/// maps them); `errno` is the OS error number or 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireError {
+    pub code: u8,
+    pub action: u8,
+    pub side: u8,
+    pub errno: i32,
+    pub message: String,
+    /// A path or name the error names (a recovery file, a link's leader).
+    pub path: Option<Vec<u8>>,
+}
+
+/// Error codes that are the protocol's own (the engine's start at 1).
+pub const CODE_PROTOCOL: u8 = 100;
+pub const CODE_DENIED: u8 = 101;
+
+impl WireError {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        e.u8(self.code).u8(self.action).u8(self.side);
+        e.svarint(self.errno as i64).str(&self.message);
+        match &self.path {
+            None => e.u8(0),
+            Some(p) => e.u8(1).bytes(p),
+        };
+        e.finish()
+    }
+
+    pub fn decode(b: &[u8]) -> Result<WireError, ProtoError> {
+        let mut d = Dec::new(b);
+        let code = d.u8("error code")?;
+        let action = d.u8("action")?;
+        let side = d.u8("side")?;
+        let errno = d.svarint("errno")?;
+        let errno =
+            i32::try_from(errno).map_err(|_| ProtoError::Invalid("errno out of range".into()))?;
+        let message = d.string(MAX_TEXT, "error message")?;
+        let path = if d.bool("path present")? {
+            Some(d.bytes(accord_model::MAX_PATH_LEN, "error path")?.to_vec())
+        } else {
+            None
+        };
+        d.end("the error")?;
+        Ok(WireError {
+            code,
+            action,
+            side,
+            errno,
+            message,
+            path,
+        })
+    }
+}

@@ -1,0 +1,660 @@
+//! `RemoteReplica`: the replica seam carried over a connection to an
+//! `accord server`, which runs a `LocalReplica` on its host. Nothing above
+//! the seam knows the difference.
+
+use crate::errors::from_wire;
+use crate::mux::{Conn, Role};
+use accord_delta::DeltaStats;
+use accord_engine::{Action, Deleted, Error, Incoming, Replica, ReplicaDir};
+use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
+use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
+use accord_proto::codec::{get_failures, get_listing};
+use accord_proto::hello::{FEATURES, VERSION};
+use accord_proto::msg::{decode_found, decode_temp, ListOptions};
+use accord_proto::{Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Largest reply kept in memory whole (listings, signatures, deltas, state).
+const MAX_REPLY: u64 = 1 << 31;
+
+/// Why a connection could not be set up.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The server refused (with its reason).
+    Refused {
+        why: Refusal,
+        message: String,
+    },
+    /// Something else than `accord server` answered (what it said).
+    NotAccord(Vec<u8>),
+    Io(io::Error),
+    Protocol(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Refused { message, .. } => write!(f, "the server refused: {message}"),
+            ConnectError::NotAccord(b) if b.is_empty() => {
+                f.write_str("the remote side closed the connection before answering")
+            }
+            ConnectError::NotAccord(b) => write!(
+                f,
+                "the remote side did not answer as accord server; it said: {}",
+                accord_model::escape_for_display(b.trim_ascii())
+            ),
+            ConnectError::Io(e) => write!(f, "{e}"),
+            ConnectError::Protocol(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A replica on the far side of a connection.
+pub struct RemoteReplica {
+    conn: Arc<Conn>,
+    describe: String,
+    identity: (u64, u64),
+    /// Something to keep alive as long as the connection (the ssh child).
+    _guard: Mutex<Option<Box<dyn Send>>>,
+}
+
+/// What a call can come back with.
+enum CallError {
+    /// The request failed on the server.
+    Failed(WireError),
+    /// The connection is gone.
+    Lost(io::Error),
+}
+
+impl CallError {
+    fn into_error(self, action: Action) -> Error {
+        match self {
+            CallError::Failed(w) => from_wire(w),
+            CallError::Lost(e) => Error::Io { action, source: e },
+        }
+    }
+
+    fn into_io(self) -> io::Error {
+        match self {
+            CallError::Failed(w) => match from_wire(w) {
+                Error::Io { source, .. } => source,
+                e => io::Error::other(e.to_string()),
+            },
+            CallError::Lost(e) => e,
+        }
+    }
+}
+
+impl RemoteReplica {
+    /// Shake hands over `reader`/`writer` and ask for `root`.
+    pub fn connect(
+        mut reader: Box<dyn Read + Send>,
+        mut writer: Box<dyn Write + Send>,
+        root: &[u8],
+        mode: RootMode,
+        features: u64,
+    ) -> Result<RemoteReplica, ConnectError> {
+        Hello {
+            version: VERSION,
+            features: features & FEATURES,
+            mode,
+            root: root.to_vec(),
+        }
+        .write(&mut *writer)
+        .map_err(ConnectError::Io)?;
+        let welcome = Welcome::read(&mut *reader).map_err(|e| match e {
+            HelloError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                ConnectError::NotAccord(Vec::new())
+            }
+            HelloError::Io(e) => ConnectError::Io(e),
+            HelloError::NotAccord(b) => ConnectError::NotAccord(b),
+            HelloError::Proto(p) => {
+                ConnectError::Protocol(format!("a handshake that does not decode: {p}"))
+            }
+        })?;
+        let (identity, describe) = match welcome {
+            Welcome::Accepted {
+                identity, describe, ..
+            } => (identity, describe),
+            Welcome::Refused { why, message, .. } => {
+                return Err(ConnectError::Refused { why, message })
+            }
+        };
+        Ok(RemoteReplica {
+            conn: Conn::start(Role::Client, reader, writer),
+            describe,
+            identity,
+            _guard: Mutex::new(None),
+        })
+    }
+
+    /// Keep `guard` alive as long as this replica (the transport's process).
+    pub fn keep(&self, guard: Box<dyn Send>) {
+        *self._guard.lock().unwrap() = Some(guard);
+    }
+
+    /// Name this replica by `describe` in messages.
+    pub fn with_name(mut self, describe: String) -> RemoteReplica {
+        self.describe = describe;
+        self
+    }
+
+    /// Bytes sent and received on the wire so far.
+    pub fn wire_bytes(&self) -> (u64, u64) {
+        (
+            self.conn.bytes_sent.load(Ordering::Relaxed),
+            self.conn.bytes_received.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Why the connection is over, if it is.
+    pub fn closed(&self) -> Option<String> {
+        self.conn.closed()
+    }
+
+    /// Send a request; its reply as a stream.
+    fn start(
+        &self,
+        req: &Request,
+        body: Option<&mut dyn Read>,
+    ) -> Result<ReplyReader<'_>, CallError> {
+        debug_assert_eq!(req.has_body(), body.is_some());
+        let stream = self
+            .conn
+            .request(&req.encode(), body)
+            .map_err(CallError::Lost)?;
+        Ok(ReplyReader {
+            conn: &self.conn,
+            stream,
+            chunk: Vec::new(),
+            pos: 0,
+            done: false,
+            failed: None,
+        })
+    }
+
+    /// Send a request and wait for its whole reply.
+    fn call(&self, req: &Request, body: Option<&mut dyn Read>) -> Result<Vec<u8>, CallError> {
+        let mut r = self.start(req, body)?;
+        let mut out = Vec::new();
+        let res = (&mut r).take(MAX_REPLY + 1).read_to_end(&mut out);
+        if let Some(w) = r.failed.take() {
+            return Err(CallError::Failed(w));
+        }
+        res.map_err(CallError::Lost)?;
+        if out.len() as u64 > MAX_REPLY {
+            self.conn.close("a reply above the limit");
+            return Err(CallError::Lost(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "a reply above the limit",
+            )));
+        }
+        Ok(out)
+    }
+
+    fn call_unit(&self, req: &Request, action: Action) -> Result<(), Error> {
+        self.call(req, None)
+            .map(|_| ())
+            .map_err(|e| e.into_error(action))
+    }
+
+    fn list_options(rules: &IgnoreRules, opts: &ScanOptions) -> ListOptions {
+        ListOptions {
+            excludes: rules.patterns().to_vec(),
+            read_ignore_files: opts.read_ignore_files,
+            source: opts.source,
+            xattrs: opts.xattrs,
+        }
+    }
+
+    fn decode_listing(
+        &self,
+        dir: &RelPath,
+        b: &[u8],
+        rules: &IgnoreRules,
+    ) -> Result<(Option<Listing>, Scan), accord_proto::ProtoError> {
+        let mut d = Dec::new(b);
+        let listing = if d.bool("listing present")? {
+            Some(get_listing(&mut d, dir)?)
+        } else {
+            None
+        };
+        let errors = get_failures(&mut d)?;
+        let incomplete = d.bool("incomplete")?;
+        if d.bool("ignore file present")? {
+            let contents = d.bytes(1 << 20, "ignore file")?;
+            rules.add_dir_file(dir, contents);
+        }
+        d.end("the listing")?;
+        let mut scan = Scan {
+            errors,
+            incomplete,
+            ..Scan::default()
+        };
+        if let Some(l) = &listing {
+            scan.stale_temps = l.stale_temps.clone();
+            scan.inplace_markers = l.markers.clone();
+        }
+        Ok((listing, scan))
+    }
+}
+
+impl Drop for RemoteReplica {
+    fn drop(&mut self) {
+        // The server ends its session when its input ends; the transport's
+        // process (dropped after this) is then waited for.
+        self.conn.shutdown_write();
+    }
+}
+
+/// The reply of one request, read as it arrives.
+struct ReplyReader<'a> {
+    conn: &'a Conn,
+    stream: u32,
+    chunk: Vec<u8>,
+    pos: usize,
+    done: bool,
+    failed: Option<WireError>,
+}
+
+impl Read for ReplyReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.conn.recv(self.stream) {
+                Ok(Some(c)) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Ok(None) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+                Err(Ok(payload)) => {
+                    self.done = true;
+                    let w = WireError::decode(&payload).unwrap_or_else(|e| {
+                        crate::errors::protocol(format!("an error reply that does not decode: {e}"))
+                    });
+                    let msg = w.message.clone();
+                    self.failed = Some(w);
+                    return Err(io::Error::other(msg));
+                }
+                Err(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl Drop for ReplyReader<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.conn.forget(self.stream);
+        }
+    }
+}
+
+/// A reply stream that turns a failure reply into the engine's error.
+struct FileReader<'a> {
+    inner: ReplyReader<'a>,
+}
+
+impl Read for FileReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner
+            .read(buf)
+            .map_err(|e| match self.inner.failed.take() {
+                Some(w) => match from_wire(w) {
+                    Error::Io { source, .. } => source,
+                    other => io::Error::other(other.to_string()),
+                },
+                None => e,
+            })
+    }
+}
+
+fn lost_listing(dir: &RelPath, e: CallError) -> (Option<Listing>, Scan) {
+    let message = e.into_io().to_string();
+    let scan = Scan {
+        errors: vec![PathFailure {
+            path: dir.clone(),
+            message,
+        }],
+        incomplete: true,
+        ..Scan::default()
+    };
+    (None, scan)
+}
+
+impl Replica for RemoteReplica {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn identity(&self) -> (u64, u64) {
+        self.identity
+    }
+
+    fn try_lock(&self) -> io::Result<bool> {
+        let r = self
+            .call(&Request::Lock, None)
+            .map_err(CallError::into_io)?;
+        Ok(r.first() == Some(&1))
+    }
+
+    fn list_dir(
+        &self,
+        dir: &RelPath,
+        rules: &IgnoreRules,
+        opts: &ScanOptions,
+    ) -> (Option<Listing>, Scan) {
+        let req = Request::ListDir {
+            dir: dir.clone(),
+            opts: Self::list_options(rules, opts),
+        };
+        match self.call(&req, None) {
+            Ok(b) => self.decode_listing(dir, &b, rules).unwrap_or_else(|e| {
+                self.conn
+                    .close(&format!("a listing that does not decode: {e}"));
+                lost_listing(
+                    dir,
+                    CallError::Lost(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        e.to_string(),
+                    )),
+                )
+            }),
+            Err(e) => lost_listing(dir, e),
+        }
+    }
+
+    fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {
+        let b = self
+            .call(&Request::Fingerprint { path: path.clone() }, None)
+            .map_err(|e| e.into_error(Action::Fingerprint))?;
+        b.try_into().map_err(|_| Error::Io {
+            action: Action::Fingerprint,
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a fingerprint of the wrong size",
+            ),
+        })
+    }
+
+    fn open_dir(&self, path: &RelPath) -> io::Result<Box<dyn ReplicaDir + '_>> {
+        self.call(&Request::OpenDir { dir: path.clone() }, None)
+            .map_err(CallError::into_io)?;
+        Ok(Box::new(RemoteDir {
+            replica: self,
+            dir: path.clone(),
+        }))
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.call(&Request::SyncAll, None)
+            .map(|_| ())
+            .map_err(CallError::into_io)
+    }
+
+    fn read_state(&self, name: &str) -> Option<Vec<u8>> {
+        let b = self
+            .call(&Request::ReadState { name: name.into() }, None)
+            .ok()?;
+        match b.split_first() {
+            Some((1, rest)) => Some(rest.to_vec()),
+            _ => None,
+        }
+    }
+
+    fn write_state(&self, name: &str, data: &[u8], durable: bool) -> io::Result<()> {
+        let req = Request::WriteState {
+            name: name.into(),
+            durable,
+        };
+        self.call(&req, Some(&mut &data[..]))
+            .map(|_| ())
+            .map_err(CallError::into_io)
+    }
+}
+
+/// One directory of a remote replica.
+struct RemoteDir<'a> {
+    replica: &'a RemoteReplica,
+    dir: RelPath,
+}
+
+impl RemoteDir<'_> {
+    fn temp(&self, b: Result<Vec<u8>, CallError>, action: Action) -> Result<Vec<u8>, Error> {
+        let b = b.map_err(|e| e.into_error(action))?;
+        decode_temp(&b).map_err(|e| Error::Io {
+            action,
+            source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+        })
+    }
+}
+
+impl ReplicaDir for RemoteDir<'_> {
+    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
+        let req = Request::Stat {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+        };
+        let b = self.replica.call(&req, None).map_err(CallError::into_io)?;
+        decode_found(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+    }
+
+    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + '_>, Error> {
+        let req = Request::OpenRead {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+        };
+        let inner = self
+            .replica
+            .start(&req, None)
+            .map_err(|e| e.into_error(Action::OpenSource))?;
+        Ok(Box::new(FileReader { inner }))
+    }
+
+    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error> {
+        let req = Request::Signature {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+        };
+        self.replica
+            .call(&req, None)
+            .map_err(|e| e.into_error(Action::OpenDestination))
+    }
+
+    fn make_delta(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        signature: &[u8],
+        in_place: bool,
+    ) -> Result<(Vec<u8>, DeltaStats), Error> {
+        let req = Request::MakeDelta {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+            in_place,
+        };
+        let b = self
+            .replica
+            .call(&req, Some(&mut &signature[..]))
+            .map_err(|e| e.into_error(Action::ReadSource))?;
+        let bad = |e: accord_proto::ProtoError| Error::Io {
+            action: Action::ReadSource,
+            source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+        };
+        let mut d = Dec::new(&b);
+        let literal_bytes = d.varint("literal bytes").map_err(bad)?;
+        let matched_bytes = d.varint("matched bytes").map_err(bad)?;
+        let stats = DeltaStats {
+            literal_bytes,
+            matched_bytes,
+            ..DeltaStats::default()
+        };
+        Ok((d.rest().to_vec(), stats))
+    }
+
+    fn receive(
+        &self,
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<Vec<u8>, Error> {
+        let (basis, body): (Option<Expect>, Box<dyn Read + '_>) = match incoming {
+            Incoming::Whole(r) => (None, Box::new(r)),
+            Incoming::Delta { basis, delta } => (Some(basis), Box::new(delta)),
+        };
+        let mut body = body;
+        let req = Request::Receive {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            basis,
+            props: props.clone(),
+            mask,
+        };
+        self.temp(self.replica.call(&req, Some(&mut body)), Action::WriteTemp)
+    }
+
+    fn patch_in_place(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        delta: &[u8],
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error> {
+        let req = Request::PatchInPlace {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+            props: props.clone(),
+            mask,
+        };
+        self.replica
+            .call(&req, Some(&mut &delta[..]))
+            .map(|_| ())
+            .map_err(|e| e.into_error(Action::UpdateInPlace))
+    }
+
+    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
+        let req = Request::MakeNode {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            entry: entry.clone(),
+            mask,
+        };
+        self.temp(self.replica.call(&req, None), Action::MakeNode)
+    }
+
+    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
+        let req = Request::LinkTemp {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            leader: leader.clone(),
+        };
+        self.temp(self.replica.call(&req, None), Action::MakeLink)
+    }
+
+    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
+        let req = Request::Commit {
+            dir: self.dir.clone(),
+            temp: temp.to_vec(),
+            name: name.to_vec(),
+            expect: *expect,
+        };
+        self.replica.call_unit(&req, Action::Replace)
+    }
+
+    fn discard(&self, temp: &[u8]) {
+        let req = Request::Discard {
+            dir: self.dir.clone(),
+            temp: temp.to_vec(),
+        };
+        let _ = self.replica.call(&req, None);
+    }
+
+    fn set_props(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error> {
+        let req = Request::SetProps {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+            kind,
+            props: props.clone(),
+            mask,
+        };
+        self.replica.call_unit(&req, Action::SetProps)
+    }
+
+    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error> {
+        let req = Request::SetOwnProps {
+            dir: self.dir.clone(),
+            expect: *expect,
+            props: props.clone(),
+            mask,
+        };
+        self.replica.call_unit(&req, Action::SetProps)
+    }
+
+    fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
+        let req = Request::Mkdir {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+        };
+        self.replica.call_unit(&req, Action::MakeDir)
+    }
+
+    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
+        let req = Request::Delete {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+        };
+        let b = self
+            .replica
+            .call(&req, None)
+            .map_err(|e| e.into_error(Action::Delete))?;
+        match b.as_slice() {
+            [0] => Ok(Deleted::Done),
+            [1] => Ok(Deleted::Gone),
+            [2] => Ok(Deleted::NotEmpty),
+            _ => Err(Error::Io {
+                action: Action::Delete,
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a deletion reply that does not decode",
+                ),
+            }),
+        }
+    }
+
+    fn remove_stale_temp(&self, name: &[u8]) {
+        let req = Request::RemoveStaleTemp {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+        };
+        let _ = self.replica.call(&req, None);
+    }
+}

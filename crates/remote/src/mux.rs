@@ -1,0 +1,447 @@
+//! One connection, many streams: a reader thread sorts incoming frames into
+//! per-stream queues, writers send whole frames under one lock, and credit
+//! frames keep every queue bounded.
+//!
+//! Flow control. A reply stream (server to client) may carry
+//! `STREAM_WINDOW` bytes before the client grants more; the client grants
+//! as it consumes. Request bodies (client to server) share one window of
+//! `BODY_WINDOW` bytes for the whole connection, granted back as the server
+//! consumes them. The server reads bodies in the order the requests came,
+//! so a client sends a body whole before it starts the next one (the
+//! body lock): the body the server waits on is then always the earliest one
+//! sent, and the shared window cannot fill with bodies it cannot reach yet.
+
+use accord_proto::frame::{
+    credit_payload, encode_frame, parse_credit, read_frame, FrameKind, BODY_WINDOW, CHUNK,
+    STREAM_WINDOW,
+};
+use accord_proto::Frame;
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Which end of the connection this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// What arrived on one stream and is not consumed yet.
+#[derive(Default)]
+struct Inbound {
+    chunks: VecDeque<Vec<u8>>,
+    /// Bytes queued (bounded by the window the sender was granted).
+    queued: u64,
+    /// The sender finished the stream (END or ERROR).
+    done: bool,
+    /// An ERROR frame's payload.
+    error: Option<Vec<u8>>,
+    /// Consumed bytes not yet granted back.
+    to_grant: u64,
+}
+
+/// A request the server read (header decoded by the caller).
+pub struct Opened {
+    pub stream: u32,
+    pub header: Vec<u8>,
+    pub has_body: bool,
+}
+
+#[derive(Default)]
+struct State {
+    inbound: HashMap<u32, Inbound>,
+    /// Credit left to send on each of our outgoing reply streams (server),
+    /// or for request bodies as a whole (client, key 0).
+    credit: HashMap<u32, u64>,
+    /// Requests read and not yet taken (server).
+    opened: VecDeque<Opened>,
+    /// Highest stream number opened so far (server: new ones must be
+    /// higher, so a late frame never lands on a reused number).
+    last_opened: u32,
+    /// Body bytes queued on the server for all streams.
+    body_queued: u64,
+    /// Why the connection is over.
+    closed: Option<String>,
+}
+
+/// One end of a connection.
+pub struct Conn {
+    role: Role,
+    writer: Mutex<Box<dyn Write + Send>>,
+    body_lock: Mutex<()>,
+    state: Mutex<State>,
+    changed: Condvar,
+    next_stream: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub bytes_received: AtomicU64,
+}
+
+/// Why a connection ended when the other side ended it cleanly.
+pub const PEER_CLOSED: &str = "the other side closed the connection";
+
+/// Most requests a server keeps read but not yet answered.
+const MAX_OPEN_STREAMS: usize = 1 << 16;
+
+impl Conn {
+    /// Start the connection over `reader`/`writer` (the handshake is done)
+    /// and its reader thread.
+    pub fn start(
+        role: Role,
+        reader: Box<dyn Read + Send>,
+        writer: Box<dyn Write + Send>,
+    ) -> Arc<Conn> {
+        let mut st = State::default();
+        if role == Role::Client {
+            st.credit.insert(0, BODY_WINDOW as u64);
+        }
+        let conn = Arc::new(Conn {
+            role,
+            writer: Mutex::new(writer),
+            body_lock: Mutex::new(()),
+            state: Mutex::new(st),
+            changed: Condvar::new(),
+            next_stream: AtomicU64::new(1),
+            bytes_sent: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+        });
+        let c = conn.clone();
+        std::thread::Builder::new()
+            .name("accord-conn".into())
+            .spawn(move || c.read_loop(reader))
+            .expect("spawn the connection's reader");
+        conn
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why the connection is over, if it is.
+    pub fn closed(&self) -> Option<String> {
+        self.lock().closed.clone()
+    }
+
+    /// Close our sending side (the peer sees the end of the stream and
+    /// finishes; its reader then ends ours).
+    pub fn shutdown_write(&self) {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = w.flush();
+        *w = Box::new(io::sink());
+    }
+
+    /// End the connection: every waiter wakes with `why`.
+    pub fn close(&self, why: &str) {
+        let mut st = self.lock();
+        if st.closed.is_none() {
+            st.closed = Some(why.to_string());
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    fn read_loop(self: Arc<Self>, mut reader: Box<dyn Read + Send>) {
+        let why = loop {
+            match read_frame(&mut *reader) {
+                Ok(Some(f)) => {
+                    self.bytes_received
+                        .fetch_add(9 + f.payload.len() as u64, Ordering::Relaxed);
+                    if let Err(e) = self.take_frame(f) {
+                        break format!("protocol violation by the other side: {e}");
+                    }
+                }
+                Ok(None) => break PEER_CLOSED.to_string(),
+                Err(e) => break format!("connection failed: {e}"),
+            }
+        };
+        self.close(&why);
+    }
+
+    fn take_frame(&self, f: Frame) -> Result<(), String> {
+        let mut st = self.lock();
+        if st.closed.is_some() {
+            return Ok(());
+        }
+        match (self.role, f.kind) {
+            (_, FrameKind::Credit) => {
+                let n = parse_credit(&f.payload).map_err(|e| e.to_string())? as u64;
+                // Credit for a stream already answered is late, not wrong.
+                if let Some(c) = st.credit.get_mut(&f.stream) {
+                    *c = c.saturating_add(n);
+                }
+            }
+            (Role::Server, FrameKind::Open | FrameKind::OpenFin) => {
+                if f.stream <= st.last_opened {
+                    return Err(format!("stream {} opened twice or out of order", f.stream));
+                }
+                if st.opened.len() + st.inbound.len() >= MAX_OPEN_STREAMS {
+                    return Err("too many requests in flight".into());
+                }
+                st.last_opened = f.stream;
+                let has_body = f.kind == FrameKind::Open;
+                if has_body {
+                    st.inbound.insert(f.stream, Inbound::default());
+                }
+                st.credit.insert(f.stream, STREAM_WINDOW as u64);
+                st.opened.push_back(Opened {
+                    stream: f.stream,
+                    header: f.payload,
+                    has_body,
+                });
+            }
+            (_, FrameKind::Data | FrameKind::End | FrameKind::Error) => {
+                // A client ends a body with an error when it could not
+                // read all of it: the request then fails.
+                let server = self.role == Role::Server;
+                let len = f.payload.len() as u64;
+                if server {
+                    st.body_queued += len;
+                    if st.body_queued > BODY_WINDOW as u64 {
+                        return Err("request bodies beyond the granted window".into());
+                    }
+                }
+                let Some(ib) = st.inbound.get_mut(&f.stream) else {
+                    // A reply to a request given up on (client) is dropped;
+                    // a body for no request is a violation.
+                    return if server {
+                        Err(format!("data for stream {} that expects none", f.stream))
+                    } else {
+                        Ok(())
+                    };
+                };
+                if ib.done {
+                    return Err(format!("data after the end of stream {}", f.stream));
+                }
+                if !server && ib.queued + len > STREAM_WINDOW as u64 {
+                    return Err(format!("stream {} beyond its window", f.stream));
+                }
+                if f.kind == FrameKind::Error {
+                    ib.error = Some(f.payload);
+                    ib.done = true;
+                } else {
+                    ib.done = f.kind == FrameKind::End;
+                    if !f.payload.is_empty() {
+                        ib.queued += len;
+                        ib.chunks.push_back(f.payload);
+                    }
+                }
+            }
+            (Role::Client, k) => return Err(format!("frame kind {k:?} from a server")),
+        }
+        drop(st);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn send_frame(&self, stream: u32, kind: FrameKind, payload: &[u8]) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(9 + payload.len());
+        encode_frame(&mut buf, stream, kind, payload);
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let r = w.write_all(&buf).and_then(|()| w.flush());
+        drop(w);
+        match r {
+            Ok(()) => {
+                self.bytes_sent
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.close(&format!("connection failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    fn lost(&self) -> io::Error {
+        let why = self.closed().unwrap_or_else(|| "connection closed".into());
+        io::Error::new(io::ErrorKind::ConnectionAborted, why)
+    }
+
+    /// Wait for `n` bytes of credit on `key` (at least one byte; up to
+    /// `n`) and take it.
+    fn take_credit(&self, key: u32, n: usize) -> io::Result<usize> {
+        let mut st = self.lock();
+        loop {
+            if st.closed.is_some() {
+                drop(st);
+                return Err(self.lost());
+            }
+            let c = st.credit.get(&key).copied().unwrap_or(0);
+            if c > 0 || n == 0 {
+                let take = (n as u64).min(c) as usize;
+                *st.credit.get_mut(&key).unwrap() -= take as u64;
+                return Ok(take);
+            }
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Send `data` on `stream` as DATA frames (END when `last`), within
+    /// the credit of `credit_key`.
+    fn send_stream(&self, stream: u32, credit_key: u32, data: &[u8], last: bool) -> io::Result<()> {
+        let mut rest = data;
+        loop {
+            let want = rest.len().min(CHUNK);
+            let n = self.take_credit(credit_key, want)?;
+            let (chunk, more) = rest.split_at(n);
+            rest = more;
+            let kind = if last && rest.is_empty() {
+                FrameKind::End
+            } else {
+                FrameKind::Data
+            };
+            if !chunk.is_empty() || kind == FrameKind::End {
+                self.send_frame(stream, kind, chunk)?;
+            }
+            if rest.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Next chunk of `stream`; `Ok(None)` at its end; `Err(Ok(payload))`
+    /// when the sender ended it with an error frame, `Err(Err(io))` when
+    /// the connection is gone.
+    pub fn recv(&self, stream: u32) -> Result<Option<Vec<u8>>, Result<Vec<u8>, io::Error>> {
+        let mut st = self.lock();
+        loop {
+            let Some(ib) = st.inbound.get_mut(&stream) else {
+                return Err(Err(io::Error::other("read past the end of a stream")));
+            };
+            if let Some(chunk) = ib.chunks.pop_front() {
+                ib.queued -= chunk.len() as u64;
+                ib.to_grant += chunk.len() as u64;
+                let grant = (ib.to_grant >= STREAM_WINDOW as u64 / 2)
+                    .then(|| std::mem::take(&mut ib.to_grant));
+                if self.role == Role::Server {
+                    st.body_queued -= chunk.len() as u64;
+                }
+                drop(st);
+                if let Some(g) = grant {
+                    // Servers grant body credit on stream 0, for the
+                    // connection; clients per reply stream.
+                    let key = if self.role == Role::Server { 0 } else { stream };
+                    let _ = self.send_frame(key, FrameKind::Credit, &credit_payload(g as u32));
+                }
+                return Ok(Some(chunk));
+            }
+            if ib.done {
+                let err = ib.error.take();
+                st.inbound.remove(&stream);
+                return match err {
+                    Some(e) => Err(Ok(e)),
+                    None => Ok(None),
+                };
+            }
+            if st.closed.is_some() {
+                drop(st);
+                return Err(Err(self.lost()));
+            }
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The client's side of the calls.
+impl Conn {
+    /// Open a request stream; `body` (if any) is sent whole, under the body
+    /// lock, right after the header.
+    pub fn request(&self, header: &[u8], body: Option<&mut dyn Read>) -> io::Result<u32> {
+        let Some(body) = body else {
+            return self.open_stream(FrameKind::OpenFin, header);
+        };
+        let _body = self.body_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let stream = self.open_stream(FrameKind::Open, header)?;
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = match body.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // The server must not take a partial body as whole:
+                    // end the stream with an error it reports back.
+                    let _ = self.send_frame(stream, FrameKind::Error, e.to_string().as_bytes());
+                    return Err(e);
+                }
+            };
+            if n == 0 {
+                self.send_stream(stream, 0, &[], true)?;
+                return Ok(stream);
+            }
+            self.send_stream(stream, 0, &buf[..n], false)?;
+        }
+    }
+
+    /// Number a new stream and send its OPEN frame, under the writer's
+    /// lock: the server takes stream numbers only in increasing order.
+    fn open_stream(&self, kind: FrameKind, header: &[u8]) -> io::Result<u32> {
+        let mut buf = Vec::with_capacity(9 + header.len());
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let stream = u32::try_from(stream)
+            .map_err(|_| io::Error::other("too many requests on one connection"))?;
+        self.lock().inbound.insert(stream, Inbound::default());
+        encode_frame(&mut buf, stream, kind, header);
+        let r = w.write_all(&buf).and_then(|()| w.flush());
+        drop(w);
+        match r {
+            Ok(()) => {
+                self.bytes_sent
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                Ok(stream)
+            }
+            Err(e) => {
+                self.close(&format!("connection failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Stop listening to a stream whose reply is not wanted any more.
+    pub fn forget(&self, stream: u32) {
+        self.lock().inbound.remove(&stream);
+    }
+}
+
+/// The server's side.
+impl Conn {
+    /// The next request, in the order they were sent; `None` once the
+    /// connection is over.
+    pub fn next_request(&self) -> Option<Opened> {
+        let mut st = self.lock();
+        loop {
+            if let Some(o) = st.opened.pop_front() {
+                return Some(o);
+            }
+            if st.closed.is_some() {
+                return None;
+            }
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Send a reply body (END after it), within the stream's credit.
+    pub fn reply(&self, stream: u32, data: &[u8]) -> io::Result<()> {
+        let r = self.send_stream(stream, stream, data, true);
+        self.lock().credit.remove(&stream);
+        r
+    }
+
+    /// Send part of a reply body.
+    pub fn reply_part(&self, stream: u32, data: &[u8]) -> io::Result<()> {
+        self.send_stream(stream, stream, data, false)
+    }
+
+    /// End a reply with an error.
+    pub fn reply_error(&self, stream: u32, payload: &[u8]) -> io::Result<()> {
+        self.lock().credit.remove(&stream);
+        self.send_frame(stream, FrameKind::Error, payload)
+    }
+
+    /// Drop what is left of a request body (after the request failed
+    /// before reading it all).
+    pub fn drain_body(&self, stream: u32) {
+        while let Ok(Some(_)) = self.recv(stream) {}
+    }
+}

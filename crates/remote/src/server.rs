@@ -1,0 +1,576 @@
+//! `accord server`: one session over a byte stream (ssh's stdin and
+//! stdout, or a daemon's encrypted connection). It answers the handshake,
+//! opens the root asked for as a `LocalReplica` (confined to a restriction
+//! or module when it has one) and carries out the client's calls: reads on
+//! a few threads, writes one at a time in the order they were sent.
+
+use crate::errors::{denied, io_error, protocol, to_wire};
+use crate::mux::{Conn, Opened, Role};
+use accord_engine::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica, ReplicaDir};
+use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
+use accord_model::{Kind, RelPath};
+use accord_proto::codec::{put_failures, put_listing};
+use accord_proto::hello::{FEATURES, VERSION};
+use accord_proto::msg::{encode_found, ListOptions};
+use accord_proto::{Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
+use std::collections::HashSet;
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+
+/// Threads that serve reads (listings, file contents, signatures, deltas).
+const READERS: usize = 4;
+/// Largest request body held in memory (a delta, a signature, state).
+const MAX_BODY: u64 = 1 << 31;
+/// Largest `.accordignore` file sent along with a listing.
+const MAX_IGNORE_FILE: u64 = 1 << 20;
+
+/// What a server lets its clients reach.
+#[derive(Clone, Debug, Default)]
+pub struct ServerConfig {
+    /// Roots are resolved inside this directory and may not leave it (an
+    /// authorized_keys `command=` line, or a daemon module).
+    pub restrict: Option<PathBuf>,
+    /// Refuse every write.
+    pub read_only: bool,
+    /// Where replicas keep their state (memos, guard memory).
+    pub state_dir: Option<PathBuf>,
+    pub local: LocalOptions,
+}
+
+/// Serve one session; returns when the client is done or the connection
+/// fails (with why, for the log).
+pub fn serve(
+    mut reader: Box<dyn Read + Send>,
+    mut writer: Box<dyn Write + Send>,
+    cfg: &ServerConfig,
+) -> Result<(), String> {
+    let hello = Hello::read(&mut *reader).map_err(|e| format!("handshake: {e:?}"))?;
+    let refuse = |w: &mut dyn Write, why: Refusal, message: String| {
+        let _ = Welcome::Refused {
+            version: VERSION,
+            why,
+            message: message.clone(),
+        }
+        .write(w);
+        Err(message)
+    };
+    if hello.version != VERSION {
+        let m = format!(
+            "the remote accord speaks protocol version {VERSION}, this one {}; install the same release on both hosts",
+            hello.version
+        );
+        return refuse(&mut *writer, Refusal::Version, m);
+    }
+    let writable = hello.mode == RootMode::Write;
+    if writable && cfg.read_only {
+        return refuse(
+            &mut *writer,
+            Refusal::Denied,
+            "this root is read-only".into(),
+        );
+    }
+    let path = match resolve_root(&hello.root, cfg.restrict.as_deref()) {
+        Ok(p) => p,
+        Err(m) => return refuse(&mut *writer, Refusal::Denied, m),
+    };
+    let opened = match hello.mode {
+        RootMode::Write => LocalReplica::create(&path),
+        _ => LocalReplica::open(&path),
+    };
+    let replica = match opened {
+        Ok(r) => r
+            .with_state_dir(cfg.state_dir.clone())
+            .with_options(cfg.local),
+        Err(e) => {
+            let why = if e.kind() == io::ErrorKind::NotFound {
+                Refusal::NotFound
+            } else {
+                Refusal::Failed
+            };
+            return refuse(&mut *writer, why, format!("{}: {e}", path.display()));
+        }
+    };
+    let features = hello.features & FEATURES;
+    Welcome::Accepted {
+        version: VERSION,
+        features,
+        identity: replica.identity(),
+        describe: replica.describe(),
+    }
+    .write(&mut *writer)
+    .map_err(|e| format!("handshake: {e}"))?;
+    let conn = Conn::start(Role::Server, reader, writer);
+    let session = Session {
+        replica: &replica,
+        conn: &conn,
+        writable,
+        temps: Mutex::new(HashSet::new()),
+        rules: Mutex::new(None),
+    };
+    session.run();
+    session.discard_temps();
+    match conn.closed() {
+        Some(why) if why != crate::mux::PEER_CLOSED => Err(why),
+        _ => Ok(()),
+    }
+}
+
+/// The root asked for, as a path of this host: inside `restrict` when
+/// there is one (no `..`, an absolute path taken as relative to it).
+fn resolve_root(asked: &[u8], restrict: Option<&Path>) -> Result<PathBuf, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = Path::new(std::ffi::OsStr::from_bytes(asked));
+    let Some(base) = restrict else {
+        return Ok(if asked.is_empty() {
+            PathBuf::from(".")
+        } else {
+            p.to_path_buf()
+        });
+    };
+    let mut out = base.to_path_buf();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "{} leaves the tree this key is restricted to",
+                    accord_model::escape_for_display(asked)
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Session<'a> {
+    replica: &'a LocalReplica,
+    conn: &'a Arc<Conn>,
+    writable: bool,
+    /// Temp names handed out and not yet committed or discarded: a commit
+    /// or discard of any other name is refused.
+    temps: Mutex<HashSet<(RelPath, Vec<u8>)>>,
+    /// The rules of this session's listings (built from the first listing
+    /// request's patterns; `.accordignore` files add to them).
+    rules: Mutex<Option<(Vec<String>, Arc<IgnoreRules>)>>,
+}
+
+type Reply = Result<Vec<u8>, WireError>;
+
+impl Session<'_> {
+    fn run(&self) {
+        let (tx, rx) = mpsc::channel::<(u32, Request)>();
+        let rx = Mutex::new(rx);
+        std::thread::scope(|s| {
+            for _ in 0..READERS {
+                s.spawn(|| loop {
+                    let next = rx.lock().unwrap().recv();
+                    let Ok((stream, req)) = next else { return };
+                    self.answer(stream, &req, None);
+                });
+            }
+            while let Some(o) = self.conn.next_request() {
+                let req = match Request::decode(&o.header) {
+                    Ok(r) if r.has_body() == o.has_body => r,
+                    Ok(_) => {
+                        self.conn.close("a request with a body it should not have");
+                        break;
+                    }
+                    Err(e) => {
+                        self.conn
+                            .close(&format!("a request that does not decode: {e}"));
+                        break;
+                    }
+                };
+                if req.writes() || req.has_body() {
+                    self.answer(o.stream, &req, Some(&o));
+                } else if tx.send((o.stream, req)).is_err() {
+                    break;
+                }
+            }
+            drop(tx);
+        });
+    }
+
+    /// Carry out one request and send its reply.
+    fn answer(&self, stream: u32, req: &Request, opened: Option<&Opened>) {
+        let reply = if req.writes() && !self.writable {
+            Err(denied(format!(
+                "{} refused: this root is not open for writing",
+                req.name()
+            )))
+        } else {
+            self.call(stream, req)
+        };
+        if opened.is_some_and(|o| o.has_body) {
+            // Whatever the call did not read of its body.
+            self.conn.drain_body(stream);
+        }
+        let _ = match reply {
+            Ok(bytes) => self.conn.reply(stream, &bytes),
+            Err(e) => self.conn.reply_error(stream, &e.encode()),
+        };
+    }
+
+    /// Temps of a session that ended before committing them.
+    fn discard_temps(&self) {
+        for (dir, temp) in self.temps.lock().unwrap().drain() {
+            if let Ok(d) = self.replica.open_dir(&dir) {
+                d.discard(&temp);
+            }
+        }
+    }
+
+    fn dir(&self, dir: &RelPath, action: Action) -> Result<Box<dyn ReplicaDir + '_>, WireError> {
+        self.replica.open_dir(dir).map_err(|e| io_error(action, &e))
+    }
+
+    fn body(&self, stream: u32) -> BodyReader<'_> {
+        BodyReader {
+            conn: self.conn,
+            stream,
+            chunk: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    fn body_bytes(&self, stream: u32, action: Action) -> Result<Vec<u8>, WireError> {
+        let mut v = Vec::new();
+        self.body(stream)
+            .take(MAX_BODY + 1)
+            .read_to_end(&mut v)
+            .map_err(|e| io_error(action, &e))?;
+        if v.len() as u64 > MAX_BODY {
+            return Err(protocol("a request body above the limit"));
+        }
+        Ok(v)
+    }
+
+    fn issue_temp(&self, dir: &RelPath, temp: Vec<u8>) -> Vec<u8> {
+        self.temps
+            .lock()
+            .unwrap()
+            .insert((dir.clone(), temp.clone()));
+        temp
+    }
+
+    fn take_temp(&self, dir: &RelPath, temp: &[u8]) -> Result<(), WireError> {
+        if self
+            .temps
+            .lock()
+            .unwrap()
+            .remove(&(dir.clone(), temp.to_vec()))
+        {
+            Ok(())
+        } else {
+            Err(denied("a temp name this session did not hand out"))
+        }
+    }
+
+    fn call(&self, stream: u32, req: &Request) -> Reply {
+        let w = |e: Error| to_wire(&e);
+        match req {
+            Request::Lock => {
+                let held = self
+                    .replica
+                    .try_lock()
+                    .map_err(|e| io_error(Action::OpenDestination, &e))?;
+                Ok(vec![held as u8])
+            }
+            Request::ListDir { dir, opts } => self.list(dir, opts),
+            Request::Fingerprint { path } => {
+                Ok(self.replica.fingerprint(path).map_err(w)?.to_vec())
+            }
+            Request::OpenDir { dir } => self.dir(dir, Action::OpenDestination).map(|_| Vec::new()),
+            Request::SyncAll => {
+                self.replica
+                    .sync_all()
+                    .map_err(|e| io_error(Action::Flush, &e))?;
+                Ok(Vec::new())
+            }
+            Request::ReadState { name } => {
+                let mut out = Vec::new();
+                match self.replica.read_state(name) {
+                    None => out.push(0),
+                    Some(data) => {
+                        out.push(1);
+                        out.extend_from_slice(&data);
+                    }
+                }
+                Ok(out)
+            }
+            Request::WriteState { name, durable } => {
+                let data = self.body_bytes(stream, Action::WriteTemp)?;
+                self.replica
+                    .write_state(name, &data, *durable)
+                    .map_err(|e| io_error(Action::WriteTemp, &e))?;
+                Ok(Vec::new())
+            }
+            Request::Stat { dir, name } => {
+                let found = self
+                    .dir(dir, Action::OpenDestination)?
+                    .stat(name)
+                    .map_err(|e| io_error(Action::OpenDestination, &e))?;
+                Ok(encode_found(found.as_ref()))
+            }
+            Request::OpenRead { dir, name, expect } => {
+                let d = self.dir(dir, Action::OpenSource)?;
+                let mut r = d.open_read(name, expect).map_err(w)?;
+                self.stream_out(stream, &mut *r)?;
+                Ok(Vec::new())
+            }
+            Request::Signature { dir, name, expect } => self
+                .dir(dir, Action::OpenDestination)?
+                .signature(name, expect)
+                .map_err(w),
+            Request::MakeDelta {
+                dir,
+                name,
+                expect,
+                in_place,
+            } => {
+                let sig = self.body_bytes(stream, Action::ReadSource)?;
+                let d = self.dir(dir, Action::OpenSource)?;
+                let (delta, stats) = d.make_delta(name, expect, &sig, *in_place).map_err(w)?;
+                let mut e = Enc::new();
+                e.varint(stats.literal_bytes).varint(stats.matched_bytes);
+                e.raw(&delta);
+                Ok(e.finish())
+            }
+            Request::Receive {
+                dir,
+                name,
+                basis,
+                props,
+                mask,
+            } => {
+                let d = self.dir(dir, Action::WriteTemp)?;
+                let temp = match basis {
+                    None => {
+                        let mut body = self.body(stream);
+                        d.receive(name, Incoming::Whole(&mut body), props, *mask)
+                    }
+                    Some(basis) => {
+                        let delta = self.body_bytes(stream, Action::WriteTemp)?;
+                        let incoming = Incoming::Delta {
+                            basis: *basis,
+                            delta: &delta,
+                        };
+                        d.receive(name, incoming, props, *mask)
+                    }
+                }
+                .map_err(w)?;
+                Ok(self.issue_temp(dir, temp))
+            }
+            Request::PatchInPlace {
+                dir,
+                name,
+                expect,
+                props,
+                mask,
+            } => {
+                let delta = self.body_bytes(stream, Action::UpdateInPlace)?;
+                let d = self.dir(dir, Action::UpdateInPlace)?;
+                d.patch_in_place(name, expect, &delta, props, *mask)
+                    .map_err(w)?;
+                Ok(Vec::new())
+            }
+            Request::MakeNode {
+                dir,
+                name,
+                entry,
+                mask,
+            } => {
+                if entry.kind == Kind::File || entry.kind == Kind::Dir {
+                    return Err(protocol("make node of a file or directory"));
+                }
+                let d = self.dir(dir, Action::MakeNode)?;
+                let temp = d.make_node(name, entry, *mask).map_err(w)?;
+                Ok(self.issue_temp(dir, temp))
+            }
+            Request::LinkTemp { dir, name, leader } => {
+                let d = self.dir(dir, Action::MakeLink)?;
+                let temp = d.link_temp(name, leader).map_err(w)?;
+                Ok(self.issue_temp(dir, temp))
+            }
+            Request::Commit {
+                dir,
+                temp,
+                name,
+                expect,
+            } => {
+                self.take_temp(dir, temp)?;
+                let d = self.dir(dir, Action::Replace)?;
+                let r = d.commit(temp, name, expect);
+                if r.is_err() {
+                    d.discard(temp);
+                }
+                r.map_err(w)?;
+                Ok(Vec::new())
+            }
+            Request::Discard { dir, temp } => {
+                self.take_temp(dir, temp)?;
+                self.dir(dir, Action::Replace)?.discard(temp);
+                Ok(Vec::new())
+            }
+            Request::SetProps {
+                dir,
+                name,
+                expect,
+                kind,
+                props,
+                mask,
+            } => {
+                let d = self.dir(dir, Action::SetProps)?;
+                d.set_props(name, expect, *kind, props, *mask).map_err(w)?;
+                Ok(Vec::new())
+            }
+            Request::SetOwnProps {
+                dir,
+                expect,
+                props,
+                mask,
+            } => {
+                let d = self.dir(dir, Action::SetProps)?;
+                d.set_own_props(expect, props, *mask).map_err(w)?;
+                Ok(Vec::new())
+            }
+            Request::Mkdir { dir, name } => {
+                self.dir(dir, Action::MakeDir)?.mkdir(name).map_err(w)?;
+                Ok(Vec::new())
+            }
+            Request::Delete { dir, name, expect } => {
+                let d = self.dir(dir, Action::Delete)?;
+                let done = d.delete(name, expect).map_err(w)?;
+                Ok(vec![match done {
+                    accord_engine::Deleted::Done => 0,
+                    accord_engine::Deleted::Gone => 1,
+                    accord_engine::Deleted::NotEmpty => 2,
+                }])
+            }
+            Request::RemoveStaleTemp { dir, name } => {
+                if !accord_fsys::is_reserved_name(name) {
+                    return Err(denied("removing a name that is not a temp"));
+                }
+                self.dir(dir, Action::Delete)?.remove_stale_temp(name);
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn rules(&self, opts: &ListOptions) -> Result<Arc<IgnoreRules>, WireError> {
+        let mut slot = self.rules.lock().unwrap();
+        if let Some((patterns, rules)) = &*slot {
+            if *patterns == opts.excludes {
+                return Ok(rules.clone());
+            }
+        }
+        let rules = Arc::new(
+            IgnoreRules::new(&opts.excludes)
+                .map_err(|e| protocol(format!("a bad exclude pattern: {e}")))?,
+        );
+        *slot = Some((opts.excludes.clone(), rules.clone()));
+        Ok(rules)
+    }
+
+    /// A listing: present flag, the listing, the scan's failures, whether
+    /// it is incomplete, and the directory's `.accordignore` (when read),
+    /// so the client's rules exclude what this side's scan excluded.
+    fn list(&self, dir: &RelPath, opts: &ListOptions) -> Reply {
+        let rules = self.rules(opts)?;
+        let sopts = ScanOptions {
+            xattrs: opts.xattrs,
+            xattr_memo: None,
+            listing_memo: None,
+            read_ignore_files: opts.read_ignore_files,
+            source: opts.source,
+        };
+        let (listing, found) = self.replica.list_dir(dir, &rules, &sopts);
+        let mut e = Enc::new();
+        match &listing {
+            None => e.u8(0),
+            Some(l) => {
+                e.u8(1);
+                put_listing(&mut e, l);
+                &mut e
+            }
+        };
+        put_failures(&mut e, &found.errors);
+        e.bool(found.incomplete);
+        let ignore = match &listing {
+            Some(l) if opts.read_ignore_files => self.ignore_file(dir, l),
+            _ => None,
+        };
+        match ignore {
+            None => e.u8(0),
+            Some(c) => e.u8(1).bytes(&c),
+        };
+        Ok(e.finish())
+    }
+
+    fn ignore_file(&self, dir: &RelPath, l: &accord_fsys::Listing) -> Option<Vec<u8>> {
+        let f = l
+            .entries
+            .iter()
+            .find(|x| x.path.file_name() == IGNORE_FILE && x.kind == Kind::File)?;
+        let d = self.replica.open_dir(dir).ok()?;
+        let mut out = Vec::new();
+        let expect = accord_model::Expect::entry(f);
+        d.open_read(IGNORE_FILE, &expect)
+            .ok()?
+            .take(MAX_IGNORE_FILE)
+            .read_to_end(&mut out)
+            .ok()?;
+        Some(out)
+    }
+
+    /// Send a file's contents as reply chunks (the END follows).
+    fn stream_out(&self, stream: u32, r: &mut dyn Read) -> Result<(), WireError> {
+        let mut buf = vec![0u8; accord_proto::frame::CHUNK];
+        loop {
+            let n = match r.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(Action::ReadSource, &e)),
+            };
+            self.conn
+                .reply_part(stream, &buf[..n])
+                .map_err(|e| io_error(Action::ReadSource, &e))?;
+        }
+    }
+}
+
+/// A request body as a stream.
+struct BodyReader<'a> {
+    conn: &'a Conn,
+    stream: u32,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for BodyReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            match self.conn.recv(self.stream) {
+                Ok(Some(c)) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Ok(None) => return Ok(0),
+                Err(Ok(why)) => {
+                    return Err(io::Error::other(format!(
+                        "the client could not send all of it: {}",
+                        String::from_utf8_lossy(&why)
+                    )))
+                }
+                Err(Err(e)) => return Err(e),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
