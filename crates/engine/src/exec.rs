@@ -2,7 +2,7 @@
 //! phase every item is an independent task on the rayon pool.
 
 use crate::error::{Action, Error, Failure, Fatal};
-use crate::replica::{Deleted, Replica};
+use crate::replica::{Deleted, Pending, Replica};
 use crate::transfer::{self, Xfer};
 use crate::{MirrorConfig, Progress};
 use accord_fsys::PropsMask;
@@ -228,6 +228,8 @@ fn remove_stale_temps(x: &Exec, items: &[Item]) {
 
 /// Deletions, one depth level at a time (a directory goes after everything
 /// under it), the directories of a level in parallel, each opened once.
+/// The calls are started level after level and their results taken at the
+/// end: a remote replica carries them out in the order they were sent.
 fn delete_all(x: &Exec, deletes: &[Item]) {
     type Groups<'a> = BTreeMap<RelPath, Vec<&'a Item>>;
     let mut levels: BTreeMap<std::cmp::Reverse<usize>, Groups> = BTreeMap::new();
@@ -239,35 +241,51 @@ fn delete_all(x: &Exec, deletes: &[Item]) {
             .or_default()
             .push(it);
     }
+    let mut started: Vec<(&Item, Pending<Result<Deleted, Error>>)> = Vec::new();
     for (_, groups) in levels {
         if x.stopped() {
-            return;
+            break;
         }
-        groups.into_par_iter().for_each(|(parent, items)| {
-            let dir = match x.dst.open_dir(&parent) {
-                Ok(d) => d,
-                Err(e) => {
-                    if e.raw_os_error() != Some(libc::ENOENT) {
-                        for it in items {
-                            x.fail_item(it, Error::io(Action::Delete)(transfer::clone_io(&e)));
-                        }
-                    }
-                    return;
-                }
-            };
-            for it in items {
-                if x.stopped() {
-                    return;
-                }
-                delete_one(x, &*dir, it);
-            }
-        });
+        let level: Vec<_> = groups
+            .into_par_iter()
+            .flat_map_iter(|(parent, items)| start_deletes(x, &parent, items))
+            .collect();
+        started.extend(level);
+    }
+    for (it, p) in started {
+        deleted(x, it, p.wait());
     }
 }
 
-fn delete_one(x: &Exec, dir: &dyn crate::replica::ReplicaDir, it: &Item) {
+fn start_deletes<'a>(
+    x: &Exec,
+    parent: &RelPath,
+    items: Vec<&'a Item>,
+) -> Vec<(&'a Item, Pending<Result<Deleted, Error>>)> {
+    let dir = match x.dst.open_dir(parent) {
+        Ok(d) => d,
+        Err(e) => {
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                for it in items {
+                    x.fail_item(it, Error::io(Action::Delete)(transfer::clone_io(&e)));
+                }
+            }
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        if x.stopped() {
+            break;
+        }
+        out.push((it, dir.start_delete(it.path.file_name(), &it.expect_dst())));
+    }
+    out
+}
+
+fn deleted(x: &Exec, it: &Item, r: Result<Deleted, Error>) {
     let is_extra = it.src.is_none();
-    match dir.delete(it.path.file_name(), &it.expect_dst()) {
+    match r {
         Ok(Deleted::Done) => {
             x.counters.deleted.fetch_add(1, Ordering::Relaxed);
             x.changed(it);
@@ -284,34 +302,42 @@ fn delete_one(x: &Exec, dir: &dyn crate::replica::ReplicaDir, it: &Item) {
 }
 
 /// New directories, parents first: one depth level at a time, the
-/// directories of a level in parallel.
+/// directories of a level in parallel (results taken at the end).
 fn make_dirs(x: &Exec, mkdirs: &[Item]) {
     let mut levels: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
     for it in mkdirs {
         levels.entry(it.path.depth()).or_default().push(it);
     }
+    let mut started = Vec::new();
     for (_, items) in levels {
         if x.stopped() {
-            return;
+            break;
         }
-        items.par_iter().for_each(|it| {
-            let r = x
-                .dst
-                .open_dir(&parent_of(&it.path))
-                .map_err(Error::io(Action::MakeDir))
-                .and_then(|d| d.mkdir(it.path.file_name()));
-            match r {
-                Ok(()) => {
-                    x.counters.dirs.fetch_add(1, Ordering::Relaxed);
-                    x.changed(it)
-                }
-                Err(e) => x.fail_item(it, e),
+        let level: Vec<_> = items
+            .par_iter()
+            .map(|it| {
+                let p = match x.dst.open_dir(&parent_of(&it.path)) {
+                    Ok(d) => d.start_mkdir(it.path.file_name()),
+                    Err(e) => Pending::ready(Err(Error::io(Action::MakeDir)(e))),
+                };
+                (*it, p)
+            })
+            .collect();
+        started.extend(level);
+    }
+    for (it, p) in started {
+        match p.wait() {
+            Ok(()) => {
+                x.counters.dirs.fetch_add(1, Ordering::Relaxed);
+                x.changed(it)
             }
-        });
+            Err(e) => x.fail_item(it, e),
+        }
     }
 }
 
-/// Directory properties, deepest first, one depth level at a time.
+/// Directory properties, deepest first, one depth level at a time
+/// (results taken at the end).
 fn set_dir_props(x: &Exec, items: &[Item]) {
     let mut levels: BTreeMap<std::cmp::Reverse<usize>, Vec<&Item>> = BTreeMap::new();
     for it in items {
@@ -320,22 +346,29 @@ fn set_dir_props(x: &Exec, items: &[Item]) {
             .or_default()
             .push(it);
     }
+    let mut started = Vec::new();
     for (_, items) in levels {
-        items.par_iter().for_each(|it| {
-            let Some(s) = &it.src else { return };
-            debug_assert_eq!(s.kind, Kind::Dir);
-            let r = x
-                .dst
-                .open_dir(&it.path)
-                .map_err(Error::io(Action::SetProps))
-                .and_then(|d| d.set_own_props(&it.expect_dst(), &s.props, x.mask()));
-            match r {
-                Ok(()) => x.changed(it),
-                // A directory this run could not make was reported already.
-                Err(Error::Io { source, .. })
-                    if it.dst.is_none() && source.raw_os_error() == Some(libc::ENOENT) => {}
-                Err(e) => x.fail_item(it, e),
-            }
-        });
+        let level: Vec<_> = items
+            .par_iter()
+            .filter_map(|it| {
+                let s = it.src.as_ref()?;
+                debug_assert_eq!(s.kind, Kind::Dir);
+                let p = match x.dst.open_dir(&it.path) {
+                    Ok(d) => d.start_set_own_props(&it.expect_dst(), &s.props, x.mask()),
+                    Err(e) => Pending::ready(Err(Error::io(Action::SetProps)(e))),
+                };
+                Some((*it, p))
+            })
+            .collect();
+        started.extend(level);
+    }
+    for (it, p) in started {
+        match p.wait() {
+            Ok(()) => x.changed(it),
+            // A directory this run could not make was reported already.
+            Err(Error::Io { source, .. })
+                if it.dst.is_none() && source.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => x.fail_item(it, e),
+        }
     }
 }

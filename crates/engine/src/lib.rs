@@ -24,7 +24,7 @@ pub use accord_plan::{
 pub use dry_run::DryRun;
 pub use error::{Action, Error, Failure, Fatal, Side};
 pub use local::{LocalOptions, LocalReplica};
-pub use replica::{Deleted, Incoming, Replica, ReplicaDir};
+pub use replica::{Deleted, Incoming, Pending, Replica, ReplicaDir};
 pub use run::{mirror, mirror_replicas, open_local_root};
 
 use accord_model::RelPath;

@@ -84,6 +84,37 @@ pub trait Replica: Send + Sync {
     }
 }
 
+/// The result of a call that may still be on its way (a remote replica
+/// sends the request and returns; the reply is waited for only when the
+/// engine needs it, so many requests are in flight at once and a run's
+/// time does not grow with round trips times files). A local replica's
+/// calls are done when they return: their results are ready.
+#[must_use = "a pending result must be waited for"]
+pub struct Pending<T>(PendingInner<T>);
+
+enum PendingInner<T> {
+    Ready(T),
+    Later(Box<dyn FnOnce() -> T + Send>),
+}
+
+impl<T> Pending<T> {
+    pub fn ready(value: T) -> Pending<T> {
+        Pending(PendingInner::Ready(value))
+    }
+
+    /// A result that `wait` computes (by waiting for a reply).
+    pub fn later(f: impl FnOnce() -> T + Send + 'static) -> Pending<T> {
+        Pending(PendingInner::Later(Box::new(f)))
+    }
+
+    pub fn wait(self) -> T {
+        match self.0 {
+            PendingInner::Ready(v) => v,
+            PendingInner::Later(f) => f(),
+        }
+    }
+}
+
 /// New contents for [`ReplicaDir::receive`].
 pub enum Incoming<'a> {
     /// The whole file as a stream.
@@ -177,6 +208,66 @@ pub trait ReplicaDir: Send + Sync {
     fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error>;
     /// Remove a stale temp file of an interrupted run (never anything else).
     fn remove_stale_temp(&self, name: &[u8]);
+    // The calls below start a call and return its pending result; a
+    // replica across a wire sends the request and returns at once. The
+    // defaults run the call now.
+
+    fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(self.signature(name, expect))
+    }
+    fn start_receive(
+        &self,
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(self.receive(name, incoming, props, mask))
+    }
+    fn start_make_node(
+        &self,
+        name: &[u8],
+        entry: &Entry,
+        mask: PropsMask,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(self.make_node(name, entry, mask))
+    }
+    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(self.link_temp(name, leader))
+    }
+    fn start_commit(
+        &self,
+        temp: &[u8],
+        name: &[u8],
+        expect: &Expect,
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(self.commit(temp, name, expect))
+    }
+    fn start_set_props(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(self.set_props(name, expect, kind, props, mask))
+    }
+    fn start_set_own_props(
+        &self,
+        expect: &Expect,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(self.set_own_props(expect, props, mask))
+    }
+    fn start_mkdir(&self, name: &[u8]) -> Pending<Result<(), Error>> {
+        Pending::ready(self.mkdir(name))
+    }
+    fn start_delete(&self, name: &[u8], expect: &Expect) -> Pending<Result<Deleted, Error>> {
+        Pending::ready(self.delete(name, expect))
+    }
+
     /// False for a destination that keeps no contents (a dry run): the
     /// engine then sends it none, and reads none to send.
     fn takes_contents(&self) -> bool {

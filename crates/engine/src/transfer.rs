@@ -8,7 +8,7 @@
 
 use crate::error::{Action, Error};
 use crate::exec::{parent_of, Exec};
-use crate::replica::{Incoming, ReplicaDir};
+use crate::replica::{Incoming, Pending, ReplicaDir, STREAM_DELTA_MAX};
 use crate::Side;
 use accord_model::RelPath;
 use accord_plan::{Item, Method, Op};
@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Files per commit batch.
 const BATCH_FILES: usize = 2048;
@@ -119,35 +119,36 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
     if x.stopped() {
         return;
     }
-    metas.par_iter().for_each(|it| {
-        if !x.stopped() {
-            set_meta(x, it)
+    let started: Vec<_> = metas
+        .par_iter()
+        .filter_map(|it| start_meta(x, it).map(|p| (*it, p)))
+        .collect();
+    for (it, p) in started {
+        match p.wait() {
+            Ok(()) => {
+                x.counters.metadata.fetch_add(1, Ordering::Relaxed);
+                x.changed(it)
+            }
+            Err(e) => x.fail_item(it, e),
         }
-    });
+    }
 }
 
-fn set_meta(x: &Exec, it: &Item) {
-    let Some(s) = &it.src else { return };
-    let r = x
-        .dst
-        .open_dir(&parent_of(&it.path))
-        .map_err(Error::io(Action::OpenDestination))
-        .and_then(|dir| {
-            dir.set_props(
-                it.path.file_name(),
-                &it.expect_dst(),
-                s.kind,
-                &s.props,
-                x.mask(),
-            )
-        });
-    match r {
-        Ok(()) => {
-            x.counters.metadata.fetch_add(1, Ordering::Relaxed);
-            x.changed(it)
-        }
-        Err(e) => x.fail_item(it, e),
+fn start_meta(x: &Exec, it: &Item) -> Option<Pending<Result<(), Error>>> {
+    let s = it.src.as_ref()?;
+    if x.stopped() {
+        return None;
     }
+    Some(match x.dst.open_dir(&parent_of(&it.path)) {
+        Ok(dir) => dir.start_set_props(
+            it.path.file_name(),
+            &it.expect_dst(),
+            s.kind,
+            &s.props,
+            x.mask(),
+        ),
+        Err(e) => Pending::ready(Err(Error::io(Action::OpenDestination)(e))),
+    })
 }
 
 fn stage_batch<'a, 'r>(x: &'r Exec, batch: &Batch<'a>) -> StagedBatch<'a, 'r> {
@@ -191,13 +192,27 @@ fn finish_batch<'a>(x: &Exec, batch: StagedBatch<'a, '_>) -> Vec<&'a Item> {
             return no_space;
         }
     }
-    staged.par_iter().for_each(|s| commit(x, s));
+    commit_all(x, &staged);
     no_space
 }
 
-fn commit(x: &Exec, s: &Staged) {
-    let name = s.item.path.file_name();
-    match s.dir.commit(&s.temp, name, &s.item.expect_dst()) {
+/// Rename every staged temp over its target (the calls all started before
+/// any result is taken).
+fn commit_all(x: &Exec, staged: &[Staged]) {
+    let started: Vec<_> = staged
+        .par_iter()
+        .map(|s| {
+            let name = s.item.path.file_name();
+            (s, s.dir.start_commit(&s.temp, name, &s.item.expect_dst()))
+        })
+        .collect();
+    for (s, p) in started {
+        committed(x, s, p.wait());
+    }
+}
+
+fn committed(x: &Exec, s: &Staged, r: Result<(), Error>) {
+    match r {
         Ok(()) => {
             if matches!(s.item.op, Op::Link { .. }) {
                 // Renaming a link over a name of the same inode does nothing.
@@ -240,54 +255,116 @@ fn stage_group<'a, 'r>(
     } else {
         None
     };
+    let sdir = sdir.map(Arc::new);
+    let sigs = start_signatures(x, sdir.as_deref().map(|d| &**d), &**ddir, its);
     // Directories in parallel, the files of one directory in order (creating
     // names in one directory from several threads contends on its lock);
-    // large directories are split into chunks that run in parallel.
-    let results: Vec<Result<Option<Staged>, &Item>> = its
+    // large directories are split into chunks that run in parallel. Every
+    // file's call is started before any result is taken.
+    let results: Vec<(&Item, Result<Option<Started>, Error>)> = its
         .par_chunks(256)
-        .flat_map_iter(|chunk| chunk.iter())
-        .filter_map(|it| {
+        .zip(sigs.par_chunks(256))
+        .flat_map_iter(|(chunk, sigs)| chunk.iter().zip(sigs))
+        .filter_map(|(it, sig)| {
             if x.stopped() {
                 return None;
             }
             let r = match it.op {
-                Op::Write(method) => write(x, sdir.as_deref()?, &**ddir, it, method),
+                Op::Write(method) => {
+                    let sig = sig.lock().unwrap().take();
+                    write(x, &**sdir.as_deref()?, &**ddir, it, method, sig)
+                }
                 Op::Create => {
                     let s = it.src.as_ref()?;
-                    ddir.make_node(it.path.file_name(), s, x.mask())
-                        .map(|t| Some((t, Xfer::default())))
+                    let temp = ddir.start_make_node(it.path.file_name(), s, x.mask());
+                    Ok(Some(Started::new(temp, Xfer::default())))
                 }
                 _ => return None,
             };
-            Some(match r {
-                Ok(Some((temp, xfer))) => Ok(Some(Staged {
-                    item: it,
-                    dir: ddir.clone(),
-                    temp,
-                    xfer,
-                })),
-                Ok(None) => Ok(None),
-                Err(e) if e.is_no_space() && !matches!(e, Error::InPlaceFailed { .. }) => {
-                    x.note_no_space();
-                    Err(*it)
-                }
-                Err(e) => {
-                    x.fail_item(it, e);
-                    Ok(None)
-                }
-            })
+            Some((*it, r))
         })
         .collect();
     let mut staged = Vec::new();
     let mut no_space = Vec::new();
-    for r in results {
+    for (it, r) in results {
+        let r = r.and_then(|started| match started {
+            Some(st) => st.finish(&**ddir).map(Some),
+            None => Ok(None),
+        });
+        let r = r.map_err(|e| match (e, sdir.as_deref()) {
+            (e @ Error::Delta { .. }, Some(sd)) => changed_side(&**sd, &**ddir, it).unwrap_or(e),
+            (e, _) => e,
+        });
         match r {
-            Ok(Some(s)) => staged.push(s),
+            Ok(Some((temp, xfer))) => staged.push(Staged {
+                item: it,
+                dir: ddir.clone(),
+                temp,
+                xfer,
+            }),
             Ok(None) => {}
-            Err(it) => no_space.push(it),
+            Err(e) if e.is_no_space() && !matches!(e, Error::InPlaceFailed { .. }) => {
+                x.note_no_space();
+                no_space.push(it);
+            }
+            Err(e) => x.fail_item(it, e),
         }
     }
     (staged, no_space)
+}
+
+/// The receiver's signatures of the files to be sent as deltas, all asked
+/// for at once when the two replicas are not both local (one round trip
+/// for the directory, not one per file). Aligned with `its`.
+fn start_signatures(
+    x: &Exec,
+    sdir: Option<&dyn ReplicaDir>,
+    ddir: &dyn ReplicaDir,
+    its: &[&Item],
+) -> Vec<Mutex<Option<Pending<Result<Vec<u8>, Error>>>>> {
+    let both_local = sdir.is_some_and(|s| s.local().is_some()) && ddir.local().is_some();
+    its.iter()
+        .map(|it| {
+            let wants = matches!(it.op, Op::Write(Method::Delta | Method::InPlace))
+                && !both_local
+                && ddir.takes_contents()
+                && !x.stopped()
+                && it.src.as_ref().is_some_and(|s| s.size <= STREAM_DELTA_MAX);
+            Mutex::new(wants.then(|| ddir.start_signature(it.path.file_name(), &it.expect_dst())))
+        })
+        .collect()
+}
+
+/// A file whose temp is on its way.
+struct Started {
+    temp: Pending<Result<Vec<u8>, Error>>,
+    xfer: Xfer,
+    /// The source changed while it was read: the temp is thrown away.
+    src_changed: Option<Error>,
+}
+
+impl Started {
+    fn new(temp: Pending<Result<Vec<u8>, Error>>, xfer: Xfer) -> Started {
+        Started {
+            temp,
+            xfer,
+            src_changed: None,
+        }
+    }
+
+    fn ready(temp: Vec<u8>, xfer: Xfer) -> Started {
+        Started::new(Pending::ready(Ok(temp)), xfer)
+    }
+
+    /// Wait for the temp; the staged temp and its bytes.
+    fn finish(self, ddir: &dyn ReplicaDir) -> Result<(Vec<u8>, Xfer), Error> {
+        let temp = self.temp.wait()?;
+        if let Some(e) = self.src_changed {
+            ddir.discard(&temp);
+            return Err(e);
+        }
+        Ok((temp, self.xfer))
+    }
 }
 
 pub(crate) fn clone_io(e: &io::Error) -> io::Error {
@@ -297,38 +374,34 @@ pub(crate) fn clone_io(e: &io::Error) -> io::Error {
     }
 }
 
-/// Write one file's new contents: into a temp file (returned, to be
-/// committed), or in place (`None`: already done and counted).
+/// Start writing one file's new contents into a temp file (to be
+/// committed), or write it in place (`None`: already done and counted).
 fn write(
     x: &Exec,
     sdir: &dyn ReplicaDir,
     ddir: &dyn ReplicaDir,
     it: &Item,
     method: Method,
-) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+    sig: Option<Pending<Result<Vec<u8>, Error>>>,
+) -> Result<Option<Started>, Error> {
     if !ddir.takes_contents() {
         let s = it.src.as_ref().expect("a write has a source");
         let nothing = Incoming::Whole(&mut io::empty());
-        let temp = ddir.receive(it.path.file_name(), nothing, &s.props, x.mask())?;
-        return Ok(Some((temp, Xfer::default())));
+        let temp = ddir.start_receive(it.path.file_name(), nothing, &s.props, x.mask());
+        return Ok(Some(Started::new(temp, Xfer::default())));
     }
     let r = match (sdir.local(), ddir.local()) {
-        (Some(s), Some(d)) => crate::transfer_local::write(x, s, d, it, method),
-        _ => write_generic(x, sdir, ddir, it, method),
+        (Some(s), Some(d)) => crate::transfer_local::write(x, s, d, it, method)
+            .map(|r| r.map(|(temp, xfer)| Started::ready(temp, xfer))),
+        _ => write_generic(x, sdir, ddir, it, method, sig),
     };
-    match r {
-        Ok(Some((temp, xfer))) => {
-            x.progress
-                .bytes_done
-                .fetch_add(it.src.as_ref().map_or(0, |s| s.size), Ordering::Relaxed);
-            Ok(Some((temp, xfer)))
-        }
-        Ok(None) => Ok(None),
-        // A delta that does not check out while a side changed meanwhile
-        // is that change, not a damaged delta.
-        Err(e @ Error::Delta { .. }) => Err(changed_side(sdir, ddir, it).unwrap_or(e)),
-        Err(e) => Err(e),
+    if let Ok(Some(_)) = &r {
+        x.progress
+            .bytes_done
+            .fetch_add(it.src.as_ref().map_or(0, |s| s.size), Ordering::Relaxed);
     }
+    // A delta error is mapped to a change of a side by the caller.
+    r
 }
 
 /// `Some(Changed(side))` when one side no longer holds what was planned.
@@ -355,43 +428,46 @@ impl Read for Counting<'_> {
 }
 
 /// The transfer between replicas that are not both on this host: the whole
-/// file as a stream, or a delta made here from the receiver's signature.
+/// file as a stream, or a delta made where the new version is from the
+/// receiver's signature (`sig`: asked for already).
 fn write_generic(
     x: &Exec,
     sdir: &dyn ReplicaDir,
     ddir: &dyn ReplicaDir,
     it: &Item,
     method: Method,
-) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+    sig: Option<Pending<Result<Vec<u8>, Error>>>,
+) -> Result<Option<Started>, Error> {
     let s = it.src.as_ref().expect("a write has a source");
     let name = it.path.file_name();
     let expect_src = it.expect_src();
     let expect_dst = it.expect_dst();
-    let method = if method != Method::Whole && s.size > crate::replica::STREAM_DELTA_MAX {
+    let method = if method != Method::Whole && s.size > STREAM_DELTA_MAX {
         Method::Whole
     } else {
         method
     };
-    let (temp, xfer) = match method {
+    let mut started = match method {
         Method::Whole => {
             let mut reader = sdir.open_read(name, &expect_src)?;
             let mut counting = Counting {
                 inner: &mut *reader,
                 n: 0,
             };
-            let temp = ddir.receive(name, Incoming::Whole(&mut counting), &s.props, x.mask())?;
+            let temp = ddir.start_receive(name, Incoming::Whole(&mut counting), &s.props, x.mask());
             let n = counting.n;
-            (
-                temp,
-                Xfer {
-                    written: n,
-                    literal: n,
-                    matched: 0,
-                },
-            )
+            let xfer = Xfer {
+                written: n,
+                literal: n,
+                matched: 0,
+            };
+            Started::new(temp, xfer)
         }
         Method::Delta | Method::InPlace => {
-            let sig = ddir.signature(name, &expect_dst)?;
+            let sig = match sig {
+                Some(p) => p.wait()?,
+                None => ddir.signature(name, &expect_dst)?,
+            };
             let in_place = method == Method::InPlace;
             let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, in_place)?;
             let xfer = Xfer {
@@ -399,7 +475,7 @@ fn write_generic(
                 literal: stats.literal_bytes,
                 matched: stats.matched_bytes,
             };
-            if method == Method::InPlace {
+            if in_place {
                 ddir.patch_in_place(name, &expect_dst, &delta, &s.props, x.mask())?;
                 crate::replica::recheck(sdir, name, &expect_src, Side::Source)?;
                 x.count_done(it, xfer);
@@ -410,47 +486,53 @@ fn write_generic(
                 basis: expect_dst,
                 delta: &delta,
             };
-            let temp = ddir.receive(name, incoming, &s.props, x.mask())?;
-            (temp, xfer)
+            Started::new(ddir.start_receive(name, incoming, &s.props, x.mask()), xfer)
         }
     };
     // The source must not have changed while it was read.
-    if let Err(e) = crate::replica::recheck(sdir, name, &expect_src, Side::Source) {
-        ddir.discard(&temp);
-        return Err(e);
-    }
-    Ok(Some((temp, xfer)))
+    started.src_changed = crate::replica::recheck(sdir, name, &expect_src, Side::Source).err();
+    Ok(Some(started))
 }
 
-/// Phase 5: hard links to their group's first path.
+/// Phase 5: hard links to their group's first path (every link started,
+/// then every commit).
 pub(crate) fn run_links(x: &Exec, items: &[Item]) {
-    items.par_iter().for_each(|it| {
-        if x.stopped() {
-            return;
-        }
-        let Op::Link { leader } = &it.op else { return };
-        if x.not_written(leader) {
-            return x.fail_item(it, Error::LeaderNotWritten(leader.clone()));
-        }
-        let r = x
-            .dst
-            .open_dir(&parent_of(&it.path))
-            .map_err(Error::io(Action::OpenDestination))
-            .and_then(|dir| {
-                let temp = dir.link_temp(it.path.file_name(), leader)?;
-                Ok((Arc::new(dir), temp))
-            });
-        match r {
-            Ok((dir, temp)) => commit(
-                x,
-                &Staged {
-                    item: it,
-                    dir,
-                    temp,
-                    xfer: Xfer::default(),
-                },
-            ),
+    let started: Vec<_> = items
+        .par_iter()
+        .filter_map(|it| {
+            if x.stopped() {
+                return None;
+            }
+            let Op::Link { leader } = &it.op else {
+                return None;
+            };
+            if x.not_written(leader) {
+                x.fail_item(it, Error::LeaderNotWritten(leader.clone()));
+                return None;
+            }
+            match x.dst.open_dir(&parent_of(&it.path)) {
+                Ok(dir) => {
+                    let temp = dir.start_link_temp(it.path.file_name(), leader);
+                    Some((it, Arc::new(dir), temp))
+                }
+                Err(e) => {
+                    x.fail_item(it, Error::io(Action::OpenDestination)(e));
+                    None
+                }
+            }
+        })
+        .collect();
+    let mut staged = Vec::with_capacity(started.len());
+    for (it, dir, temp) in started {
+        match temp.wait() {
+            Ok(temp) => staged.push(Staged {
+                item: it,
+                dir,
+                temp,
+                xfer: Xfer::default(),
+            }),
             Err(e) => x.fail_item(it, e),
         }
-    });
+    }
+    commit_all(x, &staged);
 }

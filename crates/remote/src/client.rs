@@ -5,7 +5,7 @@
 use crate::errors::from_wire;
 use crate::mux::{Conn, Role};
 use accord_delta::DeltaStats;
-use accord_engine::{Action, Deleted, Error, Incoming, Replica, ReplicaDir};
+use accord_engine::{Action, Deleted, Error, Incoming, Pending, Replica, ReplicaDir};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
@@ -155,18 +155,14 @@ impl RemoteReplica {
     }
 
     /// Send a request; its reply as a stream.
-    fn start(
-        &self,
-        req: &Request,
-        body: Option<&mut dyn Read>,
-    ) -> Result<ReplyReader<'_>, CallError> {
+    fn start(&self, req: &Request, body: Option<&mut dyn Read>) -> Result<ReplyReader, CallError> {
         debug_assert_eq!(req.has_body(), body.is_some());
         let stream = self
             .conn
             .request(&req.encode(), body)
             .map_err(CallError::Lost)?;
         Ok(ReplyReader {
-            conn: &self.conn,
+            conn: self.conn.clone(),
             stream,
             chunk: Vec::new(),
             pos: 0,
@@ -177,27 +173,42 @@ impl RemoteReplica {
 
     /// Send a request and wait for its whole reply.
     fn call(&self, req: &Request, body: Option<&mut dyn Read>) -> Result<Vec<u8>, CallError> {
-        let mut r = self.start(req, body)?;
-        let mut out = Vec::new();
-        let res = (&mut r).take(MAX_REPLY + 1).read_to_end(&mut out);
-        if let Some(w) = r.failed.take() {
-            return Err(CallError::Failed(w));
-        }
-        res.map_err(CallError::Lost)?;
-        if out.len() as u64 > MAX_REPLY {
-            self.conn.close("a reply above the limit");
-            return Err(CallError::Lost(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "a reply above the limit",
-            )));
-        }
-        Ok(out)
+        self.start(req, body)?.whole()
     }
 
-    fn call_unit(&self, req: &Request, action: Action) -> Result<(), Error> {
-        self.call(req, None)
-            .map(|_| ())
-            .map_err(|e| e.into_error(action))
+    /// Send a request now; its whole reply when waited for.
+    fn call_later(
+        &self,
+        req: &Request,
+        body: Option<&mut dyn Read>,
+    ) -> Pending<Result<Vec<u8>, CallError>> {
+        match self.start(req, body) {
+            Ok(r) => Pending::later(move || r.whole()),
+            Err(e) => Pending::ready(Err(e)),
+        }
+    }
+
+    /// `call_later` of a call whose reply is empty.
+    fn unit_later(&self, req: &Request, action: Action) -> Pending<Result<(), Error>> {
+        let p = self.call_later(req, None);
+        Pending::later(move || p.wait().map(|_| ()).map_err(|e| e.into_error(action)))
+    }
+
+    /// `call_later` of a call whose reply is a temp name.
+    fn temp_later(
+        &self,
+        req: &Request,
+        body: Option<&mut dyn Read>,
+        action: Action,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        let p = self.call_later(req, body);
+        Pending::later(move || {
+            let b = p.wait().map_err(|e| e.into_error(action))?;
+            decode_temp(&b).map_err(|e| Error::Io {
+                action,
+                source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+            })
+        })
     }
 
     fn list_options(rules: &IgnoreRules, opts: &ScanOptions) -> ListOptions {
@@ -250,8 +261,8 @@ impl Drop for RemoteReplica {
 }
 
 /// The reply of one request, read as it arrives.
-struct ReplyReader<'a> {
-    conn: &'a Conn,
+struct ReplyReader {
+    conn: Arc<Conn>,
     stream: u32,
     chunk: Vec<u8>,
     pos: usize,
@@ -259,7 +270,27 @@ struct ReplyReader<'a> {
     failed: Option<WireError>,
 }
 
-impl Read for ReplyReader<'_> {
+impl ReplyReader {
+    /// The whole reply (bounded).
+    fn whole(mut self) -> Result<Vec<u8>, CallError> {
+        let mut out = Vec::new();
+        let res = (&mut self).take(MAX_REPLY + 1).read_to_end(&mut out);
+        if let Some(w) = self.failed.take() {
+            return Err(CallError::Failed(w));
+        }
+        res.map_err(CallError::Lost)?;
+        if out.len() as u64 > MAX_REPLY {
+            self.conn.close("a reply above the limit");
+            return Err(CallError::Lost(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "a reply above the limit",
+            )));
+        }
+        Ok(out)
+    }
+}
+
+impl Read for ReplyReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.pos == self.chunk.len() {
             if self.done {
@@ -296,7 +327,7 @@ impl Read for ReplyReader<'_> {
     }
 }
 
-impl Drop for ReplyReader<'_> {
+impl Drop for ReplyReader {
     fn drop(&mut self) {
         if !self.done {
             self.conn.forget(self.stream);
@@ -305,11 +336,11 @@ impl Drop for ReplyReader<'_> {
 }
 
 /// A reply stream that turns a failure reply into the engine's error.
-struct FileReader<'a> {
-    inner: ReplyReader<'a>,
+struct FileReader {
+    inner: ReplyReader,
 }
 
-impl Read for FileReader<'_> {
+impl Read for FileReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.inner
             .read(buf)
@@ -391,9 +422,12 @@ impl Replica for RemoteReplica {
         })
     }
 
+    /// No round trip: a directory that cannot be opened makes each call
+    /// on it fail.
     fn open_dir(&self, path: &RelPath) -> io::Result<Box<dyn ReplicaDir + '_>> {
-        self.call(&Request::OpenDir { dir: path.clone() }, None)
-            .map_err(CallError::into_io)?;
+        if let Some(why) = self.conn.closed() {
+            return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why));
+        }
         Ok(Box::new(RemoteDir {
             replica: self,
             dir: path.clone(),
@@ -431,16 +465,6 @@ impl Replica for RemoteReplica {
 struct RemoteDir<'a> {
     replica: &'a RemoteReplica,
     dir: RelPath,
-}
-
-impl RemoteDir<'_> {
-    fn temp(&self, b: Result<Vec<u8>, CallError>, action: Action) -> Result<Vec<u8>, Error> {
-        let b = b.map_err(|e| e.into_error(action))?;
-        decode_temp(&b).map_err(|e| Error::Io {
-            action,
-            source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
-        })
-    }
 }
 
 impl ReplicaDir for RemoteDir<'_> {
@@ -516,11 +540,20 @@ impl ReplicaDir for RemoteDir<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Result<Vec<u8>, Error> {
-        let (basis, body): (Option<Expect>, Box<dyn Read + '_>) = match incoming {
+        self.start_receive(name, incoming, props, mask).wait()
+    }
+
+    fn start_receive(
+        &self,
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        let (basis, mut body): (Option<Expect>, Box<dyn Read + '_>) = match incoming {
             Incoming::Whole(r) => (None, Box::new(r)),
             Incoming::Delta { basis, delta } => (Some(basis), Box::new(delta)),
         };
-        let mut body = body;
         let req = Request::Receive {
             dir: self.dir.clone(),
             name: name.to_vec(),
@@ -528,7 +561,18 @@ impl ReplicaDir for RemoteDir<'_> {
             props: props.clone(),
             mask,
         };
-        self.temp(self.replica.call(&req, Some(&mut body)), Action::WriteTemp)
+        self.replica
+            .temp_later(&req, Some(&mut body), Action::WriteTemp)
+    }
+
+    fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {
+        let req = Request::Signature {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+        };
+        let p = self.replica.call_later(&req, None);
+        Pending::later(move || p.wait().map_err(|e| e.into_error(Action::OpenDestination)))
     }
 
     fn patch_in_place(
@@ -553,40 +597,64 @@ impl ReplicaDir for RemoteDir<'_> {
     }
 
     fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
+        self.start_make_node(name, entry, mask).wait()
+    }
+
+    fn start_make_node(
+        &self,
+        name: &[u8],
+        entry: &Entry,
+        mask: PropsMask,
+    ) -> Pending<Result<Vec<u8>, Error>> {
         let req = Request::MakeNode {
             dir: self.dir.clone(),
             name: name.to_vec(),
             entry: entry.clone(),
             mask,
         };
-        self.temp(self.replica.call(&req, None), Action::MakeNode)
+        self.replica.temp_later(&req, None, Action::MakeNode)
     }
 
     fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
+        self.start_link_temp(name, leader).wait()
+    }
+
+    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> Pending<Result<Vec<u8>, Error>> {
         let req = Request::LinkTemp {
             dir: self.dir.clone(),
             name: name.to_vec(),
             leader: leader.clone(),
         };
-        self.temp(self.replica.call(&req, None), Action::MakeLink)
+        self.replica.temp_later(&req, None, Action::MakeLink)
     }
 
     fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
+        self.start_commit(temp, name, expect).wait()
+    }
+
+    fn start_commit(
+        &self,
+        temp: &[u8],
+        name: &[u8],
+        expect: &Expect,
+    ) -> Pending<Result<(), Error>> {
         let req = Request::Commit {
             dir: self.dir.clone(),
             temp: temp.to_vec(),
             name: name.to_vec(),
             expect: *expect,
         };
-        self.replica.call_unit(&req, Action::Replace)
+        self.replica.unit_later(&req, Action::Replace)
     }
 
     fn discard(&self, temp: &[u8]) {
+        // Nothing to wait for: a discard that fails leaves a stale temp the
+        // next run removes.
         let req = Request::Discard {
             dir: self.dir.clone(),
             temp: temp.to_vec(),
         };
-        let _ = self.replica.call(&req, None);
+        drop(self.replica.call_later(&req, None));
     }
 
     fn set_props(
@@ -597,6 +665,17 @@ impl ReplicaDir for RemoteDir<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Result<(), Error> {
+        self.start_set_props(name, expect, kind, props, mask).wait()
+    }
+
+    fn start_set_props(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Pending<Result<(), Error>> {
         let req = Request::SetProps {
             dir: self.dir.clone(),
             name: name.to_vec(),
@@ -605,49 +684,66 @@ impl ReplicaDir for RemoteDir<'_> {
             props: props.clone(),
             mask,
         };
-        self.replica.call_unit(&req, Action::SetProps)
+        self.replica.unit_later(&req, Action::SetProps)
     }
 
     fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error> {
+        self.start_set_own_props(expect, props, mask).wait()
+    }
+
+    fn start_set_own_props(
+        &self,
+        expect: &Expect,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Pending<Result<(), Error>> {
         let req = Request::SetOwnProps {
             dir: self.dir.clone(),
             expect: *expect,
             props: props.clone(),
             mask,
         };
-        self.replica.call_unit(&req, Action::SetProps)
+        self.replica.unit_later(&req, Action::SetProps)
     }
 
     fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
+        self.start_mkdir(name).wait()
+    }
+
+    fn start_mkdir(&self, name: &[u8]) -> Pending<Result<(), Error>> {
         let req = Request::Mkdir {
             dir: self.dir.clone(),
             name: name.to_vec(),
         };
-        self.replica.call_unit(&req, Action::MakeDir)
+        self.replica.unit_later(&req, Action::MakeDir)
     }
 
     fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
+        self.start_delete(name, expect).wait()
+    }
+
+    fn start_delete(&self, name: &[u8], expect: &Expect) -> Pending<Result<Deleted, Error>> {
         let req = Request::Delete {
             dir: self.dir.clone(),
             name: name.to_vec(),
             expect: *expect,
         };
-        let b = self
-            .replica
-            .call(&req, None)
-            .map_err(|e| e.into_error(Action::Delete))?;
-        match b.as_slice() {
-            [0] => Ok(Deleted::Done),
-            [1] => Ok(Deleted::Gone),
-            [2] => Ok(Deleted::NotEmpty),
-            _ => Err(Error::Io {
-                action: Action::Delete,
-                source: io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "a deletion reply that does not decode",
-                ),
-            }),
-        }
+        let p = self.replica.call_later(&req, None);
+        Pending::later(move || {
+            let b = p.wait().map_err(|e| e.into_error(Action::Delete))?;
+            match b.as_slice() {
+                [0] => Ok(Deleted::Done),
+                [1] => Ok(Deleted::Gone),
+                [2] => Ok(Deleted::NotEmpty),
+                _ => Err(Error::Io {
+                    action: Action::Delete,
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a deletion reply that does not decode",
+                    ),
+                }),
+            }
+        })
     }
 
     fn remove_stale_temp(&self, name: &[u8]) {
@@ -655,6 +751,6 @@ impl ReplicaDir for RemoteDir<'_> {
             dir: self.dir.clone(),
             name: name.to_vec(),
         };
-        let _ = self.replica.call(&req, None);
+        drop(self.replica.call_later(&req, None));
     }
 }
