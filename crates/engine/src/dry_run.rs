@@ -111,7 +111,11 @@ impl ReplicaDir for DryRunDir<'_> {
         }
     }
 
-    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn io::Read + '_>, Error> {
+    fn open_read(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+    ) -> Result<Box<dyn io::Read + Send + '_>, Error> {
         match &self.inner {
             Some(d) => d.open_read(name, expect),
             None => Err(Error::Changed(crate::Side::Destination)),

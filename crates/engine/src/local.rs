@@ -265,7 +265,7 @@ impl ReplicaDir for LocalDir<'_> {
         stat_now(&self.dir, name)
     }
 
-    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + '_>, Error> {
+    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
         Ok(Box::new(self.open_checked(name, expect, Side::Source)?))
     }
 

@@ -141,7 +141,11 @@ pub trait ReplicaDir: Send + Sync {
     /// What is at `name` now (`None`: nothing).
     fn stat(&self, name: &[u8]) -> io::Result<Option<Found>>;
     /// Read a regular file that must still be what `expect` says.
-    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn io::Read + '_>, Error>;
+    fn open_read(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+    ) -> Result<Box<dyn io::Read + Send + '_>, Error>;
     /// The encoded signature (see `accord_delta::Signature`) of the regular
     /// file at `name`, which must still be what `expect` says.
     fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error>;
@@ -212,6 +216,9 @@ pub trait ReplicaDir: Send + Sync {
     // replica across a wire sends the request and returns at once. The
     // defaults run the call now.
 
+    fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
+        Pending::ready(self.stat(name))
+    }
     fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {
         Pending::ready(self.signature(name, expect))
     }

@@ -10,7 +10,7 @@ use crate::error::{Action, Error};
 use crate::exec::{parent_of, Exec};
 use crate::replica::{Incoming, Pending, ReplicaDir, STREAM_DELTA_MAX};
 use crate::Side;
-use accord_model::RelPath;
+use accord_model::{Expect, Found, RelPath};
 use accord_plan::{Item, Method, Op};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -24,6 +24,8 @@ const BATCH_FILES: usize = 2048;
 const BATCH_BYTES: u64 = 256 << 20;
 
 type DirBox<'r> = Arc<Box<dyn ReplicaDir + 'r>>;
+/// A temp name or a signature on its way.
+type PendingBytes = Pending<Result<Vec<u8>, Error>>;
 
 /// A temp file (or link, or node) ready to be renamed over its target.
 struct Staged<'a, 'r> {
@@ -264,15 +266,19 @@ fn stage_group<'a, 'r>(
     let results: Vec<(&Item, Result<Option<Started>, Error>)> = its
         .par_chunks(256)
         .zip(sigs.par_chunks(256))
-        .flat_map_iter(|(chunk, sigs)| chunk.iter().zip(sigs))
-        .filter_map(|(it, sig)| {
+        .flat_map_iter(|(chunk, sigs)| {
+            let ahead = read_ahead(x, sdir.as_deref().map(|d| &**d), &**ddir, chunk);
+            chunk.iter().zip(sigs).zip(ahead)
+        })
+        .filter_map(|((it, sig), ahead)| {
             if x.stopped() {
                 return None;
             }
             let r = match it.op {
                 Op::Write(method) => {
                     let sig = sig.lock().unwrap().take();
-                    write(x, &**sdir.as_deref()?, &**ddir, it, method, sig)
+                    let pre = (sig, ahead);
+                    write(x, &**sdir.as_deref()?, &**ddir, it, method, pre)
                 }
                 Op::Create => {
                     let s = it.src.as_ref()?;
@@ -321,7 +327,7 @@ fn start_signatures(
     sdir: Option<&dyn ReplicaDir>,
     ddir: &dyn ReplicaDir,
     its: &[&Item],
-) -> Vec<Mutex<Option<Pending<Result<Vec<u8>, Error>>>>> {
+) -> Vec<Mutex<Option<PendingBytes>>> {
     let both_local = sdir.is_some_and(|s| s.local().is_some()) && ddir.local().is_some();
     its.iter()
         .map(|it| {
@@ -335,12 +341,49 @@ fn start_signatures(
         .collect()
 }
 
+/// Most bytes of source files asked for ahead of their turn, per chunk of
+/// a directory's files.
+const READ_AHEAD_BYTES: u64 = 16 << 20;
+
+/// A source file opened ahead of its turn (its contents on their way).
+type Ahead<'s> = Option<Result<Box<dyn Read + Send + 's>, Error>>;
+
+/// When the source is across a wire, open the whole files of `chunk`
+/// before reading any (one round trip for the chunk, not one per file),
+/// up to `READ_AHEAD_BYTES`; the rest open when their turn comes. Aligned
+/// with `chunk`.
+fn read_ahead<'s>(
+    x: &Exec,
+    sdir: Option<&'s dyn ReplicaDir>,
+    ddir: &dyn ReplicaDir,
+    chunk: &[&Item],
+) -> Vec<Ahead<'s>> {
+    let mut budget = READ_AHEAD_BYTES;
+    chunk
+        .iter()
+        .map(|it| {
+            let sd = sdir?;
+            let s = it.src.as_ref()?;
+            let whole = it.op == Op::Write(Method::Whole) || s.size > STREAM_DELTA_MAX;
+            if sd.local().is_some() || !whole || !ddir.takes_contents() || x.stopped() {
+                return None;
+            }
+            if s.size > budget {
+                return None;
+            }
+            budget -= s.size;
+            Some(sd.open_read(it.path.file_name(), &it.expect_src()))
+        })
+        .collect()
+}
+
 /// A file whose temp is on its way.
 struct Started {
     temp: Pending<Result<Vec<u8>, Error>>,
     xfer: Xfer,
-    /// The source changed while it was read: the temp is thrown away.
-    src_changed: Option<Error>,
+    /// What the source holds after it was read, and what it must hold:
+    /// if it changed meanwhile, the temp is thrown away.
+    src_check: Option<(Pending<io::Result<Option<Found>>>, Expect)>,
 }
 
 impl Started {
@@ -348,7 +391,7 @@ impl Started {
         Started {
             temp,
             xfer,
-            src_changed: None,
+            src_check: None,
         }
     }
 
@@ -359,9 +402,18 @@ impl Started {
     /// Wait for the temp; the staged temp and its bytes.
     fn finish(self, ddir: &dyn ReplicaDir) -> Result<(Vec<u8>, Xfer), Error> {
         let temp = self.temp.wait()?;
-        if let Some(e) = self.src_changed {
-            ddir.discard(&temp);
-            return Err(e);
+        if let Some((now, expect)) = self.src_check {
+            let holds = match now.wait() {
+                Ok(found) => expect.still_holds(found.as_ref()),
+                Err(e) => {
+                    ddir.discard(&temp);
+                    return Err(Error::io(Action::ReadSource)(e));
+                }
+            };
+            if !holds {
+                ddir.discard(&temp);
+                return Err(Error::Changed(Side::Source));
+            }
         }
         Ok((temp, self.xfer))
     }
@@ -382,7 +434,7 @@ fn write(
     ddir: &dyn ReplicaDir,
     it: &Item,
     method: Method,
-    sig: Option<Pending<Result<Vec<u8>, Error>>>,
+    pre: (Option<PendingBytes>, Ahead<'_>),
 ) -> Result<Option<Started>, Error> {
     if !ddir.takes_contents() {
         let s = it.src.as_ref().expect("a write has a source");
@@ -393,7 +445,7 @@ fn write(
     let r = match (sdir.local(), ddir.local()) {
         (Some(s), Some(d)) => crate::transfer_local::write(x, s, d, it, method)
             .map(|r| r.map(|(temp, xfer)| Started::ready(temp, xfer))),
-        _ => write_generic(x, sdir, ddir, it, method, sig),
+        _ => write_generic(x, sdir, ddir, it, method, pre),
     };
     if let Ok(Some(_)) = &r {
         x.progress
@@ -436,7 +488,7 @@ fn write_generic(
     ddir: &dyn ReplicaDir,
     it: &Item,
     method: Method,
-    sig: Option<Pending<Result<Vec<u8>, Error>>>,
+    (sig, ahead): (Option<PendingBytes>, Ahead<'_>),
 ) -> Result<Option<Started>, Error> {
     let s = it.src.as_ref().expect("a write has a source");
     let name = it.path.file_name();
@@ -449,7 +501,10 @@ fn write_generic(
     };
     let mut started = match method {
         Method::Whole => {
-            let mut reader = sdir.open_read(name, &expect_src)?;
+            let mut reader = match ahead {
+                Some(r) => r?,
+                None => sdir.open_read(name, &expect_src)?,
+            };
             let mut counting = Counting {
                 inner: &mut *reader,
                 n: 0,
@@ -489,8 +544,9 @@ fn write_generic(
             Started::new(ddir.start_receive(name, incoming, &s.props, x.mask()), xfer)
         }
     };
-    // The source must not have changed while it was read.
-    started.src_changed = crate::replica::recheck(sdir, name, &expect_src, Side::Source).err();
+    // The source must not have changed while it was read (asked now,
+    // checked with the temp's reply).
+    started.src_check = Some((sdir.start_stat(name), expect_src));
     Ok(Some(started))
 }
 

@@ -12,6 +12,7 @@ use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{FEATURES, VERSION};
 use accord_proto::msg::{decode_found, decode_temp, ListOptions};
 use accord_proto::{Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -58,7 +59,17 @@ pub struct RemoteReplica {
     identity: (u64, u64),
     /// Something to keep alive as long as the connection (the ssh child).
     _guard: Mutex<Option<Box<dyn Send>>>,
+    /// Listings asked for before the walk needs them: when a directory is
+    /// listed, its subdirectories are asked for at once, so a tree costs
+    /// round trips per level of depth at most, not per directory. Keyed by
+    /// directory and the options they were asked with.
+    prefetched: Mutex<HashMap<(RelPath, bool), PendingReply>>,
 }
+
+type PendingReply = Pending<Result<Vec<u8>, CallError>>;
+
+/// Most listings asked for ahead of the walk.
+const MAX_PREFETCH: usize = 4096;
 
 /// What a call can come back with.
 enum CallError {
@@ -127,6 +138,7 @@ impl RemoteReplica {
             describe,
             identity,
             _guard: Mutex::new(None),
+            prefetched: Mutex::new(HashMap::new()),
         })
     }
 
@@ -209,6 +221,21 @@ impl RemoteReplica {
                 source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
             })
         })
+    }
+
+    /// Ask for the listings of `l`'s subdirectories now.
+    fn prefetch(&self, l: &Listing, lopts: &ListOptions, source: bool) {
+        let mut ahead = self.prefetched.lock().unwrap();
+        for sub in &l.subdirs {
+            if ahead.len() >= MAX_PREFETCH {
+                return;
+            }
+            let req = Request::ListDir {
+                dir: sub.path.clone(),
+                opts: lopts.clone(),
+            };
+            ahead.insert((sub.path.clone(), source), self.call_later(&req, None));
+        }
     }
 
     fn list_options(rules: &IgnoreRules, opts: &ScanOptions) -> ListOptions {
@@ -389,22 +416,32 @@ impl Replica for RemoteReplica {
         rules: &IgnoreRules,
         opts: &ScanOptions,
     ) -> (Option<Listing>, Scan) {
-        let req = Request::ListDir {
-            dir: dir.clone(),
-            opts: Self::list_options(rules, opts),
+        let lopts = Self::list_options(rules, opts);
+        let key = (dir.clone(), opts.source);
+        let ahead = self.prefetched.lock().unwrap().remove(&key);
+        let reply = match ahead {
+            Some(p) => p,
+            None => self.call_later(
+                &Request::ListDir {
+                    dir: dir.clone(),
+                    opts: lopts.clone(),
+                },
+                None,
+            ),
         };
-        match self.call(&req, None) {
-            Ok(b) => self.decode_listing(dir, &b, rules).unwrap_or_else(|e| {
-                self.conn
-                    .close(&format!("a listing that does not decode: {e}"));
-                lost_listing(
-                    dir,
-                    CallError::Lost(io::Error::new(
-                        io::ErrorKind::ConnectionAborted,
-                        e.to_string(),
-                    )),
-                )
-            }),
+        match reply.wait() {
+            Ok(b) => {
+                let (listing, scan) = self.decode_listing(dir, &b, rules).unwrap_or_else(|e| {
+                    self.conn
+                        .close(&format!("a listing that does not decode: {e}"));
+                    let lost = io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string());
+                    lost_listing(dir, CallError::Lost(lost))
+                });
+                if let Some(l) = &listing {
+                    self.prefetch(l, &lopts, opts.source);
+                }
+                (listing, scan)
+            }
             Err(e) => lost_listing(dir, e),
         }
     }
@@ -477,7 +514,7 @@ impl ReplicaDir for RemoteDir<'_> {
         decode_found(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
     }
 
-    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + '_>, Error> {
+    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
         let req = Request::OpenRead {
             dir: self.dir.clone(),
             name: name.to_vec(),
@@ -563,6 +600,18 @@ impl ReplicaDir for RemoteDir<'_> {
         };
         self.replica
             .temp_later(&req, Some(&mut body), Action::WriteTemp)
+    }
+
+    fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
+        let req = Request::Stat {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+        };
+        let p = self.replica.call_later(&req, None);
+        Pending::later(move || {
+            let b = p.wait().map_err(CallError::into_io)?;
+            decode_found(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        })
     }
 
     fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {

@@ -64,6 +64,11 @@ struct State {
     body_queued: u64,
     /// Why the connection is over.
     closed: Option<String>,
+    /// Reply bodies (server) waiting for credit: the rest of each, sent by
+    /// the reader as credit comes, so no server thread waits on a client
+    /// that reads its replies in another order than it asked.
+    outbox: HashMap<u32, VecDeque<u8>>,
+    outbox_bytes: u64,
 }
 
 /// One end of a connection.
@@ -80,6 +85,9 @@ pub struct Conn {
 
 /// Why a connection ended when the other side ended it cleanly.
 pub const PEER_CLOSED: &str = "the other side closed the connection";
+
+/// Most reply bytes a server holds for credit before its threads wait.
+const MAX_OUTBOX: u64 = 256 << 20;
 
 /// Most requests a server keeps read but not yet answered.
 const MAX_OPEN_STREAMS: usize = 1 << 16;
@@ -159,6 +167,66 @@ impl Conn {
     }
 
     fn take_frame(&self, f: Frame) -> Result<(), String> {
+        let stream = f.stream;
+        let credit = f.kind == FrameKind::Credit;
+        self.take_frame_locked(f)?;
+        if credit && self.role == Role::Server {
+            self.flush_outbox(stream);
+        }
+        Ok(())
+    }
+
+    /// Send what credit allows of `stream`'s waiting reply. The writer's
+    /// lock is held from taking the bytes to sending them, so two flushes
+    /// of one stream never reorder its data.
+    fn flush_outbox(&self, stream: u32) {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let (chunk, last) = {
+            let mut st = self.lock();
+            let credit = st.credit.get(&stream).copied().unwrap_or(0);
+            let Some(q) = st.outbox.get_mut(&stream) else {
+                return;
+            };
+            let n = (q.len() as u64).min(credit) as usize;
+            if n == 0 {
+                return;
+            }
+            let chunk: Vec<u8> = q.drain(..n).collect();
+            let last = q.is_empty();
+            if last {
+                st.outbox.remove(&stream);
+                st.credit.remove(&stream);
+            } else if let Some(c) = st.credit.get_mut(&stream) {
+                *c -= n as u64;
+            }
+            st.outbox_bytes -= n as u64;
+            (chunk, last)
+        };
+        self.changed.notify_all();
+        let mut buf = Vec::with_capacity(chunk.len() + 64);
+        let mut rest = &chunk[..];
+        while !rest.is_empty() {
+            let (c, more) = rest.split_at(rest.len().min(CHUNK));
+            let kind = if last && more.is_empty() {
+                FrameKind::End
+            } else {
+                FrameKind::Data
+            };
+            encode_frame(&mut buf, stream, kind, c);
+            rest = more;
+        }
+        let r = w.write_all(&buf).and_then(|()| w.flush());
+        drop(w);
+        match r {
+            Ok(()) => {
+                self.bytes_sent
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => self.close(&format!("connection failed: {e}")),
+        }
+    }
+
+    fn take_frame_locked(&self, f: Frame) -> Result<(), String> {
         let mut st = self.lock();
         if st.closed.is_some() {
             return Ok(());
@@ -422,10 +490,47 @@ impl Conn {
     }
 
     /// Send a reply body (END after it), within the stream's credit.
+    /// Send a reply body (END after it): what the stream's credit allows
+    /// now, the rest when more credit comes (the caller does not wait,
+    /// unless the replies waiting so are many).
     pub fn reply(&self, stream: u32, data: &[u8]) -> io::Result<()> {
-        let r = self.send_stream(stream, stream, data, true);
-        self.lock().credit.remove(&stream);
-        r
+        let mut st = self.lock();
+        while st.outbox_bytes > MAX_OUTBOX && st.closed.is_none() {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.closed.is_some() {
+            drop(st);
+            return Err(self.lost());
+        }
+        let credit = st.credit.get(&stream).copied().unwrap_or(0) as usize;
+        if data.len() <= credit {
+            st.credit.remove(&stream);
+            drop(st);
+            return self.send_stream_now(stream, data);
+        }
+        st.outbox.insert(stream, data.iter().copied().collect());
+        st.outbox_bytes += data.len() as u64;
+        drop(st);
+        self.flush_outbox(stream);
+        Ok(())
+    }
+
+    /// Send a whole reply that fits the stream's credit.
+    fn send_stream_now(&self, stream: u32, data: &[u8]) -> io::Result<()> {
+        let mut rest = data;
+        loop {
+            let (c, more) = rest.split_at(rest.len().min(CHUNK));
+            let kind = if more.is_empty() {
+                FrameKind::End
+            } else {
+                FrameKind::Data
+            };
+            self.send_frame(stream, kind, c)?;
+            if more.is_empty() {
+                return Ok(());
+            }
+            rest = more;
+        }
     }
 
     /// Send part of a reply body.

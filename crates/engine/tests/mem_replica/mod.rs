@@ -433,7 +433,7 @@ impl ReplicaDir for MemDir<'_> {
             .found(self.replica.dev, &path))
     }
 
-    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + '_>, Error> {
+    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
         let path = self.at(name)?;
         let t = self.replica.call("read", &path);
         self.check(&t, &path, expect, Side::Source)?;
