@@ -75,6 +75,11 @@ pub trait Replica: Send + Sync {
     /// it has none under that name. `durable`: the write survives a crash
     /// whole (else a crash may leave it torn, which readers must detect).
     fn read_state(&self, name: &str) -> Option<Vec<u8>>;
+    /// `read_state`, started now and waited for later (several states of
+    /// a replica across a wire are then read in one round trip).
+    fn start_read_state(&self, name: &str) -> Pending<Option<Vec<u8>>> {
+        Pending::ready(self.read_state(name))
+    }
     fn write_state(&self, name: &str, data: &[u8], durable: bool) -> io::Result<()>;
     /// `Some` for a replica on this host's file system: the engine then
     /// copies between two of them with its local fast paths

@@ -7,7 +7,7 @@ use crate::dry_run::DryRun;
 use crate::error::{Error, Failure, Fatal};
 use crate::exec::{run_plan, Exec};
 use crate::local::LocalReplica;
-use crate::replica::Replica;
+use crate::replica::{Pending, Replica};
 use crate::walk::{walk_replicas, Found, Walk};
 use crate::{MirrorConfig, Progress, Report};
 use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
@@ -49,7 +49,6 @@ pub fn mirror(src_path: &Path, dst_path: &Path, cfg: &MirrorConfig, progress: &P
             Some(d) if !cfg.dry_run => d,
             _ => &dry,
         };
-        lock(dst)?;
         run(&src, dst, cfg, progress, report)
     })
 }
@@ -75,7 +74,6 @@ pub fn mirror_replicas(
             Some(d) if !cfg.dry_run => d,
             _ => &dry,
         };
-        lock(dst)?;
         run(src, dst, cfg, progress, report)
     })
 }
@@ -231,7 +229,12 @@ fn run(
     let t_scan = Instant::now();
     let rules = IgnoreRules::new(&cfg.excludes).map_err(Fatal::BadExclude)?;
     let dst_rules = IgnoreRules::new(&cfg.excludes).map_err(Fatal::BadExclude)?;
-    let memos = Memos::load(src, dst, cfg);
+    // The states are asked for before the lock is waited for (reading needs
+    // no lock), so a replica across a wire does all three in one round trip.
+    let guard = dst.start_read_state(GUARD_STATE);
+    let memos = Memos::start(src, dst, cfg);
+    lock(dst)?;
+    let memos = memos.wait();
     let walk = Walk::new(src, dst, cfg, &rules);
     let (mut s_scan, mut d_scan) = walk_both(src, dst, cfg, (&rules, &dst_rules), &memos, &walk);
     let found = walk.finish();
@@ -244,7 +247,7 @@ fn run(
     report.errors.extend(found.failures);
     let facts = Facts {
         source_incomplete: s_scan.incomplete || found.half_updated,
-        source_root_changed: source_root_changed(src, dst),
+        source_root_changed: source_root_changed(src, guard.wait()),
     };
     report.deletions_suspended = facts.source_incomplete && cfg.plan.delete;
     memos.save(src, dst, cfg, &s_scan, &d_scan);
@@ -276,26 +279,42 @@ struct Memos {
     listing: Option<DigestMemo>,
 }
 
-fn load_memo(r: &dyn Replica, name: &str) -> DigestMemo {
-    r.read_state(name)
+fn start_memo(r: &dyn Replica, name: &str, on: bool) -> Option<Pending<Option<Vec<u8>>>> {
+    on.then(|| r.start_read_state(name))
+}
+
+fn memo_of(p: Option<Pending<Option<Vec<u8>>>>) -> DigestMemo {
+    p.and_then(|p| p.wait())
         .and_then(|b| DigestMemo::decode(&b))
         .unwrap_or_default()
 }
 
-impl Memos {
-    fn load(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig) -> Memos {
-        let load_if = |r: &dyn Replica, on: bool| {
-            if on {
-                load_memo(r, XATTR_MEMO)
-            } else {
-                DigestMemo::default()
-            }
-        };
-        let listing_kept = dst.local().is_some_and(|l| l.root().is_local_disk_fs());
+/// Memos asked for and not yet read.
+struct MemosAsked {
+    src_xattr: Option<Pending<Option<Vec<u8>>>>,
+    dst_xattr: Option<Pending<Option<Vec<u8>>>>,
+    listing: Option<Option<Pending<Option<Vec<u8>>>>>,
+}
+
+impl MemosAsked {
+    fn wait(self) -> Memos {
         Memos {
-            src_xattr: load_if(src, cfg.xattrs.any()),
-            dst_xattr: load_if(dst, cfg.xattrs.any()),
-            listing: listing_kept.then(|| load_memo(dst, LISTING_MEMO)),
+            src_xattr: memo_of(self.src_xattr),
+            dst_xattr: memo_of(self.dst_xattr),
+            listing: self.listing.map(memo_of),
+        }
+    }
+}
+
+impl Memos {
+    /// Ask for the memos (all before any is waited for).
+    fn start(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig) -> MemosAsked {
+        let listing_kept = dst.local().is_some_and(|l| l.root().is_local_disk_fs());
+        let on = cfg.xattrs.any();
+        MemosAsked {
+            src_xattr: start_memo(src, XATTR_MEMO, on),
+            dst_xattr: start_memo(dst, XATTR_MEMO, on),
+            listing: listing_kept.then(|| start_memo(dst, LISTING_MEMO, true)),
         }
     }
 
@@ -406,8 +425,8 @@ fn check_readable(
 
 /// The deletion guard's memory: is the source root another one than the
 /// last run's into this destination?
-fn source_root_changed(src: &dyn Replica, dst: &dyn Replica) -> bool {
-    let Some(bytes) = dst.read_state(GUARD_STATE) else {
+fn source_root_changed(src: &dyn Replica, guard: Option<Vec<u8>>) -> bool {
+    let Some(bytes) = guard else {
         return false;
     };
     let text = String::from_utf8_lossy(&bytes);

@@ -64,6 +64,9 @@ pub struct RemoteReplica {
     /// round trips per level of depth at most, not per directory. Keyed by
     /// directory and the options they were asked with.
     prefetched: Mutex<HashMap<(RelPath, bool), PendingReply>>,
+    /// A root opened for writing is locked as the session starts (the
+    /// engine always asks): the reply waits here for `try_lock`.
+    lock_asked: Mutex<Option<PendingReply>>,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -133,13 +136,18 @@ impl RemoteReplica {
                 return Err(ConnectError::Refused { why, message })
             }
         };
-        Ok(RemoteReplica {
+        let replica = RemoteReplica {
             conn: Conn::start(Role::Client, reader, writer),
             describe,
             identity,
             _guard: Mutex::new(None),
             prefetched: Mutex::new(HashMap::new()),
-        })
+            lock_asked: Mutex::new(None),
+        };
+        if mode == RootMode::Write {
+            *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
+        }
+        Ok(replica)
     }
 
     /// Keep `guard` alive as long as this replica (the transport's process).
@@ -173,6 +181,7 @@ impl RemoteReplica {
             .conn
             .request(&req.encode(), body)
             .map_err(CallError::Lost)?;
+        trace(|| format!("sent {stream} {}", req.name()));
         Ok(ReplyReader {
             conn: self.conn.clone(),
             stream,
@@ -287,6 +296,23 @@ impl Drop for RemoteReplica {
     }
 }
 
+/// With `ACCORD_TRACE_WIRE` set, each request sent and each reply waited
+/// for is printed on stderr with the time since the first: the waits that
+/// follow each other are the run's round trips.
+fn trace(line: impl FnOnce() -> String) {
+    use std::sync::OnceLock;
+    static START: OnceLock<Option<std::time::Instant>> = OnceLock::new();
+    let start = START
+        .get_or_init(|| std::env::var_os("ACCORD_TRACE_WIRE").map(|_| std::time::Instant::now()));
+    if let Some(t0) = start {
+        eprintln!(
+            "wire {:>9.3} ms {}",
+            t0.elapsed().as_secs_f64() * 1e3,
+            line()
+        );
+    }
+}
+
 /// The reply of one request, read as it arrives.
 struct ReplyReader {
     conn: Arc<Conn>,
@@ -300,6 +326,7 @@ struct ReplyReader {
 impl ReplyReader {
     /// The whole reply (bounded).
     fn whole(mut self) -> Result<Vec<u8>, CallError> {
+        trace(|| format!("wait {}", self.stream));
         let mut out = Vec::new();
         let res = (&mut self).take(MAX_REPLY + 1).read_to_end(&mut out);
         if let Some(w) = self.failed.take() {
@@ -404,9 +431,9 @@ impl Replica for RemoteReplica {
     }
 
     fn try_lock(&self) -> io::Result<bool> {
-        let r = self
-            .call(&Request::Lock, None)
-            .map_err(CallError::into_io)?;
+        let asked = self.lock_asked.lock().unwrap().take();
+        let p = asked.unwrap_or_else(|| self.call_later(&Request::Lock, None));
+        let r = p.wait().map_err(CallError::into_io)?;
         Ok(r.first() == Some(&1))
     }
 
@@ -478,23 +505,30 @@ impl Replica for RemoteReplica {
     }
 
     fn read_state(&self, name: &str) -> Option<Vec<u8>> {
-        let b = self
-            .call(&Request::ReadState { name: name.into() }, None)
-            .ok()?;
-        match b.split_first() {
-            Some((1, rest)) => Some(rest.to_vec()),
-            _ => None,
-        }
+        self.start_read_state(name).wait()
     }
 
+    fn start_read_state(&self, name: &str) -> Pending<Option<Vec<u8>>> {
+        let p = self.call_later(&Request::ReadState { name: name.into() }, None);
+        Pending::later(move || match p.wait().ok()?.split_first() {
+            Some((1, rest)) => Some(rest.to_vec()),
+            _ => None,
+        })
+    }
+
+    /// A state that need not survive a crash (a memo) is sent and not
+    /// waited for: if it is lost, the next run is slower, not wrong.
     fn write_state(&self, name: &str, data: &[u8], durable: bool) -> io::Result<()> {
         let req = Request::WriteState {
             name: name.into(),
             durable,
         };
-        self.call(&req, Some(&mut &data[..]))
-            .map(|_| ())
-            .map_err(CallError::into_io)
+        let p = self.call_later(&req, Some(&mut &data[..]));
+        if durable {
+            p.wait().map(|_| ()).map_err(CallError::into_io)
+        } else {
+            Ok(())
+        }
     }
 }
 

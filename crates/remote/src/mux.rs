@@ -62,6 +62,8 @@ struct State {
     last_opened: u32,
     /// Body bytes queued on the server for all streams.
     body_queued: u64,
+    /// Body bytes consumed on the server and not yet granted back.
+    body_to_grant: u64,
     /// Why the connection is over.
     closed: Option<String>,
     /// Reply bodies (server) waiting for credit: the rest of each, sent by
@@ -85,6 +87,9 @@ pub struct Conn {
 
 /// Why a connection ended when the other side ended it cleanly.
 pub const PEER_CLOSED: &str = "the other side closed the connection";
+
+/// Body bytes a server consumes before it grants them back.
+const BODY_GRANT: u64 = 1 << 20;
 
 /// Most reply bytes a server holds for credit before its threads wait.
 const MAX_OUTBOX: u64 = 256 << 20;
@@ -263,7 +268,7 @@ impl Conn {
                 // read all of it: the request then fails.
                 let server = self.role == Role::Server;
                 let len = f.payload.len() as u64;
-                if server {
+                if server && f.kind != FrameKind::Error {
                     st.body_queued += len;
                     if st.body_queued > BODY_WINDOW as u64 {
                         return Err("request bodies beyond the granted window".into());
@@ -378,13 +383,19 @@ impl Conn {
                 return Err(Err(io::Error::other("read past the end of a stream")));
             };
             if let Some(chunk) = ib.chunks.pop_front() {
-                ib.queued -= chunk.len() as u64;
-                ib.to_grant += chunk.len() as u64;
-                let grant = (ib.to_grant >= STREAM_WINDOW as u64 / 2)
-                    .then(|| std::mem::take(&mut ib.to_grant));
-                if self.role == Role::Server {
-                    st.body_queued -= chunk.len() as u64;
-                }
+                let len = chunk.len() as u64;
+                ib.queued -= len;
+                let grant = if self.role == Role::Server {
+                    // Body credit is the connection's: many small bodies
+                    // add up to a grant as one big one does.
+                    st.body_queued -= len;
+                    st.body_to_grant += len;
+                    (st.body_to_grant >= BODY_GRANT).then(|| std::mem::take(&mut st.body_to_grant))
+                } else {
+                    ib.to_grant += len;
+                    (ib.to_grant >= STREAM_WINDOW as u64 / 2)
+                        .then(|| std::mem::take(&mut ib.to_grant))
+                };
                 drop(st);
                 if let Some(g) = grant {
                     // Servers grant body credit on stream 0, for the
@@ -397,6 +408,18 @@ impl Conn {
             if ib.done {
                 let err = ib.error.take();
                 st.inbound.remove(&stream);
+                if self.role == Role::Server && st.body_to_grant > 0 {
+                    // A body is over: give back what it used, so a client
+                    // waiting for credit never waits on a server that has
+                    // nothing left to read.
+                    let g = std::mem::take(&mut st.body_to_grant);
+                    drop(st);
+                    let _ = self.send_frame(0, FrameKind::Credit, &credit_payload(g as u32));
+                    return match err {
+                        Some(e) => Err(Ok(e)),
+                        None => Ok(None),
+                    };
+                }
                 return match err {
                     Some(e) => Err(Ok(e)),
                     None => Ok(None),
