@@ -287,8 +287,10 @@ fn put_entries(e: &mut Enc, es: &[Entry]) {
 }
 
 fn get_entries(d: &mut Dec) -> Result<Vec<Entry>, ProtoError> {
-    // An entry takes at least 20 bytes.
-    let n = d.count(MAX_ENTRIES, 20, "entry count")?;
+    // An entry takes at least 16 bytes: a root path (1), kind, size (1
+    // each), props (6), five numbers (5), the link and hash flags (2). A
+    // larger guess refuses honest listings of small entries.
+    let n = d.count(MAX_ENTRIES, 16, "entry count")?;
     (0..n).map(|_| get_entry(d)).collect()
 }
 
