@@ -36,7 +36,9 @@ pub fn run(args: ServerArgs) -> i32 {
     let cfg = ServerConfig {
         restrict: args.restrict.clone(),
         read_only: args.read_only,
-        state_dir: crate::cmd_mirror::default_state_dir(),
+        state_dir: std::env::var_os("ACCORD_STATE_DIR")
+            .map(PathBuf::from)
+            .or_else(crate::cmd_mirror::default_state_dir),
         local: accord_engine::LocalOptions {
             fsync: !args.no_fsync,
             ..Default::default()

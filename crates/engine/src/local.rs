@@ -54,6 +54,12 @@ impl LocalReplica {
         Ok(LocalReplica::new(Root::create(path)?))
     }
 
+    /// A replica over a root opened by the caller (e.g. confined with
+    /// `Root::open_beneath`).
+    pub fn from_root(root: Root) -> LocalReplica {
+        LocalReplica::new(root)
+    }
+
     fn new(root: Root) -> LocalReplica {
         let canonical = accord_fsys::canonical(root.path());
         let key = blake3::hash(canonical.as_os_str().as_encoded_bytes()).to_hex();
@@ -291,10 +297,12 @@ impl ReplicaDir for LocalDir<'_> {
         mask: PropsMask,
     ) -> Result<Vec<u8>, Error> {
         match incoming {
+            // Zero blocks become holes: a sparse file that comes as a
+            // stream (from a replica across a wire) stays sparse.
             Incoming::Whole(data) => self.temp_with(name, props, mask, |tf| {
-                let mut w = io::BufWriter::with_capacity(1 << 20, tf);
-                io::copy(data, &mut w).map_err(Error::io(Action::WriteTemp))?;
-                w.flush().map_err(Error::io(Action::WriteTemp))
+                accord_fsys::write_sparse(data, tf)
+                    .map(|_| ())
+                    .map_err(Error::io(Action::WriteTemp))
             }),
             Incoming::Delta { basis, delta } => {
                 let delta = Delta::parse(delta).map_err(delta_err(Action::WriteTemp))?;

@@ -188,3 +188,46 @@ pub fn hash_file(f: &File) -> io::Result<[u8; 32]> {
     }
     Ok(*h.finalize().as_bytes())
 }
+
+/// Write a stream into an empty file, leaving holes where whole 4 KiB
+/// blocks are zero (a sparse file sent as a stream stays sparse); returns
+/// the bytes read.
+pub fn write_sparse(r: &mut dyn std::io::Read, f: &File) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    const BLOCK: usize = 4096;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off: u64 = 0;
+    loop {
+        // Fill the buffer as far as the stream goes, so blocks stay aligned.
+        let mut n = 0;
+        while n < buf.len() {
+            match r.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut i = 0;
+        while i < n {
+            let end = (i + BLOCK).min(n);
+            let block = &buf[i..end];
+            if block.iter().any(|b| *b != 0) {
+                // One write for the run of data blocks that starts here.
+                let mut j = end;
+                while j < n && buf[j..(j + BLOCK).min(n)].iter().any(|b| *b != 0) {
+                    j = (j + BLOCK).min(n);
+                }
+                f.write_all_at(&buf[i..j], off + i as u64)?;
+                i = j;
+            } else {
+                i = end;
+            }
+        }
+        off += n as u64;
+        if n < buf.len() {
+            f.set_len(off)?;
+            return Ok(off);
+        }
+    }
+}

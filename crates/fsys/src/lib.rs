@@ -18,7 +18,7 @@ mod rules;
 mod scan;
 mod xattr;
 
-pub use copy::{copy_data, hash_file, CopyStats, Reflink};
+pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
 pub use mapped::Mapped;
 pub use memo::DigestMemo;
 pub use rules::{IgnoreRules, IGNORE_FILE};
@@ -442,6 +442,36 @@ impl Root {
             std::fs::create_dir_all(path)?;
         }
         Root::open(path)
+    }
+
+    /// Open the directory `rel` under `base` as a root, never through a
+    /// symlink below `base` (a root confined to a tree: a restricted key,
+    /// a daemon module), creating missing directories when `create`.
+    pub fn open_beneath(base: &Path, rel: &RelPath, create: bool) -> io::Result<Root> {
+        let top = Root::open(base)?;
+        let mut dir = top.dir;
+        for name in rel.components() {
+            dir = match dir.open_subdir(name) {
+                Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
+                    match dir.mkdir(name, 0o755) {
+                        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                        _ => dir.open_subdir(name)?,
+                    }
+                }
+                r => r?,
+            };
+        }
+        let stat = fstat(dir.fd.as_fd())?;
+        let mut path = base.to_path_buf();
+        for name in rel.components() {
+            path.push(std::ffi::OsStr::from_bytes(name));
+        }
+        Ok(Root {
+            dir,
+            path,
+            stat,
+            locked: Default::default(),
+        })
     }
 
     pub fn path(&self) -> &Path {

@@ -40,6 +40,9 @@ pub enum FrameKind {
     Credit = 5,
     /// The request failed: an encoded error, and the stream is over.
     Error = 6,
+    /// A chunk of a body that is all zeros: its length (u32 little-endian,
+    /// at most `MAX_PAYLOAD`), so holes and zero runs cost no bandwidth.
+    Zeros = 7,
 }
 
 impl FrameKind {
@@ -51,6 +54,7 @@ impl FrameKind {
             4 => FrameKind::End,
             5 => FrameKind::Credit,
             6 => FrameKind::Error,
+            7 => FrameKind::Zeros,
             _ => return None,
         })
     }
@@ -99,8 +103,10 @@ pub fn parse_header(h: &[u8; HEADER]) -> Result<(usize, u32, FrameKind), ProtoEr
             max: MAX_PAYLOAD as u64,
         });
     }
-    if kind == FrameKind::Credit && len != 4 {
-        return Err(ProtoError::Invalid(format!("credit frame of {len} bytes")));
+    if matches!(kind, FrameKind::Credit | FrameKind::Zeros) && len != 4 {
+        return Err(ProtoError::Invalid(format!(
+            "{kind:?} frame of {len} bytes"
+        )));
     }
     Ok((len, stream, kind))
 }
@@ -152,6 +158,39 @@ pub fn write_frame(
     let mut buf = Vec::with_capacity(HEADER + payload.len());
     encode_frame(&mut buf, stream, kind, payload);
     w.write_all(&buf)
+}
+
+/// The length a zeros frame stands for (1 to `MAX_PAYLOAD`).
+pub fn parse_zeros(payload: &[u8]) -> Result<usize, ProtoError> {
+    let n = parse_credit(payload)? as usize;
+    if n == 0 || n > MAX_PAYLOAD {
+        return Err(ProtoError::Invalid(format!("a zeros frame of {n} bytes")));
+    }
+    Ok(n)
+}
+
+/// Encode one chunk of a body: a zeros frame when it is all zeros (and
+/// large enough to be worth it), else a data frame; END after it when
+/// `last`.
+pub fn encode_chunk(out: &mut Vec<u8>, stream: u32, chunk: &[u8], last: bool) {
+    if chunk.len() >= 512 && chunk.iter().all(|b| *b == 0) {
+        encode_frame(
+            out,
+            stream,
+            FrameKind::Zeros,
+            &(chunk.len() as u32).to_le_bytes(),
+        );
+        if last {
+            encode_frame(out, stream, FrameKind::End, &[]);
+        }
+        return;
+    }
+    let kind = if last {
+        FrameKind::End
+    } else {
+        FrameKind::Data
+    };
+    encode_frame(out, stream, kind, chunk);
 }
 
 /// The payload of a credit frame.

@@ -12,8 +12,8 @@
 //! sent, and the shared window cannot fill with bodies it cannot reach yet.
 
 use accord_proto::frame::{
-    credit_payload, encode_frame, parse_credit, read_frame, FrameKind, BODY_WINDOW, CHUNK,
-    STREAM_WINDOW,
+    credit_payload, encode_chunk, encode_frame, parse_credit, parse_zeros, read_frame, FrameKind,
+    BODY_WINDOW, CHUNK, STREAM_WINDOW,
 };
 use accord_proto::Frame;
 use std::collections::{HashMap, VecDeque};
@@ -171,7 +171,17 @@ impl Conn {
         self.close(&why);
     }
 
-    fn take_frame(&self, f: Frame) -> Result<(), String> {
+    fn take_frame(&self, mut f: Frame) -> Result<(), String> {
+        if f.kind == FrameKind::Zeros {
+            // Bounded by MAX_PAYLOAD here, and by the stream's window
+            // below, like any data.
+            let n = parse_zeros(&f.payload).map_err(|e| e.to_string())?;
+            f = Frame {
+                stream: f.stream,
+                kind: FrameKind::Data,
+                payload: vec![0; n],
+            };
+        }
         let stream = f.stream;
         let credit = f.kind == FrameKind::Credit;
         self.take_frame_locked(f)?;
@@ -212,12 +222,7 @@ impl Conn {
         let mut rest = &chunk[..];
         while !rest.is_empty() {
             let (c, more) = rest.split_at(rest.len().min(CHUNK));
-            let kind = if last && more.is_empty() {
-                FrameKind::End
-            } else {
-                FrameKind::Data
-            };
-            encode_frame(&mut buf, stream, kind, c);
+            encode_chunk(&mut buf, stream, c, last && more.is_empty());
             rest = more;
         }
         let r = w.write_all(&buf).and_then(|()| w.flush());
@@ -300,6 +305,7 @@ impl Conn {
                     }
                 }
             }
+            (_, FrameKind::Zeros) => unreachable!("zeros frames are expanded first"),
             (Role::Client, k) => return Err(format!("frame kind {k:?} from a server")),
         }
         drop(st);
@@ -321,7 +327,38 @@ impl Conn {
             }
             Err(e) => {
                 self.close(&format!("connection failed: {e}"));
-                Err(e)
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    format!("connection lost: {e}"),
+                ))
+            }
+        }
+    }
+
+    /// Send one chunk of a body (see `encode_chunk`).
+    fn send_chunk(&self, stream: u32, chunk: &[u8], last: bool) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(9 + chunk.len());
+        encode_chunk(&mut buf, stream, chunk, last);
+        self.send_encoded(&buf)
+    }
+
+    /// Write frames encoded whole.
+    fn send_encoded(&self, buf: &[u8]) -> io::Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let r = w.write_all(buf).and_then(|()| w.flush());
+        drop(w);
+        match r {
+            Ok(()) => {
+                self.bytes_sent
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.close(&format!("connection failed: {e}"));
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    format!("connection lost: {e}"),
+                ))
             }
         }
     }
@@ -359,13 +396,9 @@ impl Conn {
             let n = self.take_credit(credit_key, want)?;
             let (chunk, more) = rest.split_at(n);
             rest = more;
-            let kind = if last && rest.is_empty() {
-                FrameKind::End
-            } else {
-                FrameKind::Data
-            };
-            if !chunk.is_empty() || kind == FrameKind::End {
-                self.send_frame(stream, kind, chunk)?;
+            let end = last && rest.is_empty();
+            if !chunk.is_empty() || end {
+                self.send_chunk(stream, chunk, end)?;
             }
             if rest.is_empty() {
                 return Ok(());
@@ -484,7 +517,10 @@ impl Conn {
             }
             Err(e) => {
                 self.close(&format!("connection failed: {e}"));
-                Err(e)
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    format!("connection lost: {e}"),
+                ))
             }
         }
     }
@@ -543,12 +579,7 @@ impl Conn {
         let mut rest = data;
         loop {
             let (c, more) = rest.split_at(rest.len().min(CHUNK));
-            let kind = if more.is_empty() {
-                FrameKind::End
-            } else {
-                FrameKind::Data
-            };
-            self.send_frame(stream, kind, c)?;
+            self.send_chunk(stream, c, more.is_empty())?;
             if more.is_empty() {
                 return Ok(());
             }

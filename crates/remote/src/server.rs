@@ -70,13 +70,9 @@ pub fn serve(
             "this root is read-only".into(),
         );
     }
-    let path = match resolve_root(&hello.root, cfg.restrict.as_deref()) {
-        Ok(p) => p,
+    let opened = match open_root(&hello.root, cfg.restrict.as_deref(), hello.mode) {
+        Ok(r) => r,
         Err(m) => return refuse(&mut *writer, Refusal::Denied, m),
-    };
-    let opened = match hello.mode {
-        RootMode::Write => LocalReplica::create(&path),
-        _ => LocalReplica::open(&path),
     };
     let replica = match opened {
         Ok(r) => r
@@ -88,7 +84,8 @@ pub fn serve(
             } else {
                 Refusal::Failed
             };
-            return refuse(&mut *writer, why, format!("{}: {e}", path.display()));
+            let shown = accord_model::escape_for_display(&hello.root);
+            return refuse(&mut *writer, why, format!("{shown}: {e}"));
         }
     };
     let features = hello.features & FEATURES;
@@ -116,22 +113,35 @@ pub fn serve(
     }
 }
 
-/// The root asked for, as a path of this host: inside `restrict` when
-/// there is one (no `..`, an absolute path taken as relative to it).
-fn resolve_root(asked: &[u8], restrict: Option<&Path>) -> Result<PathBuf, String> {
+/// Open the root asked for. Unrestricted, it is a path of this host (as
+/// the user's own shell would take it); restricted, it is taken inside the
+/// restriction (an absolute path as relative to it), and no `..` and no
+/// symlink may lead out of it. `Err`: why it is refused.
+fn open_root(
+    asked: &[u8],
+    restrict: Option<&Path>,
+    mode: RootMode,
+) -> Result<io::Result<LocalReplica>, String> {
     use std::os::unix::ffi::OsStrExt;
-    let p = Path::new(std::ffi::OsStr::from_bytes(asked));
+    let create = mode == RootMode::Write;
     let Some(base) = restrict else {
-        return Ok(if asked.is_empty() {
-            PathBuf::from(".")
+        let p = Path::new(std::ffi::OsStr::from_bytes(asked));
+        let p = if asked.is_empty() { Path::new(".") } else { p };
+        return Ok(if create {
+            LocalReplica::create(p)
         } else {
-            p.to_path_buf()
+            LocalReplica::open(p)
         });
     };
-    let mut out = base.to_path_buf();
-    for c in p.components() {
+    let mut rel = Vec::new();
+    for c in Path::new(std::ffi::OsStr::from_bytes(asked)).components() {
         match c {
-            Component::Normal(n) => out.push(n),
+            Component::Normal(n) => {
+                if !rel.is_empty() {
+                    rel.push(b'/');
+                }
+                rel.extend_from_slice(n.as_bytes());
+            }
             Component::RootDir | Component::CurDir => {}
             Component::ParentDir | Component::Prefix(_) => {
                 return Err(format!(
@@ -141,7 +151,9 @@ fn resolve_root(asked: &[u8], restrict: Option<&Path>) -> Result<PathBuf, String
             }
         }
     }
-    Ok(out)
+    let rel = RelPath::new(&rel)
+        .map_err(|e| format!("{}: {e}", accord_model::escape_for_display(asked)))?;
+    Ok(accord_fsys::Root::open_beneath(base, &rel, create).map(LocalReplica::from_root))
 }
 
 struct Session<'a> {
