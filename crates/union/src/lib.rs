@@ -75,6 +75,7 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
         }
     };
     let notifier = session.notifier();
+    let _ = shared.notifier.set(notifier.clone());
     let shared2 = shared.clone();
     let mp = cfg.mountpoint.clone();
     std::thread::spawn(move || {
@@ -138,6 +139,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     let shared = Arc::new(fs::Shared {
         table: Mutex::new(Arc::new(branch::Table::new(branches))),
         nodes: Mutex::new(fs::Nodes::new()),
+        notifier: std::sync::OnceLock::new(),
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
         io::Error::new(
