@@ -187,8 +187,8 @@ fn listings_racing_renames_never_fail() {
                 while !stop.load(Ordering::Relaxed) {
                     // (Entries are not stat'ed here: a name renamed away since the listing
                     // would rightly be missing. The listing's own lookups run in the daemon.)
-                    let listed = fs::read_dir(&dir)
-                        .and_then(|rd| rd.map(|e| e.map(drop)).collect::<std::io::Result<()>>());
+                    let listed =
+                        fs::read_dir(&dir).and_then(|mut rd| rd.try_for_each(|e| e.map(drop)));
                     if let Err(e) = listed {
                         failures.lock().unwrap().push(format!("{dir}: {e}"));
                     }
