@@ -3,6 +3,7 @@
 use std::ffi::OsStr;
 use std::io::{BufRead, ErrorKind};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -122,7 +123,7 @@ fn add(mountpoint: &Path, dir: &Path, after: Option<usize>, mode: &str) -> i32 {
     };
     // Checked here as well as in the daemon: this process serves no union, so it may look
     // inside one.
-    if let Err(e) = guard::check_branch(&dir) {
+    if let Err(e) = check_branch_of(&dir, mountpoint) {
         return fail(&e);
     }
     let pos = after.map(|n| n + 1).unwrap_or(0).to_string();
@@ -154,10 +155,22 @@ fn snapshot(mountpoint: &Path, newdir: &Path) -> i32 {
         Ok(d) => d,
         Err(e) => return fail(&format!("{}: {e}", newdir.display())),
     };
-    if let Err(e) = guard::check_branch(&dir) {
+    if let Err(e) = check_branch_of(&dir, mountpoint) {
         return fail(&e);
     }
     control(mountpoint, &[OsStr::new("snapshot"), dir.as_os_str()])
+}
+
+/// `guard::check_branch`, and canonical `dir` must not hold the union's mount point.
+fn check_branch_of(dir: &Path, mountpoint: &Path) -> Result<(), String> {
+    guard::check_branch(dir)?;
+    let mnt = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let id = std::fs::metadata(dir)
+        .map(|m| (m.dev(), m.ino()))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    guard::check_not_above(dir, id, &mnt)
 }
 
 /// The checks of `guard::check_branch` for a directory that may not exist yet: on its nearest

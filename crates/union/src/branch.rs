@@ -149,9 +149,10 @@ impl Branch {
         }
     }
 
-    /// The device the branch directory is on (`st_dev` of its handle).
-    pub fn dev(&self) -> std::io::Result<u64> {
-        Ok(crate::sys::fstat(self.fd())?.st_dev)
+    /// The device and inode of the branch directory (of its handle).
+    pub fn dev_ino(&self) -> std::io::Result<(u64, u64)> {
+        let st = crate::sys::fstat(self.fd())?;
+        Ok((st.st_dev, st.st_ino))
     }
 
     pub fn fd(&self) -> RawFd {

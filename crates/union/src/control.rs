@@ -85,7 +85,7 @@ pub(crate) fn serve(listener: UnixListener, shared: Arc<Shared>, after_change: i
 fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
     let parts: Vec<&str> = line.split('\t').collect();
     let current = shared.table.lock().unwrap().clone();
-    let open = |p: &str, m: Mode| open_checked(Path::new(p), m);
+    let open = |p: &str, m: Mode| open_checked(Path::new(p), m, &shared.mountpoint);
     let canon = |p: &str| -> PathBuf {
         Path::new(p)
             .canonicalize()
@@ -123,13 +123,15 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
 /// included) is refused before anything is looked up there; opening it (on this thread, never
 /// one that serves the union) then gives the device that settles the cases the path hides
 /// (symlinks, bind mounts).
-fn open_checked(path: &Path, mode: Mode) -> Result<Branch, String> {
+fn open_checked(path: &Path, mode: Mode, mountpoint: &Path) -> Result<Branch, String> {
     let mounts = guard::our_mounts().map_err(|e| format!("cannot read the mount table: {e}"))?;
     guard::check_lexically(path, &mounts)?;
     let fail = |e: io::Error| format!("cannot use {} as a branch: {e}", path.display());
     let b = Branch::open(path, mode).map_err(fail)?;
+    let id = b.dev_ino().map_err(fail)?;
     guard::check_lexically(&b.path, &mounts)?;
-    guard::check_dev(&b.path, b.dev().map_err(fail)?, &mounts)?;
+    guard::check_dev(&b.path, id.0, &mounts)?;
+    guard::check_not_above(&b.path, id, mountpoint)?;
     Ok(b)
 }
 

@@ -146,6 +146,32 @@ pub fn check_under_mountpoint(dir: &Path, mountpoint: &Path) -> Result<(), Strin
     Ok(())
 }
 
+/// Refuse branch `dir` (canonical; `id` its device and inode) if it holds `mountpoint`
+/// (canonical): the union would show itself inside itself, and a walk down that endless tree
+/// ties up every thread that serves it. By path, and by device and inode of the mount point's
+/// ancestors (the mount point itself is not looked at: from the daemon that would be a look
+/// inside its own mount).
+pub fn check_not_above(dir: &Path, id: (u64, u64), mountpoint: &Path) -> Result<(), String> {
+    let refuse = || {
+        Err(format!(
+            "branch {} holds the mount point {}: the union would contain itself",
+            dir.display(),
+            mountpoint.display()
+        ))
+    };
+    if mountpoint.starts_with(dir) {
+        return refuse();
+    }
+    for ancestor in mountpoint.ancestors().skip(1) {
+        if let Ok(m) = std::fs::symlink_metadata(ancestor) {
+            if (m.dev(), m.ino()) == id {
+                return refuse();
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

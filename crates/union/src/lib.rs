@@ -140,6 +140,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         table: Mutex::new(Arc::new(branch::Table::new(branches))),
         nodes: Mutex::new(fs::Nodes::new()),
         notifier: std::sync::OnceLock::new(),
+        mountpoint: mountpoint.clone(),
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
         io::Error::new(
@@ -190,9 +191,11 @@ fn open_branches(cfg: &MountConfig, mountpoint: &Path) -> io::Result<Vec<branch:
         if branches.iter().any(|x| x.path == b.path) {
             return Err(invalid(format!("branch {} given twice", b.path.display())));
         }
+        let id = b.dev_ino()?;
         guard::check_under_mountpoint(&b.path, mountpoint).map_err(invalid)?;
+        guard::check_not_above(&b.path, id, mountpoint).map_err(invalid)?;
         guard::check_lexically(&b.path, &mounts).map_err(invalid)?;
-        guard::check_dev(&b.path, b.dev()?, &mounts).map_err(invalid)?;
+        guard::check_dev(&b.path, id.0, &mounts).map_err(invalid)?;
         branches.push(b);
     }
     Ok(branches)

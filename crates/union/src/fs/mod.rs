@@ -337,6 +337,8 @@ pub struct Shared {
     /// Tells the kernel about changes it cannot see in our replies (set once the session is
     /// made, which needs the file system first).
     pub notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Where the union is mounted (canonical).
+    pub mountpoint: PathBuf,
 }
 
 /// See `Op::view_inputs`.
