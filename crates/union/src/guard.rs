@@ -25,9 +25,11 @@ pub struct OurMount {
 
 /// Every union of ours mounted in this mount namespace.
 pub fn our_mounts() -> io::Result<Vec<OurMount>> {
-    Ok(parse_mountinfo(&std::fs::read_to_string(
-        "/proc/self/mountinfo",
-    )?))
+    const MOUNTINFO: &str = "/proc/self/mountinfo";
+    match std::fs::read_to_string(MOUNTINFO) {
+        Ok(text) => Ok(parse_mountinfo(&text)),
+        Err(e) => Err(io::Error::new(e.kind(), format!("{MOUNTINFO}: {e}"))),
+    }
 }
 
 /// The mounts of type `FSTYPE` in the text of a mountinfo file.
