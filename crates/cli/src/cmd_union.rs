@@ -1,13 +1,17 @@
 //! `accord union`: mount, unmount and reconfigure a live union file system.
 
 use std::ffi::OsStr;
-use std::io::BufRead;
+use std::io::{BufRead, ErrorKind};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use accord_union::branch::{default_modes, parse_mount_options, parse_spec, BranchSpec};
+use accord_union::branch::{
+    default_modes, mistyped_mode, parse_mount_options, parse_spec, BranchSpec,
+};
+use accord_union::guard;
 use accord_union::{Mode, MountConfig};
 
 use crate::exit;
@@ -85,25 +89,7 @@ pub fn run(args: UnionArgs) -> i32 {
             dir,
             after,
             mode,
-        } => {
-            if let Err(e) = Mode::parse(&mode) {
-                return usage(&e);
-            }
-            let dir = match dir.canonicalize() {
-                Ok(d) => d,
-                Err(e) => return fail(&format!("{}: {e}", dir.display())),
-            };
-            let pos = after.map(|n| n + 1).unwrap_or(0).to_string();
-            control(
-                &mountpoint,
-                &[
-                    OsStr::new("add"),
-                    dir.as_os_str(),
-                    OsStr::new(&pos),
-                    OsStr::new(&mode),
-                ],
-            )
-        }
+        } => add(&mountpoint, &dir, after, &mode),
         UnionCmd::Remove { mountpoint, dir } => {
             let dir = dir.canonicalize().unwrap_or(dir);
             control(&mountpoint, &[OsStr::new("remove"), dir.as_os_str()])
@@ -123,17 +109,89 @@ pub fn run(args: UnionArgs) -> i32 {
             )
         }
         UnionCmd::List { mountpoint } => control(&mountpoint, &[OsStr::new("list")]),
-        UnionCmd::Snapshot { mountpoint, newdir } => {
-            if let Err(e) = std::fs::create_dir_all(&newdir) {
-                return fail(&format!("{}: {e}", newdir.display()));
-            }
-            let dir = match newdir.canonicalize() {
-                Ok(d) => d,
-                Err(e) => return fail(&format!("{}: {e}", newdir.display())),
-            };
-            control(&mountpoint, &[OsStr::new("snapshot"), dir.as_os_str()])
-        }
+        UnionCmd::Snapshot { mountpoint, newdir } => snapshot(&mountpoint, &newdir),
     }
+}
+
+fn add(mountpoint: &Path, dir: &Path, after: Option<usize>, mode: &str) -> i32 {
+    if let Err(e) = Mode::parse(mode) {
+        return usage(&e);
+    }
+    let dir = match dir.canonicalize() {
+        Ok(d) => d,
+        Err(e) => return fail(&format!("{}: {e}", dir.display())),
+    };
+    // Checked here as well as in the daemon: this process serves no union, so it may look
+    // inside one.
+    if let Err(e) = check_branch_of(&dir, mountpoint) {
+        return fail(&e);
+    }
+    let pos = after.map(|n| n + 1).unwrap_or(0).to_string();
+    let fields = [
+        OsStr::new("add"),
+        dir.as_os_str(),
+        OsStr::new(&pos),
+        OsStr::new(mode),
+    ];
+    control(mountpoint, &fields)
+}
+
+fn snapshot(mountpoint: &Path, newdir: &Path) -> i32 {
+    // Judged before it is created: making it inside the union would already change the union.
+    if let Err(e) = check_new_dir(newdir) {
+        return fail(&e);
+    }
+    if let Err(e) = std::fs::create_dir_all(newdir) {
+        return fail(&match newdir.symlink_metadata() {
+            Ok(m) if !m.is_dir() => format!(
+                "{} exists and is not a directory: the new writable branch must be a \
+                 directory (it is created if missing)",
+                newdir.display()
+            ),
+            _ => format!("cannot create {}: {e}", newdir.display()),
+        });
+    }
+    let dir = match newdir.canonicalize() {
+        Ok(d) => d,
+        Err(e) => return fail(&format!("{}: {e}", newdir.display())),
+    };
+    if let Err(e) = check_branch_of(&dir, mountpoint) {
+        return fail(&e);
+    }
+    control(mountpoint, &[OsStr::new("snapshot"), dir.as_os_str()])
+}
+
+/// `guard::check_branch`, and canonical `dir` must not hold the union's mount point.
+fn check_branch_of(dir: &Path, mountpoint: &Path) -> Result<(), String> {
+    guard::check_branch(dir)?;
+    let mnt = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let id = std::fs::metadata(dir)
+        .map(|m| (m.dev(), m.ino()))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    guard::check_not_above(dir, id, &mnt)
+}
+
+/// The checks of `guard::check_branch` for a directory that may not exist yet: on its nearest
+/// existing ancestor.
+fn check_new_dir(dir: &Path) -> Result<(), String> {
+    let abs = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let existing = abs
+        .ancestors()
+        .find(|a| a.symlink_metadata().is_ok())
+        .unwrap_or(Path::new("/"));
+    guard::check_branch(existing).map_err(|e| {
+        if existing == abs {
+            e
+        } else {
+            format!(
+                "{} would be created in {}: {e}",
+                dir.display(),
+                existing.display()
+            )
+        }
+    })
 }
 
 fn fail(msg: &str) -> i32 {
@@ -179,13 +237,14 @@ fn mount(
     if specs.is_empty() {
         return usage("no branches: give DIR[=rw|=ro]... or -o dirs=...");
     }
-    let mut resolved = Vec::new();
-    for (p, m) in default_modes(&specs) {
-        match p.canonicalize() {
-            Ok(c) => resolved.push((c, m)),
-            Err(e) => return fail(&format!("branch {}: {e}", p.display())),
-        }
+    // The mount point first: a wrong one makes every branch moot.
+    if let Err(e) = mountpoint.canonicalize() {
+        return fail(&format!("mount point {}: {e}", mountpoint.display()));
     }
+    let resolved = match resolve_branches(&specs) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     if foreground {
         let cfg = MountConfig {
             mountpoint,
@@ -223,6 +282,38 @@ fn mount(
         };
     }
     daemonize(&mountpoint, &resolved)
+}
+
+/// The branch directories of `specs`, canonical, with their modes; or the exit code after the
+/// error was reported.
+fn resolve_branches(specs: &[BranchSpec]) -> Result<Vec<(PathBuf, Mode)>, i32> {
+    let mut resolved = Vec::new();
+    for (spec, (p, m)) in specs.iter().zip(default_modes(specs)) {
+        match p.canonicalize() {
+            Ok(c) => resolved.push((c, m)),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(missing_branch(spec, &e)),
+            Err(e) => return Err(fail(&format!("branch {}: {e}", p.display()))),
+        }
+    }
+    Ok(resolved)
+}
+
+/// Report a branch that names no directory; when it looks like a misplaced or mistyped mode,
+/// say that instead of only "not found".
+fn missing_branch(spec: &BranchSpec, e: &std::io::Error) -> i32 {
+    let p = spec.path.display();
+    if spec.mode.is_none() && Mode::parse(&p.to_string()).is_ok() {
+        return usage(&format!(
+            "branch {p}: no such directory (a mode goes after its directory, as DIR={p})"
+        ));
+    }
+    match mistyped_mode(spec) {
+        Some(word) => usage(&format!(
+            "branch {p}: unknown mode {word:?} (a mode is ro or rw), and no directory of that \
+             whole name exists"
+        )),
+        None => fail(&format!("branch {p}: {e}")),
+    }
 }
 
 /// Start the file system as a detached copy of this program and return once it reports the

@@ -66,6 +66,18 @@ pub fn parse_spec(s: &str) -> Result<BranchSpec, String> {
     })
 }
 
+/// For a branch given without a valid mode: the word after its last `=`, if it looks like a
+/// mode that was mistyped (`DIR=xx`) rather than part of a directory's name (no `/`). Only
+/// worth telling the user when no directory of that whole name exists.
+pub fn mistyped_mode(spec: &BranchSpec) -> Option<String> {
+    if spec.mode.is_some() {
+        return None;
+    }
+    let s = spec.path.to_str()?;
+    let (dir, word) = s.rsplit_once('=')?;
+    (!dir.is_empty() && !word.is_empty() && !word.contains('/')).then(|| word.to_string())
+}
+
 /// Unionfs's mount option syntax: `dirs=/a=rw:/b=ro` (possibly among other comma-separated
 /// options, which we refuse rather than ignore).
 pub fn parse_mount_options(opts: &str) -> Result<Vec<BranchSpec>, String> {
@@ -135,6 +147,12 @@ impl Branch {
             mode,
             fd: self.fd.clone(),
         }
+    }
+
+    /// The device and inode of the branch directory (of its handle).
+    pub fn dev_ino(&self) -> std::io::Result<(u64, u64)> {
+        let st = crate::sys::fstat(self.fd())?;
+        Ok((st.st_dev, st.st_ino))
     }
 
     pub fn fd(&self) -> RawFd {
@@ -268,6 +286,12 @@ mod tests {
         assert_eq!(parse_spec("/a=b").unwrap().path, PathBuf::from("/a=b"));
         assert_eq!(parse_spec("/a").unwrap().mode, None);
         assert!(parse_spec("=rw").is_err());
+        let mode = |s| mistyped_mode(&parse_spec(s).unwrap());
+        assert_eq!(mode("/a=xx").as_deref(), Some("xx"));
+        assert_eq!(mode("ro=xx").as_deref(), Some("xx"));
+        assert_eq!(mode("/a=ro"), None);
+        assert_eq!(mode("/a"), None);
+        assert_eq!(mode("/a=b/c"), None);
         let v = parse_mount_options("dirs=/a=rw:/b=ro:/c").unwrap();
         assert_eq!(v.len(), 3);
         assert_eq!(v[1].mode, Some(Mode::Ro));

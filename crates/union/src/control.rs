@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::branch::{Branch, Mode, Table};
 use crate::fs::Shared;
+use crate::guard;
 
 fn addr(mountpoint: &Path) -> io::Result<SocketAddr> {
     let mut name = b"accord-union:".to_vec();
@@ -84,9 +85,7 @@ pub(crate) fn serve(listener: UnixListener, shared: Arc<Shared>, after_change: i
 fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
     let parts: Vec<&str> = line.split('\t').collect();
     let current = shared.table.lock().unwrap().clone();
-    let open = |p: &str, m: Mode| {
-        Branch::open(Path::new(p), m).map_err(|e| format!("cannot use {p} as a branch: {e}"))
-    };
+    let open = |p: &str, m: Mode| open_checked(Path::new(p), m, &shared.mountpoint);
     let canon = |p: &str| -> PathBuf {
         Path::new(p)
             .canonicalize()
@@ -117,6 +116,23 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
     let desc = new.describe();
     *shared.table.lock().unwrap() = Arc::new(new);
     Ok((desc, true))
+}
+
+/// Open `path` as a new branch of the live union, unless it lies inside a union of ours (see
+/// `guard`). The path is first judged by its components alone, so a path in a union (this one
+/// included) is refused before anything is looked up there; opening it (on this thread, never
+/// one that serves the union) then gives the device that settles the cases the path hides
+/// (symlinks, bind mounts).
+fn open_checked(path: &Path, mode: Mode, mountpoint: &Path) -> Result<Branch, String> {
+    let mounts = guard::our_mounts().map_err(|e| format!("cannot read the mount table: {e}"))?;
+    guard::check_lexically(path, &mounts)?;
+    let fail = |e: io::Error| format!("cannot use {} as a branch: {e}", path.display());
+    let b = Branch::open(path, mode).map_err(fail)?;
+    let id = b.dev_ino().map_err(fail)?;
+    guard::check_lexically(&b.path, &mounts)?;
+    guard::check_dev(&b.path, id.0, &mounts)?;
+    guard::check_not_above(&b.path, id, mountpoint)?;
+    Ok(b)
 }
 
 /// Send one request to the union mounted at `mountpoint` and return its answer data.

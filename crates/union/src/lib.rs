@@ -7,7 +7,8 @@
 //!
 //! Layout: pure logic in [`branch`] (branch specs and the branch table), [`whiteout`] (naming)
 //! and [`merge`] (one directory's merge over branches); the FUSE layer in `fs/` (one file per
-//! operation family); [`control`] is the live control channel; `sys` wraps the system calls.
+//! operation family); [`control`] is the live control channel; [`guard`] refuses branches
+//! inside a union of ours; `sys` wraps the system calls.
 //!
 //! Caching: the kernel may trust names and attributes for one second (`TTL`), and a merged
 //! directory is revalidated after that by one stat per branch that holds it, so a change made
@@ -40,6 +41,7 @@
 pub mod branch;
 pub mod control;
 mod fs;
+pub mod guard;
 pub mod merge;
 mod sys;
 pub mod whiteout;
@@ -73,6 +75,7 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
         }
     };
     let notifier = session.notifier();
+    let _ = shared.notifier.set(notifier.clone());
     let shared2 = shared.clone();
     let mp = cfg.mountpoint.clone();
     std::thread::spawn(move || {
@@ -123,31 +126,21 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
             "no branches given",
         ));
     }
-    let mut branches = Vec::new();
-    for (p, m) in &cfg.branches {
-        let b = branch::Branch::open(p, *m)
-            .map_err(|e| io::Error::new(e.kind(), format!("branch {}: {e}", p.display())))?;
-        if branches.iter().any(|x: &branch::Branch| x.path == b.path) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("branch {} given twice", b.path.display()),
-            ));
-        }
-        branches.push(b);
-    }
-    let mountpoint = cfg.mountpoint.canonicalize()?;
-    if branches.iter().any(|b| b.path.starts_with(&mountpoint)) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a branch may not lie inside the mount point",
-        ));
-    }
+    let mountpoint = cfg.mountpoint.canonicalize().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("mount point {}: {e}", cfg.mountpoint.display()),
+        )
+    })?;
+    let branches = open_branches(cfg, &mountpoint)?;
     // Modes of new files are exactly what the caller asked for (the kernel applied the umask).
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };
     let shared = Arc::new(fs::Shared {
         table: Mutex::new(Arc::new(branch::Table::new(branches))),
         nodes: Mutex::new(fs::Nodes::new()),
+        notifier: std::sync::OnceLock::new(),
+        mountpoint: mountpoint.clone(),
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
         io::Error::new(
@@ -184,6 +177,28 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
     let session = fuser::Session::new(union, &mountpoint, &config)?;
     Ok((session, listener, shared))
+}
+
+/// Open the branches of `cfg`, refusing one given twice, one inside the mount point and one
+/// inside a union of ours (see `guard`).
+fn open_branches(cfg: &MountConfig, mountpoint: &Path) -> io::Result<Vec<branch::Branch>> {
+    let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+    let mounts = guard::our_mounts()?;
+    let mut branches: Vec<branch::Branch> = Vec::new();
+    for (p, m) in &cfg.branches {
+        let b = branch::Branch::open(p, *m)
+            .map_err(|e| io::Error::new(e.kind(), format!("branch {}: {e}", p.display())))?;
+        if branches.iter().any(|x| x.path == b.path) {
+            return Err(invalid(format!("branch {} given twice", b.path.display())));
+        }
+        let id = b.dev_ino()?;
+        guard::check_under_mountpoint(&b.path, mountpoint).map_err(invalid)?;
+        guard::check_not_above(&b.path, id, mountpoint).map_err(invalid)?;
+        guard::check_lexically(&b.path, &mounts).map_err(invalid)?;
+        guard::check_dev(&b.path, id.0, &mounts).map_err(invalid)?;
+        branches.push(b);
+    }
+    Ok(branches)
 }
 
 /// A thread count from the environment (1 to 64), else `default`.

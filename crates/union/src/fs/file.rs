@@ -25,11 +25,11 @@ fn branch_flags(flags: i32) -> i32 {
 
 /// Drop the set-user-ID bit, and set-group-ID with group execute, of an open file, as the
 /// kernel does when a process without CAP_FSETID writes or truncates it. (Set-group-ID without
-/// group execute is mandatory locking, not a privilege.)
-pub(super) fn drop_set_id(fd: std::os::fd::RawFd) -> R<()> {
+/// group execute is mandatory locking, not a privilege.) Returns whether a bit was dropped.
+pub(super) fn drop_set_id(fd: std::os::fd::RawFd) -> R<bool> {
     let mode = sys::fstat(fd).e()?.st_mode;
     if mode & libc::S_IFMT != libc::S_IFREG {
-        return Ok(());
+        return Ok(false);
     }
     let mut drop = libc::S_ISUID;
     if mode & libc::S_IXGRP != 0 {
@@ -40,8 +40,9 @@ pub(super) fn drop_set_id(fd: std::os::fd::RawFd) -> R<()> {
         if unsafe { libc::fchmod(fd, mode & 0o7777 & !drop) } != 0 {
             return Err(sys::errno(&std::io::Error::last_os_error()));
         }
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Whether the calling process (pid, uid) holds CAP_FSETID, which lets it keep set-ID bits
@@ -119,8 +120,10 @@ impl Op<'_> {
         };
         if flags & libc::O_TRUNC != 0 && !has_fsetid(caller) {
             // Truncation drops set-ID bits like a write (we open as root, so the branch file
-            // system would keep them).
-            drop_set_id(file.as_raw_fd())?;
+            // system would keep them). The open's reply carries no attributes.
+            if drop_set_id(file.as_raw_fd())? {
+                self.attrs_changed(ino);
+            }
         }
         let fh = self.new_fh();
         let branch_id = self.table.get(b).id;
@@ -239,8 +242,9 @@ impl Op<'_> {
 
     pub(super) fn do_write(&self, fh: u64, offset: i64, data: &[u8], kill: bool) -> R<u32> {
         let h = self.follow_snapshot(fh)?;
-        if kill {
-            drop_set_id(h.file.as_raw_fd())?;
+        // The write's reply carries no attributes: the kernel would go on showing the bits.
+        if kill && drop_set_id(h.file.as_raw_fd())? {
+            self.attrs_changed(h.ino);
         }
         let n = if h.flags & libc::O_APPEND != 0 {
             // The branch file is O_APPEND too: the kernel appends whatever offset we pass.

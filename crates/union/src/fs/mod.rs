@@ -334,6 +334,11 @@ impl Nodes {
 pub struct Shared {
     pub table: Mutex<Arc<Table>>,
     pub nodes: Mutex<Nodes>,
+    /// Tells the kernel about changes it cannot see in our replies (set once the session is
+    /// made, which needs the file system first).
+    pub notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Where the union is mounted (canonical).
+    pub mountpoint: PathBuf,
 }
 
 /// See `Op::view_inputs`.
@@ -766,6 +771,15 @@ impl State {
                 }
             }
         });
+    }
+
+    /// The attributes of `ino` changed in a way no reply tells the kernel (a write that
+    /// cleared set-ID bits): make it drop its cached ones. Attributes only (offset -1): the
+    /// pages may be locked by the very request we are serving.
+    fn attrs_changed(&self, ino: u64) {
+        if let Some(n) = self.shared.notifier.get() {
+            let _ = n.inval_inode(fuser::INodeNo(ino), -1, 0);
+        }
     }
 
     fn attr(&self, ino: u64, st: &Stat) -> FileAttr {

@@ -9,8 +9,15 @@ use std::path::{Path, PathBuf};
 use fuser::FileAttr;
 
 use super::{Errno, Op, R, ROOT};
-use crate::merge::Kind;
+use crate::merge::{Kind, MergedEntry};
 use crate::sys;
+
+/// The two names of a rename that passed `Op::rename_checks`, and the upper branch.
+struct RenameChecked {
+    src: MergedEntry,
+    dst: Option<MergedEntry>,
+    u: u32,
+}
 
 impl Op<'_> {
     fn rel_of(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
@@ -62,20 +69,16 @@ impl Op<'_> {
         if crate::whiteout::is_reserved(newname) {
             return Err(libc::EINVAL);
         }
+        // A rename that cannot succeed fails before a big lower file's data is copied up
+        // (minutes for a big file); the checks are made again under the lock.
+        self.resolved(|| self.rename_checks(parent, name, newparent, newname, flags))?;
         // A big lower file that moves is copied up first; its data before the lock is taken.
         // (The node table's guard must be gone before `precopy` looks the file up.)
         let known = self.nodes().lookup(parent, name);
         let mut pre = known.and_then(|ino| self.precopy(ino));
         let _ns = self.ns();
-        let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
-        let dst = self.child(newparent, newname)?;
-        if flags & libc::RENAME_NOREPLACE != 0 && dst.is_some() {
-            return Err(libc::EEXIST);
-        }
-        let u = self.upper()?;
-        if src.winner() < u {
-            return Err(libc::EROFS);
-        }
+        let RenameChecked { src, dst, u } =
+            self.rename_checks(parent, name, newparent, newname, flags)?;
         let src_ino = self.nodes().get_or_create(parent, name);
         if parent == newparent && name == newname {
             return Ok(());
@@ -85,19 +88,6 @@ impl Op<'_> {
             return Ok(());
         }
         let is_dir = src.kind == Kind::Dir;
-        if let Some(d) = &dst {
-            if d.winner() < u {
-                return Err(libc::EROFS);
-            }
-            match (is_dir, d.kind == Kind::Dir) {
-                (true, false) => return Err(libc::ENOTDIR),
-                (false, true) => return Err(libc::EISDIR),
-                _ => {}
-            }
-        }
-        if is_dir && src.positions != [u] {
-            return Err(libc::EXDEV);
-        }
         if is_dir {
             // (A file is copied up first: the copy is not a change of names until its end.)
             self.dirs_moving();
@@ -144,6 +134,50 @@ impl Op<'_> {
             self.forget_view(src_ino);
         }
         Ok(())
+    }
+
+    /// What makes a rename fail before anything is changed or copied: the source missing, a
+    /// name on a read-only branch above the upper one, a replaced name of the other kind, a
+    /// directory with lower parts (EXDEV), no upper branch reachable from the root. The
+    /// emptiness of a replaced directory is checked by the caller, under the lock.
+    fn rename_checks(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> R<RenameChecked> {
+        let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let dst = self.child(newparent, newname)?;
+        if flags & libc::RENAME_NOREPLACE != 0 && dst.is_some() {
+            return Err(libc::EEXIST);
+        }
+        let u = self.upper()?;
+        if src.winner() < u {
+            return Err(libc::EROFS);
+        }
+        let is_dir = src.kind == Kind::Dir;
+        if let Some(d) = &dst {
+            if d.winner() < u {
+                return Err(libc::EROFS);
+            }
+            match (is_dir, d.kind == Kind::Dir) {
+                (true, false) => return Err(libc::ENOTDIR),
+                (false, true) => return Err(libc::EISDIR),
+                _ => {}
+            }
+        }
+        let same = parent == newparent && name == newname;
+        if is_dir && src.positions != [u] && !same {
+            return Err(libc::EXDEV);
+        }
+        // Copying up the directories on the way needs the upper branch's root to show
+        // (`ensure_dir_upper`): an opaque root above it hides it.
+        if !self.ensure_view(ROOT)?.layers.contains(&u) {
+            return Err(libc::EROFS);
+        }
+        Ok(RenameChecked { src, dst, u })
     }
 
     pub(super) fn do_link(&self, ino: u64, newparent: u64, newname: &OsStr) -> R<FileAttr> {
