@@ -61,8 +61,8 @@ pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
     ));
     let daemon = Arc::new(Daemon {
         cfg,
-        active: AtomicUsize::new(0),
-        refusing: AtomicUsize::new(0),
+        active: Arc::new(AtomicUsize::new(0)),
+        refusing: Arc::new(AtomicUsize::new(0)),
     });
     for conn in listener.incoming() {
         match conn {
@@ -84,26 +84,31 @@ fn log(line: &str) {
 
 struct Daemon {
     cfg: DaemonConfig,
-    active: AtomicUsize,
-    refusing: AtomicUsize,
+    /// Connections being served.
+    active: Arc<AtomicUsize>,
+    /// Connections over the limit being told so.
+    refusing: Arc<AtomicUsize>,
 }
 
-/// A slot in one of the daemon's counters, given back when dropped (even
-/// when a session panics).
-struct Slot<'a>(&'a AtomicUsize);
+/// A slot in one of the daemon's counters, owned by the connection that
+/// took it and given back when dropped (even when its session panics, or
+/// its thread could not be started).
+struct Slot(Arc<AtomicUsize>);
 
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 /// Take a slot of `counter` if fewer than `max` are taken.
-fn take_slot(counter: &AtomicUsize, max: usize) -> Option<Slot<'_>> {
+fn take_slot(counter: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
     counter
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < max).then_some(n + 1)
+        })
         .ok()
-        .map(|_| Slot(counter))
+        .map(|_| Slot(counter.clone()))
 }
 
 impl Daemon {
@@ -113,30 +118,32 @@ impl Daemon {
             .peer_addr()
             .map(|a| a.to_string())
             .unwrap_or_else(|_| "?".into());
-        let (busy, max) = (&self.active, self.cfg.max_connections);
-        let refusing = take_slot(busy, max).is_none();
-        if refusing {
-            // The slot was not taken: the refusal has its own, smaller pool.
-            if take_slot(&self.refusing, MAX_REFUSING).is_none() {
-                log(&format!("{peer}: refused: too many connections (closed at once)"));
-                return;
-            }
-        }
+        let (slot, refusing) = match take_slot(&self.active, self.cfg.max_connections) {
+            Some(slot) => (slot, false),
+            // Full: the refusal has its own, smaller pool of threads.
+            None => match take_slot(&self.refusing, MAX_REFUSING) {
+                Some(slot) => (slot, true),
+                None => {
+                    log(&format!(
+                        "{peer}: refused: too many connections (closed at once)"
+                    ));
+                    return;
+                }
+            },
+        };
         let daemon = self.clone();
+        let name = format!("accord-session {peer}");
         let spawned = std::thread::Builder::new()
-            .name(format!("accord-session {peer}"))
-            .spawn(move || daemon.connection(stream, &peer, refusing));
+            .name(name)
+            .spawn(move || daemon.connection(stream, &peer, refusing, slot));
         if let Err(e) = spawned {
+            // The closure, and the slot in it, were dropped.
             log(&format!("cannot start a thread for a connection: {e}"));
-            let counter = if refusing { &self.refusing } else { &self.active };
-            counter.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    /// One connection, on its own thread.
-    fn connection(&self, stream: TcpStream, peer: &str, refusing: bool) {
-        let counter = if refusing { &self.refusing } else { &self.active };
-        let _slot = Slot(counter);
+    /// One connection, on its own thread; `_slot` is held until it ends.
+    fn connection(&self, stream: TcpStream, peer: &str, refusing: bool, _slot: Slot) {
         let run = std::panic::AssertUnwindSafe(|| {
             if refusing {
                 self.refuse_busy(stream, peer)

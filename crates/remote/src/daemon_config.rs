@@ -149,7 +149,7 @@ mod tests {
         )
         .unwrap();
         let cfg = ConfigFile::load(&path).unwrap();
-        assert_eq!(cfg.key.unwrap(), dir.path().join("k"));
+        assert_eq!(cfg.key.as_deref(), Some(dir.path().join("k").as_path()));
         let m = &cfg.modules()["data"];
         assert!(m.read_only);
         assert_eq!(m.path, dir.path().join("d"));

@@ -136,15 +136,21 @@ impl KeyPair {
             }
             _ => format!("{shown}: {e}"),
         })?;
+        let text = read_small(path)?;
+        let mut words = text.split_whitespace();
+        match words.next() {
+            Some(PRIVATE_TYPE) => {}
+            Some(KEY_TYPE) => {
+                return Err(format!(
+                    "{shown}: not an accord private key file (a public key: give the file without .pub)"
+                ))
+            }
+            _ => return Err(format!("{shown}: not an accord private key file")),
+        }
         if meta.permissions().mode() & 0o077 != 0 {
             return Err(format!(
                 "{shown}: other users may read this private key; `chmod 600 {shown}` first"
             ));
-        }
-        let text = read_small(path)?;
-        let mut words = text.split_whitespace();
-        if words.next() != Some(PRIVATE_TYPE) {
-            return Err(format!("{shown}: not an accord private key file"));
         }
         let b64 = words.next().ok_or(format!("{shown}: the key is missing"))?;
         let private = decode_key(b64).map_err(|e| format!("{shown}: {e}"))?;
