@@ -385,3 +385,188 @@ fn connections_over_the_limit_are_refused_with_a_reason() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The daemon's peak memory (VmHWM), in KiB.
+fn peak_kib(d: &Daemon) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// An authenticated client that turns hostile after the handshake (a
+/// frame that claims 4 GiB, then garbage) ends its own session only: the
+/// daemon allocates nothing on its say-so, keeps serving a mirror that
+/// runs meanwhile, and logs why the session ended.
+#[test]
+fn a_hostile_client_after_the_handshake_ends_only_its_own_session() {
+    use accord_proto::{Hello, RootMode};
+    let w = World::new();
+    let mut d = w.start(&[]);
+    let src = w.path("src");
+    small_tree(&src, 13);
+    // An honest client's session is open before, and used after.
+    let spec = parse_remote(&d.url("rw/honest")).unwrap().unwrap();
+    let opts = DaemonOptions {
+        key: w.client_key.clone(),
+        server_key: Some(pub_of(&w.server_key)),
+        ..Default::default()
+    };
+    let honest = accord_remote::connect_daemon(&spec, &opts, RootMode::Write).unwrap();
+    let before = peak_kib(&d);
+    for attack in [
+        // A frame header: 4 GiB of payload on stream 1, kind Open.
+        vec![0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 1],
+        // A frame of an unknown kind.
+        vec![4, 0, 0, 0, 1, 0, 0, 0, 99, 1, 2, 3, 4],
+        // Random bytes.
+        (0..100_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect(),
+    ] {
+        let (mut reader, mut writer) = dial(&w, &d).unwrap();
+        Hello {
+            version: accord_proto::hello::VERSION,
+            features: 0,
+            mode: RootMode::Write,
+            root: b"rw/hostile".to_vec(),
+        }
+        .write(&mut writer)
+        .unwrap();
+        let _ = writer.write_all(&attack);
+        let _ = writer.flush();
+        // The daemon answers the hello, then closes: reading ends.
+        let started = Instant::now();
+        let mut sink = Vec::new();
+        let _ = reader.read_to_end(&mut sink);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    let grew = peak_kib(&d).saturating_sub(before);
+    assert!(grew < 64 << 10, "the daemon's peak memory grew by {grew} KiB");
+    let out = w.mirror(&[s(&src), &d.url("rw/meanwhile")]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("meanwhile"));
+    // The honest session opened before the attacks still works.
+    use accord_engine::Replica;
+    assert!(honest.closed().is_none());
+    let dir = honest.open_dir(&accord_model::RelPath::root()).unwrap();
+    dir.mkdir(b"still-here").unwrap();
+    assert!(w.rw.join("honest/still-here").is_dir());
+    d.assert_alive();
+    let log = d.log.lock().unwrap().join("\n");
+    assert!(log.contains("rw/hostile") || log.contains("module rw"), "{log}");
+    assert!(log.matches(": closed after").count() >= 3, "{log}");
+}
+
+/// A client that asks a read-only module for reading and then sends
+/// writes anyway (a lying or modified client) has every one refused.
+#[test]
+fn a_read_only_module_refuses_writes_from_a_lying_client() {
+    use accord_engine::Replica;
+    use accord_proto::RootMode;
+    let w = World::new();
+    let d = w.start(&[]);
+    small_tree(&w.ro.join("pub"), 4);
+    let before = snapshot(&w.ro);
+    let spec = parse_remote(&d.url("ro/pub")).unwrap().unwrap();
+    let opts = DaemonOptions {
+        key: w.client_key.clone(),
+        server_key: Some(pub_of(&w.server_key)),
+        ..Default::default()
+    };
+    // Asking to write is refused at once.
+    let err = accord_remote::connect_daemon(&spec, &opts, RootMode::Write).err();
+    assert!(err.is_some_and(|e| e.contains("read-only")));
+    // Reading is allowed; every write on that session is refused.
+    let r = accord_remote::connect_daemon(&spec, &opts, RootMode::Read).unwrap();
+    let root = accord_model::RelPath::root();
+    let dir = r.open_dir(&root).unwrap();
+    assert!(dir.stat(b"hello.txt").unwrap().is_some());
+    assert!(dir.mkdir(b"new").is_err());
+    let hello = dir.stat(b"hello.txt").unwrap().unwrap();
+    assert!(dir.delete(b"hello.txt", &accord_model::Expect::Entry(hello)).is_err());
+    assert!(r.write_state("memo", b"x", true).is_err());
+    assert!(differences(&before, &snapshot(&w.ro)).is_empty());
+    assert!(w.ro.join("pub/hello.txt").exists());
+}
+
+/// The daemon read from a TOML file: its modules, keys and limits.
+#[test]
+fn a_daemon_from_a_config_file() {
+    let w = World::new();
+    let config = w.path("server/accord.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\nkey = \"key\"\nauth_keys = \"authorized_keys\"\n\
+             max_connections = 4\nidle_timeout = 30\n\
+             [modules.data]\npath = \"{}\"\n\
+             [modules.pub]\npath = \"{}\"\nread_only = true\n",
+            s(&w.rw),
+            s(&w.ro)
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["server", "--config", s(&config)])
+        .env("ACCORD_STATE_DIR", w.path("server-state"));
+    let d = Daemon::start(cmd);
+    let src = w.path("src");
+    small_tree(&src, 17);
+    let out = w.mirror(&[s(&src), &d.url("data/x")]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("x"));
+    let out = w.mirror(&[s(&src), &d.url("pub/x")]);
+    assert_refused(&out, "read-only");
+    // A misspelt setting stops the daemon before it listens.
+    std::fs::write(&config, "lisen = \"127.0.0.1:0\"\n").unwrap();
+    let out = Command::new(bin()).args(["server", "--config", s(&config)]).output().unwrap();
+    assert_exit(&out, 64);
+    assert!(stderr(&out).contains("lisen"), "{}", stderr(&out));
+}
+
+/// No anonymous daemon: without authorized keys it does not start; and a
+/// client's private key that others may read is refused, as ssh does.
+#[test]
+fn no_anonymous_daemon_and_no_shared_private_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let out = Command::new(bin())
+        .args(["server", "--listen", "127.0.0.1:0"])
+        .args(["--module", &format!("rw={}", s(&w.rw))])
+        .args(["--key", s(&w.server_key)])
+        .output()
+        .unwrap();
+    assert_exit(&out, 64);
+    assert!(stderr(&out).contains("no anonymous access"), "{}", stderr(&out));
+    let empty = w.path("server/empty_keys");
+    std::fs::write(&empty, "# nobody\n").unwrap();
+    let out = Command::new(bin())
+        .args(["server", "--listen", "127.0.0.1:0"])
+        .args(["--module", &format!("rw={}", s(&w.rw))])
+        .args(["--key", s(&w.server_key)])
+        .args(["--auth-keys", s(&empty)])
+        .output()
+        .unwrap();
+    assert_exit(&out, 64);
+    assert!(stderr(&out).contains("nobody could connect"), "{}", stderr(&out));
+    let d = w.start(&[]);
+    std::fs::set_permissions(&w.client_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let src = w.path("src");
+    small_tree(&src, 2);
+    let out = w.mirror(&[s(&src), &d.url("rw/x")]);
+    assert_refused(&out, "other users may read this private key");
+    assert!(!w.rw.join("x").exists());
+}
+
+#[test]
+fn keygen_never_overwrites_a_key() {
+    let w = World::new();
+    let before = std::fs::read(&w.client_key).unwrap();
+    let out = Command::new(bin())
+        .args(["keygen", "-f", s(&w.client_key)])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&w.client_key).unwrap(), before);
+    let public = std::fs::read_to_string(pub_of(&w.client_key)).unwrap();
+    assert!(public.starts_with("accord-x25519 ") && public.trim_end().ends_with(" test"));
+}

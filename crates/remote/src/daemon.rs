@@ -186,7 +186,10 @@ impl Daemon {
         let _ = stream.shutdown(Shutdown::Both);
     }
 
-    fn handshake_failed(&self, stream: &TcpStream, peer: &str, e: HandshakeError) {
+    fn handshake_failed(&self, stream: &TcpStream, peer: &str, mut e: HandshakeError) {
+        if let HandshakeError::Plaintext(began) = &mut e {
+            began.extend(noise::what_came(stream));
+        }
         log(&format!("{peer}: refused: {e}"));
         if let HandshakeError::Plaintext(began) = &e {
             tell_plaintext_client(stream, began);
@@ -300,7 +303,7 @@ impl Daemon {
 
 /// `/NAME/sub/path` → (`NAME`, `sub/path`). A `..` anywhere is refused
 /// here, in the module's own words (the session would refuse it too).
-fn split_module(root: &[u8]) -> Result<(String, Vec<u8>), String> {
+pub fn split_module(root: &[u8]) -> Result<(String, Vec<u8>), String> {
     use std::os::unix::ffi::OsStrExt;
     let shown = accord_model::escape_for_display(root);
     let path = Path::new(std::ffi::OsStr::from_bytes(root));

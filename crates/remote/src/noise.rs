@@ -118,14 +118,15 @@ fn receive(r: &mut dyn Read) -> io::Result<Vec<u8>> {
 
 /// A finished handshake.
 pub struct Session {
-    transport: StatelessTransportState,
+    /// Shared read-only by the two halves (each counts its own nonces).
+    transport: Arc<StatelessTransportState>,
     /// The peer's static key, proved by the handshake.
     pub peer: PublicKey,
 }
 
 fn finish(hs: HandshakeState) -> Result<Session, HandshakeError> {
     let peer = remote_static(&hs)?;
-    let transport = hs.into_stateless_transport_mode().map_err(noise_err)?;
+    let transport = Arc::new(hs.into_stateless_transport_mode().map_err(noise_err)?);
     Ok(Session { transport, peer })
 }
 
@@ -142,8 +143,8 @@ fn remote_static(hs: &HandshakeState) -> Result<PublicKey, HandshakeError> {
 /// The client's side. `check` sees the server's static key before the
 /// client sends its own (a server that is not the one pinned never learns
 /// who was connecting) and says whether to go on.
-pub fn client(
-    stream: &mut TcpStream,
+pub fn client<S: Read + Write>(
+    stream: &mut S,
     key: &KeyPair,
     check: impl FnOnce(&PublicKey) -> Result<(), String>,
 ) -> Result<Session, HandshakeError> {
@@ -169,8 +170,8 @@ pub fn client(
 
 /// The server's side. A non-empty `refusal` is sent in the answer to the
 /// client's first message, and the handshake ends there (`Refused`).
-pub fn server(
-    stream: &mut TcpStream,
+pub fn server<S: Read + Write>(
+    stream: &mut S,
     key: &KeyPair,
     refusal: &str,
 ) -> Result<Session, HandshakeError> {
@@ -193,33 +194,26 @@ pub fn server(
 }
 
 /// The client's first message, which has one possible length: anything
-/// else is not our client (plaintext accord, HTTP, a port scanner).
-fn receive_first(stream: &mut TcpStream) -> Result<Vec<u8>, HandshakeError> {
+/// else is not our client (plaintext accord, HTTP, a port scanner), and
+/// `Plaintext` carries the two bytes that said so.
+fn receive_first<S: Read>(stream: &mut S) -> Result<Vec<u8>, HandshakeError> {
     let mut len = [0u8; 2];
-    let mut got = 0;
-    while got < 2 {
-        match stream.read(&mut len[got..]) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    stream.read_exact(&mut len)?;
     if u16::from_be_bytes(len) as usize != FIRST_MESSAGE {
-        return Err(HandshakeError::Plaintext(what_came(stream, len)));
+        return Err(HandshakeError::Plaintext(len.to_vec()));
     }
     let mut first = vec![0u8; FIRST_MESSAGE];
     stream.read_exact(&mut first)?;
     Ok(first)
 }
 
-/// The first bytes a non-Noise peer sent, for the log: what has arrived,
-/// without waiting for more.
-fn what_came(stream: &mut TcpStream, first: [u8; 2]) -> Vec<u8> {
-    let mut seen = first.to_vec();
+/// What else a peer that was found not to speak Noise has already sent
+/// (up to 62 bytes, without waiting for more), for the log.
+pub fn what_came(stream: &TcpStream) -> Vec<u8> {
     let mut more = [0u8; 62];
+    let mut seen = Vec::new();
     if stream.set_nonblocking(true).is_ok() {
-        if let Ok(n) = stream.read(&mut more) {
+        if let Ok(n) = (&mut &*stream).read(&mut more) {
             seen.extend_from_slice(&more[..n]);
         }
         let _ = stream.set_nonblocking(false);
@@ -236,7 +230,7 @@ pub struct Activity {
 }
 
 impl Activity {
-    fn new() -> Arc<Activity> {
+    pub fn new() -> Arc<Activity> {
         Arc::new(Activity {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -256,42 +250,30 @@ impl Activity {
     }
 }
 
-/// Split a session into its reading and writing halves. With `idle`, the
-/// reader gives up (a `TimedOut` error) once nothing has moved either way
-/// for that long; the stream's read timeout must then be set to a short
-/// tick, so the reader wakes up to look.
+/// Split a session over a TCP connection into its reading and writing
+/// halves. With `idle`, the reader gives up (a `TimedOut` error) once
+/// nothing has moved either way for that long; the stream's read timeout
+/// must then be set to a short tick, so the reader wakes up to look.
 pub fn split(
     stream: &TcpStream,
     session: Session,
     idle: Option<Duration>,
 ) -> io::Result<(NoiseReader, NoiseWriter, Arc<Activity>)> {
-    let keys = Arc::new(session.transport);
     let activity = Activity::new();
-    let reader = NoiseReader {
-        stream: BufReader::with_capacity(2 + MAX_MESSAGE, stream.try_clone()?),
-        keys: keys.clone(),
-        nonce: 0,
-        sealed: vec![0u8; MAX_MESSAGE],
-        plain: vec![0u8; MAX_MESSAGE],
-        start: 0,
-        end: 0,
+    let reader = NoiseReader::new(
+        Box::new(stream.try_clone()?),
+        &session,
         idle,
-        activity: activity.clone(),
-    };
-    let writer = NoiseWriter {
-        stream: stream.try_clone()?,
-        keys,
-        nonce: 0,
-        pending: Vec::with_capacity(MAX_PLAIN),
-        sealed: vec![0u8; 2 + MAX_MESSAGE],
-        activity: activity.clone(),
-    };
+        activity.clone(),
+    );
+    let mut writer = NoiseWriter::new(Box::new(stream.try_clone()?), &session, activity.clone());
+    writer.socket = Some(stream.try_clone()?);
     Ok((reader, writer, activity))
 }
 
 /// The decrypting half.
 pub struct NoiseReader {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Box<dyn Read + Send>>,
     keys: Arc<StatelessTransportState>,
     nonce: u64,
     sealed: Vec<u8>,
@@ -304,6 +286,26 @@ pub struct NoiseReader {
 }
 
 impl NoiseReader {
+    /// The reading half of `session` over `stream` (see `split`).
+    pub fn new(
+        stream: Box<dyn Read + Send>,
+        session: &Session,
+        idle: Option<Duration>,
+        activity: Arc<Activity>,
+    ) -> NoiseReader {
+        NoiseReader {
+            stream: BufReader::with_capacity(2 + MAX_MESSAGE, stream),
+            keys: session.transport.clone(),
+            nonce: 0,
+            sealed: vec![0u8; MAX_MESSAGE],
+            plain: vec![0u8; MAX_MESSAGE],
+            start: 0,
+            end: 0,
+            idle,
+            activity,
+        }
+    }
+
     /// Fill `buf` whole; `Ok(false)` at a clean end before its first byte.
     /// A read timeout is only a tick: read on unless idle too long.
     fn fill(&mut self, buf_len: usize, at_boundary: bool) -> io::Result<bool> {
@@ -385,7 +387,10 @@ impl Read for NoiseReader {
 /// The encrypting half: bytes are gathered into messages of up to
 /// `MAX_PLAIN` and sent when one is full or on `flush`.
 pub struct NoiseWriter {
-    stream: TcpStream,
+    stream: Box<dyn Write + Send>,
+    /// The socket under `stream`, shut down for writing when this half
+    /// is dropped.
+    socket: Option<TcpStream>,
     keys: Arc<StatelessTransportState>,
     nonce: u64,
     pending: Vec<u8>,
@@ -394,6 +399,23 @@ pub struct NoiseWriter {
 }
 
 impl NoiseWriter {
+    /// The writing half of `session` over `stream` (see `split`).
+    pub fn new(
+        stream: Box<dyn Write + Send>,
+        session: &Session,
+        activity: Arc<Activity>,
+    ) -> NoiseWriter {
+        NoiseWriter {
+            stream,
+            socket: None,
+            keys: session.transport.clone(),
+            nonce: 0,
+            pending: Vec::with_capacity(MAX_PLAIN),
+            sealed: vec![0u8; 2 + MAX_MESSAGE],
+            activity,
+        }
+    }
+
     fn seal_and_send(&mut self) -> io::Result<()> {
         let n = self
             .keys
@@ -434,7 +456,9 @@ impl Drop for NoiseWriter {
         // The reader holds a clone of the socket, so dropping ours would
         // not end the stream: say so to the peer explicitly.
         let _ = self.flush();
-        let _ = self.stream.shutdown(Shutdown::Write);
+        if let Some(socket) = &self.socket {
+            let _ = socket.shutdown(Shutdown::Write);
+        }
     }
 }
 
