@@ -47,7 +47,11 @@ impl DaemonArgs {
     }
 }
 
-pub fn run(args: &DaemonArgs, state_dir: Option<PathBuf>, local: accord_engine::LocalOptions) -> i32 {
+pub fn run(
+    args: &DaemonArgs,
+    state_dir: Option<PathBuf>,
+    local: accord_engine::LocalOptions,
+) -> i32 {
     let cfg = match config(args, state_dir, local) {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -81,18 +85,29 @@ fn config(
     }
     check_modules(&modules)?;
     let listen = args.listen.clone().or(file.listen.clone());
-    let listen = listen.ok_or("no address to listen on: give --listen or `listen` in the config")?;
+    let listen =
+        listen.ok_or("no address to listen on: give --listen or `listen` in the config")?;
     let auth = args.auth_keys.clone().or(file.auth_keys.clone());
     let auth = auth.ok_or(
         "no authorized keys: give --auth-keys FILE or `auth_keys` in the config (there is no anonymous access)",
     )?;
     let authorized = AuthorizedKeys::load(&auth)?;
     if authorized.is_empty() {
-        return Err(format!("{}: no keys in it, so nobody could connect", auth.display()));
+        return Err(format!(
+            "{}: no keys in it, so nobody could connect",
+            auth.display()
+        ));
     }
-    let key_path = args.key.clone().or(file.key.clone()).or_else(keys::default_key_path);
+    let key_path = args
+        .key
+        .clone()
+        .or(file.key.clone())
+        .or_else(keys::default_key_path);
     let key_path = key_path.ok_or("no key: give --key FILE")?;
-    let idle = args.idle_timeout.or(file.idle_timeout).unwrap_or(DEFAULT_IDLE_TIMEOUT);
+    let idle = args
+        .idle_timeout
+        .or(file.idle_timeout)
+        .unwrap_or(DEFAULT_IDLE_TIMEOUT);
     let max = args.max_connections.or(file.max_connections);
     Ok(DaemonConfig {
         listen: with_default_port(&listen),

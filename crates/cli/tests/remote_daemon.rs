@@ -164,7 +164,13 @@ fn small_tree(root: &Path, seed: u64) {
 
 fn assert_same_tree(want: &Path, got: &Path) {
     let d = differences(&snapshot(want), &snapshot(got));
-    assert!(d.is_empty(), "{} and {} differ:\n{}", want.display(), got.display(), d.join("\n"));
+    assert!(
+        d.is_empty(),
+        "{} and {} differ:\n{}",
+        want.display(),
+        got.display(),
+        d.join("\n")
+    );
 }
 
 fn stderr(out: &Output) -> String {
@@ -174,7 +180,11 @@ fn stderr(out: &Output) -> String {
 /// Assert a refusal: nonzero exit and `needle` in what it said.
 fn assert_refused(out: &Output, needle: &str) {
     assert_ne!(out.status.code(), Some(0), "{}", stderr(out));
-    assert!(stderr(out).contains(needle), "expected {needle:?} in: {}", stderr(out));
+    assert!(
+        stderr(out).contains(needle),
+        "expected {needle:?} in: {}",
+        stderr(out)
+    );
 }
 
 #[test]
@@ -211,7 +221,11 @@ fn unknown_and_wrong_keys_are_refused() {
     let out = w.mirror_as(&stranger, Some(&server_pub), &[s(&src), &target]);
     assert_refused(&out, "does not know your key");
     // A wrong client key file: a public key where the private one goes.
-    let out = w.mirror_as(&pub_of(&w.client_key), Some(&server_pub), &[s(&src), &target]);
+    let out = w.mirror_as(
+        &pub_of(&w.client_key),
+        Some(&server_pub),
+        &[s(&src), &target],
+    );
     assert_refused(&out, "not an accord private key file");
     // The server's key is not the one pinned: nothing is sent.
     let out = w.mirror_as(&w.client_key, Some(&pub_of(&stranger)), &[s(&src), &target]);
@@ -220,7 +234,11 @@ fn unknown_and_wrong_keys_are_refused() {
     let out = w.mirror_as(&w.client_key, None, &[s(&src), &target]);
     assert_refused(&out, "the server's key is not known");
     let line = std::fs::read_to_string(&server_pub).unwrap();
-    let key = line.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    let key = line
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(stderr(&out).contains(&key), "{}", stderr(&out));
     assert!(!w.rw.join("t").exists(), "a refused client wrote");
     // Pinned in known_servers, the same run goes through.
@@ -359,7 +377,10 @@ fn an_idle_connection_is_closed() {
     let n = reader.read(&mut buf).unwrap_or(0);
     assert_eq!(n, 0, "the daemon sent something to a silent client");
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(4), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
     std::thread::sleep(Duration::from_millis(100));
     assert!(d.log_has("idle for 1 s"), "{:?}", d.log.lock().unwrap());
 }
@@ -419,7 +440,9 @@ fn a_hostile_client_after_the_handshake_ends_only_its_own_session() {
         // A frame of an unknown kind.
         vec![4, 0, 0, 0, 1, 0, 0, 0, 99, 1, 2, 3, 4],
         // Random bytes.
-        (0..100_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect(),
+        (0..100_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect(),
     ] {
         let (mut reader, mut writer) = dial(&w, &d).unwrap();
         Hello {
@@ -439,7 +462,10 @@ fn a_hostile_client_after_the_handshake_ends_only_its_own_session() {
         assert!(started.elapsed() < Duration::from_secs(5));
     }
     let grew = peak_kib(&d).saturating_sub(before);
-    assert!(grew < 64 << 10, "the daemon's peak memory grew by {grew} KiB");
+    assert!(
+        grew < 64 << 10,
+        "the daemon's peak memory grew by {grew} KiB"
+    );
     let out = w.mirror(&[s(&src), &d.url("rw/meanwhile")]);
     assert_exit(&out, 0);
     assert_same_tree(&src, &w.rw.join("meanwhile"));
@@ -451,7 +477,10 @@ fn a_hostile_client_after_the_handshake_ends_only_its_own_session() {
     assert!(w.rw.join("honest/still-here").is_dir());
     d.assert_alive();
     let log = d.log.lock().unwrap().join("\n");
-    assert!(log.contains("rw/hostile") || log.contains("module rw"), "{log}");
+    assert!(
+        log.contains("rw/hostile") || log.contains("module rw"),
+        "{log}"
+    );
     assert!(log.matches(": closed after").count() >= 3, "{log}");
 }
 
@@ -481,7 +510,9 @@ fn a_read_only_module_refuses_writes_from_a_lying_client() {
     assert!(dir.stat(b"hello.txt").unwrap().is_some());
     assert!(dir.mkdir(b"new").is_err());
     let hello = dir.stat(b"hello.txt").unwrap().unwrap();
-    assert!(dir.delete(b"hello.txt", &accord_model::Expect::Entry(hello)).is_err());
+    assert!(dir
+        .delete(b"hello.txt", &accord_model::Expect::Entry(hello))
+        .is_err());
     assert!(r.write_state("memo", b"x", true).is_err());
     assert!(differences(&before, &snapshot(&w.ro)).is_empty());
     assert!(w.ro.join("pub/hello.txt").exists());
@@ -517,7 +548,10 @@ fn a_daemon_from_a_config_file() {
     assert_refused(&out, "read-only");
     // A misspelt setting stops the daemon before it listens.
     std::fs::write(&config, "lisen = \"127.0.0.1:0\"\n").unwrap();
-    let out = Command::new(bin()).args(["server", "--config", s(&config)]).output().unwrap();
+    let out = Command::new(bin())
+        .args(["server", "--config", s(&config)])
+        .output()
+        .unwrap();
     assert_exit(&out, 64);
     assert!(stderr(&out).contains("lisen"), "{}", stderr(&out));
 }
@@ -535,7 +569,11 @@ fn no_anonymous_daemon_and_no_shared_private_key() {
         .output()
         .unwrap();
     assert_exit(&out, 64);
-    assert!(stderr(&out).contains("no anonymous access"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no anonymous access"),
+        "{}",
+        stderr(&out)
+    );
     let empty = w.path("server/empty_keys");
     std::fs::write(&empty, "# nobody\n").unwrap();
     let out = Command::new(bin())
@@ -546,7 +584,11 @@ fn no_anonymous_daemon_and_no_shared_private_key() {
         .output()
         .unwrap();
     assert_exit(&out, 64);
-    assert!(stderr(&out).contains("nobody could connect"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nobody could connect"),
+        "{}",
+        stderr(&out)
+    );
     let d = w.start(&[]);
     std::fs::set_permissions(&w.client_key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let src = w.path("src");

@@ -50,8 +50,8 @@ pub struct DaemonConfig {
 
 /// Bind, say where (one log line), and serve until the process ends.
 pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
-    let listener =
-        TcpListener::bind(&cfg.listen).map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let listener = TcpListener::bind(&cfg.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     log(&format!(
         "listening on {addr}; modules: {}; {} authorized keys; server key {}",
@@ -206,7 +206,8 @@ impl Daemon {
         peer: &str,
     ) -> String {
         let client = session.peer;
-        let tick = (self.cfg.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        let tick =
+            (self.cfg.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
         let idle = Some(self.cfg.idle_timeout);
         let (mut reader, mut writer, activity) = match noise::split(stream, session, idle) {
             Ok(halves) => halves,
@@ -222,7 +223,10 @@ impl Daemon {
             close_gently(stream);
             return format!("refused: unknown client key {}", client.to_line());
         };
-        log(&format!("{peer}: authenticated as {name:?} ({})", short(&client)));
+        log(&format!(
+            "{peer}: authenticated as {name:?} ({})",
+            short(&client)
+        ));
         let _ = stream.set_read_timeout(Some(tick));
         let _ = stream.set_write_timeout(Some(self.cfg.idle_timeout));
         let outcome = match Hello::read(&mut reader) {
@@ -297,7 +301,12 @@ impl Daemon {
     }
 
     fn module_names(&self) -> String {
-        self.cfg.modules.keys().cloned().collect::<Vec<_>>().join(", ")
+        self.cfg
+            .modules
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -372,7 +381,10 @@ fn close_gently(stream: &TcpStream) {
 /// A key, short, for the log.
 fn short(key: &PublicKey) -> String {
     let line = key.to_line();
-    line.chars().take(crate::keys::KEY_TYPE.len() + 13).collect::<String>() + "…"
+    line.chars()
+        .take(crate::keys::KEY_TYPE.len() + 13)
+        .collect::<String>()
+        + "…"
 }
 
 #[cfg(test)]

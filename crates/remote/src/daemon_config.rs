@@ -127,7 +127,12 @@ pub fn check_modules(modules: &BTreeMap<String, Module>) -> Result<(), String> {
     for (name, m) in modules {
         match std::fs::metadata(&m.path) {
             Ok(meta) if meta.is_dir() => {}
-            Ok(_) => return Err(format!("module {name}: {} is not a directory", m.path.display())),
+            Ok(_) => {
+                return Err(format!(
+                    "module {name}: {} is not a directory",
+                    m.path.display()
+                ))
+            }
             Err(e) => return Err(format!("module {name}: {}: {e}", m.path.display())),
         }
     }

@@ -288,8 +288,8 @@ pub fn known_server_keys(path: &Path, host_port: &str) -> Result<Vec<PublicKey>,
         if line.starts_with('#') || name != host_port {
             continue;
         }
-        let (key, _) =
-            PublicKey::parse(key.trim()).map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+        let (key, _) = PublicKey::parse(key.trim())
+            .map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
         found.push(key);
     }
     Ok(found)

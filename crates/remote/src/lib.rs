@@ -16,8 +16,8 @@ mod tcp;
 
 pub use accord_proto::RootMode;
 pub use client::{ConnectError, RemoteReplica};
-pub use server::{serve, ServerConfig};
-pub use ssh::{connect_ssh, parse_remote, RemoteSpec, SshOptions};
 pub use daemon::{run_daemon, split_module, DaemonConfig, Module};
 pub use daemon_config::{check_modules, parse_module_arg, ConfigFile};
+pub use server::{serve, ServerConfig};
+pub use ssh::{connect_ssh, parse_remote, RemoteSpec, SshOptions};
 pub use tcp::{connect_daemon, dial_daemon, DaemonOptions};

@@ -154,7 +154,9 @@ pub fn transport(data: &[u8]) {
         let messages = split_messages(&wire);
         let edit = (pick >> 1) % 6;
         // A position that depends on the input, so the fuzzer steers it.
-        let at = rest.iter().fold(7usize, |h, &b| h.wrapping_mul(31).wrapping_add(b as usize));
+        let at = rest
+            .iter()
+            .fold(7usize, |h, &b| h.wrapping_mul(31).wrapping_add(b as usize));
         let (edited, must_fail) = match (edit, messages.len()) {
             (_, 0) | (0, _) => (wire.clone(), false),
             (1, _) => {
@@ -189,7 +191,10 @@ pub fn transport(data: &[u8]) {
             }
         };
         let (got, failed) = read_back(server, edited);
-        assert!(rest.starts_with(&got), "the reader yielded bytes that were not sent");
+        assert!(
+            rest.starts_with(&got),
+            "the reader yielded bytes that were not sent"
+        );
         if must_fail {
             assert!(failed, "an edited stream was read without an error");
         }
