@@ -8,7 +8,7 @@ use accord_engine::{
 };
 use accord_remote::{
     connect_daemon, connect_ssh, keys, parse_remote, DaemonOptions, RemoteReplica, RemoteSpec,
-    RootMode, SshOptions,
+    RootMode, SshOptions, DEFAULT_COMPRESS_LEVEL,
 };
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -137,6 +137,13 @@ pub struct MirrorArgs {
     /// The accord program on the remote host (when not on its PATH).
     #[arg(long, value_name = "PATH")]
     remote_accord: Option<String>,
+    /// Compress the connection to a remote root with zstd (both ways).
+    #[arg(short = 'z', long)]
+    compress: bool,
+    /// zstd level of -z (1 fastest, 19 smallest; negative: faster still).
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-7..=19))]
+    compress_level: Option<i32>,
 
     /// Our private key for accord:// roots [default: the one `accord keygen` makes].
     #[arg(long, value_name = "FILE")]
@@ -352,11 +359,13 @@ fn mirror_remote(
 
 /// Reach a remote root: over ssh, or a daemon's for `accord://`.
 fn connect(args: &MirrorArgs, spec: &RemoteSpec, mode: RootMode) -> Result<RemoteReplica, String> {
+    let compress = (args.compress || args.compress_level.is_some())
+        .then(|| args.compress_level.unwrap_or(DEFAULT_COMPRESS_LEVEL));
     if !spec.daemon {
         let opts = SshOptions {
             rsh: args.rsh.clone(),
             remote_accord: args.remote_accord.clone(),
-            features: 0,
+            compress,
         };
         return connect_ssh(spec, &opts, mode);
     }
@@ -365,7 +374,7 @@ fn connect(args: &MirrorArgs, spec: &RemoteSpec, mode: RootMode) -> Result<Remot
         key: key.ok_or("no key: give --key FILE (made by `accord keygen`)")?,
         server_key: args.server_key.clone(),
         known_servers: keys::default_known_servers(),
-        features: 0,
+        compress,
     };
     connect_daemon(spec, &opts, mode)
 }

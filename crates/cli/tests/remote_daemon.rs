@@ -207,6 +207,29 @@ fn a_mirror_works_both_ways() {
     assert!(d.log_has("authenticated as \"test\""));
 }
 
+/// `-z` through the daemon: compressed inside the encryption, so a
+/// compressible file costs a fraction of its size on the wire.
+#[test]
+fn a_compressed_mirror_through_the_daemon() {
+    let w = World::new();
+    let d = w.start(&[]);
+    let src = w.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let text: String = (0..40_000)
+        .map(|i| format!("line {} of a log\n", i % 977))
+        .collect();
+    std::fs::write(src.join("log.txt"), &text).unwrap();
+    let out = w.mirror(&[s(&src), &d.url("rw/z"), "-z", "--json"]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("z"));
+    let sent = json_field(&out.stdout, "bytes_sent").as_u64().unwrap();
+    assert!(
+        sent < text.len() as u64 / 4,
+        "{sent} bytes sent for {}",
+        text.len()
+    );
+}
+
 #[test]
 fn unknown_and_wrong_keys_are_refused() {
     let w = World::new();

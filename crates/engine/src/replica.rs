@@ -71,6 +71,11 @@ pub trait Replica: Send + Sync {
     fn open_dir(&self, path: &RelPath) -> io::Result<Box<dyn ReplicaDir + '_>>;
     /// Make everything written so far durable.
     fn sync_all(&self) -> io::Result<()>;
+    /// `sync_all`, started now and waited for later (a replica across a
+    /// wire carries it out after every call sent before it).
+    fn start_sync_all(&self) -> Pending<io::Result<()>> {
+        Pending::ready(self.sync_all())
+    }
     /// The replica's own state (memos; later the sync archive): `None` when
     /// it has none under that name. `durable`: the write survives a crash
     /// whole (else a crash may leave it torn, which readers must detect).

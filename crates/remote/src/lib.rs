@@ -4,6 +4,7 @@
 //! (`daemon`, `tcp`: Noise-encrypted, key-authenticated).
 
 mod client;
+mod compress;
 mod daemon;
 mod daemon_config;
 mod errors;
@@ -16,6 +17,7 @@ mod tcp;
 
 pub use accord_proto::RootMode;
 pub use client::{ConnectError, RemoteReplica};
+pub use compress::DEFAULT_LEVEL as DEFAULT_COMPRESS_LEVEL;
 pub use daemon::{run_daemon, split_module, DaemonConfig, Module};
 pub use daemon_config::{check_modules, parse_module_arg, ConfigFile};
 pub use server::{serve, ServerConfig};

@@ -24,7 +24,8 @@ pub struct DaemonOptions {
     /// pinned for the server in `known_servers`.
     pub server_key: Option<PathBuf>,
     pub known_servers: Option<PathBuf>,
-    pub features: u64,
+    /// Ask for zstd compression at this level (`-z`).
+    pub compress: Option<i32>,
 }
 
 /// `host:port` as the known-servers file names a server.
@@ -46,7 +47,7 @@ pub fn connect_daemon(
     let shown = spec.display();
     let (reader, writer) = dial_daemon(spec, opts)?;
     let root = spec.path.as_bytes();
-    match RemoteReplica::connect(reader, writer, root, mode, opts.features) {
+    match RemoteReplica::connect(reader, writer, root, mode, opts.compress) {
         Ok(r) => Ok(r.with_name(shown)),
         Err(ConnectError::Refused { message, .. }) => Err(format!("{shown}: {message}")),
         Err(e) => Err(format!("{shown}: {e}")),
