@@ -7,7 +7,7 @@
 
 mod mirror_common;
 
-use accord_remote::{dial_daemon, parse_remote, DaemonOptions};
+use accord_remote::{dial_daemon, parse_remote, DaemonOptions, Halves};
 use mirror_common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -374,7 +374,7 @@ fn twenty_clients_at_once() {
     eprintln!("20 clients in {:.2} s", started.elapsed().as_secs_f64());
 }
 
-fn dial(w: &World, d: &Daemon) -> Result<(Box<dyn Read + Send>, Box<dyn Write + Send>), String> {
+fn dial(w: &World, d: &Daemon) -> Result<Halves, String> {
     let spec = parse_remote(&d.url("rw")).unwrap().unwrap();
     let opts = DaemonOptions {
         key: w.client_key.clone(),

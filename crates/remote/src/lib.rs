@@ -22,4 +22,4 @@ pub use daemon::{run_daemon, split_module, DaemonConfig, Module};
 pub use daemon_config::{check_modules, parse_module_arg, ConfigFile};
 pub use server::{serve, ServerConfig};
 pub use ssh::{connect_ssh, parse_remote, RemoteSpec, SshOptions};
-pub use tcp::{connect_daemon, dial_daemon, DaemonOptions};
+pub use tcp::{connect_daemon, dial_daemon, DaemonOptions, Halves};

@@ -15,6 +15,9 @@ use std::time::Duration;
 /// Longest wait for the TCP connection and for each handshake message.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The reading and writing halves of an encrypted session.
+pub type Halves = (Box<dyn Read + Send>, Box<dyn Write + Send>);
+
 /// How to reach a daemon.
 #[derive(Clone, Debug, Default)]
 pub struct DaemonOptions {
@@ -57,10 +60,7 @@ pub fn connect_daemon(
 /// The two halves of an encrypted session with the daemon `spec` names,
 /// its key checked against the pinned one and ours proved to it (whether
 /// the daemon lets our key in, it says in its answer to our first request).
-pub fn dial_daemon(
-    spec: &RemoteSpec,
-    opts: &DaemonOptions,
-) -> Result<(Box<dyn Read + Send>, Box<dyn Write + Send>), String> {
+pub fn dial_daemon(spec: &RemoteSpec, opts: &DaemonOptions) -> Result<Halves, String> {
     let shown = spec.display();
     if spec.user.is_some() {
         return Err(format!(
