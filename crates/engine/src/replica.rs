@@ -157,8 +157,11 @@ pub trait ReplicaDir: Send + Sync {
         expect: &Expect,
     ) -> Result<Box<dyn io::Read + Send + '_>, Error>;
     /// The encoded signature (see `accord_delta::Signature`) of the regular
-    /// file at `name`, which must still be what `expect` says.
-    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error>;
+    /// file at `name`, which must still be what `expect` says. `in_place`:
+    /// for a delta applied in place (strong sums that are never wrong);
+    /// else for one applied to a temp file and checked whole before it is
+    /// committed (rsync's shorter sums; a mismatch is redone whole).
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error>;
     /// A delta from the receiver's encoded `signature` to the regular file
     /// at `name`, which must still be what `expect` says, made where that
     /// file is (so from a remote source only the delta crosses the wire);
@@ -229,8 +232,13 @@ pub trait ReplicaDir: Send + Sync {
     fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
         Pending::ready(self.stat(name))
     }
-    fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {
-        Pending::ready(self.signature(name, expect))
+    fn start_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        in_place: bool,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(self.signature(name, expect, in_place))
     }
     fn start_receive(
         &self,

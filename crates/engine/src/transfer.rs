@@ -217,11 +217,13 @@ impl<'a, 'r> GroupStarted<'a, 'r> {
                 Some(st) => st.finish(&**ddir).map(Some),
                 None => Ok(None),
             });
-            let r = r.map_err(|e| match (e, sdir.as_deref()) {
-                (e @ Error::Delta { .. }, Some(sd)) => {
-                    changed_side(&**sd, &**ddir, it).unwrap_or(e)
-                }
-                (e, _) => e,
+            let r = r.or_else(|e| match (e, sdir.as_deref()) {
+                (e @ Error::Delta { .. }, Some(sd)) => match changed_side(&**sd, &**ddir, it) {
+                    Some(changed) => Err(changed),
+                    None if is_false_match(&e) => redo_whole(x, &**sd, &**ddir, it),
+                    None => Err(e),
+                },
+                (e, _) => Err(e),
             });
             match r {
                 Ok(Some((temp, xfer))) => out.staged.push(Staged {
@@ -393,7 +395,11 @@ fn start_signatures(
                 && ddir.takes_contents()
                 && !x.stopped()
                 && it.src.as_ref().is_some_and(|s| s.size <= STREAM_DELTA_MAX);
-            Mutex::new(wants.then(|| ddir.start_signature(it.path.file_name(), &it.expect_dst())))
+            let in_place = it.op == Op::Write(Method::InPlace);
+            Mutex::new(
+                wants
+                    .then(|| ddir.start_signature(it.path.file_name(), &it.expect_dst(), in_place)),
+            )
         })
         .collect()
 }
@@ -513,6 +519,32 @@ fn write(
     r
 }
 
+/// A delta whose result did not check out although neither side changed:
+/// a false match of the signature's short strong sums (rare by design).
+fn is_false_match(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Delta {
+            source: accord_delta::DeltaError::ChecksumMismatch,
+            ..
+        }
+    )
+}
+
+/// Send a file whole after its delta failed its check (the temp of the
+/// failed attempt is gone already).
+fn redo_whole(
+    x: &Exec,
+    sdir: &dyn ReplicaDir,
+    ddir: &dyn ReplicaDir,
+    it: &Item,
+) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+    match write(x, sdir, ddir, it, Method::Whole, (None, None))? {
+        Some(started) => started.finish(ddir).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// `Some(Changed(side))` when one side no longer holds what was planned.
 fn changed_side(sdir: &dyn ReplicaDir, ddir: &dyn ReplicaDir, it: &Item) -> Option<Error> {
     let name = it.path.file_name();
@@ -578,7 +610,7 @@ fn write_generic(
         Method::Delta | Method::InPlace => {
             let sig = match sig {
                 Some(p) => p.wait()?,
-                None => ddir.signature(name, &expect_dst)?,
+                None => ddir.signature(name, &expect_dst, method == Method::InPlace)?,
             };
             let in_place = method == Method::InPlace;
             let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, in_place)?;

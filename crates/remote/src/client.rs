@@ -578,11 +578,12 @@ impl ReplicaDir for RemoteDir<'_> {
         Ok(Box::new(FileReader { inner }))
     }
 
-    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error> {
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let req = Request::Signature {
             dir: self.dir.clone(),
             name: name.to_vec(),
             expect: *expect,
+            in_place,
         };
         self.replica
             .call(&req, None)
@@ -665,11 +666,17 @@ impl ReplicaDir for RemoteDir<'_> {
         })
     }
 
-    fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {
+    fn start_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        in_place: bool,
+    ) -> Pending<Result<Vec<u8>, Error>> {
         let req = Request::Signature {
             dir: self.dir.clone(),
             name: name.to_vec(),
             expect: *expect,
+            in_place,
         };
         let p = self.replica.call_later(&req, None);
         Pending::later(move || p.wait().map_err(|e| e.into_error(Action::OpenDestination)))

@@ -334,9 +334,14 @@ impl Session<'_> {
                 self.stream_out(stream, &mut *r)?;
                 Ok(Vec::new())
             }
-            Request::Signature { dir, name, expect } => self
+            Request::Signature {
+                dir,
+                name,
+                expect,
+                in_place,
+            } => self
                 .dir(dir, Action::OpenDestination)?
-                .signature(name, expect)
+                .signature(name, expect, *in_place)
                 .map_err(w),
             Request::MakeDelta {
                 dir,
