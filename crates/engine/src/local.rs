@@ -372,6 +372,39 @@ fn signature_of(f: &File, verified: bool) -> Result<Vec<u8>, Error> {
     Ok(sig.encode())
 }
 
+/// The checks of `accord_delta::patch_in_place` that come before any
+/// write (layout, the target's length, the scratch budget).
+fn refuse_in_place(target: &File, delta: &Delta<'_>, opts: &PatchOptions) -> Result<(), Error> {
+    let refuse = |msg: String| {
+        Err(Error::Delta {
+            action: Action::UpdateInPlace,
+            source: accord_delta::DeltaError::Usage(msg),
+        })
+    };
+    if delta.layout != accord_delta::Layout::InPlace {
+        return refuse("an in-place update needs a delta of the in-place layout".into());
+    }
+    if delta.scratch_len > opts.max_scratch {
+        return refuse(format!(
+            "the delta needs {} bytes of scratch memory, more than the {} allowed",
+            delta.scratch_len, opts.max_scratch
+        ));
+    }
+    let len = fstat(target.as_fd())
+        .map_err(Error::io(Action::UpdateInPlace))?
+        .size;
+    if len != delta.old_len {
+        return Err(Error::Delta {
+            action: Action::UpdateInPlace,
+            source: accord_delta::DeltaError::WrongBasis {
+                expected: delta.old_len,
+                actual: len,
+            },
+        });
+    }
+    Ok(())
+}
+
 /// Least of a cut-off transfer worth keeping as a partial file.
 const PARTIAL_MIN: u64 = 1 << 20;
 
@@ -489,6 +522,10 @@ impl ReplicaDir for LocalDir<'_> {
             max_scratch: self.replica.opts.max_scratch,
             sync: false,
         };
+        // What `patch_in_place` refuses before it writes is refused here,
+        // before the guard: a delta that never touched the file must not
+        // move it to a recovery name.
+        refuse_in_place(&target, &delta, &opts)?;
         guarded_in_place(&self.dir, name, fsync, || {
             accord_delta::patch_in_place(&mut target, &delta, &opts).map_err(|e| Error::Delta {
                 action: Action::UpdateInPlace,
