@@ -1,0 +1,687 @@
+//! Shared pieces of the hostile-peer suite: a real `serve` session over a
+//! socket pair with our raw frames on the other end (a hostile client), and
+//! a fake server speaking raw frames to a real `RemoteReplica` (a hostile
+//! server). The hostile side is a test double of the *other* peer; the side
+//! under test is always the product's own code.
+
+#![allow(dead_code)]
+
+use accord_engine::{LocalReplica, MirrorConfig, Progress, Replica, Report};
+use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, Time};
+use accord_proto::codec::{put_entry, put_expect, put_mask, put_props};
+use accord_proto::frame::{read_frame, write_frame, FrameKind};
+use accord_proto::hello::VERSION;
+use accord_proto::{Enc, Frame, Hello, Request, RootMode, Welcome, WireError};
+use accord_remote::{serve, RemoteReplica, ServerConfig};
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long any wait of the suite may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------
+// A sandbox: a root inside a temp directory, with an OUTSIDE directory
+// beside it, so a write that escapes the root is seen.
+// ---------------------------------------------------------------------
+
+pub struct Sandbox {
+    pub tmp: tempfile::TempDir,
+    pub root: PathBuf,
+    pub outside: PathBuf,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"outside contents\n").unwrap();
+        Sandbox { tmp, root, outside }
+    }
+
+    /// Every path under the sandbox but outside the root (relative to the
+    /// sandbox), sorted: the test compares it before and after.
+    pub fn around_root(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        walk(self.tmp.path(), self.tmp.path(), &self.root, &mut out);
+        out.sort();
+        out
+    }
+}
+
+fn walk(base: &Path, dir: &Path, skip: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p == skip {
+            continue;
+        }
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        let contents = if md.is_file() {
+            std::fs::read(&p).unwrap()
+        } else if md.file_type().is_symlink() {
+            let mut t = b"-> ".to_vec();
+            t.extend_from_slice(std::fs::read_link(&p).unwrap().as_os_str().as_encoded_bytes());
+            t
+        } else {
+            Vec::new()
+        };
+        out.push((p.strip_prefix(base).unwrap().to_path_buf(), contents));
+        if md.is_dir() {
+            walk(base, &p, skip, out);
+        }
+    }
+}
+
+/// Names in a directory of the root, sorted (temp names included).
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Names reserved for our temps in a directory.
+pub fn temps_in(dir: &Path) -> Vec<String> {
+    names(dir)
+        .into_iter()
+        .filter(|n| accord_fsys::is_reserved_name(n.as_bytes()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------
+// A real server, a hostile client.
+// ---------------------------------------------------------------------
+
+/// A `serve` session running in a thread.
+pub struct ServerHandle {
+    done: mpsc::Receiver<std::thread::Result<Result<(), String>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// What `serve` returned; fails the test if it panicked or hangs.
+    pub fn finish(mut self) -> Result<(), String> {
+        let r = self
+            .done
+            .recv_timeout(WAIT)
+            .expect("the server session did not end");
+        self.thread.take().unwrap().join().unwrap();
+        match r {
+            Ok(r) => r,
+            Err(_) => panic!("the server panicked"),
+        }
+    }
+}
+
+/// Start `serve` on one end of a socket pair; the other end is returned.
+pub fn spawn_server(cfg: ServerConfig) -> (UnixStream, ServerHandle) {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let r = theirs.try_clone().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            serve(Box::new(r), Box::new(theirs), &cfg)
+        }));
+        let _ = tx.send(res);
+    });
+    (
+        ours,
+        ServerHandle {
+            done: rx,
+            thread: Some(thread),
+        },
+    )
+}
+
+/// Our side of a session with a real server, speaking raw frames.
+pub struct RawClient {
+    pub sock: UnixStream,
+    next: u32,
+    /// Frames of streams not waited for yet.
+    queued: HashMap<u32, Vec<Frame>>,
+}
+
+/// How a request ended, as the raw client saw it.
+#[derive(Debug)]
+pub enum Outcome {
+    Reply(Vec<u8>),
+    Failed(WireError),
+    /// The server ended the connection (or stopped answering).
+    Closed(String),
+}
+
+impl Outcome {
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, Outcome::Reply(_))
+    }
+
+    pub fn reply(self) -> Vec<u8> {
+        match self {
+            Outcome::Reply(b) => b,
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+}
+
+impl RawClient {
+    /// Connect to a fresh server session on `root`.
+    pub fn start(root: &Path, mode: RootMode) -> (RawClient, ServerHandle) {
+        Self::start_with(root, mode, ServerConfig::default())
+    }
+
+    pub fn start_with(root: &Path, mode: RootMode, cfg: ServerConfig) -> (RawClient, ServerHandle) {
+        let (sock, handle) = spawn_server(cfg);
+        sock.set_read_timeout(Some(WAIT)).unwrap();
+        let mut w = sock.try_clone().unwrap();
+        Hello {
+            version: VERSION,
+            features: 0,
+            mode,
+            root: root.as_os_str().as_encoded_bytes().to_vec(),
+        }
+        .write(&mut w)
+        .unwrap();
+        let mut r = sock.try_clone().unwrap();
+        match Welcome::read(&mut r).unwrap() {
+            Welcome::Accepted { .. } => {}
+            other => panic!("refused: {other:?}"),
+        }
+        (
+            RawClient {
+                sock,
+                next: 1,
+                queued: HashMap::new(),
+            },
+            handle,
+        )
+    }
+
+    pub fn frame(&mut self, stream: u32, kind: FrameKind, payload: &[u8]) {
+        // The server may have hung up already: that is for the test to see.
+        let _ = write_frame(&mut self.sock, stream, kind, payload);
+    }
+
+    /// Raw bytes on the connection (a crafted header).
+    pub fn raw(&mut self, bytes: &[u8]) {
+        let _ = self.sock.write_all(bytes);
+    }
+
+    /// Send a request without a body; its stream number.
+    pub fn send(&mut self, header: &[u8]) -> u32 {
+        let s = self.next;
+        self.next += 1;
+        self.frame(s, FrameKind::OpenFin, header);
+        s
+    }
+
+    /// Send a request with `body`, whole.
+    pub fn send_body(&mut self, header: &[u8], body: &[u8]) -> u32 {
+        let s = self.next;
+        self.next += 1;
+        self.frame(s, FrameKind::Open, header);
+        let mut chunks = body.chunks(64 << 10).peekable();
+        if chunks.peek().is_none() {
+            self.frame(s, FrameKind::End, &[]);
+        }
+        while let Some(c) = chunks.next() {
+            let kind = if chunks.peek().is_some() {
+                FrameKind::Data
+            } else {
+                FrameKind::End
+            };
+            self.frame(s, kind, c);
+        }
+        s
+    }
+
+    /// Wait for the outcome of `stream`.
+    pub fn outcome(&mut self, stream: u32) -> Outcome {
+        let mut body = Vec::new();
+        loop {
+            let f = match self.queued.get_mut(&stream).filter(|q| !q.is_empty()) {
+                Some(q) => q.remove(0),
+                None => match read_frame(&mut self.sock) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => return Outcome::Closed("end of stream".into()),
+                    Err(e) => return Outcome::Closed(e.to_string()),
+                },
+            };
+            if f.stream != stream || f.kind == FrameKind::Credit {
+                if f.kind != FrameKind::Credit {
+                    self.queued.entry(f.stream).or_default().push(f);
+                }
+                continue;
+            }
+            match f.kind {
+                FrameKind::Data => body.extend_from_slice(&f.payload),
+                FrameKind::Zeros => {
+                    let n = u32::from_le_bytes(f.payload[..4].try_into().unwrap());
+                    body.resize(body.len() + n as usize, 0);
+                }
+                FrameKind::End => {
+                    body.extend_from_slice(&f.payload);
+                    return Outcome::Reply(body);
+                }
+                FrameKind::Error => return Outcome::Failed(WireError::decode(&f.payload).unwrap()),
+                k => panic!("unexpected {k:?} from the server"),
+            }
+        }
+    }
+
+    pub fn call(&mut self, header: &[u8]) -> Outcome {
+        let s = self.send(header);
+        self.outcome(s)
+    }
+
+    pub fn call_body(&mut self, header: &[u8], body: &[u8]) -> Outcome {
+        let s = self.send_body(header, body);
+        self.outcome(s)
+    }
+
+    /// Hang up (the server's session then ends).
+    pub fn hang_up(self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Raw request headers, built field by field so that they can hold what
+/// `Request::encode` (which takes validated `RelPath`s) never would.
+pub mod raw {
+    use super::*;
+
+    fn head(op: u8, dir: &[u8]) -> Enc {
+        let mut e = Enc::new();
+        e.u8(op).bytes(dir);
+        e
+    }
+
+    pub fn list(dir: &[u8]) -> Vec<u8> {
+        let mut e = head(2, dir);
+        e.varint(0).bool(false).bool(false).u8(0);
+        e.finish()
+    }
+
+    pub fn stat(dir: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut e = head(8, dir);
+        e.bytes(name);
+        e.finish()
+    }
+
+    pub fn open_read(dir: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
+        let mut e = head(9, dir);
+        e.bytes(name);
+        put_expect(&mut e, expect);
+        e.finish()
+    }
+
+    pub fn make_delta(dir: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
+        let mut e = head(11, dir);
+        e.bytes(name);
+        put_expect(&mut e, expect);
+        e.bool(false);
+        e.finish()
+    }
+
+    pub fn receive(dir: &[u8], name: &[u8], basis: Option<&Expect>) -> Vec<u8> {
+        let mut e = head(12, dir);
+        e.bytes(name);
+        match basis {
+            None => {
+                e.u8(0);
+            }
+            Some(b) => {
+                e.u8(1);
+                put_expect(&mut e, b);
+            }
+        }
+        put_props(&mut e, &file_props());
+        put_mask(&mut e, no_props());
+        e.finish()
+    }
+
+    pub fn patch_in_place(dir: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
+        let mut e = head(13, dir);
+        e.bytes(name);
+        put_expect(&mut e, expect);
+        put_props(&mut e, &file_props());
+        put_mask(&mut e, no_props());
+        e.finish()
+    }
+
+    /// A symlink `name -> target` made as a temp (the server names it).
+    pub fn make_symlink(dir: &[u8], name: &[u8], target: &[u8]) -> Vec<u8> {
+        let mut e = head(14, dir);
+        e.bytes(name);
+        let entry = Entry {
+            path: RelPath::new(name).unwrap_or_default(),
+            link_target: Some(target.to_vec()),
+            size: target.len() as u64,
+            ..entry(Kind::Symlink)
+        };
+        put_entry(&mut e, &entry);
+        put_mask(&mut e, no_props());
+        e.finish()
+    }
+
+    pub fn link(dir: &[u8], name: &[u8], leader: &[u8]) -> Vec<u8> {
+        let mut e = head(15, dir);
+        e.bytes(name).bytes(leader);
+        e.finish()
+    }
+
+    pub fn commit(dir: &[u8], temp: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
+        let mut e = head(16, dir);
+        e.bytes(temp).bytes(name);
+        put_expect(&mut e, expect);
+        e.finish()
+    }
+
+    pub fn discard(dir: &[u8], temp: &[u8]) -> Vec<u8> {
+        let mut e = head(17, dir);
+        e.bytes(temp);
+        e.finish()
+    }
+
+    pub fn mkdir(dir: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut e = head(20, dir);
+        e.bytes(name);
+        e.finish()
+    }
+
+    pub fn delete(dir: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
+        let mut e = head(21, dir);
+        e.bytes(name);
+        put_expect(&mut e, expect);
+        e.finish()
+    }
+}
+
+pub fn file_props() -> Props {
+    Props {
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        mtime: Time { sec: 0, nsec: 0 },
+        xattrs: None,
+    }
+}
+
+pub fn no_props() -> accord_fsys::PropsMask {
+    accord_fsys::PropsMask {
+        perms: false,
+        owner: false,
+        times: false,
+        xattrs: None,
+    }
+}
+
+/// An entry of `kind` at the root with nothing else set.
+pub fn entry(kind: Kind) -> Entry {
+    Entry {
+        path: RelPath::root(),
+        kind,
+        size: 0,
+        props: Props {
+            mode: if kind == Kind::Dir { 0o755 } else { 0o644 },
+            ..file_props()
+        },
+        dev: 1,
+        ino: 1,
+        nlink: 1,
+        rdev: 0,
+        blocks: 0,
+        link_target: None,
+        hash: None,
+    }
+}
+
+/// What a file in the root is now, as an `Expect` (to get past rule 3).
+pub fn expect_of(path: &Path) -> Expect {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::symlink_metadata(path).unwrap();
+    let kind = if md.is_dir() {
+        Kind::Dir
+    } else if md.file_type().is_symlink() {
+        Kind::Symlink
+    } else {
+        Kind::File
+    };
+    Expect::Entry(Found {
+        kind,
+        dev: md.dev(),
+        ino: md.ino(),
+        size: md.size(),
+        mtime: Time {
+            sec: md.mtime(),
+            nsec: md.mtime_nsec() as u32,
+        },
+    })
+}
+
+// ---------------------------------------------------------------------
+// A hostile server, a real client.
+// ---------------------------------------------------------------------
+
+/// One request as the fake server read it.
+pub struct Asked {
+    pub stream: u32,
+    pub request: Request,
+    pub body: Vec<u8>,
+}
+
+/// What the fake server sends back for one request.
+pub enum Answer {
+    Reply(Vec<u8>),
+    Error(WireError),
+    /// These bytes, as they are (crafted frames).
+    Raw(Vec<u8>),
+    /// Nothing for now.
+    Nothing,
+}
+
+/// Start a fake server that answers each request with `answer`, and a real
+/// `RemoteReplica` connected to it. The fake's thread ends when the client
+/// hangs up; it returns the requests it saw.
+pub fn hostile_server(
+    mode: RootMode,
+    mut answer: impl FnMut(&Asked) -> Answer + Send + 'static,
+) -> (RemoteReplica, JoinHandle<Vec<Request>>) {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let thread = std::thread::spawn(move || {
+        let mut r = ours.try_clone().unwrap();
+        let mut w = ours;
+        let _hello = Hello::read(&mut r).unwrap();
+        Welcome::Accepted {
+            version: VERSION,
+            features: 0,
+            identity: (99, 99),
+            describe: "hostile".into(),
+        }
+        .write(&mut w)
+        .unwrap();
+        let mut seen = Vec::new();
+        let mut bodies: HashMap<u32, (Request, Vec<u8>)> = HashMap::new();
+        loop {
+            let f = match read_frame(&mut r) {
+                Ok(Some(f)) => f,
+                _ => break,
+            };
+            let asked = match f.kind {
+                FrameKind::OpenFin => Asked {
+                    stream: f.stream,
+                    request: Request::decode(&f.payload).unwrap(),
+                    body: Vec::new(),
+                },
+                FrameKind::Open => {
+                    let req = Request::decode(&f.payload).unwrap();
+                    bodies.insert(f.stream, (req, Vec::new()));
+                    continue;
+                }
+                FrameKind::Data | FrameKind::End | FrameKind::Zeros => {
+                    let Some((_, body)) = bodies.get_mut(&f.stream) else {
+                        continue;
+                    };
+                    if f.kind == FrameKind::Zeros {
+                        let n = u32::from_le_bytes(f.payload[..4].try_into().unwrap());
+                        body.resize(body.len() + n as usize, 0);
+                    } else {
+                        body.extend_from_slice(&f.payload);
+                    }
+                    if f.kind != FrameKind::End {
+                        continue;
+                    }
+                    let (request, body) = bodies.remove(&f.stream).unwrap();
+                    // Give the body's credit back, as a real server does.
+                    let grant = (body.len() as u32).max(1);
+                    let _ = write_frame(&mut w, 0, FrameKind::Credit, &grant.to_le_bytes());
+                    Asked {
+                        stream: f.stream,
+                        request,
+                        body,
+                    }
+                }
+                _ => continue,
+            };
+            let out = answer(&asked);
+            seen.push(asked.request);
+            let bytes = match out {
+                Answer::Reply(b) => {
+                    let mut buf = Vec::new();
+                    let mut chunks = b.chunks(64 << 10).peekable();
+                    if chunks.peek().is_none() {
+                        accord_proto::frame::encode_frame(
+                            &mut buf,
+                            asked.stream,
+                            FrameKind::End,
+                            &[],
+                        );
+                    }
+                    while let Some(c) = chunks.next() {
+                        let last = chunks.peek().is_none();
+                        let kind = if last { FrameKind::End } else { FrameKind::Data };
+                        accord_proto::frame::encode_frame(&mut buf, asked.stream, kind, c);
+                    }
+                    buf
+                }
+                Answer::Error(e) => {
+                    let mut buf = Vec::new();
+                    accord_proto::frame::encode_frame(
+                        &mut buf,
+                        asked.stream,
+                        FrameKind::Error,
+                        &e.encode(),
+                    );
+                    buf
+                }
+                Answer::Raw(b) => b,
+                Answer::Nothing => Vec::new(),
+            };
+            if w.write_all(&bytes).is_err() {
+                break;
+            }
+        }
+        seen
+    });
+    let r = theirs.try_clone().unwrap();
+    let replica = RemoteReplica::connect(Box::new(r), Box::new(theirs), b"/x", mode, 0)
+        .expect("connect to the fake server");
+    (replica, thread)
+}
+
+/// A listing reply (present, the listing, no failures, complete, no ignore
+/// file) holding `entries` (the directory's own first) and `subdirs`.
+pub fn listing_reply(entries: &[Entry], subdirs: &[Entry]) -> Vec<u8> {
+    let listing = accord_fsys::Listing {
+        entries: entries.to_vec(),
+        subdirs: subdirs.to_vec(),
+        stale_temps: Vec::new(),
+        markers: Vec::new(),
+    };
+    let mut e = Enc::new();
+    e.u8(1);
+    accord_proto::codec::put_listing(&mut e, &listing);
+    e.varint(0).bool(false).u8(0);
+    e.finish()
+}
+
+/// An entry at `path` (a file of `size` bytes unless `kind` says otherwise).
+pub fn entry_at(path: &str, kind: Kind, size: u64) -> Entry {
+    Entry {
+        path: RelPath::new(path.as_bytes()).unwrap(),
+        size,
+        ino: 1000 + path.len() as u64,
+        ..entry(kind)
+    }
+}
+
+pub fn symlink_at(path: &str, target: &[u8]) -> Entry {
+    Entry {
+        link_target: Some(target.to_vec()),
+        size: target.len() as u64,
+        ..entry_at(path, Kind::Symlink, 0)
+    }
+}
+
+/// Run a mirror from `src` into a local destination at `dst`.
+pub fn mirror_into_local(src: &dyn Replica, dst: &Path) -> Report {
+    let local = LocalReplica::create(dst).unwrap();
+    accord_engine::mirror_replicas(
+        src,
+        Some(&local),
+        "destination",
+        &test_config(),
+        &Progress::default(),
+    )
+}
+
+/// Run a mirror from a local source at `src` into `dst`.
+pub fn mirror_from_local(src: &Path, dst: &dyn Replica) -> Report {
+    let local = LocalReplica::open(src).unwrap();
+    accord_engine::mirror_replicas(&local, Some(dst), "destination", &test_config(), &Progress::default())
+}
+
+pub fn test_config() -> MirrorConfig {
+    MirrorConfig {
+        fsync: false,
+        jobs: 2,
+        ..MirrorConfig::default()
+    }
+}
+
+/// A real server on `root` and a real `RemoteReplica` talking to it.
+pub fn real_pair(root: &Path, mode: RootMode, cfg: ServerConfig) -> (RemoteReplica, ServerHandle) {
+    let (sock, handle) = spawn_server(cfg);
+    let r = sock.try_clone().unwrap();
+    let replica = RemoteReplica::connect(
+        Box::new(r),
+        Box::new(sock),
+        root.as_os_str().as_encoded_bytes(),
+        mode,
+        0,
+    )
+    .expect("connect");
+    (replica, handle)
+}
+
+/// Peak resident memory of this process so far (VmHWM, KiB).
+pub fn peak_rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Start measuring the peak again from the current resident size.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
