@@ -67,7 +67,12 @@ fn walk(base: &Path, dir: &Path, skip: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>)
             std::fs::read(&p).unwrap()
         } else if md.file_type().is_symlink() {
             let mut t = b"-> ".to_vec();
-            t.extend_from_slice(std::fs::read_link(&p).unwrap().as_os_str().as_encoded_bytes());
+            t.extend_from_slice(
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .as_os_str()
+                    .as_encoded_bytes(),
+            );
             t
         } else {
             Vec::new()
@@ -496,6 +501,8 @@ pub fn hostile_server(
     mut answer: impl FnMut(&Asked) -> Answer + Send + 'static,
 ) -> (RemoteReplica, JoinHandle<Vec<Request>>) {
     let (ours, theirs) = UnixStream::pair().unwrap();
+    // A fake that is never hung up on still ends.
+    ours.set_read_timeout(Some(WAIT)).unwrap();
     let thread = std::thread::spawn(move || {
         let mut r = ours.try_clone().unwrap();
         let mut w = ours;
@@ -567,7 +574,11 @@ pub fn hostile_server(
                     }
                     while let Some(c) = chunks.next() {
                         let last = chunks.peek().is_none();
-                        let kind = if last { FrameKind::End } else { FrameKind::Data };
+                        let kind = if last {
+                            FrameKind::End
+                        } else {
+                            FrameKind::Data
+                        };
                         accord_proto::frame::encode_frame(&mut buf, asked.stream, kind, c);
                     }
                     buf
@@ -592,7 +603,7 @@ pub fn hostile_server(
         seen
     });
     let r = theirs.try_clone().unwrap();
-    let replica = RemoteReplica::connect(Box::new(r), Box::new(theirs), b"/x", mode, 0)
+    let replica = RemoteReplica::connect(Box::new(r), Box::new(ShutOnDrop(theirs)), b"/x", mode, 0)
         .expect("connect to the fake server");
     (replica, thread)
 }
@@ -618,9 +629,16 @@ pub fn entry_at(path: &str, kind: Kind, size: u64) -> Entry {
     Entry {
         path: RelPath::new(path.as_bytes()).unwrap(),
         size,
-        ino: 1000 + path.len() as u64,
+        ino: ino_of(path.as_bytes()),
         ..entry(kind)
     }
+}
+
+/// The inode number the fakes give `path` (distinct per path).
+pub fn ino_of(path: &[u8]) -> u64 {
+    path.iter().fold(1469598103934665603u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(1099511628211)
+    }) >> 8
 }
 
 pub fn symlink_at(path: &str, target: &[u8]) -> Entry {
@@ -646,7 +664,13 @@ pub fn mirror_into_local(src: &dyn Replica, dst: &Path) -> Report {
 /// Run a mirror from a local source at `src` into `dst`.
 pub fn mirror_from_local(src: &Path, dst: &dyn Replica) -> Report {
     let local = LocalReplica::open(src).unwrap();
-    accord_engine::mirror_replicas(&local, Some(dst), "destination", &test_config(), &Progress::default())
+    accord_engine::mirror_replicas(
+        &local,
+        Some(dst),
+        "destination",
+        &test_config(),
+        &Progress::default(),
+    )
 }
 
 pub fn test_config() -> MirrorConfig {
@@ -663,7 +687,7 @@ pub fn real_pair(root: &Path, mode: RootMode, cfg: ServerConfig) -> (RemoteRepli
     let r = sock.try_clone().unwrap();
     let replica = RemoteReplica::connect(
         Box::new(r),
-        Box::new(sock),
+        Box::new(ShutOnDrop(sock)),
         root.as_os_str().as_encoded_bytes(),
         mode,
         0,
@@ -684,4 +708,305 @@ pub fn peak_rss_kib() -> u64 {
 /// Start measuring the peak again from the current resident size.
 pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// A writer that shuts the socket's sending side when dropped, so the peer
+/// sees the end of the stream even while a clone of the socket (our reader)
+/// is still open.
+pub struct ShutOnDrop(pub UnixStream);
+
+impl Write for ShutOnDrop {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.write(b)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl Drop for ShutOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl ServerHandle {
+    /// The session must have ended with an error (not cleanly, not by a
+    /// panic): why it ended.
+    pub fn ended_with_error(self) -> String {
+        match self.finish() {
+            Err(why) => why,
+            Ok(()) => panic!("the server session ended cleanly"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// A real client and a real server with a tap between them.
+// ---------------------------------------------------------------------
+
+/// A real server on `root`, a real `RemoteReplica`, and between them a
+/// relay that shows each frame from the client to `tap` before passing it
+/// on: the test acts on the server's tree at an exact moment of the
+/// exchange (a directory swapped as the first bytes of a file arrive).
+pub fn tapped_pair(
+    root: &Path,
+    mode: RootMode,
+    cfg: ServerConfig,
+    mut tap: impl FnMut(&Frame) + Send + 'static,
+) -> (RemoteReplica, ServerHandle) {
+    use std::io::Read;
+    let (to_server, handle) = spawn_server(cfg);
+    let (client_end, relay_end) = UnixStream::pair().unwrap();
+    let mut s_r = to_server.try_clone().unwrap();
+    let mut c_w = relay_end.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut s_r, &mut c_w);
+        let _ = c_w.shutdown(std::net::Shutdown::Write);
+    });
+    let mut c_r = relay_end;
+    let mut s_w = to_server;
+    std::thread::spawn(move || {
+        // The handshake (magic, length, message), then frame by frame.
+        let mut head = [0u8; 12];
+        if c_r.read_exact(&mut head).is_ok() {
+            let len = u32::from_le_bytes(head[8..12].try_into().unwrap()) as usize;
+            let mut body = vec![0u8; len.min(1 << 16)];
+            if c_r.read_exact(&mut body).is_ok()
+                && s_w.write_all(&head).is_ok()
+                && s_w.write_all(&body).is_ok()
+            {
+                while let Ok(Some(f)) = read_frame(&mut c_r) {
+                    tap(&f);
+                    if write_frame(&mut s_w, f.stream, f.kind, &f.payload).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = s_w.shutdown(std::net::Shutdown::Write);
+    });
+    let r = client_end.try_clone().unwrap();
+    let replica = RemoteReplica::connect(
+        Box::new(r),
+        Box::new(ShutOnDrop(client_end)),
+        root.as_os_str().as_encoded_bytes(),
+        mode,
+        0,
+    )
+    .expect("connect");
+    (replica, handle)
+}
+
+/// The request a frame opens, if it opens one.
+pub fn opened_request(f: &Frame) -> Option<Request> {
+    match f.kind {
+        FrameKind::Open | FrameKind::OpenFin => Request::decode(&f.payload).ok(),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------
+// Seeing whether a file outside the root was opened or changed.
+// ---------------------------------------------------------------------
+
+/// An inotify watch on one file: every open, read, write or attribute
+/// change of it after `new` is seen.
+pub struct OpenWatch {
+    fd: i32,
+    path: PathBuf,
+}
+
+impl OpenWatch {
+    pub fn new(path: &Path) -> OpenWatch {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain system calls on a descriptor we own.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        let mask = libc::IN_OPEN | libc::IN_ACCESS | libc::IN_MODIFY | libc::IN_ATTRIB;
+        let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), mask) };
+        assert!(
+            wd >= 0,
+            "inotify_add_watch: {}",
+            std::io::Error::last_os_error()
+        );
+        OpenWatch {
+            fd,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The masks of the events seen so far.
+    pub fn events(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reading into a buffer we own.
+            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return out;
+            }
+            let mut at = 0usize;
+            while at + 16 <= n as usize {
+                let mask = u32::from_ne_bytes(buf[at + 4..at + 8].try_into().unwrap());
+                let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap());
+                out.push(mask);
+                at += 16 + len as usize;
+            }
+        }
+    }
+
+    /// Fail unless nothing opened, read, wrote or changed the file.
+    pub fn assert_untouched(&self) {
+        let ev = self.events();
+        assert!(
+            ev.is_empty(),
+            "{} was opened or changed (inotify masks {ev:x?})",
+            self.path.display()
+        );
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+// ---------------------------------------------------------------------
+// Listings a decoder would never let a `RelPath` hold.
+// ---------------------------------------------------------------------
+
+/// `x` encoded with `path` as its raw path bytes.
+pub fn raw_entry(path: &[u8], x: &Entry) -> Vec<u8> {
+    let mut e = Enc::new();
+    put_entry(
+        &mut e,
+        &Entry {
+            path: RelPath::root(),
+            ..x.clone()
+        },
+    );
+    let b = e.finish();
+    // The root's path is one byte (length 0).
+    let mut out = Enc::new();
+    out.bytes(path).raw(&b[1..]);
+    out.finish()
+}
+
+/// A listing reply built byte by byte: `entries` (the directory's own
+/// first) and `subdirs`, each with its raw path.
+pub fn raw_listing_reply(entries: &[(&[u8], Entry)], subdirs: &[(&[u8], Entry)]) -> Vec<u8> {
+    let mut e = Enc::new();
+    e.u8(1);
+    for list in [entries, subdirs] {
+        e.varint(list.len() as u64);
+        for (p, x) in list {
+            e.raw(&raw_entry(p, x));
+        }
+    }
+    // No stale temps, no markers; no failures, complete, no ignore file.
+    e.varint(0).varint(0);
+    e.varint(0).bool(false).u8(0);
+    e.finish()
+}
+
+/// A listing reply with an `.accordignore` file's contents.
+pub fn listing_reply_with_ignore(entries: &[Entry], subdirs: &[Entry], ignore: &[u8]) -> Vec<u8> {
+    let mut b = listing_reply(entries, subdirs);
+    b.pop();
+    let mut e = Enc::new();
+    e.u8(1).bytes(ignore);
+    b.extend_from_slice(&e.finish());
+    b
+}
+
+/// A fake source: listings by directory, contents by path; everything else
+/// a source is asked is answered as an empty replica would.
+pub fn fake_source(
+    listings: HashMap<Vec<u8>, Vec<u8>>,
+    files: HashMap<Vec<u8>, Vec<u8>>,
+) -> impl FnMut(&Asked) -> Answer + Send + 'static {
+    move |a: &Asked| match &a.request {
+        Request::ListDir { dir, .. } => match listings.get(dir.as_bytes()) {
+            Some(b) => Answer::Reply(b.clone()),
+            None => Answer::Reply(vec![0, 0, 0, 0]),
+        },
+        Request::OpenRead { dir, name, .. } | Request::MakeDelta { dir, name, .. } => {
+            let mut p = dir.as_bytes().to_vec();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            match files.get(&p) {
+                Some(b) if matches!(a.request, Request::OpenRead { .. }) => {
+                    Answer::Reply(b.clone())
+                }
+                _ => Answer::Error(refusal("no such file")),
+            }
+        }
+        Request::Stat { dir, name } => {
+            let mut p = dir.as_bytes().to_vec();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            let found = files.get(&p).map(|b| Found {
+                kind: Kind::File,
+                dev: 1,
+                ino: ino_of(&p),
+                size: b.len() as u64,
+                mtime: Time { sec: 0, nsec: 0 },
+            });
+            Answer::Reply(accord_proto::msg::encode_found(found.as_ref()))
+        }
+        Request::ReadState { .. } => Answer::Reply(vec![0]),
+        Request::Lock => Answer::Reply(vec![1]),
+        _ => Answer::Reply(Vec::new()),
+    }
+}
+
+/// An error reply of the fake's.
+pub fn refusal(message: &str) -> WireError {
+    WireError {
+        code: accord_proto::msg::CODE_DENIED,
+        action: 0,
+        side: 0,
+        errno: 0,
+        message: message.into(),
+        path: None,
+    }
+}
+
+/// The root directory's own entry.
+pub fn root_entry() -> Entry {
+    entry(Kind::Dir)
+}
+
+/// A file entry at `path` with `contents`' size.
+pub fn file_at(path: &str, contents: &[u8]) -> Entry {
+    entry_at(path, Kind::File, contents.len() as u64)
+}
+
+/// Every file under `dir` (relative paths, sorted), temps included.
+pub fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    fn go(base: &Path, d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(base).unwrap().to_string_lossy().into_owned());
+            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                go(base, &p, out);
+            }
+        }
+    }
+    go(dir, dir, &mut out);
+    out.sort();
+    out
 }
