@@ -402,6 +402,54 @@ pub mod raw {
         e.finish()
     }
 
+    pub fn fingerprint(path: &[u8]) -> Vec<u8> {
+        head(3, path).finish()
+    }
+
+    pub fn signature(dir: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
+        let mut e = head(10, dir);
+        e.bytes(name);
+        put_expect(&mut e, expect);
+        e.finish()
+    }
+
+    /// Set `mode` (and the times) on `name`, taken to be of `kind`.
+    pub fn set_props(dir: &[u8], name: &[u8], expect: &Expect, kind: Kind, mode: u32) -> Vec<u8> {
+        let mut e = head(18, dir);
+        e.bytes(name);
+        put_expect(&mut e, expect);
+        accord_proto::codec::put_kind_of(&mut e, kind);
+        put_props(
+            &mut e,
+            &Props {
+                mode,
+                ..file_props()
+            },
+        );
+        put_mask(&mut e, all_props());
+        e.finish()
+    }
+
+    pub fn set_own_props(dir: &[u8], expect: &Expect, mode: u32) -> Vec<u8> {
+        let mut e = head(19, dir);
+        put_expect(&mut e, expect);
+        put_props(
+            &mut e,
+            &Props {
+                mode,
+                ..file_props()
+            },
+        );
+        put_mask(&mut e, all_props());
+        e.finish()
+    }
+
+    pub fn remove_stale_temp(dir: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut e = head(22, dir);
+        e.bytes(name);
+        e.finish()
+    }
+
     pub fn delete(dir: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
         let mut e = head(21, dir);
         e.bytes(name);
@@ -416,6 +464,16 @@ pub fn file_props() -> Props {
         uid: 0,
         gid: 0,
         mtime: Time { sec: 0, nsec: 0 },
+        xattrs: None,
+    }
+}
+
+/// Permissions, owner and times (no extended attributes).
+pub fn all_props() -> accord_fsys::PropsMask {
+    accord_fsys::PropsMask {
+        perms: true,
+        owner: true,
+        times: true,
         xattrs: None,
     }
 }
