@@ -228,6 +228,15 @@ impl RawClient {
         s
     }
 
+    /// Open a request whose body the test sends itself (DATA and END
+    /// frames on the stream returned).
+    pub fn open_body(&mut self, header: &[u8]) -> u32 {
+        let s = self.next;
+        self.next += 1;
+        self.frame(s, FrameKind::Open, header);
+        s
+    }
+
     /// Send a request with `body`, whole.
     pub fn send_body(&mut self, header: &[u8], body: &[u8]) -> u32 {
         let s = self.next;
