@@ -382,7 +382,7 @@ pub fn get_failures(d: &mut Dec) -> Result<Vec<PathFailure>, ProtoError> {
         .map(|_| {
             Ok(PathFailure {
                 path: get_path(d, "failed path")?,
-                message: d.string(MAX_TEXT, "failure message")?,
+                message: d.text(MAX_TEXT, "failure message")?,
             })
         })
         .collect()

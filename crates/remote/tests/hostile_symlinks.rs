@@ -64,7 +64,8 @@ fn plant_symlink(c: &mut RawClient, dir: &[u8], name: &[u8], target: &[u8]) {
 fn through_d(c: &mut RawClient, sb: &Sandbox) {
     let secret = expect_of(&sb.outside.join("secret"));
     let outside = expect_of(&sb.outside);
-    let cases: Vec<(&str, Vec<u8>, Option<Vec<u8>>)> = vec![
+    type Case = (&'static str, Vec<u8>, Option<Vec<u8>>);
+    let cases: Vec<Case> = vec![
         ("mkdir d/new", raw::mkdir(b"d", b"new"), None),
         (
             "receive d/planted",

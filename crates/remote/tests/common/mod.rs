@@ -584,11 +584,7 @@ pub fn hostile_server(
         .unwrap();
         let mut seen = Vec::new();
         let mut bodies: HashMap<u32, (Request, Vec<u8>)> = HashMap::new();
-        loop {
-            let f = match read_frame(&mut r) {
-                Ok(Some(f)) => f,
-                _ => break,
-            };
+        while let Ok(Some(f)) = read_frame(&mut r) {
             let asked = match f.kind {
                 FrameKind::OpenFin => Asked {
                     stream: f.stream,
