@@ -186,6 +186,8 @@ fn signature(
             block_len,
             strong_len,
             key: None,
+            // The file's owner may patch in place with it.
+            verified: false,
         },
     )
     .map_err(|e| Failure::new(e.to_string()))?;

@@ -6,7 +6,9 @@ use accord_engine::{
     DeltaMode, Kinds, MaxDelete, MirrorConfig, MirrorOptions, Progress, Reflink, Report,
     TransferOptions, XattrFilter,
 };
-use accord_remote::{connect_ssh, parse_remote, RemoteSpec, RootMode, SshOptions};
+use accord_remote::{
+    connect_ssh, parse_remote, RemoteSpec, RootMode, SshOptions, DEFAULT_COMPRESS_LEVEL,
+};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -133,6 +135,13 @@ pub struct MirrorArgs {
     /// The accord program on the remote host (when not on its PATH).
     #[arg(long, value_name = "PATH")]
     remote_accord: Option<String>,
+    /// Compress the connection to a remote root with zstd (both ways).
+    #[arg(short = 'z', long)]
+    compress: bool,
+    /// zstd level of -z (1 fastest, 19 smallest; negative: faster still).
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-7..=19))]
+    compress_level: Option<i32>,
 
     /// Where the deletion guard remembers the source root.
     #[arg(long, hide = true)]
@@ -307,7 +316,8 @@ fn mirror_remote(
     let opts = SshOptions {
         rsh: args.rsh.clone(),
         remote_accord: args.remote_accord.clone(),
-        features: 0,
+        compress: (args.compress || args.compress_level.is_some())
+            .then(|| args.compress_level.unwrap_or(DEFAULT_COMPRESS_LEVEL)),
     };
     let (spec, mode) = match (&src, &dst) {
         (Some(s), _) => (s, RootMode::Read),

@@ -415,7 +415,7 @@ fn corrupt_inputs_give_clear_errors_and_no_output() {
 
 #[test]
 fn unbuilt_commands_say_so() {
-    for cmd in ["sync", "server", "worker"] {
+    for cmd in ["sync", "worker"] {
         let out = accord().arg(cmd).output().unwrap();
         assert_eq!(out.status.code(), Some(69), "{cmd}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));

@@ -215,8 +215,10 @@ fn names(dir: &Path) -> Vec<String> {
 
 /// Defect 2: `accord mirror src host:path` and `… accord://host/x` exited 0
 /// after creating local directories named `host:path` and `accord:/host/x`.
+/// Remote roots exist now: one that cannot be reached (here: an ssh that
+/// fails at once) is one line and exit 69, and nothing local is created.
 #[test]
-fn remote_roots_are_refused_before_anything_is_created() {
+fn unreachable_remote_roots_are_refused_before_anything_is_created() {
     let (t, src, _dst, state) = roots();
     std::fs::create_dir(&src).unwrap();
     std::fs::write(src.join("f"), b"x").unwrap();
@@ -226,19 +228,18 @@ fn remote_roots_are_refused_before_anything_is_created() {
         "user@host:backup/x",
         "host:",
         "[::1]:dir",
-        "accord://host/x",
-        "accord://host:7000/x",
+        "accord://host.invalid/x",
+        "accord://host.invalid:7000/x",
         "ssh://user@host/x",
     ] {
-        for args in [["src", remote], [remote, "src"]] {
+        for roots in [["src", remote], [remote, "src"]] {
+            let args = ["--rsh", "false", roots[0], roots[1]];
             let o = mirror_in(t.path(), &state, &args);
             assert_exit(&o, 69);
-            assert_eq!(
-                stderr(&o),
-                format!(
-                    "accord mirror: remote roots are not built yet: {remote} \
-                     (for a local path with a colon, write ./{remote})\n"
-                ),
+            let err = stderr(&o);
+            assert!(
+                err.starts_with("accord mirror: ") && err.lines().count() == 1,
+                "{args:?}: {err}"
             );
             assert_eq!(names(t.path()), before, "{args:?} created something");
         }

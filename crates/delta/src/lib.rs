@@ -95,6 +95,15 @@ pub fn make_delta(
     opts: &DeltaOptions,
     out: &mut impl Write,
 ) -> Result<DeltaStats, DeltaError> {
+    if opts.in_place.is_some() && sig.strong_len < signature::MIN_UNVERIFIED_STRONG_LEN {
+        // An in-place patch overwrites the old file before its result can
+        // be checked: its matches must not rely on a check afterwards.
+        return Err(DeltaError::Usage(format!(
+            "an in-place delta needs strong sums of at least {} bytes, this signature has {}",
+            signature::MIN_UNVERIFIED_STRONG_LEN,
+            sig.strong_len
+        )));
+    }
     let index = matcher::Index::new(sig)?;
     let (copies, result_hash) = rayon::join(|| index.find_matches(new), || hash_parallel(new));
     let new_len = new.len() as u64;

@@ -16,8 +16,18 @@ pub const MIN_BLOCK_LEN: u32 = 700;
 pub const MAX_BLOCK_LEN: u32 = 128 * 1024;
 /// Bounds a user-chosen block length may take.
 pub const BLOCK_LEN_LIMITS: (u32, u32) = (16, 1 << 24);
-/// Strong sums are never shorter or longer than this.
-pub const STRONG_LEN_LIMITS: (u8, u8) = (8, 32);
+/// Strong sums are never shorter or longer than this (the shortest only
+/// for verified signatures).
+pub const STRONG_LEN_LIMITS: (u8, u8) = (2, 32);
+/// Shortest strong sum of a signature whose deltas are applied in place
+/// (where nothing checks the result before it replaces the old file).
+pub const MIN_UNVERIFIED_STRONG_LEN: u8 = 8;
+/// Verified signatures: the target bound on the probability that a file
+/// needs its transfer redone because of a false match.
+const REDO_BITS: u32 = 24;
+/// What the 32-bit rolling sum contributes: a strong sum is compared only
+/// where the weak sums agree.
+const WEAK_BITS: u32 = 32;
 /// Target bound on the probability that any block is falsely matched.
 const FALSE_MATCH_BITS: u32 = 60;
 /// Headroom for a new file up to 2^8 times the old one (the scan visits every
@@ -32,6 +42,13 @@ pub struct SignatureOptions {
     pub strong_len: Option<u8>,
     /// Key for the strong sums; `None` draws a random one (tests fix it).
     pub key: Option<[u8; 32]>,
+    /// The delta's result will be checked whole (its BLAKE3 against the new
+    /// file's, in a temp file, before it replaces anything) and the
+    /// transfer redone on a mismatch: a false match then costs a second
+    /// transfer, never a wrong file, so the defaults are rsync's trade
+    /// (blocks of √len, strong sums just long enough to make a redo rare)
+    /// instead of sums that must never be wrong.
+    pub verified: bool,
 }
 
 /// Square-root rule. Signature bytes plus delta bytes are smallest for blocks
@@ -44,6 +61,24 @@ pub fn default_block_len(file_len: u64) -> u32 {
     let root = ((file_len as f64).sqrt() * 0.75) as u64;
     let rounded = root & !63;
     rounded.clamp(MIN_BLOCK_LEN as u64, MAX_BLOCK_LEN as u64) as u32
+}
+
+/// Block length of a verified signature: √len (rounded to a multiple of
+/// 64). Its blocks cost 4 + 2..8 bytes, and the optimum of √(len·c/e)
+/// moves up with the cheaper signature.
+pub fn verified_block_len(file_len: u64) -> u32 {
+    let rounded = ((file_len as f64).sqrt() as u64) & !63;
+    rounded.clamp(MIN_BLOCK_LEN as u64, MAX_BLOCK_LEN as u64) as u32
+}
+
+/// Strong-sum length of a verified signature: a false match in a file
+/// (positions scanned times blocks compared, past the 32-bit weak sum) less
+/// likely than 2^-24. The random key keeps anyone from planting one.
+pub fn verified_strong_len(file_len: u64, block_len: u32) -> u8 {
+    let blocks = file_len.div_ceil(block_len as u64).max(1);
+    let bits = (REDO_BITS + log2_ceil(file_len.max(block_len as u64)) + log2_ceil(blocks))
+        .saturating_sub(WEAK_BITS);
+    (bits.div_ceil(8) as u8).clamp(STRONG_LEN_LIMITS.0, STRONG_LEN_LIMITS.1)
 }
 
 fn log2_ceil(v: u64) -> u32 {
@@ -59,7 +94,7 @@ pub fn default_strong_len(file_len: u64, block_len: u32) -> u8 {
         + log2_ceil(file_len.max(block_len as u64))
         + GROWTH_BITS
         + log2_ceil(blocks);
-    (bits.div_ceil(8) as u8).clamp(STRONG_LEN_LIMITS.0, STRONG_LEN_LIMITS.1)
+    (bits.div_ceil(8) as u8).clamp(MIN_UNVERIFIED_STRONG_LEN, STRONG_LEN_LIMITS.1)
 }
 
 /// The signature of one old file.
@@ -79,6 +114,7 @@ impl Signature {
         let file_len = old.len() as u64;
         let block_len = match opts.block_len {
             Some(b) => check_block_len(b)?,
+            None if opts.verified => verified_block_len(file_len),
             None => default_block_len(file_len),
         };
         let strong_len = match opts.strong_len {
@@ -89,6 +125,7 @@ impl Signature {
                     STRONG_LEN_LIMITS.0, STRONG_LEN_LIMITS.1
                 )))
             }
+            None if opts.verified => verified_strong_len(file_len, block_len),
             None => default_strong_len(file_len, block_len),
         };
         let key = match opts.key {

@@ -9,6 +9,7 @@ fn sig_of(old: &[u8], block: u32) -> Signature {
         block_len: Some(block),
         strong_len: None,
         key: Some([7; 32]),
+        verified: false,
     };
     Signature::generate(old, &opts).unwrap()
 }
@@ -329,4 +330,43 @@ fn shuffled_and_shifted_blocks_plan_in_linear_time() {
         .unwrap();
         assert_eq!(target, new, "{policy:?}");
     }
+}
+
+/// Issue 11: a signature for a delta that is checked whole afterwards takes
+/// rsync's trade (blocks of √len, strong sums of a few bytes), round-trips,
+/// finds the same matches, and is refused for an in-place delta.
+#[test]
+fn verified_signatures_are_small_and_never_used_in_place() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let old: Vec<u8> = (0..4_500_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut new = old.clone();
+    new.extend_from_slice(b"one more line\n");
+    let verified = SignatureOptions {
+        verified: true,
+        ..SignatureOptions::default()
+    };
+    let short = Signature::generate(&old, &verified).unwrap();
+    let full = Signature::generate(&old, &SignatureOptions::default()).unwrap();
+    let (short_len, full_len) = (short.encode().len(), full.encode().len());
+    assert!(short.strong_len <= 4, "{}", short.strong_len);
+    assert!(short_len * 2 < full_len, "{short_len} vs {full_len}");
+    let back = Signature::decode(&short.encode()).unwrap();
+    assert_eq!(back, short);
+    let (seq, st) = delta_bytes(&short, &new, None);
+    assert!(st.literal_bytes < 10_000, "{}", st.literal_bytes);
+    let mut out = Vec::new();
+    patch_to(&old, &Delta::parse(&seq).unwrap(), &mut out).unwrap();
+    assert_eq!(out, new);
+    let opts = DeltaOptions {
+        in_place: Some(InPlaceOptions::default()),
+    };
+    let e = make_delta(&short, &new, &opts, &mut Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("in-place"), "{e}");
 }

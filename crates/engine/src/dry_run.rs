@@ -122,9 +122,9 @@ impl ReplicaDir for DryRunDir<'_> {
         }
     }
 
-    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error> {
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         match &self.inner {
-            Some(d) => d.signature(name, expect),
+            Some(d) => d.signature(name, expect, in_place),
             None => Err(Error::Changed(crate::Side::Destination)),
         }
     }

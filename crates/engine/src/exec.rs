@@ -200,7 +200,11 @@ pub(crate) fn parent_of(p: &RelPath) -> RelPath {
 /// Carry out `plan`: stale temps, deletions (deepest first), new
 /// directories (parents first), files, hard links, directory properties
 /// (deepest first, after their subtree).
-pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) {
+///
+/// Returns the final flush of the destination, started right after the
+/// directory properties (so a replica across a wire does both in one round
+/// trip), when the run writes durably and changed something.
+pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::Result<()>>> {
     remove_stale_temps(x, &plan.cleanup);
     delete_all(x, &plan.deletes);
     if !x.stopped() {
@@ -215,7 +219,10 @@ pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) {
     x.finish_space_report();
     // Even after a fatal error: a directory made by this run keeps mode 0700
     // until its properties are set, which would lock out other users.
-    set_dir_props(x, &plan.dir_meta);
+    let props = start_dir_props(x, &plan.dir_meta);
+    let flush = (x.cfg.fsync && !plan.is_empty()).then(|| x.dst.start_sync_all());
+    wait_dir_props(x, props);
+    flush
 }
 
 fn remove_stale_temps(x: &Exec, items: &[Item]) {
@@ -336,9 +343,11 @@ fn make_dirs(x: &Exec, mkdirs: &[Item]) {
     }
 }
 
+type Started<'a, T> = Vec<(&'a Item, Pending<Result<T, Error>>)>;
+
 /// Directory properties, deepest first, one depth level at a time
-/// (results taken at the end).
-fn set_dir_props(x: &Exec, items: &[Item]) {
+/// (results taken by `wait_dir_props`).
+fn start_dir_props<'a>(x: &Exec, items: &'a [Item]) -> Started<'a, ()> {
     let mut levels: BTreeMap<std::cmp::Reverse<usize>, Vec<&Item>> = BTreeMap::new();
     for it in items {
         levels
@@ -362,6 +371,10 @@ fn set_dir_props(x: &Exec, items: &[Item]) {
             .collect();
         started.extend(level);
     }
+    started
+}
+
+fn wait_dir_props(x: &Exec, started: Started<'_, ()>) {
     for (it, p) in started {
         match p.wait() {
             Ok(()) => x.changed(it),

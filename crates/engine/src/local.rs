@@ -275,13 +275,17 @@ impl ReplicaDir for LocalDir<'_> {
         Ok(Box::new(self.open_checked(name, expect, Side::Source)?))
     }
 
-    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error> {
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let f = self.open_checked(name, expect, Side::Destination)?;
         let len = fstat(f.as_fd())
             .map_err(Error::io(Action::OpenDestination))?
             .size;
         let m = map(&f, len).map_err(Error::io(Action::OpenDestination))?;
-        let sig = Signature::generate(m.as_deref().unwrap_or(&[]), &SignatureOptions::default())
+        let opts = SignatureOptions {
+            verified: !in_place,
+            ..SignatureOptions::default()
+        };
+        let sig = Signature::generate(m.as_deref().unwrap_or(&[]), &opts)
             .map_err(delta_err(Action::OpenDestination))?;
         if m.as_ref().is_some_and(Mapped::damaged) {
             return Err(Error::Changed(Side::Destination));

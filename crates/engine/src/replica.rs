@@ -71,6 +71,11 @@ pub trait Replica: Send + Sync {
     fn open_dir(&self, path: &RelPath) -> io::Result<Box<dyn ReplicaDir + '_>>;
     /// Make everything written so far durable.
     fn sync_all(&self) -> io::Result<()>;
+    /// `sync_all`, started now and waited for later (a replica across a
+    /// wire carries it out after every call sent before it).
+    fn start_sync_all(&self) -> Pending<io::Result<()>> {
+        Pending::ready(self.sync_all())
+    }
     /// The replica's own state (memos; later the sync archive): `None` when
     /// it has none under that name. `durable`: the write survives a crash
     /// whole (else a crash may leave it torn, which readers must detect).
@@ -152,8 +157,11 @@ pub trait ReplicaDir: Send + Sync {
         expect: &Expect,
     ) -> Result<Box<dyn io::Read + Send + '_>, Error>;
     /// The encoded signature (see `accord_delta::Signature`) of the regular
-    /// file at `name`, which must still be what `expect` says.
-    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error>;
+    /// file at `name`, which must still be what `expect` says. `in_place`:
+    /// for a delta applied in place (strong sums that are never wrong);
+    /// else for one applied to a temp file and checked whole before it is
+    /// committed (rsync's shorter sums; a mismatch is redone whole).
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error>;
     /// A delta from the receiver's encoded `signature` to the regular file
     /// at `name`, which must still be what `expect` says, made where that
     /// file is (so from a remote source only the delta crosses the wire);
@@ -224,8 +232,13 @@ pub trait ReplicaDir: Send + Sync {
     fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
         Pending::ready(self.stat(name))
     }
-    fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {
-        Pending::ready(self.signature(name, expect))
+    fn start_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        in_place: bool,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(self.signature(name, expect, in_place))
     }
     fn start_receive(
         &self,

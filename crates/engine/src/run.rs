@@ -448,9 +448,9 @@ fn execute(
 ) {
     let exec = Exec::new(src, dst, cfg, progress);
     let t_exec = Instant::now();
-    run_plan(&exec, &plan);
-    if cfg.fsync && !plan.is_empty() && !exec.stopped() {
-        if let Err(e) = dst.sync_all() {
+    let flush = run_plan(&exec, &plan);
+    if let Some(Err(e)) = flush.map(Pending::wait) {
+        if !exec.stopped() {
             exec.fatal_error(Fatal::Sync(e));
         }
     }

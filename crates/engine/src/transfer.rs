@@ -48,7 +48,12 @@ pub(crate) struct Xfer {
 struct StagedBatch<'a, 'r> {
     staged: Vec<Staged<'a, 'r>>,
     no_space: Vec<&'a Item>,
+    /// The flush of the batch's temps, started after them.
+    flushed: Option<Pending<io::Result<()>>>,
 }
+
+/// Commits started and not yet waited for.
+type Commits<'a, 'r> = Vec<(Staged<'a, 'r>, Pending<Result<(), Error>>)>;
 
 type Batch<'a> = Vec<(RelPath, Vec<&'a Item>)>;
 
@@ -88,6 +93,7 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
     let mut deferred: Vec<&Item> = Vec::new();
     // Pipelined: while batch N is flushed and committed, batch N+1 is staged.
     let mut pending: Option<StagedBatch> = None;
+    let mut commits: Commits = Vec::new();
     for b in batches(&writes) {
         if x.stopped() || x.short_of_space() {
             deferred.extend(b.iter().flat_map(|(_, its)| its.iter().copied()));
@@ -97,7 +103,9 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
         let ((), staged) = rayon::join(
             || {
                 if let Some(p) = prev {
-                    deferred.extend(finish_batch(x, p));
+                    let (again, started) = finish_batch(x, p);
+                    deferred.extend(again);
+                    commits.extend(started);
                 }
             },
             || stage_batch(x, &b),
@@ -105,8 +113,12 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
         pending = Some(staged);
     }
     if let Some(p) = pending {
-        deferred.extend(finish_batch(x, p));
+        let (again, started) = finish_batch(x, p);
+        deferred.extend(again);
+        commits.extend(started);
     }
+    // Commits are waited for once all batches are on their way.
+    wait_commits(x, commits);
     // A full disk: what was staged is committed (the old versions it
     // replaced are freed); the rest goes one file at a time.
     for it in deferred {
@@ -114,7 +126,9 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
             break;
         }
         let one = stage_batch(x, &vec![(parent_of(&it.path), vec![it])]);
-        for again in finish_batch(x, one) {
+        let (again, started) = finish_batch(x, one);
+        wait_commits(x, started);
+        for again in again {
             x.did_not_fit(again);
         }
     }
@@ -157,59 +171,124 @@ fn stage_batch<'a, 'r>(x: &'r Exec, batch: &Batch<'a>) -> StagedBatch<'a, 'r> {
     let mut out = StagedBatch {
         staged: Vec::new(),
         no_space: Vec::new(),
+        flushed: None,
     };
     if x.stopped() {
         out.no_space = batch.iter().flat_map(|(_, i)| i.iter().copied()).collect();
         return out;
     }
-    let results: Vec<(Vec<Staged>, Vec<&Item>)> = batch
+    // Every directory's files are started before any reply is waited for.
+    let started: Vec<Option<GroupStarted>> = batch
         .par_iter()
-        .map(|(parent, its)| stage_group(x, parent, its))
+        .map(|(parent, its)| start_group(x, parent, its))
         .collect();
-    for (staged, no_space) in results {
-        out.staged.extend(staged);
-        out.no_space.extend(no_space);
+    // Make every temp of the batch durable before any rename: asked for
+    // now, after the temps (a replica across a wire does it after them).
+    let writes = batch
+        .iter()
+        .flat_map(|(_, its)| its.iter())
+        .any(|i| matches!(i.op, Op::Write(_)));
+    if x.cfg.fsync && writes {
+        out.flushed = Some(x.dst.start_sync_all());
+    }
+    for g in started.into_iter().flatten() {
+        g.finish(x, &mut out);
     }
     out
 }
 
+/// The files of one directory, started.
+struct GroupStarted<'a, 'r> {
+    ddir: DirBox<'r>,
+    sdir: Option<DirBox<'r>>,
+    results: Vec<(&'a Item, Result<Option<Started>, Error>)>,
+}
+
+impl<'a, 'r> GroupStarted<'a, 'r> {
+    /// Wait for each file's temp: staged, or failed, or short of space.
+    fn finish(self, x: &Exec, out: &mut StagedBatch<'a, 'r>) {
+        let GroupStarted {
+            ddir,
+            sdir,
+            results,
+        } = self;
+        for (it, r) in results {
+            let r = r.and_then(|started| match started {
+                Some(st) => st.finish(&**ddir).map(Some),
+                None => Ok(None),
+            });
+            let r = r.or_else(|e| match (e, sdir.as_deref()) {
+                (e @ Error::Delta { .. }, Some(sd)) => match changed_side(&**sd, &**ddir, it) {
+                    Some(changed) => Err(changed),
+                    None if is_false_match(&e) => redo_whole(x, &**sd, &**ddir, it),
+                    None => Err(e),
+                },
+                (e, _) => Err(e),
+            });
+            match r {
+                Ok(Some((temp, xfer))) => out.staged.push(Staged {
+                    item: it,
+                    dir: ddir.clone(),
+                    temp,
+                    xfer,
+                }),
+                Ok(None) => {}
+                Err(e) if e.is_no_space() && !matches!(e, Error::InPlaceFailed { .. }) => {
+                    x.note_no_space();
+                    out.no_space.push(it);
+                }
+                Err(e) => x.fail_item(it, e),
+            }
+        }
+    }
+}
+
 /// Flush and commit a staged batch; returns the items to try again.
-fn finish_batch<'a>(x: &Exec, batch: StagedBatch<'a, '_>) -> Vec<&'a Item> {
-    let StagedBatch { staged, no_space } = batch;
+fn finish_batch<'a, 'r>(x: &Exec, batch: StagedBatch<'a, 'r>) -> (Vec<&'a Item>, Commits<'a, 'r>) {
+    let StagedBatch {
+        staged,
+        no_space,
+        flushed,
+    } = batch;
+    let flushed = flushed.map_or(Ok(()), Pending::wait);
     if x.stopped() {
         for s in &staged {
             s.dir.discard(&s.temp);
         }
-        return no_space;
+        return (no_space, Vec::new());
     }
-    // Make every temp file of the batch durable before any rename.
-    if x.cfg.fsync && staged.iter().any(|s| matches!(s.item.op, Op::Write(_))) {
-        if let Err(e) = x.dst.sync_all() {
-            for s in &staged {
-                s.dir.discard(&s.temp);
-            }
-            for s in &staged {
-                x.fail_item(s.item, Error::io(Action::Flush)(clone_io(&e)));
-            }
-            return no_space;
+    if let Err(e) = flushed {
+        for s in &staged {
+            s.dir.discard(&s.temp);
         }
+        for s in &staged {
+            x.fail_item(s.item, Error::io(Action::Flush)(clone_io(&e)));
+        }
+        return (no_space, Vec::new());
     }
-    commit_all(x, &staged);
-    no_space
+    (no_space, start_commits(staged))
 }
 
 /// Rename every staged temp over its target (the calls all started before
 /// any result is taken).
-fn commit_all(x: &Exec, staged: &[Staged]) {
-    let started: Vec<_> = staged
-        .par_iter()
+fn commit_all(x: &Exec, staged: Vec<Staged>) {
+    wait_commits(x, start_commits(staged));
+}
+
+fn start_commits<'a, 'r>(staged: Vec<Staged<'a, 'r>>) -> Commits<'a, 'r> {
+    staged
+        .into_par_iter()
         .map(|s| {
             let name = s.item.path.file_name();
-            (s, s.dir.start_commit(&s.temp, name, &s.item.expect_dst()))
+            let p = s.dir.start_commit(&s.temp, name, &s.item.expect_dst());
+            (s, p)
         })
-        .collect();
+        .collect()
+}
+
+fn wait_commits(x: &Exec, started: Commits) {
     for (s, p) in started {
-        committed(x, s, p.wait());
+        committed(x, &s, p.wait());
     }
 }
 
@@ -229,18 +308,20 @@ fn committed(x: &Exec, s: &Staged, r: Result<(), Error>) {
     }
 }
 
-fn stage_group<'a, 'r>(
+/// Start writing the files of one directory (`None`: a side could not be
+/// opened, and its files were failed).
+fn start_group<'a, 'r>(
     x: &'r Exec,
     parent: &RelPath,
     its: &[&'a Item],
-) -> (Vec<Staged<'a, 'r>>, Vec<&'a Item>) {
+) -> Option<GroupStarted<'a, 'r>> {
     let ddir: DirBox<'r> = match x.dst.open_dir(parent) {
         Ok(d) => Arc::new(d),
         Err(e) => {
             for it in its {
                 x.fail_item(it, Error::io(Action::OpenDestination)(clone_io(&e)));
             }
-            return (Vec::new(), Vec::new());
+            return None;
         }
     };
     let need_src = its.iter().any(|i| matches!(i.op, Op::Write(_)));
@@ -251,7 +332,7 @@ fn stage_group<'a, 'r>(
                 for it in its {
                     x.fail_item(it, Error::io(Action::OpenSource)(clone_io(&e)));
                 }
-                return (Vec::new(), Vec::new());
+                return None;
             }
         }
     } else {
@@ -290,33 +371,11 @@ fn stage_group<'a, 'r>(
             Some((*it, r))
         })
         .collect();
-    let mut staged = Vec::new();
-    let mut no_space = Vec::new();
-    for (it, r) in results {
-        let r = r.and_then(|started| match started {
-            Some(st) => st.finish(&**ddir).map(Some),
-            None => Ok(None),
-        });
-        let r = r.map_err(|e| match (e, sdir.as_deref()) {
-            (e @ Error::Delta { .. }, Some(sd)) => changed_side(&**sd, &**ddir, it).unwrap_or(e),
-            (e, _) => e,
-        });
-        match r {
-            Ok(Some((temp, xfer))) => staged.push(Staged {
-                item: it,
-                dir: ddir.clone(),
-                temp,
-                xfer,
-            }),
-            Ok(None) => {}
-            Err(e) if e.is_no_space() && !matches!(e, Error::InPlaceFailed { .. }) => {
-                x.note_no_space();
-                no_space.push(it);
-            }
-            Err(e) => x.fail_item(it, e),
-        }
-    }
-    (staged, no_space)
+    Some(GroupStarted {
+        ddir,
+        sdir,
+        results,
+    })
 }
 
 /// The receiver's signatures of the files to be sent as deltas, all asked
@@ -336,7 +395,11 @@ fn start_signatures(
                 && ddir.takes_contents()
                 && !x.stopped()
                 && it.src.as_ref().is_some_and(|s| s.size <= STREAM_DELTA_MAX);
-            Mutex::new(wants.then(|| ddir.start_signature(it.path.file_name(), &it.expect_dst())))
+            let in_place = it.op == Op::Write(Method::InPlace);
+            Mutex::new(
+                wants
+                    .then(|| ddir.start_signature(it.path.file_name(), &it.expect_dst(), in_place)),
+            )
         })
         .collect()
 }
@@ -456,6 +519,32 @@ fn write(
     r
 }
 
+/// A delta whose result did not check out although neither side changed:
+/// a false match of the signature's short strong sums (rare by design).
+fn is_false_match(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Delta {
+            source: accord_delta::DeltaError::ChecksumMismatch,
+            ..
+        }
+    )
+}
+
+/// Send a file whole after its delta failed its check (the temp of the
+/// failed attempt is gone already).
+fn redo_whole(
+    x: &Exec,
+    sdir: &dyn ReplicaDir,
+    ddir: &dyn ReplicaDir,
+    it: &Item,
+) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+    match write(x, sdir, ddir, it, Method::Whole, (None, None))? {
+        Some(started) => started.finish(ddir).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// `Some(Changed(side))` when one side no longer holds what was planned.
 fn changed_side(sdir: &dyn ReplicaDir, ddir: &dyn ReplicaDir, it: &Item) -> Option<Error> {
     let name = it.path.file_name();
@@ -521,7 +610,7 @@ fn write_generic(
         Method::Delta | Method::InPlace => {
             let sig = match sig {
                 Some(p) => p.wait()?,
-                None => ddir.signature(name, &expect_dst)?,
+                None => ddir.signature(name, &expect_dst, method == Method::InPlace)?,
             };
             let in_place = method == Method::InPlace;
             let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, in_place)?;
@@ -590,5 +679,5 @@ pub(crate) fn run_links(x: &Exec, items: &[Item]) {
             Err(e) => x.fail_item(it, e),
         }
     }
-    commit_all(x, &staged);
+    commit_all(x, staged);
 }

@@ -57,10 +57,13 @@ pub enum Request {
         name: Vec<u8>,
         expect: Expect,
     },
+    /// `in_place`: for a delta applied in place (full-length strong sums);
+    /// else for one applied to a temp file and checked whole.
     Signature {
         dir: RelPath,
         name: Vec<u8>,
         expect: Expect,
+        in_place: bool,
     },
     /// Body: the receiver's signature. Reply: literal and matched byte
     /// counts, then the delta.
@@ -238,10 +241,16 @@ impl Request {
                 dn(&mut e, dir, name);
                 put_expect(&mut e, expect);
             }
-            Request::Signature { dir, name, expect } => {
+            Request::Signature {
+                dir,
+                name,
+                expect,
+                in_place,
+            } => {
                 e.u8(10);
                 dn(&mut e, dir, name);
                 put_expect(&mut e, expect);
+                e.bool(*in_place);
             }
             Request::MakeDelta {
                 dir,
@@ -410,6 +419,7 @@ impl Request {
                 dir: dir(&mut d)?,
                 name: name(&mut d)?,
                 expect: get_expect(&mut d)?,
+                in_place: d.bool("in place")?,
             },
             11 => Request::MakeDelta {
                 dir: dir(&mut d)?,

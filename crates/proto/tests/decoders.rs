@@ -280,7 +280,14 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|(name, durable)| Request::WriteState { name, durable }),
         dn().prop_map(|(dir, name)| Request::Stat { dir, name }),
         (dn(), expect()).prop_map(|((dir, name), expect)| Request::OpenRead { dir, name, expect }),
-        (dn(), expect()).prop_map(|((dir, name), expect)| Request::Signature { dir, name, expect }),
+        (dn(), expect(), any::<bool>()).prop_map(|((dir, name), expect, in_place)| {
+            Request::Signature {
+                dir,
+                name,
+                expect,
+                in_place,
+            }
+        }),
         (dn(), expect(), any::<bool>()).prop_map(|((dir, name), expect, in_place)| {
             Request::MakeDelta {
                 dir,

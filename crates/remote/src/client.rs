@@ -9,7 +9,7 @@ use accord_engine::{Action, Deleted, Error, Incoming, Pending, Replica, ReplicaD
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
-use accord_proto::hello::{FEATURES, VERSION};
+use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{decode_found, decode_temp, ListOptions};
 use accord_proto::{Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
 use std::collections::HashMap;
@@ -102,17 +102,20 @@ impl CallError {
 }
 
 impl RemoteReplica {
-    /// Shake hands over `reader`/`writer` and ask for `root`.
+    /// Shake hands over `reader`/`writer` and ask for `root`; `compress`:
+    /// ask for zstd compression of the connection, ours at this level
+    /// (used when the server agrees).
     pub fn connect(
         mut reader: Box<dyn Read + Send>,
         mut writer: Box<dyn Write + Send>,
         root: &[u8],
         mode: RootMode,
-        features: u64,
+        compress: Option<i32>,
     ) -> Result<RemoteReplica, ConnectError> {
+        let asked = if compress.is_some() { FEATURE_ZSTD } else { 0 };
         Hello {
             version: VERSION,
-            features: features & FEATURES,
+            features: asked & FEATURES,
             mode,
             root: root.to_vec(),
         }
@@ -128,16 +131,25 @@ impl RemoteReplica {
                 ConnectError::Protocol(format!("a handshake that does not decode: {p}"))
             }
         })?;
-        let (identity, describe) = match welcome {
+        let (identity, describe, features) = match welcome {
             Welcome::Accepted {
-                identity, describe, ..
-            } => (identity, describe),
+                identity,
+                describe,
+                features,
+                ..
+            } => (identity, describe, features),
             Welcome::Refused { why, message, .. } => {
                 return Err(ConnectError::Refused { why, message })
             }
         };
+        if features & !asked != 0 {
+            return Err(ConnectError::Protocol(format!(
+                "the server turned on features not asked for ({features:#x})"
+            )));
+        }
+        let compress = compress.filter(|_| features & FEATURE_ZSTD != 0);
         let replica = RemoteReplica {
-            conn: Conn::start(Role::Client, reader, writer),
+            conn: Conn::start(Role::Client, reader, writer, compress).map_err(ConnectError::Io)?,
             describe,
             identity,
             _guard: Mutex::new(None),
@@ -522,6 +534,11 @@ impl Replica for RemoteReplica {
             .map_err(CallError::into_io)
     }
 
+    fn start_sync_all(&self) -> Pending<io::Result<()>> {
+        let p = self.call_later(&Request::SyncAll, None);
+        Pending::later(move || p.wait().map(|_| ()).map_err(CallError::into_io))
+    }
+
     fn read_state(&self, name: &str) -> Option<Vec<u8>> {
         self.start_read_state(name).wait()
     }
@@ -579,11 +596,12 @@ impl ReplicaDir for RemoteDir<'_> {
         Ok(Box::new(FileReader { inner }))
     }
 
-    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error> {
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let req = Request::Signature {
             dir: self.dir.clone(),
             name: name.to_vec(),
             expect: *expect,
+            in_place,
         };
         self.replica
             .call(&req, None)
@@ -666,11 +684,17 @@ impl ReplicaDir for RemoteDir<'_> {
         })
     }
 
-    fn start_signature(&self, name: &[u8], expect: &Expect) -> Pending<Result<Vec<u8>, Error>> {
+    fn start_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        in_place: bool,
+    ) -> Pending<Result<Vec<u8>, Error>> {
         let req = Request::Signature {
             dir: self.dir.clone(),
             name: name.to_vec(),
             expect: *expect,
+            in_place,
         };
         let p = self.replica.call_later(&req, None);
         Pending::later(move || p.wait().map_err(|e| e.into_error(Action::OpenDestination)))

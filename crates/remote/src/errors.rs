@@ -78,6 +78,12 @@ pub fn to_wire(e: &Error) -> WireError {
             side: side_code(*side),
             ..wire(2, Action::Scan, 0, message)
         },
+        // The receiver's check of a delta's result: the sender redoes the
+        // file whole, so it must know this case from a damaged delta.
+        Error::Delta {
+            action,
+            source: accord_delta::DeltaError::ChecksumMismatch,
+        } => wire(10, *action, 0, message),
         Error::Delta { action, source } => {
             let errno = match source {
                 accord_delta::DeltaError::Io(io) => errno_of(io),
@@ -137,6 +143,10 @@ pub fn from_wire(w: WireError) -> Error {
             } else {
                 accord_delta::DeltaError::Corrupt(w.message.clone())
             },
+        },
+        10 => Error::Delta {
+            action,
+            source: accord_delta::DeltaError::ChecksumMismatch,
         },
         4 => Error::InPlaceFailed {
             cause: Box::new(Error::Io {

@@ -3,6 +3,7 @@
 //! transport that starts one on another host.
 
 mod client;
+mod compress;
 mod errors;
 mod mux;
 mod server;
@@ -10,5 +11,6 @@ mod ssh;
 
 pub use accord_proto::RootMode;
 pub use client::{ConnectError, RemoteReplica};
+pub use compress::DEFAULT_LEVEL as DEFAULT_COMPRESS_LEVEL;
 pub use server::{serve, ServerConfig};
 pub use ssh::{connect_ssh, parse_remote, RemoteSpec, SshOptions};

@@ -21,6 +21,8 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use crate::compress::{ZstdReader, ZstdWriter};
+
 /// Which end of the connection this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -81,8 +83,48 @@ pub struct Conn {
     state: Mutex<State>,
     changed: Condvar,
     next_stream: AtomicU64,
-    pub bytes_sent: AtomicU64,
-    pub bytes_received: AtomicU64,
+    /// Bytes written to and read from the transport (after compression).
+    pub bytes_sent: Arc<AtomicU64>,
+    pub bytes_received: Arc<AtomicU64>,
+}
+
+/// A transport end that counts the bytes through it.
+struct Counted<T> {
+    inner: T,
+    bytes: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Read until `buf` is full or the stream ends; the bytes read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Why a connection ended when the other side ended it cleanly.
@@ -99,12 +141,31 @@ const MAX_OPEN_STREAMS: usize = 1 << 16;
 
 impl Conn {
     /// Start the connection over `reader`/`writer` (the handshake is done)
-    /// and its reader thread.
+    /// and its reader thread; `compress`: both directions are zstd streams
+    /// (negotiated in the handshake), ours at this level.
     pub fn start(
         role: Role,
         reader: Box<dyn Read + Send>,
         writer: Box<dyn Write + Send>,
-    ) -> Arc<Conn> {
+        compress: Option<i32>,
+    ) -> io::Result<Arc<Conn>> {
+        let bytes_sent = Arc::new(AtomicU64::new(0));
+        let bytes_received = Arc::new(AtomicU64::new(0));
+        let reader: Box<dyn Read + Send> = Box::new(Counted {
+            inner: reader,
+            bytes: bytes_received.clone(),
+        });
+        let writer: Box<dyn Write + Send> = Box::new(Counted {
+            inner: writer,
+            bytes: bytes_sent.clone(),
+        });
+        let (reader, writer): (Box<dyn Read + Send>, Box<dyn Write + Send>) = match compress {
+            Some(level) => (
+                Box::new(ZstdReader::new(reader)?),
+                Box::new(ZstdWriter::new(writer, level)?),
+            ),
+            None => (reader, writer),
+        };
         let mut st = State::default();
         if role == Role::Client {
             st.credit.insert(0, BODY_WINDOW as u64);
@@ -116,15 +177,14 @@ impl Conn {
             state: Mutex::new(st),
             changed: Condvar::new(),
             next_stream: AtomicU64::new(1),
-            bytes_sent: AtomicU64::new(0),
-            bytes_received: AtomicU64::new(0),
+            bytes_sent,
+            bytes_received,
         });
         let c = conn.clone();
         std::thread::Builder::new()
             .name("accord-conn".into())
-            .spawn(move || c.read_loop(reader))
-            .expect("spawn the connection's reader");
-        conn
+            .spawn(move || c.read_loop(reader))?;
+        Ok(conn)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -158,8 +218,6 @@ impl Conn {
         let why = loop {
             match read_frame(&mut *reader) {
                 Ok(Some(f)) => {
-                    self.bytes_received
-                        .fetch_add(9 + f.payload.len() as u64, Ordering::Relaxed);
                     if let Err(e) = self.take_frame(f) {
                         break format!("protocol violation by the other side: {e}");
                     }
@@ -225,15 +283,8 @@ impl Conn {
             encode_chunk(&mut buf, stream, c, last && more.is_empty());
             rest = more;
         }
-        let r = w.write_all(&buf).and_then(|()| w.flush());
-        drop(w);
-        match r {
-            Ok(()) => {
-                self.bytes_sent
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-            }
-            Err(e) => self.close(&format!("connection failed: {e}")),
-        }
+        // A failure closes the connection, which every waiter sees.
+        let _ = self.write_locked(&mut w, &buf);
     }
 
     fn take_frame_locked(&self, f: Frame) -> Result<(), String> {
@@ -316,23 +367,7 @@ impl Conn {
     fn send_frame(&self, stream: u32, kind: FrameKind, payload: &[u8]) -> io::Result<()> {
         let mut buf = Vec::with_capacity(9 + payload.len());
         encode_frame(&mut buf, stream, kind, payload);
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let r = w.write_all(&buf).and_then(|()| w.flush());
-        drop(w);
-        match r {
-            Ok(()) => {
-                self.bytes_sent
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => {
-                self.close(&format!("connection failed: {e}"));
-                Err(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    format!("connection lost: {e}"),
-                ))
-            }
-        }
+        self.send_encoded(&buf)
     }
 
     /// Send one chunk of a body (see `encode_chunk`).
@@ -345,22 +380,19 @@ impl Conn {
     /// Write frames encoded whole.
     fn send_encoded(&self, buf: &[u8]) -> io::Result<()> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let r = w.write_all(buf).and_then(|()| w.flush());
-        drop(w);
-        match r {
-            Ok(()) => {
-                self.bytes_sent
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => {
-                self.close(&format!("connection failed: {e}"));
-                Err(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    format!("connection lost: {e}"),
-                ))
-            }
-        }
+        self.write_locked(&mut w, buf)
+    }
+
+    /// Write and flush `buf` under the writer's lock; a failure ends the
+    /// connection and is a lost connection to the caller.
+    fn write_locked(&self, w: &mut Box<dyn Write + Send>, buf: &[u8]) -> io::Result<()> {
+        w.write_all(buf).and_then(|()| w.flush()).map_err(|e| {
+            self.close(&format!("connection failed: {e}"));
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!("connection lost: {e}"),
+            )
+        })
     }
 
     fn lost(&self) -> io::Error {
@@ -385,6 +417,14 @@ impl Conn {
             }
             st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Wait for exactly `n` bytes of credit on `key` and take them.
+    fn take_credit_exact(&self, key: u32, mut n: usize) -> io::Result<()> {
+        while n > 0 {
+            n -= self.take_credit(key, n)?;
+        }
+        Ok(())
     }
 
     /// Send `data` on `stream` as DATA frames (END when `last`), within
@@ -476,8 +516,18 @@ impl Conn {
             return self.open_stream(FrameKind::OpenFin, header);
         };
         let _body = self.body_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let stream = self.open_stream(FrameKind::Open, header)?;
+        // A body that fits one chunk (most files) goes out in one write
+        // with its request: fewer, larger packets on the wire.
         let mut buf = vec![0u8; CHUNK];
+        let first = read_full(body, &mut buf)?;
+        if first < CHUNK {
+            self.take_credit_exact(0, first)?;
+            return self.open_stream_with(FrameKind::Open, header, |stream, out| {
+                encode_chunk(out, stream, &buf[..first], true)
+            });
+        }
+        let stream = self.open_stream(FrameKind::Open, header)?;
+        self.send_stream(stream, 0, &buf[..first], false)?;
         loop {
             let n = match body.read(&mut buf) {
                 Ok(n) => n,
@@ -500,6 +550,17 @@ impl Conn {
     /// Number a new stream and send its OPEN frame, under the writer's
     /// lock: the server takes stream numbers only in increasing order.
     fn open_stream(&self, kind: FrameKind, header: &[u8]) -> io::Result<u32> {
+        self.open_stream_with(kind, header, |_, _| {})
+    }
+
+    /// `open_stream`, with more frames of the new stream (encoded by
+    /// `then`) in the same write.
+    fn open_stream_with(
+        &self,
+        kind: FrameKind,
+        header: &[u8],
+        then: impl FnOnce(u32, &mut Vec<u8>),
+    ) -> io::Result<u32> {
         let mut buf = Vec::with_capacity(9 + header.len());
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
@@ -507,22 +568,8 @@ impl Conn {
             .map_err(|_| io::Error::other("too many requests on one connection"))?;
         self.lock().inbound.insert(stream, Inbound::default());
         encode_frame(&mut buf, stream, kind, header);
-        let r = w.write_all(&buf).and_then(|()| w.flush());
-        drop(w);
-        match r {
-            Ok(()) => {
-                self.bytes_sent
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-                Ok(stream)
-            }
-            Err(e) => {
-                self.close(&format!("connection failed: {e}"));
-                Err(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    format!("connection lost: {e}"),
-                ))
-            }
-        }
+        then(stream, &mut buf);
+        self.write_locked(&mut w, &buf).map(|()| stream)
     }
 
     /// Stop listening to a stream whose reply is not wanted any more.

@@ -10,7 +10,7 @@ use accord_engine::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica
 use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
 use accord_model::{Kind, RelPath};
 use accord_proto::codec::{put_failures, put_listing};
-use accord_proto::hello::{FEATURES, VERSION};
+use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{encode_found, ListOptions};
 use accord_proto::{Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
 use std::collections::HashSet;
@@ -97,7 +97,9 @@ pub fn serve(
     }
     .write(&mut *writer)
     .map_err(|e| format!("handshake: {e}"))?;
-    let conn = Conn::start(Role::Server, reader, writer);
+    let compress = (features & FEATURE_ZSTD != 0).then_some(crate::compress::DEFAULT_LEVEL);
+    let conn = Conn::start(Role::Server, reader, writer, compress)
+        .map_err(|e| format!("start the connection: {e}"))?;
     let session = Session {
         replica: &replica,
         conn: &conn,
@@ -332,9 +334,14 @@ impl Session<'_> {
                 self.stream_out(stream, &mut *r)?;
                 Ok(Vec::new())
             }
-            Request::Signature { dir, name, expect } => self
+            Request::Signature {
+                dir,
+                name,
+                expect,
+                in_place,
+            } => self
                 .dir(dir, Action::OpenDestination)?
-                .signature(name, expect)
+                .signature(name, expect, *in_place)
                 .map_err(w),
             Request::MakeDelta {
                 dir,

@@ -54,7 +54,12 @@ pub fn parse_remote(root: &str) -> Result<Option<RemoteSpec>, String> {
             return parse_url(rest, daemon).map(Some);
         }
     }
-    let Some(colon) = root.find(':') else {
+    // An IPv6 address is written in brackets, as for scp and rsync:
+    // `[::1]:path`, `user@[fe80::1%eth0]:path`.
+    let bracketed = root
+        .find("]:")
+        .filter(|&i| root[..i].contains('[') && !root[..i].contains('/'));
+    let Some(colon) = bracketed.map(|i| i + 1).or_else(|| root.find(':')) else {
         return Ok(None);
     };
     if root[..colon].contains('/') || colon == 0 {
@@ -97,7 +102,8 @@ fn parse_url(rest: &str, daemon: bool) -> Result<RemoteSpec, String> {
         None => (rest, ""),
     };
     let (hostport_user, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => match p.parse::<u16>() {
+        // In `[v6]:port` the port follows the bracket; `[v6]` alone has none.
+        Some((h, p)) if !authority.contains('[') || h.ends_with(']') => match p.parse::<u16>() {
             Ok(p) => (h, Some(p)),
             Err(_) => return Err(format!("{p:?} is not a port number")),
         },
@@ -121,7 +127,8 @@ pub struct SshOptions {
     pub rsh: Option<String>,
     /// The `accord` program on the far side.
     pub remote_accord: Option<String>,
-    pub features: u64,
+    /// Ask for zstd compression at this level (`-z`).
+    pub compress: Option<i32>,
 }
 
 /// Split a command line into words (single and double quotes, backslash).
@@ -255,7 +262,7 @@ pub fn connect_ssh(
     let stdout = child.stdout.take().expect("piped stdout");
     let mut ssh = SshChild { child, stderr };
     let root = spec.path.as_bytes();
-    match RemoteReplica::connect(Box::new(stdout), Box::new(stdin), root, mode, opts.features) {
+    match RemoteReplica::connect(Box::new(stdout), Box::new(stdin), root, mode, opts.compress) {
         Ok(r) => {
             let r = r.with_name(spec.display());
             r.keep(Box::new(ssh));
@@ -293,6 +300,49 @@ fn explain(
                 Some(code) => format!("{program} to {host} ended with status {code}: {said}"),
                 None => format!("no answer from {host}: {said}"),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(root: &str) -> (Option<String>, String, Option<u16>, String) {
+        let s = parse_remote(root).unwrap().expect("remote");
+        (s.user, s.host, s.port, s.path)
+    }
+
+    #[test]
+    fn scp_form_and_urls() {
+        assert_eq!(parts("h:p"), (None, "h".into(), None, "p".into()));
+        assert_eq!(
+            parts("u@h:a:b"),
+            (Some("u".into()), "h".into(), None, "a:b".into())
+        );
+        assert_eq!(parts("[::1]:dir"), (None, "::1".into(), None, "dir".into()));
+        assert_eq!(
+            parts("u@[fe80::1%eth0]:/x"),
+            (Some("u".into()), "fe80::1%eth0".into(), None, "/x".into())
+        );
+        assert_eq!(
+            parts("ssh://u@[::1]:2222/x"),
+            (Some("u".into()), "::1".into(), Some(2222), "/x".into())
+        );
+        assert_eq!(parts("host:"), (None, "host".into(), None, "".into()));
+    }
+
+    #[test]
+    fn local_names_stay_local() {
+        for local in ["./h:p", "a/b:c", ":x", "plain", "/abs/[x]:y"] {
+            assert!(parse_remote(local).unwrap().is_none(), "{local}");
+        }
+    }
+
+    #[test]
+    fn bad_hosts_are_refused() {
+        for bad in ["-oProxyCommand=x:p", "u@:p", "@h:p", "h h:p", "[]:p"] {
+            assert!(parse_remote(bad).is_err(), "{bad}");
         }
     }
 }

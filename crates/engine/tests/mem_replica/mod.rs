@@ -441,17 +441,19 @@ impl ReplicaDir for MemDir<'_> {
         Ok(Box::new(io::Cursor::new(data)))
     }
 
-    fn signature(&self, name: &[u8], expect: &Expect) -> Result<Vec<u8>, Error> {
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let path = self.at(name)?;
         let t = self.replica.call("signature", &path);
         self.check(&t, &path, expect, Side::Destination)?;
         let data = &t.inodes[&t.names[&path]].data;
+        let opts = accord_delta::SignatureOptions {
+            verified: !in_place,
+            ..Default::default()
+        };
         let sig =
-            accord_delta::Signature::generate(data, &Default::default()).map_err(|source| {
-                Error::Delta {
-                    action: accord_engine::Action::OpenDestination,
-                    source,
-                }
+            accord_delta::Signature::generate(data, &opts).map_err(|source| Error::Delta {
+                action: accord_engine::Action::OpenDestination,
+                source,
             })?;
         Ok(sig.encode())
     }
