@@ -473,7 +473,7 @@ fn a_welcome_of_4_gib_is_refused_before_it_is_read() {
             Box::new(theirs),
             b"/x",
             RootMode::Read,
-            0,
+            None,
         )
         .map(|_| ())
         .map_err(|e| e.to_string())

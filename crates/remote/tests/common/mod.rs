@@ -415,10 +415,12 @@ pub mod raw {
         head(3, path).finish()
     }
 
+    /// A signature for a delta applied to a temp file (not in place).
     pub fn signature(dir: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
         let mut e = head(10, dir);
         e.bytes(name);
         put_expect(&mut e, expect);
+        e.bool(false);
         e.finish()
     }
 
@@ -666,8 +668,9 @@ pub fn hostile_server(
         seen
     });
     let r = theirs.try_clone().unwrap();
-    let replica = RemoteReplica::connect(Box::new(r), Box::new(ShutOnDrop(theirs)), b"/x", mode, 0)
-        .expect("connect to the fake server");
+    let replica =
+        RemoteReplica::connect(Box::new(r), Box::new(ShutOnDrop(theirs)), b"/x", mode, None)
+            .expect("connect to the fake server");
     (replica, thread)
 }
 
@@ -753,7 +756,7 @@ pub fn real_pair(root: &Path, mode: RootMode, cfg: ServerConfig) -> (RemoteRepli
         Box::new(ShutOnDrop(sock)),
         root.as_os_str().as_encoded_bytes(),
         mode,
-        0,
+        None,
     )
     .expect("connect");
     (replica, handle)
@@ -855,7 +858,7 @@ pub fn tapped_pair(
         Box::new(ShutOnDrop(client_end)),
         root.as_os_str().as_encoded_bytes(),
         mode,
-        0,
+        None,
     )
     .expect("connect");
     (replica, handle)
