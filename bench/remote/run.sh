@@ -15,6 +15,11 @@
 # bytes: four 4.5 MB files with a line appended to each, pushed with
 #   --delta always vs rsync -a --no-whole-file: bytes on the wire (accord's
 #   --json bytes_sent + bytes_received; rsync's --stats) and time.
+# numpy: a real binary update, numpy's core extension module
+#   (_multiarray_umath…so, 10.4 MB) from the 2.1.2 wheel updated to 2.1.3's,
+#   with -z vs rsync -z --no-whole-file, and without compression: bytes on
+#   the wire. The wheels come from PyPI (pip download) unless NUMPY_DIR
+#   holds them already.
 # inplace: a 256 MiB file whose 64 chunks were reversed, pushed with
 #   --inplace to a destination file system of 300 MiB (no room for a second
 #   copy): bytes on the wire and the destination's peak use.
@@ -26,7 +31,7 @@ source bench/remote/sshd.sh
 RUNS=${RUNS:-3}
 RTT_MS=${RTT_MS:-130}
 SCALE=${SCALE:-1}
-PARTS=${PARTS:-"latency bytes inplace"}
+PARTS=${PARTS:-"latency bytes numpy inplace"}
 WORK=${WORK:-/tmp/accord-remote-bench}
 [ "$(id -u)" = 0 ] || { echo "run as root (loop mounts, sshd)" >&2; exit 1; }
 command -v rsync >/dev/null || { echo "rsync missing" >&2; exit 1; }
@@ -117,6 +122,37 @@ bytes() {
     local tr; tr=$(awk -v s="$s" -v e="$EPOCHREALTIME" 'BEGIN{printf "%.3f", e-s}')
     cmp "$src/big1" "$da/big1" && cmp "$src/big4" "$dr/big4"
     echo "bytes (4 x 4.5 MB, a line appended, ${RTT_MS} ms): accord ${ba} B in ${ta}s, rsync ${br} B in ${tr}s, bytes ratio $(ratio "$ba" "$br")"
+}
+
+numpy() {
+    local wheels=${NUMPY_DIR:-$WORK/numpy}
+    mkdir -p "$wheels"
+    for v in 2.1.2 2.1.3; do
+        ls "$wheels"/numpy-$v-*.whl >/dev/null 2>&1 ||
+            pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+                --platform manylinux_2_17_x86_64 "numpy==$v" -d "$wheels"
+    done
+    fresh_fs numpy 512M
+    local so=numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so
+    for v in 2.1.2 2.1.3; do
+        mkdir -p "$FS/$v"
+        unzip -q -o "$wheels"/numpy-$v-*.whl "$so" -d "$FS/$v"
+    done
+    local line="numpy ($(stat -c %s "$FS/2.1.3/$so") B, 2.1.2 -> 2.1.3):"
+    for z in "-z" ""; do
+        local src=$FS/src$z da=$FS/da$z dr=$FS/dr$z
+        mkdir -p "$src"
+        cp "$FS/2.1.2/$so" "$src/m.so"
+        ACC --rsh "$RSH0" "$src" "127.0.0.1:$da"
+        rsync -a -e "$RSH0" "$src/" "127.0.0.1:$dr/"
+        cp "$FS/2.1.3/$so" "$src/m.so"
+        local ba br
+        ba=$(wire_bytes_accord --rsh "$RSH0" --delta always $z "$src" "127.0.0.1:$da")
+        br=$(wire_bytes_rsync -a --no-whole-file $z -e "$RSH0" "$src/" "127.0.0.1:$dr/")
+        cmp "$src/m.so" "$da/m.so" && cmp "$src/m.so" "$dr/m.so"
+        line="$line ${z:-plain}: accord $ba B, rsync $br B, ratio $(ratio "$ba" "$br");"
+    done
+    echo "$line"
 }
 
 inplace() {

@@ -7,7 +7,8 @@ use accord_engine::{
     TransferOptions, XattrFilter,
 };
 use accord_remote::{
-    connect_ssh, parse_remote, RemoteSpec, RootMode, SshOptions, DEFAULT_COMPRESS_LEVEL,
+    connect_daemon, connect_ssh, keys, parse_remote, DaemonOptions, RemoteReplica, RemoteSpec,
+    RootMode, SshOptions, DEFAULT_COMPRESS_LEVEL,
 };
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -27,13 +28,14 @@ pub enum When {
 #[command(
     after_help = "Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
 (fatal error or deletion guard, a lost connection), 64 usage error, 69 a remote root that \
-could not be reached (ssh failed, no accord on the far side, another protocol version), or an \
-accord:// root (the daemon is not built yet)."
+could not be reached or refused the session (ssh failed, no accord on the far side, another \
+protocol version, an unknown or wrong key, a read-only module)."
 )]
 pub struct MirrorArgs {
-    /// Source directory: a local path, [USER@]HOST:PATH or
-    /// ssh://[USER@]HOST[:PORT]/PATH (for a local path with a colon before
-    /// its first slash, write ./NAME:REST).
+    /// Source directory: a local path, [USER@]HOST:PATH,
+    /// ssh://[USER@]HOST[:PORT]/PATH or accord://HOST[:PORT]/MODULE/PATH
+    /// (for a local path with a colon before its first slash, write
+    /// ./NAME:REST).
     src: PathBuf,
     /// Destination directory (created if missing), local or remote like SRC.
     dst: PathBuf,
@@ -143,6 +145,14 @@ pub struct MirrorArgs {
           value_parser = clap::value_parser!(i32).range(-7..=19))]
     compress_level: Option<i32>,
 
+    /// Our private key for accord:// roots [default: the one `accord keygen` makes].
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// The accord:// server's public key file, instead of its line in
+    /// ~/.config/accord/known_servers.
+    #[arg(long, value_name = "FILE")]
+    server_key: Option<PathBuf>,
+
     /// Where the deletion guard remembers the source root.
     #[arg(long, hide = true)]
     state_dir: Option<PathBuf>,
@@ -197,13 +207,6 @@ pub fn run(args: MirrorArgs) -> i32 {
     };
     if remote.0.is_some() && remote.1.is_some() {
         return usage("at most one root may be remote (run accord on one of the two hosts)");
-    }
-    if let Some(spec) = remote.0.iter().chain(&remote.1).find(|s| s.daemon) {
-        eprintln!(
-            "accord mirror: accord:// roots (the TCP daemon) are not built yet: {}",
-            spec.display()
-        );
-        return exit::UNAVAILABLE;
     }
     let max_delete = {
         let s = args.max_delete.trim();
@@ -313,19 +316,13 @@ fn mirror_remote(
     cfg: &MirrorConfig,
     progress: &Progress,
 ) -> Result<(Report, Option<(u64, u64)>), i32> {
-    let opts = SshOptions {
-        rsh: args.rsh.clone(),
-        remote_accord: args.remote_accord.clone(),
-        compress: (args.compress || args.compress_level.is_some())
-            .then(|| args.compress_level.unwrap_or(DEFAULT_COMPRESS_LEVEL)),
-    };
     let (spec, mode) = match (&src, &dst) {
         (Some(s), _) => (s, RootMode::Read),
         (_, Some(d)) if cfg.dry_run => (d, RootMode::Inspect),
         (_, Some(d)) => (d, RootMode::Write),
         (None, None) => unreachable!("one root is remote"),
     };
-    let remote = match connect_ssh(spec, &opts, mode) {
+    let remote = match connect(args, spec, mode) {
         Ok(r) => Some(r),
         Err(e) if mode == RootMode::Inspect && e.contains("No such file") => None,
         Err(e) => {
@@ -358,6 +355,28 @@ fn mirror_remote(
         accord_engine::mirror_replicas(src, remote_ref, &spec.display(), cfg, progress)
     };
     Ok((report, remote.as_ref().map(|r| r.wire_bytes())))
+}
+
+/// Reach a remote root: over ssh, or a daemon's for `accord://`.
+fn connect(args: &MirrorArgs, spec: &RemoteSpec, mode: RootMode) -> Result<RemoteReplica, String> {
+    let compress = (args.compress || args.compress_level.is_some())
+        .then(|| args.compress_level.unwrap_or(DEFAULT_COMPRESS_LEVEL));
+    if !spec.daemon {
+        let opts = SshOptions {
+            rsh: args.rsh.clone(),
+            remote_accord: args.remote_accord.clone(),
+            compress,
+        };
+        return connect_ssh(spec, &opts, mode);
+    }
+    let key = args.key.clone().or_else(keys::default_key_path);
+    let opts = DaemonOptions {
+        key: key.ok_or("no key: give --key FILE (made by `accord keygen`)")?,
+        server_key: args.server_key.clone(),
+        known_servers: keys::default_known_servers(),
+        compress,
+    };
+    connect_daemon(spec, &opts, mode)
 }
 
 fn progress_loop(p: &Progress, done: &std::sync::atomic::AtomicBool) {

@@ -7,7 +7,8 @@ use accord_remote::{serve, ServerConfig};
 use std::path::PathBuf;
 
 /// Serve one session on stdin/stdout (started over ssh by `accord mirror`
-/// with a remote root).
+/// with a remote root), or, with --listen or --config, be the TCP daemon
+/// of accord:// roots.
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "In an authorized_keys line, `command=\"accord server --restrict DIR\"` \
@@ -24,9 +25,15 @@ pub struct ServerArgs {
     /// Skip the fsyncs (faster; a crash may lose the latest writes).
     #[arg(long)]
     no_fsync: bool,
+    #[command(flatten)]
+    daemon: crate::cmd_daemon::DaemonArgs,
 }
 
 pub fn run(args: ServerArgs) -> i32 {
+    if args.daemon.wanted() && (args.restrict.is_some() || args.read_only) {
+        eprintln!("accord server: --restrict and --read-only are for ssh sessions; a daemon's modules say what each serves");
+        return exit::USAGE;
+    }
     if let Some(dir) = &args.restrict {
         if let Err(e) = std::fs::metadata(dir) {
             eprintln!("accord server: --restrict {}: {e}", dir.display());
@@ -44,6 +51,9 @@ pub fn run(args: ServerArgs) -> i32 {
             ..Default::default()
         },
     };
+    if args.daemon.wanted() {
+        return crate::cmd_daemon::run(&args.daemon, cfg.state_dir, cfg.local);
+    }
     let stdin = Box::new(std::io::stdin());
     let stdout = Box::new(std::io::stdout());
     match serve(stdin, stdout, &cfg) {

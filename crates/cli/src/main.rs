@@ -1,7 +1,9 @@
 //! `accord`: the command line. Arguments become option structs handed to the
 //! library crates; this crate only parses, prints and picks exit codes.
 
+mod cmd_daemon;
 mod cmd_delta;
+mod cmd_keygen;
 mod cmd_mirror;
 mod cmd_server;
 mod cmd_union;
@@ -35,8 +37,10 @@ enum Command {
     Delta(cmd_delta::DeltaArgs),
     /// A union file system over FUSE.
     Union(cmd_union::UnionArgs),
-    /// The far side of a remote root (started over ssh).
+    /// The far side of a remote root (started over ssh), or the accord:// daemon (--listen).
     Server(cmd_server::ServerArgs),
+    /// Make a key pair for accord:// connections.
+    Keygen(cmd_keygen::KeygenArgs),
     /// Run tasks from a cluster queue (not built yet).
     Worker(NotBuiltArgs),
 }
@@ -72,6 +76,7 @@ fn main() {
         Command::Delta(args) => cmd_delta::run(args),
         Command::Union(args) => cmd_union::run(args),
         Command::Server(args) => cmd_server::run(args),
+        Command::Keygen(args) => cmd_keygen::run(args),
         Command::Worker(_) => not_built("worker"),
     };
     std::process::exit(code);

@@ -617,6 +617,7 @@ fn restricted_key_cannot_leave_through_a_symlink_it_planted() {
 fn is_reserved(rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or("");
     name.starts_with(".accord-tmp-")
+        || name.starts_with(".accord-partial-")
         || name.starts_with(".accord-inplace-")
         || name.starts_with(".accord-recovery-")
 }
@@ -704,32 +705,7 @@ fn cut_push() -> Option<String> {
         .unwrap();
     // Kill ssh once a temp file on the far side holds 8 MiB: mid-transfer,
     // whatever the speed of this machine.
-    let start = Instant::now();
-    let mut killed = false;
-    while start.elapsed() < Duration::from_secs(60) {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        let temp_size = std::fs::read_dir(&dst)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(".accord-tmp-"))
-            .filter_map(|e| e.metadata().ok())
-            .map(|m| m.len())
-            .max()
-            .unwrap_or(0);
-        if temp_size >= 8 << 20 {
-            let pid = std::fs::read_to_string(&pid_file).unwrap();
-            let st = Command::new("kill")
-                .args(["-KILL", pid.trim()])
-                .status()
-                .unwrap();
-            assert!(st.success());
-            killed = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let killed = kill_ssh_when_a_temp_holds(&mut child, &dst, &pid_file, 8 << 20);
     let out = child.wait_with_output().unwrap();
     assert!(killed, "the push ended before it could be cut: {out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -760,6 +736,106 @@ fn cut_push() -> Option<String> {
     assert_ok(&o);
     assert_eq!(hashes(&dst), hashes(&src), "rerun after the cut");
     Some(stderr.into_owned())
+}
+
+/// Wait until a temp file in `dst` holds `bytes`, then kill the ssh whose
+/// pid is in `pid_file`; false when `child` ended first.
+fn kill_ssh_when_a_temp_holds(
+    child: &mut std::process::Child,
+    dst: &Path,
+    pid_file: &Path,
+    bytes: u64,
+) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        let temp_size = std::fs::read_dir(dst)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".accord-tmp-"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .max()
+            .unwrap_or(0);
+        if temp_size >= bytes {
+            let pid = std::fs::read_to_string(pid_file).unwrap();
+            let st = Command::new("kill")
+                .args(["-KILL", pid.trim()])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// Acceptance 7, scaled: a push of one big file cut at about half-way
+/// leaves what arrived as the file's partial file on the far side; the
+/// next run builds the file from it and sends little more than the half
+/// that was missing; no partial file is left. A partial file whose name is
+/// not written again is removed.
+#[test]
+fn cut_push_resumes_from_what_arrived() {
+    let Some(sshd) = Sshd::start() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path();
+    let (src, dst) = (p.join("src"), p.join("dst"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&dst).unwrap();
+    let size: u64 = 96 << 20;
+    let body = Rng(7).bytes(size as usize);
+    std::fs::write(src.join("big.img"), &body).unwrap();
+    drop(body);
+    // Left by an earlier cut transfer of a file that is gone from SRC.
+    std::fs::write(dst.join(".accord-partial-gone.img"), vec![1u8; 2 << 20]).unwrap();
+    let pid_file = p.join("ssh.pid");
+    let wrapper = pid_recording_ssh(p, &pid_file);
+    let rsh = sshd
+        .rsh()
+        .replacen("ssh", &wrapper.display().to_string(), 1);
+    let dst_root = sshd.root(&dst);
+    let mut child = Command::new(bin())
+        .args(["mirror", s(&src), &dst_root, "--rsh", &rsh])
+        .arg("--remote-accord")
+        .arg(bin())
+        .env("ACCORD_STATE_DIR", p.join("state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let killed = kill_ssh_when_a_temp_holds(&mut child, &dst, &pid_file, size / 2);
+    let out = child.wait_with_output().unwrap();
+    assert!(killed, "the push ended before it could be cut: {out:?}");
+    assert_exit(&out, 3);
+    assert!(sshd.wait_sessions_gone(Duration::from_secs(20)));
+    let partial = dst.join(".accord-partial-big.img");
+    let arrived = std::fs::metadata(&partial)
+        .expect("what arrived is kept as the partial file")
+        .len();
+    assert!(!dst.join("big.img").exists());
+
+    let o = remote_mirror(
+        &p.join("state"),
+        &sshd.rsh(),
+        &[s(&src), &dst_root, "--json"],
+    );
+    assert_ok(&o);
+    let sent = json_u64(&o, "bytes_sent");
+    eprintln!(
+        "{size} bytes cut after {arrived} arrived; the next run sent {sent} ({:.1}% of the file)",
+        sent as f64 * 100.0 / size as f64
+    );
+    assert_eq!(hashes(&dst), hashes(&src), "after the resumed run");
+    assert!(
+        sent < size - arrived + (size >> 4),
+        "sent {sent} bytes, {} were missing",
+        size - arrived
+    );
 }
 
 /// The BLAKE3 of every file directly in `dir` (the cut test's tree is flat).

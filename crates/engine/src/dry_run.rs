@@ -129,6 +129,13 @@ impl ReplicaDir for DryRunDir<'_> {
         }
     }
 
+    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        match &self.inner {
+            Some(d) => d.partial_signature(name),
+            None => Ok(None),
+        }
+    }
+
     fn takes_contents(&self) -> bool {
         false
     }

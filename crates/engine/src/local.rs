@@ -245,6 +245,19 @@ impl LocalDir<'_> {
         mask: PropsMask,
         fill: impl FnOnce(&File) -> Result<(), Error>,
     ) -> Result<Vec<u8>, Error> {
+        self.temp_or_partial(name, props, mask, fill, || false)
+    }
+
+    /// `temp_with`, but on a failure the temp becomes `name`'s partial file
+    /// when `keep` says what arrived is worth resuming from.
+    fn temp_or_partial(
+        &self,
+        name: &[u8],
+        props: &Props,
+        mask: PropsMask,
+        fill: impl FnOnce(&File) -> Result<(), Error>,
+        keep: impl FnOnce() -> bool,
+    ) -> Result<Vec<u8>, Error> {
         let (temp, tf) = self
             .dir
             .create_temp(name)
@@ -255,7 +268,131 @@ impl LocalDir<'_> {
         match r {
             Ok(()) => Ok(temp),
             Err(e) => {
-                let _ = self.dir.unlink(&temp);
+                let kept = keep()
+                    && accord_model::partial_name(name)
+                        .is_some_and(|p| self.dir.rename(&temp, &p).is_ok());
+                if !kept {
+                    let _ = self.dir.unlink(&temp);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Receive a whole file; if its source is cut off after `PARTIAL_MIN`
+    /// bytes, what arrived stays as the name's partial file.
+    fn receive_whole(
+        &self,
+        name: &[u8],
+        data: &mut dyn Read,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<Vec<u8>, Error> {
+        let arrived = std::cell::Cell::new((0, false));
+        let fill = |tf: &File| {
+            let mut src = Watched {
+                inner: data,
+                arrived: &arrived,
+            };
+            accord_fsys::write_sparse(&mut src, tf)
+                .map(|_| ())
+                .map_err(Error::io(Action::WriteTemp))
+        };
+        let keep = || {
+            let (n, cut_off) = arrived.get();
+            cut_off && n >= PARTIAL_MIN
+        };
+        let temp = self.temp_or_partial(name, props, mask, fill, keep)?;
+        self.remove_partial(name);
+        Ok(temp)
+    }
+
+    /// The temp of `name`, rebuilt from its partial file and `delta`; the
+    /// partial file is removed once the result checked out.
+    fn receive_resumed(
+        &self,
+        name: &[u8],
+        delta: &[u8],
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<Vec<u8>, Error> {
+        let delta = Delta::parse(delta).map_err(delta_err(Action::WriteTemp))?;
+        let partial = accord_model::partial_name(name).ok_or(Error::Changed(Side::Destination))?;
+        let f = match self.dir.open_read(&partial) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(Error::Changed(Side::Destination))
+            }
+            Err(e) => return Err(Error::io(Action::OpenDestination)(e)),
+        };
+        let len = fstat(f.as_fd())
+            .map_err(Error::io(Action::OpenDestination))?
+            .size;
+        if len != delta.old_len {
+            return Err(Error::Changed(Side::Destination));
+        }
+        let m = map(&f, len).map_err(Error::io(Action::OpenDestination))?;
+        let temp = self.temp_with(name, props, mask, |tf| {
+            let mut w = io::BufWriter::with_capacity(1 << 20, tf);
+            accord_delta::patch_to(m.as_deref().unwrap_or(&[]), &delta, &mut w)
+                .map_err(delta_err(Action::WriteTemp))?;
+            w.flush().map_err(Error::io(Action::WriteTemp))?;
+            if m.as_ref().is_some_and(Mapped::damaged) {
+                return Err(Error::Changed(Side::Destination));
+            }
+            Ok(())
+        })?;
+        self.remove_partial(name);
+        Ok(temp)
+    }
+
+    fn remove_partial(&self, name: &[u8]) {
+        if let Some(p) = accord_model::partial_name(name) {
+            let _ = self.dir.unlink(&p);
+        }
+    }
+}
+
+/// The encoded signature of an open file (`verified`: see
+/// `SignatureOptions::verified`).
+fn signature_of(f: &File, verified: bool) -> Result<Vec<u8>, Error> {
+    let len = fstat(f.as_fd())
+        .map_err(Error::io(Action::OpenDestination))?
+        .size;
+    let m = map(f, len).map_err(Error::io(Action::OpenDestination))?;
+    let opts = SignatureOptions {
+        verified,
+        ..SignatureOptions::default()
+    };
+    let sig = Signature::generate(m.as_deref().unwrap_or(&[]), &opts)
+        .map_err(delta_err(Action::OpenDestination))?;
+    if m.as_ref().is_some_and(Mapped::damaged) {
+        return Err(Error::Changed(Side::Destination));
+    }
+    Ok(sig.encode())
+}
+
+/// Least of a cut-off transfer worth keeping as a partial file.
+const PARTIAL_MIN: u64 = 1 << 20;
+
+/// A whole file's incoming bytes, noting how many arrived and whether
+/// reading them failed (the source was cut off; a failed write is not).
+struct Watched<'a, 'c> {
+    inner: &'a mut dyn Read,
+    arrived: &'c std::cell::Cell<(u64, bool)>,
+}
+
+impl Read for Watched<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let (n, _) = self.arrived.get();
+        match self.inner.read(buf) {
+            Ok(k) => {
+                self.arrived.set((n + k as u64, false));
+                Ok(k)
+            }
+            Err(e) => {
+                self.arrived
+                    .set((n, e.kind() != io::ErrorKind::Interrupted));
                 Err(e)
             }
         }
@@ -277,20 +414,19 @@ impl ReplicaDir for LocalDir<'_> {
 
     fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let f = self.open_checked(name, expect, Side::Destination)?;
-        let len = fstat(f.as_fd())
-            .map_err(Error::io(Action::OpenDestination))?
-            .size;
-        let m = map(&f, len).map_err(Error::io(Action::OpenDestination))?;
-        let opts = SignatureOptions {
-            verified: !in_place,
-            ..SignatureOptions::default()
+        signature_of(&f, !in_place)
+    }
+
+    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let Some(partial) = accord_model::partial_name(name) else {
+            return Ok(None);
         };
-        let sig = Signature::generate(m.as_deref().unwrap_or(&[]), &opts)
-            .map_err(delta_err(Action::OpenDestination))?;
-        if m.as_ref().is_some_and(Mapped::damaged) {
-            return Err(Error::Changed(Side::Destination));
+        match self.dir.open_read(&partial) {
+            // A delta against it is applied to a temp and checked whole.
+            Ok(f) => signature_of(&f, true).map(Some),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(Error::io(Action::OpenDestination)(e)),
         }
-        Ok(sig.encode())
     }
 
     fn receive(
@@ -303,11 +439,8 @@ impl ReplicaDir for LocalDir<'_> {
         match incoming {
             // Zero blocks become holes: a sparse file that comes as a
             // stream (from a replica across a wire) stays sparse.
-            Incoming::Whole(data) => self.temp_with(name, props, mask, |tf| {
-                accord_fsys::write_sparse(data, tf)
-                    .map(|_| ())
-                    .map_err(Error::io(Action::WriteTemp))
-            }),
+            Incoming::Whole(data) => self.receive_whole(name, data, props, mask),
+            Incoming::Resume { delta } => self.receive_resumed(name, delta, props, mask),
             Incoming::Delta { basis, delta } => {
                 let delta = Delta::parse(delta).map_err(delta_err(Action::WriteTemp))?;
                 if let Expect::Entry(old) = basis {
@@ -469,7 +602,9 @@ impl ReplicaDir for LocalDir<'_> {
     }
 
     fn remove_stale_temp(&self, name: &[u8]) {
-        if name.starts_with(accord_fsys::TEMP_PREFIX) {
+        if name.starts_with(accord_fsys::TEMP_PREFIX)
+            || name.starts_with(accord_fsys::PARTIAL_PREFIX)
+        {
             let _ = self.dir.unlink(name);
         }
     }

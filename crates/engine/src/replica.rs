@@ -132,6 +132,9 @@ pub enum Incoming<'a> {
     /// An encoded delta against the file now at the same name, which must
     /// still be what `basis` says.
     Delta { basis: Expect, delta: &'a [u8] },
+    /// An encoded delta against this name's partial file (what arrived in
+    /// an interrupted transfer; see `ReplicaDir::partial_signature`).
+    Resume { delta: &'a [u8] },
 }
 
 /// How a deletion ended.
@@ -162,6 +165,10 @@ pub trait ReplicaDir: Send + Sync {
     /// else for one applied to a temp file and checked whole before it is
     /// committed (rsync's shorter sums; a mismatch is redone whole).
     fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error>;
+    /// The encoded signature of `name`'s partial file, the basis of a
+    /// resumed transfer (`None`: there is none). A whole-file receive cut
+    /// off by its source (a lost connection) keeps what arrived there.
+    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error>;
     /// A delta from the receiver's encoded `signature` to the regular file
     /// at `name`, which must still be what `expect` says, made where that
     /// file is (so from a remote source only the delta crosses the wire);
@@ -231,6 +238,9 @@ pub trait ReplicaDir: Send + Sync {
 
     fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
         Pending::ready(self.stat(name))
+    }
+    fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
+        Pending::ready(self.partial_signature(name))
     }
     fn start_signature(
         &self,

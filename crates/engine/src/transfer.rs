@@ -390,18 +390,31 @@ fn start_signatures(
     let both_local = sdir.is_some_and(|s| s.local().is_some()) && ddir.local().is_some();
     its.iter()
         .map(|it| {
-            let wants = matches!(it.op, Op::Write(Method::Delta | Method::InPlace))
-                && !both_local
+            let wants = matches!(
+                it.op,
+                Op::Write(Method::Delta | Method::InPlace | Method::Resume)
+            ) && !both_local
                 && ddir.takes_contents()
                 && !x.stopped()
                 && it.src.as_ref().is_some_and(|s| s.size <= STREAM_DELTA_MAX);
+            let name = it.path.file_name();
             let in_place = it.op == Op::Write(Method::InPlace);
-            Mutex::new(
-                wants
-                    .then(|| ddir.start_signature(it.path.file_name(), &it.expect_dst(), in_place)),
-            )
+            Mutex::new(wants.then(|| {
+                if it.op == Op::Write(Method::Resume) {
+                    partial_signature(ddir, name)
+                } else {
+                    ddir.start_signature(name, &it.expect_dst(), in_place)
+                }
+            }))
         })
         .collect()
+}
+
+/// The signature of `name`'s partial file, empty when there is none (a
+/// signature's encoding never is).
+fn partial_signature(ddir: &dyn ReplicaDir, name: &[u8]) -> PendingBytes {
+    let p = ddir.start_partial_signature(name);
+    Pending::later(move || p.wait().map(Option::unwrap_or_default))
 }
 
 /// Most bytes of source files asked for ahead of their turn, per chunk of
@@ -577,7 +590,7 @@ fn write_generic(
     ddir: &dyn ReplicaDir,
     it: &Item,
     method: Method,
-    (sig, ahead): (Option<PendingBytes>, Ahead<'_>),
+    (mut sig, ahead): (Option<PendingBytes>, Ahead<'_>),
 ) -> Result<Option<Started>, Error> {
     let s = it.src.as_ref().expect("a write has a source");
     let name = it.path.file_name();
@@ -588,7 +601,33 @@ fn write_generic(
     } else {
         method
     };
+    let resume_from = match method {
+        Method::Resume => {
+            let sig = match sig.take() {
+                Some(p) => p.wait()?,
+                None => partial_signature(ddir, name).wait()?,
+            };
+            // The partial file went away since the listing: send it whole.
+            Some(sig).filter(|s| !s.is_empty())
+        }
+        _ => None,
+    };
+    let method = match (method, &resume_from) {
+        (Method::Resume, None) => Method::Whole,
+        (m, _) => m,
+    };
     let mut started = match method {
+        Method::Resume => {
+            let sig = resume_from.expect("a resumed transfer has its signature");
+            let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, false)?;
+            let xfer = Xfer {
+                written: stats.literal_bytes,
+                literal: stats.literal_bytes,
+                matched: stats.matched_bytes,
+            };
+            let incoming = Incoming::Resume { delta: &delta };
+            Started::new(ddir.start_receive(name, incoming, &s.props, x.mask()), xfer)
+        }
         Method::Whole => {
             let mut reader = match ahead {
                 Some(r) => r?,

@@ -44,11 +44,14 @@ pub const RECOVERY_PREFIX: &[u8] = b".accord-recovery-";
 /// file is moved to a recovery name before anything else.
 pub const INPLACE_PREFIX: &[u8] = b".accord-inplace-";
 
+pub use accord_model::PARTIAL_PREFIX;
+
 /// True for names this crate reserves for itself.
 pub fn is_reserved_name(name: &[u8]) -> bool {
     name.starts_with(TEMP_PREFIX)
         || name.starts_with(RECOVERY_PREFIX)
         || name.starts_with(INPLACE_PREFIX)
+        || name.starts_with(PARTIAL_PREFIX)
 }
 
 /// A hidden recovery name for `name` (bounded length).

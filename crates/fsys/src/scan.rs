@@ -6,7 +6,7 @@
 use crate::memo::{group_key, listing_key, memo_key, names_digest, settled, DigestMemo};
 use crate::rules::{IgnoreRules, IGNORE_FILE};
 use crate::xattr::{self, XattrFilter};
-use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, TEMP_PREFIX};
+use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, PARTIAL_PREFIX, TEMP_PREFIX};
 use accord_model::{Entry, Kind, PathFailure, Props, RelPath};
 use rayon::prelude::*;
 use std::io::Read;
@@ -656,7 +656,9 @@ fn scan_dir_entries(
     names.sort_unstable_by_key(|n| n.2);
     for (name, _dtype, _ino) in &names {
         if is_reserved_name(name) {
-            if name.starts_with(TEMP_PREFIX) {
+            // A partial file is listed with the stale temps: the plan keeps
+            // it when its file is written again, and removes it otherwise.
+            if name.starts_with(TEMP_PREFIX) || name.starts_with(PARTIAL_PREFIX) {
                 if let Ok(p) = rel.join(name) {
                     listing.stale_temps.push(p);
                 }
@@ -669,7 +671,7 @@ fn scan_dir_entries(
                 if let Ok(p) = rel.join(name) {
                     ctx.fail(
                         &p,
-                        "not copied: names starting with .accord-tmp- or .accord-recovery- \
+                        "not copied: names starting with .accord-tmp-, .accord-partial- or .accord-recovery- \
                          are reserved for accord's own temporary and recovery files",
                     );
                 }

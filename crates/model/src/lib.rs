@@ -12,6 +12,28 @@ pub const MAX_PATH_LEN: usize = 4096;
 /// Longest accepted file name component, in bytes (Linux NAME_MAX).
 pub const MAX_NAME_LEN: usize = 255;
 
+/// Prefix of what arrived of a file whose transfer was cut off (a lost
+/// connection, a killed peer): `PARTIAL_PREFIX` + the file's name, in the
+/// file's directory. The next run that writes that name uses it as the
+/// basis of a delta, so the bytes already sent are not sent again; a run
+/// that does not write that name removes it.
+pub const PARTIAL_PREFIX: &[u8] = b".accord-partial-";
+
+/// The partial file's name for `name` (`None` when it would be longer than
+/// a name may be: such files are not resumed).
+pub fn partial_name(name: &[u8]) -> Option<Vec<u8>> {
+    let mut p = PARTIAL_PREFIX.to_vec();
+    p.extend_from_slice(name);
+    (p.len() <= MAX_NAME_LEN && !name.is_empty() && !name.contains(&b'/')).then_some(p)
+}
+
+/// The name whose partial file `partial` is (`None`: not a partial file).
+pub fn partial_target(partial: &[u8]) -> Option<&[u8]> {
+    partial
+        .strip_prefix(PARTIAL_PREFIX)
+        .filter(|n| !n.is_empty())
+}
+
 /// Why a byte string is not a valid [`RelPath`] or file name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathError {
@@ -408,6 +430,17 @@ pub struct PathFailure {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn partial_names_round_trip_and_stay_names() {
+        let p = super::partial_name(b"big.iso").unwrap();
+        assert_eq!(super::partial_target(&p), Some(&b"big.iso"[..]));
+        assert_eq!(super::partial_target(b"big.iso"), None);
+        assert_eq!(super::partial_target(super::PARTIAL_PREFIX), None);
+        assert!(super::partial_name(&[b'x'; 255]).is_none());
+        assert!(super::partial_name(&[b'x'; 255 - 16]).is_some());
+        assert!(super::partial_name(b"").is_none());
+    }
+
     use super::*;
 
     #[test]

@@ -106,6 +106,7 @@ impl MirrorPlanner {
         }
         plan_deferred(&mut acc, &o);
         let mut plan = acc.plan;
+        resume_partials(&mut plan);
         order(&mut plan);
         Ok(plan)
     }
@@ -180,6 +181,30 @@ fn push_file(plan: &mut MirrorPlan, op: Op, s: &Entry, d: Option<&Entry>) {
         plan.summary.bytes_to_write += s.size;
     }
     plan.files.push(item(op, Some(s), d));
+}
+
+/// A file written by the plan whose interrupted transfer left a partial
+/// file resumes from it (unless it is updated in place, which makes no
+/// temp); that partial is kept, every other one removed with the stale
+/// temps.
+fn resume_partials(plan: &mut MirrorPlan) {
+    let partial_of = |c: &Item| {
+        let target = accord_model::partial_target(c.path.file_name())?;
+        c.path.parent().unwrap_or_default().join(target).ok()
+    };
+    let partials: HashSet<RelPath> = plan.cleanup.iter().filter_map(partial_of).collect();
+    if partials.is_empty() {
+        return;
+    }
+    let mut resumed = HashSet::new();
+    for f in plan.files.iter_mut() {
+        if matches!(f.op, Op::Write(m) if m != Method::InPlace) && partials.contains(&f.path) {
+            f.op = Op::Write(Method::Resume);
+            resumed.insert(f.path.clone());
+        }
+    }
+    plan.cleanup
+        .retain(|c| partial_of(c).is_none_or(|p| !resumed.contains(&p)));
 }
 
 fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {

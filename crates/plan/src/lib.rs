@@ -168,6 +168,10 @@ pub enum Method {
     Delta,
     /// The old version is rebuilt in its own storage (`--inplace`).
     InPlace,
+    /// What arrived of this file in an interrupted transfer (its partial
+    /// file, see `accord_model::PARTIAL_PREFIX`) is the basis of a delta
+    /// written into a temp file that replaces the target.
+    Resume,
 }
 
 impl Method {
@@ -176,6 +180,7 @@ impl Method {
             Method::Whole => "whole",
             Method::Delta => "delta",
             Method::InPlace => "inplace",
+            Method::Resume => "resume",
         }
     }
 }

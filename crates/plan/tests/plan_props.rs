@@ -3,7 +3,7 @@
 //! guard holds.
 
 use accord_model::{Entry, Kind, Props, RelPath, Time};
-use accord_plan::{mirror_plan, Facts, MaxDelete, MirrorOptions, MirrorPlan, Op, Refusal};
+use accord_plan::{mirror_plan, Facts, MaxDelete, Method, MirrorOptions, MirrorPlan, Op, Refusal};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 
@@ -277,6 +277,56 @@ proptest! {
         let got = mirror_plan(&s2, &d2, &[], &o, &Facts::default()).unwrap();
         let items = |p: &MirrorPlan| format!("{:?}", p.items().collect::<Vec<_>>());
         prop_assert_eq!(items(&got), items(&want));
+    }
+
+    /// Issue 11: a partial file (what arrived of an interrupted transfer)
+    /// is the basis of its file when that file is written, and removed
+    /// otherwise; other stale temps are always removed.
+    #[test]
+    fn partial_files_are_resumed_or_removed(
+        s in raw_strategy(),
+        d in raw_strategy(),
+        picks in proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+    ) {
+        let src = build(&s, 100);
+        let dst = build(&d, 5000);
+        let o = MirrorOptions { force: true, ..opts() };
+        // Partials for some source paths, for a name nobody has, and a temp.
+        let mut temps: Vec<RelPath> = picks
+            .iter()
+            .map(|i| &src[i.index(src.len())].path)
+            .filter(|p| !p.is_root())
+            .map(|p| {
+                let name = accord_model::partial_name(p.file_name()).unwrap();
+                p.parent().unwrap_or_default().join(&name).unwrap()
+            })
+            .collect();
+        temps.push(RelPath::new(b".accord-partial-nobody").unwrap());
+        temps.push(RelPath::new(b".accord-tmp-x.123").unwrap());
+        temps.sort();
+        temps.dedup();
+        let plan = mirror_plan(&src, &dst, &temps, &o, &Facts::default()).unwrap();
+        let with_partial = |p: &RelPath| {
+            let name = accord_model::partial_name(p.file_name()).unwrap();
+            temps.contains(&p.parent().unwrap_or_default().join(&name).unwrap())
+        };
+        let mut resumed = Vec::new();
+        for it in &plan.files {
+            if let Op::Write(m) = it.op {
+                let want_resume = m != Method::InPlace && with_partial(&it.path);
+                prop_assert_eq!(m == Method::Resume, want_resume, "{:?}", it);
+                if want_resume {
+                    resumed.push(it.path.clone());
+                }
+            }
+        }
+        for t in &temps {
+            let cleaned = plan.cleanup.iter().any(|c| &c.path == t);
+            let kept_for = accord_model::partial_target(t.file_name())
+                .map(|n| t.parent().unwrap_or_default().join(n).unwrap())
+                .filter(|p| resumed.contains(p));
+            prop_assert_eq!(cleaned, kept_for.is_none(), "{:?}", t);
+        }
     }
 
     #[test]

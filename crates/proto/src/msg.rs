@@ -73,11 +73,11 @@ pub enum Request {
         expect: Expect,
         in_place: bool,
     },
-    /// Body: the whole contents, or (with a `basis`) a delta against it.
+    /// Body: the whole contents, or a delta against the basis.
     Receive {
         dir: RelPath,
         name: Vec<u8>,
-        basis: Option<Expect>,
+        basis: Basis,
         props: Props,
         mask: PropsMask,
     },
@@ -137,6 +137,23 @@ pub enum Request {
         dir: RelPath,
         name: Vec<u8>,
     },
+    /// Reply: `0`, no partial file for the name; or `1` and the signature of
+    /// its partial file (what arrived in an interrupted transfer).
+    PartialSignature {
+        dir: RelPath,
+        name: Vec<u8>,
+    },
+}
+
+/// What a received file is built from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// Nothing: the body is the whole file.
+    Nothing,
+    /// The file at the name, which must still be what the `Expect` says.
+    Entry(Expect),
+    /// The name's partial file.
+    Partial,
 }
 
 impl Request {
@@ -163,6 +180,7 @@ impl Request {
                 | Request::Stat { .. }
                 | Request::OpenRead { .. }
                 | Request::Signature { .. }
+                | Request::PartialSignature { .. }
                 | Request::MakeDelta { .. }
         )
     }
@@ -192,6 +210,7 @@ impl Request {
             Request::Mkdir { .. } => "mkdir",
             Request::Delete { .. } => "delete",
             Request::RemoveStaleTemp { .. } => "remove temp",
+            Request::PartialSignature { .. } => "partial signature",
         }
     }
 
@@ -273,12 +292,13 @@ impl Request {
                 e.u8(12);
                 dn(&mut e, dir, name);
                 match basis {
-                    None => e.u8(0),
-                    Some(b) => {
+                    Basis::Nothing => e.u8(0),
+                    Basis::Entry(b) => {
                         e.u8(1);
                         put_expect(&mut e, b);
                         &mut e
                     }
+                    Basis::Partial => e.u8(2),
                 };
                 put_props(&mut e, props);
                 put_mask(&mut e, *mask);
@@ -367,6 +387,10 @@ impl Request {
                 e.u8(22);
                 dn(&mut e, dir, name);
             }
+            Request::PartialSignature { dir, name } => {
+                e.u8(23);
+                dn(&mut e, dir, name);
+            }
         }
         e.finish()
     }
@@ -430,10 +454,11 @@ impl Request {
             12 => Request::Receive {
                 dir: dir(&mut d)?,
                 name: name(&mut d)?,
-                basis: if d.bool("basis present")? {
-                    Some(get_expect(&mut d)?)
-                } else {
-                    None
+                basis: match d.u8("basis")? {
+                    0 => Basis::Nothing,
+                    1 => Basis::Entry(get_expect(&mut d)?),
+                    2 => Basis::Partial,
+                    b => return Err(ProtoError::Invalid(format!("unknown basis {b}"))),
                 },
                 props: get_props(&mut d)?,
                 mask: get_mask(&mut d)?,
@@ -490,6 +515,10 @@ impl Request {
                 expect: get_expect(&mut d)?,
             },
             22 => Request::RemoveStaleTemp {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+            },
+            23 => Request::PartialSignature {
                 dir: dir(&mut d)?,
                 name: name(&mut d)?,
             },

@@ -8,7 +8,7 @@ mod bodies;
 use accord_fsys::{Listing, PropsMask, XattrFilter};
 use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, Time};
 use accord_proto::codec::{get_listing, put_listing};
-use accord_proto::{Dec, Enc, ListOptions, Request};
+use accord_proto::{Basis, Dec, Enc, ListOptions, Request};
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -296,15 +296,15 @@ fn request() -> impl Strategy<Value = Request> {
                 in_place,
             }
         }),
-        (dn(), proptest::option::of(expect()), props(), mask()).prop_map(
-            |((dir, name), basis, props, mask)| Request::Receive {
+        (dn(), basis(), props(), mask()).prop_map(|((dir, name), basis, props, mask)| {
+            Request::Receive {
                 dir,
                 name,
                 basis,
                 props,
-                mask
+                mask,
             }
-        ),
+        }),
         (dn(), expect(), props(), mask()).prop_map(|((dir, name), expect, props, mask)| {
             Request::PatchInPlace {
                 dir,
@@ -357,6 +357,15 @@ fn request() -> impl Strategy<Value = Request> {
         dn().prop_map(|(dir, name)| Request::Mkdir { dir, name }),
         (dn(), expect()).prop_map(|((dir, name), expect)| Request::Delete { dir, name, expect }),
         dn().prop_map(|(dir, name)| Request::RemoveStaleTemp { dir, name }),
+        dn().prop_map(|(dir, name)| Request::PartialSignature { dir, name }),
+    ]
+}
+
+fn basis() -> impl Strategy<Value = Basis> {
+    prop_oneof![
+        Just(Basis::Nothing),
+        expect().prop_map(Basis::Entry),
+        Just(Basis::Partial),
     ]
 }
 

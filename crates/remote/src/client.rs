@@ -11,7 +11,7 @@ use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, 
 use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{decode_found, decode_temp, ListOptions};
-use accord_proto::{Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
+use accord_proto::{Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
@@ -596,6 +596,10 @@ impl ReplicaDir for RemoteDir<'_> {
         Ok(Box::new(FileReader { inner }))
     }
 
+    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        self.start_partial_signature(name).wait()
+    }
+
     fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let req = Request::Signature {
             dir: self.dir.clone(),
@@ -657,9 +661,10 @@ impl ReplicaDir for RemoteDir<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Pending<Result<Vec<u8>, Error>> {
-        let (basis, mut body): (Option<Expect>, Box<dyn Read + '_>) = match incoming {
-            Incoming::Whole(r) => (None, Box::new(r)),
-            Incoming::Delta { basis, delta } => (Some(basis), Box::new(delta)),
+        let (basis, mut body): (Basis, Box<dyn Read + '_>) = match incoming {
+            Incoming::Whole(r) => (Basis::Nothing, Box::new(r)),
+            Incoming::Delta { basis, delta } => (Basis::Entry(basis), Box::new(delta)),
+            Incoming::Resume { delta } => (Basis::Partial, Box::new(delta)),
         };
         let req = Request::Receive {
             dir: self.dir.clone(),
@@ -681,6 +686,27 @@ impl ReplicaDir for RemoteDir<'_> {
         Pending::later(move || {
             let b = p.wait().map_err(CallError::into_io)?;
             decode_found(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        })
+    }
+
+    fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
+        let req = Request::PartialSignature {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+        };
+        let p = self.replica.call_later(&req, None);
+        Pending::later(move || {
+            let b = p
+                .wait()
+                .map_err(|e| e.into_error(Action::OpenDestination))?;
+            match b.split_first() {
+                Some((0, [])) => Ok(None),
+                Some((1, sig)) if !sig.is_empty() => Ok(Some(sig.to_vec())),
+                _ => Err(Error::io(Action::OpenDestination)(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a partial file's signature that does not decode",
+                ))),
+            }
         })
     }
 

@@ -1,16 +1,25 @@
 //! Remote replicas: the `RemoteReplica` client of the replica seam, the
-//! `accord server` that answers it over any byte stream, and the ssh
-//! transport that starts one on another host.
+//! `accord server` that answers it over any byte stream, the ssh
+//! transport that starts one on another host, and the TCP daemon
+//! (`daemon`, `tcp`: Noise-encrypted, key-authenticated).
 
 mod client;
 mod compress;
+mod daemon;
+mod daemon_config;
 mod errors;
+pub mod keys;
 mod mux;
+pub mod noise;
 mod server;
 mod ssh;
+mod tcp;
 
 pub use accord_proto::RootMode;
 pub use client::{ConnectError, RemoteReplica};
 pub use compress::DEFAULT_LEVEL as DEFAULT_COMPRESS_LEVEL;
+pub use daemon::{run_daemon, split_module, DaemonConfig, Module};
+pub use daemon_config::{check_modules, parse_module_arg, ConfigFile};
 pub use server::{serve, ServerConfig};
 pub use ssh::{connect_ssh, parse_remote, RemoteSpec, SshOptions};
+pub use tcp::{connect_daemon, dial_daemon, DaemonOptions, Halves};

@@ -12,7 +12,7 @@ use accord_model::{Kind, RelPath};
 use accord_proto::codec::{put_failures, put_listing};
 use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{encode_found, ListOptions};
-use accord_proto::{Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
+use accord_proto::{Basis, Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
 use std::collections::HashSet;
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
@@ -334,6 +334,13 @@ impl Session<'_> {
                 self.stream_out(stream, &mut *r)?;
                 Ok(Vec::new())
             }
+            Request::PartialSignature { dir, name } => {
+                let d = self.dir(dir, Action::OpenDestination)?;
+                Ok(match d.partial_signature(name).map_err(w)? {
+                    Some(sig) => [&[1u8][..], &sig].concat(),
+                    None => vec![0],
+                })
+            }
             Request::Signature {
                 dir,
                 name,
@@ -366,17 +373,21 @@ impl Session<'_> {
             } => {
                 let d = self.dir(dir, Action::WriteTemp)?;
                 let temp = match basis {
-                    None => {
+                    Basis::Nothing => {
                         let mut body = self.body(stream);
                         d.receive(name, Incoming::Whole(&mut body), props, *mask)
                     }
-                    Some(basis) => {
+                    Basis::Entry(basis) => {
                         let delta = self.body_bytes(stream, Action::WriteTemp)?;
                         let incoming = Incoming::Delta {
                             basis: *basis,
                             delta: &delta,
                         };
                         d.receive(name, incoming, props, *mask)
+                    }
+                    Basis::Partial => {
+                        let delta = self.body_bytes(stream, Action::WriteTemp)?;
+                        d.receive(name, Incoming::Resume { delta: &delta }, props, *mask)
                     }
                 }
                 .map_err(w)?;

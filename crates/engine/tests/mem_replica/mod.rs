@@ -458,6 +458,10 @@ impl ReplicaDir for MemDir<'_> {
         Ok(sig.encode())
     }
 
+    fn partial_signature(&self, _name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        Ok(None)
+    }
+
     fn receive(
         &self,
         name: &[u8],
@@ -469,6 +473,7 @@ impl ReplicaDir for MemDir<'_> {
         let what = match incoming {
             Incoming::Whole(_) => "receive-whole",
             Incoming::Delta { .. } => "receive-delta",
+            Incoming::Resume { .. } => "receive-resume",
         };
         let mut t = self.replica.call(what, &path);
         let data = match incoming {
@@ -480,6 +485,8 @@ impl ReplicaDir for MemDir<'_> {
                 })?;
                 v
             }
+            // This twin never keeps partial files (none to resume from).
+            Incoming::Resume { .. } => return Err(Error::Changed(Side::Destination)),
             Incoming::Delta { basis, delta } => {
                 self.check(&t, &path, &basis, Side::Destination)?;
                 let old = &t.inodes[&t.names[&path]].data;

@@ -1,0 +1,135 @@
+//! `accord server --listen … | --config …`: the flags of the TCP daemon,
+//! merged with its configuration file into `accord_remote::DaemonConfig`.
+
+use crate::exit;
+use accord_remote::keys::{self, AuthorizedKeys, KeyPair, DEFAULT_PORT};
+use accord_remote::{check_modules, parse_module_arg, ConfigFile, DaemonConfig};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Connections served at once unless configured.
+const DEFAULT_MAX_CONNECTIONS: usize = 64;
+/// Seconds without traffic before a connection is closed, unless configured.
+const DEFAULT_IDLE_TIMEOUT: u64 = 300;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct DaemonArgs {
+    /// Serve accord:// clients on ADDR (HOST:PORT, or HOST for port 8730)
+    /// instead of one session on stdin/stdout.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// A directory to serve as MODULE (":ro": read-only); repeatable.
+    #[arg(long = "module", value_name = "NAME=PATH[:ro]")]
+    modules: Vec<String>,
+    /// The client keys let in (lines "accord-x25519 BASE64 COMMENT").
+    #[arg(long, value_name = "FILE")]
+    auth_keys: Option<PathBuf>,
+    /// The daemon's private key [default: the one `accord keygen` makes].
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// A TOML file with listen, key, auth_keys, max_connections,
+    /// idle_timeout and [modules.NAME] tables (path, read_only); flags
+    /// given as well override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Most connections served at once (more are refused with a message) [default: 64].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Close a connection after SECS seconds without traffic [default: 300].
+    #[arg(long, value_name = "SECS")]
+    idle_timeout: Option<u64>,
+}
+
+impl DaemonArgs {
+    /// Whether the daemon was asked for (rather than a stdio session).
+    pub fn wanted(&self) -> bool {
+        self.listen.is_some() || self.config.is_some()
+    }
+}
+
+pub fn run(
+    args: &DaemonArgs,
+    state_dir: Option<PathBuf>,
+    local: accord_engine::LocalOptions,
+) -> i32 {
+    let cfg = match config(args, state_dir, local) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("accord server: {e}");
+            return exit::USAGE;
+        }
+    };
+    match accord_remote::run_daemon(cfg) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("accord server: {e}");
+            exit::FATAL
+        }
+    }
+}
+
+/// The file's settings, then the flags over them.
+fn config(
+    args: &DaemonArgs,
+    state_dir: Option<PathBuf>,
+    local: accord_engine::LocalOptions,
+) -> Result<DaemonConfig, String> {
+    let file = match &args.config {
+        Some(p) => ConfigFile::load(p)?,
+        None => ConfigFile::default(),
+    };
+    let mut modules = file.modules();
+    for m in &args.modules {
+        let (name, module) = parse_module_arg(m)?;
+        modules.insert(name, module);
+    }
+    check_modules(&modules)?;
+    let listen = args.listen.clone().or(file.listen.clone());
+    let listen =
+        listen.ok_or("no address to listen on: give --listen or `listen` in the config")?;
+    let auth = args.auth_keys.clone().or(file.auth_keys.clone());
+    let auth = auth.ok_or(
+        "no authorized keys: give --auth-keys FILE or `auth_keys` in the config (there is no anonymous access)",
+    )?;
+    let authorized = AuthorizedKeys::load(&auth)?;
+    if authorized.is_empty() {
+        return Err(format!(
+            "{}: no keys in it, so nobody could connect",
+            auth.display()
+        ));
+    }
+    let key_path = args
+        .key
+        .clone()
+        .or(file.key.clone())
+        .or_else(keys::default_key_path);
+    let key_path = key_path.ok_or("no key: give --key FILE")?;
+    let idle = args
+        .idle_timeout
+        .or(file.idle_timeout)
+        .unwrap_or(DEFAULT_IDLE_TIMEOUT);
+    let max = args.max_connections.or(file.max_connections);
+    Ok(DaemonConfig {
+        listen: with_default_port(&listen),
+        modules,
+        key: KeyPair::load(&key_path)?,
+        authorized,
+        max_connections: max.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+        idle_timeout: Duration::from_secs(idle.max(1)),
+        state_dir,
+        local,
+    })
+}
+
+/// `HOST` → `HOST:8730`; `HOST:PORT` and `[V6]:PORT` stay as they are.
+fn with_default_port(addr: &str) -> String {
+    let has_port = match addr.rfind(']') {
+        Some(close) => addr[close..].contains(':'),
+        None => addr.contains(':'),
+    };
+    if has_port {
+        addr.to_string()
+    } else {
+        format!("{addr}:{DEFAULT_PORT}")
+    }
+}

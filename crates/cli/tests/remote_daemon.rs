@@ -1,0 +1,637 @@
+//! The TCP daemon (issue 11, acceptance 2): `accord server --listen` on a
+//! loopback port with keys made by `accord keygen` for the run. An
+//! authenticated mirror works both ways; unknown, wrong and unpinned keys,
+//! plaintext and garbage are refused and the daemon keeps serving others;
+//! a read-only module refuses writes; nothing leaves its module; 20
+//! clients at once all finish; idle and surplus connections are closed.
+
+mod mirror_common;
+
+use accord_remote::{dial_daemon, parse_remote, DaemonOptions, Halves};
+use mirror_common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `accord keygen -f PATH`.
+fn keygen(path: &Path) {
+    let out = Command::new(bin())
+        .args(["keygen", "-f", s(path), "-C", "test"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+}
+
+fn pub_of(key: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.pub", key.display()))
+}
+
+/// Keys, modules and a config directory for one test.
+struct World {
+    tmp: tempfile::TempDir,
+    client_key: PathBuf,
+    server_key: PathBuf,
+    rw: PathBuf,
+    ro: PathBuf,
+}
+
+impl World {
+    fn new() -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path();
+        let (client_key, server_key) = (p.join("client/key"), p.join("server/key"));
+        keygen(&client_key);
+        keygen(&server_key);
+        std::fs::copy(pub_of(&client_key), p.join("server/authorized_keys")).unwrap();
+        let (rw, ro) = (p.join("modules/rw"), p.join("modules/ro"));
+        std::fs::create_dir_all(&rw).unwrap();
+        std::fs::create_dir_all(&ro).unwrap();
+        World {
+            tmp,
+            client_key,
+            server_key,
+            rw,
+            ro,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    fn start(&self, extra: &[&str]) -> Daemon {
+        let mut cmd = Command::new(bin());
+        cmd.args(["server", "--listen", "127.0.0.1:0"])
+            .args(["--module", &format!("rw={}", s(&self.rw))])
+            .args(["--module", &format!("ro={}:ro", s(&self.ro))])
+            .args(["--auth-keys", s(&self.path("server/authorized_keys"))])
+            .args(["--key", s(&self.server_key)])
+            .args(extra)
+            .env("ACCORD_STATE_DIR", self.path("server-state"));
+        Daemon::start(cmd)
+    }
+
+    /// `accord mirror ARGS` as the authorized client, the server's key
+    /// given with --server-key, and a config directory of its own.
+    fn mirror(&self, args: &[&str]) -> Output {
+        self.mirror_as(&self.client_key, Some(&pub_of(&self.server_key)), args)
+    }
+
+    fn mirror_as(&self, key: &Path, server_key: Option<&Path>, args: &[&str]) -> Output {
+        let mut cmd = Command::new(bin());
+        cmd.arg("mirror").args(["--key", s(key)]);
+        if let Some(k) = server_key {
+            cmd.args(["--server-key", s(k)]);
+        }
+        cmd.args(args)
+            .env("ACCORD_STATE_DIR", self.path("client-state"))
+            .env("XDG_CONFIG_HOME", self.path("client-config"))
+            .output()
+            .unwrap()
+    }
+}
+
+/// A running daemon; its log lines are collected.
+struct Daemon {
+    child: Child,
+    port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    fn start(mut cmd: Command) -> Daemon {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1) {
+                    let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    let _ = tx.send(port.parse::<u16>().unwrap());
+                }
+                kept.lock().unwrap().push(line);
+            }
+        });
+        let port = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("the daemon did not start: {:?}", log.lock().unwrap()));
+        Daemon { child, port, log }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("accord://127.0.0.1:{}/{path}", self.port)
+    }
+
+    fn assert_alive(&mut self) {
+        assert!(
+            self.child.try_wait().unwrap().is_none(),
+            "the daemon died: {:?}",
+            self.log.lock().unwrap()
+        );
+    }
+
+    fn log_has(&self, needle: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A small tree with files, a subdirectory, a symlink and a hard link.
+fn small_tree(root: &Path, seed: u64) {
+    let mut rng = Rng(seed | 1);
+    std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+    std::fs::write(root.join("hello.txt"), format!("hello {seed}\n")).unwrap();
+    std::fs::write(root.join("sub/data.bin"), rng.bytes(200_000)).unwrap();
+    std::fs::write(root.join("sub/deeper/empty"), b"").unwrap();
+    std::os::unix::fs::symlink("../hello.txt", root.join("sub/link")).unwrap();
+    std::fs::hard_link(root.join("hello.txt"), root.join("sub/hard")).unwrap();
+}
+
+fn assert_same_tree(want: &Path, got: &Path) {
+    let d = differences(&snapshot(want), &snapshot(got));
+    assert!(
+        d.is_empty(),
+        "{} and {} differ:\n{}",
+        want.display(),
+        got.display(),
+        d.join("\n")
+    );
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Assert a refusal: nonzero exit and `needle` in what it said.
+fn assert_refused(out: &Output, needle: &str) {
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(out));
+    assert!(
+        stderr(out).contains(needle),
+        "expected {needle:?} in: {}",
+        stderr(out)
+    );
+}
+
+#[test]
+fn a_mirror_works_both_ways() {
+    let w = World::new();
+    let d = w.start(&[]);
+    let src = w.path("src");
+    small_tree(&src, 7);
+    let out = w.mirror(&[s(&src), &d.url("rw/copy"), "--json"]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("copy"));
+    let sent = json_field(&out.stdout, "bytes_sent").as_u64().unwrap();
+    assert!(sent > 200_000, "bytes_sent {sent}");
+    let back = w.path("back");
+    let out = w.mirror(&[&d.url("rw/copy"), s(&back), "--json"]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &back);
+    let received = json_field(&out.stdout, "bytes_received").as_u64().unwrap();
+    assert!(received > 200_000, "bytes_received {received}");
+    assert!(d.log_has("authenticated as \"test\""));
+}
+
+/// `-z` through the daemon: compressed inside the encryption, so a
+/// compressible file costs a fraction of its size on the wire.
+#[test]
+fn a_compressed_mirror_through_the_daemon() {
+    let w = World::new();
+    let d = w.start(&[]);
+    let src = w.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let text: String = (0..40_000)
+        .map(|i| format!("line {} of a log\n", i % 977))
+        .collect();
+    std::fs::write(src.join("log.txt"), &text).unwrap();
+    let out = w.mirror(&[s(&src), &d.url("rw/z"), "-z", "--json"]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("z"));
+    let sent = json_field(&out.stdout, "bytes_sent").as_u64().unwrap();
+    assert!(
+        sent < text.len() as u64 / 4,
+        "{sent} bytes sent for {}",
+        text.len()
+    );
+}
+
+#[test]
+fn unknown_and_wrong_keys_are_refused() {
+    let w = World::new();
+    let mut d = w.start(&[]);
+    let src = w.path("src");
+    small_tree(&src, 3);
+    let target = d.url("rw/t");
+    let server_pub = pub_of(&w.server_key);
+    // A client key the server does not know.
+    let stranger = w.path("stranger/key");
+    keygen(&stranger);
+    let out = w.mirror_as(&stranger, Some(&server_pub), &[s(&src), &target]);
+    assert_refused(&out, "does not know your key");
+    // A wrong client key file: a public key where the private one goes.
+    let out = w.mirror_as(
+        &pub_of(&w.client_key),
+        Some(&server_pub),
+        &[s(&src), &target],
+    );
+    assert_refused(&out, "not an accord private key file");
+    // The server's key is not the one pinned: nothing is sent.
+    let out = w.mirror_as(&w.client_key, Some(&pub_of(&stranger)), &[s(&src), &target]);
+    assert_refused(&out, "NOT the key pinned");
+    // No pin at all: the key is shown with how to pin it, and refused.
+    let out = w.mirror_as(&w.client_key, None, &[s(&src), &target]);
+    assert_refused(&out, "the server's key is not known");
+    let line = std::fs::read_to_string(&server_pub).unwrap();
+    let key = line
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(stderr(&out).contains(&key), "{}", stderr(&out));
+    assert!(!w.rw.join("t").exists(), "a refused client wrote");
+    // Pinned in known_servers, the same run goes through.
+    let known = w.path("client-config/accord/known_servers");
+    std::fs::create_dir_all(known.parent().unwrap()).unwrap();
+    std::fs::write(&known, format!("127.0.0.1:{} {key}\n", d.port)).unwrap();
+    let out = w.mirror_as(&w.client_key, None, &[s(&src), &target]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("t"));
+    d.assert_alive();
+    assert!(d.log_has("refused: unknown client key"));
+}
+
+/// Raw bytes to the daemon's port; what it answered (up to its close).
+fn raw(port: u16, send: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = c.write_all(send);
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    got
+}
+
+#[test]
+fn plaintext_and_garbage_are_refused_and_others_still_served() {
+    let w = World::new();
+    let mut d = w.start(&[]);
+    // A plaintext accord client: its handshake's magic, a version, a root.
+    let answer = raw(d.port, b"\0ACCORD\0\x05\0\0\0\x01\0\0\0\0");
+    assert!(answer.starts_with(b"\0ACCORD\0"), "{answer:?}");
+    assert!(String::from_utf8_lossy(&answer).contains("only encrypted"));
+    let answer = raw(d.port, b"GET / HTTP/1.0\r\n\r\n");
+    assert!(String::from_utf8_lossy(&answer).contains("only encrypted"));
+    let _ = raw(d.port, &[0xff; 70_000]);
+    // Half a handshake, then gone; and one that connects and leaves.
+    {
+        let mut c = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+        c.write_all(&[0, 32, 1, 2, 3]).unwrap();
+    }
+    drop(TcpStream::connect(("127.0.0.1", d.port)).unwrap());
+    // A right-sized first message of noise: the handshake fails cleanly.
+    let mut junk = vec![0, 32];
+    junk.extend_from_slice(&[7; 32]);
+    junk.extend_from_slice(&[9; 100]);
+    let _ = raw(d.port, &junk);
+    let src = w.path("src");
+    small_tree(&src, 11);
+    let out = w.mirror(&[s(&src), &d.url("rw/after")]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("after"));
+    d.assert_alive();
+    assert!(d.log_has("not an encrypted accord connection"));
+}
+
+#[test]
+fn a_read_only_module_refuses_a_push_and_allows_a_pull() {
+    let w = World::new();
+    let d = w.start(&[]);
+    small_tree(&w.ro.join("pub"), 5);
+    let src = w.path("src");
+    small_tree(&src, 6);
+    let out = w.mirror(&[s(&src), &d.url("ro/pub")]);
+    assert_refused(&out, "read-only");
+    assert_eq!(out.status.code(), Some(69));
+    let back = w.path("back");
+    let out = w.mirror(&[&d.url("ro/pub"), s(&back)]);
+    assert_exit(&out, 0);
+    assert_same_tree(&w.ro.join("pub"), &back);
+}
+
+#[test]
+fn nothing_leaves_its_module() {
+    let w = World::new();
+    let d = w.start(&[]);
+    let src = w.path("src");
+    small_tree(&src, 8);
+    let out = w.mirror(&[s(&src), &d.url("rw/../ro/x")]);
+    assert_refused(&out, "may not leave its module");
+    let out = w.mirror(&[s(&src), &d.url("rw/a/../../x")]);
+    assert_refused(&out, "may not leave its module");
+    let out = w.mirror(&[s(&src), &d.url("nosuch/x")]);
+    assert_refused(&out, "no module \"nosuch\"");
+    // A symlink inside the module that points out of it is not followed.
+    std::os::unix::fs::symlink(&w.ro, w.rw.join("escape")).unwrap();
+    let out = w.mirror(&[s(&src), &d.url("rw/escape/x")]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!w.ro.join("x").exists(), "a write left the module");
+}
+
+#[test]
+fn twenty_clients_at_once() {
+    let w = World::new();
+    let d = w.start(&[]);
+    let src = w.path("src");
+    small_tree(&src, 21);
+    let started = Instant::now();
+    let outs: Vec<Output> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..20)
+            .map(|i| {
+                let (w, url, src) = (&w, d.url(&format!("rw/c{i}")), &src);
+                scope.spawn(move || w.mirror(&[s(src), &url, "-j", "2"]))
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (i, out) in outs.iter().enumerate() {
+        assert_exit(out, 0);
+        assert_same_tree(&src, &w.rw.join(format!("c{i}")));
+    }
+    eprintln!("20 clients in {:.2} s", started.elapsed().as_secs_f64());
+}
+
+fn dial(w: &World, d: &Daemon) -> Result<Halves, String> {
+    let spec = parse_remote(&d.url("rw")).unwrap().unwrap();
+    let opts = DaemonOptions {
+        key: w.client_key.clone(),
+        server_key: Some(pub_of(&w.server_key)),
+        ..Default::default()
+    };
+    dial_daemon(&spec, &opts)
+}
+
+#[test]
+fn an_idle_connection_is_closed() {
+    let w = World::new();
+    let d = w.start(&["--idle-timeout", "1"]);
+    // Silent before the handshake.
+    let started = Instant::now();
+    let answer = raw(d.port, b"");
+    assert!(answer.is_empty());
+    assert!(started.elapsed() < Duration::from_secs(4));
+    // Silent after the handshake.
+    let (mut reader, _writer) = dial(&w, &d).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = reader.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the daemon sent something to a silent client");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(d.log_has("idle for 1 s"), "{:?}", d.log.lock().unwrap());
+}
+
+#[test]
+fn connections_over_the_limit_are_refused_with_a_reason() {
+    let w = World::new();
+    let d = w.start(&["--max-connections", "1"]);
+    let held = dial(&w, &d).unwrap();
+    let src = w.path("src");
+    small_tree(&src, 9);
+    let out = w.mirror(&[s(&src), &d.url("rw/busy")]);
+    assert_refused(&out, "the server is busy");
+    drop(held);
+    // The slot comes back once the first connection is gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = w.mirror(&[s(&src), &d.url("rw/busy")]);
+        if out.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The daemon's peak memory (VmHWM), in KiB.
+fn peak_kib(d: &Daemon) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// An authenticated client that turns hostile after the handshake (a
+/// frame that claims 4 GiB, then garbage) ends its own session only: the
+/// daemon allocates nothing on its say-so, keeps serving a mirror that
+/// runs meanwhile, and logs why the session ended.
+#[test]
+fn a_hostile_client_after_the_handshake_ends_only_its_own_session() {
+    use accord_proto::{Hello, RootMode};
+    let w = World::new();
+    let mut d = w.start(&[]);
+    let src = w.path("src");
+    small_tree(&src, 13);
+    // An honest client's session is open before, and used after.
+    let spec = parse_remote(&d.url("rw/honest")).unwrap().unwrap();
+    let opts = DaemonOptions {
+        key: w.client_key.clone(),
+        server_key: Some(pub_of(&w.server_key)),
+        ..Default::default()
+    };
+    let honest = accord_remote::connect_daemon(&spec, &opts, RootMode::Write).unwrap();
+    let before = peak_kib(&d);
+    for attack in [
+        // A frame header: 4 GiB of payload on stream 1, kind Open.
+        vec![0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 1],
+        // A frame of an unknown kind.
+        vec![4, 0, 0, 0, 1, 0, 0, 0, 99, 1, 2, 3, 4],
+        // Random bytes.
+        (0..100_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect(),
+    ] {
+        let (mut reader, mut writer) = dial(&w, &d).unwrap();
+        Hello {
+            version: accord_proto::hello::VERSION,
+            features: 0,
+            mode: RootMode::Write,
+            root: b"rw/hostile".to_vec(),
+        }
+        .write(&mut writer)
+        .unwrap();
+        let _ = writer.write_all(&attack);
+        let _ = writer.flush();
+        // The daemon answers the hello, then closes: reading ends.
+        let started = Instant::now();
+        let mut sink = Vec::new();
+        let _ = reader.read_to_end(&mut sink);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    let grew = peak_kib(&d).saturating_sub(before);
+    assert!(
+        grew < 64 << 10,
+        "the daemon's peak memory grew by {grew} KiB"
+    );
+    let out = w.mirror(&[s(&src), &d.url("rw/meanwhile")]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("meanwhile"));
+    // The honest session opened before the attacks still works.
+    use accord_engine::Replica;
+    assert!(honest.closed().is_none());
+    let dir = honest.open_dir(&accord_model::RelPath::root()).unwrap();
+    dir.mkdir(b"still-here").unwrap();
+    assert!(w.rw.join("honest/still-here").is_dir());
+    d.assert_alive();
+    let log = d.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("rw/hostile") || log.contains("module rw"),
+        "{log}"
+    );
+    assert!(log.matches(": closed after").count() >= 3, "{log}");
+}
+
+/// A client that asks a read-only module for reading and then sends
+/// writes anyway (a lying or modified client) has every one refused.
+#[test]
+fn a_read_only_module_refuses_writes_from_a_lying_client() {
+    use accord_engine::Replica;
+    use accord_proto::RootMode;
+    let w = World::new();
+    let d = w.start(&[]);
+    small_tree(&w.ro.join("pub"), 4);
+    let before = snapshot(&w.ro);
+    let spec = parse_remote(&d.url("ro/pub")).unwrap().unwrap();
+    let opts = DaemonOptions {
+        key: w.client_key.clone(),
+        server_key: Some(pub_of(&w.server_key)),
+        ..Default::default()
+    };
+    // Asking to write is refused at once.
+    let err = accord_remote::connect_daemon(&spec, &opts, RootMode::Write).err();
+    assert!(err.is_some_and(|e| e.contains("read-only")));
+    // Reading is allowed; every write on that session is refused.
+    let r = accord_remote::connect_daemon(&spec, &opts, RootMode::Read).unwrap();
+    let root = accord_model::RelPath::root();
+    let dir = r.open_dir(&root).unwrap();
+    assert!(dir.stat(b"hello.txt").unwrap().is_some());
+    assert!(dir.mkdir(b"new").is_err());
+    let hello = dir.stat(b"hello.txt").unwrap().unwrap();
+    assert!(dir
+        .delete(b"hello.txt", &accord_model::Expect::Entry(hello))
+        .is_err());
+    assert!(r.write_state("memo", b"x", true).is_err());
+    assert!(differences(&before, &snapshot(&w.ro)).is_empty());
+    assert!(w.ro.join("pub/hello.txt").exists());
+}
+
+/// The daemon read from a TOML file: its modules, keys and limits.
+#[test]
+fn a_daemon_from_a_config_file() {
+    let w = World::new();
+    let config = w.path("server/accord.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\nkey = \"key\"\nauth_keys = \"authorized_keys\"\n\
+             max_connections = 4\nidle_timeout = 30\n\
+             [modules.data]\npath = \"{}\"\n\
+             [modules.pub]\npath = \"{}\"\nread_only = true\n",
+            s(&w.rw),
+            s(&w.ro)
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["server", "--config", s(&config)])
+        .env("ACCORD_STATE_DIR", w.path("server-state"));
+    let d = Daemon::start(cmd);
+    let src = w.path("src");
+    small_tree(&src, 17);
+    let out = w.mirror(&[s(&src), &d.url("data/x")]);
+    assert_exit(&out, 0);
+    assert_same_tree(&src, &w.rw.join("x"));
+    let out = w.mirror(&[s(&src), &d.url("pub/x")]);
+    assert_refused(&out, "read-only");
+    // A misspelt setting stops the daemon before it listens.
+    std::fs::write(&config, "lisen = \"127.0.0.1:0\"\n").unwrap();
+    let out = Command::new(bin())
+        .args(["server", "--config", s(&config)])
+        .output()
+        .unwrap();
+    assert_exit(&out, 64);
+    assert!(stderr(&out).contains("lisen"), "{}", stderr(&out));
+}
+
+/// No anonymous daemon: without authorized keys it does not start; and a
+/// client's private key that others may read is refused, as ssh does.
+#[test]
+fn no_anonymous_daemon_and_no_shared_private_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let out = Command::new(bin())
+        .args(["server", "--listen", "127.0.0.1:0"])
+        .args(["--module", &format!("rw={}", s(&w.rw))])
+        .args(["--key", s(&w.server_key)])
+        .output()
+        .unwrap();
+    assert_exit(&out, 64);
+    assert!(
+        stderr(&out).contains("no anonymous access"),
+        "{}",
+        stderr(&out)
+    );
+    let empty = w.path("server/empty_keys");
+    std::fs::write(&empty, "# nobody\n").unwrap();
+    let out = Command::new(bin())
+        .args(["server", "--listen", "127.0.0.1:0"])
+        .args(["--module", &format!("rw={}", s(&w.rw))])
+        .args(["--key", s(&w.server_key)])
+        .args(["--auth-keys", s(&empty)])
+        .output()
+        .unwrap();
+    assert_exit(&out, 64);
+    assert!(
+        stderr(&out).contains("nobody could connect"),
+        "{}",
+        stderr(&out)
+    );
+    let d = w.start(&[]);
+    std::fs::set_permissions(&w.client_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let src = w.path("src");
+    small_tree(&src, 2);
+    let out = w.mirror(&[s(&src), &d.url("rw/x")]);
+    assert_refused(&out, "other users may read this private key");
+    assert!(!w.rw.join("x").exists());
+}
+
+#[test]
+fn keygen_never_overwrites_a_key() {
+    let w = World::new();
+    let before = std::fs::read(&w.client_key).unwrap();
+    let out = Command::new(bin())
+        .args(["keygen", "-f", s(&w.client_key)])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&w.client_key).unwrap(), before);
+    let public = std::fs::read_to_string(pub_of(&w.client_key)).unwrap();
+    assert!(public.starts_with("accord-x25519 ") && public.trim_end().ends_with(" test"));
+}

@@ -1,0 +1,403 @@
+//! `accord server --listen`: the TCP daemon. It serves named modules (a
+//! directory each, maybe read-only) to clients whose keys it knows, every
+//! connection encrypted (see `noise`). One thread per connection; a
+//! connection is confined to the module it names, and whatever a client
+//! does (garbage, a half handshake, silence, a dropped connection) ends
+//! that connection only.
+
+use crate::keys::{AuthorizedKeys, KeyPair, PublicKey};
+use crate::noise::{self, HandshakeError, NoiseWriter};
+use crate::server::{serve, ServerConfig};
+use accord_engine::LocalOptions;
+use accord_proto::hello::VERSION;
+use accord_proto::{Hello, Refusal, Welcome};
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest a client may take over the handshake and its first request.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections over the limit still get a reason (in the handshake)
+/// from at most this many threads; past that they are just closed.
+const MAX_REFUSING: usize = 16;
+/// Longest a connection over the limit is given to say hello.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One directory a daemon serves.
+#[derive(Clone, Debug)]
+pub struct Module {
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+/// Everything a daemon needs, from the command line or a config file.
+pub struct DaemonConfig {
+    /// `host:port` to listen on.
+    pub listen: String,
+    pub modules: BTreeMap<String, Module>,
+    pub key: KeyPair,
+    pub authorized: AuthorizedKeys,
+    pub max_connections: usize,
+    /// A connection with no traffic either way for this long is closed.
+    pub idle_timeout: Duration,
+    pub state_dir: Option<PathBuf>,
+    pub local: LocalOptions,
+}
+
+/// Bind, say where (one log line), and serve until the process ends.
+pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
+    let listener = TcpListener::bind(&cfg.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    log(&format!(
+        "listening on {addr}; modules: {}; {} authorized keys; server key {}",
+        cfg.modules.keys().cloned().collect::<Vec<_>>().join(", "),
+        cfg.authorized.len(),
+        cfg.key.public.to_line()
+    ));
+    let daemon = Arc::new(Daemon {
+        cfg,
+        active: Arc::new(AtomicUsize::new(0)),
+        refusing: Arc::new(AtomicUsize::new(0)),
+    });
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) => daemon.admit(stream),
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was
+                // accepted: wait a little rather than spin.
+                log(&format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn log(line: &str) {
+    eprintln!("accord server: {line}");
+}
+
+struct Daemon {
+    cfg: DaemonConfig,
+    /// Connections being served.
+    active: Arc<AtomicUsize>,
+    /// Connections over the limit being told so.
+    refusing: Arc<AtomicUsize>,
+}
+
+/// A slot in one of the daemon's counters, owned by the connection that
+/// took it and given back when dropped (even when its session panics, or
+/// its thread could not be started).
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Take a slot of `counter` if fewer than `max` are taken.
+fn take_slot(counter: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Slot(counter.clone()))
+}
+
+impl Daemon {
+    /// Give a new connection its thread, or refuse it when full.
+    fn admit(self: &Arc<Self>, stream: TcpStream) {
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let (slot, refusing) = match take_slot(&self.active, self.cfg.max_connections) {
+            Some(slot) => (slot, false),
+            // Full: the refusal has its own, smaller pool of threads.
+            None => match take_slot(&self.refusing, MAX_REFUSING) {
+                Some(slot) => (slot, true),
+                None => {
+                    log(&format!(
+                        "{peer}: refused: too many connections (closed at once)"
+                    ));
+                    return;
+                }
+            },
+        };
+        let daemon = self.clone();
+        let name = format!("accord-session {peer}");
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || daemon.connection(stream, &peer, refusing, slot));
+        if let Err(e) = spawned {
+            // The closure, and the slot in it, were dropped.
+            log(&format!("cannot start a thread for a connection: {e}"));
+        }
+    }
+
+    /// One connection, on its own thread; `_slot` is held until it ends.
+    fn connection(&self, stream: TcpStream, peer: &str, refusing: bool, _slot: Slot) {
+        let run = std::panic::AssertUnwindSafe(|| {
+            if refusing {
+                self.refuse_busy(stream, peer)
+            } else {
+                self.session(stream, peer)
+            }
+        });
+        if std::panic::catch_unwind(run).is_err() {
+            log(&format!("{peer}: the session ended with an internal error"));
+        }
+    }
+
+    fn refuse_busy(&self, mut stream: TcpStream, peer: &str) {
+        let _ = stream.set_read_timeout(Some(REFUSAL_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(REFUSAL_TIMEOUT));
+        let why = format!(
+            "the server is busy ({} connections, its limit); try again later",
+            self.cfg.max_connections
+        );
+        let _ = noise::server(&mut stream, &self.cfg.key, &why);
+        log(&format!("{peer}: refused: too many connections"));
+        close_gently(&stream);
+    }
+
+    fn session(&self, mut stream: TcpStream, peer: &str) {
+        let started = Instant::now();
+        let timeout = HANDSHAKE_TIMEOUT.min(self.cfg.idle_timeout);
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_read_timeout(Some(timeout));
+        let _ = stream.set_write_timeout(Some(timeout));
+        let session = match noise::server(&mut stream, &self.cfg.key, "") {
+            Ok(s) => s,
+            Err(e) => return self.handshake_failed(&stream, peer, e),
+        };
+        let outcome = self.authorized_session(&stream, session, peer);
+        log(&format!(
+            "{peer}: closed after {:.1} s: {outcome}",
+            started.elapsed().as_secs_f64()
+        ));
+        let _ = stream.shutdown(Shutdown::Both);
+    }
+
+    fn handshake_failed(&self, stream: &TcpStream, peer: &str, mut e: HandshakeError) {
+        if let HandshakeError::Plaintext(began) = &mut e {
+            began.extend(noise::what_came(stream));
+        }
+        log(&format!("{peer}: refused: {e}"));
+        if let HandshakeError::Plaintext(began) = &e {
+            tell_plaintext_client(stream, began);
+        }
+        close_gently(stream);
+    }
+
+    /// The encrypted part: check the client's key, find its module, serve.
+    /// What happened, for the log.
+    fn authorized_session(
+        &self,
+        stream: &TcpStream,
+        session: noise::Session,
+        peer: &str,
+    ) -> String {
+        let client = session.peer;
+        let tick =
+            (self.cfg.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        let idle = Some(self.cfg.idle_timeout);
+        let (mut reader, mut writer, activity) = match noise::split(stream, session, idle) {
+            Ok(halves) => halves,
+            Err(e) => return format!("cannot set up the connection: {e}"),
+        };
+        let Some(name) = self.cfg.authorized.get(&client) else {
+            let m = format!(
+                "this server does not know your key ({}); its administrator can add that line to the server's authorized keys",
+                client.to_line()
+            );
+            refuse(&mut writer, Refusal::Denied, &m);
+            drop(writer);
+            close_gently(stream);
+            return format!("refused: unknown client key {}", client.to_line());
+        };
+        log(&format!(
+            "{peer}: authenticated as {name:?} ({})",
+            short(&client)
+        ));
+        let _ = stream.set_read_timeout(Some(tick));
+        let _ = stream.set_write_timeout(Some(self.cfg.idle_timeout));
+        let outcome = match Hello::read(&mut reader) {
+            Err(e) => format!("no request: {e:?}"),
+            Ok(hello) => self.serve_module(hello, reader, writer, peer),
+        };
+        format!(
+            "{outcome} ({} bytes in, {} out)",
+            activity.bytes_in.load(Ordering::Relaxed),
+            activity.bytes_out.load(Ordering::Relaxed)
+        )
+    }
+
+    /// Resolve the root asked for in its module and run the session there.
+    fn serve_module(
+        &self,
+        hello: Hello,
+        reader: noise::NoiseReader,
+        mut writer: NoiseWriter,
+        peer: &str,
+    ) -> String {
+        let (hello, module) = match self.resolve(hello) {
+            Ok(found) => found,
+            Err(m) => {
+                refuse(&mut writer, Refusal::Denied, &m);
+                return format!("refused: {m}");
+            }
+        };
+        let cfg = ServerConfig {
+            restrict: module.as_ref().map(|(_, m)| m.path.clone()),
+            read_only: module.as_ref().is_some_and(|(_, m)| m.read_only),
+            state_dir: self.cfg.state_dir.clone(),
+            local: self.cfg.local,
+        };
+        if let Some((name, _)) = &module {
+            log(&format!(
+                "{peer}: module {name}, path {:?}, {:?}",
+                accord_model::escape_for_display(&hello.root),
+                hello.mode
+            ));
+        }
+        // `serve` reads the handshake itself: hand it the one it will act
+        // on (the path inside the module) ahead of the stream.
+        let mut first = Vec::new();
+        if let Err(e) = hello.write(&mut first) {
+            return format!("cannot pass the request on: {e}");
+        }
+        let reader = io::Cursor::new(first).chain(reader);
+        match serve(Box::new(reader), Box::new(writer), &cfg) {
+            Ok(()) => "done".into(),
+            Err(why) => why,
+        }
+    }
+
+    /// The module a request names (the first component of its root) and
+    /// the request with the rest of the root. `None` for a request of
+    /// another protocol version, which `serve` refuses with its own words.
+    #[allow(clippy::type_complexity)]
+    fn resolve(&self, mut hello: Hello) -> Result<(Hello, Option<(String, &Module)>), String> {
+        if hello.version != VERSION {
+            return Ok((hello, None));
+        }
+        let (name, rest) = split_module(&hello.root)?;
+        let Some(module) = self.cfg.modules.get(&name) else {
+            return Err(format!(
+                "no module {name:?} on this server (it has: {})",
+                self.module_names()
+            ));
+        };
+        hello.root = rest;
+        Ok((hello, Some((name, module))))
+    }
+
+    fn module_names(&self) -> String {
+        self.cfg
+            .modules
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// `/NAME/sub/path` → (`NAME`, `sub/path`). A `..` anywhere is refused
+/// here, in the module's own words (the session would refuse it too).
+pub fn split_module(root: &[u8]) -> Result<(String, Vec<u8>), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let shown = accord_model::escape_for_display(root);
+    let path = Path::new(std::ffi::OsStr::from_bytes(root));
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(format!("{shown}: a path may not leave its module (`..`)"));
+    }
+    let mut parts = path.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n.as_bytes()),
+        _ => None,
+    });
+    let Some(name) = parts.next() else {
+        return Err("name a module: accord://HOST[:PORT]/MODULE/PATH".into());
+    };
+    let name = String::from_utf8_lossy(name).into_owned();
+    let rest = parts.collect::<Vec<_>>().join(&b'/');
+    Ok((name, rest))
+}
+
+/// Refuse the session in the protocol's own words (the client shows them).
+fn refuse(writer: &mut NoiseWriter, why: Refusal, message: &str) {
+    let _ = Welcome::Refused {
+        version: VERSION,
+        why,
+        message: message.to_string(),
+    }
+    .write(writer);
+}
+
+/// Tell a client that spoke in the clear why nothing will happen: an
+/// accord client that skipped the encryption gets a refusal it can show,
+/// anything else a line of text. Nothing else is ever sent in the clear.
+fn tell_plaintext_client(mut stream: &TcpStream, began: &[u8]) {
+    let message = "this server takes only encrypted, key-authenticated connections: \
+use accord://HOST[:PORT]/MODULE/PATH with a key made by `accord keygen`";
+    if began.starts_with(&accord_proto::hello::MAGIC[..2]) {
+        let _ = Welcome::Refused {
+            version: VERSION,
+            why: Refusal::Denied,
+            message: message.into(),
+        }
+        .write(&mut stream);
+    } else {
+        let _ = writeln!(stream, "accord server: {message}");
+    }
+}
+
+/// Close so that what was just sent arrives: closing a socket with unread
+/// input resets the connection, which can destroy the last message in
+/// flight. Stop sending, read what the peer still sends (a little, briefly),
+/// then close.
+fn close_gently(stream: &TcpStream) {
+    let _ = stream.shutdown(Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut sink = [0u8; 4096];
+    let mut left = 64usize << 10;
+    let mut reader = stream;
+    while left > 0 {
+        match reader.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// A key, short, for the log.
+fn short(key: &PublicKey) -> String {
+    let line = key.to_line();
+    line.chars()
+        .take(crate::keys::KEY_TYPE.len() + 13)
+        .collect::<String>()
+        + "…"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_is_the_first_component() {
+        let (m, rest) = split_module(b"/photos/2024/june").unwrap();
+        assert_eq!((m.as_str(), &rest[..]), ("photos", &b"2024/june"[..]));
+        let (m, rest) = split_module(b"photos").unwrap();
+        assert_eq!((m.as_str(), &rest[..]), ("photos", &b""[..]));
+        assert!(split_module(b"/photos/../etc").is_err());
+        assert!(split_module(b"/").is_err());
+    }
+}
