@@ -351,6 +351,15 @@ fn check_listing(l: &Listing, dir: &RelPath) -> Result<(), ProtoError> {
         }
         last = Some(&x.path);
     }
+    // A name is a file or a directory, never both: both lists are in
+    // order, so one pass over them finds a name in each.
+    let mut subdirs = l.subdirs.iter().peekable();
+    for x in l.entries.iter().skip(1) {
+        while subdirs.next_if(|d| d.path < x.path).is_some() {}
+        if let Some(d) = subdirs.peek().filter(|d| d.path == x.path) {
+            return bad("the name", &d.path);
+        }
+    }
     for p in l.stale_temps.iter().chain(&l.markers) {
         if !is_child(p, dir) || !accord_fsys::is_reserved_name(p.file_name()) {
             return bad("the temp name", p);
@@ -373,7 +382,7 @@ pub fn get_failures(d: &mut Dec) -> Result<Vec<PathFailure>, ProtoError> {
         .map(|_| {
             Ok(PathFailure {
                 path: get_path(d, "failed path")?,
-                message: d.string(MAX_TEXT, "failure message")?,
+                message: d.text(MAX_TEXT, "failure message")?,
             })
         })
         .collect()

@@ -231,7 +231,7 @@ impl Welcome {
                 version,
                 features: d.varint("features")?,
                 identity: (d.varint("device")?, d.varint("inode")?),
-                describe: d.string(MAX_ROOT + 256, "root name")?,
+                describe: d.text(MAX_ROOT + 256, "root name")?,
             }
         } else {
             let why = match status {
@@ -244,7 +244,7 @@ impl Welcome {
             Welcome::Refused {
                 version,
                 why,
-                message: d.string(4096, "message")?,
+                message: d.text(4096, "message")?,
             }
         };
         d.end("the answer to the handshake")?;

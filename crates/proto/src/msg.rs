@@ -619,7 +619,7 @@ impl WireError {
         let errno = d.svarint("errno")?;
         let errno =
             i32::try_from(errno).map_err(|_| ProtoError::Invalid("errno out of range".into()))?;
-        let message = d.string(MAX_TEXT, "error message")?;
+        let message = d.text(MAX_TEXT, "error message")?;
         let path = if d.bool("path present")? {
             Some(d.bytes(accord_model::MAX_PATH_LEN, "error path")?.to_vec())
         } else {

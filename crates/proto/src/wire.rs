@@ -192,6 +192,13 @@ impl<'a> Dec<'a> {
         String::from_utf8(b.to_vec()).map_err(|_| ProtoError::Invalid(format!("{what}: not UTF-8")))
     }
 
+    /// Text from the other side that will be shown to a person (an error
+    /// message, a refusal, a root's name): UTF-8 of at most `max` bytes,
+    /// with every control character escaped (see `printable`).
+    pub fn text(&mut self, max: usize, what: &'static str) -> Result<String, ProtoError> {
+        Ok(printable(&self.string(max, what)?))
+    }
+
     pub fn end(&self, what: &'static str) -> Result<(), ProtoError> {
         if self.remaining() != 0 {
             return Err(ProtoError::Invalid(format!(
@@ -201,6 +208,28 @@ impl<'a> Dec<'a> {
         }
         Ok(())
     }
+}
+
+/// `s` with each control character (C0, DEL and C1, newlines included)
+/// shown as `\xNN` per byte: a peer's text can neither drive a terminal
+/// nor forge a line of our output.
+pub fn printable(s: &str) -> String {
+    use std::fmt::Write;
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for ch in s.chars() {
+        if ch.is_control() {
+            let mut buf = [0u8; 4];
+            for b in ch.encode_utf8(&mut buf).as_bytes() {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -219,6 +248,17 @@ mod tests {
             prop_assert_eq!(d.svarint("s").unwrap(), s);
             prop_assert!(d.end("t").is_ok());
         }
+    }
+
+    /// Issue 11: text from a peer keeps no control character.
+    #[test]
+    fn issue_11_peer_text_is_printable() {
+        let mut e = Enc::new();
+        e.str("a\x1b[2J\nb\u{9b}c\\d\u{7f}");
+        let b = e.finish();
+        let t = Dec::new(&b).text(100, "t").unwrap();
+        assert_eq!(t, "a\\x1b[2J\\x0ab\\xc2\\x9bc\\d\\x7f");
+        assert!(!t.chars().any(char::is_control));
     }
 
     #[test]

@@ -395,7 +395,10 @@ fn listing_of(dir: RelPath) -> impl Strategy<Value = Listing> {
         Just(Kind::Socket)
     ]
     .boxed();
-    (me, child(files), child(Just(Kind::Dir).boxed())).prop_map(|(me, rest, subdirs)| {
+    (me, child(files), child(Just(Kind::Dir).boxed())).prop_map(|(me, rest, mut subdirs)| {
+        // A name is a file or a directory, never both: a scan never lists
+        // one twice, and the decoder refuses it (issue 11).
+        subdirs.retain(|d| !rest.iter().any(|e| e.path == d.path));
         let mut entries = vec![me];
         entries.extend(rest);
         Listing {

@@ -273,6 +273,7 @@ impl RemoteReplica {
         dir: &RelPath,
         b: &[u8],
         rules: &IgnoreRules,
+        source: bool,
     ) -> Result<(Option<Listing>, Scan), accord_proto::ProtoError> {
         let mut d = Dec::new(b);
         let listing = if d.bool("listing present")? {
@@ -287,6 +288,21 @@ impl RemoteReplica {
             rules.add_dir_file(dir, contents);
         }
         d.end("the listing")?;
+        if source {
+            // A source lists nothing its own scan excluded: a name that
+            // this side's rules exclude (`--exclude`, or an `.accordignore`
+            // the reply carries) is slipped in, not asked for.
+            let mut listed = listing
+                .iter()
+                .flat_map(|l| l.entries.iter().skip(1).chain(&l.subdirs));
+            if let Some(x) = listed.find(|x| rules.is_excluded(&x.path, x.kind == Kind::Dir)) {
+                return Err(accord_proto::ProtoError::Invalid(format!(
+                    "a listing of {} holds {}, which the rules of this run exclude",
+                    dir.display(),
+                    x.path.display()
+                )));
+            }
+        }
         let mut scan = Scan {
             errors,
             incomplete,
@@ -470,12 +486,14 @@ impl Replica for RemoteReplica {
         };
         match reply.wait() {
             Ok(b) => {
-                let (listing, scan) = self.decode_listing(dir, &b, rules).unwrap_or_else(|e| {
-                    self.conn
-                        .close(&format!("a listing that does not decode: {e}"));
-                    let lost = io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string());
-                    lost_listing(dir, CallError::Lost(lost))
-                });
+                let (listing, scan) = self
+                    .decode_listing(dir, &b, rules, opts.source)
+                    .unwrap_or_else(|e| {
+                        self.conn
+                            .close(&format!("a listing that does not decode: {e}"));
+                        let lost = io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string());
+                        lost_listing(dir, CallError::Lost(lost))
+                    });
                 if let Some(l) = &listing {
                     self.prefetch(l, &lopts, opts.source);
                 }
