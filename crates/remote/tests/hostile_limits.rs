@@ -383,14 +383,13 @@ fn restore(root: &std::path::Path, data: &[u8]) {
 /// Issue 11: an in-place delta that the receiver refuses before writing
 /// anything (the sequential layout, a basis of another length, more scratch
 /// than the receiver grants) must leave the file as it was, under its own
-/// name. Today `LocalDir::patch_in_place` (crates/engine/src/local.rs) runs
+/// name. `LocalDir::patch_in_place` (crates/engine/src/local.rs) used to run
 /// every failure of `accord_delta::patch_in_place` through
-/// `guarded_in_place`, which moves the file to a recovery name even when
-/// `PatchError::target_modified` is false: a client (hostile, or honest
-/// with a larger scratch than the server's `--scratch`) makes the file
-/// vanish from its name.
+/// `guarded_in_place`, which moved the file to a recovery name even when
+/// nothing had been written: a client (hostile, or honest with a larger
+/// scratch than the server's) made the file vanish from its name. Those
+/// refusals now come before the guard.
 #[test]
-#[ignore = "issue 11: a refused in-place delta moves the untouched file to a recovery name (engine LocalDir::patch_in_place ignores target_modified)"]
 fn issue_11_an_in_place_delta_refused_before_writing_leaves_the_file() {
     let _g = begin();
     let sb = Sandbox::new();
