@@ -4,7 +4,7 @@
 //! (`daemon`, `tcp`: Noise-encrypted, key-authenticated).
 
 mod client;
-mod compress;
+pub mod compress;
 mod daemon;
 mod daemon_config;
 mod errors;
