@@ -207,11 +207,23 @@ pub(crate) fn parent_of(p: &RelPath) -> RelPath {
 pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::Result<()>>> {
     remove_stale_temps(x, &plan.cleanup);
     delete_all(x, &plan.deletes);
-    if !x.stopped() {
-        make_dirs(x, &plan.mkdirs);
-    }
-    if !x.stopped() {
-        transfer::run_files(x, &plan.files);
+    // New directories and the files' commits are waited for at the end: a
+    // replica across a wire carries out the calls in the order they were
+    // sent, so what follows them needs no round trip of its own (a file
+    // in a directory that could not be made fails on its own).
+    let dirs = if x.stopped() {
+        Vec::new()
+    } else {
+        start_dirs(x, &plan.mkdirs)
+    };
+    let mut commits = if x.stopped() {
+        Vec::new()
+    } else {
+        transfer::run_files(x, &plan.files)
+    };
+    if !plan.links.is_empty() {
+        // A link is made only to a leader whose commit succeeded.
+        transfer::wait_commits(x, std::mem::take(&mut commits));
     }
     if !x.stopped() {
         transfer::run_links(x, &plan.links);
@@ -221,6 +233,8 @@ pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::R
     // until its properties are set, which would lock out other users.
     let props = start_dir_props(x, &plan.dir_meta);
     let flush = (x.cfg.fsync && !plan.is_empty()).then(|| x.dst.start_sync_all());
+    wait_dirs(x, dirs);
+    transfer::wait_commits(x, commits);
     wait_dir_props(x, props);
     flush
 }
@@ -309,8 +323,8 @@ fn deleted(x: &Exec, it: &Item, r: Result<Deleted, Error>) {
 }
 
 /// New directories, parents first: one depth level at a time, the
-/// directories of a level in parallel (results taken at the end).
-fn make_dirs(x: &Exec, mkdirs: &[Item]) {
+/// directories of a level in parallel (results taken by `wait_dirs`).
+fn start_dirs<'a>(x: &Exec, mkdirs: &'a [Item]) -> Started<'a, ()> {
     let mut levels: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
     for it in mkdirs {
         levels.entry(it.path.depth()).or_default().push(it);
@@ -332,6 +346,10 @@ fn make_dirs(x: &Exec, mkdirs: &[Item]) {
             .collect();
         started.extend(level);
     }
+    started
+}
+
+fn wait_dirs(x: &Exec, started: Started<'_, ()>) {
     for (it, p) in started {
         match p.wait() {
             Ok(()) => {

@@ -37,6 +37,10 @@ pub trait Replica: Send + Sync {
         rules: &IgnoreRules,
         opts: &ScanOptions,
     ) -> (Option<Listing>, Scan);
+    /// A hint: `list_dir(dir, rules, opts)` will be asked for soon. A
+    /// replica across a wire asks for it now (its reply then travels while
+    /// the engine does something else, such as waiting for the lock).
+    fn prefetch_dir(&self, _dir: &RelPath, _rules: &IgnoreRules, _opts: &ScanOptions) {}
     /// Scan the subtree at `dir` in path order, handing its entries to
     /// `sink` in batches of at most `batch` (memory holds one batch and the
     /// listings of one path from `dir` down, not the subtree). Returns what

@@ -11,6 +11,7 @@ use crate::replica::{Pending, Replica};
 use crate::walk::{walk_replicas, Found, Walk};
 use crate::{MirrorConfig, Progress, Report};
 use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
+use accord_model::RelPath;
 use accord_plan::{Facts, MirrorPlan, Refusal};
 use std::io;
 use std::path::Path;
@@ -233,6 +234,11 @@ fn run(
     // no lock), so a replica across a wire does all three in one round trip.
     let guard = dst.start_read_state(GUARD_STATE);
     let memos = Memos::start(src, dst, cfg);
+    // And the roots' listings (the memos only matter to local listings).
+    let no_memos = Memos::default();
+    let root = RelPath::root();
+    src.prefetch_dir(&root, &rules, &no_memos.src_options(cfg));
+    dst.prefetch_dir(&root, &dst_rules, &no_memos.dst_options(cfg));
     lock(dst)?;
     let memos = memos.wait();
     let walk = Walk::new(src, dst, cfg, &rules);
@@ -245,9 +251,10 @@ fn run(
     report.errors.extend(take_scan_errors(&mut s_scan));
     report.errors.extend(take_scan_errors(&mut d_scan));
     report.errors.extend(found.failures);
+    let guard = guard.wait();
     let facts = Facts {
         source_incomplete: s_scan.incomplete || found.half_updated,
-        source_root_changed: source_root_changed(src, guard.wait()),
+        source_root_changed: source_root_changed(src, guard.clone()),
     };
     report.deletions_suspended = facts.source_incomplete && cfg.plan.delete;
     memos.save(src, dst, cfg, &s_scan, &d_scan);
@@ -266,6 +273,16 @@ fn run(
     p.planned.store(true, Ordering::Relaxed);
 
     execute(src, dst, plan, cfg, progress, report);
+    if report.fatal.is_none() {
+        let (dev, ino) = src.identity();
+        let mirrored_from = format!("{dev} {ino}\n").into_bytes();
+        // Durable: the deletion guard's memory must not come back torn.
+        // Not written again when it already says so (a round trip saved
+        // on a replica across a wire).
+        if guard.as_deref() != Some(&mirrored_from[..]) {
+            let _ = dst.write_state(GUARD_STATE, &mirrored_from, true);
+        }
+    }
     Ok(())
 }
 
@@ -475,9 +492,4 @@ fn execute(
     report.literal_bytes = get(&c.literal);
     report.matched_bytes = get(&c.matched);
     report.plan = Some(plan);
-    if report.fatal.is_none() {
-        let (dev, ino) = src.identity();
-        // Durable: the deletion guard's memory must not come back torn.
-        let _ = dst.write_state(GUARD_STATE, format!("{dev} {ino}\n").as_bytes(), true);
-    }
 }

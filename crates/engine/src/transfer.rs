@@ -28,7 +28,7 @@ type DirBox<'r> = Arc<Box<dyn ReplicaDir + 'r>>;
 type PendingBytes = Pending<Result<Vec<u8>, Error>>;
 
 /// A temp file (or link, or node) ready to be renamed over its target.
-struct Staged<'a, 'r> {
+pub(crate) struct Staged<'a, 'r> {
     item: &'a Item,
     dir: DirBox<'r>,
     temp: Vec<u8>,
@@ -53,7 +53,7 @@ struct StagedBatch<'a, 'r> {
 }
 
 /// Commits started and not yet waited for.
-type Commits<'a, 'r> = Vec<(Staged<'a, 'r>, Pending<Result<(), Error>>)>;
+pub(crate) type Commits<'a, 'r> = Vec<(Staged<'a, 'r>, Pending<Result<(), Error>>)>;
 
 type Batch<'a> = Vec<(RelPath, Vec<&'a Item>)>;
 
@@ -88,7 +88,9 @@ fn batches<'a>(items: &[&'a Item]) -> Vec<Batch<'a>> {
 }
 
 /// Phase 4: regular files, symlinks, special files, and metadata-only items.
-pub(crate) fn run_files(x: &Exec, items: &[Item]) {
+/// Returns the commits of the staged batches, started and not waited for
+/// (a replica across a wire carries out what follows after them).
+pub(crate) fn run_files<'a, 'r>(x: &'r Exec, items: &'a [Item]) -> Commits<'a, 'r> {
     let (metas, writes): (Vec<&Item>, Vec<&Item>) = items.iter().partition(|i| i.op == Op::Meta);
     let mut deferred: Vec<&Item> = Vec::new();
     // Pipelined: while batch N is flushed and committed, batch N+1 is staged.
@@ -117,8 +119,6 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
         deferred.extend(again);
         commits.extend(started);
     }
-    // Commits are waited for once all batches are on their way.
-    wait_commits(x, commits);
     // A full disk: what was staged is committed (the old versions it
     // replaced are freed); the rest goes one file at a time.
     for it in deferred {
@@ -133,7 +133,7 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
         }
     }
     if x.stopped() {
-        return;
+        return commits;
     }
     let started: Vec<_> = metas
         .par_iter()
@@ -148,6 +148,7 @@ pub(crate) fn run_files(x: &Exec, items: &[Item]) {
             Err(e) => x.fail_item(it, e),
         }
     }
+    commits
 }
 
 fn start_meta(x: &Exec, it: &Item) -> Option<Pending<Result<(), Error>>> {
@@ -286,7 +287,7 @@ fn start_commits<'a, 'r>(staged: Vec<Staged<'a, 'r>>) -> Commits<'a, 'r> {
         .collect()
 }
 
-fn wait_commits(x: &Exec, started: Commits) {
+pub(crate) fn wait_commits(x: &Exec, started: Commits) {
     for (s, p) in started {
         committed(x, &s, p.wait());
     }

@@ -195,9 +195,16 @@ pub fn hash_file(f: &File) -> io::Result<[u8; 32]> {
 pub fn write_sparse(r: &mut dyn std::io::Read, f: &File) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
     const BLOCK: usize = 4096;
-    let mut buf = vec![0u8; 1 << 20];
+    const MAX_BUF: usize = 1 << 20;
+    // Small at first and doubled while the stream fills it: most files
+    // are small, and zeroing a megabyte for each costs more than writing
+    // them.
+    let mut buf = vec![0u8; 64 << 10];
     let mut off: u64 = 0;
     loop {
+        if off > 0 && buf.len() < MAX_BUF {
+            buf.resize(buf.len() * 2, 0);
+        }
         // Fill the buffer as far as the stream goes, so blocks stay aligned.
         let mut n = 0;
         while n < buf.len() {

@@ -2,6 +2,7 @@
 //! `accord server`, which runs a `LocalReplica` on its host. Nothing above
 //! the seam knows the difference.
 
+use crate::ahead::Ahead;
 use crate::errors::from_wire;
 use crate::mux::{Conn, Role};
 use accord_delta::DeltaStats;
@@ -12,7 +13,6 @@ use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{decode_found, decode_temp, ListOptions};
 use accord_proto::{Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -59,11 +59,8 @@ pub struct RemoteReplica {
     identity: (u64, u64),
     /// Something to keep alive as long as the connection (the ssh child).
     _guard: Mutex<Option<Box<dyn Send>>>,
-    /// Listings asked for before the walk needs them: when a directory is
-    /// listed, its subdirectories are asked for at once, so a tree costs
-    /// round trips per level of depth at most, not per directory. Keyed by
-    /// directory and the options they were asked with.
-    prefetched: Mutex<HashMap<(RelPath, bool), PendingReply>>,
+    /// Listings asked for before the walk needs them (see `ahead.rs`).
+    ahead: Arc<Ahead>,
     /// A root opened for writing is locked as the session starts (the
     /// engine always asks): the reply waits here for `try_lock`.
     lock_asked: Mutex<Option<PendingReply>>,
@@ -71,11 +68,8 @@ pub struct RemoteReplica {
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
 
-/// Most listings asked for ahead of the walk.
-const MAX_PREFETCH: usize = 4096;
-
 /// What a call can come back with.
-enum CallError {
+pub(crate) enum CallError {
     /// The request failed on the server.
     Failed(WireError),
     /// The connection is gone.
@@ -148,12 +142,22 @@ impl RemoteReplica {
             )));
         }
         let compress = compress.filter(|_| features & FEATURE_ZSTD != 0);
+        let conn = Conn::start(Role::Client, reader, writer, compress).map_err(ConnectError::Io)?;
+        let c = conn.clone();
+        let ahead = Ahead::start(Box::new(move |dir: &RelPath, opts: &ListOptions| {
+            let req = Request::ListDir {
+                dir: dir.clone(),
+                opts: opts.clone(),
+            };
+            start_on(&c, &req, None)
+        }))
+        .map_err(ConnectError::Io)?;
         let replica = RemoteReplica {
-            conn: Conn::start(Role::Client, reader, writer, compress).map_err(ConnectError::Io)?,
+            conn,
             describe,
             identity,
             _guard: Mutex::new(None),
-            prefetched: Mutex::new(HashMap::new()),
+            ahead,
             lock_asked: Mutex::new(None),
         };
         if mode == RootMode::Write {
@@ -188,20 +192,7 @@ impl RemoteReplica {
 
     /// Send a request; its reply as a stream.
     fn start(&self, req: &Request, body: Option<&mut dyn Read>) -> Result<ReplyReader, CallError> {
-        debug_assert_eq!(req.has_body(), body.is_some());
-        let stream = self
-            .conn
-            .request(&req.encode(), body)
-            .map_err(CallError::Lost)?;
-        trace(|| format!("sent {stream} {}", req.name()));
-        Ok(ReplyReader {
-            conn: self.conn.clone(),
-            stream,
-            chunk: Vec::new(),
-            pos: 0,
-            done: false,
-            failed: None,
-        })
+        start_on(&self.conn, req, body)
     }
 
     /// Send a request and wait for its whole reply.
@@ -244,21 +235,6 @@ impl RemoteReplica {
         })
     }
 
-    /// Ask for the listings of `l`'s subdirectories now.
-    fn prefetch(&self, l: &Listing, lopts: &ListOptions, source: bool) {
-        let mut ahead = self.prefetched.lock().unwrap();
-        for sub in &l.subdirs {
-            if ahead.len() >= MAX_PREFETCH {
-                return;
-            }
-            let req = Request::ListDir {
-                dir: sub.path.clone(),
-                opts: lopts.clone(),
-            };
-            ahead.insert((sub.path.clone(), source), self.call_later(&req, None));
-        }
-    }
-
     fn list_options(rules: &IgnoreRules, opts: &ScanOptions) -> ListOptions {
         ListOptions {
             excludes: rules.patterns().to_vec(),
@@ -273,8 +249,9 @@ impl RemoteReplica {
         dir: &RelPath,
         b: &[u8],
         rules: &IgnoreRules,
-        source: bool,
+        (lopts, asked_ahead): (&ListOptions, bool),
     ) -> Result<(Option<Listing>, Scan), accord_proto::ProtoError> {
+        let source = lopts.source;
         let mut d = Dec::new(b);
         let listing = if d.bool("listing present")? {
             Some(get_listing(&mut d, dir)?)
@@ -286,6 +263,10 @@ impl RemoteReplica {
         if d.bool("ignore file present")? {
             let contents = d.bytes(1 << 20, "ignore file")?;
             rules.add_dir_file(dir, contents);
+            if !asked_ahead {
+                // The prefetcher saw the listings it asked for itself.
+                self.ahead.add_ignore_file(dir, source, lopts, contents);
+            }
         }
         d.end("the listing")?;
         if source {
@@ -320,8 +301,28 @@ impl Drop for RemoteReplica {
     fn drop(&mut self) {
         // The server ends its session when its input ends; the transport's
         // process (dropped after this) is then waited for.
+        self.ahead.stop();
         self.conn.shutdown_write();
     }
+}
+
+/// Send a request on `conn`; its reply as a stream.
+fn start_on(
+    conn: &Arc<Conn>,
+    req: &Request,
+    body: Option<&mut dyn Read>,
+) -> Result<ReplyReader, CallError> {
+    debug_assert_eq!(req.has_body(), body.is_some());
+    let stream = conn.request(&req.encode(), body).map_err(CallError::Lost)?;
+    trace(|| format!("sent {stream} {}", req.name()));
+    Ok(ReplyReader {
+        conn: conn.clone(),
+        stream,
+        chunk: Vec::new(),
+        pos: 0,
+        done: false,
+        failed: None,
+    })
 }
 
 /// With `ACCORD_TRACE_WIRE` set, each request sent and each reply waited
@@ -342,7 +343,7 @@ fn trace(line: impl FnOnce() -> String) {
 }
 
 /// The reply of one request, read as it arrives.
-struct ReplyReader {
+pub(crate) struct ReplyReader {
     conn: Arc<Conn>,
     stream: u32,
     chunk: Vec<u8>,
@@ -353,7 +354,7 @@ struct ReplyReader {
 
 impl ReplyReader {
     /// The whole reply (bounded).
-    fn whole(mut self) -> Result<Vec<u8>, CallError> {
+    pub(crate) fn whole(mut self) -> Result<Vec<u8>, CallError> {
         trace(|| format!("wait {}", self.stream));
         let mut out = Vec::new();
         let res = (&mut self).take(MAX_REPLY + 1).read_to_end(&mut out);
@@ -473,34 +474,41 @@ impl Replica for RemoteReplica {
     ) -> (Option<Listing>, Scan) {
         let lopts = Self::list_options(rules, opts);
         let key = (dir.clone(), opts.source);
-        let ahead = self.prefetched.lock().unwrap().remove(&key);
-        let reply = match ahead {
-            Some(p) => p,
-            None => self.call_later(
-                &Request::ListDir {
+        let (reply, asked_ahead) = match self.ahead.claim(&key) {
+            Some(slot) => (slot.take(), true),
+            None => {
+                let req = Request::ListDir {
                     dir: dir.clone(),
                     opts: lopts.clone(),
-                },
-                None,
-            ),
+                };
+                (self.call(&req, None), false)
+            }
         };
-        match reply.wait() {
+        match reply {
             Ok(b) => {
                 let (listing, scan) = self
-                    .decode_listing(dir, &b, rules, opts.source)
+                    .decode_listing(dir, &b, rules, (&lopts, asked_ahead))
                     .unwrap_or_else(|e| {
                         self.conn
                             .close(&format!("a listing that does not decode: {e}"));
                         let lost = io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string());
                         lost_listing(dir, CallError::Lost(lost))
                     });
-                if let Some(l) = &listing {
-                    self.prefetch(l, &lopts, opts.source);
+                // A listing asked for ahead had its subdirectories asked
+                // for as it arrived.
+                if let (Some(l), false) = (&listing, asked_ahead) {
+                    let subdirs = l.subdirs.iter().map(|e| &e.path);
+                    self.ahead.ask_all(subdirs, opts.source, &lopts);
                 }
                 (listing, scan)
             }
             Err(e) => lost_listing(dir, e),
         }
+    }
+
+    fn prefetch_dir(&self, dir: &RelPath, rules: &IgnoreRules, opts: &ScanOptions) {
+        self.ahead
+            .ask(dir, opts.source, &Self::list_options(rules, opts));
     }
 
     fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {

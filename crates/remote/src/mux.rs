@@ -1,6 +1,13 @@
 //! One connection, many streams: a reader thread sorts incoming frames into
-//! per-stream queues, writers send whole frames under one lock, and credit
-//! frames keep every queue bounded.
+//! per-stream queues, writers queue whole frames under one lock, a sender
+//! thread writes the queue out, and credit frames keep every queue bounded.
+//!
+//! Sending. Frames are appended to one outgoing queue, and the sender
+//! thread writes everything queued with one write and one flush: while it
+//! writes, the frames of many calls gather behind it. An idle connection
+//! sends a frame at once; a busy one sends large writes (one transport
+//! packet carries many small files' frames, a compressed stream is flushed
+//! once per write, not once per frame).
 //!
 //! Flow control. A reply stream (server to client) may carry
 //! `STREAM_WINDOW` bytes before the client grants more; the client grants
@@ -75,10 +82,29 @@ struct State {
     outbox_bytes: u64,
 }
 
+/// Frames queued for the sender thread.
+#[derive(Default)]
+struct Outgoing {
+    buf: Vec<u8>,
+    /// Our sending side is to end once the queue is written.
+    shut: bool,
+    /// The sender thread is gone (shut down, or the transport failed):
+    /// nothing more is written.
+    done: bool,
+}
+
+/// Queued bytes above which a caller waits before it queues more (the
+/// reader thread never waits: it only queues replies that credit allows).
+const MAX_QUEUED: usize = 4 << 20;
+
+/// Bytes the reader thread takes from the transport at a time.
+const READ_BUFFER: usize = 64 << 10;
+
 /// One end of a connection.
 pub struct Conn {
     role: Role,
-    writer: Mutex<Box<dyn Write + Send>>,
+    out: Mutex<Outgoing>,
+    out_changed: Condvar,
     body_lock: Mutex<()>,
     state: Mutex<State>,
     changed: Condvar,
@@ -111,20 +137,6 @@ impl<W: Write> Write for Counted<W> {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
-}
-
-/// Read until `buf` is full or the stream ends; the bytes read.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// Why a connection ended when the other side ended it cleanly.
@@ -166,13 +178,18 @@ impl Conn {
             ),
             None => (reader, writer),
         };
+        // The frame reader asks for a header, then a payload: buffered, a
+        // busy connection costs one read call per many frames.
+        let reader: Box<dyn Read + Send> =
+            Box::new(io::BufReader::with_capacity(READ_BUFFER, reader));
         let mut st = State::default();
         if role == Role::Client {
             st.credit.insert(0, BODY_WINDOW as u64);
         }
         let conn = Arc::new(Conn {
             role,
-            writer: Mutex::new(writer),
+            out: Mutex::new(Outgoing::default()),
+            out_changed: Condvar::new(),
             body_lock: Mutex::new(()),
             state: Mutex::new(st),
             changed: Condvar::new(),
@@ -184,7 +201,64 @@ impl Conn {
         std::thread::Builder::new()
             .name("accord-conn".into())
             .spawn(move || c.read_loop(reader))?;
+        let c = conn.clone();
+        std::thread::Builder::new()
+            .name("accord-send".into())
+            .spawn(move || c.send_loop(writer))?;
         Ok(conn)
+    }
+
+    fn out_lock(&self) -> MutexGuard<'_, Outgoing> {
+        self.out.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The outgoing queue, once it has room (or the sender is gone).
+    fn out_with_room(&self) -> MutexGuard<'_, Outgoing> {
+        let mut out = self.out_lock();
+        while out.buf.len() >= MAX_QUEUED && !out.done {
+            out = self
+                .out_changed
+                .wait(out)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        out
+    }
+
+    /// The sender thread: writes what is queued, one write and one flush
+    /// at a time, until our side is shut (or the connection is closed)
+    /// and the queue is empty, or the transport fails. The writer is
+    /// dropped when it ends, which ends the stream for the other side.
+    fn send_loop(&self, mut writer: Box<dyn Write + Send>) {
+        let mut spare = Vec::new();
+        loop {
+            let mut out = self.out_lock();
+            while out.buf.is_empty() && !out.shut && self.closed().is_none() {
+                out = self
+                    .out_changed
+                    .wait(out)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            if out.buf.is_empty() {
+                let _ = writer.flush();
+                out.done = true;
+                drop(out);
+                self.out_changed.notify_all();
+                return;
+            }
+            std::mem::swap(&mut out.buf, &mut spare);
+            drop(out);
+            self.out_changed.notify_all();
+            if let Err(e) = writer.write_all(&spare).and_then(|()| writer.flush()) {
+                self.close(&format!("connection failed: {e}"));
+                let mut out = self.out_lock();
+                out.done = true;
+                out.buf = Vec::new();
+                drop(out);
+                self.out_changed.notify_all();
+                return;
+            }
+            spare.clear();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -196,12 +270,19 @@ impl Conn {
         self.lock().closed.clone()
     }
 
-    /// Close our sending side (the peer sees the end of the stream and
-    /// finishes; its reader then ends ours).
+    /// Close our sending side once what is queued is written (the peer
+    /// sees the end of the stream and finishes; its reader then ends ours).
+    /// Returns when the sender thread is done.
     pub fn shutdown_write(&self) {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = w.flush();
-        *w = Box::new(io::sink());
+        let mut out = self.out_lock();
+        out.shut = true;
+        self.out_changed.notify_all();
+        while !out.done {
+            out = self
+                .out_changed
+                .wait(out)
+                .unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// End the connection: every waiter wakes with `why`.
@@ -212,6 +293,9 @@ impl Conn {
         }
         drop(st);
         self.changed.notify_all();
+        // The sender checks `closed` under the queue's lock.
+        drop(self.out_lock());
+        self.out_changed.notify_all();
     }
 
     fn read_loop(self: Arc<Self>, mut reader: Box<dyn Read + Send>) {
@@ -249,11 +333,12 @@ impl Conn {
         Ok(())
     }
 
-    /// Send what credit allows of `stream`'s waiting reply. The writer's
-    /// lock is held from taking the bytes to sending them, so two flushes
-    /// of one stream never reorder its data.
+    /// Send what credit allows of `stream`'s waiting reply. The queue's
+    /// lock is held from taking the bytes to queueing them, so two flushes
+    /// of one stream never reorder its data. Called by the reader thread,
+    /// which must not wait for room: the bytes are bounded by credit.
     fn flush_outbox(&self, stream: u32) {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.out_lock();
         let (chunk, last) = {
             let mut st = self.lock();
             let credit = st.credit.get(&stream).copied().unwrap_or(0);
@@ -377,22 +462,29 @@ impl Conn {
         self.send_encoded(&buf)
     }
 
-    /// Write frames encoded whole.
+    /// Queue frames encoded whole.
     fn send_encoded(&self, buf: &[u8]) -> io::Result<()> {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.out_with_room();
         self.write_locked(&mut w, buf)
     }
 
-    /// Write and flush `buf` under the writer's lock; a failure ends the
-    /// connection and is a lost connection to the caller.
-    fn write_locked(&self, w: &mut Box<dyn Write + Send>, buf: &[u8]) -> io::Result<()> {
-        w.write_all(buf).and_then(|()| w.flush()).map_err(|e| {
-            self.close(&format!("connection failed: {e}"));
-            io::Error::new(
+    /// Queue `buf` for the sender thread, under the queue's lock. A
+    /// transport that failed (the connection is then closed) is a lost
+    /// connection to the caller; a failure after this returns is seen by
+    /// every waiter as the connection's end.
+    fn write_locked(&self, out: &mut Outgoing, buf: &[u8]) -> io::Result<()> {
+        if out.done {
+            return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
-                format!("connection lost: {e}"),
-            )
-        })
+                format!("connection lost: {}", self.closed().unwrap_or_default()),
+            ));
+        }
+        let was_empty = out.buf.is_empty();
+        out.buf.extend_from_slice(buf);
+        if was_empty {
+            self.out_changed.notify_all();
+        }
+        Ok(())
     }
 
     fn lost(&self) -> io::Error {
@@ -444,6 +536,14 @@ impl Conn {
                 return Ok(());
             }
         }
+    }
+
+    /// The bytes of `stream`'s body when all of it has arrived (it ended
+    /// cleanly, nothing taken yet); `None` while more may come.
+    pub fn arrived_whole(&self, stream: u32) -> Option<u64> {
+        let st = self.lock();
+        let ib = st.inbound.get(&stream)?;
+        (ib.done && ib.error.is_none()).then_some(ib.queued)
     }
 
     /// Next chunk of `stream`; `Ok(None)` at its end; `Err(Ok(payload))`
@@ -518,8 +618,10 @@ impl Conn {
         let _body = self.body_lock.lock().unwrap_or_else(|e| e.into_inner());
         // A body that fits one chunk (most files) goes out in one write
         // with its request: fewer, larger packets on the wire.
-        let mut buf = vec![0u8; CHUNK];
-        let first = read_full(body, &mut buf)?;
+        // Read without zeroing a buffer first: most bodies are small.
+        let mut buf = Vec::with_capacity(CHUNK);
+        (&mut *body).take(CHUNK as u64).read_to_end(&mut buf)?;
+        let first = buf.len();
         if first < CHUNK {
             self.take_credit_exact(0, first)?;
             return self.open_stream_with(FrameKind::Open, header, |stream, out| {
@@ -547,7 +649,7 @@ impl Conn {
         }
     }
 
-    /// Number a new stream and send its OPEN frame, under the writer's
+    /// Number a new stream and queue its OPEN frame, under the queue's
     /// lock: the server takes stream numbers only in increasing order.
     fn open_stream(&self, kind: FrameKind, header: &[u8]) -> io::Result<u32> {
         self.open_stream_with(kind, header, |_, _| {})
@@ -562,7 +664,7 @@ impl Conn {
         then: impl FnOnce(u32, &mut Vec<u8>),
     ) -> io::Result<u32> {
         let mut buf = Vec::with_capacity(9 + header.len());
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.out_with_room();
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let stream = u32::try_from(stream)
             .map_err(|_| io::Error::other("too many requests on one connection"))?;

@@ -2,7 +2,11 @@
 //! stdout, or a daemon's encrypted connection). It answers the handshake,
 //! opens the root asked for as a `LocalReplica` (confined to a restriction
 //! or module when it has one) and carries out the client's calls: reads on
-//! a few threads, writes one at a time in the order they were sent.
+//! a few threads, writes in the order they were sent. Small whole files
+//! are the exception that keeps many-file pushes fast: each is read into
+//! memory with its request and written into its temp file by one of a few
+//! writer threads; any other write first waits until those are done, so it
+//! still sees every write sent before it.
 
 use crate::errors::{denied, io_error, protocol, to_wire};
 use crate::mux::{Conn, Opened, Role};
@@ -20,6 +24,14 @@ use std::sync::{mpsc, Arc, Mutex};
 
 /// Threads that serve reads (listings, file contents, signatures, deltas).
 const READERS: usize = 4;
+/// Threads that write small whole files into their temps.
+const WRITERS: usize = 4;
+/// Largest body of a whole-file receive handed to the writer threads
+/// (held in memory until written); bigger ones, and bodies still on their
+/// way, are streamed into their temp by the session's own thread.
+const POOLED_BODY: u64 = 256 << 10;
+/// Small files read ahead and not yet written, at most.
+const POOLED_QUEUE: usize = 32;
 /// Largest request body held in memory (a delta, a signature, state).
 const MAX_BODY: u64 = 1 << 31;
 /// Largest `.accordignore` file sent along with a listing.
@@ -109,6 +121,9 @@ pub fn serve(
     };
     session.run();
     session.discard_temps();
+    // The last replies may still be queued: write them out before the
+    // session (and, over ssh, the process) ends.
+    conn.shutdown_write();
     match conn.closed() {
         Some(why) if why != crate::mux::PEER_CLOSED => Err(why),
         _ => Ok(()),
@@ -172,16 +187,75 @@ struct Session<'a> {
 
 type Reply = Result<Vec<u8>, WireError>;
 
+/// A whole-file body read ahead into memory, and how it ended (an error
+/// of the client's, replayed to the receive after the bytes).
+struct HeldBody {
+    data: io::Cursor<Vec<u8>>,
+    end: Option<(io::ErrorKind, String)>,
+}
+
+impl Read for HeldBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.data.read(buf)?;
+        match &self.end {
+            Some((kind, message)) if n == 0 && !buf.is_empty() => {
+                Err(io::Error::new(*kind, message.clone()))
+            }
+            _ => Ok(n),
+        }
+    }
+}
+
+/// Writes handed to the writer threads and not finished yet.
+#[derive(Default)]
+struct InFlight {
+    count: Mutex<usize>,
+    done: std::sync::Condvar,
+}
+
+impl InFlight {
+    fn add(&self) {
+        *self.count.lock().unwrap() += 1;
+    }
+
+    fn finish(&self) {
+        *self.count.lock().unwrap() -= 1;
+        self.done.notify_all();
+    }
+
+    fn wait_idle(&self) {
+        let mut n = self.count.lock().unwrap();
+        while *n > 0 {
+            n = self.done.wait(n).unwrap();
+        }
+    }
+}
+
+type WriteJob = (u32, Request, HeldBody);
+
 impl Session<'_> {
     fn run(&self) {
         let (tx, rx) = mpsc::channel::<(u32, Request)>();
         let rx = Mutex::new(rx);
+        let (wtx, wrx) = mpsc::sync_channel::<WriteJob>(POOLED_QUEUE);
+        let wrx = Mutex::new(wrx);
+        let in_flight = InFlight::default();
         std::thread::scope(|s| {
             for _ in 0..READERS {
                 s.spawn(|| loop {
                     let next = rx.lock().unwrap().recv();
                     let Ok((stream, req)) = next else { return };
-                    self.answer(stream, &req, None);
+                    self.answer(stream, &req, None, None);
+                });
+            }
+            for _ in 0..WRITERS {
+                s.spawn(|| loop {
+                    let next = wrx.lock().unwrap().recv();
+                    let Ok((stream, req, mut body)) = next else {
+                        return;
+                    };
+                    self.answer(stream, &req, None, Some(&mut body));
+                    in_flight.finish();
                 });
             }
             while let Some(o) = self.conn.next_request() {
@@ -197,25 +271,66 @@ impl Session<'_> {
                         break;
                     }
                 };
-                if req.writes() || req.has_body() {
-                    self.answer(o.stream, &req, Some(&o));
+                if self.writable && is_whole_receive(&req) && self.small_and_here(o.stream) {
+                    let body = self.hold_body(o.stream);
+                    in_flight.add();
+                    if wtx.send((o.stream, req, body)).is_err() {
+                        in_flight.finish();
+                        break;
+                    }
+                } else if req.writes() || req.has_body() {
+                    in_flight.wait_idle();
+                    self.answer(o.stream, &req, Some(&o), None);
                 } else if tx.send((o.stream, req)).is_err() {
                     break;
                 }
             }
             drop(tx);
+            drop(wtx);
         });
     }
 
-    /// Carry out one request and send its reply.
-    fn answer(&self, stream: u32, req: &Request, opened: Option<&Opened>) {
+    /// Whether a whole-file body is small and all of it has arrived (as a
+    /// small file's does, in the write that carries its request): then it
+    /// goes to a writer thread. Others are streamed by the session's own
+    /// thread as they arrive.
+    fn small_and_here(&self, stream: u32) -> bool {
+        self.conn
+            .arrived_whole(stream)
+            .is_some_and(|n| n <= POOLED_BODY)
+    }
+
+    /// Take a body that has arrived whole into memory.
+    fn hold_body(&self, stream: u32) -> HeldBody {
+        let mut data = Vec::new();
+        // On an error (the connection lost meanwhile), `data` holds what
+        // was read before it, and the receive sees the error after it.
+        let end = match self.body(stream).take(POOLED_BODY).read_to_end(&mut data) {
+            Ok(_) => None,
+            Err(e) => Some((e.kind(), e.to_string())),
+        };
+        HeldBody {
+            data: io::Cursor::new(data),
+            end,
+        }
+    }
+
+    /// Carry out one request and send its reply (`body`: a whole-file
+    /// receive's body, when it is not to be read from the wire).
+    fn answer(
+        &self,
+        stream: u32,
+        req: &Request,
+        opened: Option<&Opened>,
+        body: Option<&mut dyn Read>,
+    ) {
         let reply = if req.writes() && !self.writable {
             Err(denied(format!(
                 "{} refused: this root is not open for writing",
                 req.name()
             )))
         } else {
-            self.call(stream, req)
+            self.call(stream, req, body)
         };
         if opened.is_some_and(|o| o.has_body) {
             // Whatever the call did not read of its body.
@@ -282,7 +397,7 @@ impl Session<'_> {
         }
     }
 
-    fn call(&self, stream: u32, req: &Request) -> Reply {
+    fn call(&self, stream: u32, req: &Request, body: Option<&mut dyn Read>) -> Reply {
         let w = |e: Error| to_wire(&e);
         match req {
             Request::Lock => {
@@ -373,10 +488,13 @@ impl Session<'_> {
             } => {
                 let d = self.dir(dir, Action::WriteTemp)?;
                 let temp = match basis {
-                    Basis::Nothing => {
-                        let mut body = self.body(stream);
-                        d.receive(name, Incoming::Whole(&mut body), props, *mask)
-                    }
+                    Basis::Nothing => match body {
+                        Some(body) => d.receive(name, Incoming::Whole(body), props, *mask),
+                        None => {
+                            let mut body = self.body(stream);
+                            d.receive(name, Incoming::Whole(&mut body), props, *mask)
+                        }
+                    },
                     Basis::Entry(basis) => {
                         let delta = self.body_bytes(stream, Action::WriteTemp)?;
                         let incoming = Incoming::Delta {
@@ -570,6 +688,17 @@ impl Session<'_> {
                 .map_err(|e| io_error(Action::ReadSource, &e))?;
         }
     }
+}
+
+/// A receive of a whole file (no basis): its body is the file.
+fn is_whole_receive(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Receive {
+            basis: Basis::Nothing,
+            ..
+        }
+    )
 }
 
 /// A request body as a stream.
