@@ -23,6 +23,9 @@
 # inplace: a 256 MiB file whose 64 chunks were reversed, pushed with
 #   --inplace to a destination file system of 300 MiB (no room for a second
 #   copy): bytes on the wire and the destination's peak use.
+# resume: a push of a 1 GiB file killed (SIGKILL) once about half of it has
+#   arrived, then run again: bytes the second run sends, as a share of the
+#   file.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -31,7 +34,7 @@ source bench/remote/sshd.sh
 RUNS=${RUNS:-3}
 RTT_MS=${RTT_MS:-130}
 SCALE=${SCALE:-1}
-PARTS=${PARTS:-"latency bytes numpy inplace"}
+PARTS=${PARTS:-"latency bytes numpy inplace resume"}
 WORK=${WORK:-/tmp/accord-remote-bench}
 [ "$(id -u)" = 0 ] || { echo "run as root (loop mounts, sshd)" >&2; exit 1; }
 command -v rsync >/dev/null || { echo "rsync missing" >&2; exit 1; }
@@ -179,6 +182,27 @@ PY
     peak=$(sort -n "$WORK/df.log" | tail -1)
     cmp "$src/big" "$dst/big"
     echo "inplace (256 MiB, 64 chunks reversed, destination fs 300 MiB): $b B on the wire ($(awk -v b="$b" 'BEGIN{printf "%.2f", b*100/(256*1048576)}')% of the file), destination peak use $peak B"
+}
+
+resume() {
+    fresh_fs resume 3G
+    local src=$FS/src dst=$FS/dst size=$((1 << 30))
+    mkdir -p "$src"
+    head -c "$size" /dev/urandom > "$src/big"
+    # Not through ACC: $! must be accord itself, not a subshell.
+    "$ACCORD" mirror -q --remote-accord "$ACCORD" --rsh "$RSH0" "$src" "127.0.0.1:$dst" &
+    local pid=$! arrived=0
+    while kill -0 "$pid" 2>/dev/null; do
+        arrived=$(find "$dst" -maxdepth 1 -name '.accord*' -printf '%s\n' 2>/dev/null | sort -n | tail -1 || true)
+        [ "${arrived:-0}" -ge $((size / 2)) ] && { kill -9 "$pid"; break; }
+        sleep 0.05
+    done
+    wait "$pid" 2>/dev/null || true
+    # The far side's server ends once ssh tells it its client is gone.
+    for _ in $(seq 100); do pgrep -f "$ACCORD server" >/dev/null || break; sleep 0.1; done
+    local b; b=$(wire_bytes_accord --rsh "$RSH0" "$src" "127.0.0.1:$dst")
+    cmp "$src/big" "$dst/big"
+    echo "resume (1 GiB, killed after ${arrived} B had arrived): the second run sent $b B ($(awk -v b="$b" -v s="$size" 'BEGIN{printf "%.1f", b*100/s}')% of the file)"
 }
 
 for p in $PARTS; do "$p"; done

@@ -19,9 +19,12 @@ const WINDOW_LOG: u32 = 23;
 /// Size of the compressed-input and compressed-output buffers.
 const BUF: usize = 64 << 10;
 
-/// The default level of `-z`: zstd's own default, fast and well worth it
-/// on anything slower than a local network.
-pub const DEFAULT_LEVEL: i32 = 3;
+/// The default level of `-z`, which is for links slower than the
+/// compressor: zstd 6 makes about 100 MB/s on one core of a small machine
+/// (four times zlib 6, rsync -z's default) and shrinks literal data 5%
+/// more than zstd's own default of 3 (a real binary update: 2.01 MB on the
+/// wire instead of 2.10 MB).
+pub const DEFAULT_LEVEL: i32 = 6;
 
 /// A writer that compresses everything written to it into `inner`.
 pub struct ZstdWriter {
