@@ -1,0 +1,164 @@
+//! The task queue of parallel and distributed mirrors: tasks pushed by
+//! whoever plans, leased by workers, acknowledged when done, handed out
+//! again when their worker fails or disappears, and set aside (with their
+//! error) after too many attempts. A run can be paused, resumed and
+//! stopped from anywhere. Beside the queue, the small shared store a run
+//! needs: claims taken once (the first worker to see an inode copies it)
+//! and counters (a directory's properties wait for its subtree).
+//!
+//! Tasks are opaque bytes here: the queue knows nothing of files, deltas
+//! or FUSE. Two implementations: [`MemoryQueue`] (one process: the local
+//! executor, and tests of the layers above) and [`RedisQueue`] (Redis
+//! Streams with a consumer group, shared by any number of machines).
+
+mod memory;
+mod redis_queue;
+
+pub use memory::MemoryQueue;
+pub use redis_queue::{RedisQueue, RedisTarget};
+
+use std::fmt;
+use std::time::Duration;
+
+/// A task's identity within its queue (opaque; Redis stream ids look like
+/// `1700000000000-0`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub String);
+
+/// A task handed to a worker, until it is acknowledged or failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub id: TaskId,
+    pub task: Vec<u8>,
+    /// Attempts before this one that failed or whose worker was lost.
+    pub attempts: u32,
+}
+
+/// A task set aside after too many attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadTask {
+    pub task: Vec<u8>,
+    pub attempts: u32,
+    pub error: String,
+}
+
+/// Whether a run hands out tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    Running,
+    /// No task is handed out; leased ones may finish. Resumes where it was.
+    Paused,
+    /// As paused, and workers leave; a restart goes on where it stopped.
+    Stopped,
+}
+
+impl RunState {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Paused => "paused",
+            RunState::Stopped => "stopped",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<RunState> {
+        [RunState::Running, RunState::Paused, RunState::Stopped]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+/// What a queue holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Pushed and not yet handed out, or handed out again.
+    pub waiting: u64,
+    /// Handed out and not yet acknowledged or failed.
+    pub leased: u64,
+    pub done: u64,
+    pub dead: u64,
+}
+
+/// The rules of a queue.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    /// A lease older than this is taken to belong to a lost worker: its
+    /// task is handed to another (counting as an attempt).
+    pub claim_timeout: Duration,
+    /// Attempts (failures and lost workers) after which a task is dead.
+    pub max_attempts: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            claim_timeout: Duration::from_secs(300),
+            max_attempts: 5,
+        }
+    }
+}
+
+/// Why a queue call failed.
+#[derive(Debug)]
+pub enum QueueError {
+    /// The store cannot be reached now (a worker waits and tries again).
+    Unavailable(String),
+    /// The store answered something this queue did not write.
+    Corrupt(String),
+    /// A call that cannot succeed (a bad address, a refused password).
+    Refused(String),
+}
+
+impl fmt::Display for QueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueError::Unavailable(m) => write!(f, "the queue cannot be reached: {m}"),
+            QueueError::Corrupt(m) => write!(f, "the queue holds something unexpected: {m}"),
+            QueueError::Refused(m) => write!(f, "the queue refused: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for QueueError {}
+
+/// Largest task accepted (a task names paths and ranges; contents never
+/// travel through the queue).
+pub const MAX_TASK: usize = 1 << 20;
+
+/// Most tasks one lease hands out.
+pub const MAX_LEASE: usize = 1024;
+
+/// A queue of tasks shared by the workers of one run.
+pub trait TaskQueue: Send + Sync {
+    /// Add tasks (one round trip however many; each at most `MAX_TASK`).
+    fn push(&self, tasks: &[Vec<u8>]) -> Result<(), QueueError>;
+    /// Up to `max` tasks for `worker`, waiting at most `wait` for one:
+    /// waiting tasks first, else tasks whose lease passed the claim
+    /// timeout. None while the run is paused or stopped.
+    fn lease(&self, worker: &str, max: usize, wait: Duration) -> Result<Vec<Lease>, QueueError>;
+    /// Done: never handed out again.
+    fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError>;
+    /// Failed: waiting again, or dead (with `error`) once it has used all
+    /// its attempts.
+    fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError>;
+    fn set_state(&self, state: RunState) -> Result<(), QueueError>;
+    fn state(&self) -> Result<RunState, QueueError>;
+    fn stats(&self) -> Result<Stats, QueueError>;
+    /// Up to `max` dead tasks, oldest first.
+    fn dead(&self, max: usize) -> Result<Vec<DeadTask>, QueueError>;
+    /// Claim `key` for `owner`: `None` when this call took it, else the
+    /// owner that holds it (the same owner asking again gets itself).
+    fn claim(&self, key: &[u8], owner: &str) -> Result<Option<String>, QueueError>;
+    /// Add `delta` to the counter `key`; its new value.
+    fn add(&self, key: &[u8], delta: i64) -> Result<i64, QueueError>;
+}
+
+fn check_tasks(tasks: &[Vec<u8>]) -> Result<(), QueueError> {
+    match tasks.iter().find(|t| t.len() > MAX_TASK) {
+        Some(t) => Err(QueueError::Refused(format!(
+            "a task of {} bytes (at most {MAX_TASK})",
+            t.len()
+        ))),
+        None => Ok(()),
+    }
+}

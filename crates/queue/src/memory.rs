@@ -1,0 +1,241 @@
+//! The queue in one process's memory: the local executor's, and the twin
+//! that tests of the layers above use instead of a Redis server.
+
+use crate::{
+    check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue, MAX_LEASE,
+};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+struct Leased {
+    task: Vec<u8>,
+    attempts: u32,
+    since: Instant,
+}
+
+struct State {
+    waiting: VecDeque<(TaskId, Vec<u8>, u32)>,
+    leased: HashMap<TaskId, Leased>,
+    done: u64,
+    dead: Vec<DeadTask>,
+    run: RunState,
+    claims: HashMap<Vec<u8>, String>,
+    counters: HashMap<Vec<u8>, i64>,
+    next_id: u64,
+}
+
+/// A [`TaskQueue`] in memory.
+pub struct MemoryQueue {
+    policy: Policy,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl MemoryQueue {
+    pub fn new(policy: Policy) -> MemoryQueue {
+        MemoryQueue {
+            policy,
+            state: Mutex::new(State {
+                waiting: VecDeque::new(),
+                leased: HashMap::new(),
+                done: 0,
+                dead: Vec::new(),
+                run: RunState::Running,
+                claims: HashMap::new(),
+                counters: HashMap::new(),
+                next_id: 1,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take up to `max` tasks now: waiting ones, else expired leases.
+    fn take(&self, st: &mut State, max: usize, now: Instant) -> Vec<Lease> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some((id, task, attempts)) = st.waiting.pop_front() else {
+                break;
+            };
+            out.push(Lease { id, task, attempts });
+        }
+        if out.is_empty() {
+            self.reclaim(st, max, now, &mut out);
+        }
+        for l in &out {
+            st.leased.insert(
+                l.id.clone(),
+                Leased {
+                    task: l.task.clone(),
+                    attempts: l.attempts,
+                    since: now,
+                },
+            );
+        }
+        out
+    }
+
+    /// Leases older than the claim timeout: their worker is taken as lost,
+    /// which counts as an attempt.
+    fn reclaim(&self, st: &mut State, max: usize, now: Instant, out: &mut Vec<Lease>) {
+        let mut expired: Vec<TaskId> = st
+            .leased
+            .iter()
+            .filter(|(_, l)| now.duration_since(l.since) >= self.policy.claim_timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        expired.sort();
+        for id in expired {
+            if out.len() >= max {
+                break;
+            }
+            let l = st.leased.remove(&id).expect("listed above");
+            let attempts = l.attempts + 1;
+            if attempts >= self.policy.max_attempts {
+                st.dead.push(DeadTask {
+                    task: l.task,
+                    attempts,
+                    error: format!("its worker was lost {attempts} times"),
+                });
+            } else {
+                out.push(Lease {
+                    id,
+                    task: l.task,
+                    attempts,
+                });
+            }
+        }
+    }
+
+    /// When the next lease passes the claim timeout (`None`: no lease).
+    fn next_expiry(&self, st: &State) -> Option<Instant> {
+        st.leased
+            .values()
+            .map(|l| l.since + self.policy.claim_timeout)
+            .min()
+    }
+}
+
+impl TaskQueue for MemoryQueue {
+    fn push(&self, tasks: &[Vec<u8>]) -> Result<(), QueueError> {
+        check_tasks(tasks)?;
+        let mut st = self.lock();
+        for t in tasks {
+            let id = TaskId(st.next_id.to_string());
+            st.next_id += 1;
+            st.waiting.push_back((id, t.clone(), 0));
+        }
+        drop(st);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn lease(&self, _worker: &str, max: usize, wait: Duration) -> Result<Vec<Lease>, QueueError> {
+        let max = max.clamp(1, MAX_LEASE);
+        let deadline = Instant::now() + wait;
+        let mut st = self.lock();
+        loop {
+            let now = Instant::now();
+            if st.run == RunState::Running {
+                let out = self.take(&mut st, max, now);
+                if !out.is_empty() {
+                    return Ok(out);
+                }
+            }
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let until = match self.next_expiry(&st) {
+                Some(e) if st.run == RunState::Running => e.min(deadline),
+                _ => deadline,
+            };
+            let pause = until
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1));
+            st = self
+                .changed
+                .wait_timeout(st, pause)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError> {
+        let mut st = self.lock();
+        for id in ids {
+            // A lease reclaimed meanwhile and acknowledged by its new
+            // worker is done once.
+            if st.leased.remove(id).is_some() {
+                st.done += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
+        let mut st = self.lock();
+        let Some(l) = st.leased.remove(&lease.id) else {
+            return Ok(());
+        };
+        let attempts = l.attempts + 1;
+        if attempts >= self.policy.max_attempts {
+            st.dead.push(DeadTask {
+                task: l.task,
+                attempts,
+                error: error.to_string(),
+            });
+        } else {
+            st.waiting.push_back((lease.id.clone(), l.task, attempts));
+        }
+        drop(st);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn set_state(&self, state: RunState) -> Result<(), QueueError> {
+        self.lock().run = state;
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn state(&self) -> Result<RunState, QueueError> {
+        Ok(self.lock().run)
+    }
+
+    fn stats(&self) -> Result<Stats, QueueError> {
+        let st = self.lock();
+        Ok(Stats {
+            waiting: st.waiting.len() as u64,
+            leased: st.leased.len() as u64,
+            done: st.done,
+            dead: st.dead.len() as u64,
+        })
+    }
+
+    fn dead(&self, max: usize) -> Result<Vec<DeadTask>, QueueError> {
+        Ok(self.lock().dead.iter().take(max).cloned().collect())
+    }
+
+    fn claim(&self, key: &[u8], owner: &str) -> Result<Option<String>, QueueError> {
+        let mut st = self.lock();
+        match st.claims.get(key) {
+            Some(o) if o == owner => Ok(None),
+            Some(o) => Ok(Some(o.clone())),
+            None => {
+                st.claims.insert(key.to_vec(), owner.to_string());
+                Ok(None)
+            }
+        }
+    }
+
+    fn add(&self, key: &[u8], delta: i64) -> Result<i64, QueueError> {
+        let mut st = self.lock();
+        let v = st.counters.entry(key.to_vec()).or_insert(0);
+        *v = v.saturating_add(delta);
+        Ok(*v)
+    }
+}

@@ -1,0 +1,432 @@
+//! The queue on Redis Streams, shared by the workers of any number of
+//! machines. One run's keys share the prefix `accord:{RUN}:` (the braces
+//! keep them in one slot of a Redis Cluster):
+//!
+//! - `tasks`: a stream read by the consumer group `workers`; each entry
+//!   holds the task (`t`) and the attempts it used before (`a`). An entry
+//!   is deleted when acknowledged, so the stream's length is what is left.
+//! - `attempts`: a hash of the leases reclaimed from lost workers, by id.
+//! - `dead`: a stream of tasks set aside, with their attempts and error.
+//! - `state`: `running`, `paused` or `stopped` (absent: running).
+//! - `done`: how many tasks were acknowledged.
+//! - `claims`, `counters`: hashes for `claim` and `add`.
+//!
+//! Every step that must not be split (check the state and hand out; take a
+//! lease back and re-add or bury it) is one Lua script, so a paused run
+//! hands out nothing, and a task is never both waiting and dead.
+
+use crate::{
+    check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue,
+    MAX_LEASE, MAX_TASK,
+};
+use redis::{Connection, RedisError, Script};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const GROUP: &str = "workers";
+
+/// Where a run's queue lives: a Redis URL (`redis://[:PASSWORD@]HOST[:PORT][/DB]`,
+/// or with a user, `redis://USER:PASSWORD@…`) and the run's name.
+#[derive(Clone, Debug)]
+pub struct RedisTarget {
+    pub url: String,
+    pub run: String,
+}
+
+/// A [`TaskQueue`] in Redis.
+pub struct RedisQueue {
+    client: redis::Client,
+    prefix: String,
+    policy: Policy,
+    /// One connection, made again after it fails.
+    conn: Mutex<Option<Connection>>,
+    scripts: Scripts,
+}
+
+struct Scripts {
+    lease: Script,
+    ack: Script,
+    fail: Script,
+}
+
+/// Hand out up to ARGV[3] tasks unless the run is not running: new ones,
+/// else leases idle for ARGV[4] ms (a lost worker's), each counted as an
+/// attempt, buried once it reaches ARGV[5]. Returns {id, task, attempts}.
+const LEASE: &str = r"
+local st = redis.call('GET', KEYS[2])
+if st and st ~= 'running' then return {} end
+local function field(fields, name)
+  for i = 1, #fields, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return nil
+end
+local out = {}
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if r then
+  for _, e in ipairs(r[1][2]) do
+    table.insert(out, {e[1], field(e[2], 't') or '', tonumber(field(e[2], 'a') or '0')})
+  end
+end
+if #out > 0 then return out end
+local c = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], '0-0', 'COUNT', ARGV[3])
+for _, e in ipairs(c[2]) do
+  local id, fields = e[1], e[2]
+  local t = field(fields, 't') or ''
+  local n = tonumber(field(fields, 'a') or '0') + redis.call('HINCRBY', KEYS[3], id, 1)
+  if n >= tonumber(ARGV[5]) then
+    redis.call('XADD', KEYS[4], '*', 't', t, 'n', n, 'e', 'its worker was lost ' .. n .. ' times')
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+    redis.call('XDEL', KEYS[1], id)
+    redis.call('HDEL', KEYS[3], id)
+  else
+    table.insert(out, {id, t, n})
+  end
+end
+return out
+";
+
+/// Acknowledge the ids in ARGV[2..]; count only those still leased (a
+/// lease reclaimed and acknowledged twice is done once).
+const ACK: &str = r"
+local ids = {}
+for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
+local n = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
+redis.call('XDEL', KEYS[1], unpack(ids))
+redis.call('HDEL', KEYS[2], unpack(ids))
+redis.call('INCRBY', KEYS[3], n)
+return n
+";
+
+/// A failed lease (ARGV[2], task ARGV[3]): waiting again with ARGV[4]
+/// attempts, or buried with error ARGV[6] once that reaches ARGV[5].
+/// Nothing when the lease is not held any more.
+const FAIL: &str = r"
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('XDEL', KEYS[1], ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[2])
+if tonumber(ARGV[4]) >= tonumber(ARGV[5]) then
+  redis.call('XADD', KEYS[3], '*', 't', ARGV[3], 'n', ARGV[4], 'e', ARGV[6])
+else
+  redis.call('XADD', KEYS[1], '*', 't', ARGV[3], 'a', ARGV[4])
+end
+return 1
+";
+
+/// Longest error kept with a dead task.
+const MAX_ERROR: usize = 4096;
+
+impl RedisQueue {
+    /// Connect and make sure the run's stream and group exist.
+    pub fn open(target: &RedisTarget, policy: Policy) -> Result<RedisQueue, QueueError> {
+        check_run_name(&target.run)?;
+        let client = redis::Client::open(target.url.as_str())
+            .map_err(|e| QueueError::Refused(format!("{}: {e}", target.url)))?;
+        let q = RedisQueue {
+            client,
+            prefix: format!("accord:{{{}}}:", target.run),
+            policy,
+            conn: Mutex::new(None),
+            scripts: Scripts {
+                lease: Script::new(LEASE),
+                ack: Script::new(ACK),
+                fail: Script::new(FAIL),
+            },
+        };
+        q.with_conn(|c| {
+            let made: Result<(), RedisError> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(q.key("tasks"))
+                .arg(GROUP)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query(c);
+            match made {
+                Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+                other => other,
+            }
+        })?;
+        Ok(q)
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Connection>> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `f` on the connection (made now if there is none); a failed
+    /// connection is dropped, to be made again by the next call.
+    fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, RedisError>,
+    ) -> Result<T, QueueError> {
+        let mut slot = self.lock();
+        if slot.is_none() {
+            let c = self
+                .client
+                .get_connection_with_timeout(Duration::from_secs(10))
+                .map_err(map_error)?;
+            *slot = Some(c);
+        }
+        let r = f(slot.as_mut().expect("made above"));
+        if let Err(e) = &r {
+            if is_connection_error(e) {
+                *slot = None;
+            }
+        }
+        r.map_err(map_error)
+    }
+
+    fn lease_now(&self, worker: &str, max: usize) -> Result<Vec<Lease>, QueueError> {
+        let rows: Vec<(String, Vec<u8>, i64)> = self.with_conn(|c| {
+            self.scripts
+                .lease
+                .key(self.key("tasks"))
+                .key(self.key("state"))
+                .key(self.key("attempts"))
+                .key(self.key("dead"))
+                .arg(GROUP)
+                .arg(worker)
+                .arg(max)
+                .arg(self.policy.claim_timeout.as_millis() as u64)
+                .arg(self.policy.max_attempts)
+                .invoke(c)
+        })?;
+        rows.into_iter()
+            .map(|(id, task, attempts)| {
+                if task.len() > MAX_TASK {
+                    return Err(QueueError::Corrupt(format!(
+                        "task {id} of {} bytes",
+                        task.len()
+                    )));
+                }
+                let attempts = u32::try_from(attempts)
+                    .map_err(|_| QueueError::Corrupt(format!("task {id}: {attempts} attempts")))?;
+                Ok(Lease {
+                    id: TaskId(id),
+                    task,
+                    attempts,
+                })
+            })
+            .collect()
+    }
+}
+
+impl TaskQueue for RedisQueue {
+    fn push(&self, tasks: &[Vec<u8>]) -> Result<(), QueueError> {
+        check_tasks(tasks)?;
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let key = self.key("tasks");
+        self.with_conn(|c| {
+            let mut p = redis::pipe();
+            for t in tasks {
+                p.cmd("XADD")
+                    .arg(&key)
+                    .arg("*")
+                    .arg("t")
+                    .arg(t)
+                    .arg("a")
+                    .arg(0)
+                    .ignore();
+            }
+            p.query::<()>(c)
+        })
+    }
+
+    fn lease(&self, worker: &str, max: usize, wait: Duration) -> Result<Vec<Lease>, QueueError> {
+        let max = max.clamp(1, MAX_LEASE);
+        let deadline = Instant::now() + wait;
+        // Scripts cannot block: poll, quickly at first, then every 100 ms.
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let got = self.lease_now(worker, max)?;
+            if !got.is_empty() || Instant::now() >= deadline {
+                return Ok(got);
+            }
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.with_conn(|c| {
+            let mut inv = self.scripts.ack.prepare_invoke();
+            inv.key(self.key("tasks"))
+                .key(self.key("attempts"))
+                .key(self.key("done"))
+                .arg(GROUP);
+            for id in ids {
+                inv.arg(&id.0);
+            }
+            inv.invoke::<i64>(c).map(|_| ())
+        })
+    }
+
+    fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
+        let error: String = error.chars().take(MAX_ERROR).collect();
+        self.with_conn(|c| {
+            self.scripts
+                .fail
+                .key(self.key("tasks"))
+                .key(self.key("attempts"))
+                .key(self.key("dead"))
+                .arg(GROUP)
+                .arg(&lease.id.0)
+                .arg(&lease.task)
+                .arg(lease.attempts + 1)
+                .arg(self.policy.max_attempts)
+                .arg(&error)
+                .invoke::<i64>(c)
+                .map(|_| ())
+        })
+    }
+
+    fn set_state(&self, state: RunState) -> Result<(), QueueError> {
+        self.with_conn(|c| {
+            redis::cmd("SET")
+                .arg(self.key("state"))
+                .arg(state.name())
+                .query::<()>(c)
+        })
+    }
+
+    fn state(&self) -> Result<RunState, QueueError> {
+        let v: Option<String> =
+            self.with_conn(|c| redis::cmd("GET").arg(self.key("state")).query(c))?;
+        match v {
+            None => Ok(RunState::Running),
+            Some(s) => RunState::from_name(&s)
+                .ok_or_else(|| QueueError::Corrupt(format!("run state {s:?}"))),
+        }
+    }
+
+    fn stats(&self) -> Result<Stats, QueueError> {
+        let (len, pending, done, dead): (
+            u64,
+            (u64, redis::Value, redis::Value, redis::Value),
+            Option<u64>,
+            u64,
+        ) = self.with_conn(|c| {
+            redis::pipe()
+                .cmd("XLEN")
+                .arg(self.key("tasks"))
+                .cmd("XPENDING")
+                .arg(self.key("tasks"))
+                .arg(GROUP)
+                .cmd("GET")
+                .arg(self.key("done"))
+                .cmd("XLEN")
+                .arg(self.key("dead"))
+                .query(c)
+        })?;
+        let leased = pending.0;
+        Ok(Stats {
+            waiting: len.saturating_sub(leased),
+            leased,
+            done: done.unwrap_or(0),
+            dead,
+        })
+    }
+
+    fn dead(&self, max: usize) -> Result<Vec<DeadTask>, QueueError> {
+        type Entry = (String, Vec<(String, Vec<u8>)>);
+        let rows: Vec<Entry> = self.with_conn(|c| {
+            redis::cmd("XRANGE")
+                .arg(self.key("dead"))
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(max.max(1))
+                .query(c)
+        })?;
+        rows.into_iter()
+            .map(|(id, fields)| dead_task(&id, &fields))
+            .collect()
+    }
+
+    fn claim(&self, key: &[u8], owner: &str) -> Result<Option<String>, QueueError> {
+        let claims = self.key("claims");
+        let (took, holder): (bool, Option<String>) = self.with_conn(|c| {
+            redis::pipe()
+                .cmd("HSETNX")
+                .arg(&claims)
+                .arg(key)
+                .arg(owner)
+                .cmd("HGET")
+                .arg(&claims)
+                .arg(key)
+                .query(c)
+        })?;
+        match holder {
+            _ if took => Ok(None),
+            Some(h) if h == owner => Ok(None),
+            Some(h) => Ok(Some(h)),
+            None => Err(QueueError::Corrupt("a claim that vanished".into())),
+        }
+    }
+
+    fn add(&self, key: &[u8], delta: i64) -> Result<i64, QueueError> {
+        self.with_conn(|c| {
+            redis::cmd("HINCRBY")
+                .arg(self.key("counters"))
+                .arg(key)
+                .arg(delta)
+                .query(c)
+        })
+    }
+}
+
+fn dead_task(id: &str, fields: &[(String, Vec<u8>)]) -> Result<DeadTask, QueueError> {
+    let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    let bad = |what: &str| QueueError::Corrupt(format!("dead task {id}: {what}"));
+    let task = get("t").ok_or_else(|| bad("no task"))?.clone();
+    let attempts = get("n")
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
+        .ok_or_else(|| bad("no attempt count"))?;
+    let error = get("e")
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .unwrap_or_default();
+    if task.len() > MAX_TASK {
+        return Err(bad("a task above the limit"));
+    }
+    Ok(DeadTask {
+        task,
+        attempts,
+        error,
+    })
+}
+
+/// A run's name goes into key names: letters, digits, `-`, `_`, `.`.
+fn check_run_name(run: &str) -> Result<(), QueueError> {
+    let ok = !run.is_empty()
+        && run.len() <= 64
+        && run
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    match ok {
+        true => Ok(()),
+        false => Err(QueueError::Refused(format!(
+            "run name {run:?}: use 1 to 64 letters, digits, '-', '_' or '.'"
+        ))),
+    }
+}
+
+fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+fn map_error(e: RedisError) -> QueueError {
+    if is_connection_error(&e) {
+        QueueError::Unavailable(e.to_string())
+    } else {
+        QueueError::Refused(e.to_string())
+    }
+}
