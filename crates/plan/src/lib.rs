@@ -1,6 +1,7 @@
 //! Pure planning: from a source scan, a destination scan and options to a
 //! mirror plan; and for a two-way sync, update detection against an archive
-//! ([`detect`]). No I/O, no clocks, no globals.
+//! ([`detect`]) and reconciliation of both sides' updates into a sync plan
+//! ([`reconcile`]). No I/O, no clocks, no globals.
 //!
 //! A [`MirrorPlan`] is data, grouped in the phases the engine runs, each phase
 //! a list of independent items:
@@ -15,9 +16,14 @@
 
 pub mod detect;
 mod dirs;
+pub mod reconcile;
 
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
+pub use reconcile::{
+    reconcile_path, reconcile_tree, Action, ConflictReason, OutOfOrder, Override, PathUpdate,
+    Policy, Preference, ReconcileOptions, Side, SideState, SyncItem,
+};
 
 use accord_model::{Entry, Expect, Kind, RelPath};
 
