@@ -10,15 +10,21 @@
 //!   something beneath it was created or changed on the other: a conflict
 //!   for the whole directory, never a silent deletion of the change. Mere
 //!   deletions beneath it on the other side do not conflict: they agree
-//!   with the directory's deletion.
+//!   with the directory's deletion (Unison calls this a conflict too).
 //! - A lost or unreadable archive is no archive: every present path is
 //!   "created" on its side, so equal ones agree and differing ones conflict
 //!   (the paper's "as though both replicas had been empty").
 //!
-//! Contents and properties are reconciled apart, as Unison does, when they
-//! do not clash: a file edited on one side whose permissions (owner,
-//! extended attributes) changed on the other gets both changes
-//! ([`Action::CopyContentsAndPropsBack`]). A changed mtime (under
+//! Contents and properties are reconciled apart when they do not clash: a
+//! file edited on one side whose permissions (owner, extended attributes)
+//! changed on the other gets both changes
+//! ([`Action::CopyContentsAndPropsBack`]), and two sides that reached the
+//! same new contents while only one changed the permissions take that
+//! side's ([`Action::CopyProps`]). Unison does this for a directory's
+//! properties, but its reconciler reports both cases as conflicts for
+//! files; we do not, since neither change is lost and neither clashes (a
+//! comparison with Unison lists them as deliberate differences, with the
+//! deletions beneath a deleted directory above). A changed mtime (under
 //! `--times`) is not such a property: it belongs to the contents it dates,
 //! so new contents from the other side replace it. Properties changed on
 //! both sides differently are a conflict; so is a deletion on one side
@@ -145,11 +151,11 @@ pub enum Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Preference {
     Side(Side),
-    /// The side whose entry has the later mtime (files and symlinks on both
-    /// sides only; otherwise, or when the mtimes are equal, the conflict
-    /// stays).
+    /// The side whose entry has the later mtime; against a deletion, the
+    /// side that still has the entry. Equal mtimes leave the conflict.
     Newer,
-    /// The side whose entry has the earlier mtime (same limits).
+    /// The side whose entry has the earlier mtime. A deletion or equal
+    /// mtimes leave the conflict.
     Older,
 }
 
@@ -559,16 +565,16 @@ fn preferred_side(update: &PathUpdate, preference: Preference) -> Option<Side> {
         Preference::Newer => Side::A,
         Preference::Older => Side::B,
     };
-    let (Some(x), Some(y)) = (update.a.now.as_ref(), update.b.now.as_ref()) else {
-        return None;
-    };
-    if x.kind == Kind::Dir || y.kind == Kind::Dir {
-        return None;
-    }
-    match x.props.mtime.cmp(&y.props.mtime) {
-        std::cmp::Ordering::Greater => Some(winner_if_a_is_later),
-        std::cmp::Ordering::Less => Some(winner_if_a_is_later.other()),
-        std::cmp::Ordering::Equal => None,
+    match (update.a.now.as_ref(), update.b.now.as_ref()) {
+        (Some(x), Some(y)) => match x.props.mtime.cmp(&y.props.mtime) {
+            std::cmp::Ordering::Greater => Some(winner_if_a_is_later),
+            std::cmp::Ordering::Less => Some(winner_if_a_is_later.other()),
+            std::cmp::Ordering::Equal => None,
+        },
+        // A deletion has no time: what still exists counts as newer.
+        (Some(_), None) if preference == Preference::Newer => Some(Side::A),
+        (None, Some(_)) if preference == Preference::Newer => Some(Side::B),
+        _ => None,
     }
 }
 
