@@ -35,19 +35,27 @@ enum Body {
 struct Node {
     body: Body,
     mode: u32,
+    /// Moves with a write or a touch, not with a chmod; a copy keeps it
+    /// only under `--times`.
+    mtime: i64,
     /// Stands for what is each host's own and moves with every change:
-    /// inode, mtime, ctime.
+    /// inode and ctime.
     stamp: i64,
 }
 
 impl Node {
-    /// What a sync keeps equal on both sides.
-    fn synced(&self) -> (Body, u32) {
+    /// What a sync keeps equal on both sides: contents, permissions, and a
+    /// file's mtime under `--times`.
+    fn synced(&self, times: bool) -> (Body, u32, i64) {
         let mode = match self.body {
             Body::Link(_) => 0,
             _ => self.mode & SYNCED_MODE_BITS,
         };
-        (self.body.clone(), mode)
+        let mtime = match self.body {
+            Body::File(_) if times => self.mtime,
+            _ => 0,
+        };
+        (self.body.clone(), mode, mtime)
     }
 }
 
@@ -111,10 +119,7 @@ fn observe(at: &RelPath, node: &Node, with_fingerprint: bool) -> Observed {
         Body::Link(n) => (Kind::Symlink, 2, Some(vec![b't', b'0' + n]), None),
         Body::Dir => (Kind::Dir, 0, None, None),
     };
-    let time = Time {
-        sec: node.stamp,
-        nsec: 0,
-    };
+    let time = |sec| Time { sec, nsec: 0 };
     Observed {
         entry: Entry {
             path: at.clone(),
@@ -124,7 +129,7 @@ fn observe(at: &RelPath, node: &Node, with_fingerprint: bool) -> Observed {
                 mode: node.mode,
                 uid: 0,
                 gid: 0,
-                mtime: time,
+                mtime: time(node.mtime),
                 xattrs: None,
             },
             dev: 1,
@@ -135,7 +140,7 @@ fn observe(at: &RelPath, node: &Node, with_fingerprint: bool) -> Observed {
             link_target,
             hash: hash.filter(|_| with_fingerprint),
         },
-        ctime: time,
+        ctime: time(node.stamp),
     }
 }
 
@@ -191,40 +196,51 @@ fn plan(world: &World, options: &SyncOptions) -> Outcome {
 
 /// Carry out a plan the way the engine's phases will: deletions deepest
 /// first, then everything else parents first. A copied node is new on the
-/// receiving host (a fresh stamp).
-fn apply(world: &mut World, items: &[SyncItem]) {
+/// receiving host (a fresh stamp), with its mtime under `--times` and a
+/// new one otherwise.
+fn apply(world: &mut World, items: &[SyncItem], times: bool) {
     for item in items.iter().rev() {
         if let Action::Delete { on } = item.action {
             world.tree_mut(on).remove(&item.path);
         }
     }
     for item in items {
-        apply_one(world, item);
+        apply_one(world, item, times);
     }
 }
 
-fn apply_one(world: &mut World, item: &SyncItem) {
+fn apply_one(world: &mut World, item: &SyncItem, times: bool) {
     let at = &item.path;
+    let stamp = world.fresh_stamp();
+    let carried = |source: &Node| if times { source.mtime } else { stamp };
     match item.action {
         Action::Copy { from, to } => {
-            let mut node = world.tree(from)[at].clone();
-            node.stamp = world.fresh_stamp();
+            let source = &world.tree(from)[at];
+            let node = Node {
+                mtime: carried(source),
+                stamp,
+                ..source.clone()
+            };
             world.tree_mut(to).insert(at.clone(), node);
         }
         Action::CopyProps { from, to } => {
-            let mode = world.tree(from)[at].mode;
-            let stamp = world.fresh_stamp();
+            let source = &world.tree(from)[at];
+            let (mode, mtime) = (source.mode, source.mtime);
             let node = world.tree_mut(to).get_mut(at).unwrap();
             (node.mode, node.stamp) = (mode, stamp);
+            if times {
+                node.mtime = mtime;
+            }
         }
         Action::CopyContentsAndPropsBack { from, to } => {
-            let body = world.tree(from)[at].body.clone();
+            let source = &world.tree(from)[at];
+            let (body, mtime) = (source.body.clone(), carried(source));
             let mode = world.tree(to)[at].mode;
-            let (stamp_to, stamp_from) = (world.fresh_stamp(), world.fresh_stamp());
             let node = world.tree_mut(to).get_mut(at).unwrap();
-            (node.body, node.stamp) = (body, stamp_to);
+            (node.body, node.mtime, node.stamp) = (body, mtime, stamp);
+            let stamp = world.fresh_stamp();
             let node = world.tree_mut(from).get_mut(at).unwrap();
-            (node.mode, node.stamp) = (mode, stamp_from);
+            (node.mode, node.stamp) = (mode, stamp);
         }
         Action::Delete { .. } | Action::Agree | Action::Nothing | Action::Conflict(_) => {}
     }
@@ -248,7 +264,7 @@ fn record(world: &mut World, items: &[SyncItem]) {
 
 fn sync(world: &mut World, options: &SyncOptions) -> Outcome {
     let outcome = plan(world, options);
-    apply(world, &outcome.items);
+    apply(world, &outcome.items, options.detect.props.times);
     record(world, &outcome.items);
     outcome
 }
@@ -327,9 +343,10 @@ fn check_sync(
                 }
             }
         } else {
+            let times = options.detect.props.times;
             let (x, y) = (
-                after.a.get(&at).map(Node::synced),
-                after.b.get(&at).map(Node::synced),
+                after.a.get(&at).map(|node| node.synced(times)),
+                after.b.get(&at).map(|node| node.synced(times)),
             );
             if x != y {
                 return Err(format!("{at} differs after sync: {x:?} / {y:?}"));
@@ -343,31 +360,23 @@ fn check_sync(
 }
 
 /// Each update outside a conflict (resolved or not) is what both sides now
-/// hold: its contents, and its properties when it changed them.
+/// hold: its contents, its permissions when it changed them, and a file's
+/// new mtime (under `--times`) unless the other side's new contents came
+/// with their own.
 fn no_change_lost(before: &World, after: &World, outcome: &Outcome) -> Result<(), String> {
     let excused = zones(&outcome.items, true);
-    for update in outcome
+    let checked = outcome
         .updates
         .iter()
-        .filter(|u| !in_zone(&excused, &u.path))
-    {
+        .filter(|u| !in_zone(&excused, &u.path));
+    for update in checked {
         for side in [Side::A, Side::B] {
-            let state = update.side(side);
             let mine = before.tree(side).get(&update.path);
             for holder in [Side::A, Side::B] {
                 let there = after.tree(holder).get(&update.path);
-                if contents_updated(&state.update)
-                    && there.map(|n| &n.body) != mine.map(|n| &n.body)
-                {
+                if let Some(what) = lost_part(update, side, mine, there) {
                     return Err(format!(
-                        "{side:?}'s new contents at {} are not on {holder:?}",
-                        update.path
-                    ));
-                }
-                let mode = |node: Option<&Node>| node.map(|n| n.synced().1);
-                if props_updated(&state.update) && mode(there) != mode(mine) {
-                    return Err(format!(
-                        "{side:?}'s new properties at {} are not on {holder:?}",
+                        "{side:?}'s new {what} at {} is not on {holder:?}",
                         update.path
                     ));
                 }
@@ -375,6 +384,31 @@ fn no_change_lost(before: &World, after: &World, outcome: &Outcome) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Which part of `side`'s update at this path (`mine` before the sync) is
+/// missing from what a side holds after it (`there`).
+fn lost_part(
+    update: &PathUpdate,
+    side: Side,
+    mine: Option<&Node>,
+    there: Option<&Node>,
+) -> Option<&'static str> {
+    let state = &update.side(side).update;
+    let other = &update.side(side.other()).update;
+    let body = |node: Option<&Node>| node.map(|n| n.body.clone());
+    let mode = |node: Option<&Node>| node.map(|n| n.synced(false).1);
+    let mtime = |node: Option<&Node>| node.map(|n| n.mtime);
+    let mtime_changed = matches!(state, Update::Changed(c) if c.mtime);
+    if contents_updated(state) && body(there) != body(mine) {
+        Some("contents")
+    } else if props_updated(state) && mode(there) != mode(mine) {
+        Some("permissions")
+    } else if mtime_changed && !contents_updated(other) && mtime(there) != mtime(mine) {
+        Some("mtime")
+    } else {
+        None
+    }
 }
 
 /// A second sync right after the first finds only the same conflicts.
@@ -417,6 +451,7 @@ fn file(n: u8, mode: u32, stamp: i64) -> Node {
     Node {
         body: Body::File(n),
         mode,
+        mtime: stamp,
         stamp,
     }
 }
@@ -425,6 +460,7 @@ fn link(n: u8, stamp: i64) -> Node {
     Node {
         body: Body::Link(n),
         mode: 0o777,
+        mtime: stamp,
         stamp,
     }
 }
@@ -433,6 +469,7 @@ fn dir(mode: u32, stamp: i64) -> Node {
     Node {
         body: Body::Dir,
         mode,
+        mtime: stamp,
         stamp,
     }
 }
@@ -447,8 +484,14 @@ fn state(index: usize) -> Vec<(&'static str, Node)> {
         1 => vec![("p", file(1, 0o644, 11))],
         2 => vec![("p", file(2, 0o644, 12))],
         3 => vec![("p", file(3, 0o644, 13))],
-        // State 1 with other permissions.
-        4 => vec![("p", file(1, 0o600, 14))],
+        // State 1 with other permissions (a chmod keeps the mtime).
+        4 => vec![(
+            "p",
+            Node {
+                mtime: 11,
+                ..file(1, 0o600, 14)
+            },
+        )],
         // State 1 touched: same contents and mode, new metadata.
         5 => vec![("p", file(1, 0o644, 15))],
         6 => vec![("p", link(1, 16))],
@@ -504,6 +547,11 @@ fn option_sets() -> Vec<SyncOptions> {
             detect: checksum,
             ..SyncOptions::default()
         },
+        with_times(SyncOptions::default()),
+        with_times(SyncOptions {
+            reconcile: reconcile(Some(Preference::Older), None),
+            ..SyncOptions::default()
+        }),
         SyncOptions {
             reconcile: reconcile(Some(Preference::Side(Side::A)), None),
             ..SyncOptions::default()
@@ -559,7 +607,7 @@ fn policies_leave_no_conflict_where_they_can_decide() {
                 sync(&mut forced, &force);
                 let synced = |tree: &Tree| -> Vec<_> {
                     tree.iter()
-                        .map(|(at, node)| (at.clone(), node.synced()))
+                        .map(|(at, node)| (at.clone(), node.synced(false)))
                         .collect()
                 };
                 assert_eq!(synced(&forced.a), synced(&before), "{archived} {a} {b}");
@@ -667,8 +715,8 @@ fn contents_one_way_and_permissions_the_other_both_survive() {
         }
     );
     sync(&mut world, &SyncOptions::default());
-    assert_eq!(world.a[&path("p")].synced(), (Body::File(2), 0o600));
-    assert_eq!(world.b[&path("p")].synced(), (Body::File(2), 0o600));
+    assert_eq!(world.a[&path("p")].synced(false), (Body::File(2), 0o600, 0));
+    assert_eq!(world.b[&path("p")].synced(false), (Body::File(2), 0o600, 0));
 }
 
 #[test]
@@ -791,6 +839,14 @@ fn side_strategy() -> impl Strategy<Value = Side> {
     prop_oneof![Just(Side::A), Just(Side::B)]
 }
 
+/// The same options with files' mtimes synced (`--times`), for detection and
+/// reconciliation alike.
+fn with_times(mut options: SyncOptions) -> SyncOptions {
+    options.detect.props.times = true;
+    options.reconcile.props.times = true;
+    options
+}
+
 fn options_strategy() -> impl Strategy<Value = SyncOptions> {
     let prefer = prop_oneof![
         4 => Just(None),
@@ -800,16 +856,23 @@ fn options_strategy() -> impl Strategy<Value = SyncOptions> {
         1 => Just(Some(Preference::Older)),
     ];
     let force = prop_oneof![6 => Just(None), 1 => Just(Some(Side::A)), 1 => Just(Some(Side::B))];
-    (any::<bool>(), prefer, force).prop_map(|(checksum, prefer, force)| SyncOptions {
-        detect: DetectOptions {
-            checksum,
-            ..DetectOptions::default()
-        },
-        reconcile: ReconcileOptions {
-            prefer,
-            force,
-            ..ReconcileOptions::default()
-        },
+    (any::<bool>(), any::<bool>(), prefer, force).prop_map(|(checksum, times, prefer, force)| {
+        let options = SyncOptions {
+            detect: DetectOptions {
+                checksum,
+                ..DetectOptions::default()
+            },
+            reconcile: ReconcileOptions {
+                prefer,
+                force,
+                ..ReconcileOptions::default()
+            },
+        };
+        if times {
+            with_times(options)
+        } else {
+            options
+        }
     })
 }
 
@@ -851,7 +914,15 @@ fn put(world: &mut World, side: Side, at: &RelPath, body: Body, default_mode: u3
     if body != Body::Dir || tree.get(at).is_some_and(|n| n.body != Body::Dir) {
         remove_tree(tree, at);
     }
-    tree.insert(at.clone(), Node { body, mode, stamp });
+    tree.insert(
+        at.clone(),
+        Node {
+            body,
+            mode,
+            mtime: stamp,
+            stamp,
+        },
+    );
 }
 
 fn run_op(world: &mut World, side: Side, op: &Op) {
@@ -874,11 +945,15 @@ fn run_op(world: &mut World, side: Side, op: &Op) {
     }
 }
 
+/// A chmod (`Some(mode)`) or a touch (`None`: a new mtime).
 fn restamp(world: &mut World, side: Side, at: &RelPath, mode: Option<u32>) {
     let stamp = world.fresh_stamp();
     if let Some(node) = world.tree_mut(side).get_mut(at) {
         node.stamp = stamp;
-        node.mode = mode.unwrap_or(node.mode);
+        match mode {
+            Some(mode) => node.mode = mode,
+            None => node.mtime = stamp,
+        }
     }
 }
 
