@@ -170,6 +170,50 @@ impl Archive {
         Entries::new(self, Cursor::subtree(dir))
     }
 
+    /// The entries directly in `dir`, in order: what a walk compares with
+    /// one directory's listing. One index seek per child, skipping the
+    /// subtrees between them, and memory for the listing only.
+    pub fn children(&self, dir: &RelPath) -> Result<Vec<Observed>, ArchiveError> {
+        let (subtree_lower, upper) = codec::subtree_bounds(dir);
+        let child_prefix_len = subtree_lower.len();
+        // Every child's key is the prefix and a name, whose first byte is
+        // at least 0x01.
+        let mut from = subtree_lower;
+        from.push(1);
+        let mut children = Vec::new();
+        while let Some(found) = self.first_from(&from, &upper)? {
+            let key = codec::key_of(&found.entry.path);
+            // The key of the child that holds `found` (itself, or an
+            // ancestor missing from the archive, when `found` is deeper).
+            let child_len = key[child_prefix_len..]
+                .iter()
+                .position(|&byte| byte == 0)
+                .map_or(key.len(), |at| child_prefix_len + at);
+            from = key[..child_len].to_vec();
+            from.push(1);
+            if child_len == key.len() {
+                children.push(found);
+            }
+        }
+        Ok(children)
+    }
+
+    /// The first entry whose key is at least `from` and below `upper`.
+    fn first_from(&self, from: &[u8], upper: &[u8]) -> Result<Option<Observed>, ArchiveError> {
+        let sql = format!(
+            "SELECT {} FROM entries WHERE key >= ?1 AND key < ?2 ORDER BY key LIMIT 1",
+            codec::ENTRY_COLUMNS
+        );
+        let mut statement = self.prepare(&sql)?;
+        let mut rows = statement
+            .query(rusqlite::params![from, upper])
+            .map_err(|e| self.sqlite(e))?;
+        match rows.next().map_err(|e| self.sqlite(e))? {
+            Some(row) => self.decode(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Start a batch of writes: one transaction, applied by
     /// [`Batch::commit`] and dropped whole otherwise.
     pub fn batch(&mut self) -> Result<Batch<'_>, ArchiveError> {

@@ -173,6 +173,13 @@ fn a_subtree_is_exactly_the_entries_beneath_the_directory() {
     assert_eq!(under(b"a/b"), [path(b"a/b/c")]);
     assert_eq!(under(b"a/b/c"), Vec::<RelPath>::new());
     assert_eq!(under(b"zzz"), Vec::<RelPath>::new());
+    let children = |dir: &[u8]| -> Vec<RelPath> {
+        let entries = archive.children(&path(dir)).unwrap();
+        entries.into_iter().map(|e| e.entry.path).collect()
+    };
+    assert_eq!(children(b"a"), [path(b"a/b"), path(b"a/\xff")]);
+    let top: [&[u8]; 6] = [b"a", b"a\x01", b"a-b", b"a.b", b"ab", b"b"];
+    assert_eq!(children(b""), top.map(path));
     let mut everything_but_root: Vec<RelPath> = names[1..].iter().map(|n| path(n)).collect();
     everything_but_root.sort();
     assert_eq!(under(b""), everything_but_root);
@@ -183,6 +190,23 @@ fn a_subtree_is_exactly_the_entries_beneath_the_directory() {
     batch.commit().unwrap();
     let left: [&[u8]; 6] = [b"", b"a", b"a\x01", b"a-b", b"a.b", b"ab"];
     assert_eq!(paths(&read_all(&archive)), left.map(path));
+}
+
+#[test]
+fn children_skip_what_has_no_entry_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut archive = open(dir.path());
+    // `o` and `o/x` were never recorded: their descendants are no children.
+    let names: [&[u8]; 4] = [b"n", b"o/x/y", b"o/x/z", b"p"];
+    let entries: Vec<Observed> = names.iter().map(|n| observed(n, Kind::Dir)).collect();
+    put_all(&mut archive, &entries);
+    let children = |dir: &[u8]| -> Vec<RelPath> {
+        let entries = archive.children(&path(dir)).unwrap();
+        entries.into_iter().map(|e| e.entry.path).collect()
+    };
+    assert_eq!(children(b""), [path(b"n"), path(b"p")]);
+    assert_eq!(children(b"o"), Vec::<RelPath>::new());
+    assert_eq!(children(b"o/x"), [path(b"o/x/y"), path(b"o/x/z")]);
 }
 
 #[test]
@@ -594,6 +618,21 @@ proptest! {
         expected.sort();
         expected.dedup();
         prop_assert_eq!(paths(&read_all(&archive)), expected.clone());
+        // Every children query agrees with `parent`.
+        for dir in expected.iter().chain([&RelPath::root()]) {
+            let got: Vec<RelPath> = archive
+                .children(dir)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.entry.path)
+                .collect();
+            let want: Vec<RelPath> = expected
+                .iter()
+                .filter(|p| p.parent().as_ref() == Some(dir))
+                .cloned()
+                .collect();
+            prop_assert_eq!(got, want);
+        }
         // Every subtree query agrees with `starts_with`.
         for dir in &expected {
             let got: Vec<RelPath> =
