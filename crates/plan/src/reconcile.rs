@@ -457,51 +457,44 @@ fn reconcile_at(
 ) -> usize {
     let update = &updates[index];
     let found = found_at(updates, index, &options.props);
-    if let Some(side) = options.force {
-        items.push(decided_by(
-            update,
-            found,
-            side,
-            Policy::Force(side),
-            &options.props,
-        ));
-        return index + 1;
-    }
-    let winner = match found {
-        Action::Conflict(_) => options
-            .prefer
-            .and_then(|preference| preferred_side(update, preference)),
-        _ => None,
+    let decision = policy_decision(update, found, options);
+    let decide = |at: &PathUpdate| match decision {
+        Some((winner, policy)) => decided_by(at, found, winner, policy, &options.props),
+        None => item(at, found, None),
     };
-    let item = match (winner, options.prefer) {
-        (Some(side), Some(preference)) => decided_by(
-            update,
-            found,
-            side,
-            Policy::Prefer(preference),
-            &options.props,
-        ),
-        _ => item(update, found, None),
-    };
-    items.push(item);
-    let covers_subtree =
-        matches!(found, Action::Conflict(_)) && !(update.a.is_dir() && update.b.is_dir());
-    if !covers_subtree {
+    items.push(decide(update));
+    // Under --force every path is made equal on its own.
+    if options.force.is_some() || !covers_subtree(update, found) {
         return index + 1;
     }
     let end = subtree_end(updates, index);
-    if let (Some(side), Some(preference)) = (winner, options.prefer) {
-        for beneath in &updates[index + 1..end] {
-            items.push(decided_by(
-                beneath,
-                found,
-                side,
-                Policy::Prefer(preference),
-                &options.props,
-            ));
-        }
+    if decision.is_some() {
+        items.extend(updates[index + 1..end].iter().map(decide));
     }
     end
+}
+
+/// The side a policy makes win at `update`, if any: `--force` everywhere,
+/// `--prefer` on the conflicts it can decide.
+fn policy_decision(
+    update: &PathUpdate,
+    found: Action,
+    options: &ReconcileOptions,
+) -> Option<(Side, Policy)> {
+    if let Some(side) = options.force {
+        return Some((side, Policy::Force(side)));
+    }
+    let preference = options.prefer?;
+    if !matches!(found, Action::Conflict(_)) {
+        return None;
+    }
+    preferred_side(update, preference).map(|side| (side, Policy::Prefer(preference)))
+}
+
+/// A conflict over a path that is not a directory on both sides is a
+/// conflict over its whole subtree: nothing beneath can be placed.
+fn covers_subtree(update: &PathUpdate, found: Action) -> bool {
+    matches!(found, Action::Conflict(_)) && !(update.a.is_dir() && update.b.is_dir())
 }
 
 /// What reconciliation finds at `updates[index]`, the rule for removed
