@@ -319,3 +319,65 @@ fn read_props(row: &Row<'_>) -> Result<Props, String> {
         xattrs: read_blob(row, 17)?.map(decode_xattrs).transpose()?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Paths from names that meet every ordering trap: bytes just above and
+    /// below '/', the lowest and highest name bytes, prefixes of each other.
+    fn awkward_path() -> impl Strategy<Value = RelPath> {
+        let name = prop::collection::vec(prop::sample::select(b"a-.0\x01\x7f\xff".to_vec()), 1..4);
+        prop::collection::vec(name, 0..4)
+            .prop_filter_map("not a path", |names| RelPath::new(&names.join(&b'/')).ok())
+    }
+
+    fn xattr_list() -> impl Strategy<Value = Vec<Xattr>> {
+        let entry = (
+            prop::collection::vec(any::<u8>(), 1..8),
+            prop::collection::vec(any::<u8>(), 0..16),
+        );
+        prop::collection::btree_map(entry.0, entry.1, 0..6)
+            .prop_map(|sorted| sorted.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn key_order_is_relpath_order(x in awkward_path(), y in awkward_path()) {
+            prop_assert_eq!(key_of(&x).cmp(&key_of(&y)), x.cmp(&y));
+            prop_assert_eq!(path_of(&key_of(&x)), Ok(x.clone()));
+            prop_assert!(key_of(&x) < key_above_all());
+        }
+
+        #[test]
+        fn subtree_bounds_hold_exactly_the_paths_beneath(x in awkward_path(), y in awkward_path()) {
+            let (lower, upper) = subtree_bounds(&x);
+            let key = key_of(&y);
+            let inside = key > lower && key < upper;
+            prop_assert_eq!(inside, y.starts_with(&x) && y != x);
+        }
+
+        #[test]
+        fn xattrs_round_trip(list in xattr_list()) {
+            prop_assert_eq!(decode_xattrs(&encode_xattrs(&list)), Ok(list));
+        }
+
+        #[test]
+        fn any_bytes_decode_to_valid_xattrs_or_an_error(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(list) = decode_xattrs(&bytes) {
+                prop_assert!(check_xattrs(&list).is_ok());
+                prop_assert_eq!(encode_xattrs(&list), bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_with_a_slash_or_an_empty_name_is_no_path() {
+        assert!(path_of(b"a/b").is_err());
+        assert!(path_of(b"a\0\0b").is_err());
+        assert!(path_of(b"a\0").is_err());
+        assert!(path_of(b"..").is_err());
+        assert_eq!(path_of(b"a\0b"), Ok(RelPath::new(b"a/b").unwrap()));
+    }
+}
