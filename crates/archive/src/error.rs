@@ -24,8 +24,8 @@ pub enum ArchiveError {
     },
     /// Not a readable archive of ours: corrupt or truncated, another
     /// program's file, or holding a value no archive of ours holds. The
-    /// caller treats the pair as having no archive ("both replicas were
-    /// empty" at the last sync) and may start afresh with
+    /// caller treats the pair as having no archive on either side ("both
+    /// replicas were empty" at the last sync) and may start afresh with
     /// [`crate::Archive::recreate`].
     Damaged { file: PathBuf, reason: String },
     /// An entry that cannot be stored: a value out of the bounds every

@@ -18,14 +18,16 @@
 //!   ([`ArchiveError::NewerFormat`]); a damaged or foreign file is reported
 //!   as [`ArchiveError::Damaged`], for the caller to treat as lost (the
 //!   Unison paper: "as though the replicas had both been completely empty")
-//!   and replace with [`Archive::recreate`].
+//!   and replace with [`Archive::recreate`]. Lost means lost on both sides:
+//!   see [`Archive::was_created`].
 //! - **Crash-safe.** Writes go through a [`Batch`], one SQLite transaction:
 //!   a batch that is dropped, or a run that dies, leaves the archive as it
 //!   was (see `schema::set_durability` for why `synchronous=FULL`). The
 //!   caller records a path only after its propagation succeeded.
 //! - **Bounded memory.** Entries are read in `RelPath` order a page at a
 //!   time ([`Cursor`], [`Entries`]), the whole archive or one directory's
-//!   subtree, never loaded whole.
+//!   subtree, never loaded whole; [`Archive::children`] reads one
+//!   directory's entries, [`Archive::get`] one path's.
 //!
 //! Everything read back is validated: an archive is outside input.
 
@@ -88,6 +90,7 @@ pub struct Archive {
     // (and checkpoints its log) while the lock is still held.
     connection: Connection,
     file: PathBuf,
+    created: bool,
     _lock: PairLock,
 }
 
@@ -129,6 +132,16 @@ impl Archive {
     /// The database file.
     pub fn file(&self) -> &Path {
         &self.file
+    }
+
+    /// This open made the archive: there was none (a first sync, or one
+    /// deleted by hand) or only an empty file. When one side's archive is
+    /// new and the other's is not, the two no longer describe one agreement
+    /// and the caller must treat both as lost: a path deleted on the side
+    /// that forgot it would otherwise look unchanged there, and never reach
+    /// the other side.
+    pub fn was_created(&self) -> bool {
+        self.created
     }
 
     /// The entry recorded at `path`, if any.
@@ -293,11 +306,12 @@ fn open_locked(
         | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let mut connection = Connection::open_with_flags(&file, flags)
         .map_err(|e| ArchiveError::from_sqlite(&file, e))?;
-    schema::prepare(&mut connection, &file, this_root, other_root)?;
+    let opened = schema::prepare(&mut connection, &file, this_root, other_root)?;
     check_no_hidden_keys(&connection, &file)?;
     Ok(Archive {
         connection,
         file,
+        created: opened == schema::Opened::Created,
         _lock: lock,
     })
 }

@@ -31,6 +31,13 @@ link_target BLOB, fingerprint BLOB, xattrs BLOB) WITHOUT ROWID";
 pub(crate) const CREATE_META: &str =
     "CREATE TABLE meta (name TEXT PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID";
 
+/// Whether [`prepare`] found an archive or made one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Opened {
+    Existing,
+    Created,
+}
+
 /// Ready a connection: refuse what is not ours or is newer, create the
 /// tables in a new file, check them in an old one.
 pub(crate) fn prepare(
@@ -38,7 +45,7 @@ pub(crate) fn prepare(
     file: &Path,
     this_root: &[u8],
     other_root: &[u8],
-) -> Result<(), ArchiveError> {
+) -> Result<Opened, ArchiveError> {
     let sqlite = |error| ArchiveError::from_sqlite(file, error);
     // A crafted archive must not run SQL functions through views or
     // triggers it brings along.
@@ -48,14 +55,16 @@ pub(crate) fn prepare(
     let header = read_header(connection).map_err(sqlite)?;
     if header.is_new() {
         set_durability(connection).map_err(sqlite)?;
-        return create(connection, this_root, other_root).map_err(sqlite);
+        create(connection, this_root, other_root).map_err(sqlite)?;
+        return Ok(Opened::Created);
     }
     // Only reads until the file is known to be ours and whole: a refused
     // file is left exactly as it was found.
     check_header(&header, file)?;
     check_tables(connection, file)?;
     check_roots(connection, file, this_root, other_root)?;
-    set_durability(connection).map_err(sqlite)
+    set_durability(connection).map_err(sqlite)?;
+    Ok(Opened::Existing)
 }
 
 struct Header {

@@ -239,6 +239,16 @@ fn streams_longer_than_a_page_are_whole_and_ordered_and_a_cursor_survives_writes
 }
 
 #[test]
+fn an_archive_says_whether_this_open_made_it() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(open(dir.path()).was_created());
+    assert!(!open(dir.path()).was_created());
+    // Deleted by hand: made anew, and it says so.
+    std::fs::remove_file(pair_files(dir.path(), THIS, OTHER).archive).unwrap();
+    assert!(open(dir.path()).was_created());
+}
+
+#[test]
 fn a_batch_dropped_without_commit_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut archive = open(dir.path());
@@ -405,6 +415,7 @@ fn a_truncated_archive_is_damaged_and_recreate_starts_afresh() {
     assert!(error.is_damaged(), "{error}");
     let fresh = Archive::recreate(dir.path(), THIS, OTHER).unwrap();
     assert!(fresh.is_empty().unwrap());
+    assert!(fresh.was_created());
     fresh.check_integrity().unwrap();
     assert!(pair_files(dir.path(), THIS, OTHER).set_aside.exists());
 }
