@@ -17,6 +17,7 @@
 pub mod detect;
 mod dirs;
 pub mod reconcile;
+pub mod sync_guard;
 
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
@@ -24,6 +25,7 @@ pub use reconcile::{
     reconcile_path, reconcile_tree, Action, ConflictReason, OutOfOrder, Override, PathUpdate,
     Policy, Preference, ReconcileOptions, Side, SideState, SyncItem,
 };
+pub use sync_guard::{check_deletions, SideCounts, SyncRefusal};
 
 use accord_model::{Entry, Expect, Kind, RelPath};
 
