@@ -462,7 +462,11 @@ fn reconcile_at(
         Some((winner, policy)) => decided_by(at, found, winner, policy, &options.props),
         None => item(at, found, None),
     };
-    items.push(decide(update));
+    let planned = decide(update);
+    // A path listed without an update on either side needs no item.
+    if planned.action != Action::Nothing {
+        items.push(planned);
+    }
     // Under --force every path is made equal on its own.
     if options.force.is_some() || !covers_subtree(update, found) {
         return index + 1;

@@ -766,6 +766,21 @@ fn force_reverses_a_propagation_and_says_so() {
 }
 
 #[test]
+fn a_path_listed_without_updates_gets_no_item() {
+    let unchanged = SideState {
+        update: Update::Unchanged,
+        now: None,
+    };
+    let listed = PathUpdate {
+        path: path("quiet"),
+        a: unchanged.clone(),
+        b: unchanged,
+    };
+    let items = reconcile_tree(&[listed], &ReconcileOptions::default()).unwrap();
+    assert!(items.is_empty(), "{items:?}");
+}
+
+#[test]
 fn paths_out_of_order_are_refused() {
     let state = |update| SideState { update, now: None };
     let at = |text| PathUpdate {
