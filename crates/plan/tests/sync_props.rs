@@ -29,6 +29,9 @@ enum Body {
     /// A symlink to target number n.
     Link(u8),
     Dir,
+    Fifo,
+    /// A character device with device number n.
+    Device(u8),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +113,14 @@ fn path(text: &str) -> RelPath {
     RelPath::new(text.as_bytes()).unwrap()
 }
 
+fn kind_of_special(body: &Body) -> Kind {
+    match body {
+        Body::Fifo => Kind::Fifo,
+        Body::Device(_) => Kind::CharDev,
+        _ => Kind::Dir,
+    }
+}
+
 /// A node as a scan sees it; a file's fingerprint only when asked for.
 fn observe(at: &RelPath, node: &Node, with_fingerprint: bool) -> Observed {
     let (kind, size, link_target, hash) = match node.body {
@@ -117,7 +128,11 @@ fn observe(at: &RelPath, node: &Node, with_fingerprint: bool) -> Observed {
         // detection meets both cases.
         Body::File(n) => (Kind::File, 10 + u64::from(n % 2), None, Some([n; 32])),
         Body::Link(n) => (Kind::Symlink, 2, Some(vec![b't', b'0' + n]), None),
-        Body::Dir => (Kind::Dir, 0, None, None),
+        Body::Dir | Body::Fifo | Body::Device(_) => (kind_of_special(&node.body), 0, None, None),
+    };
+    let rdev = match node.body {
+        Body::Device(n) => u64::from(n),
+        _ => 0,
     };
     let time = |sec| Time { sec, nsec: 0 };
     Observed {
@@ -135,7 +150,7 @@ fn observe(at: &RelPath, node: &Node, with_fingerprint: bool) -> Observed {
             dev: 1,
             ino: node.stamp as u64,
             nlink: 1,
-            rdev: 0,
+            rdev,
             blocks: 0,
             link_target,
             hash: hash.filter(|_| with_fingerprint),
@@ -465,6 +480,15 @@ fn link(n: u8, stamp: i64) -> Node {
     }
 }
 
+fn special(body: Body, stamp: i64) -> Node {
+    Node {
+        body,
+        mode: 0o644,
+        mtime: stamp,
+        stamp,
+    }
+}
+
 fn dir(mode: u32, stamp: i64) -> Node {
     Node {
         body: Body::Dir,
@@ -501,11 +525,14 @@ fn state(index: usize) -> Vec<(&'static str, Node)> {
         10 => child(file(2, 0o644, 20)),
         11 => vec![("p", dir(0o700, 21)), ("p/c", file(1, 0o644, 19))],
         12 => child(file(1, 0o600, 22)),
+        13 => vec![("p", special(Body::Fifo, 23))],
+        14 => vec![("p", special(Body::Device(1), 24))],
+        15 => vec![("p", special(Body::Device(2), 25))],
         _ => unreachable!(),
     }
 }
 
-const STATES: usize = 13;
+const STATES: usize = 16;
 
 fn tree_of(index: usize) -> Tree {
     state(index)
