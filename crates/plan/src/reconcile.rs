@@ -460,7 +460,7 @@ fn reconcile_at(
     let decision = policy_decision(update, found, options);
     let decide = |at: &PathUpdate| match decision {
         Some((winner, policy)) => decided_by(at, found, winner, policy, &options.props),
-        None => item(at, found, None),
+        None => sync_item(at, found, None),
     };
     let planned = decide(update);
     // A path listed without an update on either side needs no item.
@@ -586,7 +586,7 @@ fn decided_by(
 ) -> SyncItem {
     let action = make_equal_to(winner, update, synced);
     let overridden = (action != found).then_some(Override { found, by: policy });
-    item(update, action, overridden)
+    sync_item(update, action, overridden)
 }
 
 /// What makes the loser hold what `winner` holds at this path.
@@ -612,7 +612,7 @@ fn make_equal_to(winner: Side, update: &PathUpdate, synced: &SyncedProps) -> Act
     }
 }
 
-fn item(update: &PathUpdate, action: Action, overridden: Option<Override>) -> SyncItem {
+fn sync_item(update: &PathUpdate, action: Action, overridden: Option<Override>) -> SyncItem {
     SyncItem {
         path: update.path.clone(),
         action,
