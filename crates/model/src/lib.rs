@@ -352,6 +352,17 @@ pub struct Entry {
     pub hash: Option<Fingerprint>,
 }
 
+/// An entry with its inode change time: what a two-way sync's update
+/// detection compares, and what its archive records. `Entry` leaves the
+/// ctime out because a mirror never needs it; a sync does, because nobody
+/// can set a ctime back, so an unchanged ctime vouches for unchanged
+/// contents where an mtime alone cannot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub entry: Entry,
+    pub ctime: Time,
+}
+
 impl Entry {
     /// A file whose allocated blocks cover less than its size has holes.
     pub fn looks_sparse(&self) -> bool {

@@ -1,5 +1,7 @@
 //! Pure planning: from a source scan, a destination scan and options to a
-//! mirror plan. No I/O, no clocks, no globals.
+//! mirror plan; and for a two-way sync, update detection against an archive
+//! ([`detect`]) and reconciliation of both sides' updates into a sync plan
+//! ([`reconcile`]). No I/O, no clocks, no globals.
 //!
 //! A [`MirrorPlan`] is data, grouped in the phases the engine runs, each phase
 //! a list of independent items:
@@ -12,9 +14,18 @@
 //! 5. `links`: hard links to a group's first path (after phase 4);
 //! 6. `dir_meta`: directory properties, deepest first (after their subtree).
 
+pub mod detect;
 mod dirs;
+pub mod reconcile;
+pub mod sync_guard;
 
+pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
+pub use reconcile::{
+    reconcile_path, reconcile_tree, Action, ConflictReason, OutOfOrder, Override, PathUpdate,
+    Policy, Preference, ReconcileOptions, Side, SideState, SyncItem,
+};
+pub use sync_guard::{check_deletions, SideCounts, SyncRefusal};
 
 use accord_model::{Entry, Expect, Kind, RelPath};
 

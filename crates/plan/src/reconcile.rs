@@ -1,0 +1,623 @@
+//! Two-way reconciliation (the Unison paper, §3): from what changed on each
+//! side of a path since the last agreement to what to do about it.
+//!
+//! - Changed on one side only: propagate it to the other.
+//! - Changed on both sides to the same result (same kind, same fingerprint,
+//!   same link target, same synced properties): agreed; only the archives
+//!   learn it.
+//! - Changed on both sides differently: a conflict, left alone.
+//! - A directory deleted (or replaced by something else) on one side while
+//!   something beneath it was created or changed on the other: a conflict
+//!   for the whole directory, never a silent deletion of the change. Mere
+//!   deletions beneath it on the other side do not conflict: they agree
+//!   with the directory's deletion (Unison calls this a conflict too).
+//! - A lost or unreadable archive is no archive: every present path is
+//!   "created" on its side, so equal ones agree and differing ones conflict
+//!   (the paper's "as though both replicas had been empty").
+//!
+//! Contents and properties are reconciled apart when they do not clash: a
+//! file edited on one side whose permissions (owner, extended attributes)
+//! changed on the other gets both changes
+//! ([`Action::CopyContentsAndPropsBack`]), and two sides that reached the
+//! same new contents while only one changed the permissions take that
+//! side's ([`Action::CopyProps`]). Unison does this for a directory's
+//! properties, but its reconciler reports both cases as conflicts for
+//! files; we do not, since neither change is lost and neither clashes (a
+//! comparison with Unison lists them as deliberate differences, with the
+//! deletions beneath a deleted directory above). A changed mtime (under
+//! `--times`) is not such a property: it belongs to the contents it dates,
+//! so new contents from the other side replace it. Properties changed on
+//! both sides differently are a conflict; so is a deletion on one side
+//! against a property change on the other.
+//!
+//! Policies ([`ReconcileOptions::prefer`], [`ReconcileOptions::force`]) are
+//! applied here, so the plan says which items a policy decided
+//! ([`SyncItem::overridden`]) and a caller only maps flags to options.
+
+use crate::detect::{mtime_differs, props_differ, SyncedProps, Update};
+use accord_model::{Entry, Kind, Observed, RelPath};
+
+/// One of the two replicas, in the order the user named them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    pub fn other(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+}
+
+/// One side's state at one path, as reconciliation takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SideState {
+    pub update: Update,
+    /// What the side holds at the path now. A regular file carries its
+    /// fingerprint: from detection when its contents changed, from the
+    /// archive when they did not (see [`SideState::new`]).
+    pub now: Option<Entry>,
+}
+
+impl SideState {
+    /// The state of a side whose detection said `update` for `current`
+    /// against `archived`. A file whose contents did not change gets the
+    /// archive's fingerprint, so that any two files can be compared.
+    pub fn new(
+        update: Update,
+        archived: Option<&Observed>,
+        current: Option<&Observed>,
+    ) -> SideState {
+        let mut now = current.map(|observed| observed.entry.clone());
+        if let (Some(entry), Some(was)) = (now.as_mut(), archived) {
+            if entry.hash.is_none() && !contents_updated(&update) {
+                entry.hash = was.entry.hash;
+            }
+        }
+        SideState { update, now }
+    }
+
+    fn is_dir(&self) -> bool {
+        self.now
+            .as_ref()
+            .is_some_and(|entry| entry.kind == Kind::Dir)
+    }
+}
+
+/// Both sides at one path where at least one side has an update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathUpdate {
+    pub path: RelPath,
+    pub a: SideState,
+    pub b: SideState,
+}
+
+impl PathUpdate {
+    pub fn side(&self, side: Side) -> &SideState {
+        match side {
+            Side::A => &self.a,
+            Side::B => &self.b,
+        }
+    }
+}
+
+/// Why a path is a conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConflictReason {
+    /// Both sides changed (or created) the path with different results:
+    /// other contents, another link target, another kind.
+    BothChanged,
+    /// One side deleted the path; the other changed its contents or its
+    /// properties.
+    DeletedAndChanged { deleted_on: Side },
+    /// Both sides changed the properties (permissions, owner, extended
+    /// attributes, a file's mtime under `--times`) to different values.
+    BothChangedProps,
+    /// A directory was deleted or replaced on one side while something
+    /// beneath it was created or changed on the other. The conflict is the
+    /// whole directory.
+    ChangedBeneathRemovedDirectory { removed_on: Side },
+}
+
+/// What to do at one path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Nothing changed (what [`reconcile_path`] says of a path without
+    /// updates; never in a plan).
+    Nothing,
+    /// Both sides already hold the same thing: only the archives are
+    /// updated (equal changes on both sides, a touch).
+    Agree,
+    /// `to` takes `from`'s entry whole: kind, contents, properties.
+    Copy { from: Side, to: Side },
+    /// The path is removed from `on` (its subtree has items of its own).
+    Delete { on: Side },
+    /// The contents are equal; `to` takes `from`'s properties.
+    CopyProps { from: Side, to: Side },
+    /// `from` changed the contents, `to` only the permissions, owner or
+    /// extended attributes: `to` takes `from`'s contents (and their mtime)
+    /// keeping its own permissions, owner and extended attributes, and
+    /// `from` takes those of `to`. Both changes survive.
+    CopyContentsAndPropsBack { from: Side, to: Side },
+    /// Left alone on both sides.
+    Conflict(ConflictReason),
+}
+
+/// `--prefer`: how a conflict is resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Preference {
+    Side(Side),
+    /// The side whose entry has the later mtime; against a deletion, the
+    /// side that still has the entry. Equal mtimes leave the conflict.
+    Newer,
+    /// The side whose entry has the earlier mtime. A deletion or equal
+    /// mtimes leave the conflict.
+    Older,
+}
+
+/// A policy that overrode what reconciliation found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// `--prefer`: conflicts resolved.
+    Prefer(Preference),
+    /// `--force`: this side's state wins everywhere this run (one-way).
+    Force(Side),
+}
+
+/// Options of reconciliation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReconcileOptions {
+    pub props: SyncedProps,
+    pub prefer: Option<Preference>,
+    /// Wins over `prefer`.
+    pub force: Option<Side>,
+}
+
+/// A policy's decision: what reconciliation had found, and which policy
+/// replaced it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Override {
+    pub found: Action,
+    pub by: Policy,
+}
+
+/// One item of a sync plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncItem {
+    pub path: RelPath,
+    pub action: Action,
+    /// Set when a policy chose `action` (a conflict "resolved by --prefer",
+    /// a propagation reversed by `--force`).
+    pub overridden: Option<Override>,
+    /// What each side held when the plan was made: what a step must find
+    /// there before it changes anything (safety rule 3).
+    pub a: Option<Entry>,
+    pub b: Option<Entry>,
+}
+
+impl SyncItem {
+    /// The reason, when the item is a conflict left to the user.
+    pub fn conflict(&self) -> Option<ConflictReason> {
+        match self.action {
+            Action::Conflict(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// What `side` holds at the item's path.
+    pub fn entry(&self, side: Side) -> Option<&Entry> {
+        match side {
+            Side::A => self.a.as_ref(),
+            Side::B => self.b.as_ref(),
+        }
+    }
+}
+
+/// The paths given to [`reconcile_tree`] were not strictly in `RelPath`
+/// order (the first one out of place).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutOfOrder {
+    pub path: RelPath,
+}
+
+/// Is this an update of the contents (presence, kind, bytes, target)?
+pub fn contents_updated(update: &Update) -> bool {
+    match update {
+        Update::Created | Update::Deleted { .. } => true,
+        Update::Changed(changes) => changes.kind || changes.contents,
+        Update::Unchanged | Update::Touched => false,
+    }
+}
+
+/// Is this an update of the permissions, owner or extended attributes?
+pub fn props_updated(update: &Update) -> bool {
+    matches!(update, Update::Changed(changes) if changes.props)
+}
+
+fn mtime_updated(update: &Update) -> bool {
+    matches!(update, Update::Changed(changes) if changes.mtime)
+}
+
+/// Is this any update at all (a touch is not)?
+pub fn is_update(update: &Update) -> bool {
+    !matches!(update, Update::Unchanged | Update::Touched)
+}
+
+/// Do two entries (or absences) hold the same contents? Files compare by
+/// fingerprint; a file without one equals nothing.
+pub fn same_contents(x: Option<&Entry>, y: Option<&Entry>) -> bool {
+    let (x, y) = match (x, y) {
+        (None, None) => return true,
+        (Some(x), Some(y)) if x.kind == y.kind => (x, y),
+        _ => return false,
+    };
+    match x.kind {
+        Kind::File => x.hash.is_some() && x.hash == y.hash,
+        Kind::Symlink => x.link_target == y.link_target,
+        Kind::CharDev | Kind::BlockDev => x.rdev == y.rdev,
+        Kind::Dir | Kind::Fifo | Kind::Socket => true,
+    }
+}
+
+/// Do two entries of one kind agree on every synced property?
+pub fn same_props(x: &Entry, y: &Entry, synced: &SyncedProps) -> bool {
+    !props_differ(x, y, synced) && !mtime_differs(x, y, synced)
+}
+
+/// Reconcile one path on its own (without regard to its subtree).
+pub fn reconcile_path(a: &SideState, b: &SideState, synced: &SyncedProps) -> Action {
+    match (contents_updated(&a.update), contents_updated(&b.update)) {
+        (true, true) => both_changed_contents(a, b, synced),
+        (true, false) => one_changed_contents(Side::A, a, b, synced),
+        (false, true) => one_changed_contents(Side::B, b, a, synced),
+        (false, false) => only_props(a, b, synced),
+    }
+}
+
+fn both_changed_contents(a: &SideState, b: &SideState, synced: &SyncedProps) -> Action {
+    let (x, y) = (a.now.as_ref(), b.now.as_ref());
+    if !same_contents(x, y) {
+        return Action::Conflict(match (x, y) {
+            (None, _) => ConflictReason::DeletedAndChanged {
+                deleted_on: Side::A,
+            },
+            (_, None) => ConflictReason::DeletedAndChanged {
+                deleted_on: Side::B,
+            },
+            _ => ConflictReason::BothChanged,
+        });
+    }
+    match (x, y) {
+        (Some(x), Some(y)) if !same_props(x, y, synced) => {
+            props_after_equal_contents(&a.update, &b.update)
+        }
+        _ => Action::Agree,
+    }
+}
+
+/// Both sides reached the same contents with other properties: the side
+/// that changed its properties (or made the entry anew) wins if the other
+/// did not.
+fn props_after_equal_contents(a: &Update, b: &Update) -> Action {
+    let fresh_props = |update: &Update| match update {
+        Update::Created => true,
+        Update::Changed(changes) => changes.kind || changes.props || changes.mtime,
+        _ => false,
+    };
+    match (fresh_props(a), fresh_props(b)) {
+        (true, false) => Action::CopyProps {
+            from: Side::A,
+            to: Side::B,
+        },
+        (false, true) => Action::CopyProps {
+            from: Side::B,
+            to: Side::A,
+        },
+        _ => Action::Conflict(ConflictReason::BothChangedProps),
+    }
+}
+
+/// `winner` changed the contents; `other` did not.
+fn one_changed_contents(
+    winner_side: Side,
+    winner: &SideState,
+    other: &SideState,
+    synced: &SyncedProps,
+) -> Action {
+    if !props_updated(&other.update) {
+        // Untouched, touched, or only its mtime moved, which the new
+        // contents bring anew.
+        return take_whole(winner_side, winner, other, synced);
+    }
+    let (Some(new), Some(kept)) = (winner.now.as_ref(), other.now.as_ref()) else {
+        return Action::Conflict(match winner.now {
+            None => ConflictReason::DeletedAndChanged {
+                deleted_on: winner_side,
+            },
+            Some(_) => ConflictReason::BothChanged,
+        });
+    };
+    match winner.update {
+        Update::Changed(changes) if !changes.kind => {
+            if !changes.props {
+                Action::CopyContentsAndPropsBack {
+                    from: winner_side,
+                    to: winner_side.other(),
+                }
+            } else if props_differ(new, kept, synced) {
+                Action::Conflict(ConflictReason::BothChangedProps)
+            } else {
+                copy(winner_side)
+            }
+        }
+        // A new entry (or a new kind) against a change of the old one's
+        // properties: one of them would be lost.
+        _ => Action::Conflict(ConflictReason::BothChanged),
+    }
+}
+
+/// Make the other side hold what `winner_side` holds.
+fn take_whole(
+    winner_side: Side,
+    winner: &SideState,
+    other: &SideState,
+    synced: &SyncedProps,
+) -> Action {
+    match (winner.now.as_ref(), other.now.as_ref()) {
+        (None, None) => Action::Agree,
+        (None, Some(_)) => Action::Delete {
+            on: winner_side.other(),
+        },
+        // Already equal (the archives lagged behind a propagation).
+        (Some(x), Some(y)) if same_contents(Some(x), Some(y)) && same_props(x, y, synced) => {
+            Action::Agree
+        }
+        (Some(_), _) => copy(winner_side),
+    }
+}
+
+fn copy(from: Side) -> Action {
+    Action::Copy {
+        from,
+        to: from.other(),
+    }
+}
+
+/// Neither side changed the contents.
+fn only_props(a: &SideState, b: &SideState, synced: &SyncedProps) -> Action {
+    let changed = |state: &SideState| props_updated(&state.update) || mtime_updated(&state.update);
+    let (changed_a, changed_b) = (changed(a), changed(b));
+    if !changed_a && !changed_b {
+        let touched = a.update == Update::Touched || b.update == Update::Touched;
+        return if touched {
+            Action::Agree
+        } else {
+            Action::Nothing
+        };
+    }
+    let (Some(x), Some(y)) = (a.now.as_ref(), b.now.as_ref()) else {
+        // The archives disagree about whether the path exists: make the
+        // side without it take it.
+        let winner = if a.now.is_some() { Side::A } else { Side::B };
+        let (w, o) = if winner == Side::A { (a, b) } else { (b, a) };
+        return take_whole(winner, w, o, synced);
+    };
+    match (changed_a, changed_b) {
+        _ if same_props(x, y, synced) => Action::Agree,
+        (true, false) => Action::CopyProps {
+            from: Side::A,
+            to: Side::B,
+        },
+        (false, true) => Action::CopyProps {
+            from: Side::B,
+            to: Side::A,
+        },
+        _ => Action::Conflict(ConflictReason::BothChangedProps),
+    }
+}
+
+/// Reconcile a tree: `updates` holds, in strictly increasing `RelPath`
+/// order, every path where at least one side has an update (or a touch),
+/// with both sides' states. Paths without updates need nothing and are not
+/// listed. Items come out in the same order; a conflict over a path that is
+/// not a directory on both sides covers its subtree (no items beneath it).
+pub fn reconcile_tree(
+    updates: &[PathUpdate],
+    options: &ReconcileOptions,
+) -> Result<Vec<SyncItem>, OutOfOrder> {
+    check_order(updates)?;
+    let mut items = Vec::with_capacity(updates.len());
+    let mut index = 0;
+    while index < updates.len() {
+        index = reconcile_at(updates, index, options, &mut items);
+    }
+    Ok(items)
+}
+
+fn check_order(updates: &[PathUpdate]) -> Result<(), OutOfOrder> {
+    match updates.windows(2).find(|pair| pair[0].path >= pair[1].path) {
+        Some(pair) => Err(OutOfOrder {
+            path: pair[1].path.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Plan `updates[index]` (and its subtree when a conflict covers it);
+/// returns the index of the next path to plan.
+fn reconcile_at(
+    updates: &[PathUpdate],
+    index: usize,
+    options: &ReconcileOptions,
+    items: &mut Vec<SyncItem>,
+) -> usize {
+    let update = &updates[index];
+    let found = found_at(updates, index, &options.props);
+    let decision = policy_decision(update, found, options);
+    let decide = |at: &PathUpdate| match decision {
+        Some((winner, policy)) => decided_by(at, found, winner, policy, &options.props),
+        None => sync_item(at, found, None),
+    };
+    let planned = decide(update);
+    // A path listed without an update on either side needs no item.
+    if planned.action != Action::Nothing {
+        items.push(planned);
+    }
+    // Under --force every path is made equal on its own.
+    if options.force.is_some() || !covers_subtree(update, found) {
+        return index + 1;
+    }
+    let end = subtree_end(updates, index);
+    if decision.is_some() {
+        items.extend(updates[index + 1..end].iter().map(decide));
+    }
+    end
+}
+
+/// The side a policy makes win at `update`, if any: `--force` everywhere,
+/// `--prefer` on the conflicts it can decide.
+fn policy_decision(
+    update: &PathUpdate,
+    found: Action,
+    options: &ReconcileOptions,
+) -> Option<(Side, Policy)> {
+    if let Some(side) = options.force {
+        return Some((side, Policy::Force(side)));
+    }
+    let preference = options.prefer?;
+    if !matches!(found, Action::Conflict(_)) {
+        return None;
+    }
+    preferred_side(update, preference).map(|side| (side, Policy::Prefer(preference)))
+}
+
+/// A conflict over a path that is not a directory on both sides is a
+/// conflict over its whole subtree: nothing beneath can be placed.
+fn covers_subtree(update: &PathUpdate, found: Action) -> bool {
+    matches!(found, Action::Conflict(_)) && !(update.a.is_dir() && update.b.is_dir())
+}
+
+/// What reconciliation finds at `updates[index]`, the rule for removed
+/// directories included.
+fn found_at(updates: &[PathUpdate], index: usize, synced: &SyncedProps) -> Action {
+    let found = reconcile_path(&updates[index].a, &updates[index].b, synced);
+    if matches!(found, Action::Conflict(_)) {
+        return found;
+    }
+    match removed_directory_with_changes_beneath(updates, index) {
+        Some(removed_on) => {
+            Action::Conflict(ConflictReason::ChangedBeneathRemovedDirectory { removed_on })
+        }
+        None => found,
+    }
+}
+
+/// The side that deleted or replaced the directory at `updates[index]`
+/// while the other side, still holding it, created or changed something
+/// beneath it.
+fn removed_directory_with_changes_beneath(updates: &[PathUpdate], index: usize) -> Option<Side> {
+    let update = &updates[index];
+    [Side::A, Side::B].into_iter().find(|&side| {
+        let keeper = side.other();
+        removed_directory(&update.side(side).update)
+            && update.side(keeper).is_dir()
+            && updates[index + 1..subtree_end(updates, index)]
+                .iter()
+                .any(|beneath| created_or_changed(&beneath.side(keeper).update))
+    })
+}
+
+fn removed_directory(update: &Update) -> bool {
+    match update {
+        Update::Deleted { was } => *was == Kind::Dir,
+        Update::Changed(changes) => changes.kind && changes.was == Kind::Dir,
+        _ => false,
+    }
+}
+
+fn created_or_changed(update: &Update) -> bool {
+    matches!(update, Update::Created | Update::Changed(_))
+}
+
+/// The index just past the subtree of `updates[index]` (its descendants
+/// follow it contiguously in `RelPath` order).
+fn subtree_end(updates: &[PathUpdate], index: usize) -> usize {
+    let dir = &updates[index].path;
+    let beneath = updates[index + 1..]
+        .iter()
+        .take_while(|update| update.path.starts_with(dir))
+        .count();
+    index + 1 + beneath
+}
+
+/// The side `preference` picks for a conflict at `update`, if it can.
+fn preferred_side(update: &PathUpdate, preference: Preference) -> Option<Side> {
+    // The side that wins when A's mtime is the later one.
+    let winner_if_a_is_later = match preference {
+        Preference::Side(side) => return Some(side),
+        Preference::Newer => Side::A,
+        Preference::Older => Side::B,
+    };
+    match (update.a.now.as_ref(), update.b.now.as_ref()) {
+        (Some(x), Some(y)) => match x.props.mtime.cmp(&y.props.mtime) {
+            std::cmp::Ordering::Greater => Some(winner_if_a_is_later),
+            std::cmp::Ordering::Less => Some(winner_if_a_is_later.other()),
+            std::cmp::Ordering::Equal => None,
+        },
+        // A deletion has no time: what still exists counts as newer.
+        (Some(_), None) if preference == Preference::Newer => Some(Side::A),
+        (None, Some(_)) if preference == Preference::Newer => Some(Side::B),
+        _ => None,
+    }
+}
+
+/// The item that makes both sides hold what `winner` holds, marked as the
+/// policy's decision when it differs from what was found.
+fn decided_by(
+    update: &PathUpdate,
+    found: Action,
+    winner: Side,
+    policy: Policy,
+    synced: &SyncedProps,
+) -> SyncItem {
+    let action = make_equal_to(winner, update, synced);
+    let overridden = (action != found).then_some(Override { found, by: policy });
+    sync_item(update, action, overridden)
+}
+
+/// What makes the loser hold what `winner` holds at this path.
+fn make_equal_to(winner: Side, update: &PathUpdate, synced: &SyncedProps) -> Action {
+    let loser = winner.other();
+    match (
+        update.side(winner).now.as_ref(),
+        update.side(loser).now.as_ref(),
+    ) {
+        (None, None) => Action::Agree,
+        (None, Some(_)) => Action::Delete { on: loser },
+        (Some(x), Some(y)) if same_contents(Some(x), Some(y)) => {
+            if same_props(x, y, synced) {
+                Action::Agree
+            } else {
+                Action::CopyProps {
+                    from: winner,
+                    to: loser,
+                }
+            }
+        }
+        (Some(_), _) => copy(winner),
+    }
+}
+
+fn sync_item(update: &PathUpdate, action: Action, overridden: Option<Override>) -> SyncItem {
+    SyncItem {
+        path: update.path.clone(),
+        action,
+        overridden,
+        a: update.a.now.clone(),
+        b: update.b.now.clone(),
+    }
+}
