@@ -1,0 +1,357 @@
+//! The queue's promises, checked on both implementations: the in-memory
+//! one, and Redis Streams on a real `redis-server` that the test starts on
+//! a loopback port with a configuration made for the run.
+
+use accord_queue::{
+    MemoryQueue, Policy, QueueError, RedisQueue, RedisTarget, RunState, TaskId, TaskQueue, MAX_TASK,
+};
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A `redis-server` of the test's own.
+struct Redis {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// `None` (said loudly) when redis-server is not installed.
+    fn start(password: Option<&str>) -> Option<Redis> {
+        if Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("SKIP: redis-server is not installed (scripts/test installs it)");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(p) = password {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd.spawn().unwrap();
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Redis {
+            child,
+            port,
+            _dir: dir,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn queue(&self, run: &str, policy: Policy) -> RedisQueue {
+        let target = RedisTarget {
+            url: self.url(),
+            run: run.into(),
+        };
+        RedisQueue::open(&target, policy).unwrap()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn policy(claim_ms: u64, max_attempts: u32) -> Policy {
+    Policy {
+        claim_timeout: Duration::from_millis(claim_ms),
+        max_attempts,
+    }
+}
+
+/// Run `check` on a fresh queue of each kind.
+fn on_both(policy: Policy, check: impl Fn(&dyn TaskQueue)) {
+    check(&MemoryQueue::new(policy));
+    if let Some(redis) = Redis::start(None) {
+        check(&redis.queue("test-run", policy));
+    }
+}
+
+fn tasks(n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("task {i}").into_bytes()).collect()
+}
+
+fn ids(leases: &[accord_queue::Lease]) -> Vec<TaskId> {
+    leases.iter().map(|l| l.id.clone()).collect()
+}
+
+const NO_WAIT: Duration = Duration::ZERO;
+
+#[test]
+fn pushed_tasks_are_leased_in_batches_and_done_once() {
+    on_both(Policy::default(), |q| {
+        q.push(&tasks(10)).unwrap();
+        let first = q.lease("w1", 4, NO_WAIT).unwrap();
+        assert_eq!(first.len(), 4);
+        assert_eq!(first[0].task, b"task 0");
+        assert!(first.iter().all(|l| l.attempts == 0));
+        let s = q.stats().unwrap();
+        assert_eq!((s.waiting, s.leased, s.done), (6, 4, 0));
+        q.ack(&ids(&first)).unwrap();
+        q.ack(&ids(&first)).unwrap();
+        let rest = q.lease("w2", 100, NO_WAIT).unwrap();
+        assert_eq!(rest.len(), 6);
+        q.ack(&ids(&rest)).unwrap();
+        let s = q.stats().unwrap();
+        assert_eq!((s.waiting, s.leased, s.done, s.dead), (0, 0, 10, 0));
+    });
+}
+
+#[test]
+fn an_empty_queue_waits_then_hands_out_nothing() {
+    on_both(Policy::default(), |q| {
+        let start = Instant::now();
+        assert!(q
+            .lease("w", 8, Duration::from_millis(150))
+            .unwrap()
+            .is_empty());
+        assert!(start.elapsed() >= Duration::from_millis(150));
+    });
+}
+
+#[test]
+fn a_paused_run_hands_out_no_task_and_resumes_where_it_was() {
+    on_both(Policy::default(), |q| {
+        q.push(&tasks(5)).unwrap();
+        let before = q.lease("w", 2, NO_WAIT).unwrap();
+        q.set_state(RunState::Paused).unwrap();
+        assert_eq!(q.state().unwrap(), RunState::Paused);
+        let mut handed_out = 0;
+        for _ in 0..5 {
+            handed_out += q.lease("w", 10, Duration::from_millis(20)).unwrap().len();
+        }
+        assert_eq!(handed_out, 0, "tasks handed out while paused");
+        // What was leased before the pause may still finish.
+        q.ack(&ids(&before)).unwrap();
+        q.set_state(RunState::Stopped).unwrap();
+        assert!(q.lease("w", 10, NO_WAIT).unwrap().is_empty());
+        q.set_state(RunState::Running).unwrap();
+        let after = q.lease("w", 10, NO_WAIT).unwrap();
+        assert_eq!(after.len(), 3);
+        q.ack(&ids(&after)).unwrap();
+        assert_eq!(q.stats().unwrap().done, 5);
+    });
+}
+
+#[test]
+fn a_lost_workers_tasks_go_to_another_after_the_claim_timeout() {
+    on_both(policy(200, 5), |q| {
+        q.push(&tasks(3)).unwrap();
+        let lost = q.lease("w-lost", 10, NO_WAIT).unwrap();
+        assert_eq!(lost.len(), 3);
+        assert!(q.lease("w-alive", 10, NO_WAIT).unwrap().is_empty());
+        std::thread::sleep(Duration::from_millis(250));
+        let taken = q.lease("w-alive", 10, Duration::from_millis(100)).unwrap();
+        assert_eq!(taken.len(), 3, "a lost worker's tasks were not handed on");
+        assert!(taken.iter().all(|l| l.attempts == 1));
+        q.ack(&ids(&taken)).unwrap();
+        // The lost worker comes back and acknowledges late: done once.
+        q.ack(&ids(&lost)).unwrap();
+        let s = q.stats().unwrap();
+        assert_eq!((s.waiting, s.leased, s.done), (0, 0, 3));
+    });
+}
+
+#[test]
+fn a_task_that_keeps_failing_is_set_aside_with_its_error() {
+    on_both(policy(60_000, 3), |q| {
+        q.push(&[b"poison".to_vec(), b"fine".to_vec()]).unwrap();
+        let mut failures = 0;
+        loop {
+            let got = q.lease("w", 10, NO_WAIT).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for l in got {
+                if l.task == b"poison" {
+                    failures += 1;
+                    q.fail(&l, &format!("read error, attempt {}", l.attempts + 1))
+                        .unwrap();
+                } else {
+                    q.ack(&[l.id]).unwrap();
+                }
+            }
+            assert!(failures <= 3, "a failing task kept coming back");
+        }
+        assert_eq!(failures, 3);
+        let dead = q.dead(10).unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].task, b"poison");
+        assert_eq!(dead[0].attempts, 3);
+        assert_eq!(dead[0].error, "read error, attempt 3");
+        let s = q.stats().unwrap();
+        assert_eq!((s.waiting, s.leased, s.done, s.dead), (0, 0, 1, 1));
+    });
+}
+
+#[test]
+fn a_claim_is_taken_once_and_counters_add_up() {
+    on_both(Policy::default(), |q| {
+        assert_eq!(q.claim(b"inode 7:42", "w1").unwrap(), None);
+        assert_eq!(q.claim(b"inode 7:42", "w2").unwrap(), Some("w1".into()));
+        assert_eq!(q.claim(b"inode 7:42", "w1").unwrap(), None);
+        assert_eq!(q.add(b"dir a/b", 5).unwrap(), 5);
+        assert_eq!(q.add(b"dir a/b", -2).unwrap(), 3);
+        assert_eq!(q.add(b"dir other", -1).unwrap(), -1);
+    });
+}
+
+#[test]
+fn a_task_above_the_limit_is_refused_and_nothing_is_pushed() {
+    on_both(Policy::default(), |q| {
+        let r = q.push(&[b"small".to_vec(), vec![0; MAX_TASK + 1]]);
+        assert!(matches!(r, Err(QueueError::Refused(_))), "{r:?}");
+        assert_eq!(q.stats().unwrap().waiting, 0);
+    });
+}
+
+#[test]
+fn many_workers_at_once_do_every_task_exactly_once() {
+    on_both(Policy::default(), |q| {
+        let n = 2000;
+        let all = tasks(n);
+        for chunk in all.chunks(250) {
+            q.push(chunk).unwrap();
+        }
+        let seen = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for w in 0..4 {
+                let seen = &seen;
+                s.spawn(move || loop {
+                    let got = q
+                        .lease(&format!("w{w}"), 32, Duration::from_millis(50))
+                        .unwrap();
+                    if got.is_empty() {
+                        return;
+                    }
+                    seen.lock()
+                        .unwrap()
+                        .extend(got.iter().map(|l| l.task.clone()));
+                    q.ack(&ids(&got)).unwrap();
+                });
+            }
+        });
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), n, "a task was handed out twice or not at all");
+        let distinct: HashSet<_> = seen.into_iter().collect();
+        assert_eq!(distinct, all.into_iter().collect());
+        assert_eq!(q.stats().unwrap().done, n as u64);
+    });
+}
+
+#[test]
+fn redis_runs_are_apart_and_names_are_checked() {
+    let Some(redis) = Redis::start(None) else {
+        return;
+    };
+    let a = redis.queue("run-a", Policy::default());
+    let b = redis.queue("run-b", Policy::default());
+    a.push(&tasks(2)).unwrap();
+    assert!(b.lease("w", 10, NO_WAIT).unwrap().is_empty());
+    assert_eq!(a.lease("w", 10, NO_WAIT).unwrap().len(), 2);
+    for bad in ["", "a b", "x}y", "../up", &"n".repeat(65)] {
+        let target = RedisTarget {
+            url: redis.url(),
+            run: bad.into(),
+        };
+        let r = RedisQueue::open(&target, Policy::default());
+        assert!(matches!(r, Err(QueueError::Refused(_))), "run name {bad:?}");
+    }
+}
+
+#[test]
+fn redis_with_a_password_takes_it_from_the_url_and_refuses_a_wrong_one() {
+    let Some(redis) = Redis::start(Some("s3cret")) else {
+        return;
+    };
+    let open = |url: String| {
+        RedisQueue::open(
+            &RedisTarget {
+                url,
+                run: "pw".into(),
+            },
+            Policy::default(),
+        )
+    };
+    let good = open(format!("redis://:s3cret@127.0.0.1:{}/0", redis.port)).unwrap();
+    good.push(&tasks(1)).unwrap();
+    for url in [
+        format!("redis://:wrong@127.0.0.1:{}/0", redis.port),
+        format!("redis://127.0.0.1:{}/0", redis.port),
+    ] {
+        let r = open(url.clone());
+        assert!(
+            matches!(r, Err(QueueError::Refused(_))),
+            "{url}: {:?}",
+            r.err()
+        );
+    }
+}
+
+#[test]
+fn redis_lost_then_back_is_unavailable_then_works_again() {
+    let Some(mut redis) = Redis::start(None) else {
+        return;
+    };
+    let q = redis.queue("lost", Policy::default());
+    q.push(&tasks(1)).unwrap();
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let r = q.lease("w", 1, NO_WAIT);
+    assert!(matches!(r, Err(QueueError::Unavailable(_))), "{r:?}");
+    // Back on the same port (no persistence here: an empty server).
+    let port = redis.port;
+    redis.child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        match q.push(&tasks(1)) {
+            Ok(()) => break,
+            Err(QueueError::Unavailable(_)) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
