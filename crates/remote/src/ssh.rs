@@ -7,6 +7,7 @@ use crate::client::{ConnectError, RemoteReplica};
 use accord_proto::{Refusal, RootMode};
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -179,6 +180,8 @@ fn shell_quote(s: &str) -> String {
 struct SshChild {
     child: Child,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// The stderr reader saw the end of it.
+    stderr_done: Arc<AtomicBool>,
 }
 
 impl SshChild {
@@ -196,8 +199,15 @@ impl SshChild {
         }
     }
 
-    /// The last line ssh or the remote shell printed.
+    /// The last line ssh or the remote shell printed. Once ssh has ended
+    /// its last words may still be in the pipe: they are waited for (a
+    /// moment at most, since a process ssh started may hold the pipe).
     fn last_words(&self) -> String {
+        let start = Instant::now();
+        while !self.stderr_done.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(1)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let e = self.stderr.lock().unwrap();
         let text = String::from_utf8_lossy(&e);
         text.lines()
@@ -246,6 +256,8 @@ pub fn connect_ssh(
     let stderr = Arc::new(Mutex::new(Vec::new()));
     let mut err_pipe = child.stderr.take().expect("piped stderr");
     let kept = stderr.clone();
+    let stderr_done = Arc::new(AtomicBool::new(false));
+    let done = stderr_done.clone();
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = err_pipe.read(&mut buf) {
@@ -257,10 +269,15 @@ pub fn connect_ssh(
             let excess = k.len().saturating_sub(8192);
             k.drain(..excess);
         }
+        done.store(true, Ordering::Release);
     });
     let stdin = child.stdin.take().expect("piped stdin");
     let stdout = child.stdout.take().expect("piped stdout");
-    let mut ssh = SshChild { child, stderr };
+    let mut ssh = SshChild {
+        child,
+        stderr,
+        stderr_done,
+    };
     let root = spec.path.as_bytes();
     match RemoteReplica::connect(Box::new(stdout), Box::new(stdin), root, mode, opts.compress) {
         Ok(r) => {
