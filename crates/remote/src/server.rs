@@ -6,7 +6,8 @@
 //! are the exception that keeps many-file pushes fast: each is read into
 //! memory with its request and written into its temp file by one of a few
 //! writer threads; any other write first waits until those are done, so it
-//! still sees every write sent before it.
+//! still sees every write sent before it. A flush waits for the writes
+//! before it, then runs on a writer thread beside the small files after it.
 
 use crate::errors::{denied, io_error, protocol, to_wire};
 use crate::mux::{Conn, Opened, Role};
@@ -194,6 +195,15 @@ struct HeldBody {
     end: Option<(io::ErrorKind, String)>,
 }
 
+impl HeldBody {
+    fn empty() -> HeldBody {
+        HeldBody {
+            data: io::Cursor::new(Vec::new()),
+            end: None,
+        }
+    }
+}
+
 impl Read for HeldBody {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.data.read(buf)?;
@@ -271,8 +281,19 @@ impl Session<'_> {
                         break;
                     }
                 };
-                if self.writable && is_whole_receive(&req) && self.small_and_here(o.stream) {
-                    let body = self.hold_body(o.stream);
+                let pooled =
+                    if self.writable && is_whole_receive(&req) && self.small_and_here(o.stream) {
+                        Some(self.hold_body(o.stream))
+                    } else if self.writable && matches!(req, Request::SyncAll) {
+                        // A flush covers every write sent before it, then runs
+                        // beside the small files sent after it (new temps it
+                        // need not cover); other writes wait for it as for them.
+                        in_flight.wait_idle();
+                        Some(HeldBody::empty())
+                    } else {
+                        None
+                    };
+                if let Some(body) = pooled {
                     in_flight.add();
                     if wtx.send((o.stream, req, body)).is_err() {
                         in_flight.finish();
