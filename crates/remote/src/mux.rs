@@ -80,6 +80,9 @@ struct State {
     /// that reads its replies in another order than it asked.
     outbox: HashMap<u32, VecDeque<u8>>,
     outbox_bytes: u64,
+    /// Threads waiting on `changed` (a change nobody waits for wakes no
+    /// one: a notification is a system call).
+    waiters: u32,
 }
 
 /// Frames queued for the sender thread.
@@ -91,6 +94,8 @@ struct Outgoing {
     /// The sender thread is gone (shut down, or the transport failed):
     /// nothing more is written.
     done: bool,
+    /// Threads waiting on `out_changed`.
+    waiters: u32,
 }
 
 /// Queued bytes above which a caller waits before it queues more (the
@@ -216,10 +221,7 @@ impl Conn {
     fn out_with_room(&self) -> MutexGuard<'_, Outgoing> {
         let mut out = self.out_lock();
         while out.buf.len() >= MAX_QUEUED && !out.done {
-            out = self
-                .out_changed
-                .wait(out)
-                .unwrap_or_else(|e| e.into_inner());
+            out = self.wait_out(out);
         }
         out
     }
@@ -233,28 +235,23 @@ impl Conn {
         loop {
             let mut out = self.out_lock();
             while out.buf.is_empty() && !out.shut && self.closed().is_none() {
-                out = self
-                    .out_changed
-                    .wait(out)
-                    .unwrap_or_else(|e| e.into_inner());
+                out = self.wait_out(out);
             }
             if out.buf.is_empty() {
                 let _ = writer.flush();
                 out.done = true;
-                drop(out);
-                self.out_changed.notify_all();
+                self.notify_out(out);
                 return;
             }
             std::mem::swap(&mut out.buf, &mut spare);
-            drop(out);
-            self.out_changed.notify_all();
+            // Callers waiting for room.
+            self.notify_out(out);
             if let Err(e) = writer.write_all(&spare).and_then(|()| writer.flush()) {
                 self.close(&format!("connection failed: {e}"));
                 let mut out = self.out_lock();
                 out.done = true;
                 out.buf = Vec::new();
-                drop(out);
-                self.out_changed.notify_all();
+                self.notify_out(out);
                 return;
             }
             spare.clear();
@@ -276,12 +273,11 @@ impl Conn {
     pub fn shutdown_write(&self) {
         let mut out = self.out_lock();
         out.shut = true;
-        self.out_changed.notify_all();
+        if out.waiters > 0 {
+            self.out_changed.notify_all();
+        }
         while !out.done {
-            out = self
-                .out_changed
-                .wait(out)
-                .unwrap_or_else(|e| e.into_inner());
+            out = self.wait_out(out);
         }
     }
 
@@ -291,11 +287,45 @@ impl Conn {
         if st.closed.is_none() {
             st.closed = Some(why.to_string());
         }
-        drop(st);
-        self.changed.notify_all();
+        self.notify_changed(st);
         // The sender checks `closed` under the queue's lock.
-        drop(self.out_lock());
-        self.out_changed.notify_all();
+        self.notify_out(self.out_lock());
+    }
+
+    /// Wait for a change of the state (counted, so that a change nobody
+    /// waits for costs no system call).
+    fn wait_changed<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.waiters += 1;
+        let mut st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        st.waiters -= 1;
+        st
+    }
+
+    /// Release the state after a change, waking whoever waits for one.
+    fn notify_changed(&self, st: MutexGuard<'_, State>) {
+        let wake = st.waiters > 0;
+        drop(st);
+        if wake {
+            self.changed.notify_all();
+        }
+    }
+
+    fn wait_out<'a>(&self, mut out: MutexGuard<'a, Outgoing>) -> MutexGuard<'a, Outgoing> {
+        out.waiters += 1;
+        let mut out = self
+            .out_changed
+            .wait(out)
+            .unwrap_or_else(|e| e.into_inner());
+        out.waiters -= 1;
+        out
+    }
+
+    fn notify_out(&self, out: MutexGuard<'_, Outgoing>) {
+        let wake = out.waiters > 0;
+        drop(out);
+        if wake {
+            self.out_changed.notify_all();
+        }
     }
 
     fn read_loop(self: Arc<Self>, mut reader: Box<dyn Read + Send>) {
@@ -358,9 +388,10 @@ impl Conn {
                 *c -= n as u64;
             }
             st.outbox_bytes -= n as u64;
+            // Repliers waiting for the outbox to shrink.
+            self.notify_changed(st);
             (chunk, last)
         };
-        self.changed.notify_all();
         let mut buf = Vec::with_capacity(chunk.len() + 64);
         let mut rest = &chunk[..];
         while !rest.is_empty() {
@@ -444,8 +475,7 @@ impl Conn {
             (_, FrameKind::Zeros) => unreachable!("zeros frames are expanded first"),
             (Role::Client, k) => return Err(format!("frame kind {k:?} from a server")),
         }
-        drop(st);
-        self.changed.notify_all();
+        self.notify_changed(st);
         Ok(())
     }
 
@@ -481,7 +511,7 @@ impl Conn {
         }
         let was_empty = out.buf.is_empty();
         out.buf.extend_from_slice(buf);
-        if was_empty {
+        if was_empty && out.waiters > 0 {
             self.out_changed.notify_all();
         }
         Ok(())
@@ -507,7 +537,7 @@ impl Conn {
                 *st.credit.get_mut(&key).unwrap() -= take as u64;
                 return Ok(take);
             }
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.wait_changed(st);
         }
     }
 
@@ -602,7 +632,7 @@ impl Conn {
                 drop(st);
                 return Err(Err(self.lost()));
             }
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.wait_changed(st);
         }
     }
 }
@@ -693,7 +723,7 @@ impl Conn {
             if st.closed.is_some() {
                 return None;
             }
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.wait_changed(st);
         }
     }
 
@@ -704,7 +734,7 @@ impl Conn {
     pub fn reply(&self, stream: u32, data: &[u8]) -> io::Result<()> {
         let mut st = self.lock();
         while st.outbox_bytes > MAX_OUTBOX && st.closed.is_none() {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.wait_changed(st);
         }
         if st.closed.is_some() {
             drop(st);
