@@ -201,6 +201,9 @@ pub fn write_sparse(r: &mut dyn std::io::Read, f: &File) -> std::io::Result<u64>
     // them.
     let mut buf = vec![0u8; 64 << 10];
     let mut off: u64 = 0;
+    // Where the written data ends: the file's length, unless it ends in a
+    // hole (then it is set at the end).
+    let mut data_end: u64 = 0;
     loop {
         if off > 0 && buf.len() < MAX_BUF {
             buf.resize(buf.len() * 2, 0);
@@ -226,6 +229,7 @@ pub fn write_sparse(r: &mut dyn std::io::Read, f: &File) -> std::io::Result<u64>
                     j = (j + BLOCK).min(n);
                 }
                 f.write_all_at(&buf[i..j], off + i as u64)?;
+                data_end = off + j as u64;
                 i = j;
             } else {
                 i = end;
@@ -233,7 +237,9 @@ pub fn write_sparse(r: &mut dyn std::io::Read, f: &File) -> std::io::Result<u64>
         }
         off += n as u64;
         if n < buf.len() {
-            f.set_len(off)?;
+            if data_end != off {
+                f.set_len(off)?;
+            }
             return Ok(off);
         }
     }
