@@ -326,7 +326,10 @@ impl Session<'_> {
         let mut data = Vec::new();
         // On an error (the connection lost meanwhile), `data` holds what
         // was read before it, and the receive sees the error after it.
-        let end = match self.body(stream).take(POOLED_BODY).read_to_end(&mut data) {
+        // One byte over the size, so that the body's end is read too (it
+        // was checked to be no bigger): that forgets the stream and gives
+        // back the last of its credit.
+        let end = match self.body(stream).take(POOLED_BODY + 1).read_to_end(&mut data) {
             Ok(_) => None,
             Err(e) => Some((e.kind(), e.to_string())),
         };
