@@ -107,7 +107,10 @@ fn a_write_hidden_from_metadata_is_caught_by_the_fingerprint() {
             .status()
             .unwrap();
         assert!(status.success());
-        assert_eq!(std::fs::metadata(&path).unwrap().mtime_nsec(), meta.mtime_nsec());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().mtime_nsec(),
+            meta.mtime_nsec()
+        );
     });
     assert_eq!(error_paths(&report), ["f"], "{report}");
     assert_eq!(pair.read('b', "f").as_deref(), Some("original"));
