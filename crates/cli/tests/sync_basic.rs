@@ -336,3 +336,51 @@ fn two_runs_on_the_same_roots_do_not_overlap() {
     std::fs::remove_file(&pause).unwrap();
     assert!(first.wait().unwrap().success());
 }
+
+/// New contents on one side, new permissions on the other: both survive.
+#[test]
+fn contents_and_permissions_changed_on_different_sides_both_survive() {
+    let pair = synced_pair();
+    pair.write('a', "f", "new contents from a");
+    pair.chmod('b', "f", 0o600);
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 1, "{report}");
+    assert_eq!(pair.read('b', "f").as_deref(), Some("new contents from a"));
+    assert_eq!(pair.mode('a', "f"), 0o600);
+    assert_eq!(pair.mode('b', "f"), 0o600);
+    pair.assert_equal();
+    let again = pair.sync_json(&[], 0);
+    assert_eq!(again["propagated"], 0, "{again}");
+}
+
+#[test]
+fn symlinks_are_synced_as_links() {
+    let pair = synced_pair();
+    std::os::unix::fs::symlink("g", pair.path('a', "to_g")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", pair.path('b', "dangling")).unwrap();
+    pair.sync_json(&[], 0);
+    pair.assert_equal();
+    std::fs::remove_file(pair.path('b', "to_g")).unwrap();
+    std::os::unix::fs::symlink("f", pair.path('b', "to_g")).unwrap();
+    pair.sync_json(&[], 0);
+    assert_eq!(
+        std::fs::read_link(pair.path('a', "to_g")).unwrap(),
+        std::path::PathBuf::from("f")
+    );
+    pair.assert_equal();
+}
+
+#[test]
+fn a_read_only_directory_is_filled_before_it_is_made_read_only() {
+    let pair = synced_pair();
+    pair.write('a', "ro/inside", "in a read-only directory");
+    pair.chmod('a', "ro", 0o555);
+    pair.sync_json(&[], 0);
+    assert_eq!(
+        pair.read('b', "ro/inside").as_deref(),
+        Some("in a read-only directory")
+    );
+    assert_eq!(pair.mode('b', "ro"), 0o555);
+    pair.chmod('a', "ro", 0o755);
+    pair.chmod('b', "ro", 0o755);
+}

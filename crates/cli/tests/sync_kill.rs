@@ -42,7 +42,7 @@ fn prepared_pair() -> Pair {
     for i in 0..FILES {
         if i % 10 == 4 {
             std::fs::remove_file(pair.path('a', &name(i))).unwrap();
-        } else if i % 2 == 0 {
+        } else if i.is_multiple_of(2) {
             pair.write('a', &name(i), &from_a(i));
         } else {
             pair.write('b', &name(i), &from_b(i));
@@ -64,7 +64,7 @@ fn allowed(rel: &str) -> Vec<Option<String>> {
     let i: usize = rel.rsplit("/f").next().unwrap().parse().unwrap();
     if i % 10 == 4 {
         vec![Some(original(i)), None]
-    } else if i % 2 == 0 {
+    } else if i.is_multiple_of(2) {
         vec![Some(original(i)), Some(from_a(i))]
     } else {
         vec![Some(original(i)), Some(from_b(i))]
