@@ -384,3 +384,18 @@ fn a_read_only_directory_is_filled_before_it_is_made_read_only() {
     pair.chmod('a', "ro", 0o755);
     pair.chmod('b', "ro", 0o755);
 }
+
+#[test]
+fn nested_roots_are_refused() {
+    let pair = synced_pair();
+    let out = std::process::Command::new(bin())
+        .arg("sync")
+        .arg("--batch")
+        .arg(&pair.a)
+        .arg(pair.path('a', "dir"))
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("one inside the other"));
+}

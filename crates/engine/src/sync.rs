@@ -237,7 +237,12 @@ pub(crate) fn ctime_to_record(ctime: Time, scan_start_s: i64) -> Time {
 /// Sync two local directories.
 pub fn sync_local(a: &Path, b: &Path, cfg: &SyncConfig, hooks: &SyncHooks) -> SyncReport {
     let start = Instant::now();
-    let opened = open_local(a).and_then(|ra| Ok((ra, open_local(b)?)));
+    // One root inside the other would copy itself into itself, one level
+    // deeper on every run.
+    let opened = match nested(a, b) {
+        Some(why) => Err(SyncFatal::Root(Fatal::Nested(why))),
+        None => open_local(a).and_then(|ra| Ok((ra, open_local(b)?))),
+    };
     let mut report = match opened {
         Ok((ra, rb)) => sync(&ra, &rb, cfg, hooks),
         Err(fatal) => SyncReport {
@@ -247,6 +252,20 @@ pub fn sync_local(a: &Path, b: &Path, cfg: &SyncConfig, hooks: &SyncHooks) -> Sy
     };
     report.elapsed_s = start.elapsed().as_secs_f64();
     report
+}
+
+/// Is one root inside the other, by canonical path? (Through a bind
+/// mount it is not seen here.)
+fn nested(a: &Path, b: &Path) -> Option<String> {
+    let (a, b) = (accord_fsys::canonical(a), accord_fsys::canonical(b));
+    let inside = |inner: &Path, outer: &Path| inner != outer && inner.starts_with(outer);
+    (inside(&a, &b) || inside(&b, &a)).then(|| {
+        format!(
+            "{} and {} lie one inside the other; nothing was changed",
+            a.display(),
+            b.display()
+        )
+    })
 }
 
 /// A root must exist: a missing one is never "everything was deleted".
