@@ -399,3 +399,23 @@ fn nested_roots_are_refused() {
     assert_exit(&out, 3);
     assert!(String::from_utf8_lossy(&out.stderr).contains("one inside the other"));
 }
+
+/// `sync A B` and `sync B A` share one agreement.
+#[test]
+fn the_roots_may_be_named_in_either_order() {
+    let pair = synced_pair();
+    std::fs::remove_file(pair.path('a', "g")).unwrap();
+    pair.write('b', "f", "edited on b");
+    let out = std::process::Command::new(bin())
+        .args(["sync", "--batch", "--json"])
+        .arg(&pair.b)
+        .arg(&pair.a)
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["archives_lost"], false, "{report}");
+    assert!(!pair.exists('b', "g"));
+    assert_eq!(pair.read('a', "f").as_deref(), Some("edited on b"));
+}

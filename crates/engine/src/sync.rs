@@ -443,3 +443,22 @@ fn scan_with_archives(
         Err(ScanStop::ArchiveDamaged(e)) => Err(SyncFatal::Archive(e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_settled_ctime_is_recorded() {
+        let scan_start_s = 1_000_000;
+        let old = Time {
+            sec: scan_start_s - 3,
+            nsec: 5,
+        };
+        assert_eq!(ctime_to_record(old, scan_start_s), old);
+        for sec in [scan_start_s - 2, scan_start_s, scan_start_s + 10] {
+            let young = Time { sec, nsec: 0 };
+            assert_eq!(ctime_to_record(young, scan_start_s), UNKNOWN_CTIME);
+        }
+    }
+}

@@ -267,7 +267,7 @@ impl<'a> Propagation<'a> {
         let source = item.entry(from).expect("a copy has a source");
         match source.kind {
             Kind::Dir => {
-                self.make_directory(item, to)?;
+                self.make_directory(item, from, to)?;
                 Ok(None)
             }
             Kind::File => self.receive(item, from, to).map(Some),
@@ -276,8 +276,13 @@ impl<'a> Propagation<'a> {
     }
 
     /// A directory where `to` has none: what is there is removed first (an
-    /// entry of another kind, which the plan replaces).
-    fn make_directory(&self, item: &SyncItem, to: Side) -> Result<(), SyncError> {
+    /// entry of another kind, which the plan replaces). It is given its
+    /// final permissions at once, owner bits added so it can be filled (they
+    /// go when its properties are set, after its contents): a run killed
+    /// before that leaves a directory the next run agrees with, where one
+    /// left at the 0700 `mkdir` gives would look like a permission change
+    /// and conflict with the other side's.
+    fn make_directory(&self, item: &SyncItem, from: Side, to: Side) -> Result<(), SyncError> {
         let (parent, name) = split(&item.path);
         let dir = self.replicas[index(to)]
             .open_dir(&parent)
@@ -285,7 +290,12 @@ impl<'a> Propagation<'a> {
         if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
             dir.delete(name, &Expect::entry(old))?;
         }
-        Ok(dir.mkdir(name)?)
+        dir.mkdir(name)?;
+        let source = item.entry(from).expect("a copy has a source");
+        let (mut props, mask) = synced_props(source, self.cfg);
+        props.mode |= 0o700;
+        dir.set_props(name, &Expect::Made(Kind::Dir), Kind::Dir, &props, mask)?;
+        Ok(())
     }
 
     /// Receive `from`'s file into a temp beside `to`'s path and check that
