@@ -219,6 +219,11 @@ impl SyncReport {
 /// matches no file's, so the next run fingerprints the file.
 pub(crate) const UNKNOWN_CTIME: Time = Time { sec: 0, nsec: 0 };
 
+/// The ctime a scan reports when it could not read the real one: it
+/// matches no recorded ctime (not even [`UNKNOWN_CTIME`]), so metadata
+/// never vouches for the file and it is fingerprinted.
+pub(crate) const UNSEEN_CTIME: Time = Time { sec: 0, nsec: 1 };
+
 /// A ctime younger than this (in seconds, against the scan's start) is not
 /// recorded: a write in the same clock tick as our stat would leave it
 /// unchanged (file system timestamps are coarse), so it cannot vouch.
@@ -227,7 +232,8 @@ const CTIME_SETTLE_S: i64 = 2;
 /// The ctime to record for an entry observed during a scan that began at
 /// `scan_start_s`.
 pub(crate) fn ctime_to_record(ctime: Time, scan_start_s: i64) -> Time {
-    if ctime.sec < scan_start_s - CTIME_SETTLE_S {
+    // A ctime of the epoch is one of ours: unknown or unseen.
+    if ctime.sec > 0 && ctime.sec < scan_start_s - CTIME_SETTLE_S {
         ctime
     } else {
         UNKNOWN_CTIME
@@ -456,6 +462,8 @@ mod tests {
             nsec: 5,
         };
         assert_eq!(ctime_to_record(old, scan_start_s), old);
+        assert_eq!(ctime_to_record(UNSEEN_CTIME, scan_start_s), UNKNOWN_CTIME);
+        assert_ne!(UNSEEN_CTIME, UNKNOWN_CTIME);
         for sec in [scan_start_s - 2, scan_start_s, scan_start_s + 10] {
             let young = Time { sec, nsec: 0 };
             assert_eq!(ctime_to_record(young, scan_start_s), UNKNOWN_CTIME);

@@ -8,8 +8,8 @@
 //! updates found (not the tree). The walk is sequential for now.
 
 use crate::replica::Replica;
-use crate::sync::UNKNOWN_CTIME;
 use crate::sync::{ctime_to_record, Archives, SyncConfig, SyncError, SyncFailure, SyncFatal};
+use crate::sync::{UNKNOWN_CTIME, UNSEEN_CTIME};
 use accord_archive::{Archive, ArchiveError};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Entry, Expect, Kind, Observed, RelPath, Time};
@@ -323,10 +323,10 @@ impl Walker<'_> {
 /// itself for the root). Listings do not carry it, so a local replica's
 /// entry is stat'ed once more; when that stat no longer matches the
 /// listing (the entry moved meanwhile), or the replica is not local, the
-/// ctime is unknown and the file will be fingerprinted.
+/// ctime is unseen and the file is fingerprinted.
 fn ctime_of(dir: Option<&accord_fsys::Dir>, entry: &Entry) -> Time {
     let Some(dir) = dir else {
-        return UNKNOWN_CTIME;
+        return UNSEEN_CTIME;
     };
     let stat = if entry.path.is_root() {
         dir.stat_self()
@@ -335,7 +335,7 @@ fn ctime_of(dir: Option<&accord_fsys::Dir>, entry: &Entry) -> Time {
     };
     match stat {
         Ok(st) if Expect::entry(entry) == Expect::Entry(st.found()) => st.ctime,
-        _ => UNKNOWN_CTIME,
+        _ => UNSEEN_CTIME,
     }
 }
 
