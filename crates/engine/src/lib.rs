@@ -1,5 +1,7 @@
 //! The orchestrator: `mirror()` runs scan → plan → transfer → commit over two
 //! replicas. It never parses arguments or prints; it returns a [`Report`].
+//! `sync()` is the same pipeline with a second planner, two-way
+//! (`sync.rs`, `sync_scan.rs`, `sync_exec.rs`); it returns a [`SyncReport`].
 //!
 //! Everything it does to a replica goes through the [`Replica`] trait
 //! (`replica.rs`); when both replicas are on this host it takes the local
