@@ -419,3 +419,17 @@ fn the_roots_may_be_named_in_either_order() {
     assert!(!pair.exists('b', "g"));
     assert_eq!(pair.read('a', "f").as_deref(), Some("edited on b"));
 }
+
+#[test]
+fn a_remote_root_is_not_built_yet() {
+    let pair = Pair::new();
+    let out = std::process::Command::new(bin())
+        .args(["sync", "--batch"])
+        .arg(&pair.a)
+        .arg("somehost:some/path")
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 69);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+}
