@@ -2,6 +2,8 @@
 
 /// Everything asked was done.
 pub const OK: i32 = 0;
+/// Conflicts were left alone (sync; the same number as FAILURE).
+pub const CONFLICTS: i32 = 1;
 /// A single-file command failed (bad input, checksum mismatch, I/O error).
 pub const FAILURE: i32 = 1;
 /// Some paths failed; the rest was done (mirror, sync).

@@ -6,6 +6,7 @@ mod cmd_delta;
 mod cmd_keygen;
 mod cmd_mirror;
 mod cmd_server;
+mod cmd_sync;
 mod cmd_union;
 mod exit;
 
@@ -29,8 +30,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Two-way synchronisation of two roots (not built yet).
-    Sync(NotBuiltArgs),
+    /// Two-way synchronisation of two roots (local roots so far).
+    Sync(cmd_sync::SyncArgs),
     /// Make DST an exact copy of SRC.
     Mirror(cmd_mirror::MirrorArgs),
     /// Signatures, deltas and patches of single files (rsync-style, with true in-place patching).
@@ -71,7 +72,7 @@ fn main() {
         }
     };
     let code = match cli.command {
-        Command::Sync(_) => not_built("sync"),
+        Command::Sync(args) => cmd_sync::run(args),
         Command::Mirror(args) => cmd_mirror::run(args),
         Command::Delta(args) => cmd_delta::run(args),
         Command::Union(args) => cmd_union::run(args),

@@ -1,5 +1,7 @@
 //! The orchestrator: `mirror()` runs scan → plan → transfer → commit over two
 //! replicas. It never parses arguments or prints; it returns a [`Report`].
+//! `sync()` is the same pipeline with a second planner, two-way
+//! (`sync.rs`, `sync_scan.rs`, `sync_exec.rs`); it returns a [`SyncReport`].
 //!
 //! Everything it does to a replica goes through the [`Replica`] trait
 //! (`replica.rs`); when both replicas are on this host it takes the local
@@ -12,11 +14,17 @@ mod exec;
 mod local;
 mod replica;
 mod run;
+mod sync;
+mod sync_exec;
+mod sync_scan;
 mod transfer;
 mod transfer_local;
 mod walk;
 
 pub use accord_fsys::{Reflink, XattrFilter};
+pub use accord_plan::{
+    Action as SyncAction, ConflictReason, Preference, Side as SyncSide, SyncRefusal,
+};
 pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,
     MirrorPlan, Op, Refusal, TransferOptions,
@@ -26,6 +34,10 @@ pub use error::{Action, Error, Failure, Fatal, Side};
 pub use local::{LocalOptions, LocalReplica};
 pub use replica::{Deleted, Incoming, Pending, Replica, ReplicaDir};
 pub use run::{mirror, mirror_replicas, open_local_root};
+pub use sync::{
+    sync, sync_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal, SyncHooks,
+    SyncReport,
+};
 
 use accord_model::RelPath;
 use std::path::PathBuf;

@@ -1,0 +1,374 @@
+//! `accord sync A B`: arguments → `SyncConfig`, output, exit codes. The
+//! work is in `accord_engine::sync_local`.
+
+use crate::exit;
+use accord_engine::{
+    ConflictReason, MaxDelete, Preference, SyncAction, SyncConfig, SyncHooks, SyncReport, SyncSide,
+};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreferArg {
+    A,
+    B,
+    Newer,
+    Older,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SideArg {
+    A,
+    B,
+}
+
+/// Bring two directories into agreement both ways (the Unison paper's
+/// semantics): what changed on one side since the last sync is carried to
+/// the other; what changed on both sides differently is a conflict, left
+/// alone and listed.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Exit status: 0 all agreed, 1 conflicts were left, 2 some paths \
+failed, 3 the run stopped or was refused (a root missing or unreadable, the deletion guard, \
+another sync of the same roots running), 64 usage error, 69 a remote root (not built yet)."
+)]
+pub struct SyncArgs {
+    /// The first root (A): an existing local directory.
+    a: PathBuf,
+    /// The second root (B): an existing local directory.
+    b: PathBuf,
+
+    /// Ask nothing: conflicts are skipped and listed (the only mode so far;
+    /// without a terminal a run is always batch).
+    #[arg(long)]
+    batch: bool,
+    /// Resolve conflicts: the side A or B, the newer or the older mtime.
+    #[arg(long, value_enum, value_name = "A|B|newer|older")]
+    prefer: Option<PreferArg>,
+    /// Make the other side equal to this one everywhere, this run only.
+    #[arg(long, value_enum, value_name = "A|B")]
+    force: Option<SideArg>,
+    /// Fingerprint (BLAKE3) every file instead of trusting size, mtime,
+    /// ctime and inode.
+    #[arg(short = 'c', long)]
+    checksum: bool,
+    /// Keep files' modification times in agreement too.
+    #[arg(long)]
+    times: bool,
+    /// Most deletions allowed on either side: a count, or a percentage of
+    /// its entries ("50%").
+    #[arg(long, value_name = "N|P%", default_value = "50%")]
+    max_delete: String,
+    /// Print one JSON object with the run's results on stdout at the end.
+    #[arg(long)]
+    json: bool,
+    /// Print only conflicts and errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Where the archives are kept.
+    #[arg(long, hide = true)]
+    state_dir: Option<PathBuf>,
+}
+
+/// `$XDG_DATA_HOME/accord`, or `~/.local/share/accord`.
+fn default_state_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(x).join("accord"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/accord"))
+}
+
+fn usage(msg: &str) -> i32 {
+    eprintln!("accord sync: {msg}\nFor more information, try 'accord sync --help'.");
+    exit::USAGE
+}
+
+fn parse_max_delete(text: &str) -> Option<MaxDelete> {
+    let text = text.trim();
+    match text.strip_suffix('%') {
+        Some(percent) => percent
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|p| (0.0..=100.0).contains(p))
+            .map(|p| MaxDelete::Fraction(p / 100.0)),
+        None => text.parse::<usize>().ok().map(MaxDelete::Count),
+    }
+}
+
+fn looks_remote(root: &Path) -> bool {
+    matches!(
+        root.to_str().map(accord_remote::parse_remote),
+        Some(Ok(Some(_))) | Some(Err(_))
+    )
+}
+
+fn side_of(arg: SideArg) -> SyncSide {
+    match arg {
+        SideArg::A => SyncSide::A,
+        SideArg::B => SyncSide::B,
+    }
+}
+
+fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
+    let Some(max_delete) = parse_max_delete(&args.max_delete) else {
+        return Err(usage(&format!(
+            "bad --max-delete value {:?}: use N or P%",
+            args.max_delete
+        )));
+    };
+    let state_dir = args
+        .state_dir
+        .clone()
+        .or_else(|| std::env::var_os("ACCORD_STATE_DIR").map(PathBuf::from))
+        .or_else(default_state_dir);
+    let Some(state_dir) = state_dir else {
+        eprintln!(
+            "accord sync: no HOME, XDG_DATA_HOME or ACCORD_STATE_DIR to keep the archives in"
+        );
+        return Err(exit::FATAL);
+    };
+    let mut cfg = SyncConfig::new(state_dir);
+    cfg.checksum = args.checksum;
+    cfg.times = args.times;
+    cfg.max_delete = max_delete;
+    cfg.force = args.force.map(side_of);
+    cfg.prefer = args.prefer.map(|prefer| match prefer {
+        PreferArg::A => Preference::Side(SyncSide::A),
+        PreferArg::B => Preference::Side(SyncSide::B),
+        PreferArg::Newer => Preference::Newer,
+        PreferArg::Older => Preference::Older,
+    });
+    Ok(cfg)
+}
+
+pub fn run(args: SyncArgs) -> i32 {
+    if looks_remote(&args.a) || looks_remote(&args.b) {
+        eprintln!("accord sync: remote roots are not built yet for sync; nothing was done.");
+        return exit::UNAVAILABLE;
+    }
+    let cfg = match config(&args) {
+        Ok(cfg) => cfg,
+        Err(code) => return code,
+    };
+    if !args.batch && std::io::stdin().is_terminal() && !args.quiet && !args.json {
+        eprintln!("accord sync: the interactive mode is not built yet; running as --batch");
+    }
+    let pause = test_pause_hook();
+    let hooks = SyncHooks {
+        before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
+    };
+    let report = accord_engine::sync_local(&args.a, &args.b, &cfg, &hooks);
+    if args.json {
+        print_json(&report);
+    } else {
+        print_text(&report, args.quiet);
+    }
+    exit_code(&report)
+}
+
+/// A test hook (no user feature): with `ACCORD_TEST_SYNC_PAUSE=FILE`, a
+/// run that has made its plan creates FILE and waits (up to a minute) for
+/// it to be removed before it changes anything, so a test can change a
+/// file between update detection and propagation.
+fn test_pause_hook() -> Option<impl Fn() + Sync> {
+    let file = std::env::var_os("ACCORD_TEST_SYNC_PAUSE").map(PathBuf::from)?;
+    Some(move || {
+        if std::fs::write(&file, b"paused\n").is_err() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while file.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    })
+}
+
+fn exit_code(report: &SyncReport) -> i32 {
+    if report.fatal.is_some() || report.refusal.is_some() {
+        exit::FATAL
+    } else if !report.errors.is_empty() {
+        exit::PARTIAL
+    } else if !report.conflicts.is_empty() {
+        exit::CONFLICTS
+    } else {
+        exit::OK
+    }
+}
+
+fn side_name(side: SyncSide) -> &'static str {
+    match side {
+        SyncSide::A => "A",
+        SyncSide::B => "B",
+    }
+}
+
+/// A short word for a plan's action, with its direction.
+fn action_text(action: SyncAction) -> String {
+    match action {
+        SyncAction::Copy { from, to } => format!("{} -> {}", side_name(from), side_name(to)),
+        SyncAction::Delete { on } => format!("deleted on {}", side_name(on)),
+        SyncAction::CopyProps { from, to } => {
+            format!("props {} -> {}", side_name(from), side_name(to))
+        }
+        SyncAction::CopyContentsAndPropsBack { from, to } => format!(
+            "{} -> {}, props {} -> {}",
+            side_name(from),
+            side_name(to),
+            side_name(to),
+            side_name(from)
+        ),
+        SyncAction::Agree => "agreed".into(),
+        SyncAction::Nothing => "nothing".into(),
+        SyncAction::Conflict(reason) => format!("conflict: {}", reason_text(reason)),
+    }
+}
+
+/// A stable name for a conflict's reason (the JSON field).
+fn reason_code(reason: ConflictReason) -> &'static str {
+    match reason {
+        ConflictReason::BothChanged => "both_changed",
+        ConflictReason::DeletedAndChanged { .. } => "deleted_and_changed",
+        ConflictReason::BothChangedProps => "both_changed_props",
+        ConflictReason::ChangedBeneathRemovedDirectory { .. } => {
+            "changed_beneath_removed_directory"
+        }
+    }
+}
+
+fn reason_text(reason: ConflictReason) -> String {
+    match reason {
+        ConflictReason::BothChanged => "changed on both sides".into(),
+        ConflictReason::DeletedAndChanged { deleted_on } => format!(
+            "deleted on {}, changed on {}",
+            side_name(deleted_on),
+            side_name(deleted_on.other())
+        ),
+        ConflictReason::BothChangedProps => "properties changed on both sides".into(),
+        ConflictReason::ChangedBeneathRemovedDirectory { removed_on } => format!(
+            "directory removed on {}, changed beneath on {}",
+            side_name(removed_on),
+            side_name(removed_on.other())
+        ),
+    }
+}
+
+fn print_text(report: &SyncReport, quiet: bool) {
+    if let Some(fatal) = &report.fatal {
+        eprintln!("accord sync: {fatal}");
+        return;
+    }
+    if let Some(refusal) = &report.refusal {
+        eprintln!("accord sync: refused: {refusal}");
+        return;
+    }
+    if report.archives_lost && !quiet {
+        eprintln!(
+            "accord sync: no agreement on record (a first sync, or an archive lost): \
+             paths that differ on the two sides are conflicts"
+        );
+    }
+    if !quiet {
+        for change in &report.propagated {
+            println!(
+                "{:<14} {}",
+                action_text(change.action),
+                change.path.display()
+            );
+        }
+    }
+    for (path, reason) in &report.conflicts {
+        println!(
+            "conflict       {} ({})",
+            path.display(),
+            reason_text(*reason)
+        );
+    }
+    for failure in &report.errors {
+        eprintln!("accord sync: {}: {}", failure.path.display(), failure.error);
+    }
+    if !quiet {
+        eprintln!(
+            "{} propagated, {} agreed, {} conflict(s), {} error(s) in {:.2}s",
+            report.propagated.len(),
+            report.agreed,
+            report.conflicts.len(),
+            report.errors.len(),
+            report.elapsed_s
+        );
+    }
+}
+
+#[derive(Serialize)]
+struct JsonReport {
+    /// Paths changed on either side.
+    propagated: usize,
+    changes: Vec<JsonChange>,
+    conflicts: Vec<JsonConflict>,
+    errors: Vec<JsonError>,
+    agreed: u64,
+    archives_lost: bool,
+    refused: Option<String>,
+    fatal: Option<String>,
+    elapsed_s: f64,
+}
+
+#[derive(Serialize)]
+struct JsonChange {
+    path: String,
+    action: String,
+}
+
+#[derive(Serialize)]
+struct JsonConflict {
+    path: String,
+    reason: &'static str,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct JsonError {
+    path: String,
+    error: String,
+}
+
+fn print_json(report: &SyncReport) {
+    let json = JsonReport {
+        propagated: report.propagated.len(),
+        changes: report
+            .propagated
+            .iter()
+            .map(|change| JsonChange {
+                path: change.path.display(),
+                action: action_text(change.action),
+            })
+            .collect(),
+        conflicts: report
+            .conflicts
+            .iter()
+            .map(|(path, reason)| JsonConflict {
+                path: path.display(),
+                reason: reason_code(*reason),
+                detail: reason_text(*reason),
+            })
+            .collect(),
+        errors: report
+            .errors
+            .iter()
+            .map(|failure| JsonError {
+                path: failure.path.display(),
+                error: failure.error.to_string(),
+            })
+            .collect(),
+        agreed: report.agreed,
+        archives_lost: report.archives_lost,
+        refused: report.refusal.as_ref().map(|r| r.to_string()),
+        fatal: report.fatal.as_ref().map(|f| f.to_string()),
+        elapsed_s: report.elapsed_s,
+    };
+    println!(
+        "{}",
+        serde_json::to_string(&json).expect("a report always serializes")
+    );
+}

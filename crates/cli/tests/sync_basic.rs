@@ -1,0 +1,435 @@
+//! `accord sync` end to end on real trees: propagation both ways,
+//! conflicts left alone, agreements, deletions, the removed-directory
+//! rule, no-op re-syncs, touches, lost archives, the deletion guard, and
+//! the policies.
+
+mod sync_common;
+use sync_common::*;
+
+/// Two trees with nothing in common become their union.
+#[test]
+fn first_sync_merges_two_different_trees() {
+    let pair = Pair::new();
+    pair.write('a', "only_a.txt", "from a");
+    pair.write('a', "dir_a/deep/f", "deep a");
+    pair.write('b', "only_b.txt", "from b");
+    pair.write('b', "dir_b/g", "b's g");
+    std::os::unix::fs::symlink("only_a.txt", pair.path('a', "link")).unwrap();
+    pair.chmod('a', "only_a.txt", 0o640);
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 8, "{report}");
+    pair.assert_equal();
+    assert_eq!(pair.read('b', "dir_a/deep/f").as_deref(), Some("deep a"));
+    assert_eq!(pair.read('a', "dir_b/g").as_deref(), Some("b's g"));
+    assert_eq!(pair.mode('b', "only_a.txt"), 0o640);
+    assert_eq!(
+        std::fs::read_link(pair.path('b', "link")).unwrap(),
+        std::path::PathBuf::from("only_a.txt")
+    );
+}
+
+fn synced_pair() -> Pair {
+    let pair = Pair::new();
+    pair.write('a', "f", "original f");
+    pair.write('a', "g", "original g");
+    pair.write('a', "dir/x", "original x");
+    pair.write('a', "dir/sub/y", "original y");
+    pair.sync_json(&[], 0);
+    pair.assert_equal();
+    pair
+}
+
+#[test]
+fn edits_on_one_side_propagate_both_ways() {
+    let pair = synced_pair();
+    pair.write('a', "f", "edited on a");
+    pair.write('b', "dir/x", "edited on b");
+    pair.write('b', "dir/new", "new on b");
+    pair.chmod('a', "g", 0o600);
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 4, "{report}");
+    assert_eq!(pair.read('b', "f").as_deref(), Some("edited on a"));
+    assert_eq!(pair.read('a', "dir/x").as_deref(), Some("edited on b"));
+    assert_eq!(pair.read('a', "dir/new").as_deref(), Some("new on b"));
+    assert_eq!(pair.mode('b', "g"), 0o600);
+    pair.assert_equal();
+}
+
+#[test]
+fn edits_on_both_sides_conflict_and_are_left_alone() {
+    let pair = synced_pair();
+    pair.write('a', "f", "a's version");
+    pair.write('b', "f", "b's version");
+    pair.write('a', "g", "g edited on a only");
+    let report = pair.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert_eq!(report["conflicts"][0]["reason"], "both_changed");
+    assert_eq!(pair.read('a', "f").as_deref(), Some("a's version"));
+    assert_eq!(pair.read('b', "f").as_deref(), Some("b's version"));
+    // The rest of the run went on.
+    assert_eq!(pair.read('b', "g").as_deref(), Some("g edited on a only"));
+    // A conflict stays one until it is resolved.
+    let again = pair.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&again), ["f"]);
+    assert_eq!(again["propagated"], 0);
+}
+
+#[test]
+fn identical_edits_agree_silently() {
+    let pair = synced_pair();
+    pair.write('a', "f", "the same new text");
+    pair.write('b', "f", "the same new text");
+    pair.write('a', "both_new", "same");
+    pair.write('b', "both_new", "same");
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 0, "{report}");
+    assert_eq!(conflict_paths(&report).len(), 0);
+    pair.assert_equal();
+}
+
+#[test]
+fn deletions_propagate() {
+    let pair = synced_pair();
+    std::fs::remove_file(pair.path('a', "f")).unwrap();
+    std::fs::remove_dir_all(pair.path('b', "dir")).unwrap();
+    let report = pair.sync_json(&["--max-delete", "100%"], 0);
+    assert!(!pair.exists('b', "f"));
+    assert!(!pair.exists('a', "dir"));
+    assert_eq!(report["propagated"], 5, "{report}");
+    pair.assert_equal();
+}
+
+#[test]
+fn a_directory_deleted_against_a_child_edit_is_a_conflict() {
+    let pair = synced_pair();
+    std::fs::remove_dir_all(pair.path('a', "dir")).unwrap();
+    pair.write('b', "dir/sub/y", "edited under the deleted directory");
+    let report = pair.sync_json(&["--max-delete", "100%"], 1);
+    assert_eq!(conflict_paths(&report), ["dir"]);
+    assert_eq!(
+        report["conflicts"][0]["reason"],
+        "changed_beneath_removed_directory"
+    );
+    assert!(!pair.exists('a', "dir"));
+    assert_eq!(
+        pair.read('b', "dir/sub/y").as_deref(),
+        Some("edited under the deleted directory")
+    );
+    assert_eq!(pair.read('b', "dir/x").as_deref(), Some("original x"));
+}
+
+#[test]
+fn a_second_sync_is_a_no_op() {
+    let pair = synced_pair();
+    pair.write('a', "f", "edited");
+    pair.sync_json(&[], 0);
+    let before = (snapshot(&pair.a), snapshot(&pair.b));
+    for _ in 0..2 {
+        let report = pair.sync_json(&[], 0);
+        assert_eq!(report["propagated"], 0, "{report}");
+        assert_eq!(conflict_paths(&report).len(), 0);
+    }
+    assert_eq!(before, (snapshot(&pair.a), snapshot(&pair.b)));
+}
+
+/// The Unison paper's rule: a touch is no update, so a touch on one side
+/// and an edit on the other propagate the edit without a conflict.
+#[test]
+fn a_touched_but_unchanged_file_is_not_an_update() {
+    let pair = synced_pair();
+    set_mtime(&pair.path('a', "f"), 1_000_000_000);
+    // Rewritten with the same bytes: another inode, same contents.
+    pair.write('a', "g", "original g");
+    pair.write('b', "f", "edited on b");
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 1, "{report}");
+    assert_eq!(pair.read('a', "f").as_deref(), Some("edited on b"));
+    pair.assert_equal();
+    let again = pair.sync_json(&[], 0);
+    assert_eq!(again["propagated"], 0, "{again}");
+}
+
+/// The Unison paper's conservative rule: without an archive, both
+/// replicas are taken to have been empty. A deletion then comes back and
+/// an edit is a conflict; nothing is lost.
+#[test]
+fn a_lost_archive_gives_conflicts_not_losses() {
+    let pair = synced_pair();
+    std::fs::remove_file(pair.path('a', "g")).unwrap();
+    pair.write('b', "f", "edited on b");
+    std::fs::remove_dir_all(&pair.state).unwrap();
+    let report = pair.sync_json(&[], 1);
+    assert_eq!(report["archives_lost"], true);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert_eq!(pair.read('a', "g").as_deref(), Some("original g"));
+    assert_eq!(pair.read('a', "f").as_deref(), Some("original f"));
+    assert_eq!(pair.read('b', "f").as_deref(), Some("edited on b"));
+}
+
+/// One side's archive lost (or damaged) is both lost.
+#[test]
+fn one_lost_or_damaged_archive_is_both_lost() {
+    let pair = synced_pair();
+    std::fs::remove_file(pair.path('a', "g")).unwrap();
+    let archives: Vec<_> = std::fs::read_dir(&pair.state)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sqlite"))
+        .collect();
+    assert_eq!(archives.len(), 2, "{archives:?}");
+    std::fs::write(
+        &archives[0],
+        b"this is not a database, not even close to one",
+    )
+    .unwrap();
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["archives_lost"], true);
+    assert_eq!(pair.read('a', "g").as_deref(), Some("original g"));
+    pair.assert_equal();
+    // The next run has its agreement back: a deletion propagates again.
+    std::fs::remove_file(pair.path('a', "g")).unwrap();
+    pair.sync_json(&[], 0);
+    assert!(!pair.exists('b', "g"));
+}
+
+#[test]
+fn the_deletion_guard_refuses_an_emptied_root() {
+    let pair = synced_pair();
+    for entry in std::fs::read_dir(&pair.a).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        } else {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let before = snapshot(&pair.b);
+    let report = pair.sync_json(&["--max-delete", "100%"], 3);
+    assert!(
+        report["refused"].as_str().unwrap().contains("empty"),
+        "{report}"
+    );
+    assert_eq!(snapshot(&pair.b), before);
+}
+
+#[test]
+fn the_deletion_guard_refuses_more_than_max_delete() {
+    let pair = synced_pair();
+    std::fs::remove_dir_all(pair.path('a', "dir")).unwrap();
+    std::fs::remove_file(pair.path('a', "f")).unwrap();
+    let before = snapshot(&pair.b);
+    let report = pair.sync_json(&[], 3);
+    assert!(
+        report["refused"].as_str().unwrap().contains("--max-delete"),
+        "{report}"
+    );
+    assert_eq!(snapshot(&pair.b), before);
+    pair.sync_json(&["--max-delete", "10"], 0);
+    assert!(!pair.exists('b', "dir"));
+}
+
+#[test]
+fn a_missing_root_is_fatal() {
+    let pair = synced_pair();
+    std::fs::remove_dir_all(&pair.b).unwrap();
+    let out = pair.sync(&[]);
+    assert_exit(&out, 3);
+    assert!(!pair.exists('b', ""));
+    assert_eq!(pair.read('a', "f").as_deref(), Some("original f"));
+}
+
+#[test]
+fn prefer_and_force_decide_for_the_user() {
+    let pair = synced_pair();
+    pair.write('a', "f", "a wins");
+    pair.write('b', "f", "b loses");
+    let report = pair.sync_json(&["--prefer", "a"], 0);
+    assert_eq!(conflict_paths(&report).len(), 0);
+    assert_eq!(pair.read('b', "f").as_deref(), Some("a wins"));
+
+    pair.write('a', "g", "older");
+    set_mtime(&pair.path('a', "g"), 1_000_000_000);
+    pair.write('b', "g", "newer");
+    pair.sync_json(&["--prefer", "newer"], 0);
+    assert_eq!(pair.read('a', "g").as_deref(), Some("newer"));
+
+    // --force B: A becomes B, even where only A changed.
+    pair.write('a', "dir/x", "changed on a");
+    pair.write('a', "extra", "only on a");
+    pair.sync_json(&["--force", "b", "--max-delete", "100%"], 0);
+    assert_eq!(pair.read('a', "dir/x").as_deref(), Some("original x"));
+    assert!(!pair.exists('a', "extra"));
+    pair.assert_equal();
+}
+
+#[test]
+fn kinds_change_and_permissions_are_synced_without_setuid() {
+    let pair = synced_pair();
+    // A file becomes a directory on one side, a directory a file on the other.
+    std::fs::remove_file(pair.path('a', "f")).unwrap();
+    pair.write('a', "f/inside", "now a directory");
+    std::fs::remove_dir_all(pair.path('b', "dir")).unwrap();
+    pair.write('b', "dir", "now a file");
+    pair.chmod('a', "g", 0o4755);
+    pair.sync_json(&["--max-delete", "100%"], 0);
+    assert_eq!(
+        pair.read('b', "f/inside").as_deref(),
+        Some("now a directory")
+    );
+    assert_eq!(pair.read('a', "dir").as_deref(), Some("now a file"));
+    assert_eq!(pair.mode('b', "g"), 0o755);
+    assert_eq!(pair.mode('a', "g"), 0o4755);
+    let again = pair.sync_json(&[], 0);
+    assert_eq!(again["propagated"], 0, "{again}");
+}
+
+#[test]
+fn times_keeps_mtimes_in_agreement() {
+    let pair = Pair::new();
+    pair.write('a', "f", "dated");
+    set_mtime(&pair.path('a', "f"), 1_234_567_890);
+    pair.sync_json(&["--times"], 0);
+    let mtime = |side| {
+        std::fs::metadata(pair.path(side, "f"))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
+    assert_eq!(mtime('a'), mtime('b'));
+    set_mtime(&pair.path('b', "f"), 1_300_000_000);
+    let report = pair.sync_json(&["--times"], 0);
+    assert_eq!(report["propagated"], 1, "{report}");
+    assert_eq!(mtime('a'), mtime('b'));
+}
+
+#[test]
+fn checksum_finds_a_change_that_metadata_hides() {
+    let pair = synced_pair();
+    let path = pair.path('a', "f");
+    let before = std::fs::metadata(&path).unwrap();
+    std::fs::write(&path, "ORIGINAL F").unwrap();
+    let secs = before
+        .modified()
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    set_mtime(&path, secs);
+    pair.sync_json(&["--checksum"], 0);
+    assert_eq!(pair.read('b', "f").as_deref(), Some("ORIGINAL F"));
+}
+
+#[test]
+fn two_runs_on_the_same_roots_do_not_overlap() {
+    let pair = synced_pair();
+    let pause = pair.state.join("pause");
+    let mut first = pair
+        .command(&[])
+        .env("ACCORD_TEST_SYNC_PAUSE", &pause)
+        .spawn()
+        .unwrap();
+    while !pause.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let second = pair.sync(&[]);
+    assert_exit(&second, 3);
+    std::fs::remove_file(&pause).unwrap();
+    assert!(first.wait().unwrap().success());
+}
+
+/// New contents on one side, new permissions on the other: both survive.
+#[test]
+fn contents_and_permissions_changed_on_different_sides_both_survive() {
+    let pair = synced_pair();
+    pair.write('a', "f", "new contents from a");
+    pair.chmod('b', "f", 0o600);
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 1, "{report}");
+    assert_eq!(pair.read('b', "f").as_deref(), Some("new contents from a"));
+    assert_eq!(pair.mode('a', "f"), 0o600);
+    assert_eq!(pair.mode('b', "f"), 0o600);
+    pair.assert_equal();
+    let again = pair.sync_json(&[], 0);
+    assert_eq!(again["propagated"], 0, "{again}");
+}
+
+#[test]
+fn symlinks_are_synced_as_links() {
+    let pair = synced_pair();
+    std::os::unix::fs::symlink("g", pair.path('a', "to_g")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", pair.path('b', "dangling")).unwrap();
+    pair.sync_json(&[], 0);
+    pair.assert_equal();
+    std::fs::remove_file(pair.path('b', "to_g")).unwrap();
+    std::os::unix::fs::symlink("f", pair.path('b', "to_g")).unwrap();
+    pair.sync_json(&[], 0);
+    assert_eq!(
+        std::fs::read_link(pair.path('a', "to_g")).unwrap(),
+        std::path::PathBuf::from("f")
+    );
+    pair.assert_equal();
+}
+
+#[test]
+fn a_read_only_directory_is_filled_before_it_is_made_read_only() {
+    let pair = synced_pair();
+    pair.write('a', "ro/inside", "in a read-only directory");
+    pair.chmod('a', "ro", 0o555);
+    pair.sync_json(&[], 0);
+    assert_eq!(
+        pair.read('b', "ro/inside").as_deref(),
+        Some("in a read-only directory")
+    );
+    assert_eq!(pair.mode('b', "ro"), 0o555);
+    pair.chmod('a', "ro", 0o755);
+    pair.chmod('b', "ro", 0o755);
+}
+
+#[test]
+fn nested_roots_are_refused() {
+    let pair = synced_pair();
+    let out = std::process::Command::new(bin())
+        .arg("sync")
+        .arg("--batch")
+        .arg(&pair.a)
+        .arg(pair.path('a', "dir"))
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("one inside the other"));
+}
+
+/// `sync A B` and `sync B A` share one agreement.
+#[test]
+fn the_roots_may_be_named_in_either_order() {
+    let pair = synced_pair();
+    std::fs::remove_file(pair.path('a', "g")).unwrap();
+    pair.write('b', "f", "edited on b");
+    let out = std::process::Command::new(bin())
+        .args(["sync", "--batch", "--json"])
+        .arg(&pair.b)
+        .arg(&pair.a)
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["archives_lost"], false, "{report}");
+    assert!(!pair.exists('b', "g"));
+    assert_eq!(pair.read('a', "f").as_deref(), Some("edited on b"));
+}
+
+#[test]
+fn a_remote_root_is_not_built_yet() {
+    let pair = Pair::new();
+    let out = std::process::Command::new(bin())
+        .args(["sync", "--batch"])
+        .arg(&pair.a)
+        .arg("somehost:some/path")
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 69);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+}

@@ -1,0 +1,195 @@
+//! Helpers for the `accord sync` tests: two roots and a state directory in
+//! a temp dir, running the binary, writing and reading files, and a
+//! snapshot of a tree (kind, contents, permission bits) to compare sides.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> PathBuf {
+    std::env::var_os("ACCORD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_accord")))
+}
+
+/// Two roots `a` and `b` (created, empty) and a private state directory.
+pub struct Pair {
+    _tmp: tempfile::TempDir,
+    pub a: PathBuf,
+    pub b: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Pair {
+    pub fn new() -> Pair {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        let b = tmp.path().join("b");
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let state = tmp.path().join("state");
+        Pair {
+            _tmp: tmp,
+            a,
+            b,
+            state,
+        }
+    }
+
+    pub fn root(&self, side: char) -> &Path {
+        match side {
+            'a' => &self.a,
+            'b' => &self.b,
+            _ => panic!("side {side}"),
+        }
+    }
+
+    pub fn path(&self, side: char, rel: &str) -> PathBuf {
+        self.root(side).join(rel)
+    }
+
+    /// Run `accord sync --batch A B ARGS`.
+    pub fn sync(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run accord")
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin());
+        command
+            .arg("sync")
+            .arg("--batch")
+            .arg(&self.a)
+            .arg(&self.b)
+            .args(args)
+            .env("ACCORD_STATE_DIR", &self.state);
+        command
+    }
+
+    /// Run with `--json`, check the exit status, return the object.
+    pub fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.sync(&all);
+        assert_exit(&out, code);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    pub fn write(&self, side: char, rel: &str, contents: &str) {
+        let path = self.path(side, rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+
+    pub fn read(&self, side: char, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(side, rel)).ok()
+    }
+
+    pub fn exists(&self, side: char, rel: &str) -> bool {
+        std::fs::symlink_metadata(self.path(side, rel)).is_ok()
+    }
+
+    pub fn mode(&self, side: char, rel: &str) -> u32 {
+        std::fs::symlink_metadata(self.path(side, rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    pub fn chmod(&self, side: char, rel: &str, mode: u32) {
+        std::fs::set_permissions(self.path(side, rel), std::fs::Permissions::from_mode(mode))
+            .unwrap();
+    }
+
+    pub fn assert_equal(&self) {
+        assert_eq!(snapshot(&self.a), snapshot(&self.b), "the replicas differ");
+    }
+}
+
+/// Assert a run's exit status, showing its output when it differs.
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One entry as a sync keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    File { contents: Vec<u8>, mode: u32 },
+    Dir { mode: u32 },
+    Symlink(PathBuf),
+    Other,
+}
+
+/// Every entry under `root` but our own hidden files, by relative path.
+pub fn snapshot(root: &Path) -> BTreeMap<String, Node> {
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with(".accord-") {
+            continue;
+        }
+        let path = entry.path();
+        let rel = path
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let mode = meta.permissions().mode() & 0o7777;
+        let node = if meta.file_type().is_symlink() {
+            Node::Symlink(std::fs::read_link(&path).unwrap())
+        } else if meta.is_dir() {
+            walk(root, &path, out);
+            Node::Dir { mode }
+        } else if meta.is_file() {
+            Node::File {
+                contents: std::fs::read(&path).unwrap(),
+                mode,
+            }
+        } else {
+            Node::Other
+        };
+        out.insert(rel, node);
+    }
+}
+
+/// The paths of a JSON report's conflicts.
+pub fn conflict_paths(report: &serde_json::Value) -> Vec<String> {
+    report["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Set a file's mtime (seconds since the epoch) without changing it.
+pub fn set_mtime(path: &Path, secs: i64) {
+    let status = Command::new("touch")
+        .arg("-h")
+        .arg("-d")
+        .arg(format!("@{secs}"))
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}

@@ -1,0 +1,134 @@
+//! Concurrent modification (issue 12, acceptance 4): a file written
+//! between update detection and propagation is never overwritten; the run
+//! reports it ("changed during sync") and the next run syncs it. The run
+//! is held between planning and propagation by the test hook
+//! `ACCORD_TEST_SYNC_PAUSE` while the test writes.
+
+mod sync_common;
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+use sync_common::*;
+
+/// Run a sync; once it has made its plan, call `meanwhile`, then let it go
+/// on. Returns its JSON report.
+fn sync_with_change(pair: &Pair, code: i32, meanwhile: impl FnOnce()) -> serde_json::Value {
+    std::fs::create_dir_all(&pair.state).unwrap();
+    let pause = pair.state.join("pause-for-test");
+    let child = pair
+        .command(&["--json"])
+        .env("ACCORD_TEST_SYNC_PAUSE", &pause)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !pause.exists() {
+        assert!(std::time::Instant::now() < deadline, "the run never paused");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    meanwhile();
+    std::fs::remove_file(&pause).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, code);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn synced_pair() -> Pair {
+    let pair = Pair::new();
+    pair.write('a', "f", "original");
+    pair.write('a', "other", "other file");
+    pair.sync_json(&[], 0);
+    pair
+}
+
+fn error_paths(report: &serde_json::Value) -> Vec<String> {
+    report["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_target_written_during_the_sync_is_not_overwritten() {
+    let pair = synced_pair();
+    pair.write('a', "f", "new version from a");
+    pair.write('a', "other", "also new from a");
+    let report = sync_with_change(&pair, 2, || {
+        pair.write('b', "f", "written on b during the sync");
+    });
+    assert_eq!(error_paths(&report), ["f"], "{report}");
+    let message = report["errors"][0]["error"].as_str().unwrap();
+    assert!(message.contains("changed during sync"), "{message}");
+    assert_eq!(
+        pair.read('b', "f").as_deref(),
+        Some("written on b during the sync")
+    );
+    assert_eq!(pair.read('a', "f").as_deref(), Some("new version from a"));
+    // The rest of the run was done.
+    assert_eq!(pair.read('b', "other").as_deref(), Some("also new from a"));
+    // Next run: both sides changed f since the last agreement.
+    let next = pair.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&next), ["f"]);
+}
+
+#[test]
+fn a_source_written_during_the_sync_is_synced_next_time() {
+    let pair = synced_pair();
+    pair.write('a', "f", "new version from a");
+    let report = sync_with_change(&pair, 2, || {
+        pair.write('a', "f", "newer still, written during the sync");
+    });
+    assert_eq!(error_paths(&report), ["f"], "{report}");
+    assert_eq!(pair.read('b', "f").as_deref(), Some("original"));
+    pair.sync_json(&[], 0);
+    assert_eq!(
+        pair.read('b', "f").as_deref(),
+        Some("newer still, written during the sync")
+    );
+    pair.assert_equal();
+}
+
+/// A write that keeps the size and puts the mtime back passes every
+/// metadata check; the fingerprint of what arrived catches it.
+#[test]
+fn a_write_hidden_from_metadata_is_caught_by_the_fingerprint() {
+    let pair = synced_pair();
+    pair.write('a', "f", "new version AAA");
+    let path = pair.path('a', "f");
+    let report = sync_with_change(&pair, 2, || {
+        let meta = std::fs::metadata(&path).unwrap();
+        std::fs::write(&path, "new version BBB").unwrap();
+        let status = std::process::Command::new("touch")
+            .arg("-d")
+            .arg(format!("@{}.{:09}", meta.mtime(), meta.mtime_nsec()))
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().mtime_nsec(),
+            meta.mtime_nsec()
+        );
+    });
+    assert_eq!(error_paths(&report), ["f"], "{report}");
+    assert_eq!(pair.read('b', "f").as_deref(), Some("original"));
+    pair.sync_json(&[], 0);
+    assert_eq!(pair.read('b', "f").as_deref(), Some("new version BBB"));
+}
+
+#[test]
+fn a_target_deleted_during_the_sync_is_not_recreated() {
+    let pair = synced_pair();
+    pair.write('a', "f", "new version from a");
+    let report = sync_with_change(&pair, 2, || {
+        std::fs::remove_file(pair.path('b', "f")).unwrap();
+    });
+    assert_eq!(error_paths(&report), ["f"], "{report}");
+    assert!(!pair.exists('b', "f"));
+    // Deleted on b, changed on a: a conflict, with a's version kept.
+    let next = pair.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&next), ["f"]);
+    assert_eq!(pair.read('a', "f").as_deref(), Some("new version from a"));
+}

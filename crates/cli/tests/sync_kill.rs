@@ -1,0 +1,201 @@
+//! The crash invariant (issue 12, acceptance 3): `accord sync` killed with
+//! SIGKILL at a random moment leaves every file with its original or its
+//! final contents, and the next run completes the sync with no false
+//! conflicts. Trials: `ACCORD_SYNC_KILL_TRIALS` (default 12).
+
+mod sync_common;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use sync_common::*;
+
+const FILES: usize = 400;
+
+fn name(i: usize) -> String {
+    format!("d{}/f{i:03}", i % 7)
+}
+
+fn original(i: usize) -> String {
+    format!("original {i} ").repeat(400)
+}
+
+fn from_a(i: usize) -> String {
+    format!("new from a {i} ").repeat(300 + i)
+}
+
+fn from_b(i: usize) -> String {
+    format!("new from b {i} ").repeat(200 + i)
+}
+
+fn created_on_b(i: usize) -> String {
+    format!("created on b {i}")
+}
+
+/// A replica pair in agreement, then changed on both sides without a
+/// conflict: A rewrites the even files and deletes each tenth, B rewrites
+/// the odd ones and creates new files.
+fn prepared_pair() -> Pair {
+    let pair = Pair::new();
+    for i in 0..FILES {
+        pair.write('a', &name(i), &original(i));
+    }
+    pair.sync_json(&[], 0);
+    for i in 0..FILES {
+        if i % 10 == 4 {
+            std::fs::remove_file(pair.path('a', &name(i))).unwrap();
+        } else if i.is_multiple_of(2) {
+            pair.write('a', &name(i), &from_a(i));
+        } else {
+            pair.write('b', &name(i), &from_b(i));
+        }
+    }
+    for i in 0..FILES / 4 {
+        pair.write('b', &format!("new/g{i:03}"), &created_on_b(i));
+    }
+    pair
+}
+
+/// What each path may hold at any moment: its original or final contents
+/// (None: absent).
+fn allowed(rel: &str) -> Vec<Option<String>> {
+    if let Some(rest) = rel.strip_prefix("new/g") {
+        let i: usize = rest.parse().unwrap();
+        return vec![None, Some(created_on_b(i))];
+    }
+    let i: usize = rel.rsplit("/f").next().unwrap().parse().unwrap();
+    if i % 10 == 4 {
+        vec![Some(original(i)), None]
+    } else if i.is_multiple_of(2) {
+        vec![Some(original(i)), Some(from_a(i))]
+    } else {
+        vec![Some(original(i)), Some(from_b(i))]
+    }
+}
+
+fn final_state(rel: &str) -> Option<String> {
+    allowed(rel).pop().unwrap()
+}
+
+fn files(root: &std::path::Path) -> BTreeMap<String, String> {
+    snapshot(root)
+        .into_iter()
+        .filter_map(|(rel, node)| match node {
+            Node::File { contents, .. } => Some((rel, String::from_utf8(contents).unwrap())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn every_path() -> Vec<String> {
+    (0..FILES)
+        .map(name)
+        .chain((0..FILES / 4).map(|i| format!("new/g{i:03}")))
+        .collect()
+}
+
+fn check_original_or_final(pair: &Pair, trial: usize) {
+    for side in ['a', 'b'] {
+        let now = files(pair.root(side));
+        for rel in every_path() {
+            let held = now.get(&rel).cloned();
+            assert!(
+                allowed(&rel).contains(&held),
+                "trial {trial}: {side}/{rel} holds neither its original nor its final contents"
+            );
+        }
+        for rel in now.keys() {
+            assert!(
+                every_path().contains(rel),
+                "trial {trial}: stray {side}/{rel}"
+            );
+        }
+    }
+}
+
+fn check_converged(pair: &Pair, trial: usize) {
+    for side in ['a', 'b'] {
+        let now = files(pair.root(side));
+        for rel in every_path() {
+            assert_eq!(
+                now.get(&rel).cloned(),
+                final_state(&rel),
+                "trial {trial}: {side}/{rel}"
+            );
+        }
+    }
+    pair.assert_equal();
+}
+
+/// A small deterministic generator (no dependency for one number a trial).
+fn next_random(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *state >> 33
+}
+
+#[test]
+fn killed_syncs_leave_every_file_original_or_final_and_the_next_run_converges() {
+    let trials: usize = std::env::var("ACCORD_SYNC_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    // How long an uninterrupted run takes here.
+    let timing = prepared_pair();
+    let start = Instant::now();
+    timing.sync_json(&[], 0);
+    let full_run = start.elapsed();
+    check_converged(&timing, usize::MAX);
+    eprintln!("an uninterrupted run took {full_run:?}");
+
+    let mut random = 0x5eed_u64 ^ std::process::id() as u64;
+    let mut killed_midway = 0;
+    for trial in 0..trials {
+        let pair = prepared_pair();
+        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
+        let mut child = pair
+            .command(&["--json"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        let finished = child.try_wait().unwrap().is_some();
+        child.kill().ok();
+        child.wait().unwrap();
+        killed_midway += !finished as usize;
+        check_original_or_final(&pair, trial);
+        let report = pair.sync_json(&[], 0);
+        assert_eq!(
+            conflict_paths(&report).len(),
+            0,
+            "trial {trial}: false conflicts after a kill at {delay:?}: {report}"
+        );
+        check_converged(&pair, trial);
+        let again = pair.sync_json(&[], 0);
+        assert_eq!(again["propagated"], 0, "trial {trial}: {again}");
+        let leftovers: Vec<_> = ['a', 'b']
+            .iter()
+            .flat_map(|side| hidden_files(pair.root(*side)))
+            .collect();
+        assert!(leftovers.is_empty(), "trial {trial}: {leftovers:?}");
+    }
+    eprintln!("{killed_midway} of {trials} runs were killed before they finished");
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}
+
+/// Our temp files anywhere under `root`.
+fn hidden_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(entry.path());
+            } else if entry.file_name().to_string_lossy().starts_with(".accord-") {
+                found.push(entry.path());
+            }
+        }
+    }
+    found
+}

@@ -1,0 +1,230 @@
+//! A differential test against Debian's `unison` (Unison 2.52, run with
+//! `-batch -auto -times=false`): for each scenario, both tools sync the
+//! same base tree, see the same changes, sync again, and must end with
+//! the same replicas and the same conflict set. Skipped loudly when
+//! `unison` is not installed.
+//!
+//! Deliberate differences (not in this matrix; see `accord_plan`'s
+//! reconcile docs): Accord does not call deletions beneath a directory
+//! deleted on the other side a conflict, and it merges new contents on one
+//! side with new permissions on the other, where Unison reports conflicts.
+
+mod sync_common;
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use sync_common::*;
+
+fn have_unison() -> bool {
+    Command::new("unison")
+        .arg("-version")
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
+fn write(root: &Path, rel: &str, contents: &str) {
+    let path = root.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, contents).unwrap();
+}
+
+fn base_tree(root: &Path) {
+    write(root, "f", "base f");
+    write(root, "g", "base g");
+    write(root, "dir/x", "base x");
+    write(root, "dir/sub/y", "base y");
+    write(root, "keep/k", "keep this so no replica is ever emptied");
+    symlink("f", root.join("link")).unwrap();
+}
+
+/// Run unison on the pair; returns the paths it skipped as conflicts.
+fn unison(pair: &Pair) -> BTreeSet<String> {
+    fs::create_dir_all(pair.state.join("unison")).unwrap();
+    let out = Command::new("unison")
+        .args(["-batch", "-auto", "-times=false", "-confirmbigdel=false"])
+        .arg(&pair.a)
+        .arg(&pair.b)
+        .env("UNISON", pair.state.join("unison"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "unison failed: {text}"
+    );
+    text.lines()
+        .filter_map(|line| line.trim_start().strip_prefix("skipped: "))
+        .map(|rest| rest.split(" (").next().unwrap().to_string())
+        .collect()
+}
+
+fn accord(pair: &Pair) -> BTreeSet<String> {
+    let out = pair.sync(&["--json", "--max-delete", "100%"]);
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    conflict_paths(&report).into_iter().collect()
+}
+
+type Change = fn(&Path, &Path);
+
+/// Scenarios: what happens to A and B between the first sync and the
+/// second.
+fn scenarios() -> Vec<(&'static str, Change)> {
+    vec![
+        ("create on a", |a, _| write(a, "new", "new on a")),
+        ("create on b in a new directory", |_, b| {
+            write(b, "nd/deep/n", "new on b")
+        }),
+        ("edit on a", |a, _| write(a, "f", "edited on a")),
+        ("edit on b", |_, b| write(b, "dir/x", "edited on b")),
+        ("edits on both sides", |a, b| {
+            write(a, "f", "a's edit");
+            write(b, "f", "b's edit, longer");
+        }),
+        ("identical edits", |a, b| {
+            write(a, "g", "the same");
+            write(b, "g", "the same");
+        }),
+        ("identical creations", |a, b| {
+            write(a, "twin", "twin");
+            write(b, "twin", "twin");
+        }),
+        ("different creations", |a, b| {
+            write(a, "clash", "from a");
+            write(b, "clash", "from b");
+        }),
+        ("delete on a", |a, _| fs::remove_file(a.join("g")).unwrap()),
+        ("delete a directory on b", |_, b| {
+            fs::remove_dir_all(b.join("dir")).unwrap()
+        }),
+        ("delete on a, edit on b", |a, b| {
+            fs::remove_file(a.join("f")).unwrap();
+            write(b, "f", "edited on b");
+        }),
+        ("directory deleted on a, child edited on b", |a, b| {
+            fs::remove_dir_all(a.join("dir")).unwrap();
+            write(b, "dir/sub/y", "edited on b");
+        }),
+        ("touch on a", |a, _| set_mtime(&a.join("f"), 1_000_000_000)),
+        ("delete on a, touch on b", |a, b| {
+            fs::remove_file(a.join("g")).unwrap();
+            set_mtime(&b.join("g"), 1_000_000_000);
+        }),
+        ("chmod on a", |a, _| {
+            fs::set_permissions(a.join("f"), fs::Permissions::from_mode(0o600)).unwrap()
+        }),
+        ("chmod of a directory on b", |_, b| {
+            fs::set_permissions(b.join("dir"), fs::Permissions::from_mode(0o700)).unwrap()
+        }),
+        ("new symlink on a", |a, _| {
+            symlink("dir/x", a.join("to_x")).unwrap()
+        }),
+        ("symlink retargeted on b", |_, b| {
+            fs::remove_file(b.join("link")).unwrap();
+            symlink("g", b.join("link")).unwrap();
+        }),
+        ("file becomes a directory on a", |a, _| {
+            fs::remove_file(a.join("g")).unwrap();
+            write(a, "g/now", "a directory");
+        }),
+        ("directory becomes a file on b", |_, b| {
+            fs::remove_dir_all(b.join("dir")).unwrap();
+            write(b, "dir", "a file");
+        }),
+        ("unicode names", |a, b| {
+            write(a, "café/naïve ☃", "snow");
+            write(b, "日本語", "nihongo");
+        }),
+        ("edit on a, same edit plus a new file on b", |a, b| {
+            write(a, "f", "same");
+            write(b, "f", "same");
+            write(b, "extra", "extra");
+        }),
+    ]
+}
+
+/// Both tools' archives forgotten between the syncs, after changes.
+fn forget_archives(pair: &Pair) {
+    for entry in fs::read_dir(&pair.state).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() == "unison" {
+            for archive in fs::read_dir(&path).unwrap() {
+                let archive = archive.unwrap().path();
+                let name = archive.file_name().unwrap().to_string_lossy().to_string();
+                if name.starts_with("ar") || name.starts_with("fp") {
+                    fs::remove_file(archive).unwrap();
+                }
+            }
+        } else if path.is_file() {
+            fs::remove_file(path).unwrap();
+        }
+    }
+}
+
+fn run_scenario(name: &str, change: Change, lose_archives: bool) -> Result<(), String> {
+    let with_accord = Pair::new();
+    let with_unison = Pair::new();
+    for pair in [&with_accord, &with_unison] {
+        base_tree(&pair.a);
+    }
+    accord(&with_accord);
+    unison(&with_unison);
+    for pair in [&with_accord, &with_unison] {
+        change(&pair.a, &pair.b);
+        if lose_archives {
+            forget_archives(pair);
+        }
+    }
+    let accord_conflicts = accord(&with_accord);
+    let unison_conflicts = unison(&with_unison);
+    eprintln!("{name} (archives lost: {lose_archives}): conflicts {accord_conflicts:?}");
+    let mut problems = Vec::new();
+    if accord_conflicts != unison_conflicts {
+        problems.push(format!(
+            "conflicts: accord {accord_conflicts:?}, unison {unison_conflicts:?}"
+        ));
+    }
+    for side in ['a', 'b'] {
+        let (ours, theirs) = (
+            snapshot(with_accord.root(side)),
+            snapshot(with_unison.root(side)),
+        );
+        if ours != theirs {
+            problems.push(format!(
+                "replica {side}: accord {ours:?}\n unison {theirs:?}"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{name}: {}", problems.join("\n")))
+    }
+}
+
+#[test]
+fn accord_sync_ends_where_unison_does() {
+    if !have_unison() {
+        eprintln!("SKIPPED: unison is not installed; the differential test did not run");
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (name, change) in scenarios() {
+        for lose_archives in [false, true] {
+            ran += 1;
+            if let Err(problem) = run_scenario(name, change, lose_archives) {
+                failures.push(format!("[archives lost: {lose_archives}] {problem}"));
+            }
+        }
+    }
+    eprintln!("{ran} scenarios against unison, {} differ", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

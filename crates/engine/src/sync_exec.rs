@@ -1,0 +1,644 @@
+//! Propagation of a sync plan, keeping the crash invariant: every file has
+//! its original or its final contents at every moment. New contents go to
+//! a temp file in the target directory through the seam
+//! (`ReplicaDir::receive`), are fingerprinted there and compared with what
+//! update detection saw, made durable, and renamed over the target by
+//! `ReplicaDir::commit`, which re-checks first that the target is still
+//! what detection saw (else the path fails with "changed during sync" and
+//! nothing is replaced). Only then, and only when the path succeeded on
+//! both sides, do both archives record it.
+//!
+//! Phases: deletions deepest first; then, in path order, new directories,
+//! files and other entries (in chunks: received, flushed, committed,
+//! flushed, recorded), property changes; then directories' properties
+//! deepest first (a directory made read-only after its contents arrived).
+//! Whole files only for now: no delta against the other side's old
+//! version yet.
+
+use crate::replica::{Deleted, Incoming, Replica};
+use crate::sync::Archives;
+use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport, UNKNOWN_CTIME};
+use crate::sync_scan::Scanned;
+use accord_fsys::PropsMask;
+use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
+use accord_plan::detect::SYNCED_MODE_BITS;
+use accord_plan::{Action, Side, SyncItem};
+
+/// Files received before the chunk is flushed and committed.
+const CHUNK_LEN: usize = 128;
+
+fn index(side: Side) -> usize {
+    match side {
+        Side::A => 0,
+        Side::B => 1,
+    }
+}
+
+/// What one archive learns about one path.
+enum Record {
+    Put(Observed),
+    /// The path and its subtree are gone from this side.
+    Remove(RelPath),
+}
+
+/// A path propagated on both sides, waiting to be recorded.
+struct Done {
+    path: RelPath,
+    action: Action,
+    records: [Record; 2],
+}
+
+/// A file (or other entry) received under a temp name, to be committed.
+struct Staged<'i> {
+    item: &'i SyncItem,
+    to: Side,
+    temp: Vec<u8>,
+    /// The entry `to` takes (kind, contents, the properties written).
+    taken: Entry,
+    /// For `CopyContentsAndPropsBack`: the properties the source side
+    /// takes back once the contents are in place.
+    props_back: Option<Props>,
+}
+
+struct Propagation<'a> {
+    replicas: [&'a dyn Replica; 2],
+    cfg: &'a SyncConfig,
+    scanned: &'a Scanned,
+    done: Vec<Done>,
+    failures: Vec<SyncFailure>,
+    /// Paths that failed (a directory that could not be made gets no
+    /// properties set afterwards).
+    failed_paths: std::collections::HashSet<RelPath>,
+}
+
+/// Carry out `items` and record what succeeded in both archives.
+pub(crate) fn propagate(
+    replicas: [&dyn Replica; 2],
+    archives: &mut Archives,
+    scanned: &Scanned,
+    items: &[SyncItem],
+    cfg: &SyncConfig,
+    report: &mut SyncReport,
+) {
+    let mut run = Propagation {
+        replicas,
+        cfg,
+        scanned,
+        done: Vec::new(),
+        failures: Vec::new(),
+        failed_paths: Default::default(),
+    };
+    run.deletions(items);
+    run.flush(archives, report);
+    run.entries_in_order(items, archives, report);
+    run.directory_props(items);
+    run.flush(archives, report);
+    report.errors.append(&mut run.failures);
+    report.errors.sort_by(|x, y| x.path.cmp(&y.path));
+    report.propagated.sort_by(|x, y| x.path.cmp(&y.path));
+}
+
+fn split(path: &RelPath) -> (RelPath, &[u8]) {
+    (path.parent().unwrap_or_default(), path.file_name())
+}
+
+/// The properties a sync writes: permissions without setuid and setgid,
+/// and the mtime under `--times` (regular files only).
+fn synced_props(entry: &Entry, cfg: &SyncConfig) -> (Props, PropsMask) {
+    let props = Props {
+        mode: entry.props.mode & SYNCED_MODE_BITS,
+        xattrs: None,
+        ..entry.props.clone()
+    };
+    let mask = PropsMask {
+        perms: entry.kind != Kind::Symlink,
+        owner: false,
+        times: cfg.times && entry.kind == Kind::File,
+        xattrs: None,
+    };
+    (props, mask)
+}
+
+/// What an archive records of an entry this run changed: the entry it was
+/// made to hold, at the identity found there now. Its ctime is unknown (it
+/// just moved), so the next run fingerprints it once.
+fn changed_entry(taken: &Entry, found: Option<Found>) -> Observed {
+    let mut entry = taken.clone();
+    if let Some(found) = found {
+        entry.dev = found.dev;
+        entry.ino = found.ino;
+        entry.size = found.size;
+        entry.props.mtime = found.mtime;
+    }
+    entry.props.mode &= SYNCED_MODE_BITS;
+    entry.props.xattrs = None;
+    Observed {
+        entry,
+        ctime: UNKNOWN_CTIME,
+    }
+}
+
+impl<'a> Propagation<'a> {
+    fn fail(&mut self, path: &RelPath, error: SyncError) {
+        self.failed_paths.insert(path.clone());
+        self.failures.push(SyncFailure {
+            path: path.clone(),
+            error,
+        });
+    }
+
+    /// What the archive of `side` records for an entry this run left as
+    /// the scan found it.
+    fn as_scanned(&self, item: &SyncItem, side: Side) -> Record {
+        match item.entry(side) {
+            Some(entry) => Record::Put(Observed {
+                entry: entry.clone(),
+                ctime: self.scanned.ctimes_of(&item.path)[index(side)],
+            }),
+            None => Record::Remove(item.path.clone()),
+        }
+    }
+
+    fn stat(&self, side: Side, path: &RelPath) -> Option<Found> {
+        let (parent, name) = split(path);
+        let dir = self.replicas[index(side)].open_dir(&parent).ok()?;
+        if path.is_root() {
+            return None;
+        }
+        dir.stat(name).ok().flatten()
+    }
+
+    // ---- deletions ----
+
+    fn deletions(&mut self, items: &[SyncItem]) {
+        for item in items.iter().rev() {
+            if let Action::Delete { on } = item.action {
+                match self.delete(item, on) {
+                    Ok(()) => self.done.push(Done {
+                        path: item.path.clone(),
+                        action: item.action,
+                        records: [
+                            Record::Remove(item.path.clone()),
+                            Record::Remove(item.path.clone()),
+                        ],
+                    }),
+                    Err(error) => self.fail(&item.path, error),
+                }
+            }
+        }
+    }
+
+    fn delete(&self, item: &SyncItem, on: Side) -> Result<(), SyncError> {
+        let (parent, name) = split(&item.path);
+        let dir = self.replicas[index(on)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::Delete))?;
+        match dir.delete(name, &Expect::of(item.entry(on)))? {
+            Deleted::Done | Deleted::Gone => Ok(()),
+            Deleted::NotEmpty => Err(SyncError::DirectoryNotEmpty),
+        }
+    }
+
+    // ---- entries, in path order ----
+
+    fn entries_in_order(
+        &mut self,
+        items: &'a [SyncItem],
+        archives: &mut Archives,
+        report: &mut SyncReport,
+    ) {
+        let mut staged: Vec<Staged<'a>> = Vec::new();
+        for item in items {
+            match self.start(item) {
+                Ok(Some(one)) => staged.push(one),
+                Ok(None) => {}
+                Err(error) => self.fail(&item.path, error),
+            }
+            if staged.len() >= CHUNK_LEN {
+                self.commit_chunk(std::mem::take(&mut staged));
+                self.flush(archives, report);
+            }
+        }
+        self.commit_chunk(staged);
+        self.flush(archives, report);
+    }
+
+    /// Do what can be done at once for `item`; a file or other entry is
+    /// received and returned to be committed with its chunk.
+    fn start(&mut self, item: &'a SyncItem) -> Result<Option<Staged<'a>>, SyncError> {
+        match item.action {
+            Action::Copy { from, to } => self.start_copy(item, from, to),
+            Action::CopyContentsAndPropsBack { from, to } => {
+                let mut staged = self.receive(item, from, to)?;
+                let keep = item.entry(to).expect("a props change needs an entry");
+                let (kept_props, _) = synced_props(keep, self.cfg);
+                staged.taken.props.mode = kept_props.mode;
+                self.set_temp_mode(&staged, &kept_props)?;
+                staged.props_back = Some(kept_props);
+                Ok(Some(staged))
+            }
+            Action::CopyProps { from, to } if !is_dir(item.entry(to)) => {
+                self.copy_props(item, from, to)?;
+                Ok(None)
+            }
+            Action::Agree => {
+                self.done.push(Done {
+                    path: item.path.clone(),
+                    action: item.action,
+                    records: [
+                        self.as_scanned(item, Side::A),
+                        self.as_scanned(item, Side::B),
+                    ],
+                });
+                Ok(None)
+            }
+            // Directories' properties are set last; deletions are done;
+            // conflicts are left alone.
+            _ => Ok(None),
+        }
+    }
+
+    fn start_copy(
+        &mut self,
+        item: &'a SyncItem,
+        from: Side,
+        to: Side,
+    ) -> Result<Option<Staged<'a>>, SyncError> {
+        let source = item.entry(from).expect("a copy has a source");
+        match source.kind {
+            Kind::Dir => {
+                self.make_directory(item, from, to)?;
+                Ok(None)
+            }
+            Kind::File => self.receive(item, from, to).map(Some),
+            _ => self.make_node(item, source, to).map(Some),
+        }
+    }
+
+    /// A directory where `to` has none: what is there is removed first (an
+    /// entry of another kind, which the plan replaces). It is given its
+    /// final permissions at once, owner bits added so it can be filled (they
+    /// go when its properties are set, after its contents): a run killed
+    /// before that leaves a directory the next run agrees with, where one
+    /// left at the 0700 `mkdir` gives would look like a permission change
+    /// and conflict with the other side's.
+    fn make_directory(&self, item: &SyncItem, from: Side, to: Side) -> Result<(), SyncError> {
+        let (parent, name) = split(&item.path);
+        let dir = self.replicas[index(to)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::MakeDir))?;
+        if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
+            dir.delete(name, &Expect::entry(old))?;
+        }
+        dir.mkdir(name)?;
+        let source = item.entry(from).expect("a copy has a source");
+        let (mut props, mask) = synced_props(source, self.cfg);
+        props.mode |= 0o700;
+        dir.set_props(name, &Expect::Made(Kind::Dir), Kind::Dir, &props, mask)?;
+        Ok(())
+    }
+
+    /// Receive `from`'s file into a temp beside `to`'s path and check that
+    /// it holds what update detection fingerprinted.
+    fn receive(&self, item: &'a SyncItem, from: Side, to: Side) -> Result<Staged<'a>, SyncError> {
+        let source = item.entry(from).expect("a copy has a source");
+        let (parent, name) = split(&item.path);
+        let from_dir = self.replicas[index(from)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::OpenSource))?;
+        let to_dir = self.replicas[index(to)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::OpenDestination))?;
+        let (props, mask) = synced_props(source, self.cfg);
+        let temp = {
+            let mut reader = from_dir.open_read(name, &Expect::entry(source))?;
+            to_dir.receive(name, Incoming::Whole(&mut *reader), &props, mask)?
+        };
+        let temp_path = parent.join(&temp).expect("temp names are valid names");
+        let landed = self.replicas[index(to)].fingerprint(&temp_path);
+        if landed.as_ref().ok() != source.hash.as_ref() || source.hash.is_none() {
+            to_dir.discard(&temp);
+            return Err(match landed {
+                Err(e) => SyncError::Replica(e),
+                Ok(_) => SyncError::ContentsChanged,
+            });
+        }
+        Ok(Staged {
+            item,
+            to,
+            temp,
+            taken: source.clone(),
+            props_back: None,
+        })
+    }
+
+    /// `CopyContentsAndPropsBack`: the temp keeps the target's own mode.
+    fn set_temp_mode(&self, staged: &Staged, props: &Props) -> Result<(), SyncError> {
+        let (parent, _) = split(&staged.item.path);
+        let dir = self.replicas[index(staged.to)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::SetProps))?;
+        let mask = PropsMask {
+            perms: true,
+            owner: false,
+            times: false,
+            xattrs: None,
+        };
+        let result = dir.set_props(
+            &staged.temp,
+            &Expect::Made(Kind::File),
+            Kind::File,
+            props,
+            mask,
+        );
+        if result.is_err() {
+            dir.discard(&staged.temp);
+        }
+        Ok(result?)
+    }
+
+    /// A symlink, fifo, socket or device node under a temp name.
+    fn make_node(
+        &self,
+        item: &'a SyncItem,
+        source: &Entry,
+        to: Side,
+    ) -> Result<Staged<'a>, SyncError> {
+        let (parent, name) = split(&item.path);
+        let dir = self.replicas[index(to)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::MakeNode))?;
+        let (props, mask) = synced_props(source, self.cfg);
+        let node = Entry {
+            props,
+            ..source.clone()
+        };
+        let temp = dir.make_node(name, &node, mask)?;
+        Ok(Staged {
+            item,
+            to,
+            temp,
+            taken: source.clone(),
+            props_back: None,
+        })
+    }
+
+    fn copy_props(&mut self, item: &SyncItem, from: Side, to: Side) -> Result<(), SyncError> {
+        let (parent, name) = split(&item.path);
+        let source = item.entry(from).expect("props come from an entry");
+        let target = item.entry(to).expect("props go to an entry");
+        let dir = self.replicas[index(to)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::SetProps))?;
+        let (props, mask) = synced_props(source, self.cfg);
+        dir.set_props(name, &Expect::entry(target), target.kind, &props, mask)?;
+        let taken = Entry {
+            props: Props {
+                mode: props.mode,
+                ..target.props.clone()
+            },
+            ..target.clone()
+        };
+        let taken = if self.cfg.times && target.kind == Kind::File {
+            Entry {
+                props: Props {
+                    mtime: source.props.mtime,
+                    ..taken.props
+                },
+                ..taken
+            }
+        } else {
+            taken
+        };
+        let recorded = changed_entry(&taken, self.stat(to, &item.path));
+        self.done_with(item, from, to, recorded);
+        Ok(())
+    }
+
+    /// Record a path whose `to` side now holds `recorded` and whose `from`
+    /// side is as scanned.
+    fn done_with(&mut self, item: &SyncItem, from: Side, to: Side, recorded: Observed) {
+        let mut records = [
+            Record::Remove(item.path.clone()),
+            Record::Remove(item.path.clone()),
+        ];
+        records[index(from)] = self.as_scanned(item, from);
+        records[index(to)] = Record::Put(recorded);
+        self.done.push(Done {
+            path: item.path.clone(),
+            action: item.action,
+            records,
+        });
+    }
+
+    /// Make the chunk's temps durable, then rename each over its target
+    /// after its re-check (`flush` makes the renames durable before any is
+    /// recorded).
+    fn commit_chunk(&mut self, staged: Vec<Staged<'a>>) {
+        if staged.is_empty() {
+            return;
+        }
+        self.flush_replicas();
+        for one in staged {
+            match self.commit_one(&one) {
+                Ok(recorded) => self.after_commit(&one, recorded),
+                Err(error) => self.fail(&one.item.path, error),
+            }
+        }
+    }
+
+    fn flush_replicas(&mut self) {
+        if !self.cfg.fsync {
+            return;
+        }
+        for replica in self.replicas {
+            if let Err(e) = replica.sync_all() {
+                // Nothing may be recorded that might not survive a crash.
+                let error = crate::Error::Io {
+                    action: crate::error::Action::Flush,
+                    source: e,
+                };
+                self.fail(&RelPath::root(), SyncError::Replica(error));
+                self.done.clear();
+            }
+        }
+    }
+
+    fn commit_one(&self, staged: &Staged) -> Result<Observed, SyncError> {
+        let path = &staged.item.path;
+        let (parent, name) = split(path);
+        let dir = self.replicas[index(staged.to)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::Replace))?;
+        let committed = match staged.item.entry(staged.to) {
+            // A directory replaced by a file: its entries were deleted
+            // first; it goes just before the new entry takes its name.
+            Some(old) if old.kind == Kind::Dir => match dir.delete(name, &Expect::entry(old)) {
+                Ok(Deleted::Done | Deleted::Gone) => {
+                    dir.commit(&staged.temp, name, &Expect::Absent)
+                }
+                Ok(Deleted::NotEmpty) => {
+                    dir.discard(&staged.temp);
+                    return Err(SyncError::DirectoryNotEmpty);
+                }
+                Err(e) => Err(e),
+            },
+            old => dir.commit(&staged.temp, name, &Expect::of(old)),
+        };
+        if let Err(e) = committed {
+            dir.discard(&staged.temp);
+            return Err(e.into());
+        }
+        let found = dir.stat(name).ok().flatten();
+        Ok(changed_entry(&staged.taken, found))
+    }
+
+    fn after_commit(&mut self, staged: &Staged, recorded: Observed) {
+        let item = staged.item;
+        let from = staged.to.other();
+        let Some(props_back) = &staged.props_back else {
+            self.done_with(item, from, staged.to, recorded);
+            return;
+        };
+        // The side the contents came from takes the other's permissions.
+        let source = item.entry(from).expect("contents came from an entry");
+        let (parent, name) = split(&item.path);
+        let mask = PropsMask {
+            perms: true,
+            owner: false,
+            times: false,
+            xattrs: None,
+        };
+        let set_back = self.replicas[index(from)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::SetProps))
+            .and_then(|dir| {
+                dir.set_props(name, &Expect::entry(source), Kind::File, props_back, mask)
+            });
+        match set_back {
+            Ok(()) => {
+                let taken = Entry {
+                    props: Props {
+                        mode: props_back.mode,
+                        ..source.props.clone()
+                    },
+                    ..source.clone()
+                };
+                let back = changed_entry(&taken, self.stat(from, &item.path));
+                let mut records = [Record::Put(recorded), Record::Put(back)];
+                if from == Side::A {
+                    records.swap(0, 1);
+                }
+                self.done.push(Done {
+                    path: item.path.clone(),
+                    action: item.action,
+                    records,
+                });
+            }
+            Err(e) => self.fail(&item.path, SyncError::Replica(e)),
+        }
+    }
+
+    // ---- directories' properties, deepest first ----
+
+    fn directory_props(&mut self, items: &[SyncItem]) {
+        for item in items.iter().rev() {
+            let (from, to) = match item.action {
+                Action::Copy { from, to } | Action::CopyProps { from, to }
+                    if is_dir(item.entry(from)) =>
+                {
+                    (from, to)
+                }
+                _ => continue,
+            };
+            if matches!(item.action, Action::CopyProps { .. }) && !is_dir(item.entry(to)) {
+                continue;
+            }
+            if self.failed_paths.contains(&item.path) {
+                continue;
+            }
+            match self.set_directory_props(item, from, to) {
+                Ok(recorded) => self.done_with(item, from, to, recorded),
+                Err(error) => self.fail(&item.path, error),
+            }
+        }
+    }
+
+    fn set_directory_props(
+        &self,
+        item: &SyncItem,
+        from: Side,
+        to: Side,
+    ) -> Result<Observed, SyncError> {
+        let source = item.entry(from).expect("a directory to copy");
+        let dir = self.replicas[index(to)]
+            .open_dir(&item.path)
+            .map_err(crate::Error::io(crate::error::Action::SetProps))?;
+        // A directory this run made has no scanned entry to expect.
+        let expect = match item.entry(to) {
+            Some(old) if old.kind == Kind::Dir => Expect::entry(old),
+            _ => Expect::Made(Kind::Dir),
+        };
+        let (props, mask) = synced_props(source, self.cfg);
+        dir.set_own_props(&expect, &props, mask)?;
+        let found = if item.path.is_root() {
+            None
+        } else {
+            self.stat(to, &item.path)
+        };
+        Ok(changed_entry(source, found))
+    }
+
+    // ---- the archives ----
+
+    /// Record every finished path in both archives (A's transaction, then
+    /// B's). A crash between the two leaves one side recording the new
+    /// state and the other the old: the next run sees the path changed on
+    /// one side to what the other holds, and agrees.
+    fn flush(&mut self, archives: &mut Archives, report: &mut SyncReport) {
+        if self.done.is_empty() {
+            return;
+        }
+        // Nothing is recorded that a crash could still take back.
+        self.flush_replicas();
+        let done = std::mem::take(&mut self.done);
+        for (side, archive) in archives.sides.iter_mut().enumerate() {
+            if let Err(e) = write_records(archive, &done, side) {
+                let path = done[0].path.clone();
+                self.fail(&path, SyncError::Archive(e));
+                return;
+            }
+        }
+        for one in done {
+            match one.action {
+                Action::Agree => report.agreed += 1,
+                action => report.propagated.push(Propagated {
+                    path: one.path,
+                    action,
+                }),
+            }
+        }
+    }
+}
+
+fn write_records(
+    archive: &mut accord_archive::Archive,
+    done: &[Done],
+    side: usize,
+) -> Result<(), accord_archive::ArchiveError> {
+    let mut batch = archive.batch()?;
+    for one in done {
+        match &one.records[side] {
+            Record::Put(observed) => batch.put(observed)?,
+            Record::Remove(path) => {
+                batch.remove(path)?;
+                batch.remove_subtree(path)?;
+            }
+        }
+    }
+    batch.commit()
+}
+
+fn is_dir(entry: Option<&Entry>) -> bool {
+    entry.is_some_and(|e| e.kind == Kind::Dir)
+}
