@@ -329,7 +329,11 @@ impl Session<'_> {
         // One byte over the size, so that the body's end is read too (it
         // was checked to be no bigger): that forgets the stream and gives
         // back the last of its credit.
-        let end = match self.body(stream).take(POOLED_BODY + 1).read_to_end(&mut data) {
+        let end = match self
+            .body(stream)
+            .take(POOLED_BODY + 1)
+            .read_to_end(&mut data)
+        {
             Ok(_) => None,
             Err(e) => Some((e.kind(), e.to_string())),
         };
