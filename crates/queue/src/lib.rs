@@ -32,6 +32,9 @@ pub struct Lease {
     pub task: Vec<u8>,
     /// Attempts before this one that failed or whose worker was lost.
     pub attempts: u32,
+    /// The worker it was handed to: a failure reported by a worker whose
+    /// lease was since handed to another changes nothing.
+    pub worker: String,
 }
 
 /// A task set aside after too many attempts.
@@ -89,6 +92,20 @@ pub struct Policy {
     pub max_attempts: u32,
 }
 
+impl Policy {
+    /// A claim timeout of zero would hand every lease to the next worker
+    /// that asks; a run needs at least one attempt.
+    pub fn check(&self) -> Result<(), QueueError> {
+        if self.claim_timeout.is_zero() || self.max_attempts == 0 {
+            return Err(QueueError::Refused(format!(
+                "a claim timeout above zero and at least one attempt (got {:?}, {})",
+                self.claim_timeout, self.max_attempts
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Policy {
     fn default() -> Policy {
         Policy {
@@ -128,6 +145,9 @@ pub const MAX_TASK: usize = 1 << 20;
 /// Most tasks one lease hands out.
 pub const MAX_LEASE: usize = 1024;
 
+/// Longest error kept with a dead task.
+pub const MAX_ERROR: usize = 4096;
+
 /// A queue of tasks shared by the workers of one run.
 pub trait TaskQueue: Send + Sync {
     /// Add tasks (one round trip however many; each at most `MAX_TASK`).
@@ -139,7 +159,7 @@ pub trait TaskQueue: Send + Sync {
     /// Done: never handed out again.
     fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError>;
     /// Failed: waiting again, or dead (with `error`) once it has used all
-    /// its attempts.
+    /// its attempts. Nothing when the lease is no longer this worker's.
     fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError>;
     fn set_state(&self, state: RunState) -> Result<(), QueueError>;
     fn state(&self) -> Result<RunState, QueueError>;

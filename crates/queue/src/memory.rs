@@ -2,7 +2,8 @@
 //! that tests of the layers above use instead of a Redis server.
 
 use crate::{
-    check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue, MAX_LEASE,
+    check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue,
+    MAX_ERROR, MAX_LEASE,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 struct Leased {
     task: Vec<u8>,
     attempts: u32,
+    worker: String,
     since: Instant,
 }
 
@@ -55,16 +57,21 @@ impl MemoryQueue {
     }
 
     /// Take up to `max` tasks now: waiting ones, else expired leases.
-    fn take(&self, st: &mut State, max: usize, now: Instant) -> Vec<Lease> {
+    fn take(&self, st: &mut State, worker: &str, max: usize, now: Instant) -> Vec<Lease> {
         let mut out = Vec::new();
         while out.len() < max {
             let Some((id, task, attempts)) = st.waiting.pop_front() else {
                 break;
             };
-            out.push(Lease { id, task, attempts });
+            out.push(Lease {
+                id,
+                task,
+                attempts,
+                worker: worker.to_string(),
+            });
         }
         if out.is_empty() {
-            self.reclaim(st, max, now, &mut out);
+            self.reclaim(st, worker, max, now, &mut out);
         }
         for l in &out {
             st.leased.insert(
@@ -72,6 +79,7 @@ impl MemoryQueue {
                 Leased {
                     task: l.task.clone(),
                     attempts: l.attempts,
+                    worker: worker.to_string(),
                     since: now,
                 },
             );
@@ -81,14 +89,22 @@ impl MemoryQueue {
 
     /// Leases older than the claim timeout: their worker is taken as lost,
     /// which counts as an attempt.
-    fn reclaim(&self, st: &mut State, max: usize, now: Instant, out: &mut Vec<Lease>) {
+    fn reclaim(
+        &self,
+        st: &mut State,
+        worker: &str,
+        max: usize,
+        now: Instant,
+        out: &mut Vec<Lease>,
+    ) {
         let mut expired: Vec<TaskId> = st
             .leased
             .iter()
             .filter(|(_, l)| now.duration_since(l.since) >= self.policy.claim_timeout)
             .map(|(id, _)| id.clone())
             .collect();
-        expired.sort();
+        // Oldest first (ids are numbers in the order tasks were pushed).
+        expired.sort_by_key(|id| id.0.parse::<u64>().unwrap_or(u64::MAX));
         for id in expired {
             if out.len() >= max {
                 break;
@@ -106,6 +122,7 @@ impl MemoryQueue {
                     id,
                     task: l.task,
                     attempts,
+                    worker: worker.to_string(),
                 });
             }
         }
@@ -134,14 +151,14 @@ impl TaskQueue for MemoryQueue {
         Ok(())
     }
 
-    fn lease(&self, _worker: &str, max: usize, wait: Duration) -> Result<Vec<Lease>, QueueError> {
+    fn lease(&self, worker: &str, max: usize, wait: Duration) -> Result<Vec<Lease>, QueueError> {
         let max = max.clamp(1, MAX_LEASE);
         let deadline = Instant::now() + wait;
         let mut st = self.lock();
         loop {
             let now = Instant::now();
             if st.run == RunState::Running {
-                let out = self.take(&mut st, max, now);
+                let out = self.take(&mut st, worker, max, now);
                 if !out.is_empty() {
                     return Ok(out);
                 }
@@ -178,15 +195,20 @@ impl TaskQueue for MemoryQueue {
 
     fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
         let mut st = self.lock();
-        let Some(l) = st.leased.remove(&lease.id) else {
+        if st
+            .leased
+            .get(&lease.id)
+            .is_none_or(|l| l.worker != lease.worker)
+        {
             return Ok(());
-        };
+        }
+        let l = st.leased.remove(&lease.id).expect("checked above");
         let attempts = l.attempts + 1;
         if attempts >= self.policy.max_attempts {
             st.dead.push(DeadTask {
                 task: l.task,
                 attempts,
-                error: error.to_string(),
+                error: error.chars().take(MAX_ERROR).collect(),
             });
         } else {
             st.waiting.push_back((lease.id.clone(), l.task, attempts));

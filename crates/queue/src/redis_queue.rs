@@ -17,7 +17,7 @@
 
 use crate::{
     check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue,
-    MAX_LEASE, MAX_TASK,
+    MAX_ERROR, MAX_LEASE, MAX_TASK,
 };
 use redis::{Connection, RedisError, Script};
 use std::sync::{Mutex, MutexGuard};
@@ -69,7 +69,11 @@ if r then
   end
 end
 if #out > 0 then return out end
-local c = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], '0-0', 'COUNT', ARGV[3])
+-- Lost workers' leases: the scan goes on where the last one stopped, so a
+-- lease far down the pending list is reached however many are younger.
+local from = redis.call('GET', KEYS[5]) or '0-0'
+local c = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], from, 'COUNT', ARGV[3])
+redis.call('SET', KEYS[5], c[1])
 for _, e in ipairs(c[2]) do
   local id, fields = e[1], e[2]
   local t = field(fields, 't') or ''
@@ -100,9 +104,12 @@ return n
 
 /// A failed lease (ARGV[2], task ARGV[3]): waiting again with ARGV[4]
 /// attempts, or buried with error ARGV[6] once that reaches ARGV[5].
-/// Nothing when the lease is not held any more.
+/// Nothing when the lease is not held by worker ARGV[7] any more (it was
+/// handed to another, or is done).
 const FAIL: &str = r"
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 or p[1][2] ~= ARGV[7] then return 0 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[2])
 if tonumber(ARGV[4]) >= tonumber(ARGV[5]) then
@@ -113,13 +120,19 @@ end
 return 1
 ";
 
-/// Longest error kept with a dead task.
-const MAX_ERROR: usize = 4096;
+/// Most ids acknowledged by one script call (Lua's stack bounds how many
+/// arguments a call may spread).
+const ACK_CHUNK: usize = 1000;
+
+/// Longest a call may wait for Redis before the connection is taken as
+/// lost (a worker then backs off and tries again).
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl RedisQueue {
     /// Connect and make sure the run's stream and group exist.
     pub fn open(target: &RedisTarget, policy: Policy) -> Result<RedisQueue, QueueError> {
         check_run_name(&target.run)?;
+        policy.check()?;
         let client = redis::Client::open(target.url.as_str())
             .map_err(|e| QueueError::Refused(format!("{}: {e}", target.url)))?;
         let q = RedisQueue {
@@ -169,6 +182,8 @@ impl RedisQueue {
                 .client
                 .get_connection_with_timeout(Duration::from_secs(10))
                 .map_err(map_error)?;
+            c.set_read_timeout(Some(IO_TIMEOUT)).map_err(map_error)?;
+            c.set_write_timeout(Some(IO_TIMEOUT)).map_err(map_error)?;
             *slot = Some(c);
         }
         let r = f(slot.as_mut().expect("made above"));
@@ -188,6 +203,7 @@ impl RedisQueue {
                 .key(self.key("state"))
                 .key(self.key("attempts"))
                 .key(self.key("dead"))
+                .key(self.key("reclaim-cursor"))
                 .arg(GROUP)
                 .arg(worker)
                 .arg(max)
@@ -209,6 +225,7 @@ impl RedisQueue {
                     id: TaskId(id),
                     task,
                     attempts,
+                    worker: worker.to_string(),
                 })
             })
             .collect()
@@ -254,20 +271,20 @@ impl TaskQueue for RedisQueue {
     }
 
     fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError> {
-        if ids.is_empty() {
-            return Ok(());
+        for chunk in ids.chunks(ACK_CHUNK) {
+            self.with_conn(|c| {
+                let mut inv = self.scripts.ack.prepare_invoke();
+                inv.key(self.key("tasks"))
+                    .key(self.key("attempts"))
+                    .key(self.key("done"))
+                    .arg(GROUP);
+                for id in chunk {
+                    inv.arg(&id.0);
+                }
+                inv.invoke::<i64>(c).map(|_| ())
+            })?;
         }
-        self.with_conn(|c| {
-            let mut inv = self.scripts.ack.prepare_invoke();
-            inv.key(self.key("tasks"))
-                .key(self.key("attempts"))
-                .key(self.key("done"))
-                .arg(GROUP);
-            for id in ids {
-                inv.arg(&id.0);
-            }
-            inv.invoke::<i64>(c).map(|_| ())
-        })
+        Ok(())
     }
 
     fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
@@ -284,6 +301,7 @@ impl TaskQueue for RedisQueue {
                 .arg(lease.attempts + 1)
                 .arg(self.policy.max_attempts)
                 .arg(&error)
+                .arg(&lease.worker)
                 .invoke::<i64>(c)
                 .map(|_| ())
         })
@@ -419,8 +437,15 @@ fn check_run_name(run: &str) -> Result<(), QueueError> {
     }
 }
 
+/// Errors that pass: the connection, or a server loading, busy, failing
+/// over or read-only for now. A worker waits and tries again.
 fn is_connection_error(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+    const PASSING: [&str; 5] = ["LOADING", "BUSY", "TRYAGAIN", "READONLY", "MASTERDOWN"];
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.code().is_some_and(|c| PASSING.contains(&c))
 }
 
 fn map_error(e: RedisError) -> QueueError {

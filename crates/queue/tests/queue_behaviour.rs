@@ -182,6 +182,41 @@ fn a_lost_workers_tasks_go_to_another_after_the_claim_timeout() {
 }
 
 #[test]
+fn a_failure_from_a_worker_whose_lease_went_to_another_changes_nothing() {
+    on_both(policy(200, 5), |q| {
+        q.push(&tasks(1)).unwrap();
+        let stale = q.lease("w-slow", 1, NO_WAIT).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+        let current = q.lease("w-new", 1, Duration::from_millis(100)).unwrap();
+        assert_eq!(current.len(), 1);
+        q.fail(&stale[0], "late failure").unwrap();
+        let s = q.stats().unwrap();
+        assert_eq!(
+            (s.waiting, s.leased, s.dead),
+            (0, 1, 0),
+            "the new lease was cancelled"
+        );
+        q.ack(&ids(&current)).unwrap();
+        assert_eq!(q.stats().unwrap().done, 1);
+    });
+}
+
+#[test]
+fn acks_of_more_ids_than_one_script_call_takes_all_count() {
+    on_both(Policy::default(), |q| {
+        q.push(&tasks(2500)).unwrap();
+        let mut held = Vec::new();
+        while held.len() < 2500 {
+            let got = q.lease("w", 1024, NO_WAIT).unwrap();
+            assert!(!got.is_empty());
+            held.extend(got);
+        }
+        q.ack(&ids(&held)).unwrap();
+        assert_eq!(q.stats().unwrap().done, 2500);
+    });
+}
+
+#[test]
 fn a_task_that_keeps_failing_is_set_aside_with_its_error() {
     on_both(policy(60_000, 3), |q| {
         q.push(&[b"poison".to_vec(), b"fine".to_vec()]).unwrap();
