@@ -234,7 +234,9 @@ fn run(
     // no lock), so a replica across a wire does all three in one round trip.
     let guard = dst.start_read_state(GUARD_STATE);
     let memos = Memos::start(src, dst, cfg);
-    // And the roots' listings (the memos only matter to local listings).
+    // And the roots' listings (the memos only matter to local listings;
+    // a server carries out the lock before it reads the next request, so a
+    // destination across a wire is listed after the lock is taken).
     let no_memos = Memos::default();
     let root = RelPath::root();
     src.prefetch_dir(&root, &rules, &no_memos.src_options(cfg));

@@ -5,7 +5,10 @@
 //! the children of the directory it had just taken would pay a round trip
 //! each time it went down a branch whose listing nobody had asked for).
 //!
-//! A directory the run's rules exclude is never asked for: the prefetcher
+//! At most `MAX_AHEAD` listings are asked for and not taken, and none
+//! more once `MAX_HELD` bytes of them wait for the walk (which then asks
+//! for what it needs itself). A directory the run's rules exclude is never
+//! asked for: the prefetcher
 //! keeps its own copy of each side's rules, built from the same patterns
 //! and given every `.accordignore` a listing carries.
 
@@ -19,7 +22,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Most listings asked for ahead and not yet taken by the walk.
-const MAX_AHEAD: usize = 4096;
+const MAX_AHEAD: usize = 1024;
+/// Most bytes of listings arrived and not yet taken by the walk: above it,
+/// nothing more is asked for ahead (the walk asks for what it needs).
+const MAX_HELD: u64 = 64 << 20;
 
 /// A directory, and whether it was listed as a source.
 pub type Key = (RelPath, bool);
@@ -41,7 +47,7 @@ impl Slot {
     }
 
     /// The reply, once the prefetcher has it.
-    pub fn take(&self) -> Result<Vec<u8>, CallError> {
+    fn take(&self) -> Result<Vec<u8>, CallError> {
         let mut r = self.reply.lock().unwrap();
         loop {
             if let Some(reply) = r.take() {
@@ -69,6 +75,8 @@ struct Queue {
 /// The listings asked for ahead of one replica's walk.
 pub struct Ahead {
     ask: Box<Asker>,
+    /// Bytes of listings arrived and not yet taken.
+    held: std::sync::atomic::AtomicU64,
     /// The rules of each side (source or not), once it asked for one.
     rules: Mutex<HashMap<bool, Arc<IgnoreRules>>>,
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
@@ -81,6 +89,7 @@ impl Ahead {
     pub fn start(ask: Box<Asker>) -> std::io::Result<Arc<Ahead>> {
         let ahead = Arc::new(Ahead {
             ask,
+            held: std::sync::atomic::AtomicU64::new(0),
             rules: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
             queue: Mutex::new(Queue::default()),
@@ -99,7 +108,8 @@ impl Ahead {
         let key = (dir.clone(), source);
         let slot = {
             let mut slots = self.slots.lock().unwrap();
-            if slots.len() >= MAX_AHEAD || slots.contains_key(&key) {
+            let held = self.held.load(std::sync::atomic::Ordering::Relaxed);
+            if slots.len() >= MAX_AHEAD || held > MAX_HELD || slots.contains_key(&key) {
                 return;
             }
             let slot = Arc::new(Slot::default());
@@ -170,6 +180,20 @@ impl Ahead {
         self.slots.lock().unwrap().remove(key)
     }
 
+    /// The reply of a claimed slot, once it is in.
+    pub fn take(&self, slot: &Slot) -> Result<Vec<u8>, CallError> {
+        let reply = slot.take();
+        if let Ok(b) = &reply {
+            self.held
+                .fetch_sub(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        reply
+    }
+
+    fn stopped(&self) -> bool {
+        self.queue.lock().unwrap().stop
+    }
+
     /// No more listings: the thread ends once the replies on their way
     /// are in (or the connection is gone).
     pub fn stop(&self) {
@@ -181,6 +205,10 @@ impl Ahead {
         while let Some(asked) = self.next() {
             let reply = asked.reply.whole();
             if let Ok(bytes) = &reply {
+                self.held
+                    .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            if let (Ok(bytes), false) = (&reply, self.stopped()) {
                 // The walk decodes and checks the whole listing when it
                 // takes it; here only what says what to ask for next.
                 let (dir, source) = &asked.key;

@@ -475,7 +475,7 @@ impl Replica for RemoteReplica {
         let lopts = Self::list_options(rules, opts);
         let key = (dir.clone(), opts.source);
         let (reply, asked_ahead) = match self.ahead.claim(&key) {
-            Some(slot) => (slot.take(), true),
+            Some(slot) => (self.ahead.take(&slot), true),
             None => {
                 let req = Request::ListDir {
                     dir: dir.clone(),

@@ -727,7 +727,6 @@ impl Conn {
         }
     }
 
-    /// Send a reply body (END after it), within the stream's credit.
     /// Send a reply body (END after it): what the stream's credit allows
     /// now, the rest when more credit comes (the caller does not wait,
     /// unless the replies waiting so are many).

@@ -224,20 +224,33 @@ struct InFlight {
 }
 
 impl InFlight {
+    fn count(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn add(&self) {
-        *self.count.lock().unwrap() += 1;
+        *self.count() += 1;
     }
 
     fn finish(&self) {
-        *self.count.lock().unwrap() -= 1;
+        *self.count() -= 1;
         self.done.notify_all();
     }
 
     fn wait_idle(&self) {
-        let mut n = self.count.lock().unwrap();
+        let mut n = self.count();
         while *n > 0 {
-            n = self.done.wait(n).unwrap();
+            n = self.done.wait(n).unwrap_or_else(|e| e.into_inner());
         }
+    }
+}
+
+/// Marks one write of the writer threads finished when dropped.
+struct Finish<'a>(&'a InFlight);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.0.finish();
     }
 }
 
@@ -264,8 +277,10 @@ impl Session<'_> {
                     let Ok((stream, req, mut body)) = next else {
                         return;
                     };
+                    // Finished even if the call panics, or every later
+                    // write would wait for it for good.
+                    let _done = Finish(&in_flight);
                     self.answer(stream, &req, None, Some(&mut body));
-                    in_flight.finish();
                 });
             }
             while let Some(o) = self.conn.next_request() {
