@@ -23,7 +23,7 @@ const BUF: usize = 64 << 10;
 /// compressor: zstd 6 makes about 100 MB/s on one core of a small machine
 /// (four times zlib 6, rsync -z's default) and shrinks literal data 5%
 /// more than zstd's own default of 3 (a real binary update: 2.01 MB on the
-/// wire instead of 2.10 MB).
+/// wire instead of 2.13 MB).
 pub const DEFAULT_LEVEL: i32 = 6;
 
 /// A writer that compresses everything written to it into `inner`.
