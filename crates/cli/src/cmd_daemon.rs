@@ -47,12 +47,8 @@ impl DaemonArgs {
     }
 }
 
-pub fn run(
-    args: &DaemonArgs,
-    state_dir: Option<PathBuf>,
-    local: accord_engine::LocalOptions,
-) -> i32 {
-    let cfg = match config(args, state_dir, local) {
+pub fn run(args: &DaemonArgs, server: &accord_remote::ServerConfig) -> i32 {
+    let cfg = match config(args, server) {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("accord server: {e}");
@@ -69,11 +65,7 @@ pub fn run(
 }
 
 /// The file's settings, then the flags over them.
-fn config(
-    args: &DaemonArgs,
-    state_dir: Option<PathBuf>,
-    local: accord_engine::LocalOptions,
-) -> Result<DaemonConfig, String> {
+fn config(args: &DaemonArgs, server: &accord_remote::ServerConfig) -> Result<DaemonConfig, String> {
     let file = match &args.config {
         Some(p) => ConfigFile::load(p)?,
         None => ConfigFile::default(),
@@ -116,8 +108,9 @@ fn config(
         authorized,
         max_connections: max.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
         idle_timeout: Duration::from_secs(idle.max(1)),
-        state_dir,
-        local,
+        state_dir: server.state_dir.clone(),
+        archive_dir: server.archive_dir.clone(),
+        local: server.local,
     })
 }
 

@@ -6,10 +6,7 @@ use accord_engine::{
     DeltaMode, Kinds, MaxDelete, MirrorConfig, MirrorOptions, Progress, Reflink, Report,
     TransferOptions, XattrFilter,
 };
-use accord_remote::{
-    connect_daemon, connect_ssh, keys, parse_remote, DaemonOptions, RemoteReplica, RemoteSpec,
-    RootMode, SshOptions, DEFAULT_COMPRESS_LEVEL,
-};
+use accord_remote::{parse_remote, RemoteSpec, RootMode};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -130,28 +127,8 @@ pub struct MirrorArgs {
     #[arg(long)]
     no_ignore_files: bool,
 
-    /// The command that reaches a remote host instead of `ssh` (e.g.
-    /// "ssh -p 2222 -i KEY"); `accord server` is run through it.
-    #[arg(short = 'e', long, value_name = "CMD")]
-    rsh: Option<String>,
-    /// The accord program on the remote host (when not on its PATH).
-    #[arg(long, value_name = "PATH")]
-    remote_accord: Option<String>,
-    /// Compress the connection to a remote root with zstd (both ways).
-    #[arg(short = 'z', long)]
-    compress: bool,
-    /// zstd level of -z (1 fastest, 19 smallest; negative: faster still).
-    #[arg(long, value_name = "N", allow_negative_numbers = true,
-          value_parser = clap::value_parser!(i32).range(-7..=19))]
-    compress_level: Option<i32>,
-
-    /// Our private key for accord:// roots [default: the one `accord keygen` makes].
-    #[arg(long, value_name = "FILE")]
-    key: Option<PathBuf>,
-    /// The accord:// server's public key file, instead of its line in
-    /// ~/.config/accord/known_servers.
-    #[arg(long, value_name = "FILE")]
-    server_key: Option<PathBuf>,
+    #[command(flatten)]
+    remote: crate::remote_args::RemoteArgs,
 
     /// Where the deletion guard remembers the source root.
     #[arg(long, hide = true)]
@@ -322,7 +299,7 @@ fn mirror_remote(
         (_, Some(d)) => (d, RootMode::Write),
         (None, None) => unreachable!("one root is remote"),
     };
-    let remote = match connect(args, spec, mode) {
+    let remote = match args.remote.connect(spec, mode) {
         Ok(r) => Some(r),
         Err(e) if mode == RootMode::Inspect && e.contains("No such file") => None,
         Err(e) => {
@@ -355,28 +332,6 @@ fn mirror_remote(
         accord_engine::mirror_replicas(src, remote_ref, &spec.display(), cfg, progress)
     };
     Ok((report, remote.as_ref().map(|r| r.wire_bytes())))
-}
-
-/// Reach a remote root: over ssh, or a daemon's for `accord://`.
-fn connect(args: &MirrorArgs, spec: &RemoteSpec, mode: RootMode) -> Result<RemoteReplica, String> {
-    let compress = (args.compress || args.compress_level.is_some())
-        .then(|| args.compress_level.unwrap_or(DEFAULT_COMPRESS_LEVEL));
-    if !spec.daemon {
-        let opts = SshOptions {
-            rsh: args.rsh.clone(),
-            remote_accord: args.remote_accord.clone(),
-            compress,
-        };
-        return connect_ssh(spec, &opts, mode);
-    }
-    let key = args.key.clone().or_else(keys::default_key_path);
-    let opts = DaemonOptions {
-        key: key.ok_or("no key: give --key FILE (made by `accord keygen`)")?,
-        server_key: args.server_key.clone(),
-        known_servers: keys::default_known_servers(),
-        compress,
-    };
-    connect_daemon(spec, &opts, mode)
 }
 
 fn progress_loop(p: &Progress, done: &std::sync::atomic::AtomicBool) {

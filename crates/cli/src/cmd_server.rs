@@ -46,13 +46,16 @@ pub fn run(args: ServerArgs) -> i32 {
         state_dir: std::env::var_os("ACCORD_STATE_DIR")
             .map(PathBuf::from)
             .or_else(crate::cmd_mirror::default_state_dir),
+        archive_dir: std::env::var_os("ACCORD_STATE_DIR")
+            .map(PathBuf::from)
+            .or_else(crate::cmd_sync::default_archive_dir),
         local: accord_engine::LocalOptions {
             fsync: !args.no_fsync,
             ..Default::default()
         },
     };
     if args.daemon.wanted() {
-        return crate::cmd_daemon::run(&args.daemon, cfg.state_dir, cfg.local);
+        return crate::cmd_daemon::run(&args.daemon, &cfg);
     }
     let stdin = Box::new(std::io::stdin());
     let stdout = Box::new(std::io::stdout());

@@ -1,10 +1,13 @@
 //! `accord sync A B`: arguments → `SyncConfig`, output, exit codes. The
-//! work is in `accord_engine::sync_local`.
+//! work is in `accord_engine::sync_local` (two local roots) and
+//! `sync_with_local` (one remote root, reached here).
 
 use crate::exit;
 use accord_engine::{
-    ConflictReason, MaxDelete, Preference, SyncAction, SyncConfig, SyncHooks, SyncReport, SyncSide,
+    ConflictReason, MaxDelete, Preference, SyncAction, SyncConfig, SyncFatal, SyncHooks,
+    SyncReport, SyncSide,
 };
+use accord_remote::{RemoteSpec, RootMode};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -31,12 +34,15 @@ pub enum SideArg {
 #[command(
     after_help = "Exit status: 0 all agreed, 1 conflicts were left, 2 some paths \
 failed, 3 the run stopped or was refused (a root missing or unreadable, the deletion guard, \
-another sync of the same roots running), 64 usage error, 69 a remote root (not built yet)."
+another sync of the same roots running, a remote root unreachable), 64 usage error.\n\n\
+A root is a local directory, or (one of the two at most) a remote one: [USER@]HOST:PATH or \
+ssh://[USER@]HOST[:PORT]/PATH over ssh, accord://HOST[:PORT]/MODULE/PATH from an accord \
+server daemon. A remote root's archive is kept on its own host."
 )]
 pub struct SyncArgs {
-    /// The first root (A): an existing local directory.
+    /// The first root (A): an existing directory, local or remote.
     a: PathBuf,
-    /// The second root (B): an existing local directory.
+    /// The second root (B): an existing directory, local or remote.
     b: PathBuf,
 
     /// Ask nothing: conflicts are skipped and listed (the only mode so far;
@@ -69,10 +75,13 @@ pub struct SyncArgs {
     /// Where the archives are kept.
     #[arg(long, hide = true)]
     state_dir: Option<PathBuf>,
+
+    #[command(flatten)]
+    remote: crate::remote_args::RemoteArgs,
 }
 
 /// `$XDG_DATA_HOME/accord`, or `~/.local/share/accord`.
-fn default_state_dir() -> Option<PathBuf> {
+pub(crate) fn default_archive_dir() -> Option<PathBuf> {
     if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(x).join("accord"));
     }
@@ -97,11 +106,13 @@ fn parse_max_delete(text: &str) -> Option<MaxDelete> {
     }
 }
 
-fn looks_remote(root: &Path) -> bool {
-    matches!(
-        root.to_str().map(accord_remote::parse_remote),
-        Some(Ok(Some(_))) | Some(Err(_))
-    )
+/// A root's remote address, if it is one (`Err`: a malformed one).
+fn remote_spec(root: &Path) -> Result<Option<RemoteSpec>, String> {
+    match root.to_str() {
+        Some(text) => accord_remote::parse_remote(text),
+        // Not UTF-8: a local path (no host name is written so).
+        None => Ok(None),
+    }
 }
 
 fn side_of(arg: SideArg) -> SyncSide {
@@ -122,7 +133,7 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
         .state_dir
         .clone()
         .or_else(|| std::env::var_os("ACCORD_STATE_DIR").map(PathBuf::from))
-        .or_else(default_state_dir);
+        .or_else(default_archive_dir);
     let Some(state_dir) = state_dir else {
         eprintln!(
             "accord sync: no HOME, XDG_DATA_HOME or ACCORD_STATE_DIR to keep the archives in"
@@ -144,9 +155,12 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
 }
 
 pub fn run(args: SyncArgs) -> i32 {
-    if looks_remote(&args.a) || looks_remote(&args.b) {
-        eprintln!("accord sync: remote roots are not built yet for sync; nothing was done.");
-        return exit::UNAVAILABLE;
+    let specs = match (remote_spec(&args.a), remote_spec(&args.b)) {
+        (Ok(a), Ok(b)) => [a, b],
+        (Err(e), _) | (_, Err(e)) => return usage(&e),
+    };
+    if specs.iter().all(Option::is_some) {
+        return usage("at most one root may be remote: run accord on one of the two hosts");
     }
     let cfg = match config(&args) {
         Ok(cfg) => cfg,
@@ -159,13 +173,45 @@ pub fn run(args: SyncArgs) -> i32 {
     let hooks = SyncHooks {
         before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
     };
-    let report = accord_engine::sync_local(&args.a, &args.b, &cfg, &hooks);
+    let (report, wire) = match specs {
+        [Some(spec), None] => sync_remote(&args, &spec, &args.b, false, &cfg, &hooks),
+        [None, Some(spec)] => sync_remote(&args, &spec, &args.a, true, &cfg, &hooks),
+        _ => (
+            accord_engine::sync_local(&args.a, &args.b, &cfg, &hooks),
+            None,
+        ),
+    };
     if args.json {
-        print_json(&report);
+        print_json(&report, wire);
     } else {
         print_text(&report, args.quiet);
     }
     exit_code(&report)
+}
+
+/// A sync with one remote root: reach it (the far side opens its root for
+/// writing and keeps its archive there), then run. Also returns the bytes
+/// sent and received on the wire.
+fn sync_remote(
+    args: &SyncArgs,
+    spec: &RemoteSpec,
+    local: &Path,
+    local_is_a: bool,
+    cfg: &SyncConfig,
+    hooks: &SyncHooks,
+) -> (SyncReport, Option<(u64, u64)>) {
+    let remote = match args.remote.connect(spec, RootMode::Write) {
+        Ok(remote) => remote,
+        Err(e) => {
+            let report = SyncReport {
+                fatal: Some(SyncFatal::Unreachable(e)),
+                ..SyncReport::default()
+            };
+            return (report, None);
+        }
+    };
+    let report = accord_engine::sync_with_local(local, &remote, local_is_a, cfg, hooks);
+    (report, Some(remote.wire_bytes()))
 }
 
 /// A test hook (no user feature): with `ACCORD_TEST_SYNC_PAUSE=FILE`, a
@@ -312,6 +358,11 @@ struct JsonReport {
     refused: Option<String>,
     fatal: Option<String>,
     elapsed_s: f64,
+    /// Bytes on the wire (with a remote root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_sent: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_received: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -333,7 +384,7 @@ struct JsonError {
     error: String,
 }
 
-fn print_json(report: &SyncReport) {
+fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
     let json = JsonReport {
         propagated: report.propagated.len(),
         changes: report
@@ -366,6 +417,8 @@ fn print_json(report: &SyncReport) {
         refused: report.refusal.as_ref().map(|r| r.to_string()),
         fatal: report.fatal.as_ref().map(|f| f.to_string()),
         elapsed_s: report.elapsed_s,
+        bytes_sent: wire.map(|w| w.0),
+        bytes_received: wire.map(|w| w.1),
     };
     println!(
         "{}",

@@ -9,6 +9,7 @@ mod cmd_server;
 mod cmd_sync;
 mod cmd_union;
 mod exit;
+mod remote_args;
 
 use clap::{Parser, Subcommand};
 

@@ -421,15 +421,30 @@ fn the_roots_may_be_named_in_either_order() {
 }
 
 #[test]
-fn a_remote_root_is_not_built_yet() {
+fn an_unreachable_remote_root_stops_the_run_and_says_why() {
     let pair = Pair::new();
+    pair.write('a', "f", "kept");
     let out = std::process::Command::new(bin())
-        .args(["sync", "--batch"])
+        .args(["sync", "--batch", "--rsh", "false"])
         .arg(&pair.a)
         .arg("somehost:some/path")
         .env("ACCORD_STATE_DIR", &pair.state)
         .output()
         .unwrap();
-    assert_exit(&out, 69);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+    assert_exit(&out, 3);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert_eq!(pair.read('a', "f").as_deref(), Some("kept"));
+}
+
+#[test]
+fn two_remote_roots_are_refused() {
+    let pair = Pair::new();
+    let out = std::process::Command::new(bin())
+        .args(["sync", "--batch", "h1:x", "h2:y"])
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 64);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most one root may be remote"));
 }

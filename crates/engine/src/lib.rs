@@ -17,6 +17,7 @@ mod run;
 mod sync;
 mod sync_exec;
 mod sync_scan;
+mod sync_side;
 mod transfer;
 mod transfer_local;
 mod walk;
@@ -35,8 +36,12 @@ pub use local::{LocalOptions, LocalReplica};
 pub use replica::{Deleted, Incoming, Pending, Replica, ReplicaDir};
 pub use run::{mirror, mirror_replicas, open_local_root};
 pub use sync::{
-    sync, sync_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal, SyncHooks,
-    SyncReport,
+    sync, sync_local, sync_with_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal,
+    SyncHooks, SyncReport,
+};
+pub use sync_side::{
+    local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
+    SideSession,
 };
 
 use accord_model::RelPath;

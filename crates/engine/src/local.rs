@@ -3,6 +3,7 @@
 
 use crate::error::{Action, Error};
 use crate::replica::{recheck, Deleted, Incoming, Replica, ReplicaDir};
+use crate::sync_side::{LocalSide, SideFailure, SideSession};
 use crate::Side;
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
 use accord_fsys::{fstat, Dir, IgnoreRules, Listing, Mapped, PropsMask, Root, Scan, ScanOptions};
@@ -148,6 +149,18 @@ impl Replica for LocalReplica {
             Some(p) => accord_fsys::replace_host_file(&p, data, durable),
             None => Ok(()),
         }
+    }
+
+    fn sync_identity(&self) -> io::Result<Vec<u8>> {
+        Ok(crate::sync_side::local_identity(self.root.path()))
+    }
+
+    fn open_sync_side(
+        &self,
+        other: &[u8],
+        archive_dir: &Path,
+    ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
+        Ok(Box::new(LocalSide::open(self, other, archive_dir)?))
     }
 
     fn local(&self) -> Option<&LocalReplica> {

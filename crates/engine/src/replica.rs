@@ -11,10 +11,12 @@
 
 use crate::error::Error;
 use crate::local::LocalReplica;
+use crate::sync_side::{SideFailure, SideSession};
 use accord_delta::{make_delta, DeltaOptions, DeltaStats, InPlaceOptions, Signature};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use std::io::{self, Read};
+use std::path::Path;
 
 /// A replica as the engine sees it.
 pub trait Replica: Send + Sync {
@@ -93,6 +95,28 @@ pub trait Replica: Send + Sync {
     /// `Some` for a replica on this host's file system: the engine then
     /// copies between two of them with its local fast paths
     /// (`copy_file_range`, reflinks, the paired scan, local deltas).
+    /// The bytes that name this root in sync archives: its host and its
+    /// path there (see `sync_side::local_identity`).
+    fn sync_identity(&self) -> io::Result<Vec<u8>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this replica cannot take part in a sync",
+        ))
+    }
+
+    /// This replica's side of a sync with the root named `other`: its
+    /// archive opened and locked on its own host (`archive_dir` is where
+    /// this host keeps archives; a remote replica's host uses its own).
+    fn open_sync_side(
+        &self,
+        _other: &[u8],
+        _archive_dir: &Path,
+    ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
+        Err(SideFailure::Failed(
+            "this replica cannot take part in a sync".into(),
+        ))
+    }
+
     fn local(&self) -> Option<&LocalReplica> {
         None
     }

@@ -7,15 +7,15 @@
 //! then propagate, recording each path in both archives only after it
 //! succeeded on both sides (`sync_exec.rs`).
 //!
-//! Local roots only, for now: both archives live in this host's state
-//! directory.
+//! Each side's archive lives on that side's host (`sync_side.rs`): a
+//! remote replica's is kept by its `accord server`.
 
 use crate::error::Fatal;
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::sync_exec::propagate;
 use crate::sync_scan::{scan_pair, ScanStop, Scanned};
-use accord_archive::{Archive, ArchiveError};
+use crate::sync_side::{SideFailure, SideOptions, SideSession};
 use accord_model::{RelPath, Time};
 use accord_plan::{
     check_deletions, reconcile_tree, ConflictReason, DetectOptions, MaxDelete, Preference,
@@ -39,7 +39,8 @@ pub struct SyncConfig {
     pub max_delete: MaxDelete,
     /// Flush new contents to disk before they are renamed into place.
     pub fsync: bool,
-    /// Where this host keeps the archives.
+    /// Where this host keeps the archives (a remote replica's host
+    /// chooses its own).
     pub state_dir: PathBuf,
 }
 
@@ -105,7 +106,10 @@ pub enum SyncError {
     DirectoryNotEmpty,
     /// Propagated, but the archives could not record it: the next run
     /// sees it as changed on both sides with equal results and agrees.
-    Archive(ArchiveError),
+    Archive(String),
+    /// Its update could not be detected (a file that could not be read to
+    /// fingerprint it): left out of this run, with its subtree.
+    Detect(String),
 }
 
 impl fmt::Display for SyncError {
@@ -120,6 +124,7 @@ impl fmt::Display for SyncError {
             }
             SyncError::DirectoryNotEmpty => f.write_str("directory not empty; left alone"),
             SyncError::Archive(e) => write!(f, "recording the agreement failed: {e}"),
+            SyncError::Detect(e) => write!(f, "cannot tell whether it changed: {e}"),
         }
     }
 }
@@ -144,14 +149,15 @@ pub enum SyncFatal {
     Root(Fatal),
     /// Both names lead to one directory.
     SameRoot,
-    /// Only local roots are synced yet.
-    NotLocal(String),
-    /// An archive could not be used (locked by another run, newer format,
-    /// storage failure).
-    Archive(ArchiveError),
-    /// A directory of one replica could not be read: its entries would
-    /// look deleted.
-    Unreadable { replica: String, detail: String },
+    /// A remote root could not be reached (why, in one line).
+    Unreachable(String),
+    /// One replica's side could not go on: its archive is locked by
+    /// another run or cannot be used, one of its directories could not be
+    /// read (its entries would look deleted), its connection failed.
+    Side {
+        replica: String,
+        failure: SideFailure,
+    },
 }
 
 impl fmt::Display for SyncFatal {
@@ -159,21 +165,16 @@ impl fmt::Display for SyncFatal {
         match self {
             SyncFatal::Root(fatal) => write!(f, "{fatal}"),
             SyncFatal::SameRoot => f.write_str("both roots are the same directory"),
-            SyncFatal::NotLocal(root) => write!(
-                f,
-                "{root}: sync with a remote root is not built yet; nothing was changed"
-            ),
-            SyncFatal::Archive(ArchiveError::Locked { holder, .. }) => {
-                f.write_str("another accord sync of these roots is running")?;
-                if let Some(pid) = holder {
-                    write!(f, " (pid {pid})")?;
-                }
-                f.write_str("; try again when it is done")
-            }
-            SyncFatal::Archive(e) => write!(f, "{e}"),
-            SyncFatal::Unreadable { replica, detail } => {
-                write!(f, "cannot read {replica}: {detail}; nothing was changed")
-            }
+            SyncFatal::Unreachable(why) => write!(f, "{why}; nothing was changed"),
+            SyncFatal::Side {
+                failure: failure @ SideFailure::Locked { .. },
+                ..
+            } => write!(f, "{failure}"),
+            SyncFatal::Side {
+                failure: failure @ SideFailure::Unreadable(_),
+                ..
+            } => write!(f, "{failure}; nothing was changed"),
+            SyncFatal::Side { replica, failure } => write!(f, "{replica}: {failure}"),
         }
     }
 }
@@ -260,6 +261,28 @@ pub fn sync_local(a: &Path, b: &Path, cfg: &SyncConfig, hooks: &SyncHooks) -> Sy
     report
 }
 
+/// Sync a local directory with another replica (a remote one): `local_is_a`
+/// says which side the local one is.
+pub fn sync_with_local(
+    local: &Path,
+    other: &dyn Replica,
+    local_is_a: bool,
+    cfg: &SyncConfig,
+    hooks: &SyncHooks,
+) -> SyncReport {
+    let start = Instant::now();
+    let mut report = match open_local(local) {
+        Ok(local) if local_is_a => sync(&local, other, cfg, hooks),
+        Ok(local) => sync(other, &local, cfg, hooks),
+        Err(fatal) => SyncReport {
+            fatal: Some(fatal),
+            ..SyncReport::default()
+        },
+    };
+    report.elapsed_s = start.elapsed().as_secs_f64();
+    report
+}
+
 /// Is one root inside the other, by canonical path? (Through a bind
 /// mount it is not seen here.)
 fn nested(a: &Path, b: &Path) -> Option<String> {
@@ -284,7 +307,7 @@ fn open_local(path: &Path) -> Result<LocalReplica, SyncFatal> {
     })
 }
 
-/// Sync two replicas (local ones, for now).
+/// Sync two replicas.
 pub fn sync(a: &dyn Replica, b: &dyn Replica, cfg: &SyncConfig, hooks: &SyncHooks) -> SyncReport {
     let start = Instant::now();
     let mut report = SyncReport::default();
@@ -302,16 +325,23 @@ fn run(
     hooks: &SyncHooks,
     report: &mut SyncReport,
 ) -> Result<(), SyncFatal> {
+    let replicas = [a, b];
+    let names = [a.describe(), b.describe()];
     let identities = [root_identity(a)?, root_identity(b)?];
-    if a.identity() == b.identity() {
+    let same_inode = a.local().is_some() && b.local().is_some() && a.identity() == b.identity();
+    if identities[0] == identities[1] || same_inode {
         return Err(SyncFatal::SameRoot);
     }
-    lock_both([a, b], &identities)?;
-    let mut archives = open_archives(&cfg.state_dir, &identities)?;
-    let mut scanned = scan_with_archives([a, b], &mut archives, cfg)?;
+    lock_both(replicas, &identities)?;
+    let mut sides = open_sides(replicas, &identities, &cfg.state_dir)?;
+    let lost = sides.iter().any(|side| side.created());
+    if lost {
+        forget_both(&mut sides, &names)?;
+    }
+    let mut scanned = scan_with_archives(&mut sides, &names, cfg, lost)?;
     report.archives_lost = scanned.archives_lost;
     let items = reconcile_tree(&scanned.updates, &cfg.reconcile_options())
-        .expect("the walk lists paths in RelPath order");
+        .expect("the scan lists paths in RelPath order");
     if let Err(refusal) =
         check_deletions(&items, scanned.counts[0], scanned.counts[1], cfg.max_delete)
     {
@@ -323,7 +353,7 @@ fn run(
     if let Some(hook) = hooks.before_propagating {
         hook();
     }
-    propagate([a, b], &mut archives, &scanned, &items, cfg, report);
+    propagate(replicas, &mut sides, &scanned, &items, cfg, report);
     Ok(())
 }
 
@@ -334,29 +364,25 @@ fn conflicts_of(items: &[SyncItem]) -> Vec<(RelPath, ConflictReason)> {
         .collect()
 }
 
-/// The bytes that name a root in its archive's file name: its canonical
-/// path on this host.
-fn root_identity(replica: &dyn Replica) -> Result<Vec<u8>, SyncFatal> {
-    match replica.local() {
-        Some(local) => {
-            let canonical = accord_fsys::canonical(local.root().path());
-            let mut identity = b"local:".to_vec();
-            identity.extend_from_slice(canonical.as_os_str().as_encoded_bytes());
-            Ok(identity)
-        }
-        None => Err(SyncFatal::NotLocal(replica.describe())),
+fn side_fatal(replica: &dyn Replica, failure: SideFailure) -> SyncFatal {
+    SyncFatal::Side {
+        replica: replica.describe(),
+        failure,
     }
+}
+
+/// The bytes that name a root in the archives' keys: its host's name and
+/// its canonical path there (`sync_side::local_identity`).
+fn root_identity(replica: &dyn Replica) -> Result<Vec<u8>, SyncFatal> {
+    replica
+        .sync_identity()
+        .map_err(|e| side_fatal(replica, SideFailure::Failed(e.to_string())))
 }
 
 /// Take both replicas' write locks in the order of their identities, so
 /// that of two runs over overlapping roots one gets both.
 fn lock_both(replicas: [&dyn Replica; 2], identities: &[Vec<u8>; 2]) -> Result<(), SyncFatal> {
-    let order = if identities[0] <= identities[1] {
-        [0, 1]
-    } else {
-        [1, 0]
-    };
-    for index in order {
+    for index in identity_order(identities) {
         let replica = replicas[index];
         match replica.try_lock() {
             Ok(true) => {}
@@ -372,57 +398,48 @@ fn lock_both(replicas: [&dyn Replica; 2], identities: &[Vec<u8>; 2]) -> Result<(
     Ok(())
 }
 
-/// Both sides' archives, open and locked (in the order of the identities).
-pub(crate) struct Archives {
-    pub sides: [Archive; 2],
-    /// The archives no longer describe one agreement (one or both new,
-    /// damaged or lost): every path is reconciled as if both replicas had
-    /// been empty.
-    pub lost: bool,
+fn identity_order(identities: &[Vec<u8>; 2]) -> [usize; 2] {
+    if identities[0] <= identities[1] {
+        [0, 1]
+    } else {
+        [1, 0]
+    }
 }
 
-fn open_archives(state_dir: &Path, identities: &[Vec<u8>; 2]) -> Result<Archives, SyncFatal> {
-    let [a_id, b_id] = identities;
-    let (first, second) = if a_id <= b_id { (0, 1) } else { (1, 0) };
-    let mut opened: [Option<Archive>; 2] = [None, None];
-    let mut lost = false;
-    for index in [first, second] {
-        let (this, other) = (&identities[index], &identities[1 - index]);
-        let archive = match Archive::open(state_dir, this, other) {
-            Err(e) if e.is_damaged() => {
-                lost = true;
-                Archive::recreate(state_dir, this, other).map_err(SyncFatal::Archive)?
-            }
-            result => result.map_err(SyncFatal::Archive)?,
-        };
-        lost |= archive.was_created();
-        opened[index] = Some(archive);
+/// Both sides, each with its archive open and locked on its own host (in
+/// the order of the identities).
+fn open_sides<'r>(
+    replicas: [&'r dyn Replica; 2],
+    identities: &[Vec<u8>; 2],
+    archive_dir: &Path,
+) -> Result<[Box<dyn SideSession + 'r>; 2], SyncFatal> {
+    let mut opened: [Option<Box<dyn SideSession + 'r>>; 2] = [None, None];
+    for index in identity_order(identities) {
+        let replica = replicas[index];
+        let side = replica
+            .open_sync_side(&identities[1 - index], archive_dir)
+            .map_err(|failure| side_fatal(replica, failure))?;
+        opened[index] = Some(side);
     }
     let [Some(a), Some(b)] = opened else {
-        unreachable!("both archives were opened")
+        unreachable!("both sides were opened")
     };
-    let mut archives = Archives {
-        sides: [a, b],
-        lost,
-    };
-    if archives.lost {
-        forget_both(&mut archives)?;
-    }
-    Ok(archives)
+    Ok([a, b])
 }
 
 /// Empty both archives: when one side's is new, the other's entries no
 /// longer describe an agreement (a path deleted on the side that forgot
 /// would look unchanged there and never reach the other side). Emptied,
 /// the next run also sees "both were empty" should this one stop.
-fn forget_both(archives: &mut Archives) -> Result<(), SyncFatal> {
-    for archive in &mut archives.sides {
-        let mut batch = archive.batch().map_err(SyncFatal::Archive)?;
-        batch.remove(&RelPath::root()).map_err(SyncFatal::Archive)?;
-        batch
-            .remove_subtree(&RelPath::root())
-            .map_err(SyncFatal::Archive)?;
-        batch.commit().map_err(SyncFatal::Archive)?;
+fn forget_both(
+    sides: &mut [Box<dyn SideSession + '_>; 2],
+    names: &[String; 2],
+) -> Result<(), SyncFatal> {
+    for (side, name) in sides.iter_mut().zip(names) {
+        side.forget().map_err(|failure| SyncFatal::Side {
+            replica: name.clone(),
+            failure,
+        })?;
     }
     Ok(())
 }
@@ -432,21 +449,34 @@ fn forget_both(archives: &mut Archives) -> Result<(), SyncFatal> {
 /// again without them (an archive too damaged to be emptied stops the run;
 /// opening it again moves it aside).
 fn scan_with_archives(
-    replicas: [&dyn Replica; 2],
-    archives: &mut Archives,
+    sides: &mut [Box<dyn SideSession + '_>; 2],
+    names: &[String; 2],
     cfg: &SyncConfig,
+    lost: bool,
 ) -> Result<Scanned, SyncFatal> {
-    match scan_pair(replicas, archives, cfg) {
-        Err(ScanStop::ArchiveDamaged(_)) => {}
-        Err(ScanStop::Fatal(fatal)) => return Err(fatal),
-        Ok(scanned) => return Ok(scanned),
+    let mut opts = SideOptions {
+        detect: cfg.detect_options(),
+        use_archive: !lost,
+    };
+    if !lost {
+        match scan_pair(sides, names, &opts) {
+            Err(ScanStop::ArchiveDamaged) => {}
+            Err(ScanStop::Fatal(fatal)) => return Err(fatal),
+            Ok(scanned) => return Ok(scanned),
+        }
+        forget_both(sides, names)?;
+        opts.use_archive = false;
     }
-    archives.lost = true;
-    forget_both(archives)?;
-    match scan_pair(replicas, archives, cfg) {
-        Ok(scanned) => Ok(scanned),
+    match scan_pair(sides, names, &opts) {
+        Ok(mut scanned) => {
+            scanned.archives_lost = true;
+            Ok(scanned)
+        }
         Err(ScanStop::Fatal(fatal)) => Err(fatal),
-        Err(ScanStop::ArchiveDamaged(e)) => Err(SyncFatal::Archive(e)),
+        Err(ScanStop::ArchiveDamaged) => Err(SyncFatal::Side {
+            replica: names.join(" and "),
+            failure: SideFailure::Damaged("found damaged while unused".into()),
+        }),
     }
 }
 

@@ -16,9 +16,9 @@
 //! version yet.
 
 use crate::replica::{Deleted, Incoming, Replica};
-use crate::sync::Archives;
 use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport, UNKNOWN_CTIME};
 use crate::sync_scan::Scanned;
+use crate::sync_side::{ArchiveRecord as Record, SideSession};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
@@ -32,13 +32,6 @@ fn index(side: Side) -> usize {
         Side::A => 0,
         Side::B => 1,
     }
-}
-
-/// What one archive learns about one path.
-enum Record {
-    Put(Observed),
-    /// The path and its subtree are gone from this side.
-    Remove(RelPath),
 }
 
 /// A path propagated on both sides, waiting to be recorded.
@@ -74,7 +67,7 @@ struct Propagation<'a> {
 /// Carry out `items` and record what succeeded in both archives.
 pub(crate) fn propagate(
     replicas: [&dyn Replica; 2],
-    archives: &mut Archives,
+    archives: &mut [Box<dyn SideSession + '_>; 2],
     scanned: &Scanned,
     items: &[SyncItem],
     cfg: &SyncConfig,
@@ -204,7 +197,7 @@ impl<'a> Propagation<'a> {
     fn entries_in_order(
         &mut self,
         items: &'a [SyncItem],
-        archives: &mut Archives,
+        archives: &mut [Box<dyn SideSession + '_>; 2],
         report: &mut SyncReport,
     ) {
         let mut staged: Vec<Staged<'a>> = Vec::new();
@@ -595,17 +588,18 @@ impl<'a> Propagation<'a> {
     /// B's). A crash between the two leaves one side recording the new
     /// state and the other the old: the next run sees the path changed on
     /// one side to what the other holds, and agrees.
-    fn flush(&mut self, archives: &mut Archives, report: &mut SyncReport) {
+    fn flush(&mut self, archives: &mut [Box<dyn SideSession + '_>; 2], report: &mut SyncReport) {
         if self.done.is_empty() {
             return;
         }
         // Nothing is recorded that a crash could still take back.
         self.flush_replicas();
         let done = std::mem::take(&mut self.done);
-        for (side, archive) in archives.sides.iter_mut().enumerate() {
-            if let Err(e) = write_records(archive, &done, side) {
+        for (side, archive) in archives.iter_mut().enumerate() {
+            let records: Vec<Record> = done.iter().map(|one| one.records[side].clone()).collect();
+            if let Err(e) = archive.record(&records) {
                 let path = done[0].path.clone();
-                self.fail(&path, SyncError::Archive(e));
+                self.fail(&path, SyncError::Archive(e.to_string()));
                 return;
             }
         }
@@ -619,24 +613,6 @@ impl<'a> Propagation<'a> {
             }
         }
     }
-}
-
-fn write_records(
-    archive: &mut accord_archive::Archive,
-    done: &[Done],
-    side: usize,
-) -> Result<(), accord_archive::ArchiveError> {
-    let mut batch = archive.batch()?;
-    for one in done {
-        match &one.records[side] {
-            Record::Put(observed) => batch.put(observed)?,
-            Record::Remove(path) => {
-                batch.remove(path)?;
-                batch.remove_subtree(path)?;
-            }
-        }
-    }
-    batch.commit()
 }
 
 fn is_dir(entry: Option<&Entry>) -> bool {

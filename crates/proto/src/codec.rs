@@ -67,11 +67,11 @@ pub fn put_kind_of(e: &mut Enc, k: Kind) {
     put_kind(e, k)
 }
 
-fn put_time(e: &mut Enc, t: Time) {
+pub fn put_time(e: &mut Enc, t: Time) {
     e.svarint(t.sec).varint(t.nsec as u64);
 }
 
-fn get_time(d: &mut Dec) -> Result<Time, ProtoError> {
+pub fn get_time(d: &mut Dec) -> Result<Time, ProtoError> {
     let sec = d.svarint("seconds")?;
     let nsec = d.bounded(999_999_999, "nanoseconds")? as u32;
     Ok(Time { sec, nsec })

@@ -14,6 +14,8 @@ use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, MAX_NAME_LEN};
 pub const MAX_PATTERNS: u64 = 1 << 16;
 /// Longest state name (memos, the guard's memory, archives).
 pub const MAX_STATE_NAME: usize = 255;
+/// Longest identity of a sync root (a host name and a path).
+pub const MAX_SYNC_IDENTITY: usize = 16 << 10;
 
 /// How a replica is listed (the scanner's options that cross the wire).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,6 +145,25 @@ pub enum Request {
         dir: RelPath,
         name: Vec<u8>,
     },
+    /// Two-way sync: the bytes that name this root in archives.
+    SyncIdentity,
+    /// Open (and lock) this root's archive of its pair with `other`.
+    SyncOpen {
+        other: Vec<u8>,
+    },
+    /// Empty the open archive.
+    SyncForget,
+    /// Walk the root against its archive; `flags`: the detection options
+    /// (`accord_remote::sync_wire`).
+    SyncScan {
+        flags: u8,
+    },
+    /// This side's state at the paths of the body.
+    SyncLookup {
+        flags: u8,
+    },
+    /// Record the body's entries in the archive, in one transaction.
+    SyncRecord,
 }
 
 /// What a received file is built from.
@@ -162,6 +183,8 @@ impl Request {
         matches!(
             self,
             Request::WriteState { .. }
+                | Request::SyncLookup { .. }
+                | Request::SyncRecord
                 | Request::MakeDelta { .. }
                 | Request::Receive { .. }
                 | Request::PatchInPlace { .. }
@@ -182,6 +205,8 @@ impl Request {
                 | Request::Signature { .. }
                 | Request::PartialSignature { .. }
                 | Request::MakeDelta { .. }
+                | Request::SyncIdentity
+                | Request::SyncLookup { .. }
         )
     }
 
@@ -211,6 +236,12 @@ impl Request {
             Request::Delete { .. } => "delete",
             Request::RemoveStaleTemp { .. } => "remove temp",
             Request::PartialSignature { .. } => "partial signature",
+            Request::SyncIdentity => "sync identity",
+            Request::SyncOpen { .. } => "open archive",
+            Request::SyncForget => "forget archive",
+            Request::SyncScan { .. } => "detect updates",
+            Request::SyncLookup { .. } => "look up",
+            Request::SyncRecord => "record in archive",
         }
     }
 
@@ -391,6 +422,24 @@ impl Request {
                 e.u8(23);
                 dn(&mut e, dir, name);
             }
+            Request::SyncIdentity => {
+                e.u8(24);
+            }
+            Request::SyncOpen { other } => {
+                e.u8(25).bytes(other);
+            }
+            Request::SyncForget => {
+                e.u8(26);
+            }
+            Request::SyncScan { flags } => {
+                e.u8(27).u8(*flags);
+            }
+            Request::SyncLookup { flags } => {
+                e.u8(28).u8(*flags);
+            }
+            Request::SyncRecord => {
+                e.u8(29);
+            }
         }
         e.finish()
     }
@@ -522,6 +571,18 @@ impl Request {
                 dir: dir(&mut d)?,
                 name: name(&mut d)?,
             },
+            24 => Request::SyncIdentity,
+            25 => Request::SyncOpen {
+                other: d.bytes(MAX_SYNC_IDENTITY, "identity")?.to_vec(),
+            },
+            26 => Request::SyncForget,
+            27 => Request::SyncScan {
+                flags: d.u8("flags")?,
+            },
+            28 => Request::SyncLookup {
+                flags: d.u8("flags")?,
+            },
+            29 => Request::SyncRecord,
             op => return Err(ProtoError::Invalid(format!("unknown operation {op}"))),
         };
         d.end("the request")?;

@@ -5,8 +5,10 @@
 use crate::ahead::Ahead;
 use crate::errors::from_wire;
 use crate::mux::{Conn, Role};
+use crate::sync_client::RemoteSide;
 use accord_delta::DeltaStats;
 use accord_engine::{Action, Deleted, Error, Incoming, Pending, Replica, ReplicaDir};
+use accord_engine::{SideFailure, SideSession};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
@@ -307,7 +309,7 @@ impl Drop for RemoteReplica {
 }
 
 /// Send a request on `conn`; its reply as a stream.
-fn start_on(
+pub(crate) fn start_on(
     conn: &Arc<Conn>,
     req: &Request,
     body: Option<&mut dyn Read>,
@@ -534,6 +536,27 @@ impl Replica for RemoteReplica {
             replica: self,
             dir: path.clone(),
         }))
+    }
+
+    fn sync_identity(&self) -> io::Result<Vec<u8>> {
+        let identity = self
+            .call(&Request::SyncIdentity, None)
+            .map_err(CallError::into_io)?;
+        if identity.is_empty() || identity.len() > accord_proto::msg::MAX_SYNC_IDENTITY {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the server named its root with no bytes, or too many",
+            ));
+        }
+        Ok(identity)
+    }
+
+    fn open_sync_side(
+        &self,
+        other: &[u8],
+        _archive_dir: &std::path::Path,
+    ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
+        Ok(Box::new(RemoteSide::open(self.conn.clone(), other)?))
     }
 
     fn sync_all(&self) -> io::Result<()> {

@@ -45,6 +45,8 @@ pub struct DaemonConfig {
     /// A connection with no traffic either way for this long is closed.
     pub idle_timeout: Duration,
     pub state_dir: Option<PathBuf>,
+    /// Where two-way syncs keep this host's archives.
+    pub archive_dir: Option<PathBuf>,
     pub local: LocalOptions,
 }
 
@@ -259,6 +261,7 @@ impl Daemon {
             restrict: module.as_ref().map(|(_, m)| m.path.clone()),
             read_only: module.as_ref().is_some_and(|(_, m)| m.read_only),
             state_dir: self.cfg.state_dir.clone(),
+            archive_dir: self.cfg.archive_dir.clone(),
             local: self.cfg.local,
         };
         if let Some((name, _)) = &module {

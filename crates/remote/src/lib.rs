@@ -14,6 +14,9 @@ mod mux;
 pub mod noise;
 mod server;
 mod ssh;
+mod sync_client;
+mod sync_server;
+pub mod sync_wire;
 mod tcp;
 
 pub use accord_proto::RootMode;

@@ -11,6 +11,7 @@
 
 use crate::errors::{denied, io_error, protocol, to_wire};
 use crate::mux::{Conn, Opened, Role};
+use crate::sync_server::SyncServer;
 use accord_engine::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica, ReplicaDir};
 use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
 use accord_model::{Kind, RelPath};
@@ -48,6 +49,8 @@ pub struct ServerConfig {
     pub read_only: bool,
     /// Where replicas keep their state (memos, guard memory).
     pub state_dir: Option<PathBuf>,
+    /// Where two-way syncs keep this host's archives.
+    pub archive_dir: Option<PathBuf>,
     pub local: LocalOptions,
 }
 
@@ -119,6 +122,7 @@ pub fn serve(
         writable,
         temps: Mutex::new(HashSet::new()),
         rules: Mutex::new(None),
+        sync: SyncServer::new(&replica, cfg.archive_dir.clone()),
     };
     session.run();
     session.discard_temps();
@@ -184,6 +188,8 @@ struct Session<'a> {
     /// The rules of this session's listings (built from the first listing
     /// request's patterns; `.accordignore` files add to them).
     rules: Mutex<Option<(Vec<String>, Arc<IgnoreRules>)>>,
+    /// This root's side of a two-way sync.
+    sync: SyncServer<'a>,
 }
 
 type Reply = Result<Vec<u8>, WireError>;
@@ -639,6 +645,20 @@ impl Session<'_> {
                     accord_engine::Deleted::Gone => 1,
                     accord_engine::Deleted::NotEmpty => 2,
                 }])
+            }
+            Request::SyncIdentity
+            | Request::SyncOpen { .. }
+            | Request::SyncForget
+            | Request::SyncScan { .. }
+            | Request::SyncLookup { .. }
+            | Request::SyncRecord => {
+                // Never pooled: a sync request's body is on the wire.
+                let body = if req.has_body() {
+                    self.body_bytes(stream, Action::OpenDestination)?
+                } else {
+                    Vec::new()
+                };
+                self.sync.call(req, &body)
             }
             Request::RemoveStaleTemp { dir, name } => {
                 if !accord_fsys::is_reserved_name(name) {

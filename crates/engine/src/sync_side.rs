@@ -1,0 +1,546 @@
+//! One replica's side of a two-way sync, run on the replica's own host:
+//! its archive (kept on that host, keyed by both roots' identities), the
+//! walk of its tree against that archive (update detection, fingerprinting
+//! where metadata cannot decide), the lookups the other side's updates ask
+//! for, and the archive's writes. The engine holds two [`SideSession`]s and
+//! merges what they report (`sync_scan.rs`); a replica of this host gives
+//! a [`LocalSide`], a remote one a proxy whose host runs a `LocalSide`.
+//!
+//! Detection is local to each host because only that host can do it well:
+//! its own clock says which ctimes have settled, and a file whose metadata
+//! is in doubt is fingerprinted where it lies instead of being sent.
+
+use crate::local::LocalReplica;
+use crate::replica::Replica;
+use crate::sync::{ctime_to_record, UNKNOWN_CTIME, UNSEEN_CTIME};
+use accord_archive::{Archive, ArchiveError};
+use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
+use accord_model::{Entry, Expect, Kind, Observed, PathFailure, RelPath, Time};
+use accord_plan::{detect, DetectOptions, Detection, SideCounts, Update};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+
+/// What one side holds at one path, and what its archive recorded there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SideChange {
+    pub path: RelPath,
+    pub archived: Option<Observed>,
+    /// A regular file carries its fingerprint when detection needed it.
+    pub current: Option<Observed>,
+    /// The ctime the archive may record for `current` (see
+    /// `ctime_to_record`: judged by the clock of the replica's host).
+    pub record_ctime: Time,
+}
+
+impl SideChange {
+    /// Detection's answer for this side, which must be decided: a side
+    /// fingerprints every file whose metadata leaves it in doubt.
+    pub fn update(&self, opts: &DetectOptions) -> Option<Update> {
+        match detect(self.archived.as_ref(), self.current.as_ref(), opts) {
+            Detection::Decided(update) => Some(update),
+            Detection::NeedsFingerprint => None,
+        }
+    }
+}
+
+/// What a side's walk (or a batch of lookups) found.
+#[derive(Debug, Default)]
+pub struct SideScan {
+    /// Paths with an update or a touch (for lookups: every path asked for
+    /// that did not fail), in `RelPath` order.
+    pub changes: Vec<SideChange>,
+    /// Entries the archive held and the walk found (the root excluded).
+    pub counts: SideCounts,
+    /// Paths that could not be judged (a file that could not be
+    /// fingerprinted): left out of the run with their subtrees.
+    pub failures: Vec<PathFailure>,
+}
+
+/// How a side detects updates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SideOptions {
+    pub detect: DetectOptions,
+    /// False when the archives are lost: every path is new.
+    pub use_archive: bool,
+}
+
+/// What the archive learns about one path once it is propagated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArchiveRecord {
+    Put(Observed),
+    /// The path and its subtree are gone from this side.
+    Remove(RelPath),
+}
+
+/// Why a side could not go on.
+#[derive(Debug)]
+pub enum SideFailure {
+    /// Another run holds this side's archive (its pid, when known).
+    Locked { holder: Option<u32> },
+    /// The archive turned out damaged: to be treated as lost.
+    Damaged(String),
+    /// A directory could not be read: its entries would look deleted.
+    Unreadable(String),
+    /// The archive could not be used, or the side is gone.
+    Failed(String),
+}
+
+impl fmt::Display for SideFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SideFailure::Locked { holder } => {
+                f.write_str("another accord sync of these roots is running")?;
+                if let Some(pid) = holder {
+                    write!(f, " (pid {pid})")?;
+                }
+                f.write_str("; try again when it is done")
+            }
+            SideFailure::Damaged(why) => write!(f, "the archive is damaged: {why}"),
+            SideFailure::Unreadable(why) => f.write_str(why),
+            SideFailure::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<ArchiveError> for SideFailure {
+    fn from(e: ArchiveError) -> SideFailure {
+        match e {
+            ArchiveError::Locked { holder, .. } => SideFailure::Locked { holder },
+            e if e.is_damaged() => SideFailure::Damaged(e.to_string()),
+            e => SideFailure::Failed(e.to_string()),
+        }
+    }
+}
+
+/// One replica's side of a sync run, with its archive open and locked.
+pub trait SideSession: Send {
+    /// The archive was made by this open (none before, or a damaged one
+    /// set aside): the pair's agreement is lost.
+    fn created(&self) -> bool;
+    /// Forget every recorded entry, in one transaction.
+    fn forget(&mut self) -> Result<(), SideFailure>;
+    /// Walk the replica against its archive and report every path with an
+    /// update or a touch.
+    fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure>;
+    /// The state at each of `paths` (in `RelPath` order), judged now: one
+    /// change per path, or a failure.
+    fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure>;
+    /// Apply `records` in one transaction.
+    fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure>;
+}
+
+/// The bytes that name a root of this host in archives: a name of the
+/// host, then the root's canonical path. Two hosts must never share one,
+/// or a server would take one client's archive for another's.
+pub fn local_identity(root: &Path) -> Vec<u8> {
+    let mut identity = b"accord root 1\0".to_vec();
+    identity.extend_from_slice(&host_name());
+    identity.push(0);
+    identity.extend_from_slice(accord_fsys::canonical(root).as_os_str().as_encoded_bytes());
+    identity
+}
+
+/// The machine id (stable across renames of the host) and the host name.
+fn host_name() -> Vec<u8> {
+    let mut name = std::fs::read("/etc/machine-id").unwrap_or_default();
+    name.truncate(name.trim_ascii_end().len());
+    name.push(b'/');
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at
+    // most that many bytes.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        name.extend_from_slice(&buf[..len]);
+    }
+    name
+}
+
+/// A replica of this host's side of a sync.
+pub struct LocalSide<'a> {
+    replica: &'a LocalReplica,
+    archive: Archive,
+    created: bool,
+}
+
+impl<'a> LocalSide<'a> {
+    /// Open (and lock) the archive `replica` keeps of its pair with the
+    /// root named `other`, in `archive_dir`. A damaged archive is set aside
+    /// and replaced by an empty one (the pair's agreement is then lost).
+    pub fn open(
+        replica: &'a LocalReplica,
+        other: &[u8],
+        archive_dir: &Path,
+    ) -> Result<LocalSide<'a>, SideFailure> {
+        let this = local_identity(replica.root().path());
+        let archive = match Archive::open(archive_dir, &this, other) {
+            Err(e) if e.is_damaged() => Archive::recreate(archive_dir, &this, other)?,
+            result => result?,
+        };
+        let created = archive.was_created();
+        Ok(LocalSide {
+            replica,
+            archive,
+            created,
+        })
+    }
+}
+
+impl SideSession for LocalSide<'_> {
+    fn created(&self) -> bool {
+        self.created
+    }
+
+    fn forget(&mut self) -> Result<(), SideFailure> {
+        let mut batch = self.archive.batch()?;
+        batch.remove(&RelPath::root())?;
+        batch.remove_subtree(&RelPath::root())?;
+        Ok(batch.commit()?)
+    }
+
+    fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        let walker = Walker::new(
+            self.replica,
+            opts.use_archive.then_some(&self.archive),
+            opts,
+        );
+        walker.walk()
+    }
+
+    fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        let mut walker = Walker::new(
+            self.replica,
+            opts.use_archive.then_some(&self.archive),
+            opts,
+        );
+        let mut lookups = Lookups::default();
+        for path in paths {
+            let archived = match walker.archive {
+                Some(archive) => archive.get(path)?,
+                None => None,
+            };
+            let current = walker.current_at(path, &mut lookups)?;
+            walker.judge(path, archived, current, true);
+        }
+        Ok(walker.out)
+    }
+
+    fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
+        let mut batch = self.archive.batch()?;
+        for record in records {
+            match record {
+                ArchiveRecord::Put(observed) => batch.put(observed)?,
+                ArchiveRecord::Remove(path) => {
+                    batch.remove(path)?;
+                    batch.remove_subtree(path)?;
+                }
+            }
+        }
+        Ok(batch.commit()?)
+    }
+}
+
+/// The listings of the parents of looked-up paths, kept while the lookups
+/// stay in one part of the tree (`None`: not a directory on this side).
+#[derive(Default)]
+struct Lookups {
+    listed: HashMap<RelPath, Option<BTreeMap<Vec<u8>, Observed>>>,
+}
+
+/// Parents' listings kept at most (a lookup's paths come in tree order,
+/// so older ones are rarely asked again).
+const MAX_LISTINGS_KEPT: usize = 256;
+
+/// One side's walk against its archive, or its lookups.
+struct Walker<'a> {
+    replica: &'a LocalReplica,
+    archive: Option<&'a Archive>,
+    detect: DetectOptions,
+    rules: IgnoreRules,
+    scan_start_s: i64,
+    out: SideScan,
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn is_dir(observed: &Option<Observed>) -> bool {
+    observed.as_ref().is_some_and(|o| o.entry.kind == Kind::Dir)
+}
+
+impl<'a> Walker<'a> {
+    fn new(replica: &'a LocalReplica, archive: Option<&'a Archive>, opts: &SideOptions) -> Self {
+        Walker {
+            replica,
+            archive,
+            detect: opts.detect,
+            rules: IgnoreRules::new(&[]).expect("no patterns"),
+            scan_start_s: now_s(),
+            out: SideScan::default(),
+        }
+    }
+
+    fn walk(mut self) -> Result<SideScan, SideFailure> {
+        let root = RelPath::root();
+        let current = Some(self.root_entry()?);
+        let archived = match self.archive {
+            Some(archive) => archive.get(&root)?,
+            None => None,
+        };
+        self.visit(&root, archived, current)?;
+        Ok(self.out)
+    }
+
+    fn scan_options(&self) -> ScanOptions<'static> {
+        ScanOptions {
+            xattrs: XattrFilter {
+                xattrs: false,
+                acls: false,
+            },
+            xattr_memo: None,
+            listing_memo: None,
+            read_ignore_files: false,
+            // Our temp names are listed as stale temps, not as entries.
+            source: false,
+        }
+    }
+
+    /// The root, which must be a readable directory.
+    fn root_entry(&self) -> Result<Observed, SideFailure> {
+        let (listing, scan) =
+            self.replica
+                .list_dir(&RelPath::root(), &self.rules, &self.scan_options());
+        let own = listing.and_then(|l| l.entries.into_iter().next());
+        match own {
+            Some(entry) if scan.errors.is_empty() => {
+                let dir = self.replica.root().open_dir(&RelPath::root()).ok();
+                let ctime = ctime_of(dir.as_ref(), &entry);
+                Ok(Observed { entry, ctime })
+            }
+            _ => Err(self.unreadable(scan_detail(&scan))),
+        }
+    }
+
+    fn unreadable(&self, detail: String) -> SideFailure {
+        SideFailure::Unreadable(format!("cannot read {}: {detail}", self.replica.describe()))
+    }
+
+    /// Judge `path`, then go down into it when it is a directory here or
+    /// in the archive.
+    fn visit(
+        &mut self,
+        path: &RelPath,
+        archived: Option<Observed>,
+        current: Option<Observed>,
+    ) -> Result<(), SideFailure> {
+        if !path.is_root() {
+            self.out.counts.scanned += current.is_some() as usize;
+            self.out.counts.archived += archived.is_some() as usize;
+        }
+        let descend = is_dir(&current) || is_dir(&archived);
+        let (current_dir, archived_dir) = (is_dir(&current), is_dir(&archived));
+        if !self.judge(path, archived, current, false) {
+            // Left out of the run whole: nothing beneath is planned on a
+            // state that could not be read.
+            return Ok(());
+        }
+        if descend {
+            self.descend(path, current_dir, archived_dir)?;
+        }
+        Ok(())
+    }
+
+    /// Detect this side's update at `path` (fingerprinting the file when
+    /// metadata cannot decide) and note it when it is one, or always
+    /// (`always`: a lookup). False when the file could not be judged.
+    fn judge(
+        &mut self,
+        path: &RelPath,
+        archived: Option<Observed>,
+        mut current: Option<Observed>,
+        always: bool,
+    ) -> bool {
+        let update = loop {
+            match detect(archived.as_ref(), current.as_ref(), &self.detect) {
+                Detection::Decided(update) => break update,
+                Detection::NeedsFingerprint => match self.replica.fingerprint(path) {
+                    Ok(fingerprint) => {
+                        let file = current
+                            .as_mut()
+                            .expect("only a present file is fingerprinted");
+                        file.entry.hash = Some(fingerprint);
+                    }
+                    Err(e) => {
+                        self.out.failures.push(PathFailure {
+                            path: path.clone(),
+                            message: e.to_string(),
+                        });
+                        return false;
+                    }
+                },
+            }
+        };
+        if always || update != Update::Unchanged {
+            let record_ctime = current.as_ref().map_or(UNKNOWN_CTIME, |o| {
+                ctime_to_record(o.ctime, self.scan_start_s)
+            });
+            self.out.changes.push(SideChange {
+                path: path.clone(),
+                archived,
+                current,
+                record_ctime,
+            });
+        }
+        true
+    }
+
+    /// Visit the children of `path`: the union of its listing and its
+    /// archived children, in name order (which is `RelPath` order).
+    fn descend(
+        &mut self,
+        path: &RelPath,
+        current_dir: bool,
+        archived_dir: bool,
+    ) -> Result<(), SideFailure> {
+        let mut children: BTreeMap<Vec<u8>, (Option<Observed>, Option<Observed>)> = BTreeMap::new();
+        if current_dir {
+            for observed in self.list_children(path)? {
+                let name = observed.entry.path.file_name().to_vec();
+                children.entry(name).or_default().1 = Some(observed);
+            }
+        }
+        if let (Some(archive), true) = (self.archive, archived_dir) {
+            for observed in archive.children(path)? {
+                let name = observed.entry.path.file_name().to_vec();
+                children.entry(name).or_default().0 = Some(observed);
+            }
+        }
+        for (name, (archived, current)) in children {
+            let child = path
+                .join(&name)
+                .expect("names come from listings and archives, both validated");
+            self.visit(&child, archived, current)?;
+        }
+        Ok(())
+    }
+
+    /// The entries directly in `path`, with their ctimes, in order; stale
+    /// temps of an interrupted run there are removed (we hold the lock).
+    fn list_children(&self, path: &RelPath) -> Result<Vec<Observed>, SideFailure> {
+        match self.listing(path)? {
+            Some(children) => Ok(children),
+            // Listed by its parent a moment ago: something is moving the
+            // tree under us, and its entries must not look deleted.
+            None => Err(self.unreadable(format!("{} vanished during the scan", path.display()))),
+        }
+    }
+
+    /// The entries directly in `path` (None: it is not a directory).
+    fn listing(&self, path: &RelPath) -> Result<Option<Vec<Observed>>, SideFailure> {
+        let (listing, scan) = self
+            .replica
+            .list_dir(path, &self.rules, &self.scan_options());
+        if !scan.errors.is_empty() || scan.incomplete {
+            return Err(self.unreadable(scan_detail(&scan)));
+        }
+        let Some(listing) = listing else {
+            return Ok(None);
+        };
+        if !listing.stale_temps.is_empty() {
+            if let Ok(dir) = self.replica.open_dir(path) {
+                for temp in &listing.stale_temps {
+                    dir.remove_stale_temp(temp.file_name());
+                }
+            }
+        }
+        let handle = self.replica.root().open_dir(path).ok();
+        let mut observed: Vec<Observed> = listing
+            .entries
+            .into_iter()
+            .skip(1)
+            .chain(listing.subdirs)
+            .map(|entry| {
+                let ctime = ctime_of(handle.as_ref(), &entry);
+                Observed { entry, ctime }
+            })
+            .collect();
+        observed.sort_by(|x, y| x.entry.path.cmp(&y.entry.path));
+        Ok(Some(observed))
+    }
+
+    /// What this side holds at `path` now, found in its parent's listing.
+    fn current_at(
+        &self,
+        path: &RelPath,
+        lookups: &mut Lookups,
+    ) -> Result<Option<Observed>, SideFailure> {
+        let Some(parent) = path.parent() else {
+            return self.root_entry().map(Some);
+        };
+        if !lookups.listed.contains_key(&parent) {
+            if lookups.listed.len() >= MAX_LISTINGS_KEPT {
+                lookups.listed.clear();
+            }
+            let children = self.parent_listing(&parent)?;
+            lookups.listed.insert(parent.clone(), children);
+        }
+        Ok(lookups.listed[&parent]
+            .as_ref()
+            .and_then(|children| children.get(path.file_name()).cloned()))
+    }
+
+    /// `parent`'s entries by name; None when it is not a directory here
+    /// (or one of its ancestors is not).
+    fn parent_listing(
+        &self,
+        parent: &RelPath,
+    ) -> Result<Option<BTreeMap<Vec<u8>, Observed>>, SideFailure> {
+        let listed = match self.listing(parent) {
+            Ok(listed) => listed,
+            // A missing ancestor fails the open with ENOENT or ENOTDIR,
+            // which the listing reports as an error: nothing is there.
+            Err(_) if !self.is_dir_here(parent) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(listed.map(|children| {
+            children
+                .into_iter()
+                .map(|o| (o.entry.path.file_name().to_vec(), o))
+                .collect()
+        }))
+    }
+
+    fn is_dir_here(&self, path: &RelPath) -> bool {
+        self.replica.root().open_dir(path).is_ok()
+    }
+}
+
+/// The ctime of a listed entry (`dir`: a handle on its parent, or on
+/// itself for the root). Listings do not carry it, so the entry is stat'ed
+/// once more; when that stat no longer matches the listing (the entry
+/// moved meanwhile), the ctime is unseen and the file is fingerprinted.
+fn ctime_of(dir: Option<&accord_fsys::Dir>, entry: &Entry) -> Time {
+    let Some(dir) = dir else {
+        return UNSEEN_CTIME;
+    };
+    let stat = if entry.path.is_root() {
+        dir.stat_self()
+    } else {
+        dir.stat(entry.path.file_name())
+    };
+    match stat {
+        Ok(st) if Expect::entry(entry) == Expect::Entry(st.found()) => st.ctime,
+        _ => UNSEEN_CTIME,
+    }
+}
+
+fn scan_detail(scan: &accord_fsys::Scan) -> String {
+    scan.errors
+        .first()
+        .map(|e| format!("{}: {}", e.path.display(), e.message))
+        .unwrap_or_else(|| "cannot be listed".into())
+}

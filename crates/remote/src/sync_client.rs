@@ -1,0 +1,89 @@
+//! A remote replica's side of a two-way sync: each call of
+//! `SideSession` carried to the `accord server` on the replica's host,
+//! which keeps the archive there and detects updates against it
+//! (`server.rs`, with a `LocalSide`).
+
+use crate::client::{start_on, CallError};
+use crate::mux::Conn;
+use crate::sync_wire::{encode_paths, encode_records, flags_of, get_outcome, get_side_scan};
+use accord_engine::{ArchiveRecord, SideFailure, SideOptions, SideScan, SideSession};
+use accord_model::RelPath;
+use accord_proto::{Dec, ProtoError, Request};
+use std::sync::Arc;
+
+pub(crate) struct RemoteSide {
+    conn: Arc<Conn>,
+    created: bool,
+}
+
+impl RemoteSide {
+    /// Ask the server to open its archive of the pair with `other`.
+    pub(crate) fn open(conn: Arc<Conn>, other: &[u8]) -> Result<RemoteSide, SideFailure> {
+        let req = Request::SyncOpen {
+            other: other.to_vec(),
+        };
+        let created = call(&conn, &req, None, |d| d.bool("created"))?;
+        Ok(RemoteSide { conn, created })
+    }
+}
+
+/// Send `req` (with `body`), and decode its outcome with `get`.
+fn call<T>(
+    conn: &Arc<Conn>,
+    req: &Request,
+    body: Option<Vec<u8>>,
+    get: impl FnOnce(&mut Dec) -> Result<T, ProtoError>,
+) -> Result<T, SideFailure> {
+    let mut body = body.map(std::io::Cursor::new);
+    let reply = start_on(
+        conn,
+        req,
+        body.as_mut().map(|b| b as &mut dyn std::io::Read),
+    )
+    .and_then(|r| r.whole())
+    .map_err(|e| SideFailure::Failed(call_failure(e)))?;
+    match get_outcome(&reply, get) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let why = format!("a {} reply that does not decode: {e}", req.name());
+            conn.close(&why);
+            Err(SideFailure::Failed(why))
+        }
+    }
+}
+
+fn call_failure(e: CallError) -> String {
+    match e {
+        CallError::Failed(w) => w.message,
+        CallError::Lost(e) => format!("the connection failed: {e}"),
+    }
+}
+
+impl SideSession for RemoteSide {
+    fn created(&self) -> bool {
+        self.created
+    }
+
+    fn forget(&mut self) -> Result<(), SideFailure> {
+        call(&self.conn, &Request::SyncForget, None, |_| Ok(()))
+    }
+
+    fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        let req = Request::SyncScan {
+            flags: flags_of(opts),
+        };
+        call(&self.conn, &req, None, get_side_scan)
+    }
+
+    fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        let req = Request::SyncLookup {
+            flags: flags_of(opts),
+        };
+        call(&self.conn, &req, Some(encode_paths(paths)), get_side_scan)
+    }
+
+    fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
+        let body = encode_records(records);
+        call(&self.conn, &Request::SyncRecord, Some(body), |_| Ok(()))
+    }
+}

@@ -1,0 +1,98 @@
+//! The server's half of a two-way sync: the side of its root, with the
+//! archive kept on this host (in `ServerConfig::archive_dir`), answering
+//! the client's `Sync*` requests (`sync_client.rs` is the other end).
+
+use crate::errors::protocol;
+use crate::sync_wire::{decode_paths, decode_records, options_of, put_outcome, put_side_scan};
+use accord_engine::{LocalReplica, LocalSide, Replica, SideFailure, SideSession};
+use accord_proto::{Enc, Request, WireError};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The sync side of one session (at most one archive open at a time).
+pub(crate) struct SyncServer<'a> {
+    replica: &'a LocalReplica,
+    archive_dir: Option<PathBuf>,
+    side: Mutex<Option<LocalSide<'a>>>,
+}
+
+impl<'a> SyncServer<'a> {
+    pub(crate) fn new(replica: &'a LocalReplica, archive_dir: Option<PathBuf>) -> Self {
+        SyncServer {
+            replica,
+            archive_dir,
+            side: Mutex::new(None),
+        }
+    }
+
+    /// Answer one `Sync*` request (`body`: its body, when it has one).
+    pub(crate) fn call(&self, req: &Request, body: &[u8]) -> Result<Vec<u8>, WireError> {
+        let mut e = Enc::new();
+        match req {
+            Request::SyncIdentity => {
+                let identity = self.replica.sync_identity().map_err(|e| {
+                    crate::errors::io_error(accord_engine::Action::OpenDestination, &e)
+                })?;
+                return Ok(identity);
+            }
+            Request::SyncOpen { other } => {
+                let opened = self.open(other);
+                put_outcome(&mut e, &opened, |e, created| {
+                    e.bool(*created);
+                });
+            }
+            Request::SyncForget => {
+                let done = self.with_side(|side| side.forget());
+                put_outcome(&mut e, &done, |_, _| {});
+            }
+            Request::SyncScan { flags } => {
+                let opts = options_of(*flags).map_err(|e| protocol(e.to_string()))?;
+                let scan = self.with_side(|side| side.scan(&opts));
+                put_outcome(&mut e, &scan, put_side_scan);
+            }
+            Request::SyncLookup { flags } => {
+                let opts = options_of(*flags).map_err(|e| protocol(e.to_string()))?;
+                let paths = decode_paths(body).map_err(|e| protocol(e.to_string()))?;
+                let found = self.with_side(|side| side.lookup(&paths, &opts));
+                put_outcome(&mut e, &found, put_side_scan);
+            }
+            Request::SyncRecord => {
+                let records = decode_records(body).map_err(|e| protocol(e.to_string()))?;
+                let done = self.with_side(|side| side.record(&records));
+                put_outcome(&mut e, &done, |_, _| {});
+            }
+            _ => unreachable!("only sync requests come here"),
+        }
+        Ok(e.finish())
+    }
+
+    /// Open (and lock) the archive of this root's pair with `other`,
+    /// replacing one this session opened before.
+    fn open(&self, other: &[u8]) -> Result<bool, SideFailure> {
+        let Some(dir) = &self.archive_dir else {
+            return Err(SideFailure::Failed(
+                "the server has no directory for archives (no HOME, XDG_DATA_HOME or ACCORD_STATE_DIR)"
+                    .into(),
+            ));
+        };
+        let mut slot = self.side.lock().unwrap();
+        // The old archive's lock goes first: it may be this very pair's.
+        *slot = None;
+        let side = LocalSide::open(self.replica, other, dir)?;
+        let created = side.created();
+        *slot = Some(side);
+        Ok(created)
+    }
+
+    fn with_side<T>(
+        &self,
+        f: impl FnOnce(&mut LocalSide<'a>) -> Result<T, SideFailure>,
+    ) -> Result<T, SideFailure> {
+        match self.side.lock().unwrap().as_mut() {
+            Some(side) => f(side),
+            None => Err(SideFailure::Failed(
+                "no archive is open in this session".into(),
+            )),
+        }
+    }
+}
