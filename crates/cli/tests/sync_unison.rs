@@ -4,11 +4,17 @@
 //! the same replicas and the same conflict set. Skipped loudly when
 //! `unison` is not installed.
 //!
+//! The same matrix runs with accord's B a remote root, over a real sshd
+//! and from an `accord server` daemon, both started for the run; unison
+//! keeps syncing two local directories, and the replicas must end alike.
+//!
 //! Deliberate differences (not in this matrix; see `accord_plan`'s
 //! reconcile docs): Accord does not call deletions beneath a directory
 //! deleted on the other side a conflict, and it merges new contents on one
 //! side with new permissions on the other, where Unison reports conflicts.
 
+mod mirror_common;
+mod remote_common;
 mod sync_common;
 use std::collections::BTreeSet;
 use std::fs;
@@ -65,7 +71,9 @@ fn accord(pair: &Pair) -> BTreeSet<String> {
     let out = pair.sync(&["--json", "--max-delete", "100%"]);
     assert!(
         matches!(out.status.code(), Some(0) | Some(1)),
-        "{}",
+        "{:?}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -168,8 +176,16 @@ fn forget_archives(pair: &Pair) {
     }
 }
 
-fn run_scenario(name: &str, change: Change, lose_archives: bool) -> Result<(), String> {
-    let with_accord = Pair::new();
+fn run_scenario(
+    name: &str,
+    change: Change,
+    lose_archives: bool,
+    remote: Option<&RemoteB>,
+) -> Result<(), String> {
+    let with_accord = match remote {
+        Some(remote) => Pair::with_remote_b(remote),
+        None => Pair::new(),
+    };
     let with_unison = Pair::new();
     for pair in [&with_accord, &with_unison] {
         base_tree(&pair.a);
@@ -209,22 +225,135 @@ fn run_scenario(name: &str, change: Change, lose_archives: bool) -> Result<(), S
     }
 }
 
-#[test]
-fn accord_sync_ends_where_unison_does() {
-    if !have_unison() {
-        eprintln!("SKIPPED: unison is not installed; the differential test did not run");
-        return;
-    }
+fn run_matrix(remote: Option<&RemoteB>) {
     let mut failures = Vec::new();
     let mut ran = 0;
     for (name, change) in scenarios() {
         for lose_archives in [false, true] {
             ran += 1;
-            if let Err(problem) = run_scenario(name, change, lose_archives) {
+            if let Err(problem) = run_scenario(name, change, lose_archives, remote) {
                 failures.push(format!("[archives lost: {lose_archives}] {problem}"));
             }
         }
     }
     eprintln!("{ran} scenarios against unison, {} differ", failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn accord_sync_ends_where_unison_does() {
+    if !have_unison() {
+        eprintln!("SKIPPED: unison is not installed; the differential test did not run");
+        return;
+    }
+    run_matrix(None);
+}
+
+#[test]
+fn with_b_over_ssh_accord_sync_ends_where_unison_does() {
+    if !have_unison() {
+        eprintln!("SKIPPED: unison is not installed; the differential test did not run");
+        return;
+    }
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let remote = RemoteB {
+        base: base.path().to_path_buf(),
+        prefix: "127.0.0.1:".into(),
+        relative: false,
+        args: vec![
+            "--rsh".into(),
+            sshd.rsh(),
+            "--remote-accord".into(),
+            bin().display().to_string(),
+        ],
+        env: Vec::new(),
+    };
+    run_matrix(Some(&remote));
+}
+
+#[test]
+fn with_b_from_the_daemon_accord_sync_ends_where_unison_does() {
+    if !have_unison() {
+        eprintln!("SKIPPED: unison is not installed; the differential test did not run");
+        return;
+    }
+    let daemon = Daemon::start();
+    run_matrix(Some(&daemon.remote_b()));
+}
+
+/// An `accord server` daemon on a loopback port, with keys made for the
+/// run and one read-write module over a temp directory.
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for key in ["client/key", "server/key"] {
+            let out = Command::new(bin())
+                .args(["keygen", "-f"])
+                .arg(d.join(key))
+                .output()
+                .unwrap();
+            assert_exit(&out, 0);
+        }
+        fs::copy(d.join("client/key.pub"), d.join("server/authorized_keys")).unwrap();
+        fs::create_dir(d.join("module")).unwrap();
+        let mut child = Command::new(bin())
+            .args(["server", "--listen", "127.0.0.1:0", "--module"])
+            .arg(format!("m={}", d.join("module").display()))
+            .arg("--auth-keys")
+            .arg(d.join("server/authorized_keys"))
+            .arg("--key")
+            .arg(d.join("server/key"))
+            .env("ACCORD_STATE_DIR", d.join("server-state"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut lines = stderr.lines();
+        let port = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let rest = line.split("listening on 127.0.0.1:").nth(1)?;
+                let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                port.parse::<u16>().ok()
+            })
+            .expect("the daemon says where it listens");
+        // Keep reading its log, so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Daemon { dir, child, port }
+    }
+
+    fn remote_b(&self) -> RemoteB {
+        let d = self.dir.path();
+        RemoteB {
+            base: d.join("module"),
+            prefix: format!("accord://127.0.0.1:{}/m/", self.port),
+            relative: true,
+            args: vec![
+                "--key".into(),
+                d.join("client/key").display().to_string(),
+                "--server-key".into(),
+                d.join("server/key.pub").display().to_string(),
+            ],
+            env: vec![("XDG_CONFIG_HOME".into(), d.join("client-config"))],
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

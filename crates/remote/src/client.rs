@@ -19,6 +19,9 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+/// How long a finished session waits for the server to close its side.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Largest reply kept in memory whole (listings, signatures, deltas, state).
 const MAX_REPLY: u64 = 1 << 31;
 
@@ -305,6 +308,11 @@ impl Drop for RemoteReplica {
         // process (dropped after this) is then waited for.
         self.ahead.stop();
         self.conn.shutdown_write();
+        // The server releases the root's lock (and a sync's archive) before
+        // it closes its side: waiting for that lets the next run, which may
+        // start at once, find them free. (Over ssh, waiting for the ssh
+        // process does as much; a daemon's connection needs this.)
+        self.conn.wait_closed(CLOSE_WAIT);
     }
 }
 

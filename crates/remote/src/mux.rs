@@ -227,14 +227,16 @@ impl Conn {
     }
 
     /// The sender thread: writes what is queued, one write and one flush
-    /// at a time, until our side is shut (or the connection is closed)
+    /// at a time, until our side is shut (or the connection failed)
     /// and the queue is empty, or the transport fails. The writer is
     /// dropped when it ends, which ends the stream for the other side.
     fn send_loop(&self, mut writer: Box<dyn Write + Send>) {
         let mut spare = Vec::new();
         loop {
             let mut out = self.out_lock();
-            while out.buf.is_empty() && !out.shut && self.closed().is_none() {
+            // The other side's end of stream does not end ours: a server
+            // finishes its session (and releases the root) before it closes.
+            while out.buf.is_empty() && !out.shut && !self.failed() {
                 out = self.wait_out(out);
             }
             if out.buf.is_empty() {
@@ -267,6 +269,15 @@ impl Conn {
         self.lock().closed.clone()
     }
 
+    /// The connection is over for another reason than the other side's
+    /// end of stream (a failure, a protocol violation, a local close).
+    fn failed(&self) -> bool {
+        self.lock()
+            .closed
+            .as_deref()
+            .is_some_and(|why| why != PEER_CLOSED)
+    }
+
     /// Close our sending side once what is queued is written (the peer
     /// sees the end of the stream and finishes; its reader then ends ours).
     /// Returns when the sender thread is done.
@@ -279,6 +290,27 @@ impl Conn {
         while !out.done {
             out = self.wait_out(out);
         }
+    }
+
+    /// Wait until the connection is over (the other side closed it, or
+    /// it failed), at most `limit`; true if it is.
+    pub fn wait_closed(&self, limit: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        let mut st = self.lock();
+        while st.closed.is_none() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st.waiters += 1;
+            let (guard, _) = self
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner());
+            st = guard;
+            st.waiters -= 1;
+        }
+        true
     }
 
     /// End the connection: every waiter wakes with `why`.

@@ -126,6 +126,11 @@ pub fn serve(
     };
     session.run();
     session.discard_temps();
+    // The root's lock and a sync's archive are released before our side
+    // closes: the client waits for the close, and its next run may start
+    // at once.
+    drop(session);
+    drop(replica);
     // The last replies may still be queued: write them out before the
     // session (and, over ssh, the process) ends.
     conn.shutdown_write();

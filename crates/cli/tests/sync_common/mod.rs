@@ -20,11 +20,50 @@ pub struct Pair {
     pub a: PathBuf,
     pub b: PathBuf,
     pub state: PathBuf,
+    /// B is given to accord as a remote root.
+    pub remote_b: Option<RemoteB>,
+}
+
+/// How a test reaches B as a remote root (over ssh, or from a daemon
+/// whose module holds `base`).
+#[derive(Clone, Debug)]
+pub struct RemoteB {
+    /// Where the pair's directories are made.
+    pub base: PathBuf,
+    /// Put before B's path: `127.0.0.1:` for ssh, or
+    /// `accord://127.0.0.1:PORT/MODULE/` for a module rooted at `base`.
+    pub prefix: String,
+    /// B's path is given relative to `base` (a daemon's module).
+    pub relative: bool,
+    /// Options that reach it (`--rsh`, `--key`, ...).
+    pub args: Vec<String>,
+    /// Environment for the client (e.g. `XDG_CONFIG_HOME`).
+    pub env: Vec<(String, PathBuf)>,
+}
+
+impl RemoteB {
+    pub fn address(&self, b: &Path) -> String {
+        if self.relative {
+            let rel = b.strip_prefix(&self.base).expect("B lies in the module");
+            format!("{}{}", self.prefix, rel.display())
+        } else {
+            format!("{}{}", self.prefix, b.display())
+        }
+    }
 }
 
 impl Pair {
     pub fn new() -> Pair {
-        let tmp = tempfile::tempdir().unwrap();
+        Pair::make(tempfile::tempdir().unwrap(), None)
+    }
+
+    /// A pair whose B accord reaches as a remote root.
+    pub fn with_remote_b(remote: &RemoteB) -> Pair {
+        let tmp = tempfile::tempdir_in(&remote.base).unwrap();
+        Pair::make(tmp, Some(remote.clone()))
+    }
+
+    fn make(tmp: tempfile::TempDir, remote_b: Option<RemoteB>) -> Pair {
         let a = tmp.path().join("a");
         let b = tmp.path().join("b");
         std::fs::create_dir(&a).unwrap();
@@ -35,6 +74,7 @@ impl Pair {
             a,
             b,
             state,
+            remote_b,
         }
     }
 
@@ -57,13 +97,15 @@ impl Pair {
 
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(bin());
-        command
-            .arg("sync")
-            .arg("--batch")
-            .arg(&self.a)
-            .arg(&self.b)
-            .args(args)
-            .env("ACCORD_STATE_DIR", &self.state);
+        command.arg("sync").arg("--batch").arg(&self.a);
+        match &self.remote_b {
+            None => command.arg(&self.b),
+            Some(remote) => command
+                .arg(remote.address(&self.b))
+                .args(&remote.args)
+                .envs(remote.env.iter().map(|(k, v)| (k, v))),
+        };
+        command.args(args).env("ACCORD_STATE_DIR", &self.state);
         command
     }
 
