@@ -265,3 +265,197 @@ impl Merge {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! A side is another host's word: these feed the merge with in-memory
+    //! sides that report what a broken or hostile server might.
+    use super::*;
+    use crate::sync_side::ArchiveRecord;
+    use accord_model::{Entry, Kind, Observed, Props};
+    use accord_plan::DetectOptions;
+
+    /// A side that answers from canned reports.
+    #[derive(Default)]
+    struct Canned {
+        scan: Vec<SideChange>,
+        failures: Vec<PathFailure>,
+        /// Looked-up paths left unanswered.
+        drop_lookups: bool,
+        asked: std::sync::Arc<std::sync::Mutex<Vec<RelPath>>>,
+    }
+
+    impl SideSession for Canned {
+        fn created(&self) -> bool {
+            false
+        }
+        fn forget(&mut self) -> Result<(), SideFailure> {
+            Ok(())
+        }
+        fn scan(&mut self, _: &SideOptions) -> Result<SideScan, SideFailure> {
+            Ok(SideScan {
+                changes: self.scan.clone(),
+                counts: SideCounts::default(),
+                failures: std::mem::take(&mut self.failures),
+            })
+        }
+        fn lookup(&mut self, paths: &[RelPath], _: &SideOptions) -> Result<SideScan, SideFailure> {
+            self.asked.lock().unwrap().extend_from_slice(paths);
+            let changes = if self.drop_lookups {
+                Vec::new()
+            } else {
+                paths.iter().map(|p| absent(p)).collect()
+            };
+            Ok(SideScan {
+                changes,
+                ..SideScan::default()
+            })
+        }
+        fn record(&mut self, _: &[ArchiveRecord]) -> Result<(), SideFailure> {
+            Ok(())
+        }
+    }
+
+    fn path(p: &str) -> RelPath {
+        RelPath::new(p.as_bytes()).unwrap()
+    }
+
+    fn absent(p: &RelPath) -> SideChange {
+        SideChange {
+            path: p.clone(),
+            archived: None,
+            current: None,
+            record_ctime: UNKNOWN_CTIME,
+        }
+    }
+
+    fn file_at(p: &str, hashed: bool) -> Observed {
+        Observed {
+            entry: Entry {
+                path: path(p),
+                kind: Kind::File,
+                size: 3,
+                props: Props {
+                    mode: 0o644,
+                    ..Props::default()
+                },
+                dev: 1,
+                ino: 2,
+                nlink: 1,
+                rdev: 0,
+                blocks: 1,
+                link_target: None,
+                hash: hashed.then_some([7; 32]),
+            },
+            ctime: Time { sec: 5, nsec: 0 },
+        }
+    }
+
+    /// A file created at `p` (fingerprinted, as a side must).
+    fn created(p: &str) -> SideChange {
+        SideChange {
+            current: Some(file_at(p, true)),
+            ..absent(&path(p))
+        }
+    }
+
+    fn run(a: Canned, b: Canned) -> Result<Scanned, ScanStop> {
+        let mut sides: [Box<dyn SideSession>; 2] = [Box::new(a), Box::new(b)];
+        let names = ["A".to_string(), "B".to_string()];
+        let opts = SideOptions {
+            detect: DetectOptions::default(),
+            use_archive: true,
+        };
+        scan_pair(&mut sides, &names, &opts)
+    }
+
+    fn misreport(result: Result<Scanned, ScanStop>) -> String {
+        match result {
+            Err(ScanStop::Fatal(fatal)) => fatal.to_string(),
+            Err(ScanStop::ArchiveDamaged) => panic!("not a damaged archive"),
+            Ok(_) => panic!("a misreport was taken"),
+        }
+    }
+
+    #[test]
+    fn what_one_side_reports_is_looked_up_on_the_other() {
+        let b = Canned::default();
+        let asked = b.asked.clone();
+        let a = Canned {
+            scan: vec![created("f"), created("g")],
+            ..Canned::default()
+        };
+        let scanned = run(a, b).ok().unwrap();
+        assert_eq!(*asked.lock().unwrap(), vec![path("f"), path("g")]);
+        let paths: Vec<_> = scanned.updates.iter().map(|u| u.path.clone()).collect();
+        assert_eq!(paths, vec![path("f"), path("g")]);
+        assert_eq!(scanned.updates[0].a.update, accord_plan::Update::Created);
+        assert_eq!(scanned.updates[0].b.update, accord_plan::Update::Unchanged);
+    }
+
+    #[test]
+    fn changes_out_of_order_are_refused() {
+        let a = Canned {
+            scan: vec![created("g"), created("f")],
+            ..Canned::default()
+        };
+        assert!(misreport(run(a, Canned::default())).contains("out of order"));
+    }
+
+    #[test]
+    fn an_entry_at_another_path_is_refused() {
+        let mut change = created("f");
+        change.current = Some(file_at("elsewhere", true));
+        let a = Canned {
+            scan: vec![change],
+            ..Canned::default()
+        };
+        assert!(misreport(run(a, Canned::default())).contains("not at f"));
+    }
+
+    #[test]
+    fn a_file_left_unfingerprinted_is_refused() {
+        let mut change = created("f");
+        change.current = Some(file_at("f", false));
+        let a = Canned {
+            scan: vec![change],
+            ..Canned::default()
+        };
+        assert!(misreport(run(a, Canned::default())).contains("undecided"));
+    }
+
+    #[test]
+    fn a_lookup_that_leaves_paths_unanswered_is_refused() {
+        let a = Canned {
+            scan: vec![created("f")],
+            ..Canned::default()
+        };
+        let b = Canned {
+            drop_lookups: true,
+            ..Canned::default()
+        };
+        assert!(misreport(run(a, b)).contains("not the paths asked for"));
+    }
+
+    #[test]
+    fn a_path_that_failed_on_one_side_is_left_out_with_its_subtree() {
+        let a = Canned {
+            failures: vec![PathFailure {
+                path: path("d"),
+                message: "unreadable".into(),
+            }],
+            ..Canned::default()
+        };
+        let b = Canned {
+            scan: vec![created("d/x"), created("e")],
+            ..Canned::default()
+        };
+        let asked = a.asked.clone();
+        let scanned = run(a, b).ok().unwrap();
+        assert_eq!(*asked.lock().unwrap(), vec![path("e")]);
+        let paths: Vec<_> = scanned.updates.iter().map(|u| u.path.clone()).collect();
+        assert_eq!(paths, vec![path("e")]);
+        assert_eq!(scanned.failures.len(), 1);
+        assert_eq!(scanned.failures[0].path, path("d"));
+    }
+}
