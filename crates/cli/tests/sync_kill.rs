@@ -1,8 +1,11 @@
 //! The crash invariant (issue 12, acceptance 3): `accord sync` killed with
 //! SIGKILL at a random moment leaves every file with its original or its
 //! final contents, and the next run completes the sync with no false
-//! conflicts. Trials: `ACCORD_SYNC_KILL_TRIALS` (default 12).
+//! conflicts. Trials: `ACCORD_SYNC_KILL_TRIALS` (default 12; half that,
+//! at least 1, with B a remote root over a real sshd).
 
+mod mirror_common;
+mod remote_common;
 mod sync_common;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -33,8 +36,11 @@ fn created_on_b(i: usize) -> String {
 /// A replica pair in agreement, then changed on both sides without a
 /// conflict: A rewrites the even files and deletes each tenth, B rewrites
 /// the odd ones and creates new files.
-fn prepared_pair() -> Pair {
-    let pair = Pair::new();
+fn prepared_pair(remote: Option<&RemoteB>) -> Pair {
+    let pair = match remote {
+        Some(remote) => Pair::with_remote_b(remote),
+        None => Pair::new(),
+    };
     for i in 0..FILES {
         pair.write('a', &name(i), &original(i));
     }
@@ -133,14 +139,63 @@ fn next_random(state: &mut u64) -> u64 {
     *state >> 33
 }
 
-#[test]
-fn killed_syncs_leave_every_file_original_or_final_and_the_next_run_converges() {
-    let trials: usize = std::env::var("ACCORD_SYNC_KILL_TRIALS")
+fn trials() -> usize {
+    std::env::var("ACCORD_SYNC_KILL_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
+        .unwrap_or(12)
+}
+
+#[test]
+fn killed_syncs_leave_every_file_original_or_final_and_the_next_run_converges() {
+    kill_trials(None, trials());
+}
+
+#[test]
+fn with_b_over_ssh_killed_syncs_leave_every_file_original_or_final() {
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let remote = RemoteB {
+        base: base.path().to_path_buf(),
+        prefix: "127.0.0.1:".into(),
+        relative: false,
+        args: vec![
+            "--rsh".into(),
+            sshd.rsh(),
+            "--remote-accord".into(),
+            bin().display().to_string(),
+        ],
+        env: Vec::new(),
+    };
+    kill_trials(Some(&remote), (trials() / 2).max(1));
+}
+
+/// The first run after a kill: a remote root's server may still be ending
+/// the killed run's session (it sees the connection drop, discards that
+/// run's temps and releases the root), and says the root is busy until
+/// it has.
+fn sync_after_kill(pair: &Pair) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let out = pair.sync(&["--json"]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        let busy = report["fatal"]
+            .as_str()
+            .is_some_and(|f| f.contains("another accord run"));
+        if !busy || start.elapsed() > std::time::Duration::from_secs(20) {
+            assert_exit(&out, 0);
+            return report;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn kill_trials(remote: Option<&RemoteB>, trials: usize) {
     // How long an uninterrupted run takes here.
-    let timing = prepared_pair();
+    let timing = prepared_pair(remote);
     let start = Instant::now();
     timing.sync_json(&[], 0);
     let full_run = start.elapsed();
@@ -150,7 +205,7 @@ fn killed_syncs_leave_every_file_original_or_final_and_the_next_run_converges() 
     let mut random = 0x5eed_u64 ^ std::process::id() as u64;
     let mut killed_midway = 0;
     for trial in 0..trials {
-        let pair = prepared_pair();
+        let pair = prepared_pair(remote);
         let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
         let mut child = pair
             .command(&["--json"])
@@ -164,7 +219,7 @@ fn killed_syncs_leave_every_file_original_or_final_and_the_next_run_converges() 
         child.wait().unwrap();
         killed_midway += !finished as usize;
         check_original_or_final(&pair, trial);
-        let report = pair.sync_json(&[], 0);
+        let report = sync_after_kill(&pair);
         assert_eq!(
             conflict_paths(&report).len(),
             0,
