@@ -155,6 +155,101 @@ fn scenarios() -> Vec<(&'static str, Change)> {
             write(b, "f", "same");
             write(b, "extra", "extra");
         }),
+        ("empty file created on a", |a, _| write(a, "empty", "")),
+        ("empty directory created on b", |_, b| {
+            fs::create_dir(b.join("hollow")).unwrap()
+        }),
+        ("subdirectory deleted on a", |a, _| {
+            fs::remove_dir_all(a.join("dir/sub")).unwrap()
+        }),
+        ("file renamed on a", |a, _| {
+            fs::rename(a.join("f"), a.join("f-renamed")).unwrap()
+        }),
+        ("directory renamed on b", |_, b| {
+            fs::rename(b.join("dir"), b.join("dir-renamed")).unwrap()
+        }),
+        ("file moved into a new directory on a", |a, _| {
+            fs::create_dir(a.join("moved")).unwrap();
+            fs::rename(a.join("g"), a.join("moved/g")).unwrap();
+        }),
+        ("the same file deleted on both sides", |a, b| {
+            fs::remove_file(a.join("f")).unwrap();
+            fs::remove_file(b.join("f")).unwrap();
+        }),
+        ("the same directory deleted on both sides", |a, b| {
+            fs::remove_dir_all(a.join("dir")).unwrap();
+            fs::remove_dir_all(b.join("dir")).unwrap();
+        }),
+        ("the same chmod on both sides", |a, b| {
+            for root in [a, b] {
+                fs::set_permissions(root.join("g"), fs::Permissions::from_mode(0o640)).unwrap();
+            }
+        }),
+        ("different chmods on both sides", |a, b| {
+            fs::set_permissions(a.join("g"), fs::Permissions::from_mode(0o600)).unwrap();
+            fs::set_permissions(b.join("g"), fs::Permissions::from_mode(0o755)).unwrap();
+        }),
+        ("executable bit set on a", |a, _| {
+            fs::set_permissions(a.join("dir/x"), fs::Permissions::from_mode(0o755)).unwrap()
+        }),
+        ("symlink becomes a file on a", |a, _| {
+            fs::remove_file(a.join("link")).unwrap();
+            write(a, "link", "a file now");
+        }),
+        ("file becomes a symlink on b", |_, b| {
+            fs::remove_file(b.join("g")).unwrap();
+            symlink("f", b.join("g")).unwrap();
+        }),
+        ("symlink deleted on a", |a, _| {
+            fs::remove_file(a.join("link")).unwrap()
+        }),
+        ("symlink retargeted differently on both sides", |a, b| {
+            fs::remove_file(a.join("link")).unwrap();
+            symlink("g", a.join("link")).unwrap();
+            fs::remove_file(b.join("link")).unwrap();
+            symlink("dir", b.join("link")).unwrap();
+        }),
+        ("many new files on b", |_, b| {
+            for i in 0..60 {
+                write(b, &format!("many/d{}/n{i}", i % 6), &format!("file {i}"));
+            }
+        }),
+        ("a large file created on a", |a, _| {
+            write(a, "large", &"0123456789abcdef".repeat(200_000))
+        }),
+        ("edit deep in a directory on b", |_, b| {
+            write(b, "dir/sub/y", "edited deep on b")
+        }),
+        (
+            "a new directory on both sides with different files",
+            |a, b| {
+                write(a, "shared/from-a", "a");
+                write(b, "shared/from-b", "b");
+            },
+        ),
+        (
+            "a new directory on both sides with the same file",
+            |a, b| {
+                write(a, "same-dir/s", "equal");
+                write(b, "same-dir/s", "equal");
+            },
+        ),
+        ("touch on both sides", |a, b| {
+            set_mtime(&a.join("f"), 1_000_000_000);
+            set_mtime(&b.join("f"), 1_100_000_000);
+        }),
+        ("edit on a, then the original restored", |a, _| {
+            write(a, "g", "briefly different");
+            write(a, "g", "base g");
+        }),
+        ("names differing only by case", |a, b| {
+            write(a, "Readme", "upper first");
+            write(b, "README", "all upper");
+        }),
+        ("names with spaces, quotes and a dot first", |a, b| {
+            write(a, "it's a \"name\" here", "quoted");
+            write(b, ".hidden", "dotfile");
+        }),
     ]
 }
 
