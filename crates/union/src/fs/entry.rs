@@ -42,9 +42,8 @@ pub(super) struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub fh: Option<u64>,
-    /// The calling process (pid, uid): a truncation by one without CAP_FSETID drops set-ID
-    /// bits.
-    pub caller: (u32, u32),
+    /// The calling process: a truncation by one without CAP_FSETID drops set-ID bits.
+    pub caller: super::file::Caller,
 }
 
 fn spec(t: Option<TimeOrNow>) -> TimeSpec {
@@ -227,14 +226,14 @@ impl Op<'_> {
                 Some(h) => {
                     h.file.set_len(size).e()?;
                     if kill {
-                        super::file::drop_set_id(h.file.as_raw_fd())?;
+                        super::file::drop_set_id(h.file.as_raw_fd(), a.caller)?;
                     }
                 }
                 None => {
                     let f = sys::openat(fd, &rel, libc::O_WRONLY, 0).e()?;
                     f.set_len(size).e()?;
                     if kill {
-                        super::file::drop_set_id(f.as_raw_fd())?;
+                        super::file::drop_set_id(f.as_raw_fd(), a.caller)?;
                     }
                 }
             }
