@@ -126,12 +126,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
             "no branches given",
         ));
     }
-    let mountpoint = cfg.mountpoint.canonicalize().map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("mount point {}: {e}", cfg.mountpoint.display()),
-        )
-    })?;
+    let mountpoint = mount_point(&cfg.mountpoint)?;
     let branches = open_branches(cfg, &mountpoint)?;
     // Modes of new files are exactly what the caller asked for (the kernel applied the umask).
     // SAFETY: umask has no preconditions.
@@ -177,6 +172,21 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
     let session = fuser::Session::new(union, &mountpoint, &config)?;
     Ok((session, listener, shared))
+}
+
+/// `path` canonical, if it is a directory that can become a mount point; the error names it.
+/// (FUSE would mount over a file too, and the union's root would then show as that file.)
+pub fn mount_point(path: &Path) -> io::Result<PathBuf> {
+    let named =
+        |e: io::Error| io::Error::new(e.kind(), format!("mount point {}: {e}", path.display()));
+    let canonical = path.canonicalize().map_err(named)?;
+    if !std::fs::metadata(&canonical).map_err(named)?.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("mount point {} is not a directory", path.display()),
+        ));
+    }
+    Ok(canonical)
 }
 
 /// Open the branches of `cfg`, refusing one given twice, one inside the mount point and one
