@@ -24,11 +24,12 @@
 //! the old readers keep the file they opened, as in overlayfs. Without the privilege or on older
 //! kernels all reads go through the daemon.
 //!
-//! Not supported (by design or yet): renaming a directory that has
-//! parts in lower branches (EXDEV, like overlayfs without redirect_dir: `mv` then copies);
-//! hard links across branches (the source is copied up first, which breaks its links to other
-//! lower names, as overlayfs does without `index`); lower-branch hard links show one union inode
-//! per name (names linked through the union share one, until the kernel forgets the inode).
+//! Hard links: names that share one file in a branch show as one union inode with the file's
+//! link count, and a copy-up of one keeps the others linked to the copy through an index in the
+//! upper branch, as overlayfs does with `index=on` (`fs/index.rs`).
+//!
+//! Not supported (by design or yet): renaming a directory that has parts in lower branches
+//! (EXDEV, like overlayfs without redirect_dir: `mv` then copies).
 //!
 //! Concurrency: four reader threads (`ACCORD_UNION_THREADS`) answer the quick requests
 //! concurrently; slow ones (copy-up, truncate, fsync, big reads and writes) run on worker

@@ -100,10 +100,11 @@ impl Op<'_> {
             v.entries.get(name).ok_or(libc::ENOENT)?.winner()
         };
         let rel = self.path(parent)?.join(name);
-        sys::fstatat(self.fd(winner), &rel).map_err(|err| {
+        let st = sys::fstatat(self.fd(winner), &rel).map_err(|err| {
             self.forget_view(parent);
             sys::errno(&err)
-        })
+        })?;
+        self.follow_index(parent, name, winner, st)
     }
 
     /// Start looking up the names of a listing chunk of directory `dir` (readdirplus): the
@@ -141,7 +142,8 @@ impl Op<'_> {
 
     /// The reply hands the inode of `name` in `dir` to the kernel: count the reference.
     fn counted(&self, dir: u64, name: &OsStr, st: &sys::Stat) -> FileAttr {
-        let ino = self.nodes().get_ref(dir, name);
+        let file = super::index::link_key(st);
+        let ino = self.nodes().get_ref_file(dir, name, file);
         self.attr(ino, st)
     }
 
@@ -168,11 +170,14 @@ impl Op<'_> {
                 }
             }
         };
-        if st.is_err() {
-            // The branch changed behind our back: re-read the directory next time.
-            self.forget_view(l.dir);
+        match st {
+            Ok(st) => self.follow_index(l.dir, name, b, st),
+            Err(e) => {
+                // The branch changed behind our back: re-read the directory next time.
+                self.forget_view(l.dir);
+                Err(e)
+            }
         }
-        st
     }
 
     pub(super) fn do_getattr(&self, ino: u64, fh: Option<u64>) -> R<FileAttr> {
