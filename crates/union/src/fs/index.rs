@@ -22,7 +22,8 @@
 //!   if the read-only branch is changed behind the union's back) is taken for the old file.
 //! - Only the current upper branch's index is used: after a snapshot, a name not linked up
 //!   before it shows the lower data again until it is changed.
-//! - Removing one lower name of a big file with several names copies its data up.
+//! - Removing one lower name of a big file with several names copies its data up, under the
+//!   namespace lock (no pre-copy as for opens and renames).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -81,15 +82,16 @@ impl Op<'_> {
         a
     }
 
-    /// `LINKS_XATTR` of the file `st` if it is the upper branch's file at `ino`'s path.
+    /// `LINKS_XATTR` of the file `st`, if it is the file `ino`'s name shows. (Also on a
+    /// read-only branch: a copy frozen by a snapshot keeps its count.)
     fn pending_links(&self, ino: u64, st: &Stat) -> Option<u64> {
-        let u = self.upper().ok()?;
-        let rel = self.nodes().path(ino)?;
-        let here = sys::fstatat(self.fd(u), &rel).ok()?;
+        let loc = self.locate(ino).ok()?;
+        let b = loc.entry.winner();
+        let here = sys::fstatat(self.fd(b), &loc.rel).ok()?;
         if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino) {
             return None;
         }
-        read_links(&self.abs(u, &rel))
+        read_links(&self.abs(b, &loc.rel))
     }
 
     /// The index entry of lower file `st` in upper branch `u`, if there is one.
@@ -114,7 +116,13 @@ impl Op<'_> {
                 Err(e) if e.raw_os_error() != Some(libc::EEXIST) => return Err(e),
                 _ => {}
             }
-            write_links(&abs, links(st) - 1)?;
+            // The other names: the source's own count, which for a copy frozen by a snapshot
+            // (it carries our xattr, copied up with it) leaves out its index link.
+            let names = match read_links(&abs) {
+                Some(pending) => links(st) - 1 + pending,
+                None => links(st),
+            };
+            write_links(&abs, names - 1)?;
             sys::linkat(ufd, rel, &index_rel(key))?;
             super::copyup::sync_dir(ufd, Path::new(INDEX_DIR))
         };
