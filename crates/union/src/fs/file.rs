@@ -52,6 +52,11 @@ pub(super) fn drop_set_id(fd: std::os::fd::RawFd, caller: Caller) -> R<bool> {
     Ok(true)
 }
 
+/// Whether an open file has a set-ID bit (so the caller's privileges are worth reading).
+fn has_set_id(fd: std::os::fd::RawFd) -> R<bool> {
+    Ok(sys::fstat(fd).e()?.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0)
+}
+
 /// The set-ID bits of `mode` a write by a process without CAP_FSETID drops; `in_group` says
 /// whether the writer is in the file's group (asked only for set-group-ID without group
 /// execute, the one case that depends on it).
@@ -341,8 +346,25 @@ impl Op<'_> {
         }
     }
 
-    pub(super) fn do_fallocate(&self, fh: u64, offset: i64, length: i64, mode: i32) -> R<()> {
+    /// fallocate(2) for `caller`.
+    pub(super) fn do_fallocate(
+        &self,
+        fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        caller: Caller,
+    ) -> R<()> {
         let h = self.follow_snapshot(fh)?;
+        // A local file system drops set-ID bits on any fallocate by a caller without
+        // CAP_FSETID, but the kernel neither flags that to FUSE nor sends the change (with
+        // FUSE_HANDLE_KILLPRIV_V2 it leaves it to us): as for a write.
+        if has_set_id(h.file.as_raw_fd())?
+            && !has_fsetid(caller)
+            && drop_set_id(h.file.as_raw_fd(), caller)?
+        {
+            self.attrs_changed(h.ino);
+        }
         // SAFETY: valid descriptor.
         let r = unsafe { libc::fallocate(h.file.as_raw_fd(), mode, offset, length) };
         if r != 0 {

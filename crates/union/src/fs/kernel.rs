@@ -578,7 +578,7 @@ impl fuser::Filesystem for Union {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -586,9 +586,11 @@ impl fuser::Filesystem for Union {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let fh = fh.0;
+        let (fh, caller) = (fh.0, caller(req));
         self.offload(move |s| {
-            let r = s.op().do_fallocate(fh, offset as i64, length as i64, mode);
+            let r = s
+                .op()
+                .do_fallocate(fh, offset as i64, length as i64, mode, caller);
             empty(r, reply)
         })
     }
