@@ -168,6 +168,7 @@ impl Op<'_> {
         // Another name of the same lower file was copied up already: link to that copy.
         if self.link_up(parent, &name)? {
             self.rekey(ino, u, &loc.rel);
+            self.link_up_aliases(ino)?;
             let opened = truncated_open
                 .map(|flags| sys::openat(ufd, &loc.rel, branch_open_flags(flags), 0))
                 .transpose()
