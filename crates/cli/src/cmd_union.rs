@@ -145,7 +145,8 @@ fn snapshot(mountpoint: &Path, newdir: &Path) -> i32 {
         return fail(&match newdir.symlink_metadata() {
             Ok(m) if !m.is_dir() => format!(
                 "{} exists and is not a directory: the new writable branch must be a \
-                 directory (it is created if missing)",
+                 directory; name an empty directory, or a path that does not exist yet (it is \
+                 created)",
                 newdir.display()
             ),
             _ => format!("cannot create {}: {e}", newdir.display()),
@@ -238,8 +239,8 @@ fn mount(
         return usage("no branches: give DIR[=rw|=ro]... or -o dirs=...");
     }
     // The mount point first: a wrong one makes every branch moot.
-    if let Err(e) = mountpoint.canonicalize() {
-        return fail(&format!("mount point {}: {e}", mountpoint.display()));
+    if let Err(e) = accord_union::mount_point(&mountpoint) {
+        return fail(&e.to_string());
     }
     let resolved = match resolve_branches(&specs) {
         Ok(r) => r,
@@ -302,7 +303,8 @@ fn resolve_branches(specs: &[BranchSpec]) -> Result<Vec<(PathBuf, Mode)>, i32> {
 /// say that instead of only "not found".
 fn missing_branch(spec: &BranchSpec, e: &std::io::Error) -> i32 {
     let p = spec.path.display();
-    if spec.mode.is_none() && Mode::parse(&p.to_string()).is_ok() {
+    // (With or without a mode of its own: `rw=ro` is as misplaced as `ro`.)
+    if Mode::parse(&p.to_string()).is_ok() {
         return usage(&format!(
             "branch {p}: no such directory (a mode goes after its directory, as DIR={p})"
         ));

@@ -24,11 +24,12 @@
 //! the old readers keep the file they opened, as in overlayfs. Without the privilege or on older
 //! kernels all reads go through the daemon.
 //!
-//! Not supported (by design or yet): renaming a directory that has
-//! parts in lower branches (EXDEV, like overlayfs without redirect_dir: `mv` then copies);
-//! hard links across branches (the source is copied up first, which breaks its links to other
-//! lower names, as overlayfs does without `index`); lower-branch hard links show one union inode
-//! per name (names linked through the union share one, until the kernel forgets the inode).
+//! Hard links: names that share one file in a branch show as one union inode with the file's
+//! link count, and a copy-up of one keeps the others linked to the copy through an index in the
+//! upper branch, as overlayfs does with `index=on` (`fs/index.rs`).
+//!
+//! Not supported (by design or yet): renaming a directory that has parts in lower branches
+//! (EXDEV, like overlayfs without redirect_dir: `mv` then copies).
 //!
 //! Concurrency: four reader threads (`ACCORD_UNION_THREADS`) answer the quick requests
 //! concurrently; slow ones (copy-up, truncate, fsync, big reads and writes) run on worker
@@ -126,12 +127,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
             "no branches given",
         ));
     }
-    let mountpoint = cfg.mountpoint.canonicalize().map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("mount point {}: {e}", cfg.mountpoint.display()),
-        )
-    })?;
+    let mountpoint = mount_point(&cfg.mountpoint)?;
     let branches = open_branches(cfg, &mountpoint)?;
     // Modes of new files are exactly what the caller asked for (the kernel applied the umask).
     // SAFETY: umask has no preconditions.
@@ -177,6 +173,21 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
     let session = fuser::Session::new(union, &mountpoint, &config)?;
     Ok((session, listener, shared))
+}
+
+/// `path` canonical, if it is a directory that can become a mount point; the error names it.
+/// (FUSE would mount over a file too, and the union's root would then show as that file.)
+pub fn mount_point(path: &Path) -> io::Result<PathBuf> {
+    let named =
+        |e: io::Error| io::Error::new(e.kind(), format!("mount point {}: {e}", path.display()));
+    let canonical = path.canonicalize().map_err(named)?;
+    if !std::fs::metadata(&canonical).map_err(named)?.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("mount point {} is not a directory", path.display()),
+        ));
+    }
+    Ok(canonical)
 }
 
 /// Open the branches of `cfg`, refusing one given twice, one inside the mount point and one

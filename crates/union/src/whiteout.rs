@@ -42,6 +42,10 @@ pub fn whiteout_target(name: &OsStr) -> Option<&OsStr> {
     Some(OsStr::from_bytes(&b[PREFIX.len()..]))
 }
 
+/// The index of copied-up hard links, at the root of the upper branch (see `fs/index.rs`):
+/// reserved like the temporaries below, and never taken for one.
+pub const INDEX_DIR: &str = ".wh..wh.accord-index";
+
 /// Temporary names start so: a whiteout of a reserved name (`.wh.accord-tmp…`), which no file
 /// can have through the union, so a temporary never hides anything and no whiteout of a real
 /// name is ever taken for a temporary.

@@ -183,7 +183,8 @@ fn mount_fails(args: &[&str]) -> (Option<i32>, String) {
 }
 
 /// Messages a new user meets: a missing mount point is named, `DIR=xx` is a bad mode, not a
-/// directory name, and a mode given as a branch of its own says where it goes.
+/// directory name, a mode given as a branch of its own says where it goes, and a file is no
+/// mount point.
 #[test]
 fn mount_messages_name_what_is_wrong() {
     let t = tempfile::tempdir().unwrap();
@@ -203,9 +204,32 @@ fn mount_messages_name_what_is_wrong() {
     let (code, err) = mount_fails(&[mnt.to_str().unwrap(), &bad]);
     assert_eq!(code, Some(64), "a bad mode is a usage error: {err}");
     assert!(err.contains("unknown mode \"xx\""), "{err}");
+    // The issue's own spelling.
+    let (code, err) = mount_fails(&[mnt.to_str().unwrap(), "ro=xx"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("branch ro=xx: unknown mode \"xx\""), "{err}");
     let (code, err) = mount_fails(&[mnt.to_str().unwrap(), lo.to_str().unwrap(), "ro"]);
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("a mode goes after its directory"), "{err}");
+    // A mode with a mode: `rw=ro` names no directory "rw" either.
+    let (code, err) = mount_fails(&[mnt.to_str().unwrap(), lo.to_str().unwrap(), "rw=ro"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("a mode goes after its directory"), "{err}");
+    // A file as mount point: FUSE would mount the union's root over it (exit 0 before).
+    let file = b.join("file");
+    fs::write(&file, "").unwrap();
+    let (code, err) = mount_fails(&[file.to_str().unwrap(), lo.to_str().unwrap()]);
+    if code == Some(0) {
+        let _ = accord_union::unmount(&file);
+    }
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "mount point {} is not a directory",
+            file.display()
+        )),
+        "{err}"
+    );
 }
 
 /// `snapshot MNT FILE` names the file and says it must be a directory.
@@ -224,5 +248,9 @@ fn snapshot_onto_a_file_says_why() {
     assert!(
         err.contains(&format!("{} exists and is not a directory", file.display())),
         "{err}"
+    );
+    assert!(
+        err.contains("a path that does not exist yet"),
+        "what to do: {err}"
     );
 }

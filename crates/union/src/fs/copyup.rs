@@ -21,8 +21,13 @@ fn dot(rel: &Path) -> &Path {
 }
 
 /// fsync directory `rel` of a branch (`""` is its root).
-fn sync_dir(branch: i32, rel: &Path) -> std::io::Result<()> {
+pub(super) fn sync_dir(branch: i32, rel: &Path) -> std::io::Result<()> {
     sys::openat(branch, dot(rel), libc::O_RDONLY | libc::O_DIRECTORY, 0)?.sync_all()
+}
+
+/// Flags to open an upper copy with for an open that asked for `flags` (creation is ours).
+fn branch_open_flags(flags: i32) -> i32 {
+    flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY)
 }
 
 /// Files at least this long are copied before the namespace lock is taken (`Op::precopy`);
@@ -159,9 +164,18 @@ impl Op<'_> {
         if loc.entry.kind == Kind::Dir {
             return Ok((self.ensure_dir_upper(ino)?, None));
         }
-        self.nodes().split_aliases(ino);
-        let sfd = self.fd(src);
         let ufd = self.fd(u);
+        // Another name of the same lower file was copied up already: link to that copy.
+        if self.link_up(parent, &name)? {
+            self.rekey(ino, u, &loc.rel);
+            self.link_up_aliases(ino)?;
+            let opened = truncated_open
+                .map(|flags| sys::openat(ufd, &loc.rel, branch_open_flags(flags), 0))
+                .transpose()
+                .e()?;
+            return Ok((u, opened));
+        }
+        let sfd = self.fd(src);
         let rel = loc.rel.clone();
         let st = sys::fstatat(sfd, &rel).e()?;
         let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
@@ -217,8 +231,7 @@ impl Op<'_> {
                     sys::utimensat(ufd, &tmp, a, m)?;
                     d.sync_all()?;
                     if let Some(flags) = truncated_open {
-                        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-                        opened = Some(sys::openat(ufd, &tmp, flags, 0)?);
+                        opened = Some(sys::openat(ufd, &tmp, branch_open_flags(flags), 0)?);
                     }
                 }
                 libc::S_IFLNK => {
@@ -251,6 +264,15 @@ impl Op<'_> {
                 return Err(sys::errno(&e));
             }
         };
+        // The lower file's other names follow this copy (`index.rs`); indexed only once it has
+        // its name, so a failed copy-up never leaves an entry behind.
+        if self.index_copy(u, &rel, &st) {
+            self.rekey(ino, u, &rel);
+            self.link_up_aliases(ino)?;
+        } else {
+            // The names no longer share data: one inode each (overlayfs without index).
+            self.nodes().split_aliases(ino);
+        }
         // The copy has the name now, whatever follows: the view says so.
         if let Some(p) = &mut pre {
             p.placed = true;

@@ -42,9 +42,8 @@ pub(super) struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub fh: Option<u64>,
-    /// The calling process (pid, uid): a truncation by one without CAP_FSETID drops set-ID
-    /// bits.
-    pub caller: (u32, u32),
+    /// The calling process: a truncation by one without CAP_FSETID drops set-ID bits.
+    pub caller: super::file::Caller,
 }
 
 fn spec(t: Option<TimeOrNow>) -> TimeSpec {
@@ -101,10 +100,11 @@ impl Op<'_> {
             v.entries.get(name).ok_or(libc::ENOENT)?.winner()
         };
         let rel = self.path(parent)?.join(name);
-        sys::fstatat(self.fd(winner), &rel).map_err(|err| {
+        let st = sys::fstatat(self.fd(winner), &rel).map_err(|err| {
             self.forget_view(parent);
             sys::errno(&err)
-        })
+        })?;
+        self.follow_index(parent, name, winner, st)
     }
 
     /// Start looking up the names of a listing chunk of directory `dir` (readdirplus): the
@@ -142,7 +142,8 @@ impl Op<'_> {
 
     /// The reply hands the inode of `name` in `dir` to the kernel: count the reference.
     fn counted(&self, dir: u64, name: &OsStr, st: &sys::Stat) -> FileAttr {
-        let ino = self.nodes().get_ref(dir, name);
+        let file = super::index::link_key(st);
+        let ino = self.nodes().get_ref_file(dir, name, file);
         self.attr(ino, st)
     }
 
@@ -169,11 +170,14 @@ impl Op<'_> {
                 }
             }
         };
-        if st.is_err() {
-            // The branch changed behind our back: re-read the directory next time.
-            self.forget_view(l.dir);
+        match st {
+            Ok(st) => self.follow_index(l.dir, name, b, st),
+            Err(e) => {
+                // The branch changed behind our back: re-read the directory next time.
+                self.forget_view(l.dir);
+                Err(e)
+            }
         }
-        st
     }
 
     pub(super) fn do_getattr(&self, ino: u64, fh: Option<u64>) -> R<FileAttr> {
@@ -227,14 +231,14 @@ impl Op<'_> {
                 Some(h) => {
                     h.file.set_len(size).e()?;
                     if kill {
-                        super::file::drop_set_id(h.file.as_raw_fd())?;
+                        super::file::drop_set_id(h.file.as_raw_fd(), a.caller)?;
                     }
                 }
                 None => {
                     let f = sys::openat(fd, &rel, libc::O_WRONLY, 0).e()?;
                     f.set_len(size).e()?;
                     if kill {
-                        super::file::drop_set_id(f.as_raw_fd())?;
+                        super::file::drop_set_id(f.as_raw_fd(), a.caller)?;
                     }
                 }
             }

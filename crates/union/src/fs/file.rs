@@ -23,41 +23,80 @@ fn branch_flags(flags: i32) -> i32 {
     flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY)
 }
 
-/// Drop the set-user-ID bit, and set-group-ID with group execute, of an open file, as the
-/// kernel does when a process without CAP_FSETID writes or truncates it. (Set-group-ID without
-/// group execute is mandatory locking, not a privilege.) Returns whether a bit was dropped.
-pub(super) fn drop_set_id(fd: std::os::fd::RawFd) -> R<bool> {
-    let mode = sys::fstat(fd).e()?.st_mode;
-    if mode & libc::S_IFMT != libc::S_IFREG {
-        return Ok(false);
-    }
-    let mut drop = libc::S_ISUID;
-    if mode & libc::S_IXGRP != 0 {
-        drop |= libc::S_ISGID;
-    }
-    if mode & drop != 0 {
-        // SAFETY: valid descriptor.
-        if unsafe { libc::fchmod(fd, mode & 0o7777 & !drop) } != 0 {
-            return Err(sys::errno(&std::io::Error::last_os_error()));
-        }
-        return Ok(true);
-    }
-    Ok(false)
+/// The process behind a request, as the kernel's set-ID rules need it: its pid (to read its
+/// capabilities and groups), uid and file-system gid.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Caller {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
-/// Whether the calling process (pid, uid) holds CAP_FSETID, which lets it keep set-ID bits
-/// when it writes or truncates (the kernel's rule). Read from /proc; a process that is gone is
-/// judged by its user.
-pub(super) fn has_fsetid((pid, uid): (u32, u32)) -> bool {
+/// Drop the set-ID bits of an open file that the kernel drops when `caller`, a process without
+/// CAP_FSETID, writes or truncates it (`setattr_should_drop_suidgid`): set-user-ID always;
+/// set-group-ID with group execute, and without it (Linux 6.2 on) unless the caller is in the
+/// file's group. Returns whether a bit was dropped.
+pub(super) fn drop_set_id(fd: std::os::fd::RawFd, caller: Caller) -> R<bool> {
+    let st = sys::fstat(fd).e()?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(false);
+    }
+    let drop = set_id_to_drop(st.st_mode, || in_group(caller, st.st_gid));
+    if drop == 0 {
+        return Ok(false);
+    }
+    // SAFETY: valid descriptor.
+    if unsafe { libc::fchmod(fd, st.st_mode & 0o7777 & !drop) } != 0 {
+        return Err(sys::errno(&std::io::Error::last_os_error()));
+    }
+    Ok(true)
+}
+
+/// Whether an open file has a set-ID bit (so the caller's privileges are worth reading).
+fn has_set_id(fd: std::os::fd::RawFd) -> R<bool> {
+    Ok(sys::fstat(fd).e()?.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0)
+}
+
+/// The set-ID bits of `mode` a write by a process without CAP_FSETID drops; `in_group` says
+/// whether the writer is in the file's group (asked only for set-group-ID without group
+/// execute, the one case that depends on it).
+fn set_id_to_drop(mode: u32, in_group: impl FnOnce() -> bool) -> u32 {
+    let mut drop = mode & libc::S_ISUID;
+    let sgid = mode & libc::S_ISGID != 0;
+    if sgid && (mode & libc::S_IXGRP != 0 || !in_group()) {
+        drop |= libc::S_ISGID;
+    }
+    drop
+}
+
+/// Whether `caller` is in group `gid`: its file-system gid or one of its supplementary groups
+/// (read from /proc; a process that is gone is judged by its gid alone).
+fn in_group(caller: Caller, gid: u32) -> bool {
+    if caller.gid == gid {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", caller.pid)) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
+}
+
+/// Whether `caller` holds CAP_FSETID, which lets it keep set-ID bits when it writes or
+/// truncates (the kernel's rule). Read from /proc; a process that is gone is judged by its
+/// user.
+pub(super) fn has_fsetid(caller: Caller) -> bool {
     const CAP_FSETID: u32 = 4;
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return uid == 0;
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", caller.pid)) else {
+        return caller.uid == 0;
     };
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .map_or(uid == 0, |caps| caps & (1 << CAP_FSETID) != 0)
+        .map_or(caller.uid == 0, |caps| caps & (1 << CAP_FSETID) != 0)
 }
 
 pub(super) fn wants_write(flags: i32) -> bool {
@@ -65,8 +104,8 @@ pub(super) fn wants_write(flags: i32) -> bool {
 }
 
 impl Op<'_> {
-    /// Open `ino` for the process `caller` (pid, uid).
-    pub(super) fn do_open(&self, ino: u64, flags: i32, caller: (u32, u32)) -> R<u64> {
+    /// Open `ino` for the process `caller`.
+    pub(super) fn do_open(&self, ino: u64, flags: i32, caller: Caller) -> R<u64> {
         if self.renoded().contains(&ino) {
             // The name has a new inode now (see `settle_open`): a stale kernel dentry still
             // points here. ESTALE makes the kernel look the path up again and retry the open.
@@ -121,7 +160,7 @@ impl Op<'_> {
         if flags & libc::O_TRUNC != 0 && !has_fsetid(caller) {
             // Truncation drops set-ID bits like a write (we open as root, so the branch file
             // system would keep them). The open's reply carries no attributes.
-            if drop_set_id(file.as_raw_fd())? {
+            if drop_set_id(file.as_raw_fd(), caller)? {
                 self.attrs_changed(ino);
             }
         }
@@ -240,11 +279,21 @@ impl Op<'_> {
         Ok(got)
     }
 
-    pub(super) fn do_write(&self, fh: u64, offset: i64, data: &[u8], kill: bool) -> R<u32> {
+    /// Write `data` at `offset`; `kill` (the kernel's FUSE_WRITE_KILL_SUIDGID: the caller lacks
+    /// CAP_FSETID) names the writer whose set-ID rules apply.
+    pub(super) fn do_write(
+        &self,
+        fh: u64,
+        offset: i64,
+        data: &[u8],
+        kill: Option<Caller>,
+    ) -> R<u32> {
         let h = self.follow_snapshot(fh)?;
         // The write's reply carries no attributes: the kernel would go on showing the bits.
-        if kill && drop_set_id(h.file.as_raw_fd())? {
-            self.attrs_changed(h.ino);
+        if let Some(caller) = kill {
+            if drop_set_id(h.file.as_raw_fd(), caller)? {
+                self.attrs_changed(h.ino);
+            }
         }
         let n = if h.flags & libc::O_APPEND != 0 {
             // The branch file is O_APPEND too: the kernel appends whatever offset we pass.
@@ -297,8 +346,25 @@ impl Op<'_> {
         }
     }
 
-    pub(super) fn do_fallocate(&self, fh: u64, offset: i64, length: i64, mode: i32) -> R<()> {
+    /// fallocate(2) for `caller`.
+    pub(super) fn do_fallocate(
+        &self,
+        fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        caller: Caller,
+    ) -> R<()> {
         let h = self.follow_snapshot(fh)?;
+        // A local file system drops set-ID bits on any fallocate by a caller without
+        // CAP_FSETID, but the kernel neither flags that to FUSE nor sends the change (with
+        // FUSE_HANDLE_KILLPRIV_V2 it leaves it to us): as for a write.
+        if has_set_id(h.file.as_raw_fd())?
+            && !has_fsetid(caller)
+            && drop_set_id(h.file.as_raw_fd(), caller)?
+        {
+            self.attrs_changed(h.ino);
+        }
         // SAFETY: valid descriptor.
         let r = unsafe { libc::fallocate(h.file.as_raw_fd(), mode, offset, length) };
         if r != 0 {
@@ -403,5 +469,26 @@ impl Op<'_> {
                 all.remove(&h.ino);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_id_bits_dropped_as_the_kernel_does() {
+        let (u, g, gx) = (libc::S_ISUID, libc::S_ISGID, libc::S_IXGRP);
+        let member = || true;
+        let outsider = || false;
+        assert_eq!(set_id_to_drop(u | g | gx | 0o666, member), u | g);
+        assert_eq!(
+            set_id_to_drop(u | g | 0o666, member),
+            u,
+            "sgid kept for a member"
+        );
+        assert_eq!(set_id_to_drop(u | g | 0o666, outsider), u | g);
+        assert_eq!(set_id_to_drop(g | 0o646, outsider), g);
+        assert_eq!(set_id_to_drop(0o777, || panic!("asked without sgid")), 0);
     }
 }

@@ -19,7 +19,7 @@ use fuser::{
 };
 
 use super::entry::SetAttr;
-use super::file::wants_write;
+use super::file::{wants_write, Caller};
 use super::{State, Union, TTL};
 
 /// Reads and writes of at least this size go to a worker thread.
@@ -59,6 +59,15 @@ fn negative() -> fuser::FileAttr {
 }
 
 const G0: Generation = Generation(0);
+
+/// The process behind `req` (see `Caller`).
+fn caller(req: &Request) -> Caller {
+    Caller {
+        pid: req.pid(),
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
 
 fn empty(r: Result<(), i32>, reply: ReplyEmpty) {
     match r {
@@ -164,7 +173,7 @@ impl fuser::Filesystem for Union {
             atime,
             mtime,
             fh: fh.map(|f| f.0),
-            caller: (req.pid(), req.uid()),
+            caller: caller(req),
         };
         let ino = ino.0;
         let run = move |s: &State| match s.op().do_setattr(ino, a) {
@@ -288,7 +297,7 @@ impl fuser::Filesystem for Union {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let (ino, flags, caller) = (ino.0, flags.0, (req.pid(), req.uid()));
+        let (ino, flags, caller) = (ino.0, flags.0, caller(req));
         let run = move |s: &State| {
             let op = s.op();
             let fh = match op.do_open(ino, flags, caller) {
@@ -339,7 +348,7 @@ impl fuser::Filesystem for Union {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -349,7 +358,9 @@ impl fuser::Filesystem for Union {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let kill = write_flags
+            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            .then(|| caller(req));
         if data.len() < BIG_IO {
             match self.op().do_write(fh.0, offset as i64, data, kill) {
                 Ok(n) => reply.written(n),
@@ -567,7 +578,7 @@ impl fuser::Filesystem for Union {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -575,9 +586,11 @@ impl fuser::Filesystem for Union {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let fh = fh.0;
+        let (fh, caller) = (fh.0, caller(req));
         self.offload(move |s| {
-            let r = s.op().do_fallocate(fh, offset as i64, length as i64, mode);
+            let r = s
+                .op()
+                .do_fallocate(fh, offset as i64, length as i64, mode, caller);
             empty(r, reply)
         })
     }

@@ -9,6 +9,7 @@ mod copyup;
 mod dir;
 mod entry;
 mod file;
+mod index;
 mod kernel;
 mod names;
 mod xattr;
@@ -57,6 +58,8 @@ pub struct Nodes {
     nodes: HashMap<u64, Node>,
     next: u64,
     by_name: HashMap<(u64, OsString), u64>,
+    /// The node of each branch file with several names (device, inode; see `index.rs`).
+    by_file: HashMap<(u64, u64), u64>,
     /// Recent negative lookups the kernel may be caching, so a branch change can make it
     /// forget those too (bounded; older ones expire by TTL anyway).
     negatives: std::collections::VecDeque<(u64, OsString)>,
@@ -76,6 +79,8 @@ struct Node {
     aliases: Vec<(u64, OsString)>,
     /// References the kernel holds (replies that handed this inode out, less FORGETs).
     lookups: u64,
+    /// The branch file's (device, inode) when it has several names (its key in `by_file`).
+    file: Option<(u64, u64)>,
     /// Names (attached primary names and aliases) that have this node as parent.
     children: u64,
 }
@@ -97,6 +102,7 @@ impl Nodes {
                 attached: true,
                 aliases: Vec::new(),
                 lookups: 1,
+                file: None,
                 children: 0,
             },
         );
@@ -104,6 +110,7 @@ impl Nodes {
             nodes,
             next: ROOT + 1,
             by_name: HashMap::new(),
+            by_file: HashMap::new(),
             negatives: Default::default(),
         }
     }
@@ -136,6 +143,7 @@ impl Nodes {
                 attached: true,
                 aliases: Vec::new(),
                 lookups: 0,
+                file: None,
                 children: 0,
             },
         );
@@ -150,6 +158,69 @@ impl Nodes {
         let ino = self.get_or_create(parent, name);
         self.add_ref(ino);
         ino
+    }
+
+    /// `get_ref` for a name whose branch file has several names (`file`: its device and
+    /// inode, see `index.rs`): the name joins, as an alias, the node of another name of that
+    /// file that is still alive, so the kernel sees one inode.
+    pub fn get_ref_file(&mut self, parent: u64, name: &OsStr, file: Option<(u64, u64)>) -> u64 {
+        let Some(file) = file else {
+            return self.get_ref(parent, name);
+        };
+        let known = self.lookup(parent, name);
+        let shared = self
+            .by_file
+            .get(&file)
+            .copied()
+            .filter(|&i| self.nodes.get(&i).is_some_and(|n| n.attached));
+        let ino = match (known, shared) {
+            (Some(ino), _) => ino,
+            (None, Some(ino)) => {
+                self.add_alias(ino, parent, name);
+                ino
+            }
+            (None, None) => self.get_or_create(parent, name),
+        };
+        self.set_file(ino, file);
+        self.add_ref(ino);
+        ino
+    }
+
+    /// Record that node `ino` is branch file `file` (a file with several names).
+    pub fn set_file(&mut self, ino: u64, file: (u64, u64)) {
+        let Some(n) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        if let Some(old) = n.file.replace(file) {
+            if self.by_file.get(&old) == Some(&ino) {
+                self.by_file.remove(&old);
+            }
+        }
+        self.by_file.entry(file).or_insert(ino);
+    }
+
+    /// Make `(parent, name)`, an alias of `ino`, its primary name (the path its operations
+    /// use), so a change through that name acts on that name's file.
+    pub fn make_primary(&mut self, ino: u64, parent: u64, name: &OsStr) {
+        let Some(n) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        let key = (parent, name.to_os_string());
+        if let Some(a) = n.aliases.iter_mut().find(|a| **a == key) {
+            let old = (
+                std::mem::replace(&mut n.parent, parent),
+                std::mem::take(&mut n.name),
+            );
+            n.name = key.1;
+            *a = old;
+        }
+    }
+
+    /// The other names of `ino` (hard links) the kernel knows.
+    pub fn aliases(&self, ino: u64) -> Vec<(u64, OsString)> {
+        self.nodes
+            .get(&ino)
+            .map_or_else(Vec::new, |n| n.aliases.clone())
     }
 
     /// Count one more kernel reference to `ino` (a reply handed it out).
@@ -177,6 +248,11 @@ impl Nodes {
             }
             let node = self.nodes.remove(&cur).unwrap();
             gone.push(cur);
+            if let Some(f) = node.file {
+                if self.by_file.get(&f) == Some(&cur) {
+                    self.by_file.remove(&f);
+                }
+            }
             for (p, nm) in node.aliases {
                 let key = (p, nm);
                 if self.by_name.get(&key) == Some(&cur) {
@@ -471,6 +547,11 @@ pub struct State {
 thread_local! {
     /// This thread holds the namespace lock: no path can change until it lets go.
     static HOLDS_NS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread holds the namespace lock.
+fn holds_ns() -> bool {
+    HOLDS_NS.with(|h| h.get())
 }
 
 /// The namespace lock, held (see `State::ns`).
@@ -780,10 +861,6 @@ impl State {
         if let Some(n) = self.shared.notifier.get() {
             let _ = n.inval_inode(fuser::INodeNo(ino), -1, 0);
         }
-    }
-
-    fn attr(&self, ino: u64, st: &Stat) -> FileAttr {
-        attr_of(ino, st)
     }
 
     /// The kernel dropped references: (inode, count) pairs. Nodes no longer held go, and so
@@ -1240,6 +1317,25 @@ mod tests {
         assert_eq!(n.lookup(ROOT, OsStr::new("y")), None);
         assert_eq!(n.count(), 1);
         assert!(n.names().is_empty());
+    }
+
+    #[test]
+    fn names_of_one_branch_file_share_a_node() {
+        let mut n = Nodes::new();
+        let file = Some((1, 7));
+        let a = n.get_ref_file(ROOT, OsStr::new("a"), file);
+        let b = n.get_ref_file(ROOT, OsStr::new("b"), file);
+        assert_eq!(a, b, "one inode for two names of one file");
+        assert_ne!(n.get_ref_file(ROOT, OsStr::new("c"), Some((1, 8))), a);
+        assert_ne!(n.get_ref_file(ROOT, OsStr::new("s"), None), a);
+        n.make_primary(a, ROOT, OsStr::new("b"));
+        assert_eq!(n.path(a).unwrap(), PathBuf::from("b"));
+        assert_eq!(n.lookup(ROOT, OsStr::new("a")), Some(a));
+        assert_eq!(n.aliases(a), vec![(ROOT, OsString::from("a"))]);
+        // Once the kernel forgets it, the file's next name starts a new node.
+        assert_eq!(n.forget(a, 2), vec![a]);
+        assert_eq!(n.lookup(ROOT, OsStr::new("a")), None);
+        assert_ne!(n.get_ref_file(ROOT, OsStr::new("a"), file), a);
     }
 
     #[test]

@@ -20,7 +20,7 @@ struct RenameChecked {
 }
 
 impl Op<'_> {
-    fn rel_of(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
+    pub(super) fn rel_of(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
         Ok(if parent == ROOT {
             Path::new(name).to_path_buf()
         } else {
@@ -31,6 +31,9 @@ impl Op<'_> {
     pub(super) fn do_unlink(&self, parent: u64, name: &OsStr) -> R<()> {
         let _ns = self.ns();
         self.ns_changing();
+        // A lower name of a file with other names goes from the upper copy, made now if need
+        // be, so the count of the other names drops (`index.rs`).
+        self.copy_up_linked(parent, name)?;
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
         if e.kind == Kind::Dir {
             return Err(libc::EISDIR);
@@ -77,9 +80,15 @@ impl Op<'_> {
         let known = self.nodes().lookup(parent, name);
         let mut pre = known.and_then(|ino| self.precopy(ino));
         let _ns = self.ns();
+        // Lower names of copied-up hard links move as names of the copy, and a replaced lower
+        // name of a file with other names goes from its copy (`index.rs`, as in `do_unlink`).
+        self.link_up(parent, name)?;
+        self.copy_up_linked(newparent, newname)?;
         let RenameChecked { src, dst, u } =
             self.rename_checks(parent, name, newparent, newname, flags)?;
         let src_ino = self.nodes().get_or_create(parent, name);
+        // The copy-up below copies the node's primary name: this one, which moves.
+        self.nodes().make_primary(src_ino, parent, name);
         if parent == newparent && name == newname {
             return Ok(());
         }
@@ -199,6 +208,8 @@ impl Op<'_> {
         nodes.add_alias(ino, newparent, newname);
         let st = st.e()?;
         nodes.add_ref(ino);
+        // (`attr` looks the node up.)
+        drop(nodes);
         Ok(self.attr(ino, &st))
     }
 

@@ -1,12 +1,17 @@
 //! Extended attributes, read from the winning copy and written after a copy-up.
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 
+use super::index::is_private_xattr;
 use super::{Errno, Op, R};
 use crate::sys;
 
 impl Op<'_> {
     pub(super) fn do_getxattr(&self, ino: u64, name: &OsStr) -> R<Vec<u8>> {
+        if is_private_xattr(name) {
+            return Err(libc::ENODATA);
+        }
         self.resolved(|| {
             let loc = self.locate(ino)?;
             sys::lgetxattr(&self.abs(loc.entry.winner(), &loc.rel), name).e()
@@ -16,7 +21,12 @@ impl Op<'_> {
     pub(super) fn do_listxattr(&self, ino: u64) -> R<Vec<u8>> {
         self.resolved(|| {
             let loc = self.locate(ino)?;
-            sys::llistxattr(&self.abs(loc.entry.winner(), &loc.rel)).e()
+            let list = sys::llistxattr(&self.abs(loc.entry.winner(), &loc.rel)).e()?;
+            // (A list of NUL-terminated names.)
+            let shown = list.split_inclusive(|&c| c == 0).filter(|n| {
+                !is_private_xattr(OsStr::from_bytes(n.strip_suffix(&[0]).unwrap_or(n)))
+            });
+            Ok(shown.flatten().copied().collect())
         })
     }
 
@@ -24,6 +34,9 @@ impl Op<'_> {
     // path and change the file under the lock, so a rename cannot aim them at another file.
 
     pub(super) fn do_setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> R<()> {
+        if is_private_xattr(name) {
+            return Err(libc::EPERM);
+        }
         self.writable_branch(ino)?;
         let _ns = self.ns();
         let b = self.writable_branch_for(ino)?;
@@ -32,6 +45,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_removexattr(&self, ino: u64, name: &OsStr) -> R<()> {
+        if is_private_xattr(name) {
+            return Err(libc::EPERM);
+        }
         // Fail early without copying up when there is nothing to remove.
         self.do_getxattr(ino, name)?;
         self.writable_branch(ino)?;

@@ -103,7 +103,8 @@ pub struct OverlayMount {
 
 impl OverlayMount {
     /// overlayfs with the options that match the union's documented semantics: no
-    /// redirect_dir (merged directories cannot be renamed: EXDEV), no index, no metacopy.
+    /// redirect_dir (merged directories cannot be renamed: EXDEV), index (lower hard links stay
+    /// linked across a copy-up), no metacopy.
     pub fn new(
         lower: &Path,
         upper: &Path,
@@ -114,7 +115,7 @@ impl OverlayMount {
             fs::create_dir_all(d).unwrap();
         }
         let opts = format!(
-            "lowerdir={},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
+            "lowerdir={},upperdir={},workdir={},redirect_dir=off,index=on,metacopy=off,xino=off",
             lower.display(),
             upper.display(),
             work.display()
