@@ -132,6 +132,12 @@ fn check_header(header: &Header, file: &Path) -> Result<(), ArchiveError> {
 /// FULL syncs the log at each commit, so once `Batch::commit` returns, the
 /// archive says what the replicas hold; the cost is one fsync per batch.
 fn set_durability(connection: &Connection) -> rusqlite::Result<()> {
+    // A run holds the pair's own lock file while the archive is open, so
+    // SQLite's per-statement file locks guard nothing more and cost five
+    // fcntl calls a query; held once (and a WAL index in memory instead of
+    // a shared-memory file), they cost nothing.
+    let _mode: String =
+        connection.query_row("PRAGMA locking_mode = EXCLUSIVE", [], |row| row.get(0))?;
     // The pragma answers with the mode it set; a file system that cannot
     // hold a WAL keeps the rollback journal, as atomic and as durable under
     // FULL.

@@ -13,9 +13,9 @@
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::sync::{ctime_to_record, UNKNOWN_CTIME, UNSEEN_CTIME};
-use accord_archive::{Archive, ArchiveError};
+use accord_archive::{Archive, ArchiveError, Cursor};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
-use accord_model::{Entry, Expect, Kind, Observed, PathFailure, RelPath, Time};
+use accord_model::{Kind, Observed, PathFailure, RelPath, Time};
 use accord_plan::{detect, DetectOptions, Detection, SideCounts, Update};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -199,11 +199,12 @@ impl SideSession for LocalSide<'_> {
     }
 
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
-        let walker = Walker::new(
+        let mut walker = Walker::new(
             self.replica,
             opts.use_archive.then_some(&self.archive),
             opts,
         );
+        walker.stream = walker.archive.map(ArchiveStream::new);
         walker.walk()
     }
 
@@ -251,10 +252,76 @@ struct Lookups {
 /// so older ones are rarely asked again).
 const MAX_LISTINGS_KEPT: usize = 256;
 
+/// The archive read in key order beside the walk, which visits paths in
+/// that same order (a directory, then each child's subtree in name order):
+/// one sequential read of the archive, a page at a time, instead of a seek
+/// per child.
+struct ArchiveStream<'a> {
+    archive: &'a Archive,
+    cursor: Cursor,
+    peeked: Option<Observed>,
+}
+
+impl<'a> ArchiveStream<'a> {
+    fn new(archive: &'a Archive) -> Self {
+        ArchiveStream {
+            archive,
+            cursor: Cursor::all(),
+            peeked: None,
+        }
+    }
+
+    fn peek(&mut self) -> Result<Option<&Observed>, ArchiveError> {
+        if self.peeked.is_none() {
+            self.peeked = self.cursor.next(self.archive)?;
+        }
+        Ok(self.peeked.as_ref())
+    }
+
+    /// The entry recorded at `path`, when it is the next one.
+    fn take_at(&mut self, path: &RelPath) -> Result<Option<Observed>, ArchiveError> {
+        if self.peek()?.is_some_and(|o| o.entry.path == *path) {
+            return Ok(self.peeked.take());
+        }
+        Ok(None)
+    }
+
+    /// The name of the next entry directly in `dir`, or None when the next
+    /// entry lies outside it. Entries deeper beneath `dir` whose parent was
+    /// not recorded (only in a damaged archive) are passed over.
+    fn next_child_of(&mut self, dir: &RelPath) -> Result<Option<Vec<u8>>, ArchiveError> {
+        while let Some(next) = self.peek()? {
+            let path = &next.entry.path;
+            if !path.starts_with(dir) || path == dir {
+                return Ok(None);
+            }
+            if path.parent().as_ref() == Some(dir) {
+                return Ok(Some(path.file_name().to_vec()));
+            }
+            self.peeked = None;
+        }
+        Ok(None)
+    }
+
+    /// Pass over every entry strictly beneath `path` (a subtree the walk
+    /// did not go into, or an archive entry under a file).
+    fn skip_beneath(&mut self, path: &RelPath) -> Result<(), ArchiveError> {
+        while let Some(next) = self.peek()? {
+            if !next.entry.path.starts_with(path) || next.entry.path == *path {
+                return Ok(());
+            }
+            self.peeked = None;
+        }
+        Ok(())
+    }
+}
+
 /// One side's walk against its archive, or its lookups.
 struct Walker<'a> {
     replica: &'a LocalReplica,
     archive: Option<&'a Archive>,
+    /// The walk's read of the archive (lookups use `archive` directly).
+    stream: Option<ArchiveStream<'a>>,
     detect: DetectOptions,
     rules: IgnoreRules,
     scan_start_s: i64,
@@ -277,6 +344,7 @@ impl<'a> Walker<'a> {
         Walker {
             replica,
             archive,
+            stream: None,
             detect: opts.detect,
             rules: IgnoreRules::new(&[]).expect("no patterns"),
             scan_start_s: now_s(),
@@ -287,8 +355,8 @@ impl<'a> Walker<'a> {
     fn walk(mut self) -> Result<SideScan, SideFailure> {
         let root = RelPath::root();
         let current = Some(self.root_entry()?);
-        let archived = match self.archive {
-            Some(archive) => archive.get(&root)?,
+        let archived = match self.stream.as_mut() {
+            Some(stream) => stream.take_at(&root)?,
             None => None,
         };
         self.visit(&root, archived, current)?;
@@ -314,13 +382,8 @@ impl<'a> Walker<'a> {
         let (listing, scan) =
             self.replica
                 .list_dir(&RelPath::root(), &self.rules, &self.scan_options());
-        let own = listing.and_then(|l| l.entries.into_iter().next());
-        match own {
-            Some(entry) if scan.errors.is_empty() => {
-                let dir = self.replica.root().open_dir(&RelPath::root()).ok();
-                let ctime = ctime_of(dir.as_ref(), &entry);
-                Ok(Observed { entry, ctime })
-            }
+        match listing.map(observed_children) {
+            Some(mut all) if scan.errors.is_empty() => Ok(all.swap_remove(0)),
             _ => Err(self.unreadable(scan_detail(&scan))),
         }
     }
@@ -399,33 +462,45 @@ impl<'a> Walker<'a> {
     }
 
     /// Visit the children of `path`: the union of its listing and its
-    /// archived children, in name order (which is `RelPath` order).
+    /// archived children, in name order (which is `RelPath` order, the
+    /// archive stream's), each child's subtree before the next child.
     fn descend(
         &mut self,
         path: &RelPath,
         current_dir: bool,
         archived_dir: bool,
     ) -> Result<(), SideFailure> {
-        let mut children: BTreeMap<Vec<u8>, (Option<Observed>, Option<Observed>)> = BTreeMap::new();
-        if current_dir {
-            for observed in self.list_children(path)? {
-                let name = observed.entry.path.file_name().to_vec();
-                children.entry(name).or_default().1 = Some(observed);
-            }
-        }
-        if let (Some(archive), true) = (self.archive, archived_dir) {
-            for observed in archive.children(path)? {
-                let name = observed.entry.path.file_name().to_vec();
-                children.entry(name).or_default().0 = Some(observed);
-            }
-        }
-        for (name, (archived, current)) in children {
+        let listed = if current_dir {
+            self.list_children(path)?
+        } else {
+            Vec::new()
+        };
+        let mut listed = listed.into_iter().peekable();
+        loop {
+            let archived_name = match (self.stream.as_mut(), archived_dir) {
+                (Some(stream), true) => stream.next_child_of(path)?,
+                _ => None,
+            };
+            let listed_name = listed.peek().map(|o| o.entry.path.file_name().to_vec());
+            let name = match (archived_name, listed_name) {
+                (None, None) => return Ok(()),
+                (Some(a), Some(l)) => a.min(l),
+                (Some(a), None) => a,
+                (None, Some(l)) => l,
+            };
             let child = path
                 .join(&name)
                 .expect("names come from listings and archives, both validated");
+            let archived = match (self.stream.as_mut(), archived_dir) {
+                (Some(stream), true) => stream.take_at(&child)?,
+                _ => None,
+            };
+            let current = listed.next_if(|o| o.entry.path.file_name() == name.as_slice());
             self.visit(&child, archived, current)?;
+            if let Some(stream) = self.stream.as_mut() {
+                stream.skip_beneath(&child)?;
+            }
         }
-        Ok(())
     }
 
     /// The entries directly in `path`, with their ctimes, in order; stale
@@ -457,17 +532,8 @@ impl<'a> Walker<'a> {
                 }
             }
         }
-        let handle = self.replica.root().open_dir(path).ok();
-        let mut observed: Vec<Observed> = listing
-            .entries
-            .into_iter()
-            .skip(1)
-            .chain(listing.subdirs)
-            .map(|entry| {
-                let ctime = ctime_of(handle.as_ref(), &entry);
-                Observed { entry, ctime }
-            })
-            .collect();
+        let mut observed = observed_children(listing);
+        observed.remove(0);
         observed.sort_by(|x, y| x.entry.path.cmp(&y.entry.path));
         Ok(Some(observed))
     }
@@ -519,22 +585,24 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// The ctime of a listed entry (`dir`: a handle on its parent, or on
-/// itself for the root). Listings do not carry it, so the entry is stat'ed
-/// once more; when that stat no longer matches the listing (the entry
-/// moved meanwhile), the ctime is unseen and the file is fingerprinted.
-fn ctime_of(dir: Option<&accord_fsys::Dir>, entry: &Entry) -> Time {
-    let Some(dir) = dir else {
-        return UNSEEN_CTIME;
-    };
-    let stat = if entry.path.is_root() {
-        dir.stat_self()
-    } else {
-        dir.stat(entry.path.file_name())
-    };
-    match stat {
-        Ok(st) if Expect::entry(entry) == Expect::Entry(st.found()) => st.ctime,
-        _ => UNSEEN_CTIME,
+/// A listing's entries with their ctimes, the directory's own first. A
+/// listing of this host carries the ctime of each entry from the stat that
+/// made it; one without them (never from a `LocalReplica`) leaves every
+/// ctime unseen, so metadata vouches for nothing and files are fingerprinted.
+fn observed_children(listing: accord_fsys::Listing) -> Vec<Observed> {
+    let ctimes = listing.ctimes().map(<[Time]>::to_vec);
+    let entries = listing.entries.into_iter().chain(listing.subdirs);
+    match ctimes {
+        Some(ctimes) => entries
+            .zip(ctimes)
+            .map(|(entry, ctime)| Observed { entry, ctime })
+            .collect(),
+        None => entries
+            .map(|entry| Observed {
+                entry,
+                ctime: UNSEEN_CTIME,
+            })
+            .collect(),
     }
 }
 

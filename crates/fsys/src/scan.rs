@@ -7,7 +7,7 @@ use crate::memo::{group_key, listing_key, memo_key, names_digest, settled, Diges
 use crate::rules::{IgnoreRules, IGNORE_FILE};
 use crate::xattr::{self, XattrFilter};
 use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, PARTIAL_PREFIX, TEMP_PREFIX};
-use accord_model::{Entry, Kind, PathFailure, Props, RelPath};
+use accord_model::{Entry, Kind, PathFailure, Props, RelPath, Time};
 use rayon::prelude::*;
 use std::io::Read;
 use std::sync::Mutex;
@@ -560,6 +560,18 @@ pub struct Listing {
     pub stale_temps: Vec<RelPath>,
     /// Markers of in-place updates that did not finish.
     pub markers: Vec<RelPath>,
+    /// When filled (a listing of this host's), the inode change time of
+    /// each of `entries`, then of each of `subdirs`, from the same stat:
+    /// what a sync's update detection needs beside the entries.
+    pub ctimes: Vec<Time>,
+}
+
+impl Listing {
+    /// The ctime of every entry, own entry first, then the other
+    /// `entries`, then `subdirs`; None when the listing does not carry them.
+    pub fn ctimes(&self) -> Option<&[Time]> {
+        (self.ctimes.len() == self.entries.len() + self.subdirs.len()).then_some(&self.ctimes)
+    }
 }
 
 impl Ctx<'_> {
@@ -626,9 +638,11 @@ fn scan_dir_entries(
         }
     }
     out.push(me);
+    let mut ctimes = vec![st.ctime];
     let mut listing = Listing::default();
     let Some(mut names) = ctx.names_of(dir, &rel, &st, peer) else {
         listing.entries = out;
+        listing.ctimes = ctimes;
         return Some(listing);
     };
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
@@ -650,6 +664,7 @@ fn scan_dir_entries(
         }
     }
     let mut subdirs = Vec::new();
+    let mut subdir_ctimes = Vec::new();
     let mut files_xattrs: Vec<(usize, u64, bool)> = Vec::new();
     // In inode order: inodes sit in the inode table (and in memory) roughly
     // in that order, so the stats below touch neighbouring inodes.
@@ -708,6 +723,7 @@ fn scan_dir_entries(
         }
         if is_dir {
             subdirs.push(entry_from(child, &st));
+            subdir_ctimes.push(st.ctime);
             continue;
         }
         let mut e = entry_from(child, &st);
@@ -736,13 +752,20 @@ fn scan_dir_entries(
             }
         }
         out.push(e);
+        ctimes.push(st.ctime);
     }
     file_xattrs(dir, ctx, &mut out, &files_xattrs, &mut free);
     if !free.is_empty() {
         ctx.xattr_free.lock().unwrap().append(&mut free);
     }
-    out[1..].sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
-    subdirs.sort_unstable_by(|a, b| a.path.file_name().cmp(b.path.file_name()));
+    let own = out.remove(0);
+    let own_ctime = ctimes.remove(0);
+    let (mut out, mut ctimes) = sorted_by_name(out, ctimes);
+    out.insert(0, own);
+    ctimes.insert(0, own_ctime);
+    let (subdirs, subdir_ctimes) = sorted_by_name(subdirs, subdir_ctimes);
+    ctimes.extend(subdir_ctimes);
+    listing.ctimes = ctimes;
     // The listing goes to the other tree's side when it may use it (the
     // names are only borrowed above, so no copy is made).
     if let Some(share) = share {
@@ -751,6 +774,13 @@ fn scan_dir_entries(
     listing.entries = out;
     listing.subdirs = subdirs;
     Some(listing)
+}
+
+/// `entries` sorted by name, with the ctimes aligned with them.
+fn sorted_by_name(entries: Vec<Entry>, ctimes: Vec<Time>) -> (Vec<Entry>, Vec<Time>) {
+    let mut both: Vec<(Entry, Time)> = entries.into_iter().zip(ctimes).collect();
+    both.sort_unstable_by(|a, b| a.0.path.file_name().cmp(b.0.path.file_name()));
+    both.into_iter().unzip()
 }
 
 /// Fill in the extended attributes of the regular files `pending` names

@@ -310,6 +310,8 @@ pub fn get_listing(d: &mut Dec, dir: &RelPath) -> Result<Listing, ProtoError> {
         subdirs: get_entries(d)?,
         stale_temps: get_paths(d, "stale temp")?,
         markers: get_paths(d, "marker")?,
+        // Not on the wire: a sync detects a remote side's updates there.
+        ctimes: Vec::new(),
     };
     check_listing(&l, dir)?;
     Ok(l)

@@ -406,6 +406,7 @@ fn listing_of(dir: RelPath) -> impl Strategy<Value = Listing> {
             subdirs,
             stale_temps: vec![],
             markers: vec![],
+            ctimes: vec![],
         }
     })
 }
@@ -471,6 +472,7 @@ fn issue_11_a_listing_of_minimal_entries_decodes() {
         subdirs: vec![],
         stale_temps: vec![],
         markers: vec![],
+        ctimes: vec![],
     };
     listing_round_trip(&l, &RelPath::root()).unwrap();
 }

@@ -682,6 +682,7 @@ pub fn listing_reply(entries: &[Entry], subdirs: &[Entry]) -> Vec<u8> {
         subdirs: subdirs.to_vec(),
         stale_temps: Vec::new(),
         markers: Vec::new(),
+        ctimes: Vec::new(),
     };
     let mut e = Enc::new();
     e.u8(1);
