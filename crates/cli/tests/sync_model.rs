@@ -666,7 +666,6 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
 /// archived; at the next run they look created on both sides, and an edit
 /// on one side is reported as a conflict instead of being propagated.
 #[test]
-#[ignore = "accord bug: archived children of an unarchived directory are not read"]
 fn an_edit_beneath_a_directory_left_in_conflict_propagates() {
     let pair = Pair::new();
     pair.write('a', ANCHOR, "never changed");

@@ -286,21 +286,19 @@ impl<'a> ArchiveStream<'a> {
         Ok(None)
     }
 
-    /// The name of the next entry directly in `dir`, or None when the next
-    /// entry lies outside it. Entries deeper beneath `dir` whose parent was
-    /// not recorded (only in a damaged archive) are passed over.
+    /// The name of the child of `dir` that holds the next entry, or None
+    /// when the next entry lies outside `dir`. The child itself need not
+    /// be recorded: a directory left in conflict is not, while the
+    /// entries beneath it that were synced are.
     fn next_child_of(&mut self, dir: &RelPath) -> Result<Option<Vec<u8>>, ArchiveError> {
-        while let Some(next) = self.peek()? {
-            let path = &next.entry.path;
-            if !path.starts_with(dir) || path == dir {
-                return Ok(None);
-            }
-            if path.parent().as_ref() == Some(dir) {
-                return Ok(Some(path.file_name().to_vec()));
-            }
-            self.peeked = None;
+        let Some(next) = self.peek()? else {
+            return Ok(None);
+        };
+        let path = &next.entry.path;
+        if !path.starts_with(dir) || path == dir {
+            return Ok(None);
         }
-        Ok(None)
+        Ok(path.components().nth(dir.depth()).map(<[u8]>::to_vec))
     }
 
     /// Pass over every entry strictly beneath `path` (a subtree the walk
@@ -404,15 +402,15 @@ impl<'a> Walker<'a> {
             self.out.counts.scanned += current.is_some() as usize;
             self.out.counts.archived += archived.is_some() as usize;
         }
-        let descend = is_dir(&current) || is_dir(&archived);
-        let (current_dir, archived_dir) = (is_dir(&current), is_dir(&archived));
+        let current_dir = is_dir(&current);
+        let descend = current_dir || is_dir(&archived) || self.archived_beneath(path)?;
         if !self.judge(path, archived, current, false) {
             // Left out of the run whole: nothing beneath is planned on a
             // state that could not be read.
             return Ok(());
         }
         if descend {
-            self.descend(path, current_dir, archived_dir)?;
+            self.descend(path, current_dir)?;
         }
         Ok(())
     }
@@ -461,15 +459,19 @@ impl<'a> Walker<'a> {
         true
     }
 
+    /// Does the archive hold entries beneath `path`? (Then they are walked
+    /// even where `path` is no directory now nor in the archive.)
+    fn archived_beneath(&mut self, path: &RelPath) -> Result<bool, SideFailure> {
+        match self.stream.as_mut() {
+            Some(stream) => Ok(stream.next_child_of(path)?.is_some()),
+            None => Ok(false),
+        }
+    }
+
     /// Visit the children of `path`: the union of its listing and its
     /// archived children, in name order (which is `RelPath` order, the
     /// archive stream's), each child's subtree before the next child.
-    fn descend(
-        &mut self,
-        path: &RelPath,
-        current_dir: bool,
-        archived_dir: bool,
-    ) -> Result<(), SideFailure> {
+    fn descend(&mut self, path: &RelPath, current_dir: bool) -> Result<(), SideFailure> {
         let listed = if current_dir {
             self.list_children(path)?
         } else {
@@ -477,9 +479,9 @@ impl<'a> Walker<'a> {
         };
         let mut listed = listed.into_iter().peekable();
         loop {
-            let archived_name = match (self.stream.as_mut(), archived_dir) {
-                (Some(stream), true) => stream.next_child_of(path)?,
-                _ => None,
+            let archived_name = match self.stream.as_mut() {
+                Some(stream) => stream.next_child_of(path)?,
+                None => None,
             };
             let listed_name = listed.peek().map(|o| o.entry.path.file_name().to_vec());
             let name = match (archived_name, listed_name) {
@@ -491,9 +493,9 @@ impl<'a> Walker<'a> {
             let child = path
                 .join(&name)
                 .expect("names come from listings and archives, both validated");
-            let archived = match (self.stream.as_mut(), archived_dir) {
-                (Some(stream), true) => stream.take_at(&child)?,
-                _ => None,
+            let archived = match self.stream.as_mut() {
+                Some(stream) => stream.take_at(&child)?,
+                None => None,
             };
             let current = listed.next_if(|o| o.entry.path.file_name() == name.as_slice());
             self.visit(&child, archived, current)?;
