@@ -18,6 +18,7 @@ mod sync;
 mod sync_exec;
 mod sync_scan;
 mod sync_side;
+mod sync_transfer;
 mod transfer;
 mod transfer_local;
 mod walk;

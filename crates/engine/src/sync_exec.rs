@@ -1,31 +1,36 @@
 //! Propagation of a sync plan, keeping the crash invariant: every file has
 //! its original or its final contents at every moment. New contents go to
 //! a temp file in the target directory through the seam
-//! (`ReplicaDir::receive`), are fingerprinted there and compared with what
-//! update detection saw, made durable, and renamed over the target by
+//! (`ReplicaDir::receive`), fingerprinted as they pass and compared with
+//! what update detection saw (`sync_transfer.rs`: a chunk's files at once,
+//! its sources read ahead), made durable, and renamed over the target by
 //! `ReplicaDir::commit`, which re-checks first that the target is still
 //! what detection saw (else the path fails with "changed during sync" and
 //! nothing is replaced). Only then, and only when the path succeeded on
 //! both sides, do both archives record it.
 //!
 //! Phases: deletions deepest first; then, in path order, new directories,
-//! files and other entries (in chunks: received, flushed, committed,
-//! flushed, recorded), property changes; then directories' properties
+//! files and other entries (in chunks of up to 2,048 entries or 256 MiB:
+//! received, flushed, committed, flushed, recorded), property changes; then directories' properties
 //! deepest first (a directory made read-only after its contents arrived).
 //! Whole files only for now: no delta against the other side's old
 //! version yet.
 
-use crate::replica::{Deleted, Incoming, Replica};
+use crate::replica::{Deleted, Pending, Replica};
 use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport, UNKNOWN_CTIME};
 use crate::sync_scan::Scanned;
 use crate::sync_side::{ArchiveRecord as Record, SideSession};
+use crate::sync_transfer::{receive_all, FileCopy};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem};
 
-/// Files received before the chunk is flushed and committed.
-const CHUNK_LEN: usize = 128;
+/// Files (and other entries) received before the chunk is flushed and
+/// committed, and their bytes at most: one flush of each replica per chunk,
+/// as the mirror does per batch.
+const CHUNK_FILES: usize = 2048;
+const CHUNK_BYTES: u64 = 256 << 20;
 
 fn index(side: Side) -> usize {
     match side {
@@ -201,19 +206,89 @@ impl<'a> Propagation<'a> {
         report: &mut SyncReport,
     ) {
         let mut staged: Vec<Staged<'a>> = Vec::new();
+        let mut copies: Vec<FileCopy<'a>> = Vec::new();
+        let mut bytes = 0;
         for item in items {
-            match self.start(item) {
-                Ok(Some(one)) => staged.push(one),
-                Ok(None) => {}
-                Err(error) => self.fail(&item.path, error),
+            if let Some(copy) = self.file_copy(item) {
+                bytes += copy.item.entry(copy.from).map_or(0, |e| e.size);
+                copies.push(copy);
+            } else {
+                match self.start(item) {
+                    Ok(Some(one)) => staged.push(one),
+                    Ok(None) => {}
+                    Err(error) => self.fail(&item.path, error),
+                }
             }
-            if staged.len() >= CHUNK_LEN {
+            if staged.len() + copies.len() >= CHUNK_FILES || bytes >= CHUNK_BYTES {
+                self.receive_copies(std::mem::take(&mut copies), &mut staged);
+                bytes = 0;
                 self.commit_chunk(std::mem::take(&mut staged));
                 self.flush(archives, report);
             }
         }
+        self.receive_copies(copies, &mut staged);
         self.commit_chunk(staged);
         self.flush(archives, report);
+    }
+
+    /// A regular file whose contents go to the other side: received with
+    /// its chunk (`sync_transfer.rs`). Its temp takes the source's synced
+    /// properties, or for `CopyContentsAndPropsBack` the target's own mode.
+    fn file_copy(&self, item: &'a SyncItem) -> Option<FileCopy<'a>> {
+        let (from, to, keep_mode) = match item.action {
+            Action::Copy { from, to } => (from, to, false),
+            Action::CopyContentsAndPropsBack { from, to } => (from, to, true),
+            _ => return None,
+        };
+        let source = item.entry(from).filter(|e| e.kind == Kind::File)?;
+        let (mut props, mask) = synced_props(source, self.cfg);
+        if keep_mode {
+            let keep = item.entry(to).expect("a props change needs an entry");
+            props.mode = synced_props(keep, self.cfg).0.mode;
+        }
+        Some(FileCopy {
+            item,
+            from,
+            to,
+            props,
+            mask,
+        })
+    }
+
+    /// Receive a chunk's files; those that arrived intact are staged.
+    fn receive_copies(&mut self, copies: Vec<FileCopy<'a>>, staged: &mut Vec<Staged<'a>>) {
+        if copies.is_empty() {
+            return;
+        }
+        for (copy, received) in receive_all(self.replicas, copies) {
+            match received {
+                Ok(temp) => staged.push(self.staged_copy(copy, temp)),
+                Err(error) => self.fail(&copy.item.path, error),
+            }
+        }
+    }
+
+    fn staged_copy(&self, copy: FileCopy<'a>, temp: Vec<u8>) -> Staged<'a> {
+        let source = copy.item.entry(copy.from).expect("a copy has a source");
+        let mut taken = source.clone();
+        let props_back = match copy.item.action {
+            Action::CopyContentsAndPropsBack { .. } => {
+                taken.props.mode = copy.props.mode;
+                let keep = copy
+                    .item
+                    .entry(copy.to)
+                    .expect("a props change needs an entry");
+                Some(synced_props(keep, self.cfg).0)
+            }
+            _ => None,
+        };
+        Staged {
+            item: copy.item,
+            to: copy.to,
+            temp,
+            taken,
+            props_back,
+        }
     }
 
     /// Do what can be done at once for `item`; a file or other entry is
@@ -221,12 +296,13 @@ impl<'a> Propagation<'a> {
     fn start(&mut self, item: &'a SyncItem) -> Result<Option<Staged<'a>>, SyncError> {
         match item.action {
             Action::Copy { from, to } => self.start_copy(item, from, to),
+            // A device node's number from one side, its permissions from
+            // the other (files go with their chunk, `file_copy`).
             Action::CopyContentsAndPropsBack { from, to } => {
-                let mut staged = self.receive(item, from, to)?;
+                let source = item.entry(from).expect("contents come from an entry");
                 let keep = item.entry(to).expect("a props change needs an entry");
                 let (kept_props, _) = synced_props(keep, self.cfg);
-                staged.taken.props.mode = kept_props.mode;
-                self.set_temp_mode(&staged, &kept_props)?;
+                let mut staged = self.make_node(item, source, to, Some(kept_props.mode))?;
                 staged.props_back = Some(kept_props);
                 Ok(Some(staged))
             }
@@ -263,8 +339,8 @@ impl<'a> Propagation<'a> {
                 self.make_directory(item, from, to)?;
                 Ok(None)
             }
-            Kind::File => self.receive(item, from, to).map(Some),
-            _ => self.make_node(item, source, to).map(Some),
+            Kind::File => unreachable!("files go with their chunk (file_copy)"),
+            _ => self.make_node(item, source, to, None).map(Some),
         }
     }
 
@@ -291,87 +367,33 @@ impl<'a> Propagation<'a> {
         Ok(())
     }
 
-    /// Receive `from`'s file into a temp beside `to`'s path and check that
-    /// it holds what update detection fingerprinted.
-    fn receive(&self, item: &'a SyncItem, from: Side, to: Side) -> Result<Staged<'a>, SyncError> {
-        let source = item.entry(from).expect("a copy has a source");
-        let (parent, name) = split(&item.path);
-        let from_dir = self.replicas[index(from)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::OpenSource))?;
-        let to_dir = self.replicas[index(to)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::OpenDestination))?;
-        let (props, mask) = synced_props(source, self.cfg);
-        let temp = {
-            let mut reader = from_dir.open_read(name, &Expect::entry(source))?;
-            to_dir.receive(name, Incoming::Whole(&mut *reader), &props, mask)?
-        };
-        let temp_path = parent.join(&temp).expect("temp names are valid names");
-        let landed = self.replicas[index(to)].fingerprint(&temp_path);
-        if landed.as_ref().ok() != source.hash.as_ref() || source.hash.is_none() {
-            to_dir.discard(&temp);
-            return Err(match landed {
-                Err(e) => SyncError::Replica(e),
-                Ok(_) => SyncError::ContentsChanged,
-            });
-        }
-        Ok(Staged {
-            item,
-            to,
-            temp,
-            taken: source.clone(),
-            props_back: None,
-        })
-    }
-
-    /// `CopyContentsAndPropsBack`: the temp keeps the target's own mode.
-    fn set_temp_mode(&self, staged: &Staged, props: &Props) -> Result<(), SyncError> {
-        let (parent, _) = split(&staged.item.path);
-        let dir = self.replicas[index(staged.to)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::SetProps))?;
-        let mask = PropsMask {
-            perms: true,
-            owner: false,
-            times: false,
-            xattrs: None,
-        };
-        let result = dir.set_props(
-            &staged.temp,
-            &Expect::Made(Kind::File),
-            Kind::File,
-            props,
-            mask,
-        );
-        if result.is_err() {
-            dir.discard(&staged.temp);
-        }
-        Ok(result?)
-    }
-
-    /// A symlink, fifo, socket or device node under a temp name.
+    /// A symlink, fifo, socket or device node under a temp name (`mode`:
+    /// another mode than the source's).
     fn make_node(
         &self,
         item: &'a SyncItem,
         source: &Entry,
         to: Side,
+        mode: Option<u32>,
     ) -> Result<Staged<'a>, SyncError> {
         let (parent, name) = split(&item.path);
         let dir = self.replicas[index(to)]
             .open_dir(&parent)
             .map_err(crate::Error::io(crate::error::Action::MakeNode))?;
-        let (props, mask) = synced_props(source, self.cfg);
+        let (mut props, mask) = synced_props(source, self.cfg);
+        props.mode = mode.unwrap_or(props.mode);
         let node = Entry {
-            props,
+            props: props.clone(),
             ..source.clone()
         };
         let temp = dir.make_node(name, &node, mask)?;
+        let mut taken = source.clone();
+        taken.props.mode = props.mode;
         Ok(Staged {
             item,
             to,
             temp,
-            taken: source.clone(),
+            taken,
             props_back: None,
         })
     }
@@ -426,17 +448,72 @@ impl<'a> Propagation<'a> {
 
     /// Make the chunk's temps durable, then rename each over its target
     /// after its re-check (`flush` makes the renames durable before any is
-    /// recorded).
+    /// recorded). The renames are all started before any is waited for,
+    /// then the stats of the committed names, so a remote side answers
+    /// each in one round trip.
     fn commit_chunk(&mut self, staged: Vec<Staged<'a>>) {
         if staged.is_empty() {
             return;
         }
         self.flush_replicas();
-        for one in staged {
-            match self.commit_one(&one) {
-                Ok(recorded) => self.after_commit(&one, recorded),
-                Err(error) => self.fail(&one.item.path, error),
+        let started: Vec<_> = staged
+            .into_iter()
+            .map(|one| {
+                let commit = self.start_commit(&one);
+                (one, commit)
+            })
+            .collect();
+        let mut committed = Vec::new();
+        for (one, commit) in started {
+            match commit.and_then(|pending| Ok(pending.wait()?)) {
+                Ok(()) => committed.push(one),
+                Err(error) => {
+                    self.discard(&one);
+                    self.fail(&one.item.path, error);
+                }
             }
+        }
+        let stats: Vec<_> = committed.iter().map(|one| self.start_stat(one)).collect();
+        for (one, found) in committed.into_iter().zip(stats) {
+            let found = found.wait().ok().flatten();
+            let recorded = changed_entry(&one.taken, found);
+            self.after_commit(&one, recorded);
+        }
+    }
+
+    /// Start renaming a staged temp over its target. A directory that the
+    /// new entry replaces (its entries were deleted before) goes first.
+    fn start_commit(
+        &self,
+        staged: &Staged,
+    ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
+        let (parent, name) = split(&staged.item.path);
+        let dir = self.replicas[index(staged.to)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(crate::error::Action::Replace))?;
+        match staged.item.entry(staged.to) {
+            Some(old) if old.kind == Kind::Dir => match dir.delete(name, &Expect::entry(old))? {
+                Deleted::Done | Deleted::Gone => {
+                    Ok(dir.start_commit(&staged.temp, name, &Expect::Absent))
+                }
+                Deleted::NotEmpty => Err(SyncError::DirectoryNotEmpty),
+            },
+            old => Ok(dir.start_commit(&staged.temp, name, &Expect::of(old))),
+        }
+    }
+
+    fn start_stat(&self, staged: &Staged) -> Pending<std::io::Result<Option<Found>>> {
+        let (parent, name) = split(&staged.item.path);
+        match self.replicas[index(staged.to)].open_dir(&parent) {
+            Ok(dir) => dir.start_stat(name),
+            Err(e) => Pending::ready(Err(e)),
+        }
+    }
+
+    fn discard(&self, staged: &Staged) {
+        let (parent, _) = split(&staged.item.path);
+        if let Ok(dir) = self.replicas[index(staged.to)].open_dir(&parent) {
+            dir.discard(&staged.temp);
         }
     }
 
@@ -455,35 +532,6 @@ impl<'a> Propagation<'a> {
                 self.done.clear();
             }
         }
-    }
-
-    fn commit_one(&self, staged: &Staged) -> Result<Observed, SyncError> {
-        let path = &staged.item.path;
-        let (parent, name) = split(path);
-        let dir = self.replicas[index(staged.to)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::Replace))?;
-        let committed = match staged.item.entry(staged.to) {
-            // A directory replaced by a file: its entries were deleted
-            // first; it goes just before the new entry takes its name.
-            Some(old) if old.kind == Kind::Dir => match dir.delete(name, &Expect::entry(old)) {
-                Ok(Deleted::Done | Deleted::Gone) => {
-                    dir.commit(&staged.temp, name, &Expect::Absent)
-                }
-                Ok(Deleted::NotEmpty) => {
-                    dir.discard(&staged.temp);
-                    return Err(SyncError::DirectoryNotEmpty);
-                }
-                Err(e) => Err(e),
-            },
-            old => dir.commit(&staged.temp, name, &Expect::of(old)),
-        };
-        if let Err(e) = committed {
-            dir.discard(&staged.temp);
-            return Err(e.into());
-        }
-        let found = dir.stat(name).ok().flatten();
-        Ok(changed_entry(&staged.taken, found))
     }
 
     fn after_commit(&mut self, staged: &Staged, recorded: Observed) {

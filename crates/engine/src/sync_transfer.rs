@@ -1,0 +1,194 @@
+//! The files of one chunk of a sync's propagation, received into temps
+//! beside their targets, pipelined: the sources are opened a window ahead
+//! (a remote source's contents start to flow at once), each receive is
+//! started before any is waited for (a remote receiver answers them in
+//! one round trip), and each file's bytes are fingerprinted as they pass,
+//! which checks with no second read that the source still held what update
+//! detection saw.
+
+use crate::error::Action;
+use crate::replica::{Incoming, Pending, Replica, ReplicaDir};
+use crate::sync::SyncError;
+use accord_fsys::PropsMask;
+use accord_model::{Expect, Fingerprint, Props, RelPath};
+use accord_plan::{Side, SyncItem};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read};
+
+/// Sources opened ahead of the receive that reads them.
+const OPEN_AHEAD: usize = 32;
+
+/// One file to carry from one side to the other.
+pub(crate) struct FileCopy<'i> {
+    pub item: &'i SyncItem,
+    pub from: Side,
+    pub to: Side,
+    /// The properties its temp takes.
+    pub props: Props,
+    pub mask: PropsMask,
+}
+
+/// A copy and what came of it: the temp's name, or why not.
+pub(crate) type Received<'i> = (FileCopy<'i>, Result<Vec<u8>, SyncError>);
+
+fn index(side: Side) -> usize {
+    match side {
+        Side::A => 0,
+        Side::B => 1,
+    }
+}
+
+fn split(path: &RelPath) -> (RelPath, &[u8]) {
+    (path.parent().unwrap_or_default(), path.file_name())
+}
+
+/// The directories a chunk reads from or writes to on one side, each
+/// opened once.
+struct Dirs<'r> {
+    open: HashMap<RelPath, io::Result<Box<dyn ReplicaDir + 'r>>>,
+    /// What a directory that cannot be opened fails.
+    action: Action,
+}
+
+impl<'r> Dirs<'r> {
+    fn new(replica: &'r dyn Replica, parents: Vec<RelPath>, action: Action) -> Dirs<'r> {
+        let mut open = HashMap::new();
+        for parent in parents {
+            if !open.contains_key(&parent) {
+                let dir = replica.open_dir(&parent);
+                open.insert(parent, dir);
+            }
+        }
+        Dirs { open, action }
+    }
+
+    fn get(&self, parent: &RelPath) -> Result<&dyn ReplicaDir, crate::Error> {
+        match &self.open[parent] {
+            Ok(dir) => Ok(dir.as_ref()),
+            Err(e) => Err(crate::Error::Io {
+                action: self.action,
+                source: io::Error::new(e.kind(), e.to_string()),
+            }),
+        }
+    }
+}
+
+/// Both sides' directories that `side_of` each copy names.
+fn dirs_of<'r>(
+    replicas: [&'r dyn Replica; 2],
+    copies: &[FileCopy],
+    side_of: fn(&FileCopy) -> Side,
+    action: Action,
+) -> [Dirs<'r>; 2] {
+    [0, 1].map(|side| {
+        let parents = copies
+            .iter()
+            .filter(|c| index(side_of(c)) == side)
+            .map(|c| split(&c.item.path).0)
+            .collect();
+        Dirs::new(replicas[side], parents, action)
+    })
+}
+
+/// Receive every copy into a temp beside its target; the results come in
+/// the copies' order. A temp whose bytes are not what detection saw is
+/// discarded (`ContentsChanged`: the file was written while it was read).
+pub(crate) fn receive_all<'i>(
+    replicas: [&dyn Replica; 2],
+    copies: Vec<FileCopy<'i>>,
+) -> Vec<Received<'i>> {
+    let sources = dirs_of(replicas, &copies, |c| c.from, Action::OpenSource);
+    let targets = dirs_of(replicas, &copies, |c| c.to, Action::OpenDestination);
+    let started = start_receives(&copies, &sources, &targets);
+    copies
+        .into_iter()
+        .zip(started)
+        .map(|(copy, started)| {
+            let landed = landed(&copy, started, &targets);
+            (copy, landed)
+        })
+        .collect()
+}
+
+/// A receive on its way, with the fingerprint of the bytes it was given.
+type Started = Result<(Pending<Result<Vec<u8>, crate::Error>>, Fingerprint), SyncError>;
+
+/// Start every receive in order, the sources opened a window ahead.
+fn start_receives(copies: &[FileCopy], sources: &[Dirs; 2], targets: &[Dirs; 2]) -> Vec<Started> {
+    let open = |copy: &FileCopy| {
+        let (parent, name) = split(&copy.item.path);
+        let source = copy.item.entry(copy.from).expect("a copy has a source");
+        let dir = sources[index(copy.from)].get(&parent)?;
+        dir.open_read(name, &Expect::entry(source))
+    };
+    let mut ahead = VecDeque::new();
+    let mut next = 0;
+    let mut started = Vec::with_capacity(copies.len());
+    for copy in copies {
+        while next < copies.len() && ahead.len() < OPEN_AHEAD {
+            ahead.push_back(open(&copies[next]));
+            next += 1;
+        }
+        let reader = ahead.pop_front().expect("opened ahead");
+        started.push(start_one(copy, reader, targets));
+    }
+    started
+}
+
+fn start_one(
+    copy: &FileCopy,
+    reader: Result<Box<dyn Read + Send + '_>, crate::Error>,
+    targets: &[Dirs; 2],
+) -> Started {
+    let mut reader = reader?;
+    let (parent, name) = split(&copy.item.path);
+    let dir = targets[index(copy.to)].get(&parent)?;
+    let mut passing = Fingerprinting::new(&mut *reader);
+    // The body is read whole before this returns (a remote receiver's is
+    // sent), so the fingerprint is final.
+    let pending = dir.start_receive(name, Incoming::Whole(&mut passing), &copy.props, copy.mask);
+    Ok((pending, passing.finish()))
+}
+
+/// Wait for one receive and check what it was given.
+fn landed(copy: &FileCopy, started: Started, targets: &[Dirs; 2]) -> Result<Vec<u8>, SyncError> {
+    let (pending, fingerprint) = started?;
+    let temp = pending.wait()?;
+    let source = copy.item.entry(copy.from).expect("a copy has a source");
+    if source.hash.is_some_and(|hash| hash == fingerprint) {
+        return Ok(temp);
+    }
+    let (parent, _) = split(&copy.item.path);
+    if let Ok(dir) = targets[index(copy.to)].get(&parent) {
+        dir.discard(&temp);
+    }
+    Err(SyncError::ContentsChanged)
+}
+
+/// A reader that fingerprints (BLAKE3, as `fsys::hash_file` does) what
+/// passes through it.
+struct Fingerprinting<'r> {
+    inner: &'r mut dyn Read,
+    hasher: blake3::Hasher,
+}
+
+impl<'r> Fingerprinting<'r> {
+    fn new(inner: &'r mut dyn Read) -> Self {
+        Fingerprinting {
+            inner,
+            hasher: blake3::Hasher::new(),
+        }
+    }
+
+    fn finish(&self) -> Fingerprint {
+        *self.hasher.finalize().as_bytes()
+    }
+}
+
+impl Read for Fingerprinting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
