@@ -67,6 +67,18 @@ struct Propagation<'a> {
     /// Paths that failed (a directory that could not be made gets no
     /// properties set afterwards).
     failed_paths: std::collections::HashSet<RelPath>,
+    /// Directories made and properties set in this chunk, started and not
+    /// yet waited for (a remote side answers them together).
+    in_flight: Vec<InFlight<'a>>,
+}
+
+/// Calls started for one item.
+struct InFlight<'i> {
+    item: &'i SyncItem,
+    waits: Vec<Pending<Result<(), crate::Error>>>,
+    /// A property change, recorded once done: `(from, to, the entry `to`
+    /// now holds)`.
+    record: Option<(Side, Side, Entry)>,
 }
 
 /// Carry out `items` and record what succeeded in both archives.
@@ -85,6 +97,7 @@ pub(crate) fn propagate(
         done: Vec::new(),
         failures: Vec::new(),
         failed_paths: Default::default(),
+        in_flight: Vec::new(),
     };
     run.deletions(items);
     run.flush(archives, report);
@@ -158,43 +171,61 @@ impl<'a> Propagation<'a> {
     }
 
     fn stat(&self, side: Side, path: &RelPath) -> Option<Found> {
-        let (parent, name) = split(path);
-        let dir = self.replicas[index(side)].open_dir(&parent).ok()?;
+        self.start_stat_at(side, path).wait().ok().flatten()
+    }
+
+    /// Start a stat of `path` on `side` (the root's: none, as before).
+    fn start_stat_at(&self, side: Side, path: &RelPath) -> Pending<std::io::Result<Option<Found>>> {
         if path.is_root() {
-            return None;
+            return Pending::ready(Ok(None));
         }
-        dir.stat(name).ok().flatten()
+        let (parent, name) = split(path);
+        match self.replicas[index(side)].open_dir(&parent) {
+            Ok(dir) => dir.start_stat(name),
+            Err(e) => Pending::ready(Err(e)),
+        }
     }
 
     // ---- deletions ----
 
+    /// Deepest first, all started before any is waited for (a replica
+    /// carries out its writes in the order they were sent).
     fn deletions(&mut self, items: &[SyncItem]) {
-        for item in items.iter().rev() {
-            if let Action::Delete { on } = item.action {
-                match self.delete(item, on) {
-                    Ok(()) => self.done.push(Done {
-                        path: item.path.clone(),
-                        action: item.action,
-                        records: [
-                            Record::Remove(item.path.clone()),
-                            Record::Remove(item.path.clone()),
-                        ],
-                    }),
-                    Err(error) => self.fail(&item.path, error),
-                }
+        let started: Vec<_> = items
+            .iter()
+            .rev()
+            .filter_map(|item| match item.action {
+                Action::Delete { on } => Some((item, self.start_delete(item, on))),
+                _ => None,
+            })
+            .collect();
+        for (item, pending) in started {
+            let deleted = pending.and_then(|p| Ok(p.wait()?));
+            match deleted {
+                Ok(Deleted::Done | Deleted::Gone) => self.done.push(Done {
+                    path: item.path.clone(),
+                    action: item.action,
+                    records: [
+                        Record::Remove(item.path.clone()),
+                        Record::Remove(item.path.clone()),
+                    ],
+                }),
+                Ok(Deleted::NotEmpty) => self.fail(&item.path, SyncError::DirectoryNotEmpty),
+                Err(error) => self.fail(&item.path, error),
             }
         }
     }
 
-    fn delete(&self, item: &SyncItem, on: Side) -> Result<(), SyncError> {
+    fn start_delete(
+        &self,
+        item: &SyncItem,
+        on: Side,
+    ) -> Result<Pending<Result<Deleted, crate::Error>>, SyncError> {
         let (parent, name) = split(&item.path);
         let dir = self.replicas[index(on)]
             .open_dir(&parent)
             .map_err(crate::Error::io(crate::error::Action::Delete))?;
-        match dir.delete(name, &Expect::of(item.entry(on)))? {
-            Deleted::Done | Deleted::Gone => Ok(()),
-            Deleted::NotEmpty => Err(SyncError::DirectoryNotEmpty),
-        }
+        Ok(dir.start_delete(name, &Expect::of(item.entry(on))))
     }
 
     // ---- entries, in path order ----
@@ -219,16 +250,42 @@ impl<'a> Propagation<'a> {
                     Err(error) => self.fail(&item.path, error),
                 }
             }
-            if staged.len() + copies.len() >= CHUNK_FILES || bytes >= CHUNK_BYTES {
+            if staged.len() + copies.len() + self.in_flight.len() >= CHUNK_FILES
+                || bytes >= CHUNK_BYTES
+            {
+                self.settle_in_flight();
                 self.receive_copies(std::mem::take(&mut copies), &mut staged);
                 bytes = 0;
                 self.commit_chunk(std::mem::take(&mut staged));
                 self.flush(archives, report);
             }
         }
+        self.settle_in_flight();
         self.receive_copies(copies, &mut staged);
         self.commit_chunk(staged);
         self.flush(archives, report);
+    }
+
+    /// Wait for the chunk's directories and property changes; record the
+    /// property changes that succeeded (their stats started together).
+    fn settle_in_flight(&mut self) {
+        let mut done = Vec::new();
+        for flight in std::mem::take(&mut self.in_flight) {
+            let failed = flight.waits.into_iter().find_map(|p| p.wait().err());
+            match (failed, flight.record) {
+                (Some(error), _) => self.fail(&flight.item.path, error.into()),
+                (None, Some(record)) => done.push((flight.item, record)),
+                (None, None) => {}
+            }
+        }
+        let stats: Vec<_> = done
+            .iter()
+            .map(|(item, (_, to, _))| self.start_stat_at(*to, &item.path))
+            .collect();
+        for ((item, (from, to, taken)), found) in done.into_iter().zip(stats) {
+            let recorded = changed_entry(&taken, found.wait().ok().flatten());
+            self.done_with(item, from, to, recorded);
+        }
     }
 
     /// A regular file whose contents go to the other side: received with
@@ -307,7 +364,8 @@ impl<'a> Propagation<'a> {
                 Ok(Some(staged))
             }
             Action::CopyProps { from, to } if !is_dir(item.entry(to)) => {
-                self.copy_props(item, from, to)?;
+                let flight = self.copy_props(item, from, to)?;
+                self.in_flight.push(flight);
                 Ok(None)
             }
             Action::Agree => {
@@ -336,7 +394,8 @@ impl<'a> Propagation<'a> {
         let source = item.entry(from).expect("a copy has a source");
         match source.kind {
             Kind::Dir => {
-                self.make_directory(item, from, to)?;
+                let flight = self.make_directory(item, from, to)?;
+                self.in_flight.push(flight);
                 Ok(None)
             }
             Kind::File => unreachable!("files go with their chunk (file_copy)"),
@@ -351,7 +410,12 @@ impl<'a> Propagation<'a> {
     /// before that leaves a directory the next run agrees with, where one
     /// left at the 0700 `mkdir` gives would look like a permission change
     /// and conflict with the other side's.
-    fn make_directory(&self, item: &SyncItem, from: Side, to: Side) -> Result<(), SyncError> {
+    fn make_directory(
+        &self,
+        item: &'a SyncItem,
+        from: Side,
+        to: Side,
+    ) -> Result<InFlight<'a>, SyncError> {
         let (parent, name) = split(&item.path);
         let dir = self.replicas[index(to)]
             .open_dir(&parent)
@@ -359,12 +423,18 @@ impl<'a> Propagation<'a> {
         if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
             dir.delete(name, &Expect::entry(old))?;
         }
-        dir.mkdir(name)?;
         let source = item.entry(from).expect("a copy has a source");
         let (mut props, mask) = synced_props(source, self.cfg);
         props.mode |= 0o700;
-        dir.set_props(name, &Expect::Made(Kind::Dir), Kind::Dir, &props, mask)?;
-        Ok(())
+        let waits = vec![
+            dir.start_mkdir(name),
+            dir.start_set_props(name, &Expect::Made(Kind::Dir), Kind::Dir, &props, mask),
+        ];
+        Ok(InFlight {
+            item,
+            waits,
+            record: None,
+        })
     }
 
     /// A symlink, fifo, socket or device node under a temp name (`mode`:
@@ -398,7 +468,13 @@ impl<'a> Propagation<'a> {
         })
     }
 
-    fn copy_props(&mut self, item: &SyncItem, from: Side, to: Side) -> Result<(), SyncError> {
+    /// Start setting `from`'s synced properties on `to`'s entry.
+    fn copy_props(
+        &self,
+        item: &'a SyncItem,
+        from: Side,
+        to: Side,
+    ) -> Result<InFlight<'a>, SyncError> {
         let (parent, name) = split(&item.path);
         let source = item.entry(from).expect("props come from an entry");
         let target = item.entry(to).expect("props go to an entry");
@@ -406,28 +482,17 @@ impl<'a> Propagation<'a> {
             .open_dir(&parent)
             .map_err(crate::Error::io(crate::error::Action::SetProps))?;
         let (props, mask) = synced_props(source, self.cfg);
-        dir.set_props(name, &Expect::entry(target), target.kind, &props, mask)?;
-        let taken = Entry {
-            props: Props {
-                mode: props.mode,
-                ..target.props.clone()
-            },
-            ..target.clone()
-        };
-        let taken = if self.cfg.times && target.kind == Kind::File {
-            Entry {
-                props: Props {
-                    mtime: source.props.mtime,
-                    ..taken.props
-                },
-                ..taken
-            }
-        } else {
-            taken
-        };
-        let recorded = changed_entry(&taken, self.stat(to, &item.path));
-        self.done_with(item, from, to, recorded);
-        Ok(())
+        let set = dir.start_set_props(name, &Expect::entry(target), target.kind, &props, mask);
+        let mut taken = target.clone();
+        taken.props.mode = props.mode;
+        if self.cfg.times && target.kind == Kind::File {
+            taken.props.mtime = source.props.mtime;
+        }
+        Ok(InFlight {
+            item,
+            waits: vec![set],
+            record: Some((from, to, taken)),
+        })
     }
 
     /// Record a path whose `to` side now holds `recorded` and whose `from`
@@ -503,11 +568,7 @@ impl<'a> Propagation<'a> {
     }
 
     fn start_stat(&self, staged: &Staged) -> Pending<std::io::Result<Option<Found>>> {
-        let (parent, name) = split(&staged.item.path);
-        match self.replicas[index(staged.to)].open_dir(&parent) {
-            Ok(dir) => dir.start_stat(name),
-            Err(e) => Pending::ready(Err(e)),
-        }
+        self.start_stat_at(staged.to, &staged.item.path)
     }
 
     fn discard(&self, staged: &Staged) {
@@ -582,35 +643,55 @@ impl<'a> Propagation<'a> {
 
     // ---- directories' properties, deepest first ----
 
-    fn directory_props(&mut self, items: &[SyncItem]) {
-        for item in items.iter().rev() {
-            let (from, to) = match item.action {
-                Action::Copy { from, to } | Action::CopyProps { from, to }
-                    if is_dir(item.entry(from)) =>
-                {
-                    (from, to)
-                }
-                _ => continue,
-            };
-            if matches!(item.action, Action::CopyProps { .. }) && !is_dir(item.entry(to)) {
-                continue;
-            }
-            if self.failed_paths.contains(&item.path) {
-                continue;
-            }
-            match self.set_directory_props(item, from, to) {
-                Ok(recorded) => self.done_with(item, from, to, recorded),
+    fn directory_props(&mut self, items: &'a [SyncItem]) {
+        let started: Vec<_> = items
+            .iter()
+            .rev()
+            .filter_map(|item| {
+                let (from, to) = self.directory_props_of(item)?;
+                Some((item, from, to, self.start_directory_props(item, from, to)))
+            })
+            .collect();
+        let mut set = Vec::new();
+        for (item, from, to, pending) in started {
+            match pending.and_then(|p| Ok(p.wait()?)) {
+                Ok(()) => set.push((item, from, to)),
                 Err(error) => self.fail(&item.path, error),
             }
         }
+        let stats: Vec<_> = set
+            .iter()
+            .map(|(item, _, to)| self.start_stat_at(*to, &item.path))
+            .collect();
+        for ((item, from, to), found) in set.into_iter().zip(stats) {
+            let source = item.entry(from).expect("a directory to copy");
+            let recorded = changed_entry(source, found.wait().ok().flatten());
+            self.done_with(item, from, to, recorded);
+        }
     }
 
-    fn set_directory_props(
+    /// The sides of a directory whose properties go across, if `item` is one.
+    fn directory_props_of(&self, item: &SyncItem) -> Option<(Side, Side)> {
+        let (from, to) = match item.action {
+            Action::Copy { from, to } | Action::CopyProps { from, to }
+                if is_dir(item.entry(from)) =>
+            {
+                (from, to)
+            }
+            _ => return None,
+        };
+        if matches!(item.action, Action::CopyProps { .. }) && !is_dir(item.entry(to)) {
+            return None;
+        }
+        (!self.failed_paths.contains(&item.path)).then_some((from, to))
+    }
+
+    fn start_directory_props(
         &self,
         item: &SyncItem,
         from: Side,
         to: Side,
-    ) -> Result<Observed, SyncError> {
+    ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
         let source = item.entry(from).expect("a directory to copy");
         let dir = self.replicas[index(to)]
             .open_dir(&item.path)
@@ -621,13 +702,7 @@ impl<'a> Propagation<'a> {
             _ => Expect::Made(Kind::Dir),
         };
         let (props, mask) = synced_props(source, self.cfg);
-        dir.set_own_props(&expect, &props, mask)?;
-        let found = if item.path.is_root() {
-            None
-        } else {
-            self.stat(to, &item.path)
-        };
-        Ok(changed_entry(source, found))
+        Ok(dir.start_set_own_props(&expect, &props, mask))
     }
 
     // ---- the archives ----
