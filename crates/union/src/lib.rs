@@ -44,6 +44,7 @@ pub mod control;
 mod fs;
 pub mod guard;
 pub mod merge;
+pub mod redirect;
 mod sys;
 pub mod whiteout;
 
@@ -61,6 +62,9 @@ pub struct MountConfig {
     pub mountpoint: PathBuf,
     /// Highest priority first.
     pub branches: Vec<(PathBuf, Mode)>,
+    /// `-o redirect_dir=on|off`: rename directories with lower parts in place (on, the
+    /// default) or refuse with EXDEV (off).
+    pub redirect_dir: bool,
 }
 
 /// Mount the union and serve it until it is unmounted. `ready` is called once: with Ok when
@@ -137,6 +141,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         nodes: Mutex::new(fs::Nodes::new()),
         notifier: std::sync::OnceLock::new(),
         mountpoint: mountpoint.clone(),
+        redirect_dir: cfg.redirect_dir,
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
         io::Error::new(

@@ -198,6 +198,291 @@ fn ops() -> Vec<Op> {
     ]
 }
 
+/// One step of the `redirect_dir=on` run: an operation through both mounts, or a change of
+/// the mounts themselves (the same on both sides).
+enum Step {
+    Op(Op),
+    /// Unmount both and mount them again on the same directories.
+    Remount,
+    /// Freeze the writable branch below a new one (overlayfs: remount with the old upper as
+    /// the highest lower layer; accord: `accord union snapshot`, live).
+    Snapshot,
+}
+
+fn mv(r: &Path, from: &str, to: &str) -> io::Result<()> {
+    fs::rename(r.join(from), r.join(to))
+}
+
+/// Renames of merged directories: nested, repeated, back and forth, into a renamed parent, of
+/// a renamed parent, with a remount and a snapshot in between, and what follows them (writes,
+/// deletes, rmdir, the old names reused).
+fn redirect_steps() -> Vec<Step> {
+    use Step::{Op as O, Remount, Snapshot};
+    vec![
+        O(("rename merged dir", |r| mv(r, "d", "d-renamed"))),
+        O(("old name is gone", |r| match fs::metadata(r.join("d")) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        })),
+        O(("write into renamed dir", |r| {
+            fs::write(r.join("d-renamed/new.txt"), "new\n")
+        })),
+        O(("edit lower file in renamed dir", |r| {
+            OpenOptions::new()
+                .append(true)
+                .open(r.join("d-renamed/e.txt"))?
+                .write_all(b"more\n")
+        })),
+        O(("rename nested merged dir to another parent", |r| {
+            mv(r, "deep/a/b", "deep/b2")
+        })),
+        O(("rename renamed dir again", |r| {
+            mv(r, "d-renamed", "d-again")
+        })),
+        O(("rename back to original name", |r| mv(r, "d-again", "d"))),
+        O(("rename forth again", |r| mv(r, "d", "dx"))),
+        O(("rename lower-only empty dir", |r| {
+            mv(r, "emptydir2", "emptydir3")
+        })),
+        O(("rename merged dir into renamed parent", |r| {
+            mv(r, "d2", "dx/d2-in")
+        })),
+        O(("mkdir at a renamed dir's old name is empty", |r| {
+            fs::create_dir(r.join("d"))?;
+            fs::write(r.join("d/only"), "only\n")
+        })),
+        O(("rename subdir of renamed dir", |r| {
+            mv(r, "dx/sub", "dx/sub2")
+        })),
+        Remount,
+        O(("rename after remount", |r| mv(r, "dx", "dy"))),
+        O(("unlink lower file in redirected dir", |r| {
+            fs::remove_file(r.join("dy/f.txt"))
+        })),
+        O(("rename renamed parent into new dir", |r| {
+            fs::create_dir(r.join("top"))?;
+            mv(r, "dy", "top/dy")
+        })),
+        Snapshot,
+        O(("rename after snapshot", |r| mv(r, "top/dy", "dz"))),
+        O(("rename nested renamed dir into renamed parent", |r| {
+            mv(r, "deep/b2", "dz/b3")
+        })),
+        O(("rename snapshot-renamed child", |r| {
+            mv(r, "dz/d2-in", "d2-back")
+        })),
+        O(("rmdir redirected non-empty dir (ENOTEMPTY)", |r| {
+            fs::remove_dir(r.join("dz"))
+        })),
+        O(("rename dir over empty lower dir", |r| {
+            mv(r, "emptydir3", "emptydir")
+        })),
+        O(("rename merged dir over non-empty dir (ENOTEMPTY)", |r| {
+            mv(r, "d2-back", "dz")
+        })),
+        O(("rename dir into its own child (EINVAL)", |r| {
+            mv(r, "dz", "dz/b3/inside")
+        })),
+        Remount,
+        O(("empty and rmdir redirected dir", |r| {
+            fs::remove_dir_all(r.join("dz/b3"))
+        })),
+        O(("rename to the original name after snapshot", |r| {
+            fs::remove_dir_all(r.join("d"))?;
+            mv(r, "dz", "d")
+        })),
+        O(("mkdir at old name after rmdir", |r| {
+            fs::create_dir_all(r.join("deep/a/b"))?;
+            fs::write(r.join("deep/a/b/fresh"), "fresh\n")
+        })),
+        O(("remove whole renamed tree", |r| {
+            fs::remove_dir_all(r.join("d2-back"))
+        })),
+        Remount,
+    ]
+}
+
+/// The trees under two mounts as a list of differences (empty when equal).
+fn tree_diff(a: &Path, b: &Path) -> String {
+    let (ta, tb) = (describe(a, false), describe(b, false));
+    let mut diff = String::new();
+    for k in ta
+        .keys()
+        .chain(tb.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        if ta.get(k) != tb.get(k) {
+            diff += &format!(
+                "\n  {k}:\n    overlayfs {:?}\n    accord    {:?}",
+                ta.get(k),
+                tb.get(k)
+            );
+        }
+    }
+    diff
+}
+
+/// Both sides of the `redirect_dir=on` run: the directories and the live mounts.
+struct Redirect {
+    base: std::path::PathBuf,
+    /// overlayfs's lower layers and accord's read-only branches, highest first.
+    ovl_lowers: Vec<std::path::PathBuf>,
+    acc_lowers: Vec<std::path::PathBuf>,
+    /// Snapshots taken so far (the writable directories are `*-upper{n}`).
+    snaps: usize,
+    ovl: Option<OverlayMount>,
+    acc: Option<UnionMount>,
+}
+
+impl Redirect {
+    fn upper(&self, side: &str) -> std::path::PathBuf {
+        self.base.join(format!("{side}-upper{}", self.snaps))
+    }
+
+    fn mount(&mut self) -> Result<(), String> {
+        let lowers: Vec<&Path> = self.ovl_lowers.iter().map(|p| p.as_path()).collect();
+        let work = self.base.join(format!("ovl-work{}", self.snaps));
+        let ovl_mnt = self.base.join("ovl");
+        self.ovl = Some(OverlayMount::with(
+            &lowers,
+            &self.upper("ovl"),
+            &work,
+            &ovl_mnt,
+            "on",
+        )?);
+        let upper = self.upper("acc");
+        fs::create_dir_all(&upper).unwrap();
+        let mut branches = vec![format!("{}=rw", upper.display())];
+        branches.extend(
+            self.acc_lowers
+                .iter()
+                .map(|l| format!("{}=ro", l.display())),
+        );
+        self.acc = Some(UnionMount::new(&self.base.join("acc"), &branches));
+        Ok(())
+    }
+
+    fn remount(&mut self) {
+        self.ovl = None;
+        self.acc = None;
+        self.mount().unwrap();
+    }
+
+    fn snapshot(&mut self) {
+        let (old_ovl, old_acc) = (self.upper("ovl"), self.upper("acc"));
+        self.ovl = None;
+        self.snaps += 1;
+        self.ovl_lowers.insert(0, old_ovl);
+        let lowers: Vec<&Path> = self.ovl_lowers.iter().map(|p| p.as_path()).collect();
+        let work = self.base.join(format!("ovl-work{}", self.snaps));
+        self.ovl = Some(
+            OverlayMount::with(
+                &lowers,
+                &self.upper("ovl"),
+                &work,
+                &self.base.join("ovl"),
+                "on",
+            )
+            .unwrap(),
+        );
+        let new = self.upper("acc");
+        self.acc
+            .as_ref()
+            .unwrap()
+            .ctl(&["snapshot", &new.to_string_lossy()]);
+        self.acc_lowers.insert(0, old_acc);
+    }
+
+    /// accord's read-only branches, described strictly (they must never change).
+    fn frozen(&self) -> Vec<std::collections::BTreeMap<String, String>> {
+        self.acc_lowers.iter().map(|l| describe(l, true)).collect()
+    }
+}
+
+#[test]
+fn differential_redirect_dir_on() {
+    if !fuse_ok("differential_redirect_dir_on") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let base = t.path();
+    build_lower(&base.join("ovl-lower"));
+    build_lower(&base.join("acc-lower"));
+    let mut run = Redirect {
+        base: base.to_path_buf(),
+        ovl_lowers: vec![base.join("ovl-lower")],
+        acc_lowers: vec![base.join("acc-lower")],
+        snaps: 0,
+        ovl: None,
+        acc: None,
+    };
+    if let Err(e) = run.mount() {
+        eprintln!(
+            "SKIP differential_redirect_dir_on: cannot mount overlayfs here: {e}; NOT TESTED"
+        );
+        return;
+    }
+    let mut frozen = run.frozen();
+    let mut failures = Vec::new();
+    for step in redirect_steps() {
+        let name = match step {
+            Step::Op((name, op)) => {
+                let a = outcome(op(&run.ovl.as_ref().unwrap().mnt));
+                let b = outcome(op(&run.acc.as_ref().unwrap().mnt));
+                eprintln!("step {name:?}: overlayfs {a}, accord {b}");
+                if a != b {
+                    failures.push(format!("step {name:?}: overlayfs {a}, accord {b}"));
+                }
+                name
+            }
+            Step::Remount => {
+                run.remount();
+                "remount"
+            }
+            Step::Snapshot => {
+                run.snapshot();
+                frozen = run.frozen();
+                "snapshot"
+            }
+        };
+        let diff = tree_diff(&base.join("ovl"), &base.join("acc"));
+        if !diff.is_empty() {
+            failures.push(format!("after step {name:?} trees differ:{diff}"));
+        }
+        assert_eq!(
+            run.frozen(),
+            frozen,
+            "a read-only branch changed at step {name:?}"
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let fin = describe(&base.join("acc"), false);
+    for must in [
+        "d/e.txt",
+        "d/new.txt",
+        "d/sub2/s.txt",
+        "deep/a/b/fresh",
+        "emptydir",
+    ] {
+        assert!(fin.contains_key(must), "{must} missing at the end");
+    }
+    for gone in [
+        "dz",
+        "d2-back",
+        "d/only",
+        "deep/a/b/c",
+        "d/f.txt",
+        "emptydir3",
+    ] {
+        assert!(!fin.contains_key(gone), "{gone} still visible at the end");
+    }
+}
+
 fn outcome(r: io::Result<()>) -> String {
     match r {
         Ok(()) => "ok".into(),
@@ -240,12 +525,14 @@ fn differential_against_overlayfs() {
         }
     };
     fs::create_dir_all(base.join("acc-upper")).unwrap();
-    let acc = UnionMount::new(
+    // EXDEV for merged directories, as overlayfs without redirect_dir.
+    let acc = UnionMount::with_options(
         &base.join("acc"),
         &[
             format!("{}=rw", base.join("acc-upper").display()),
             format!("{}=ro", base.join("acc-lower").display()),
         ],
+        &["-o", "redirect_dir=off"],
     );
     let acc_lower_before = describe(&base.join("acc-lower"), true);
 

@@ -120,12 +120,12 @@ impl Op<'_> {
         // Opened through the directory's path (again if a rename ran meanwhile), then synced.
         let dirs = self.resolved(|| {
             let rel = self.path(ino)?;
-            let layers = self.ensure_view(ino)?.layers.clone();
+            let view = self.ensure_view(ino)?;
             let flags = libc::O_RDONLY | libc::O_DIRECTORY;
-            layers
-                .into_iter()
-                .filter(|&b| self.table.get(b).writable())
-                .map(|b| sys::openat(self.fd(b), &rel, flags, 0).e())
+            view.layers
+                .iter()
+                .filter(|&&b| self.table.get(b).writable())
+                .map(|&b| sys::openat(self.fd(b), &view.path_in(b, &rel), flags, 0).e())
                 .collect::<R<Vec<_>>>()
         })?;
         for d in dirs {

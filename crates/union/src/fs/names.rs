@@ -28,6 +28,13 @@ impl Op<'_> {
         })
     }
 
+    /// The path of `name` of `parent` in branch `b` (another one than the union path in a
+    /// lower branch under a redirect).
+    pub(super) fn branch_rel(&self, parent: u64, name: &OsStr, b: u32) -> R<PathBuf> {
+        let parent_rel = self.path(parent)?;
+        Ok(self.ensure_view(parent)?.path_in(b, &parent_rel).join(name))
+    }
+
     pub(super) fn do_unlink(&self, parent: u64, name: &OsStr) -> R<()> {
         let _ns = self.ns();
         self.ns_changing();
@@ -55,9 +62,9 @@ impl Op<'_> {
     }
 
     /// rename(2) over the union. Files move across branches (copy-up, rename in the upper
-    /// branch, whiteout the old name). A directory renames only when it lives entirely in the
-    /// upper branch; a directory with lower parts fails with EXDEV, as overlayfs does without
-    /// redirect_dir, so `mv` falls back to copy and delete and no child ever silently vanishes.
+    /// branch, whiteout the old name). A directory with lower parts is copied up and moves
+    /// with a redirect to them (`redirect.rs`), as on overlayfs with `redirect_dir=on`; with
+    /// `redirect_dir=off` it fails with EXDEV instead, so `mv` copies and deletes.
     pub(super) fn do_rename(
         &self,
         parent: u64,
@@ -119,7 +126,9 @@ impl Op<'_> {
                 }
             }
         }
-        if !is_dir {
+        if is_dir {
+            self.redirect_before_move(src_ino, u)?;
+        } else {
             self.copy_up_with(src_ino, pre.take(), None)?;
             self.ns_changing();
         }
@@ -143,6 +152,21 @@ impl Op<'_> {
             self.forget_view(src_ino);
         }
         Ok(())
+    }
+
+    /// Before directory `ino` moves: when it has parts below upper branch `u`, make its upper
+    /// copy and record there where those parts are, so they move with it. First of the steps
+    /// (redirect, whiteout of the old name, rename), so a crash after any of them leaves the
+    /// directory showing the same children at one name: a redirect naming the directory's own
+    /// lower path changes nothing, nor does a whiteout while the upper copy holds the name.
+    fn redirect_before_move(&self, ino: u64, u: u32) -> R<()> {
+        if self.ensure_view(ino)?.layers.iter().all(|&b| b == u) {
+            return Ok(());
+        }
+        // Found before the copy-up, which makes the upper copy that holds the answer.
+        let target = self.lower_path(ino, u)?;
+        self.ensure_dir_upper(ino)?;
+        self.set_redirect(u, &self.path(ino)?, &target)
     }
 
     /// What makes a rename fail before anything is changed or copied: the source missing, a
@@ -178,7 +202,7 @@ impl Op<'_> {
             }
         }
         let same = parent == newparent && name == newname;
-        if is_dir && src.positions != [u] && !same {
+        if is_dir && src.positions != [u] && !same && !self.shared.redirect_dir {
             return Err(libc::EXDEV);
         }
         // Copying up the directories on the way needs the upper branch's root to show

@@ -65,8 +65,14 @@ pub struct UnionMount {
 
 impl UnionMount {
     pub fn new(mnt: &Path, branches: &[String]) -> UnionMount {
+        UnionMount::with_options(mnt, branches, &[])
+    }
+
+    /// A mount with extra arguments before the branches (`-o redirect_dir=off`).
+    pub fn with_options(mnt: &Path, branches: &[String], options: &[&str]) -> UnionMount {
         fs::create_dir_all(mnt).unwrap();
         let mut args: Vec<&OsStr> = vec![OsStr::new("union"), OsStr::new("mount"), mnt.as_os_str()];
+        args.extend(options.iter().map(OsStr::new));
         for b in branches {
             args.push(OsStr::new(b));
         }
@@ -111,12 +117,24 @@ impl OverlayMount {
         work: &Path,
         mnt: &Path,
     ) -> Result<OverlayMount, String> {
+        OverlayMount::with(&[lower], upper, work, mnt, "off")
+    }
+
+    /// overlayfs over `lowers` (highest first) with `redirect_dir` set to `redirect`.
+    pub fn with(
+        lowers: &[&Path],
+        upper: &Path,
+        work: &Path,
+        mnt: &Path,
+        redirect: &str,
+    ) -> Result<OverlayMount, String> {
         for d in [upper, work, mnt] {
             fs::create_dir_all(d).unwrap();
         }
+        let lower: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
         let opts = format!(
-            "lowerdir={},upperdir={},workdir={},redirect_dir=off,index=on,metacopy=off,xino=off",
-            lower.display(),
+            "lowerdir={},upperdir={},workdir={},redirect_dir={redirect},index=on,metacopy=off,xino=off",
+            lower.join(":"),
             upper.display(),
             work.display()
         );
