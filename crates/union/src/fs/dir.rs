@@ -5,15 +5,45 @@ use std::os::unix::ffi::OsStrExt;
 
 use fuser::{FileAttr, FileType};
 
-use super::{kind_type, Errno, Op, R, ROOT};
+use super::{kind_type, DirItem, Errno, Op, R, ROOT};
 use crate::merge::Kind;
 use crate::sys;
 use crate::whiteout;
 
 impl Op<'_> {
     /// Snapshot the merged listing at opendir, so a listing read in several chunks is
-    /// consistent even while the directory changes.
+    /// consistent even while the directory changes. (Taken again by the first chunk, see
+    /// `relist`.)
     pub(super) fn do_opendir(&self, ino: u64) -> R<u64> {
+        let list = self.listing(ino)?;
+        let fh = self.new_fh();
+        super::lock(&self.dirs).insert(fh, std::sync::Arc::new(list));
+        Ok(fh)
+    }
+
+    /// The first chunk of a listing (offset 0) takes the snapshot again: the kernel asks for
+    /// it holding the directory's lock, which a rename in the directory needs too, so the
+    /// snapshot cannot predate a rename that finishes before the listing's lookups (a name
+    /// renamed between opendir and the listing would show at neither name). Returns the
+    /// snapshot to list from.
+    pub(super) fn relist(&self, ino: u64, fh: u64) -> Option<std::sync::Arc<Vec<DirItem>>> {
+        let mut dirs = super::lock(&self.dirs);
+        let old = dirs.get(&fh)?.clone();
+        drop(dirs);
+        let Ok(list) = self.listing(ino) else {
+            return Some(old);
+        };
+        let list = std::sync::Arc::new(list);
+        dirs = super::lock(&self.dirs);
+        // (Unless the handle was released meanwhile.)
+        dirs.get_mut(&fh).map(|slot| {
+            *slot = list.clone();
+            list
+        })
+    }
+
+    /// The merged listing of directory `ino` with `.` and `..`.
+    fn listing(&self, ino: u64) -> R<Vec<DirItem>> {
         let v = self.ensure_view(ino)?;
         let parent = if ino == ROOT {
             ROOT
@@ -28,9 +58,7 @@ impl Op<'_> {
         for (name, e) in &v.entries {
             list.push((0, kind_type(e.kind), name.clone()));
         }
-        let fh = self.new_fh();
-        super::lock(&self.dirs).insert(fh, std::sync::Arc::new(list));
-        Ok(fh)
+        Ok(list)
     }
 
     pub(super) fn do_mkdir(

@@ -425,7 +425,11 @@ impl fuser::Filesystem for Union {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(list) = super::lock(&self.dirs).get(&fh.0).cloned() else {
+        let list = match offset {
+            0 => self.op().relist(ino.0, fh.0),
+            _ => super::lock(&self.dirs).get(&fh.0).cloned(),
+        };
+        let Some(list) = list else {
             return reply.error(Errno::EBADF);
         };
         for (i, (child, kind, name)) in list.iter().enumerate().skip(offset as usize) {
@@ -450,10 +454,14 @@ impl fuser::Filesystem for Union {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(list) = super::lock(&self.dirs).get(&fh.0).cloned() else {
+        let op = self.op();
+        let list = match offset {
+            0 => op.relist(ino.0, fh.0),
+            _ => super::lock(&self.dirs).get(&fh.0).cloned(),
+        };
+        let Some(list) = list else {
             return reply.error(Errno::EBADF);
         };
-        let op = self.op();
         // Without the directory no name can be looked up: an error, not an empty chunk (which
         // the kernel would take for the end of the listing).
         let mut listed = match op.listed(ino.0) {

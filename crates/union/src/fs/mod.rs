@@ -881,6 +881,34 @@ impl State {
         });
     }
 
+    /// After renaming `name` of `parent` to upper `newname` of `newparent`. Within one
+    /// directory in one step, so a listing made meanwhile shows the entry once, at one name.
+    fn view_move(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        kind: Kind,
+        upper: u32,
+    ) {
+        if parent != newparent {
+            self.view_remove(parent, name);
+            self.view_insert(newparent, newname, kind, upper);
+            return;
+        }
+        self.edit_view(parent, |v| {
+            v.entries.remove(name);
+            v.entries.insert(
+                newname.to_os_string(),
+                MergedEntry {
+                    kind,
+                    positions: vec![upper],
+                },
+            );
+        });
+    }
+
     fn view_remove(&self, parent: u64, name: &OsStr) {
         self.edit_view(parent, |v| {
             v.entries.remove(name);

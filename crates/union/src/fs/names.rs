@@ -144,8 +144,7 @@ impl Op<'_> {
         let from = self.rel_of(parent, name)?;
         let to = self.rel_of(newparent, newname)?;
         sys::renameat(self.fd(u), &from, &to, flags).e()?;
-        self.view_remove(parent, name);
-        self.view_insert(newparent, newname, src.kind, u);
+        self.view_move(parent, name, newparent, newname, src.kind, u);
         self.nodes().rename(parent, name, newparent, newname);
         if is_dir {
             // Its children resolve through the new path; rebuild its view from there.

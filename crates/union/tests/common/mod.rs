@@ -76,7 +76,16 @@ impl UnionMount {
         for b in branches {
             args.push(OsStr::new(b));
         }
-        let (ok, _, err) = accord_cmd(&args);
+        let (mut ok, _, mut err) = accord_cmd(&args);
+        // A union just unmounted here may still be ending (its control socket lives until
+        // its process exits): wait for it.
+        for _ in 0..50 {
+            if ok || !err.contains("already mounted?") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            (ok, _, err) = accord_cmd(&args);
+        }
         assert!(ok, "accord union mount failed: {err}");
         UnionMount {
             mnt: mnt.to_path_buf(),
