@@ -207,6 +207,11 @@ enum Step {
     /// Freeze the writable branch below a new one (overlayfs: remount with the old upper as
     /// the highest lower layer; accord: `accord union snapshot`, live).
     Snapshot,
+    /// Put a branch with more of the renamed directories' lower paths at the bottom
+    /// (overlayfs: remount with one more lower layer; accord: `accord union add`, live).
+    AddBottom,
+    /// Take that branch away again (accord: `accord union remove`, live).
+    RemoveBottom,
 }
 
 fn mv(r: &Path, from: &str, to: &str) -> io::Result<()> {
@@ -217,7 +222,7 @@ fn mv(r: &Path, from: &str, to: &str) -> io::Result<()> {
 /// a renamed parent, with a remount and a snapshot in between, and what follows them (writes,
 /// deletes, rmdir, the old names reused).
 fn redirect_steps() -> Vec<Step> {
-    use Step::{Op as O, Remount, Snapshot};
+    use Step::{AddBottom, Op as O, Remount, RemoveBottom, Snapshot};
     vec![
         O(("rename merged dir", |r| mv(r, "d", "d-renamed"))),
         O(("old name is gone", |r| match fs::metadata(r.join("d")) {
@@ -236,6 +241,7 @@ fn redirect_steps() -> Vec<Step> {
         O(("rename nested merged dir to another parent", |r| {
             mv(r, "deep/a/b", "deep/b2")
         })),
+        AddBottom,
         O(("rename renamed dir again", |r| {
             mv(r, "d-renamed", "d-again")
         })),
@@ -256,6 +262,7 @@ fn redirect_steps() -> Vec<Step> {
         })),
         Remount,
         O(("rename after remount", |r| mv(r, "dx", "dy"))),
+        RemoveBottom,
         O(("unlink lower file in redirected dir", |r| {
             fs::remove_file(r.join("dy/f.txt"))
         })),
@@ -393,6 +400,57 @@ impl Redirect {
         self.acc_lowers.insert(0, old_acc);
     }
 
+    /// A branch below all others with more under the lower paths of renamed directories.
+    fn add_bottom(&mut self) {
+        let (ovl_extra, acc_extra) = (self.base.join("ovl-extra"), self.base.join("acc-extra"));
+        for extra in [&ovl_extra, &acc_extra] {
+            for f in [
+                "d/from-extra",
+                "d/sub/from-extra",
+                "deep/a/b/from-extra",
+                "d2/x",
+            ] {
+                fs::create_dir_all(extra.join(f).parent().unwrap()).unwrap();
+                fs::write(extra.join(f), f).unwrap();
+            }
+        }
+        self.ovl_lowers.push(ovl_extra);
+        self.remount_ovl();
+        let after = self.acc_lowers.len().to_string();
+        let dir = acc_extra.to_string_lossy().into_owned();
+        self.acc
+            .as_ref()
+            .unwrap()
+            .ctl(&["add", &dir, "--after", &after]);
+        self.acc_lowers.push(acc_extra);
+    }
+
+    fn remove_bottom(&mut self) {
+        self.ovl_lowers.pop();
+        self.remount_ovl();
+        let dir = self.acc_lowers.pop().unwrap();
+        self.acc
+            .as_ref()
+            .unwrap()
+            .ctl(&["remove", &dir.to_string_lossy()]);
+    }
+
+    fn remount_ovl(&mut self) {
+        self.ovl = None;
+        let lowers: Vec<&Path> = self.ovl_lowers.iter().map(|p| p.as_path()).collect();
+        let work = self.base.join(format!("ovl-work{}", self.snaps));
+        self.ovl = Some(
+            OverlayMount::with(
+                &lowers,
+                &self.upper("ovl"),
+                &work,
+                &self.base.join("ovl"),
+                "on",
+            )
+            .unwrap(),
+        );
+    }
+
     /// accord's read-only branches, described strictly (they must never change).
     fn frozen(&self) -> Vec<std::collections::BTreeMap<String, String>> {
         self.acc_lowers.iter().map(|l| describe(l, true)).collect()
@@ -443,6 +501,16 @@ fn differential_redirect_dir_on() {
                 run.snapshot();
                 frozen = run.frozen();
                 "snapshot"
+            }
+            Step::AddBottom => {
+                run.add_bottom();
+                frozen = run.frozen();
+                "add a branch at the bottom"
+            }
+            Step::RemoveBottom => {
+                run.remove_bottom();
+                frozen = run.frozen();
+                "remove the bottom branch"
             }
         };
         let diff = tree_diff(&base.join("ovl"), &base.join("acc"));

@@ -170,7 +170,7 @@ impl Op<'_> {
 
     /// What makes a rename fail before anything is changed or copied: the source missing, a
     /// name on a read-only branch above the upper one, a replaced name of the other kind, a
-    /// directory with lower parts (EXDEV), no upper branch reachable from the root. The
+    /// directory with lower parts when redirects are off (EXDEV), no upper branch reachable from the root. The
     /// emptiness of a replaced directory is checked by the caller, under the lock.
     fn rename_checks(
         &self,

@@ -111,7 +111,12 @@ impl Op<'_> {
         if sys::lgetxattr(&self.abs(u, rel), OsStr::new(XATTR)).ok() == Some(value.clone()) {
             return Ok(());
         }
-        sys::lsetxattr(&self.abs(u, rel), OsStr::new(XATTR), &value, 0).e()?;
+        match sys::lsetxattr(&self.abs(u, rel), OsStr::new(XATTR), &value, 0).e() {
+            // A trusted.* attribute needs CAP_SYS_ADMIN and a file system that keeps it:
+            // without them the rename cannot be made in place, and `mv` copies instead.
+            Err(libc::EPERM | libc::ENOTSUP) => return Err(libc::EXDEV),
+            r => r?,
+        }
         super::copyup::sync_dir(self.fd(u), rel).e()
     }
 }
