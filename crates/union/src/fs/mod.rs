@@ -1123,13 +1123,14 @@ impl Op<'_> {
         let mut m = Merger::new();
         let mut stamps = Vec::with_capacity(candidates.len());
         let mut redirected = Vec::new();
+        let mut followed = false;
         let mut queue: std::collections::VecDeque<_> = candidates.iter().cloned().collect();
         let mut i = 0;
         while let Some((b, path)) = queue.pop_front() {
             let first = i == 0;
             i += 1;
-            match sys::list_dir_stamped(self.fd(b), &path) {
-                Ok((list, st)) => {
+            match sys::list_dir_with(self.fd(b), &path, self.redirect_attr(b)) {
+                Ok((list, st, redirect)) => {
                     if self.table.get(b).writable() {
                         self.sweep_temps(b, &path, &list);
                     }
@@ -1140,8 +1141,11 @@ impl Op<'_> {
                     if !m.add(b, list) {
                         break;
                     }
-                    if let Some(target) = self.redirect_of(b, &path) {
+                    if let Some(target) = redirect.as_deref().and_then(crate::redirect::decode) {
                         queue = self.lower_paths(&target, b).into();
+                        // What the redirect led to was found by lookups no stamp covers: read
+                        // the directory again once the view expires.
+                        followed = true;
                     }
                 }
                 Err(e) => match sys::errno(&e) {
@@ -1160,7 +1164,7 @@ impl Op<'_> {
                 },
             }
         }
-        if stamps.iter().any(|(_, st)| st.is_some_and(racy)) {
+        if followed || stamps.iter().any(|(_, st)| st.is_some_and(racy)) {
             stamps.clear();
         }
         let (entries, layers) = m.finish();

@@ -17,11 +17,15 @@ impl Op<'_> {
     /// The redirect of directory `path` in branch `b`, if it has a valid one and a branch
     /// below it exists for it to apply to.
     pub(super) fn redirect_of(&self, b: u32, path: &Path) -> Option<PathBuf> {
-        if b as usize + 1 >= self.table.branches.len() {
-            return None;
-        }
+        self.redirect_attr(b)?;
         let value = sys::lgetxattr(&self.abs(b, path), OsStr::new(XATTR)).ok()?;
         redirect::decode(&value)
+    }
+
+    /// The attribute to read (and its longest valid value) with a listing of a directory of
+    /// branch `b`: none on the lowest branch, which has nothing below to redirect to.
+    pub(super) fn redirect_attr(&self, b: u32) -> Option<(&'static OsStr, usize)> {
+        (b as usize + 1 < self.table.branches.len()).then(|| (OsStr::new(XATTR), redirect::MAX_LEN))
     }
 
     /// Where lower path `target` shows in the branches below `above`: each branch that holds
