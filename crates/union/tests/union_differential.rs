@@ -551,6 +551,159 @@ fn differential_redirect_dir_on() {
     }
 }
 
+/// A small deterministic generator (xorshift64*), so a failing run can be replayed by seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<'a>(&mut self, items: &'a [String]) -> &'a str {
+        &items[self.below(items.len())]
+    }
+}
+
+/// The directories (with "" for the root) and the other names under `root`, sorted.
+fn dirs_and_files(root: &Path) -> (Vec<String>, Vec<String>) {
+    let (mut dirs, mut files) = (vec![String::new()], Vec::new());
+    for k in describe(root, false).into_keys() {
+        if fs::symlink_metadata(root.join(&k)).is_ok_and(|m| m.is_dir()) {
+            dirs.push(k);
+        } else {
+            files.push(k);
+        }
+    }
+    (dirs, files)
+}
+
+/// One random step over the tree that overlayfs shows now: mostly directory renames (into
+/// any directory, renamed ones included), with mkdir, rmdir, writes, unlinks and file renames
+/// between them. Returns a description and the operation (as paths relative to a mount).
+/// An operation on the tree under a mount.
+type DynOp = Box<dyn Fn(&Path) -> io::Result<()>>;
+
+fn random_op(rng: &mut Rng, root: &Path) -> (String, DynOp) {
+    const NAMES: [&str; 8] = ["a", "b", "c", "n1", "n2", "x", "q", "zz"];
+    let (dirs, files) = dirs_and_files(root);
+    let subdirs = &dirs[1..];
+    let join = |parent: &str, name: &str| Path::new(parent).join(name);
+    let name = NAMES[rng.below(NAMES.len())];
+    let kind = rng.below(10);
+    let (desc, from, to) = match kind {
+        0..=4 if !subdirs.is_empty() => {
+            let src = rng.pick(subdirs).to_string();
+            ("mv dir", join(&src, ""), join(rng.pick(&dirs), name))
+        }
+        5 => ("mkdir", join(rng.pick(&dirs), name), Default::default()),
+        6 if !subdirs.is_empty() => ("rmdir", join(rng.pick(subdirs), ""), Default::default()),
+        7 if !files.is_empty() => ("rm", join(rng.pick(&files), ""), Default::default()),
+        8 if !files.is_empty() => {
+            let src = rng.pick(&files).to_string();
+            (
+                "mv file",
+                join(&src, ""),
+                join(rng.pick(&dirs), &format!("f{name}")),
+            )
+        }
+        _ => (
+            "write",
+            join(rng.pick(&dirs), &format!("w{name}")),
+            Default::default(),
+        ),
+    };
+    let text = format!("{desc} {} {}", from.display(), to.display());
+    let op: DynOp = match desc {
+        "mv dir" | "mv file" => Box::new(move |r| fs::rename(r.join(&from), r.join(&to))),
+        "mkdir" => Box::new(move |r| fs::create_dir(r.join(&from))),
+        "rmdir" => Box::new(move |r| fs::remove_dir(r.join(&from))),
+        "rm" => Box::new(move |r| fs::remove_file(r.join(&from))),
+        _ => Box::new(move |r| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(r.join(&from))?
+                .write_all(b"w\n")
+        }),
+    };
+    (text, op)
+}
+
+/// Random sequences (fixed seeds) of directory renames and the changes around them, with
+/// remounts and snapshots now and then, agree with overlayfs `redirect_dir=on` after every
+/// step; the read-only branches never change.
+#[test]
+fn differential_redirect_random() {
+    if !fuse_ok("differential_redirect_random") {
+        return;
+    }
+    for seed in [1u64, 7, 42] {
+        if let Err(e) = random_run(seed, 150) {
+            panic!("seed {seed}: {e}");
+        }
+    }
+}
+
+fn random_run(seed: u64, steps: usize) -> Result<(), String> {
+    let t = tempfile::tempdir().unwrap();
+    let base = t.path();
+    build_lower(&base.join("ovl-lower"));
+    build_lower(&base.join("acc-lower"));
+    let mut run = Redirect {
+        base: base.to_path_buf(),
+        ovl_lowers: vec![base.join("ovl-lower")],
+        acc_lowers: vec![base.join("acc-lower")],
+        snaps: 0,
+        ovl: None,
+        acc: None,
+    };
+    if let Err(e) = run.mount() {
+        eprintln!(
+            "SKIP differential_redirect_random: cannot mount overlayfs here: {e}; NOT TESTED"
+        );
+        return Ok(());
+    }
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut frozen = run.frozen();
+    for i in 0..steps {
+        let desc = match rng.below(40) {
+            0 => {
+                run.remount();
+                "remount".to_string()
+            }
+            1 => {
+                run.snapshot();
+                frozen = run.frozen();
+                "snapshot".to_string()
+            }
+            _ => {
+                let (desc, op) = random_op(&mut rng, &base.join("ovl"));
+                let a = outcome(op(&base.join("ovl")));
+                let b = outcome(op(&base.join("acc")));
+                if a != b {
+                    return Err(format!("step {i} {desc}: overlayfs {a}, accord {b}"));
+                }
+                desc
+            }
+        };
+        let diff = tree_diff(&base.join("ovl"), &base.join("acc"));
+        if !diff.is_empty() {
+            return Err(format!("after step {i} {desc} trees differ:{diff}"));
+        }
+        if run.frozen() != frozen {
+            return Err(format!("a read-only branch changed at step {i} {desc}"));
+        }
+    }
+    Ok(())
+}
+
 fn outcome(r: io::Result<()>) -> String {
     match r {
         Ok(()) => "ok".into(),
