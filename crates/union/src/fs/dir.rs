@@ -11,24 +11,33 @@ use crate::sys;
 use crate::whiteout;
 
 impl Op<'_> {
-    /// Snapshot the merged listing at opendir, so a listing read in several chunks is
-    /// consistent even while the directory changes. (Taken again by the first chunk, see
-    /// `relist`.)
+    /// Open a listing. Its snapshot of the merged view is taken by its first chunk (see
+    /// `snapshot`), so a listing read in several chunks is consistent even while the
+    /// directory changes; here only what makes the open fail is checked.
     pub(super) fn do_opendir(&self, ino: u64) -> R<u64> {
-        let list = self.listing(ino)?;
+        self.ensure_view(ino)?;
         let fh = self.new_fh();
-        super::lock(&self.dirs).insert(fh, std::sync::Arc::new(list));
+        super::lock(&self.dirs).insert(fh, Default::default());
         Ok(fh)
     }
 
-    /// The first chunk of a listing (offset 0) takes the snapshot again: the kernel asks for
-    /// it holding the directory's lock, which a rename in the directory needs too, so the
-    /// snapshot cannot predate a rename that finishes before the listing's lookups (a name
-    /// renamed between opendir and the listing would show at neither name). Returns the
-    /// snapshot to list from.
-    pub(super) fn relist(&self, ino: u64, fh: u64) -> Option<std::sync::Arc<Vec<DirItem>>> {
+    /// The snapshot a chunk of listing `fh` of directory `ino` is read from, taken anew for the
+    /// first chunk (offset 0, also after a rewind). The kernel asks for it holding the
+    /// directory's lock, which a rename in the directory needs too, so the snapshot cannot
+    /// predate a rename that finished before the listing (taken at opendir, a name renamed in
+    /// between would show at neither name). None for an unknown handle.
+    pub(super) fn snapshot(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+    ) -> Option<std::sync::Arc<Vec<DirItem>>> {
         let mut dirs = super::lock(&self.dirs);
         let old = dirs.get(&fh)?.clone();
+        // (A snapshot holds `.` and `..` at least: an empty one was never taken.)
+        if offset != 0 && !old.is_empty() {
+            return Some(old);
+        }
         drop(dirs);
         let Ok(list) = self.listing(ino) else {
             return Some(old);

@@ -425,11 +425,7 @@ impl fuser::Filesystem for Union {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let list = match offset {
-            0 => self.op().relist(ino.0, fh.0),
-            _ => super::lock(&self.dirs).get(&fh.0).cloned(),
-        };
-        let Some(list) = list else {
+        let Some(list) = self.op().snapshot(ino.0, fh.0, offset) else {
             return reply.error(Errno::EBADF);
         };
         for (i, (child, kind, name)) in list.iter().enumerate().skip(offset as usize) {
@@ -455,11 +451,7 @@ impl fuser::Filesystem for Union {
         mut reply: ReplyDirectoryPlus,
     ) {
         let op = self.op();
-        let list = match offset {
-            0 => op.relist(ino.0, fh.0),
-            _ => super::lock(&self.dirs).get(&fh.0).cloned(),
-        };
-        let Some(list) = list else {
+        let Some(list) = op.snapshot(ino.0, fh.0, offset) else {
             return reply.error(Errno::EBADF);
         };
         // Without the directory no name can be looked up: an error, not an empty chunk (which
