@@ -470,7 +470,8 @@ impl DirView {
         }
     }
 
-    /// Where the entries of this directory, `rel`, live in the branches that hold it elsewhere.
+    /// Where entry `name` of this directory lives in the branches that hold the directory
+    /// elsewhere than at its union path.
     fn child_paths(&self, name: &OsStr) -> Vec<(u32, PathBuf)> {
         self.redirected
             .iter()

@@ -162,7 +162,8 @@ impl Op<'_> {
         if self.ensure_view(ino)?.layers.iter().all(|&b| b == u) {
             return Ok(());
         }
-        // Found before the copy-up, which makes the upper copy that holds the answer.
+        // Where the branches below show it now (a copy-up never carries a redirect, so this
+        // is the same before and after it).
         let target = self.lower_path(ino, u)?;
         self.ensure_dir_upper(ino)?;
         self.set_redirect(u, &self.path(ino)?, &target)
