@@ -31,7 +31,8 @@ enum UnionCmd {
     Mount {
         mountpoint: PathBuf,
         branches: Vec<String>,
-        /// Mount options; only `dirs=` is understood.
+        /// Mount options: `dirs=` (branches) and `redirect_dir=on|off` (off: renaming a
+        /// directory with lower parts fails with EXDEV instead of moving it in place).
         #[arg(short = 'o')]
         options: Option<String>,
         /// Stay in the foreground until unmounted.
@@ -223,9 +224,13 @@ fn mount(
     notify_fd: Option<i32>,
 ) -> i32 {
     let mut specs: Vec<BranchSpec> = Vec::new();
+    let mut redirect_dir = true;
     if let Some(o) = &options {
         match parse_mount_options(o) {
-            Ok(v) => specs.extend(v),
+            Ok(v) => {
+                specs.extend(v.branches);
+                redirect_dir = v.redirect_dir;
+            }
             Err(e) => return usage(&e),
         }
     }
@@ -250,6 +255,7 @@ fn mount(
         let cfg = MountConfig {
             mountpoint,
             branches: resolved,
+            redirect_dir,
         };
         let notify = notify_fd.map(|fd| {
             // SAFETY: the parent handed us this descriptor (see `daemonize`) and nobody else
@@ -282,7 +288,7 @@ fn mount(
             }
         };
     }
-    daemonize(&mountpoint, &resolved)
+    daemonize(&mountpoint, &resolved, redirect_dir)
 }
 
 /// The branch directories of `specs`, canonical, with their modes; or the exit code after the
@@ -320,7 +326,7 @@ fn missing_branch(spec: &BranchSpec, e: &std::io::Error) -> i32 {
 
 /// Start the file system as a detached copy of this program and return once it reports the
 /// mount live (or why it failed), so `accord union mount` behaves like mount(8).
-fn daemonize(mountpoint: &Path, branches: &[(PathBuf, Mode)]) -> i32 {
+fn daemonize(mountpoint: &Path, branches: &[(PathBuf, Mode)], redirect_dir: bool) -> i32 {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return fail(&format!("cannot find own executable: {e}")),
@@ -335,6 +341,9 @@ fn daemonize(mountpoint: &Path, branches: &[(PathBuf, Mode)]) -> i32 {
     let mut cmd = Command::new(exe);
     cmd.args(["union", "mount", "--foreground", "--notify-fd", "3"])
         .arg(mountpoint);
+    if !redirect_dir {
+        cmd.args(["-o", "redirect_dir=off"]);
+    }
     for (p, m) in branches {
         let mut s = p.clone().into_os_string();
         s.push(format!("={m}"));

@@ -78,22 +78,37 @@ pub fn mistyped_mode(spec: &BranchSpec) -> Option<String> {
     (!dir.is_empty() && !word.is_empty() && !word.contains('/')).then(|| word.to_string())
 }
 
-/// Unionfs's mount option syntax: `dirs=/a=rw:/b=ro` (possibly among other comma-separated
-/// options, which we refuse rather than ignore).
-pub fn parse_mount_options(opts: &str) -> Result<Vec<BranchSpec>, String> {
-    let mut out = Vec::new();
+/// What `-o` says: branches and switches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Unionfs's `dirs=/a=rw:/b=ro`.
+    pub branches: Vec<BranchSpec>,
+    /// overlayfs's `redirect_dir=on|off` (see `crate::redirect`); on unless switched off.
+    pub redirect_dir: bool,
+}
+
+/// Comma-separated mount options: Unionfs's `dirs=/a=rw:/b=ro` and overlayfs's
+/// `redirect_dir=on|off`; any other is refused rather than ignored.
+pub fn parse_mount_options(opts: &str) -> Result<MountOptions, String> {
+    let mut out = MountOptions {
+        branches: Vec::new(),
+        redirect_dir: true,
+    };
     for opt in opts.split(',').filter(|o| !o.is_empty()) {
-        match opt.strip_prefix("dirs=") {
-            Some(dirs) => {
-                for d in dirs.split(':') {
-                    out.push(parse_spec(d)?);
-                }
+        if let Some(dirs) = opt.strip_prefix("dirs=") {
+            for d in dirs.split(':') {
+                out.branches.push(parse_spec(d)?);
             }
-            None => {
-                return Err(format!(
-                    "unknown mount option {opt:?} (only dirs= is known)"
-                ))
-            }
+        } else if let Some(v) = opt.strip_prefix("redirect_dir=") {
+            out.redirect_dir = match v {
+                "on" => true,
+                "off" => false,
+                _ => return Err(format!("redirect_dir={v:?}: on or off")),
+            };
+        } else {
+            return Err(format!(
+                "unknown mount option {opt:?} (known: dirs=, redirect_dir=on|off)"
+            ));
         }
     }
     Ok(out)
@@ -292,8 +307,14 @@ mod tests {
         assert_eq!(mode("/a=ro"), None);
         assert_eq!(mode("/a"), None);
         assert_eq!(mode("/a=b/c"), None);
-        let v = parse_mount_options("dirs=/a=rw:/b=ro:/c").unwrap();
+        let o = parse_mount_options("dirs=/a=rw:/b=ro:/c").unwrap();
+        assert!(o.redirect_dir);
+        let v = o.branches;
         assert_eq!(v.len(), 3);
+        let o = parse_mount_options("redirect_dir=off,dirs=/a").unwrap();
+        assert!(!o.redirect_dir);
+        assert_eq!(o.branches.len(), 1);
+        assert!(parse_mount_options("redirect_dir=yes").is_err());
         assert_eq!(v[1].mode, Some(Mode::Ro));
         assert!(parse_mount_options("dirs=/a,foo").is_err());
         let d = default_modes(&v);

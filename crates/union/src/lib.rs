@@ -5,8 +5,8 @@
 //! writable branch ("upper"), copying files up from read-only branches first; deletions of
 //! names that exist below leave `.wh.NAME` whiteouts. Read-only branches are never modified.
 //!
-//! Layout: pure logic in [`branch`] (branch specs and the branch table), [`whiteout`] (naming)
-//! and [`merge`] (one directory's merge over branches); the FUSE layer in `fs/` (one file per
+//! Layout: pure logic in [`branch`] (branch specs and the branch table), [`whiteout`] (naming),
+//! [`redirect`] (the redirect format) and [`merge`] (one directory's merge over branches); the FUSE layer in `fs/` (one file per
 //! operation family); [`control`] is the live control channel; [`guard`] refuses branches
 //! inside a union of ours; `sys` wraps the system calls.
 //!
@@ -28,8 +28,11 @@
 //! link count, and a copy-up of one keeps the others linked to the copy through an index in the
 //! upper branch, as overlayfs does with `index=on` (`fs/index.rs`).
 //!
-//! Not supported (by design or yet): renaming a directory that has parts in lower branches
-//! (EXDEV, like overlayfs without redirect_dir: `mv` then copies).
+//! Directory renames: a directory with parts in lower branches moves in place, as on overlayfs
+//! with `redirect_dir=on`: its upper copy moves and holds, in the `trusted.accord.redirect`
+//! xattr, the path where its lower parts show below it ([`redirect`] has the format and the
+//! checks on what is read back; `fs/redirect.rs` follows and writes it). `-o redirect_dir=off`
+//! makes such renames fail with EXDEV instead (`mv` then copies).
 //!
 //! Concurrency: four reader threads (`ACCORD_UNION_THREADS`) answer the quick requests
 //! concurrently; slow ones (copy-up, truncate, fsync, big reads and writes) run on worker
@@ -44,6 +47,7 @@ pub mod control;
 mod fs;
 pub mod guard;
 pub mod merge;
+pub mod redirect;
 mod sys;
 pub mod whiteout;
 
@@ -61,6 +65,9 @@ pub struct MountConfig {
     pub mountpoint: PathBuf,
     /// Highest priority first.
     pub branches: Vec<(PathBuf, Mode)>,
+    /// `-o redirect_dir=on|off`: rename directories with lower parts in place (on, the
+    /// default) or refuse with EXDEV (off).
+    pub redirect_dir: bool,
 }
 
 /// Mount the union and serve it until it is unmounted. `ready` is called once: with Ok when
@@ -137,6 +144,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         nodes: Mutex::new(fs::Nodes::new()),
         notifier: std::sync::OnceLock::new(),
         mountpoint: mountpoint.clone(),
+        redirect_dir: cfg.redirect_dir,
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
         io::Error::new(

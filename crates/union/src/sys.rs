@@ -228,10 +228,25 @@ pub fn list_dir(dir: RawFd, rel: &Path) -> io::Result<Vec<(OsString, Kind)>> {
     list_dir_stamped(dir, rel).map(|(v, _)| v)
 }
 
+/// A directory's entries, its stamp from before they were read, and the value of the extended
+/// attribute asked for (None when it has none, or one longer than asked for).
+pub type Listing = (Vec<(OsString, Kind)>, Stamp, Option<Vec<u8>>);
+
 /// List a directory and return the stamp it had before it was read.
 pub fn list_dir_stamped(dir: RawFd, rel: &Path) -> io::Result<(Vec<(OsString, Kind)>, Stamp)> {
+    list_dir_with(dir, rel, None).map(|(v, st, _)| (v, st))
+}
+
+/// `list_dir_stamped`, also reading extended attribute `xattr` (at most `max` bytes) from the
+/// open directory, which costs less than a lookup of its path again.
+pub fn list_dir_with(
+    dir: RawFd,
+    rel: &Path,
+    xattr: Option<(&OsStr, usize)>,
+) -> io::Result<Listing> {
     let f = open_noatime(dir, rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
     let st = stamp(&fstat(f.as_raw_fd())?);
+    let value = xattr.and_then(|(name, max)| fgetxattr_max(f.as_raw_fd(), name, max));
     let fd: OwnedFd = f.into();
     let raw = fd.as_raw_fd();
     // SAFETY: fdopendir takes ownership of the descriptor on success; we release ours first.
@@ -281,7 +296,17 @@ pub fn list_dir_stamped(dir: RawFd, rel: &Path) -> io::Result<(Vec<(OsString, Ki
     }
     // SAFETY: dirp valid, closed once.
     unsafe { libc::closedir(dirp) };
-    Ok((out, st))
+    Ok((out, st, value))
+}
+
+/// Extended attribute `name` of open file `fd` if it has one of at most `max` bytes.
+fn fgetxattr_max(fd: RawFd, name: &OsStr, max: usize) -> Option<Vec<u8>> {
+    let n = CString::new(name.as_bytes()).ok()?;
+    let mut buf = vec![0u8; max];
+    // SAFETY: valid descriptor, string and buffer of the stated length.
+    let len = unsafe { libc::fgetxattr(fd, n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    buf.truncate(usize::try_from(len).ok()?);
+    Some(buf)
 }
 
 /// Copy all bytes from `src` to `dst` (in-kernel where the file systems allow it).

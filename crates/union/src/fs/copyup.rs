@@ -78,7 +78,8 @@ impl Op<'_> {
     /// branch index. Only with the namespace lock held.
     pub(super) fn ensure_dir_upper(&self, ino: u64) -> R<u32> {
         let u = self.upper()?;
-        let layers = self.ensure_view(ino)?.layers.clone();
+        let view = self.ensure_view(ino)?;
+        let layers = view.layers.clone();
         if layers.contains(&u) {
             return Ok(u);
         }
@@ -90,7 +91,9 @@ impl Op<'_> {
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
         self.ensure_dir_upper(parent)?;
         let rel = self.path(ino)?;
-        let st = sys::fstatat(self.fd(src), &rel).e()?;
+        // (Elsewhere in a lower branch when the directory is under a redirect.)
+        let src_rel = view.path_in(src, &rel);
+        let st = sys::fstatat(self.fd(src), &src_rel).e()?;
         let ufd = self.fd(u);
         // Build under a temporary name and rename, so a half-made directory (wrong owner or
         // mode) is never visible.
@@ -100,7 +103,8 @@ impl Op<'_> {
             sys::mkdirat(ufd, &tmp, 0o700)?;
             sys::lchown(ufd, &tmp, st.st_uid, st.st_gid)?;
             sys::chmodat(ufd, &tmp, st.st_mode & 0o7777)?;
-            sys::copy_xattrs(&self.abs(src, &rel), &self.abs(u, &tmp))?;
+            sys::copy_xattrs(&self.abs(src, &src_rel), &self.abs(u, &tmp))?;
+            super::redirect::drop_copied(&self.abs(u, &tmp))?;
             let (a, m) = sys::stat_times(&st);
             sys::utimensat(ufd, &tmp, a, m)?;
             self.ns_changing();
@@ -177,7 +181,9 @@ impl Op<'_> {
         }
         let sfd = self.fd(src);
         let rel = loc.rel.clone();
-        let st = sys::fstatat(sfd, &rel).e()?;
+        // The source's own path (another one in a redirected directory).
+        let src_rel = loc.at(src);
+        let st = sys::fstatat(sfd, &src_rel).e()?;
         let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
         // The data copied before the lock was taken counts only if it is still this file's
         // (same branch and path, the source unchanged since: inode, mtime, ctime) and its
@@ -196,7 +202,7 @@ impl Op<'_> {
             None => self.temp_rel(&parent_rel),
         };
         let copied = pre.as_mut().and_then(|p| p.file.take());
-        let src_abs = self.abs(src, &rel);
+        let src_abs = self.abs(src, &src_rel);
         let tmp_abs = self.abs(u, &tmp);
         let build = || -> std::io::Result<Option<File>> {
             let mut opened = None;
@@ -212,7 +218,7 @@ impl Op<'_> {
                                 0o600,
                             )?;
                             if truncated_open.is_none() {
-                                let s = sys::open_noatime(sfd, &rel, libc::O_RDONLY)?;
+                                let s = sys::open_noatime(sfd, &src_rel, libc::O_RDONLY)?;
                                 sys::copy_data(&s, &d)?;
                             }
                             d
@@ -235,7 +241,7 @@ impl Op<'_> {
                     }
                 }
                 libc::S_IFLNK => {
-                    let target = sys::readlinkat(sfd, &rel)?;
+                    let target = sys::readlinkat(sfd, &src_rel)?;
                     sys::symlinkat(&target, ufd, &tmp)?;
                     sys::lchown(ufd, &tmp, st.st_uid, st.st_gid)?;
                     sys::copy_xattrs(&src_abs, &tmp_abs)?;
@@ -334,12 +340,13 @@ impl Op<'_> {
     pub(super) fn precopy(&self, ino: u64) -> Option<Precopy<'_>> {
         let u = self.upper().ok()?;
         // A stat first: most copy-ups are of small files, which need nothing opened here.
-        let (src, rel, st) = self
+        let (src, rel, src_rel, st) = self
             .resolved(|| {
                 let loc = self.locate(ino)?;
                 let src = loc.entry.winner();
-                let st = sys::fstatat(self.fd(src), &loc.rel).e()?;
-                Ok((src, loc.rel, st))
+                let src_rel = loc.at(src);
+                let st = sys::fstatat(self.fd(src), &src_rel).e()?;
+                Ok((src, loc.rel, src_rel, st))
             })
             .ok()?;
         let big = st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_size >= PRECOPY_MIN;
@@ -347,7 +354,7 @@ impl Op<'_> {
             return None;
         }
         // Opened through the path again: it must still be the file just stat'ed.
-        let file = sys::open_noatime(self.fd(src), &rel, libc::O_RDONLY).ok()?;
+        let file = sys::open_noatime(self.fd(src), &src_rel, libc::O_RDONLY).ok()?;
         if sys::fstat(file.as_raw_fd()).ok().map(|s| sys::stamp(&s)) != Some(sys::stamp(&st)) {
             return None;
         }

@@ -5,15 +5,54 @@ use std::os::unix::ffi::OsStrExt;
 
 use fuser::{FileAttr, FileType};
 
-use super::{kind_type, Errno, Op, R, ROOT};
+use super::{kind_type, DirItem, Errno, Op, R, ROOT};
 use crate::merge::Kind;
 use crate::sys;
 use crate::whiteout;
 
 impl Op<'_> {
-    /// Snapshot the merged listing at opendir, so a listing read in several chunks is
-    /// consistent even while the directory changes.
+    /// Open a listing. Its snapshot of the merged view is taken by its first chunk (see
+    /// `snapshot`), so a listing read in several chunks is consistent even while the
+    /// directory changes; here only what makes the open fail is checked.
     pub(super) fn do_opendir(&self, ino: u64) -> R<u64> {
+        self.ensure_view(ino)?;
+        let fh = self.new_fh();
+        super::lock(&self.dirs).insert(fh, Default::default());
+        Ok(fh)
+    }
+
+    /// The snapshot a chunk of listing `fh` of directory `ino` is read from, taken anew for the
+    /// first chunk (offset 0, also after a rewind). The kernel asks for it holding the
+    /// directory's lock, which a rename in the directory needs too, so the snapshot cannot
+    /// predate a rename that finished before the listing (taken at opendir, a name renamed in
+    /// between would show at neither name). None for an unknown handle.
+    pub(super) fn snapshot(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+    ) -> Option<std::sync::Arc<Vec<DirItem>>> {
+        let mut dirs = super::lock(&self.dirs);
+        let old = dirs.get(&fh)?.clone();
+        // (A snapshot holds `.` and `..` at least: an empty one was never taken.)
+        if offset != 0 && !old.is_empty() {
+            return Some(old);
+        }
+        drop(dirs);
+        let Ok(list) = self.listing(ino) else {
+            return Some(old);
+        };
+        let list = std::sync::Arc::new(list);
+        dirs = super::lock(&self.dirs);
+        // (Unless the handle was released meanwhile.)
+        dirs.get_mut(&fh).map(|slot| {
+            *slot = list.clone();
+            list
+        })
+    }
+
+    /// The merged listing of directory `ino` with `.` and `..`.
+    fn listing(&self, ino: u64) -> R<Vec<DirItem>> {
         let v = self.ensure_view(ino)?;
         let parent = if ino == ROOT {
             ROOT
@@ -28,9 +67,7 @@ impl Op<'_> {
         for (name, e) in &v.entries {
             list.push((0, kind_type(e.kind), name.clone()));
         }
-        let fh = self.new_fh();
-        super::lock(&self.dirs).insert(fh, std::sync::Arc::new(list));
-        Ok(fh)
+        Ok(list)
     }
 
     pub(super) fn do_mkdir(
@@ -120,12 +157,12 @@ impl Op<'_> {
         // Opened through the directory's path (again if a rename ran meanwhile), then synced.
         let dirs = self.resolved(|| {
             let rel = self.path(ino)?;
-            let layers = self.ensure_view(ino)?.layers.clone();
+            let view = self.ensure_view(ino)?;
             let flags = libc::O_RDONLY | libc::O_DIRECTORY;
-            layers
-                .into_iter()
-                .filter(|&b| self.table.get(b).writable())
-                .map(|b| sys::openat(self.fd(b), &rel, flags, 0).e())
+            view.layers
+                .iter()
+                .filter(|&&b| self.table.get(b).writable())
+                .map(|&b| sys::openat(self.fd(b), &view.path_in(b, &rel), flags, 0).e())
                 .collect::<R<Vec<_>>>()
         })?;
         for d in dirs {

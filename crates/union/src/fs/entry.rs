@@ -95,11 +95,9 @@ impl Op<'_> {
 
     /// The attributes of `name` in `parent`, read through its path (no reference counted).
     fn stat_child(&self, parent: u64, name: &OsStr) -> R<sys::Stat> {
-        let winner = {
-            let v = self.ensure_view(parent)?;
-            v.entries.get(name).ok_or(libc::ENOENT)?.winner()
-        };
-        let rel = self.path(parent)?.join(name);
+        let view = self.ensure_view(parent)?;
+        let winner = view.entries.get(name).ok_or(libc::ENOENT)?.winner();
+        let rel = view.path_in(winner, &self.path(parent)?).join(name);
         let st = sys::fstatat(self.fd(winner), &rel).map_err(|err| {
             self.forget_view(parent);
             sys::errno(&err)
@@ -154,12 +152,12 @@ impl Op<'_> {
         let st = match l.fds.get_mut(&b) {
             None => {
                 l.fds.insert(b, Slot::Once);
-                sys::fstatat(self.fd(b), &l.rel.join(name)).e()
+                sys::fstatat(self.fd(b), &l.view.path_in(b, &l.rel).join(name)).e()
             }
             Some(slot) => {
                 if let Slot::Once = slot {
                     let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
-                    *slot = match sys::openat(self.fd(b), &l.rel, flags, 0) {
+                    *slot = match sys::openat(self.fd(b), &l.view.path_in(b, &l.rel), flags, 0) {
                         Ok(f) => Slot::Open(f),
                         Err(_) => Slot::Missing,
                     };
@@ -253,7 +251,7 @@ impl Op<'_> {
     pub(super) fn do_readlink(&self, ino: u64) -> R<OsString> {
         self.resolved(|| {
             let loc = self.locate(ino)?;
-            sys::readlinkat(self.fd(loc.entry.winner()), &loc.rel).e()
+            sys::readlinkat(self.fd(loc.entry.winner()), &loc.winner_rel()).e()
         })
     }
 

@@ -121,7 +121,8 @@ impl Op<'_> {
                 (true, true) => self.writable_branch_for(ino)?,
                 (false, _) => self.locate(ino)?.entry.winner(),
             };
-            let rel = self.path(ino)?;
+            // (Another path than the union's in a lower branch under a redirect.)
+            let rel = self.locate(ino)?.at(b);
             let file = if wants_write(flags) {
                 sys::openat(self.fd(b), &rel, branch_flags(flags), 0)
             } else {
@@ -324,7 +325,7 @@ impl Op<'_> {
             return Ok(h);
         }
         let b = self.writable_branch_for(h.ino)?;
-        let rel = self.path(h.ino)?;
+        let rel = self.locate(h.ino)?.at(b);
         let file = sys::openat(self.fd(b), &rel, branch_flags(h.flags) & !libc::O_TRUNC, 0).e()?;
         let moved = Arc::new(Handle {
             file,

@@ -87,11 +87,12 @@ impl Op<'_> {
     fn pending_links(&self, ino: u64, st: &Stat) -> Option<u64> {
         let loc = self.locate(ino).ok()?;
         let b = loc.entry.winner();
-        let here = sys::fstatat(self.fd(b), &loc.rel).ok()?;
+        let rel = loc.at(b);
+        let here = sys::fstatat(self.fd(b), &rel).ok()?;
         if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino) {
             return None;
         }
-        read_links(&self.abs(b, &loc.rel))
+        read_links(&self.abs(b, &rel))
     }
 
     /// The index entry of lower file `st` in upper branch `u`, if there is one.
@@ -146,7 +147,7 @@ impl Op<'_> {
             return Ok(false);
         }
         let rel = self.rel_of(parent, name)?;
-        let st = sys::fstatat(self.fd(w), &rel).e()?;
+        let st = sys::fstatat(self.fd(w), &self.branch_rel(parent, name, w)?).e()?;
         let Some(entry) = self.index_entry(u, &st) else {
             return Ok(false);
         };
@@ -183,7 +184,11 @@ impl Op<'_> {
         if e.kind != Kind::File || e.winner() <= u {
             return Ok(());
         }
-        let st = sys::fstatat(self.fd(e.winner()), &self.rel_of(parent, name)?).e()?;
+        let st = sys::fstatat(
+            self.fd(e.winner()),
+            &self.branch_rel(parent, name, e.winner())?,
+        )
+        .e()?;
         if link_key(&st).is_none() {
             return Ok(());
         }
@@ -219,6 +224,10 @@ impl Op<'_> {
         let _ns = (!super::holds_ns()).then(|| self.ns());
         self.link_up(parent, name)?;
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
-        sys::fstatat(self.fd(e.winner()), &self.rel_of(parent, name)?).e()
+        sys::fstatat(
+            self.fd(e.winner()),
+            &self.branch_rel(parent, name, e.winner())?,
+        )
+        .e()
     }
 }

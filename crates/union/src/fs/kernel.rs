@@ -425,7 +425,7 @@ impl fuser::Filesystem for Union {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(list) = super::lock(&self.dirs).get(&fh.0).cloned() else {
+        let Some(list) = self.op().snapshot(ino.0, fh.0, offset) else {
             return reply.error(Errno::EBADF);
         };
         for (i, (child, kind, name)) in list.iter().enumerate().skip(offset as usize) {
@@ -450,10 +450,10 @@ impl fuser::Filesystem for Union {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(list) = super::lock(&self.dirs).get(&fh.0).cloned() else {
+        let op = self.op();
+        let Some(list) = op.snapshot(ino.0, fh.0, offset) else {
             return reply.error(Errno::EBADF);
         };
-        let op = self.op();
         // Without the directory no name can be looked up: an error, not an empty chunk (which
         // the kernel would take for the end of the listing).
         let mut listed = match op.listed(ino.0) {

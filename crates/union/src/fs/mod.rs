@@ -12,6 +12,7 @@ mod file;
 mod index;
 mod kernel;
 mod names;
+mod redirect;
 mod xattr;
 
 use std::collections::{HashMap, HashSet};
@@ -415,6 +416,9 @@ pub struct Shared {
     pub notifier: std::sync::OnceLock<fuser::Notifier>,
     /// Where the union is mounted (canonical).
     pub mountpoint: PathBuf,
+    /// Rename directories with lower parts in place with a redirect (`redirect.rs`); when
+    /// false, such renames fail with EXDEV.
+    pub redirect_dir: bool,
 }
 
 /// See `Op::view_inputs`.
@@ -428,7 +432,8 @@ struct ViewRead {
     parent: Option<u64>,
     before: u64,
     before_parent: Option<u64>,
-    candidates: Vec<u32>,
+    /// Branches that may hold the directory, with its path in each (see `DirView::redirected`).
+    candidates: Vec<(u32, PathBuf)>,
     parent_serial: u64,
     rel: PathBuf,
 }
@@ -450,6 +455,29 @@ pub(crate) struct DirView {
     /// view can be revalidated with one stat per branch instead of being read again. Empty
     /// when a stamp was too fresh to trust (see `racy`).
     stamps: Vec<(u32, Option<sys::Stamp>)>,
+    /// The layers that hold this directory at another path than its union path, with that
+    /// path: those below a redirect (`redirect.rs`). Lower paths never move, while the others
+    /// follow renames through the union, so only these are kept.
+    redirected: Vec<(u32, PathBuf)>,
+}
+
+impl DirView {
+    /// This directory's path in branch `b`, `rel` being its union path.
+    fn path_in(&self, b: u32, rel: &Path) -> PathBuf {
+        match self.redirected.iter().find(|(l, _)| *l == b) {
+            Some((_, p)) => p.clone(),
+            None => rel.to_path_buf(),
+        }
+    }
+
+    /// Where entry `name` of this directory lives in the branches that hold the directory
+    /// elsewhere than at its union path.
+    fn child_paths(&self, name: &OsStr) -> Vec<(u32, PathBuf)> {
+        self.redirected
+            .iter()
+            .map(|(b, p)| (*b, p.join(name)))
+            .collect()
+    }
 }
 
 /// Where a union name lives now.
@@ -457,6 +485,23 @@ pub(crate) struct DirView {
 pub(crate) struct Loc {
     pub rel: PathBuf,
     pub entry: MergedEntry,
+    /// The branches that hold the name elsewhere than at `rel` (in a redirected directory).
+    pub moved: Vec<(u32, PathBuf)>,
+}
+
+impl Loc {
+    /// The name's path in branch `b`.
+    pub fn at(&self, b: u32) -> PathBuf {
+        match self.moved.iter().find(|(l, _)| *l == b) {
+            Some((_, p)) => p.clone(),
+            None => self.rel.clone(),
+        }
+    }
+
+    /// The path in the winning branch.
+    pub fn winner_rel(&self) -> PathBuf {
+        self.at(self.entry.winner())
+    }
 }
 
 struct Handle {
@@ -837,6 +882,34 @@ impl State {
         });
     }
 
+    /// After renaming `name` of `parent` to upper `newname` of `newparent`. Within one
+    /// directory in one step, so a listing made meanwhile shows the entry once, at one name.
+    fn view_move(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        kind: Kind,
+        upper: u32,
+    ) {
+        if parent != newparent {
+            self.view_remove(parent, name);
+            self.view_insert(newparent, newname, kind, upper);
+            return;
+        }
+        self.edit_view(parent, |v| {
+            v.entries.remove(name);
+            v.entries.insert(
+                newname.to_os_string(),
+                MergedEntry {
+                    kind,
+                    positions: vec![upper],
+                },
+            );
+        });
+    }
+
     fn view_remove(&self, parent: u64, name: &OsStr) {
         self.edit_view(parent, |v| {
             v.entries.remove(name);
@@ -954,7 +1027,10 @@ impl Op<'_> {
                 }
             };
             if let Some(old) = views.get(&ino) {
-                if old.layers == v.layers && old.entries == v.entries {
+                if old.layers == v.layers
+                    && old.entries == v.entries
+                    && old.redirected == v.redirected
+                {
                     v.serial = old.serial;
                 }
             }
@@ -998,7 +1074,9 @@ impl Op<'_> {
                 if let Some(v) = self.revalidate(ino, 0, &rel, old.as_ref()) {
                     return Ok(ViewInputs::Cached(v));
                 }
-                let all: Vec<u32> = (0..self.table.branches.len() as u32).collect();
+                let all = (0..self.table.branches.len() as u32)
+                    .map(|b| (b, rel.clone()))
+                    .collect();
                 (all, 0, rel)
             }
             Some((parent, name)) => {
@@ -1015,7 +1093,13 @@ impl Op<'_> {
                 if let Some(v) = self.revalidate(ino, ps, &rel, old.as_ref()) {
                     return Ok(ViewInputs::Cached(v));
                 }
-                (e.positions.clone(), ps, rel)
+                let parent_rel = rel.parent().unwrap_or(Path::new(""));
+                let candidates = e
+                    .positions
+                    .iter()
+                    .map(|&b| (b, pv.path_in(b, parent_rel).join(name)))
+                    .collect();
+                (candidates, ps, rel)
             }
         };
         Ok(ViewInputs::Read(ViewRead {
@@ -1028,19 +1112,41 @@ impl Op<'_> {
         }))
     }
 
-    /// Read directory `rel` in the candidate branches and merge it (no locks held).
-    fn read_view(&self, candidates: &[u32], rel: &Path, parent_serial: u64) -> R<DirView> {
+    /// Read directory `rel` in the candidate branches (each at its path there) and merge it
+    /// (no locks held). A copy with a redirect replaces the candidates below it with what the
+    /// redirect names (`redirect.rs`).
+    fn read_view(
+        &self,
+        candidates: &[(u32, PathBuf)],
+        rel: &Path,
+        parent_serial: u64,
+    ) -> R<DirView> {
         let mut m = Merger::new();
         let mut stamps = Vec::with_capacity(candidates.len());
-        for (i, &b) in candidates.iter().enumerate() {
-            match sys::list_dir_stamped(self.fd(b), rel) {
-                Ok((list, st)) => {
+        let mut redirected = Vec::new();
+        let mut followed = false;
+        let mut queue: std::collections::VecDeque<_> = candidates.iter().cloned().collect();
+        let mut i = 0;
+        while let Some((b, path)) = queue.pop_front() {
+            let first = i == 0;
+            i += 1;
+            match sys::list_dir_with(self.fd(b), &path, self.redirect_attr(b)) {
+                Ok((list, st, redirect)) => {
                     if self.table.get(b).writable() {
-                        self.sweep_temps(b, rel, &list);
+                        self.sweep_temps(b, &path, &list);
                     }
                     stamps.push((b, Some(st)));
+                    if path != rel {
+                        redirected.push((b, path.clone()));
+                    }
                     if !m.add(b, list) {
                         break;
+                    }
+                    if let Some(target) = redirect.as_deref().and_then(crate::redirect::decode) {
+                        queue = self.lower_paths(&target, b).into();
+                        // What the redirect led to was found by lookups no stamp covers: read
+                        // the directory again once the view expires.
+                        followed = true;
                     }
                 }
                 Err(e) => match sys::errno(&e) {
@@ -1050,8 +1156,8 @@ impl Op<'_> {
                         continue;
                     }
                     // A non-directory below a directory hides everything under it.
-                    libc::ENOTDIR if i > 0 => {
-                        let st = sys::fstatat(self.fd(b), rel).ok().map(|s| sys::stamp(&s));
+                    libc::ENOTDIR if !first => {
+                        let st = sys::fstatat(self.fd(b), &path).ok().map(|s| sys::stamp(&s));
                         stamps.push((b, st));
                         break;
                     }
@@ -1059,7 +1165,7 @@ impl Op<'_> {
                 },
             }
         }
-        if stamps.iter().any(|(_, st)| st.is_some_and(racy)) {
+        if followed || stamps.iter().any(|(_, st)| st.is_some_and(racy)) {
             stamps.clear();
         }
         let (entries, layers) = m.finish();
@@ -1074,6 +1180,7 @@ impl Op<'_> {
             serial: self.fresh_serial(),
             parent_serial,
             stamps,
+            redirected,
         })
     }
 
@@ -1116,7 +1223,9 @@ impl Op<'_> {
             return None;
         }
         for (b, st) in &v.stamps {
-            let now = sys::fstatat(self.fd(*b), rel).ok().map(|s| sys::stamp(&s));
+            let now = sys::fstatat(self.fd(*b), &v.path_in(*b, rel))
+                .ok()
+                .map(|s| sys::stamp(&s));
             if now != *st {
                 return None;
             }
@@ -1140,18 +1249,16 @@ impl Op<'_> {
                     kind: Kind::Dir,
                     positions: v.layers.clone(),
                 },
+                moved: Vec::new(),
             });
         }
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
-        let entry = self
-            .ensure_view(parent)?
-            .entries
-            .get(&name)
-            .cloned()
-            .ok_or(libc::ENOENT)?;
+        let view = self.ensure_view(parent)?;
+        let entry = view.entries.get(&name).cloned().ok_or(libc::ENOENT)?;
         Ok(Loc {
             rel: self.path(ino)?,
             entry,
+            moved: view.child_paths(&name),
         })
     }
 
@@ -1161,7 +1268,7 @@ impl Op<'_> {
     }
 
     fn stat_loc(&self, ino: u64, loc: &Loc) -> R<Stat> {
-        match sys::fstatat(self.fd(loc.entry.winner()), &loc.rel) {
+        match sys::fstatat(self.fd(loc.entry.winner()), &loc.winner_rel()) {
             Ok(st) => Ok(st),
             Err(e) => {
                 // The branch changed behind our back: re-read the parent next time.

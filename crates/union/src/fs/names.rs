@@ -28,6 +28,13 @@ impl Op<'_> {
         })
     }
 
+    /// The path of `name` of `parent` in branch `b` (another one than the union path in a
+    /// lower branch under a redirect).
+    pub(super) fn branch_rel(&self, parent: u64, name: &OsStr, b: u32) -> R<PathBuf> {
+        let parent_rel = self.path(parent)?;
+        Ok(self.ensure_view(parent)?.path_in(b, &parent_rel).join(name))
+    }
+
     pub(super) fn do_unlink(&self, parent: u64, name: &OsStr) -> R<()> {
         let _ns = self.ns();
         self.ns_changing();
@@ -55,9 +62,9 @@ impl Op<'_> {
     }
 
     /// rename(2) over the union. Files move across branches (copy-up, rename in the upper
-    /// branch, whiteout the old name). A directory renames only when it lives entirely in the
-    /// upper branch; a directory with lower parts fails with EXDEV, as overlayfs does without
-    /// redirect_dir, so `mv` falls back to copy and delete and no child ever silently vanishes.
+    /// branch, whiteout the old name). A directory with lower parts is copied up and moves
+    /// with a redirect to them (`redirect.rs`), as on overlayfs with `redirect_dir=on`; with
+    /// `redirect_dir=off` it fails with EXDEV instead, so `mv` copies and deletes.
     pub(super) fn do_rename(
         &self,
         parent: u64,
@@ -119,7 +126,9 @@ impl Op<'_> {
                 }
             }
         }
-        if !is_dir {
+        if is_dir {
+            self.redirect_before_move(src_ino, u)?;
+        } else {
             self.copy_up_with(src_ino, pre.take(), None)?;
             self.ns_changing();
         }
@@ -135,8 +144,7 @@ impl Op<'_> {
         let from = self.rel_of(parent, name)?;
         let to = self.rel_of(newparent, newname)?;
         sys::renameat(self.fd(u), &from, &to, flags).e()?;
-        self.view_remove(parent, name);
-        self.view_insert(newparent, newname, src.kind, u);
+        self.view_move(parent, name, newparent, newname, src.kind, u);
         self.nodes().rename(parent, name, newparent, newname);
         if is_dir {
             // Its children resolve through the new path; rebuild its view from there.
@@ -145,9 +153,25 @@ impl Op<'_> {
         Ok(())
     }
 
+    /// Before directory `ino` moves: when it has parts below upper branch `u`, make its upper
+    /// copy and record there where those parts are, so they move with it. First of the steps
+    /// (redirect, whiteout of the old name, rename), so a crash after any of them leaves the
+    /// directory showing the same children at one name: a redirect naming the directory's own
+    /// lower path changes nothing, nor does a whiteout while the upper copy holds the name.
+    fn redirect_before_move(&self, ino: u64, u: u32) -> R<()> {
+        if self.ensure_view(ino)?.layers.iter().all(|&b| b == u) {
+            return Ok(());
+        }
+        // Where the branches below show it now (a copy-up never carries a redirect, so this
+        // is the same before and after it).
+        let target = self.lower_path(ino, u)?;
+        self.ensure_dir_upper(ino)?;
+        self.set_redirect(u, &self.path(ino)?, &target)
+    }
+
     /// What makes a rename fail before anything is changed or copied: the source missing, a
     /// name on a read-only branch above the upper one, a replaced name of the other kind, a
-    /// directory with lower parts (EXDEV), no upper branch reachable from the root. The
+    /// directory with lower parts when redirects are off (EXDEV), no upper branch reachable from the root. The
     /// emptiness of a replaced directory is checked by the caller, under the lock.
     fn rename_checks(
         &self,
@@ -178,7 +202,7 @@ impl Op<'_> {
             }
         }
         let same = parent == newparent && name == newname;
-        if is_dir && src.positions != [u] && !same {
+        if is_dir && src.positions != [u] && !same && !self.shared.redirect_dir {
             return Err(libc::EXDEV);
         }
         // Copying up the directories on the way needs the upper branch's root to show

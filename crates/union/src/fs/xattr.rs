@@ -14,14 +14,14 @@ impl Op<'_> {
         }
         self.resolved(|| {
             let loc = self.locate(ino)?;
-            sys::lgetxattr(&self.abs(loc.entry.winner(), &loc.rel), name).e()
+            sys::lgetxattr(&self.abs(loc.entry.winner(), &loc.winner_rel()), name).e()
         })
     }
 
     pub(super) fn do_listxattr(&self, ino: u64) -> R<Vec<u8>> {
         self.resolved(|| {
             let loc = self.locate(ino)?;
-            let list = sys::llistxattr(&self.abs(loc.entry.winner(), &loc.rel)).e()?;
+            let list = sys::llistxattr(&self.abs(loc.entry.winner(), &loc.winner_rel())).e()?;
             // (A list of NUL-terminated names.)
             let shown = list.split_inclusive(|&c| c == 0).filter(|n| {
                 !is_private_xattr(OsStr::from_bytes(n.strip_suffix(&[0]).unwrap_or(n)))

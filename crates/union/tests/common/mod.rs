@@ -65,12 +65,27 @@ pub struct UnionMount {
 
 impl UnionMount {
     pub fn new(mnt: &Path, branches: &[String]) -> UnionMount {
+        UnionMount::with_options(mnt, branches, &[])
+    }
+
+    /// A mount with extra arguments before the branches (`-o redirect_dir=off`).
+    pub fn with_options(mnt: &Path, branches: &[String], options: &[&str]) -> UnionMount {
         fs::create_dir_all(mnt).unwrap();
         let mut args: Vec<&OsStr> = vec![OsStr::new("union"), OsStr::new("mount"), mnt.as_os_str()];
+        args.extend(options.iter().map(OsStr::new));
         for b in branches {
             args.push(OsStr::new(b));
         }
-        let (ok, _, err) = accord_cmd(&args);
+        let (mut ok, _, mut err) = accord_cmd(&args);
+        // A union just unmounted here may still be ending (its control socket lives until
+        // its process exits): wait for it.
+        for _ in 0..50 {
+            if ok || !err.contains("already mounted?") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            (ok, _, err) = accord_cmd(&args);
+        }
         assert!(ok, "accord union mount failed: {err}");
         UnionMount {
             mnt: mnt.to_path_buf(),
@@ -111,12 +126,24 @@ impl OverlayMount {
         work: &Path,
         mnt: &Path,
     ) -> Result<OverlayMount, String> {
+        OverlayMount::with(&[lower], upper, work, mnt, "off")
+    }
+
+    /// overlayfs over `lowers` (highest first) with `redirect_dir` set to `redirect`.
+    pub fn with(
+        lowers: &[&Path],
+        upper: &Path,
+        work: &Path,
+        mnt: &Path,
+        redirect: &str,
+    ) -> Result<OverlayMount, String> {
         for d in [upper, work, mnt] {
             fs::create_dir_all(d).unwrap();
         }
+        let lower: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
         let opts = format!(
-            "lowerdir={},upperdir={},workdir={},redirect_dir=off,index=on,metacopy=off,xino=off",
-            lower.display(),
+            "lowerdir={},upperdir={},workdir={},redirect_dir={redirect},index=on,metacopy=off,xino=off",
+            lower.join(":"),
             upper.display(),
             work.display()
         );
