@@ -408,7 +408,7 @@ impl RootWatches {
             }
             if work.lost[index] {
                 eprintln!(
-                    "accord sync: lost the watch on {} (moved, deleted or unmounted): \
+                    "accord sync: lost the watch on {} (moved or deleted): \
                      rescanning in full",
                     path.display()
                 );
@@ -438,8 +438,15 @@ impl RootWatches {
                 RootWatch::Polled(PollReason::Limit)
             }
             Err(e) => {
+                let why = match e.kind {
+                    notify::ErrorKind::PathNotFound => "it is missing".to_string(),
+                    notify::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+                        "it is missing".to_string()
+                    }
+                    _ => e.to_string(),
+                };
                 eprintln!(
-                    "accord sync: cannot watch {}: {e}: syncing every {}s until it can be",
+                    "accord sync: cannot watch {} ({why}): syncing every {}s until it can be",
                     path.display(),
                     self.interval.as_secs_f64()
                 );

@@ -196,7 +196,9 @@ fn a_saved_file_appears_on_the_other_side_within_a_second() {
 
 /// Acceptance 6: 10,000 files created at once on one side all arrive
 /// (far more events than the kernel's default queue of 16,384 holds, so
-/// this also goes through an overflow's rescan when one happens).
+/// this also goes through an overflow's rescan when one happens). On the
+/// 2-core build machine most of this test's minute or so is the removal of
+/// the 20,000 files afterwards, not the sync.
 #[test]
 fn ten_thousand_files_created_at_once_all_arrive() {
     const FILES: usize = 10_000;
@@ -274,6 +276,57 @@ fn sighup_rescans_and_sigterm_ends_cleanly() {
     assert_eq!(rescan["conflicts"].as_array().map(Vec::len), Some(0));
     watch.signal(libc::SIGTERM);
     assert_eq!(watch.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// SIGINT during a run ends the watch only once that run is done: what
+/// it planned is all carried out, and the exit status is 0. (The test
+/// hook ACCORD_TEST_SYNC_PAUSE holds the first run between its plan and
+/// its first change.)
+#[test]
+fn sigint_during_a_run_ends_the_watch_after_it() {
+    let pair = Pair::new();
+    pair.write('a', "planned", "carried over after the signal");
+    let pause = pair.state.with_file_name("pause");
+    let pause_text = pause.display().to_string();
+    let mut watch = Watch::start(&pair, &[], &[("ACCORD_TEST_SYNC_PAUSE", &pause_text)]);
+    assert!(wait_until(Duration::from_secs(30), || pause.exists()));
+    watch.signal(libc::SIGINT);
+    watch.wait_stderr("stopping after this run", Duration::from_secs(5));
+    std::fs::remove_file(&pause).unwrap();
+    assert_eq!(watch.wait_exit(Duration::from_secs(30)), Some(0));
+    let cycle = watch.next_cycle(Duration::from_secs(1));
+    assert_eq!(cycle["propagated"], 1, "{cycle}");
+    assert_eq!(
+        pair.read('b', "planned").as_deref(),
+        Some("carried over after the signal")
+    );
+}
+
+/// A root moved away and back loses its watch: the watch says so,
+/// rescans, and watches the root again, so later saves still arrive.
+#[test]
+fn a_lost_watch_is_set_up_again() {
+    let pair = Pair::new();
+    pair.write('a', "f", "f");
+    let mut watch = started_watch(&pair, &["--watch-interval", "1"], &[]);
+    watch.settle(Duration::from_millis(500));
+    let away = pair.a.with_file_name("a-away");
+    std::fs::rename(&pair.a, &away).unwrap();
+    std::fs::rename(&away, &pair.a).unwrap();
+    watch.wait_stderr("lost the watch", Duration::from_secs(5));
+    watch.settle(Duration::from_millis(1500));
+    let start = Instant::now();
+    save(&pair.a, "after", "saved after the move");
+    assert!(wait_until(Duration::from_secs(5), || pair.exists('b', "after")));
+    // The root was back long before the debounced rescan, so it was
+    // watched again at once: inotify, not the 1 s fallback, carried it.
+    let cannot = watch
+        .stderr_seen
+        .iter()
+        .find(|l| l.contains("cannot watch"));
+    assert_eq!(cannot, None);
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(900), "{took:?}");
 }
 
 /// Conflicts do not stop the watch; the deletion guard does (exit 3).
