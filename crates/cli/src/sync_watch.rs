@@ -73,10 +73,18 @@ pub(crate) fn watch(opts: &WatchOptions, cycle: &mut dyn FnMut() -> Cycle) -> i3
     // Watch before the first run, so what changes during it is not missed.
     let own_files = Arc::new(OwnFiles::new(&opts.state_dir));
     let mut roots = RootWatches::start(opts, &inbox, &own_files);
-    let first = run_cycle(&inbox, cycle);
+    // Stopped before anything was done: nothing failed either.
+    let Some(first) = run_cycle(&inbox, cycle) else {
+        return exit::OK;
+    };
+    if first.refused {
+        eprintln!("accord sync: the watch does not start: this refusal needs a person");
+        return exit::FATAL;
+    }
     // A first run that could not be made (a mistyped root, the pair
     // locked by another sync) is not a state to watch from: say so now.
-    if first.refused || first.fatal {
+    if first.fatal {
+        eprintln!("accord sync: the watch does not start: the first run could not be made");
         return exit::FATAL;
     }
     let mut last_code = first.code;
@@ -88,7 +96,9 @@ pub(crate) fn watch(opts: &WatchOptions, cycle: &mut dyn FnMut() -> Cycle) -> i3
         };
         roots.repair(&work, &inbox, &own_files);
         announce(&work);
-        let outcome = run_cycle(&inbox, cycle);
+        let Some(outcome) = run_cycle(&inbox, cycle) else {
+            return last_code;
+        };
         last_end = Instant::now();
         if outcome.refused {
             eprintln!("accord sync: the watch stops: this refusal needs a person");
@@ -98,11 +108,20 @@ pub(crate) fn watch(opts: &WatchOptions, cycle: &mut dyn FnMut() -> Cycle) -> i3
     }
 }
 
-fn run_cycle(inbox: &Inbox, cycle: &mut dyn FnMut() -> Cycle) -> Cycle {
-    inbox.update(|pending| pending.running = true);
+/// Run one cycle, unless a stop was asked (`None`): checked under the
+/// same lock that marks the run as going on, so a signal either stops
+/// the watch before the run or is told that the run finishes first.
+fn run_cycle(inbox: &Inbox, cycle: &mut dyn FnMut() -> Cycle) -> Option<Cycle> {
+    let stopped = inbox.update(|pending| {
+        pending.running = !pending.stop;
+        pending.stop
+    });
+    if stopped {
+        return None;
+    }
     let outcome = cycle();
     inbox.update(|pending| pending.running = false);
-    outcome
+    Some(outcome)
 }
 
 /// Say why a run that is more than "something changed" happens.
@@ -376,6 +395,10 @@ impl RootWatches {
         };
         for (index, root) in opts.roots.iter().enumerate() {
             match root {
+                // A missing root fails the first run, which says so.
+                WatchRoot::Local(path) if !path.exists() => {
+                    roots.watches[index] = RootWatch::Polled(PollReason::Unwatched)
+                }
                 WatchRoot::Local(_) => roots.rewatch(index, inbox, own),
                 WatchRoot::Remote(address) => eprintln!(
                     "accord sync: {address} is remote and cannot be watched from here: \
