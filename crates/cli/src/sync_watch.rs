@@ -387,9 +387,10 @@ impl RootWatches {
         });
         let mut roots = RootWatches {
             paths,
+            // Set below, root by root.
             watches: [
-                RootWatch::Polled(PollReason::Remote),
-                RootWatch::Polled(PollReason::Remote),
+                RootWatch::Polled(PollReason::Unwatched),
+                RootWatch::Polled(PollReason::Unwatched),
             ],
             interval: opts.interval,
         };
@@ -400,11 +401,14 @@ impl RootWatches {
                     roots.watches[index] = RootWatch::Polled(PollReason::Unwatched)
                 }
                 WatchRoot::Local(_) => roots.rewatch(index, inbox, own),
-                WatchRoot::Remote(address) => eprintln!(
-                    "accord sync: {address} is remote and cannot be watched from here: \
-                     syncing every {}s (changes on this side sync at once)",
-                    roots.interval.as_secs_f64()
-                ),
+                WatchRoot::Remote(address) => {
+                    roots.watches[index] = RootWatch::Polled(PollReason::Remote);
+                    eprintln!(
+                        "accord sync: {address} is remote and cannot be watched from here: \
+                         syncing every {}s (changes on this side sync at once)",
+                        roots.interval.as_secs_f64()
+                    )
+                }
             }
         }
         roots
@@ -417,7 +421,8 @@ impl RootWatches {
     }
 
     /// Before a run: give up watches that hit the limit, and watch again
-    /// roots that lost theirs (or all local ones, after a SIGHUP).
+    /// roots that lost theirs (and, after a SIGHUP, those that had hit
+    /// the limit).
     fn repair(&mut self, work: &Work, inbox: &Arc<Inbox>, own: &Arc<OwnFiles>) {
         let hangup = work.rescan.iter().any(|why| why.starts_with("SIGHUP"));
         for index in 0..2 {
