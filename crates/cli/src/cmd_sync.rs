@@ -1,6 +1,7 @@
 //! `accord sync A B`: arguments → `SyncConfig`, output, exit codes. The
 //! work is in `accord_engine::sync_local` (two local roots) and
-//! `sync_with_local` (one remote root, reached here).
+//! `sync_with_local` (one remote root, reached here). `--watch` repeats
+//! the run whenever the roots change (`sync_watch`).
 
 use crate::exit;
 use accord_engine::{
@@ -72,6 +73,20 @@ pub struct SyncArgs {
     /// Print only conflicts and errors.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Keep the pair in sync: after this run, watch both roots and sync
+    /// again whenever something changes, until SIGINT or SIGTERM.
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: seconds between syncs when a root cannot be watched
+    /// (a remote root, or the kernel's inotify watch limit reached).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5,
+        requires = "watch",
+        value_parser = clap::value_parser!(u64).range(1..=86_400)
+    )]
+    watch_interval: u64,
     /// Where the archives are kept.
     #[arg(long, hide = true)]
     state_dir: Option<PathBuf>,
@@ -173,11 +188,32 @@ pub fn run(args: SyncArgs) -> i32 {
     let hooks = SyncHooks {
         before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
     };
+    let mut cycle = || {
+        let report = sync_once(&args, &specs, &cfg, &hooks);
+        crate::sync_watch::Cycle {
+            code: exit_code(&report),
+            refused: report.refusal.is_some(),
+            fatal: report.fatal.is_some(),
+        }
+    };
+    if args.watch {
+        return crate::sync_watch::watch(&watch_options(&args, &specs, &cfg), &mut cycle);
+    }
+    cycle().code
+}
+
+/// One run of the pair, printed as asked.
+fn sync_once(
+    args: &SyncArgs,
+    specs: &[Option<RemoteSpec>; 2],
+    cfg: &SyncConfig,
+    hooks: &SyncHooks,
+) -> SyncReport {
     let (report, wire) = match specs {
-        [Some(spec), None] => sync_remote(&args, &spec, &args.b, false, &cfg, &hooks),
-        [None, Some(spec)] => sync_remote(&args, &spec, &args.a, true, &cfg, &hooks),
+        [Some(spec), None] => sync_remote(args, spec, &args.b, false, cfg, hooks),
+        [None, Some(spec)] => sync_remote(args, spec, &args.a, true, cfg, hooks),
         _ => (
-            accord_engine::sync_local(&args.a, &args.b, &cfg, &hooks),
+            accord_engine::sync_local(&args.a, &args.b, cfg, hooks),
             None,
         ),
     };
@@ -186,7 +222,24 @@ pub fn run(args: SyncArgs) -> i32 {
     } else {
         print_text(&report, args.quiet);
     }
-    exit_code(&report)
+    report
+}
+
+fn watch_options(
+    args: &SyncArgs,
+    specs: &[Option<RemoteSpec>; 2],
+    cfg: &SyncConfig,
+) -> crate::sync_watch::WatchOptions {
+    use crate::sync_watch::WatchRoot;
+    let root = |path: &PathBuf, spec: &Option<RemoteSpec>| match spec {
+        Some(_) => WatchRoot::Remote(path.display().to_string()),
+        None => WatchRoot::Local(path.clone()),
+    };
+    crate::sync_watch::WatchOptions {
+        roots: [root(&args.a, &specs[0]), root(&args.b, &specs[1])],
+        interval: std::time::Duration::from_secs(args.watch_interval),
+        state_dir: cfg.state_dir.clone(),
+    }
 }
 
 /// A sync with one remote root: reach it (the far side opens its root for

@@ -10,6 +10,7 @@ mod cmd_sync;
 mod cmd_union;
 mod exit;
 mod remote_args;
+mod sync_watch;
 
 use clap::{Parser, Subcommand};
 
