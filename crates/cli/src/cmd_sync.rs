@@ -5,12 +5,11 @@
 
 use crate::exit;
 use accord_engine::{
-    ConflictReason, MaxDelete, Preference, SyncAction, SyncConfig, SyncFatal, SyncHooks,
+    ConflictReason, MaxDelete, PlanEdit, Preference, SyncAction, SyncConfig, SyncFatal, SyncHooks,
     SyncReport, SyncSide,
 };
 use accord_remote::{RemoteSpec, RootMode};
 use serde::Serialize;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -46,8 +45,8 @@ pub struct SyncArgs {
     /// The second root (B): an existing directory, local or remote.
     b: PathBuf,
 
-    /// Ask nothing: conflicts are skipped and listed (the only mode so far;
-    /// without a terminal a run is always batch).
+    /// Ask nothing: conflicts are skipped and listed (without a terminal a
+    /// run is always batch; on one, the plan is shown to be edited first).
     #[arg(long)]
     batch: bool,
     /// Resolve conflicts: the side A or B, the newer or the older mtime.
@@ -181,17 +180,30 @@ pub fn run(args: SyncArgs) -> i32 {
         Ok(cfg) => cfg,
         Err(code) => return code,
     };
-    if !args.batch && std::io::stdin().is_terminal() && !args.quiet && !args.json {
-        eprintln!("accord sync: the interactive mode is not built yet; running as --batch");
-    }
+    let remote = [specs[0].is_some(), specs[1].is_some()];
+    // A watch asks nothing: it runs unattended, as --batch.
+    let interactive = crate::sync_tui::Interactive::for_run(
+        args.batch || args.watch,
+        args.json,
+        &args.a,
+        &args.b,
+        remote,
+    );
+    let edit_plan = interactive
+        .as_ref()
+        .map(|ui| move |edit: &mut PlanEdit<'_>| ui.edit(edit));
     let pause = test_pause_hook();
     let hooks = SyncHooks {
         before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
+        edit_plan: edit_plan
+            .as_ref()
+            .map(|hook| hook as &(dyn Fn(&mut PlanEdit) + Sync)),
     };
     let mut cycle = || {
         let report = sync_once(&args, &specs, &cfg, &hooks);
+        let code = exit_code(&report);
         crate::sync_watch::Cycle {
-            code: exit_code(&report),
+            code: interactive.as_ref().map_or(code, |ui| ui.finish(code)),
             refused: report.refusal.is_some(),
             fatal: report.fatal.is_some(),
         }

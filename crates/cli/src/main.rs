@@ -10,6 +10,9 @@ mod cmd_sync;
 mod cmd_union;
 mod exit;
 mod remote_args;
+mod sync_tui;
+mod sync_tui_diff;
+mod sync_tui_view;
 mod sync_watch;
 
 use clap::{Parser, Subcommand};

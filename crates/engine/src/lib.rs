@@ -25,7 +25,8 @@ mod walk;
 
 pub use accord_fsys::{Reflink, XattrFilter};
 pub use accord_plan::{
-    Action as SyncAction, ConflictReason, Preference, Side as SyncSide, SyncRefusal,
+    winner as sync_winner, Action as SyncAction, Choice as SyncChoice, ConflictReason, EditRefused,
+    PlanEdit, Preference, Side as SyncSide, SyncItem, SyncRefusal,
 };
 pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,

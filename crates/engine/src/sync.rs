@@ -18,8 +18,8 @@ use crate::sync_scan::{scan_pair, ScanStop, Scanned};
 use crate::sync_side::{SideFailure, SideOptions, SideSession};
 use accord_model::{RelPath, Time};
 use accord_plan::{
-    check_deletions, reconcile_tree, ConflictReason, DetectOptions, MaxDelete, Preference,
-    ReconcileOptions, Side, SyncItem, SyncRefusal, SyncedProps,
+    check_deletions, reconcile_tree, ConflictReason, DetectOptions, MaxDelete, PlanEdit,
+    Preference, ReconcileOptions, Side, SyncItem, SyncRefusal, SyncedProps,
 };
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -91,6 +91,11 @@ pub struct SyncHooks<'a> {
     /// Called once the plan is made and checked, before any change. Tests
     /// use it to change a file between detection and propagation.
     pub before_propagating: Option<&'a (dyn Fn() + Sync)>,
+    /// Called with the plan once it is made and has passed the deletion
+    /// guard, before `before_propagating` and any change: a person may
+    /// resolve conflicts, turn propagations around or skip paths (the
+    /// interactive mode). The guard checks the edited plan again.
+    pub edit_plan: Option<&'a (dyn Fn(&mut PlanEdit) + Sync)>,
 }
 
 /// Why one path failed in a sync (the run went on without it).
@@ -340,13 +345,21 @@ fn run(
     }
     let mut scanned = scan_with_archives(&mut sides, &names, cfg, lost)?;
     report.archives_lost = scanned.archives_lost;
-    let items = reconcile_tree(&scanned.updates, &cfg.reconcile_options())
+    let mut items = reconcile_tree(&scanned.updates, &cfg.reconcile_options())
         .expect("the scan lists paths in RelPath order");
-    if let Err(refusal) =
-        check_deletions(&items, scanned.counts[0], scanned.counts[1], cfg.max_delete)
-    {
+    if let Err(refusal) = guard(&items, &scanned, cfg) {
         report.refusal = Some(refusal);
         return Ok(());
+    }
+    if let Some(edit_plan) = hooks.edit_plan {
+        let mut edit = PlanEdit::new(&scanned.updates, cfg.reconcile_options(), items);
+        edit_plan(&mut edit);
+        items = edit.into_items();
+        // A propagation turned around may delete what the plan did not.
+        if let Err(refusal) = guard(&items, &scanned, cfg) {
+            report.refusal = Some(refusal);
+            return Ok(());
+        }
     }
     report.conflicts = conflicts_of(&items);
     report.errors.append(&mut scanned.failures);
@@ -355,6 +368,11 @@ fn run(
     }
     propagate(replicas, &mut sides, &scanned, &items, cfg, report);
     Ok(())
+}
+
+/// The deletion guard over a plan (`accord_plan::check_deletions`).
+fn guard(items: &[SyncItem], scanned: &Scanned, cfg: &SyncConfig) -> Result<(), SyncRefusal> {
+    check_deletions(items, scanned.counts[0], scanned.counts[1], cfg.max_delete)
 }
 
 fn conflicts_of(items: &[SyncItem]) -> Vec<(RelPath, ConflictReason)> {

@@ -304,7 +304,7 @@ mod tests {
             let changes = if self.drop_lookups {
                 Vec::new()
             } else {
-                paths.iter().map(|p| absent(p)).collect()
+                paths.iter().map(absent).collect()
             };
             Ok(SideScan {
                 changes,

@@ -54,9 +54,9 @@ impl<'r> Dirs<'r> {
     fn new(replica: &'r dyn Replica, parents: Vec<RelPath>, action: Action) -> Dirs<'r> {
         let mut open = HashMap::new();
         for parent in parents {
-            if !open.contains_key(&parent) {
-                let dir = replica.open_dir(&parent);
-                open.insert(parent, dir);
+            if let std::collections::hash_map::Entry::Vacant(slot) = open.entry(parent) {
+                let dir = replica.open_dir(slot.key());
+                slot.insert(dir);
             }
         }
         Dirs { open, action }

@@ -16,14 +16,17 @@
 
 pub mod detect;
 mod dirs;
+pub mod plan_edit;
 pub mod reconcile;
 pub mod sync_guard;
 
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
+pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};
 pub use reconcile::{
-    reconcile_path, reconcile_tree, Action, ConflictReason, OutOfOrder, Override, PathUpdate,
-    Policy, Preference, ReconcileOptions, Side, SideState, SyncItem,
+    choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason,
+    OutOfOrder, Override, PathUpdate, Policy, Preference, ReconcileOptions, Side, SideState,
+    SyncItem,
 };
 pub use sync_guard::{check_deletions, SideCounts, SyncRefusal};
 

@@ -126,8 +126,9 @@ pub enum ConflictReason {
 /// What to do at one path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Nothing changed (what [`reconcile_path`] says of a path without
-    /// updates; never in a plan).
+    /// Nothing to do: what [`reconcile_path`] says of a path without
+    /// updates (never in a plan made by [`reconcile_tree`]), and what a
+    /// path skipped by a person's [`Choice::Skip`] gets.
     Nothing,
     /// Both sides already hold the same thing: only the archives are
     /// updated (equal changes on both sides, a touch).
@@ -166,6 +167,19 @@ pub enum Policy {
     Prefer(Preference),
     /// `--force`: this side's state wins everywhere this run (one-way).
     Force(Side),
+    /// A person chose this in the interactive mode ([`crate::PlanEdit`]).
+    Chosen(Choice),
+}
+
+/// A person's decision about one path of a sync plan (and its subtree when
+/// the path is not a directory on both sides: see [`crate::PlanEdit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Choice {
+    /// Make both sides hold what this side holds.
+    Take(Side),
+    /// Leave the path alone this run: nothing is changed or recorded, and
+    /// a conflict stays a conflict.
+    Skip,
 }
 
 /// Options of reconciliation.
@@ -430,12 +444,85 @@ pub fn reconcile_tree(
     options: &ReconcileOptions,
 ) -> Result<Vec<SyncItem>, OutOfOrder> {
     check_order(updates)?;
+    Ok(reconcile_chosen(updates, options, &Choices::new()))
+}
+
+/// Choices by path.
+pub(crate) type Choices = std::collections::BTreeMap<RelPath, Choice>;
+
+/// [`reconcile_tree`] over paths known to be in order, with a person's
+/// choices taking the place of what was found (and of the policies) where
+/// they were made.
+pub(crate) fn reconcile_chosen(
+    updates: &[PathUpdate],
+    options: &ReconcileOptions,
+    choices: &Choices,
+) -> Vec<SyncItem> {
     let mut items = Vec::with_capacity(updates.len());
     let mut index = 0;
     while index < updates.len() {
-        index = reconcile_at(updates, index, options, &mut items);
+        index = match choices.get(&updates[index].path) {
+            Some(choice) => chosen_at(updates, index, *choice, &options.props, &mut items),
+            None => reconcile_at(updates, index, options, &mut items),
+        };
     }
-    Ok(items)
+    items
+}
+
+/// Does a choice at this path decide its subtree too? Yes unless it is a
+/// directory on both sides: beneath a path that is a directory on one side
+/// only, everything exists on that side only, so whatever the path becomes
+/// (created, deleted, replaced) its subtree must follow, or the plan would
+/// fill a directory that is not made or delete one that is not emptied.
+pub fn choice_covers_subtree(update: &PathUpdate) -> bool {
+    !(update.a.is_dir() && update.b.is_dir())
+}
+
+/// Plan `updates[index]` as `choice` says (and its subtree when the choice
+/// covers it); returns the index of the next path to plan.
+fn chosen_at(
+    updates: &[PathUpdate],
+    index: usize,
+    choice: Choice,
+    synced: &SyncedProps,
+    items: &mut Vec<SyncItem>,
+) -> usize {
+    let update = &updates[index];
+    let found = found_at(updates, index, synced);
+    items.push(chosen_item(update, found, choice, synced));
+    if !choice_covers_subtree(update) {
+        return index + 1;
+    }
+    let end = subtree_end(updates, index);
+    // A skipped conflict over a subtree keeps its subtree out of the plan,
+    // as reconciliation left it.
+    let covered_conflict = choice == Choice::Skip && covers_subtree(update, found);
+    if !covered_conflict {
+        for beneath in &updates[index + 1..end] {
+            let found_beneath = reconcile_path(&beneath.a, &beneath.b, synced);
+            items.push(chosen_item(beneath, found_beneath, choice, synced));
+        }
+    }
+    end
+}
+
+fn chosen_item(
+    update: &PathUpdate,
+    found: Action,
+    choice: Choice,
+    synced: &SyncedProps,
+) -> SyncItem {
+    let action = match choice {
+        Choice::Take(winner) => make_equal_to(winner, update, synced),
+        // A conflict left alone is still reported as one.
+        Choice::Skip if matches!(found, Action::Conflict(_)) => found,
+        Choice::Skip => Action::Nothing,
+    };
+    let overridden = (action != found).then_some(Override {
+        found,
+        by: Policy::Chosen(choice),
+    });
+    sync_item(update, action, overridden)
 }
 
 fn check_order(updates: &[PathUpdate]) -> Result<(), OutOfOrder> {

@@ -16,8 +16,8 @@ use accord_model::{Entry, Kind, Observed, Props, RelPath, Time};
 use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::reconcile::{contents_updated, props_updated};
 use accord_plan::{
-    detect, reconcile_tree, Action, ConflictReason, DetectOptions, Detection, PathUpdate, Policy,
-    Preference, ReconcileOptions, Side, SideState, SyncItem, Update,
+    detect, reconcile_tree, Action, Choice, ConflictReason, DetectOptions, Detection, PathUpdate,
+    PlanEdit, Policy, Preference, ReconcileOptions, Side, SideState, SyncItem, Update,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -1020,5 +1020,63 @@ proptest! {
             sync_and_check(&mut world, &options)
                 .map_err(|error| TestCaseError::fail(format!("round {round}: {error}")))?;
         }
+    }
+}
+
+/// The interactive mode's edits (`PlanEdit`): from every triple of states,
+/// each item taken toward A, toward B, or skipped leaves both trees whole
+/// (no entry without its directory) once carried out; a side taken makes
+/// both sides equal at that path; a skip leaves the path as it was on both.
+#[test]
+fn every_choice_on_every_item_keeps_the_trees_whole() {
+    let options = SyncOptions::default();
+    let choices = [Choice::Take(Side::A), Choice::Take(Side::B), Choice::Skip];
+    for archived in 0..STATES {
+        for a in 0..STATES {
+            for b in 0..STATES {
+                let world = world_of(archived, a, b);
+                let outcome = plan(&world, &options);
+                for item in &outcome.items {
+                    for choice in choices {
+                        let context =
+                            format!("archive {archived}, A {a}, B {b}, {} {choice:?}", item.path);
+                        check_choice(&world, &outcome, &item.path, choice, &options)
+                            .unwrap_or_else(|error| panic!("{context}: {error}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_choice(
+    world: &World,
+    outcome: &Outcome,
+    at: &RelPath,
+    choice: Choice,
+    options: &SyncOptions,
+) -> Result<(), String> {
+    let mut edit = PlanEdit::new(&outcome.updates, options.reconcile, outcome.items.clone());
+    if edit.choose(at, Some(choice)).is_err() {
+        // Beneath a path whose choice decides it: nothing to check.
+        return Ok(());
+    }
+    let mut after = world.clone();
+    apply(&mut after, edit.items(), options.detect.props.times);
+    well_formed(&after.a, Side::A)?;
+    well_formed(&after.b, Side::B)?;
+    let synced = |tree: &Tree| tree.get(at).map(|node| node.synced(false));
+    match choice {
+        Choice::Take(side) if synced(&after.a) != synced(&after.b) => Err(format!(
+            "not equal after taking {side:?}: {:?} / {:?}",
+            after.a.get(at),
+            after.b.get(at)
+        )),
+        Choice::Skip
+            if after.a.get(at) != world.a.get(at) || after.b.get(at) != world.b.get(at) =>
+        {
+            Err("a skipped path changed".into())
+        }
+        _ => Ok(()),
     }
 }

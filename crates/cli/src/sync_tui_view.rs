@@ -1,0 +1,194 @@
+//! Drawing the interactive `accord sync`: one row per path with its
+//! direction (`A ----> B`, `A <---- B`, `A <-?-> B` for a conflict,
+//! `A ..... B` for a path left alone), what it does (deletions marked), a
+//! status line, the help line, and a diff over the list when asked.
+
+use crate::sync_tui::App;
+use accord_engine::{ConflictReason, SyncAction, SyncItem, SyncSide};
+use accord_model::{Entry, Kind};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use ratatui::Frame;
+
+pub(crate) const HELP: &str = "up/down j/k move  > or a: A wins  < or b: B wins  f flip  \
+s skip  r revert  d diff  g go (propagate)  q quit";
+
+/// Rows the list shows: every path with something to decide (agreements
+/// only update the archives).
+pub(crate) fn is_shown(item: &SyncItem) -> bool {
+    item.action != SyncAction::Agree
+}
+
+/// The direction of an item between the two roots' letters.
+pub(crate) fn arrow(action: SyncAction) -> &'static str {
+    match accord_engine::sync_winner(action) {
+        Some(SyncSide::A) => "A ----> B",
+        Some(SyncSide::B) => "A <---- B",
+        None => match action {
+            SyncAction::Conflict(_) => "A <-?-> B",
+            SyncAction::Agree => "A ===== B",
+            _ => "A ..... B",
+        },
+    }
+}
+
+fn kind_word(entry: &Entry) -> &'static str {
+    match entry.kind {
+        Kind::File => "file",
+        Kind::Dir => "dir",
+        Kind::Symlink => "link",
+        Kind::Fifo => "fifo",
+        Kind::Socket => "socket",
+        Kind::CharDev | Kind::BlockDev => "device",
+    }
+}
+
+fn side_letter(side: SyncSide) -> &'static str {
+    match side {
+        SyncSide::A => "A",
+        SyncSide::B => "B",
+    }
+}
+
+fn reason_words(reason: ConflictReason) -> String {
+    match reason {
+        ConflictReason::BothChanged => "conflict: changed on both".into(),
+        ConflictReason::DeletedAndChanged { deleted_on } => {
+            format!("conflict: deleted on {}", side_letter(deleted_on))
+        }
+        ConflictReason::BothChangedProps => "conflict: props on both".into(),
+        ConflictReason::ChangedBeneathRemovedDirectory { removed_on } => {
+            format!("conflict: dir removed on {}", side_letter(removed_on))
+        }
+    }
+}
+
+/// What an item does, in a few words.
+pub(crate) fn what(item: &SyncItem) -> String {
+    match item.action {
+        SyncAction::Copy { from, to } => {
+            let source = item.entry(from).map_or("entry", kind_word);
+            match item.entry(to) {
+                None => format!("new {source}"),
+                Some(old) if old.kind == item.entry(from).map_or(old.kind, |e| e.kind) => {
+                    format!("changed {source}")
+                }
+                Some(old) => format!("{source} replaces {}", kind_word(old)),
+            }
+        }
+        SyncAction::Delete { on } => format!("DELETE on {}", side_letter(on)),
+        SyncAction::CopyProps { .. } => "permissions".into(),
+        SyncAction::CopyContentsAndPropsBack { .. } => "contents, perms back".into(),
+        SyncAction::Conflict(reason) => reason_words(reason),
+        SyncAction::Agree => "agreed".into(),
+        SyncAction::Nothing => "skipped".into(),
+    }
+}
+
+/// `*` a choice made here, `^` decided with a directory above.
+fn mark(app: &App, item: &SyncItem) -> char {
+    if app.edit.choice(&item.path).is_some() {
+        '*'
+    } else if app.edit.follows(&item.path).is_some() {
+        '^'
+    } else {
+        ' '
+    }
+}
+
+fn row_text(app: &App, item: &SyncItem) -> String {
+    format!(
+        "{} {}  {:<26} {}",
+        mark(app, item),
+        arrow(item.action),
+        what(item),
+        item.path.display()
+    )
+}
+
+fn row_style(item: &SyncItem) -> Style {
+    match item.action {
+        SyncAction::Conflict(_) => Style::new().add_modifier(Modifier::BOLD),
+        SyncAction::Delete { .. } => Style::new().add_modifier(Modifier::UNDERLINED),
+        SyncAction::Nothing => Style::new().add_modifier(Modifier::DIM),
+        _ => Style::new(),
+    }
+}
+
+fn summary(app: &App) -> String {
+    let items = app.edit.items();
+    let count =
+        |wanted: fn(&SyncAction) -> bool| items.iter().filter(|i| wanted(&i.action)).count();
+    let conflicts = count(|a| matches!(a, SyncAction::Conflict(_)));
+    let skipped = count(|a| *a == SyncAction::Nothing);
+    let changes = app.rows.len() - conflicts - skipped;
+    format!(
+        "accord sync: {changes} change(s), {conflicts} conflict(s), {skipped} skipped; \
+         nothing is changed before g"
+    )
+}
+
+pub(crate) fn draw(frame: &mut Frame, app: &mut App) {
+    let [head, list, status, help] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(1),
+        Constraint::Length(1),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    frame.render_widget(Paragraph::new(summary(app)), head);
+    draw_list(frame, app, list);
+    let selected = app.rows.get(app.selected).map(|&i| &app.edit.items()[i]);
+    let status_line = match selected {
+        _ if !app.message.is_empty() => app.message.clone(),
+        Some(item) => format!("{}: {}", item.path.display(), what(item)),
+        None => String::new(),
+    };
+    frame.render_widget(Paragraph::new(status_line), status);
+    frame.render_widget(
+        Paragraph::new(HELP).style(Style::new().add_modifier(Modifier::REVERSED)),
+        help,
+    );
+    if let Some(diff) = app.diff.as_mut() {
+        diff.draw(frame, list);
+    }
+}
+
+fn draw_list(frame: &mut Frame, app: &mut App, area: Rect) {
+    let height = area.height as usize;
+    // Keep the selection on screen.
+    if app.selected < app.top {
+        app.top = app.selected;
+    } else if height > 0 && app.selected >= app.top + height {
+        app.top = app.selected + 1 - height;
+    }
+    let items = app.edit.items();
+    let lines: Vec<Line> = app
+        .rows
+        .iter()
+        .enumerate()
+        .skip(app.top)
+        .take(height)
+        .map(|(row, &index)| {
+            let item = &items[index];
+            let cursor = if row == app.selected { ">" } else { " " };
+            let mut style = row_style(item);
+            if row == app.selected {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
+            Line::styled(format!("{cursor}{}", row_text(app, item)), style)
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// A bordered pane over `area` for the diff.
+pub(crate) fn pane(frame: &mut Frame, area: Rect, title: String) -> Rect {
+    let block = Block::new().borders(Borders::ALL).title(title);
+    let inner = block.inner(area);
+    frame.render_widget(Clear, area);
+    frame.render_widget(block, area);
+    inner
+}

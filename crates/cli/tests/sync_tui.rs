@@ -1,0 +1,283 @@
+//! The interactive `accord sync` driven like a person would, through tmux
+//! (issue 12, acceptance 8): the real binary in a 120x40 pane, keys sent
+//! with `send-keys`, the screen read with `capture-pane -p`. Skips loudly
+//! without tmux.
+
+mod sync_common;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use sync_common::*;
+
+/// How long any one wait (a screen to show, a run to end) may take.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A tmux server of our own (its own socket, no configuration file) with
+/// one session; killed when dropped, whatever the test did.
+struct Tmux {
+    socket: String,
+    session: &'static str,
+}
+
+fn have_tmux() -> bool {
+    let found = Command::new("tmux")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        eprintln!(
+            "SKIPPED: tmux is not installed (apt-get install tmux); the terminal UI is not tested"
+        );
+    }
+    found
+}
+
+/// Run a command, killing it if it outlives `WAIT`.
+fn run_bounded(command: &mut Command) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tmux");
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().expect("wait for tmux").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tmux did not answer within {WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("tmux output")
+}
+
+fn quoted(path: &std::path::Path) -> String {
+    let text = path.to_str().expect("a UTF-8 temp path");
+    assert!(!text.contains('\''), "{text}");
+    format!("'{text}'")
+}
+
+impl Tmux {
+    /// `accord sync A B` (interactive: no --batch) in a new 120x40 pane;
+    /// its exit status goes to `status_file`, then the pane stays.
+    fn start_sync(pair: &Pair, status_file: &std::path::Path) -> Tmux {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let socket = format!(
+            "accord-tui-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let shell = format!(
+            "ACCORD_STATE_DIR={} {} sync {} {}; echo $? > {}; sleep 600",
+            quoted(&pair.state),
+            quoted(&bin()),
+            quoted(&pair.a),
+            quoted(&pair.b),
+            quoted(status_file),
+        );
+        let tmux = Tmux {
+            socket,
+            session: "sync",
+        };
+        let out = tmux.tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            tmux.session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            &shell,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tmux
+    }
+
+    fn tmux(&self, args: &[&str]) -> Output {
+        run_bounded(
+            Command::new("tmux")
+                .args(["-L", &self.socket, "-f", "/dev/null"])
+                .args(args),
+        )
+    }
+
+    /// Keys by tmux's names (`Down`, `Escape`, ...).
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", self.session];
+        args.extend_from_slice(keys);
+        assert!(self.tmux(&args).status.success());
+    }
+
+    /// Characters typed as they are.
+    fn type_text(&self, text: &str) {
+        assert!(self
+            .tmux(&["send-keys", "-t", self.session, "-l", text])
+            .status
+            .success());
+    }
+
+    fn screen(&self) -> String {
+        let out = self.tmux(&["capture-pane", "-p", "-t", self.session]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Wait until the screen satisfies `ready`; the screen then.
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; the screen:\n{screen}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Wait until the line naming `path` contains `text`.
+    fn wait_for_row(&self, path: &str, text: &str) -> String {
+        self.wait_for(&format!("{path:?} with {text:?}"), |screen| {
+            row(screen, path).is_some_and(|line| line.contains(text))
+        })
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+/// The line of the list that names `path`.
+fn row<'s>(screen: &'s str, path: &str) -> Option<&'s str> {
+    screen
+        .lines()
+        .find(|line| line.trim_end().ends_with(&format!(" {path}")))
+}
+
+/// The exit status written by the pane's shell, once the run ended.
+fn wait_for_status(file: &std::path::Path) -> i32 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            if let Ok(code) = text.trim().parse() {
+                return code;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "accord sync did not end within {WAIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A synced pair, then a conflict (`both.txt`), a change on A (`one.txt`)
+/// and a change on B (`skip.txt`).
+fn pair_with_changes() -> Pair {
+    let pair = Pair::new();
+    pair.write('a', "both.txt", "base\n");
+    pair.write('a', "one.txt", "one base\n");
+    pair.write('a', "skip.txt", "skip base\n");
+    pair.sync_json(&[], 0);
+    pair.write('a', "both.txt", "from a\n");
+    pair.write('b', "both.txt", "from b\n");
+    pair.write('a', "one.txt", "one new\n");
+    pair.write('b', "skip.txt", "skip new\n");
+    pair
+}
+
+fn status_file(pair: &Pair) -> PathBuf {
+    pair.state.with_file_name("status")
+}
+
+/// Wait for the list with its three rows, as reconciled.
+fn wait_for_plan(tmux: &Tmux) {
+    let screen = tmux.wait_for("the plan", |screen| screen.contains("skip.txt"));
+    let both = row(&screen, "both.txt").expect("the conflict is listed");
+    assert!(
+        both.contains("A <-?-> B") && both.contains("conflict"),
+        "{screen}"
+    );
+    let one = row(&screen, "one.txt").expect("the change on A is listed");
+    assert!(one.contains("A ----> B"), "{screen}");
+    let skip = row(&screen, "skip.txt").expect("the change on B is listed");
+    assert!(skip.contains("A <---- B"), "{screen}");
+    assert!(screen.contains("g go"), "the help line: {screen}");
+}
+
+#[test]
+fn tui_flip_a_conflict_skip_one_confirm() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    wait_for_plan(&tmux);
+
+    // The diff of the conflict, then back to the list.
+    tmux.type_text("d");
+    tmux.wait_for("the diff", |s| {
+        s.contains("-from a") && s.contains("+from b")
+    });
+    tmux.type_text("q");
+    tmux.wait_for("the list again", |s| !s.contains("+from b"));
+
+    // The conflict (first row) resolved toward B.
+    tmux.type_text("<");
+    tmux.wait_for_row("both.txt", "A <---- B");
+    // The change on B skipped this run.
+    tmux.keys(&["Down", "Down"]);
+    tmux.type_text("s");
+    tmux.wait_for_row("skip.txt", "skipped");
+    tmux.type_text("g");
+
+    // A path was skipped: not all agreed.
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from b\n"));
+    assert_eq!(pair.read('b', "both.txt").as_deref(), Some("from b\n"));
+    assert_eq!(pair.read('b', "one.txt").as_deref(), Some("one new\n"));
+    assert_eq!(pair.read('a', "skip.txt").as_deref(), Some("skip base\n"));
+    assert_eq!(pair.read('b', "skip.txt").as_deref(), Some("skip new\n"));
+
+    // Nothing was recorded for the skipped path: the next run carries it.
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 1, "{report}");
+    pair.assert_equal();
+    assert_eq!(pair.read('a', "skip.txt").as_deref(), Some("skip new\n"));
+}
+
+#[test]
+fn tui_quit_changes_nothing() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    wait_for_plan(&tmux);
+    // A choice made, then thrown away with the rest.
+    tmux.type_text("<");
+    tmux.wait_for_row("both.txt", "A <---- B");
+    tmux.type_text("q");
+
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from a\n"));
+    assert_eq!(pair.read('b', "both.txt").as_deref(), Some("from b\n"));
+    assert_eq!(pair.read('b', "one.txt").as_deref(), Some("one base\n"));
+    assert_eq!(pair.read('a', "skip.txt").as_deref(), Some("skip base\n"));
+    // Still a conflict and two changes for the next run.
+    let report = pair.sync_json(&[], 1);
+    assert_eq!(report["propagated"], 2, "{report}");
+}
