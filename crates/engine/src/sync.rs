@@ -366,6 +366,7 @@ fn run(
     if let Some(hook) = hooks.before_propagating {
         hook();
     }
+    scanned.forget_updates();
     propagate(replicas, &mut sides, &scanned, &items, cfg, report);
     Ok(())
 }

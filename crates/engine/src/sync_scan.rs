@@ -27,8 +27,9 @@ pub(crate) struct Scanned {
     /// Every path with an update (or a touch) on either side, in order.
     pub updates: Vec<PathUpdate>,
     /// The ctime to record for each update's side A and B (see
-    /// `ctime_to_record`), aligned with `updates`.
-    pub ctimes: Vec<[Time; 2]>,
+    /// `ctime_to_record`), by path, in order: kept when the updates are
+    /// let go of (`forget_updates`).
+    pub ctimes: Vec<(RelPath, [Time; 2])>,
     /// Entries each side's archive held and its scan found (roots excluded).
     pub counts: [SideCounts; 2],
     /// Paths left out of the plan (a file that could not be fingerprinted).
@@ -39,13 +40,16 @@ pub(crate) struct Scanned {
 impl Scanned {
     /// The ctimes recorded with the update at `path`.
     pub fn ctimes_of(&self, path: &RelPath) -> [Time; 2] {
-        match self
-            .updates
-            .binary_search_by(|update| update.path.cmp(path))
-        {
-            Ok(index) => self.ctimes[index],
+        match self.ctimes.binary_search_by(|(at, _)| at.cmp(path)) {
+            Ok(index) => self.ctimes[index].1,
             Err(_) => [UNKNOWN_CTIME; 2],
         }
+    }
+
+    /// Let go of the updates once the plan is made: the plan's items hold
+    /// what propagation needs, and a first sync has an update per path.
+    pub fn forget_updates(&mut self) {
+        self.updates = Vec::new();
     }
 }
 
@@ -216,7 +220,7 @@ impl Merge {
 
     /// Every path where a side has an update or a touch, judged on both.
     fn finish(
-        self,
+        mut self,
         detect: &accord_plan::DetectOptions,
         names: &[String; 2],
     ) -> Result<Scanned, ScanStop> {
@@ -227,11 +231,12 @@ impl Merge {
             failures: Vec::new(),
             archives_lost: false,
         };
-        for (path, changes) in &self.paths {
-            if self.is_left_out(path) {
+        // Drained as the updates are made: both are one entry per path.
+        for (path, changes) in std::mem::take(&mut self.paths) {
+            if self.is_left_out(&path) {
                 continue;
             }
-            let [Some(a), Some(b)] = changes else {
+            let [Some(a), Some(b)] = &changes else {
                 unreachable!("every path was looked up on the side that lacked it")
             };
             let mut updates = [Update::Unchanged; 2];
@@ -251,7 +256,7 @@ impl Merge {
                 a: state(updates[0], a),
                 b: state(updates[1], b),
             });
-            out.ctimes.push([a.record_ctime, b.record_ctime]);
+            out.ctimes.push((path, [a.record_ctime, b.record_ctime]));
         }
         out.failures = self
             .failures
