@@ -30,7 +30,9 @@ command -v unison >/dev/null || { echo "unison missing (apt-get install unison)"
 ensure_accord
 
 FILES=$(python3 -c "print(int(100000 * $SCALE))")
-fresh_fs sync-bench 8G
+# Five copies of the tree at once (the tree, A and B of each tool): the
+# inode count of ext4 grows with the image, so the image is large (sparse).
+fresh_fs sync-bench 32G
 W=$FS
 # Each tool's archives in a directory of the run, never the user's.
 export ACCORD_STATE_DIR=$W/accord-state
@@ -55,7 +57,7 @@ declare -A TIMES PEAK
 measure() {
     local name=$1 cmd=$2 s e kib
     s=$EPOCHREALTIME
-    /usr/bin/time -f %M -o "$W/rss" bash -c "$cmd" >/dev/null 2>"$W/err" || {
+    /usr/bin/time -f %M -o "$W/rss" bash -c "$cmd" >"$W/err" 2>&1 || {
         # unison exits 1 when it skipped something; anything else is a failure
         local code=$?
         [ "$code" = 1 ] || { echo "$name failed ($code):"; cat "$W/err"; exit 1; }

@@ -249,7 +249,11 @@ impl Merge {
                 continue;
             }
             let state = |update, change: &SideChange| {
-                SideState::new(update, change.archived.as_ref(), change.current.as_ref())
+                SideState::new(
+                    update,
+                    change.archived.as_deref(),
+                    change.current.as_deref(),
+                )
             };
             out.updates.push(PathUpdate {
                 path: path.clone(),
@@ -359,7 +363,7 @@ mod tests {
     /// A file created at `p` (fingerprinted, as a side must).
     fn created(p: &str) -> SideChange {
         SideChange {
-            current: Some(file_at(p, true)),
+            current: Some(Box::new(file_at(p, true))),
             ..absent(&path(p))
         }
     }
@@ -410,7 +414,7 @@ mod tests {
     #[test]
     fn an_entry_at_another_path_is_refused() {
         let mut change = created("f");
-        change.current = Some(file_at("elsewhere", true));
+        change.current = Some(Box::new(file_at("elsewhere", true)));
         let a = Canned {
             scan: vec![change],
             ..Canned::default()
@@ -421,7 +425,7 @@ mod tests {
     #[test]
     fn a_file_left_unfingerprinted_is_refused() {
         let mut change = created("f");
-        change.current = Some(file_at("f", false));
+        change.current = Some(Box::new(file_at("f", false)));
         let a = Canned {
             scan: vec![change],
             ..Canned::default()

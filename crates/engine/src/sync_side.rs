@@ -22,12 +22,15 @@ use std::fmt;
 use std::path::Path;
 
 /// What one side holds at one path, and what its archive recorded there.
+/// The entries are boxed: one of the two is often absent (every path of a
+/// first sync, every path the other side alone reported), and a first
+/// sync holds one of these per path on each side.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SideChange {
     pub path: RelPath,
-    pub archived: Option<Observed>,
+    pub archived: Option<Box<Observed>>,
     /// A regular file carries its fingerprint when detection needed it.
-    pub current: Option<Observed>,
+    pub current: Option<Box<Observed>>,
     /// The ctime the archive may record for `current` (see
     /// `ctime_to_record`: judged by the clock of the replica's host).
     pub record_ctime: Time,
@@ -37,7 +40,7 @@ impl SideChange {
     /// Detection's answer for this side, which must be decided: a side
     /// fingerprints every file whose metadata leaves it in doubt.
     pub fn update(&self, opts: &DetectOptions) -> Option<Update> {
-        match detect(self.archived.as_ref(), self.current.as_ref(), opts) {
+        match detect(self.archived.as_deref(), self.current.as_deref(), opts) {
             Detection::Decided(update) => Some(update),
             Detection::NeedsFingerprint => None,
         }
@@ -451,8 +454,8 @@ impl<'a> Walker<'a> {
             });
             self.out.changes.push(SideChange {
                 path: path.clone(),
-                archived,
-                current,
+                archived: archived.map(Box::new),
+                current: current.map(Box::new),
                 record_ctime,
             });
         }

@@ -123,7 +123,7 @@ pub fn get_outcome<T>(
     Ok(outcome)
 }
 
-fn put_observed(e: &mut Enc, o: &Option<Observed>) {
+fn put_observed(e: &mut Enc, o: Option<&Observed>) {
     match o {
         None => {
             e.u8(0);
@@ -154,8 +154,8 @@ pub fn put_side_scan(e: &mut Enc, scan: &SideScan) {
         .varint(scan.changes.len() as u64);
     for change in &scan.changes {
         put_path(e, &change.path);
-        put_observed(e, &change.archived);
-        put_observed(e, &change.current);
+        put_observed(e, change.archived.as_deref());
+        put_observed(e, change.current.as_deref());
         put_time(e, change.record_ctime);
     }
     put_failures(e, &scan.failures);
@@ -170,8 +170,8 @@ pub fn get_side_scan(d: &mut Dec) -> Result<SideScan, ProtoError> {
     for _ in 0..n {
         changes.push(SideChange {
             path: get_path(d, "changed path")?,
-            archived: get_observed(d)?,
-            current: get_observed(d)?,
+            archived: get_observed(d)?.map(Box::new),
+            current: get_observed(d)?.map(Box::new),
             record_ctime: get_time(d)?,
         });
     }
@@ -215,7 +215,7 @@ pub fn encode_records(records: &[ArchiveRecord]) -> Vec<u8> {
         match record {
             ArchiveRecord::Put(o) => {
                 e.u8(0);
-                put_observed(&mut e, &Some(o.clone()));
+                put_observed(&mut e, Some(o));
             }
             ArchiveRecord::Remove(path) => {
                 e.u8(1);
