@@ -157,18 +157,7 @@ fn with_b_over_ssh_killed_syncs_leave_every_file_original_or_final() {
         return;
     };
     let base = tempfile::tempdir().unwrap();
-    let remote = RemoteB {
-        base: base.path().to_path_buf(),
-        prefix: "127.0.0.1:".into(),
-        relative: false,
-        args: vec![
-            "--rsh".into(),
-            sshd.rsh(),
-            "--remote-accord".into(),
-            bin().display().to_string(),
-        ],
-        env: Vec::new(),
-    };
+    let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
     kill_trials(Some(&remote), (trials() / 2).max(1));
 }
 

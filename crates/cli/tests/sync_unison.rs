@@ -354,18 +354,7 @@ fn with_b_over_ssh_accord_sync_ends_where_unison_does() {
         return;
     };
     let base = tempfile::tempdir().unwrap();
-    let remote = RemoteB {
-        base: base.path().to_path_buf(),
-        prefix: "127.0.0.1:".into(),
-        relative: false,
-        args: vec![
-            "--rsh".into(),
-            sshd.rsh(),
-            "--remote-accord".into(),
-            bin().display().to_string(),
-        ],
-        env: Vec::new(),
-    };
+    let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
     run_matrix(Some(&remote));
 }
 

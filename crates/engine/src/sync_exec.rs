@@ -16,7 +16,7 @@
 //! Whole files only for now: no delta against the other side's old
 //! version yet.
 
-use crate::replica::{Deleted, Pending, Replica};
+use crate::replica::{Deleted, Pending, Replica, ReplicaDir};
 use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport, UNKNOWN_CTIME};
 use crate::sync_scan::Scanned;
 use crate::sync_side::{ArchiveRecord as Record, SideSession};
@@ -32,7 +32,8 @@ use accord_plan::{Action, Side, SyncItem};
 const CHUNK_FILES: usize = 2048;
 const CHUNK_BYTES: u64 = 256 << 20;
 
-fn index(side: Side) -> usize {
+/// The slot of `side` in `[A, B]` arrays.
+pub(crate) fn index(side: Side) -> usize {
     match side {
         Side::A => 0,
         Side::B => 1,
@@ -109,7 +110,8 @@ pub(crate) fn propagate(
     report.propagated.sort_by(|x, y| x.path.cmp(&y.path));
 }
 
-fn split(path: &RelPath) -> (RelPath, &[u8]) {
+/// A path's parent directory and its name there.
+pub(crate) fn split(path: &RelPath) -> (RelPath, &[u8]) {
     (path.parent().unwrap_or_default(), path.file_name())
 }
 
@@ -170,6 +172,17 @@ impl<'a> Propagation<'a> {
         }
     }
 
+    /// `dir` of `side`, opened for `action` (which a failure names).
+    fn dir(
+        &self,
+        side: Side,
+        dir: &RelPath,
+        action: crate::error::Action,
+    ) -> Result<Box<dyn ReplicaDir + 'a>, SyncError> {
+        let opened = self.replicas[index(side)].open_dir(dir);
+        Ok(opened.map_err(crate::Error::io(action))?)
+    }
+
     fn stat(&self, side: Side, path: &RelPath) -> Option<Found> {
         self.start_stat_at(side, path).wait().ok().flatten()
     }
@@ -222,9 +235,7 @@ impl<'a> Propagation<'a> {
         on: Side,
     ) -> Result<Pending<Result<Deleted, crate::Error>>, SyncError> {
         let (parent, name) = split(&item.path);
-        let dir = self.replicas[index(on)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::Delete))?;
+        let dir = self.dir(on, &parent, crate::error::Action::Delete)?;
         Ok(dir.start_delete(name, &Expect::of(item.entry(on))))
     }
 
@@ -417,9 +428,7 @@ impl<'a> Propagation<'a> {
         to: Side,
     ) -> Result<InFlight<'a>, SyncError> {
         let (parent, name) = split(&item.path);
-        let dir = self.replicas[index(to)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::MakeDir))?;
+        let dir = self.dir(to, &parent, crate::error::Action::MakeDir)?;
         if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
             dir.delete(name, &Expect::entry(old))?;
         }
@@ -447,9 +456,7 @@ impl<'a> Propagation<'a> {
         mode: Option<u32>,
     ) -> Result<Staged<'a>, SyncError> {
         let (parent, name) = split(&item.path);
-        let dir = self.replicas[index(to)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::MakeNode))?;
+        let dir = self.dir(to, &parent, crate::error::Action::MakeNode)?;
         let (mut props, mask) = synced_props(source, self.cfg);
         props.mode = mode.unwrap_or(props.mode);
         let node = Entry {
@@ -478,9 +485,7 @@ impl<'a> Propagation<'a> {
         let (parent, name) = split(&item.path);
         let source = item.entry(from).expect("props come from an entry");
         let target = item.entry(to).expect("props go to an entry");
-        let dir = self.replicas[index(to)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::SetProps))?;
+        let dir = self.dir(to, &parent, crate::error::Action::SetProps)?;
         let (props, mask) = synced_props(source, self.cfg);
         let set = dir.start_set_props(name, &Expect::entry(target), target.kind, &props, mask);
         let mut taken = target.clone();
@@ -553,9 +558,7 @@ impl<'a> Propagation<'a> {
         staged: &Staged,
     ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
         let (parent, name) = split(&staged.item.path);
-        let dir = self.replicas[index(staged.to)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::Replace))?;
+        let dir = self.dir(staged.to, &parent, crate::error::Action::Replace)?;
         match staged.item.entry(staged.to) {
             Some(old) if old.kind == Kind::Dir => match dir.delete(name, &Expect::entry(old))? {
                 Deleted::Done | Deleted::Gone => {
@@ -693,9 +696,7 @@ impl<'a> Propagation<'a> {
         to: Side,
     ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
         let source = item.entry(from).expect("a directory to copy");
-        let dir = self.replicas[index(to)]
-            .open_dir(&item.path)
-            .map_err(crate::Error::io(crate::error::Action::SetProps))?;
+        let dir = self.dir(to, &item.path, crate::error::Action::SetProps)?;
         // A directory this run made has no scanned entry to expect.
         let expect = match item.entry(to) {
             Some(old) if old.kind == Kind::Dir => Expect::entry(old),

@@ -9,6 +9,7 @@
 use crate::error::Action;
 use crate::replica::{Incoming, Pending, Replica, ReplicaDir};
 use crate::sync::SyncError;
+use crate::sync_exec::{index, split};
 use accord_fsys::PropsMask;
 use accord_model::{Expect, Fingerprint, Props, RelPath};
 use accord_plan::{Side, SyncItem};
@@ -30,17 +31,6 @@ pub(crate) struct FileCopy<'i> {
 
 /// A copy and what came of it: the temp's name, or why not.
 pub(crate) type Received<'i> = (FileCopy<'i>, Result<Vec<u8>, SyncError>);
-
-fn index(side: Side) -> usize {
-    match side {
-        Side::A => 0,
-        Side::B => 1,
-    }
-}
-
-fn split(path: &RelPath) -> (RelPath, &[u8]) {
-    (path.parent().unwrap_or_default(), path.file_name())
-}
 
 /// The directories a chunk reads from or writes to on one side, each
 /// opened once.

@@ -42,6 +42,23 @@ pub struct RemoteB {
 }
 
 impl RemoteB {
+    /// B as `127.0.0.1:PATH` through `rsh`, this build's accord on the far
+    /// side; pairs are made in `base`.
+    pub fn over_ssh(base: &Path, rsh: &str) -> RemoteB {
+        RemoteB {
+            base: base.to_path_buf(),
+            prefix: "127.0.0.1:".into(),
+            relative: false,
+            args: vec![
+                "--rsh".into(),
+                rsh.into(),
+                "--remote-accord".into(),
+                bin().display().to_string(),
+            ],
+            env: Vec::new(),
+        }
+    }
+
     pub fn address(&self, b: &Path) -> String {
         if self.relative {
             let rel = b.strip_prefix(&self.base).expect("B lies in the module");
