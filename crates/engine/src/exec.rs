@@ -216,10 +216,18 @@ pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::R
     } else {
         start_dirs(x, &plan.mkdirs)
     };
-    let mut commits = if x.stopped() {
-        Vec::new()
+    // When every file's commit is on its way before its reply is (a
+    // replica across a wire), what follows is sent at once too.
+    let mut early = None;
+    let (mut commits, early_holds) = if x.stopped() {
+        (Vec::new(), false)
     } else {
-        transfer::run_files(x, &plan.files)
+        let mut all_sent = || {
+            if plan.links.is_empty() {
+                early = Some(start_tail(x, plan));
+            }
+        };
+        transfer::run_files(x, &plan.files, &mut all_sent)
     };
     if !plan.links.is_empty() {
         // A link is made only to a leader whose commit succeeded.
@@ -229,14 +237,35 @@ pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::R
         transfer::run_links(x, &plan.links);
     }
     x.finish_space_report();
-    // Even after a fatal error: a directory made by this run keeps mode 0700
-    // until its properties are set, which would lock out other users.
-    let props = start_dir_props(x, &plan.dir_meta);
-    let flush = (x.cfg.fsync && !plan.is_empty()).then(|| x.dst.start_sync_all());
+    let (props, flush) = match early {
+        Some(tail) if early_holds => tail,
+        sent => {
+            // Files were written after the properties were sent: their
+            // directories' times must be set again, and flushed again.
+            if let Some((props, flush)) = sent {
+                for (_, p) in props {
+                    let _ = p.wait();
+                }
+                let _ = flush.map(Pending::wait);
+            }
+            start_tail(x, plan)
+        }
+    };
     wait_dirs(x, dirs);
     transfer::wait_commits(x, commits);
     wait_dir_props(x, props);
     flush
+}
+
+type Tail<'a> = (Started<'a, ()>, Option<Pending<std::io::Result<()>>>);
+
+/// Directory properties, then the final flush.
+fn start_tail<'a>(x: &Exec, plan: &'a MirrorPlan) -> Tail<'a> {
+    // Even after a fatal error: a directory made by this run keeps mode 0700
+    // until its properties are set, which would lock out other users.
+    let props = start_dir_props(x, &plan.dir_meta);
+    let flush = (x.cfg.fsync && !plan.is_empty()).then(|| x.dst.start_sync_all());
+    (props, flush)
 }
 
 fn remove_stale_temps(x: &Exec, items: &[Item]) {

@@ -35,7 +35,7 @@ pub use accord_plan::{
 pub use dry_run::DryRun;
 pub use error::{Action, Error, Failure, Fatal, Side};
 pub use local::{LocalOptions, LocalReplica};
-pub use replica::{Deleted, Incoming, Pending, Replica, ReplicaDir};
+pub use replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 pub use run::{mirror, mirror_replicas, open_local_root};
 pub use sync::{
     sync, sync_local, sync_with_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal,

@@ -145,11 +145,57 @@ impl<T> Pending<T> {
         Pending(PendingInner::Later(Box::new(f)))
     }
 
+    /// Whether `wait` returns at once (a local replica's result).
+    pub fn is_ready(&self) -> bool {
+        matches!(self.0, PendingInner::Ready(_))
+    }
+
     pub fn wait(self) -> T {
         match self.0 {
             PendingInner::Ready(v) => v,
             PendingInner::Later(f) => f(),
         }
+    }
+}
+
+/// A temp file on its way (from `start_receive`, `start_make_node` or
+/// `start_link_temp`). A replica that carries out calls in the order they
+/// were sent (one across a wire) gives it a handle at once: a commit or
+/// discard of the handle may then be started before the temp is known to
+/// exist, and the replica refuses it if the temp was never made. This
+/// saves a round trip per batch (the commits travel with the receives).
+#[must_use = "a pending temp must be waited for"]
+pub struct PendingTemp {
+    handle: Option<Vec<u8>>,
+    made: Pending<Result<Vec<u8>, Error>>,
+}
+
+impl PendingTemp {
+    /// A temp already made, or a call that failed (a local replica's).
+    pub fn ready(made: Result<Vec<u8>, Error>) -> PendingTemp {
+        PendingTemp {
+            handle: None,
+            made: Pending::ready(made),
+        }
+    }
+
+    /// A temp whose making is on its way, named by `handle` from now on;
+    /// `made` gives the same handle back once it exists.
+    pub fn named(handle: Vec<u8>, made: Pending<Result<Vec<u8>, Error>>) -> PendingTemp {
+        PendingTemp {
+            handle: Some(handle),
+            made,
+        }
+    }
+
+    /// The temp's name, usable before `wait` (see the type's comment).
+    pub fn handle(&self) -> Option<&[u8]> {
+        self.handle.as_deref()
+    }
+
+    /// The temp's name once it exists, or why it could not be made.
+    pub fn wait(self) -> Result<Vec<u8>, Error> {
+        self.made.wait()
     }
 }
 
@@ -284,19 +330,14 @@ pub trait ReplicaDir: Send + Sync {
         incoming: Incoming<'_>,
         props: &Props,
         mask: PropsMask,
-    ) -> Pending<Result<Vec<u8>, Error>> {
-        Pending::ready(self.receive(name, incoming, props, mask))
+    ) -> PendingTemp {
+        PendingTemp::ready(self.receive(name, incoming, props, mask))
     }
-    fn start_make_node(
-        &self,
-        name: &[u8],
-        entry: &Entry,
-        mask: PropsMask,
-    ) -> Pending<Result<Vec<u8>, Error>> {
-        Pending::ready(self.make_node(name, entry, mask))
+    fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp {
+        PendingTemp::ready(self.make_node(name, entry, mask))
     }
-    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> Pending<Result<Vec<u8>, Error>> {
-        Pending::ready(self.link_temp(name, leader))
+    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp {
+        PendingTemp::ready(self.link_temp(name, leader))
     }
     fn start_commit(
         &self,

@@ -7,7 +7,7 @@
 //! detection saw.
 
 use crate::error::Action;
-use crate::replica::{Incoming, Pending, Replica, ReplicaDir};
+use crate::replica::{Incoming, PendingTemp, Replica, ReplicaDir};
 use crate::sync::SyncError;
 use crate::sync_exec::{index, split};
 use accord_fsys::PropsMask;
@@ -101,7 +101,7 @@ pub(crate) fn receive_all<'i>(
 }
 
 /// A receive on its way, with the fingerprint of the bytes it was given.
-type Started = Result<(Pending<Result<Vec<u8>, crate::Error>>, Fingerprint), SyncError>;
+type Started = Result<(PendingTemp, Fingerprint), SyncError>;
 
 /// Start every receive in order, the sources opened a window ahead.
 fn start_receives(copies: &[FileCopy], sources: &[Dirs; 2], targets: &[Dirs; 2]) -> Vec<Started> {

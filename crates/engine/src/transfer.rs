@@ -8,7 +8,7 @@
 
 use crate::error::{Action, Error};
 use crate::exec::{parent_of, Exec};
-use crate::replica::{Incoming, Pending, ReplicaDir, STREAM_DELTA_MAX};
+use crate::replica::{Incoming, Pending, PendingTemp, ReplicaDir, STREAM_DELTA_MAX};
 use crate::Side;
 use accord_model::{Expect, Found, RelPath};
 use accord_plan::{Item, Method, Op};
@@ -33,6 +33,11 @@ pub(crate) struct Staged<'a, 'r> {
     dir: DirBox<'r>,
     temp: Vec<u8>,
     xfer: Xfer,
+    /// Its commit, already started (see `Started::start_early`).
+    early: Option<PendingCommit>,
+    /// Made after the batch's flush was started (a delta sent again
+    /// whole): it needs a flush of its own before its commit.
+    late: bool,
 }
 
 /// Bytes moved for one file.
@@ -50,6 +55,13 @@ struct StagedBatch<'a, 'r> {
     no_space: Vec<&'a Item>,
     /// The flush of the batch's temps, started after them.
     flushed: Option<Pending<io::Result<()>>>,
+}
+
+impl StagedBatch<'_, '_> {
+    /// Whether a temp was made after the batch's flush was started.
+    fn has_late(&self) -> bool {
+        self.staged.iter().any(|s| s.late)
+    }
 }
 
 /// Commits started and not yet waited for.
@@ -89,20 +101,36 @@ fn batches<'a>(items: &[&'a Item]) -> Vec<Batch<'a>> {
 
 /// Phase 4: regular files, symlinks, special files, and metadata-only items.
 /// Returns the commits of the staged batches, started and not waited for
-/// (a replica across a wire carries out what follows after them).
-pub(crate) fn run_files<'a, 'r>(x: &'r Exec, items: &'a [Item]) -> Commits<'a, 'r> {
+/// (a replica across a wire carries out what follows after them), and
+/// whether `all_sent` was called and still holds.
+///
+/// `all_sent` is called once every change of this phase has been sent,
+/// before the last replies are waited for, when that happens (a replica
+/// whose commits travel with their receives): the caller then sends what
+/// follows (directory properties, the final flush) in the same round trip.
+/// If a file must be tried again after that (a full disk, a delta sent
+/// again whole), the second value is false and the caller sends them again.
+pub(crate) fn run_files<'a, 'r>(
+    x: &'r Exec,
+    items: &'a [Item],
+    all_sent: &mut dyn FnMut(),
+) -> (Commits<'a, 'r>, bool) {
     let (metas, writes): (Vec<&Item>, Vec<&Item>) = items.iter().partition(|i| i.op == Op::Meta);
     let mut deferred: Vec<&Item> = Vec::new();
     // Pipelined: while batch N is flushed and committed, batch N+1 is staged.
     let mut pending: Option<StagedBatch> = None;
     let mut commits: Commits = Vec::new();
-    for b in batches(&writes) {
+    let mut metas_started = None;
+    let mut sent_early = false;
+    let batches = batches(&writes);
+    let count = batches.len();
+    for (i, b) in batches.into_iter().enumerate() {
         if x.stopped() || x.short_of_space() {
             deferred.extend(b.iter().flat_map(|(_, its)| its.iter().copied()));
             continue;
         }
         let prev = pending.take();
-        let ((), staged) = rayon::join(
+        let ((), started) = rayon::join(
             || {
                 if let Some(p) = prev {
                     let (again, started) = finish_batch(x, p);
@@ -110,15 +138,32 @@ pub(crate) fn run_files<'a, 'r>(x: &'r Exec, items: &'a [Item]) -> Commits<'a, '
                     commits.extend(started);
                 }
             },
-            || stage_batch(x, &b),
+            || start_batch(x, &b),
         );
-        pending = Some(staged);
+        if i + 1 == count {
+            metas_started = Some(start_metas(x, &metas));
+            if started.all_early() && deferred.is_empty() && !x.stopped() {
+                all_sent();
+                sent_early = true;
+            }
+        }
+        pending = Some(started.stage(x));
     }
+    let metas_started = metas_started.unwrap_or_else(|| {
+        let m = start_metas(x, &metas);
+        if writes.is_empty() && !x.stopped() {
+            all_sent();
+            sent_early = true;
+        }
+        m
+    });
     if let Some(p) = pending {
+        sent_early &= !p.has_late();
         let (again, started) = finish_batch(x, p);
         deferred.extend(again);
         commits.extend(started);
     }
+    sent_early &= deferred.is_empty();
     // A full disk: what was staged is committed (the old versions it
     // replaced are freed); the rest goes one file at a time.
     for it in deferred {
@@ -132,13 +177,22 @@ pub(crate) fn run_files<'a, 'r>(x: &'r Exec, items: &'a [Item]) -> Commits<'a, '
             x.did_not_fit(again);
         }
     }
+    wait_metas(x, metas_started);
+    (commits, sent_early)
+}
+
+/// Start the metadata-only changes (none once the run has stopped).
+fn start_metas<'a>(x: &Exec, metas: &[&'a Item]) -> Vec<(&'a Item, PendingCommit)> {
     if x.stopped() {
-        return commits;
+        return Vec::new();
     }
-    let started: Vec<_> = metas
+    metas
         .par_iter()
         .filter_map(|it| start_meta(x, it).map(|p| (*it, p)))
-        .collect();
+        .collect()
+}
+
+fn wait_metas(x: &Exec, started: Vec<(&Item, PendingCommit)>) {
     for (it, p) in started {
         match p.wait() {
             Ok(()) => {
@@ -148,7 +202,6 @@ pub(crate) fn run_files<'a, 'r>(x: &'r Exec, items: &'a [Item]) -> Commits<'a, '
             Err(e) => x.fail_item(it, e),
         }
     }
-    commits
 }
 
 fn start_meta(x: &Exec, it: &Item) -> Option<Pending<Result<(), Error>>> {
@@ -169,14 +222,25 @@ fn start_meta(x: &Exec, it: &Item) -> Option<Pending<Result<(), Error>>> {
 }
 
 fn stage_batch<'a, 'r>(x: &'r Exec, batch: &Batch<'a>) -> StagedBatch<'a, 'r> {
-    let mut out = StagedBatch {
-        staged: Vec::new(),
-        no_space: Vec::new(),
-        flushed: None,
-    };
+    start_batch(x, batch).stage(x)
+}
+
+/// A batch whose files are started (and, where the replica allows, their
+/// commits), their replies not yet waited for.
+struct StartedBatch<'a, 'r> {
+    groups: Vec<GroupStarted<'a, 'r>>,
+    flushed: Option<Pending<io::Result<()>>>,
+    /// Items not started because the run stopped.
+    not_started: Vec<&'a Item>,
+}
+
+fn start_batch<'a, 'r>(x: &'r Exec, batch: &Batch<'a>) -> StartedBatch<'a, 'r> {
     if x.stopped() {
-        out.no_space = batch.iter().flat_map(|(_, i)| i.iter().copied()).collect();
-        return out;
+        return StartedBatch {
+            groups: Vec::new(),
+            flushed: None,
+            not_started: batch.iter().flat_map(|(_, i)| i.iter().copied()).collect(),
+        };
     }
     // Every directory's files are started before any reply is waited for.
     let started: Vec<Option<GroupStarted>> = batch
@@ -189,13 +253,40 @@ fn stage_batch<'a, 'r>(x: &'r Exec, batch: &Batch<'a>) -> StagedBatch<'a, 'r> {
         .iter()
         .flat_map(|(_, its)| its.iter())
         .any(|i| matches!(i.op, Op::Write(_)));
-    if x.cfg.fsync && writes {
-        out.flushed = Some(x.dst.start_sync_all());
+    let flushed = (x.cfg.fsync && writes).then(|| x.dst.start_sync_all());
+    let mut groups: Vec<GroupStarted> = started.into_iter().flatten().collect();
+    for g in &mut groups {
+        g.start_early_commits(x);
     }
-    for g in started.into_iter().flatten() {
-        g.finish(x, &mut out);
+    StartedBatch {
+        groups,
+        flushed,
+        not_started: Vec::new(),
     }
-    out
+}
+
+impl<'a, 'r> StartedBatch<'a, 'r> {
+    /// Whether every file started has its commit on its way already.
+    fn all_early(&self) -> bool {
+        self.groups.iter().all(|g| {
+            g.results
+                .iter()
+                .all(|(_, r)| !matches!(r, Ok(Some(st)) if st.early.is_none()))
+        })
+    }
+
+    /// Wait for each file's temp.
+    fn stage(self, x: &Exec) -> StagedBatch<'a, 'r> {
+        let mut out = StagedBatch {
+            staged: Vec::new(),
+            no_space: self.not_started,
+            flushed: self.flushed,
+        };
+        for g in self.groups {
+            g.finish(x, &mut out);
+        }
+        out
+    }
 }
 
 /// The files of one directory, started.
@@ -206,6 +297,16 @@ struct GroupStarted<'a, 'r> {
 }
 
 impl<'a, 'r> GroupStarted<'a, 'r> {
+    /// Start the commits that can travel with their receives (after the
+    /// batch's flush was started: the replica carries them out after it).
+    fn start_early_commits(&mut self, x: &Exec) {
+        for (it, r) in &mut self.results {
+            if let Ok(Some(st)) = r {
+                st.start_early(x, &**self.ddir, it);
+            }
+        }
+    }
+
     /// Wait for each file's temp: staged, or failed, or short of space.
     fn finish(self, x: &Exec, out: &mut StagedBatch<'a, 'r>) {
         let GroupStarted {
@@ -215,23 +316,27 @@ impl<'a, 'r> GroupStarted<'a, 'r> {
         } = self;
         for (it, r) in results {
             let r = r.and_then(|started| match started {
-                Some(st) => st.finish(&**ddir).map(Some),
+                Some(st) => st.finish(&**ddir).map(|m| Some((m, false))),
                 None => Ok(None),
             });
             let r = r.or_else(|e| match (e, sdir.as_deref()) {
                 (e @ Error::Delta { .. }, Some(sd)) => match changed_side(&**sd, &**ddir, it) {
                     Some(changed) => Err(changed),
-                    None if is_false_match(&e) => redo_whole(x, &**sd, &**ddir, it),
+                    None if is_false_match(&e) => {
+                        redo_whole(x, &**sd, &**ddir, it).map(|m| m.map(|m| (m, true)))
+                    }
                     None => Err(e),
                 },
                 (e, _) => Err(e),
             });
             match r {
-                Ok(Some((temp, xfer))) => out.staged.push(Staged {
+                Ok(Some((made, late))) => out.staged.push(Staged {
                     item: it,
                     dir: ddir.clone(),
-                    temp,
-                    xfer,
+                    temp: made.temp,
+                    xfer: made.xfer,
+                    early: made.early,
+                    late,
                 }),
                 Ok(None) => {}
                 Err(e) if e.is_no_space() && !matches!(e, Error::InPlaceFailed { .. }) => {
@@ -252,22 +357,35 @@ fn finish_batch<'a, 'r>(x: &Exec, batch: StagedBatch<'a, 'r>) -> (Vec<&'a Item>,
         flushed,
     } = batch;
     let flushed = flushed.map_or(Ok(()), Pending::wait);
+    // Commits already on their way are carried out (or refused, after a
+    // failed flush) whatever happens here: they are waited for as usual.
+    let (early, staged): (Vec<Staged>, Vec<Staged>) =
+        staged.into_iter().partition(|s| s.early.is_some());
+    let mut commits = start_commits(early);
     if x.stopped() {
         for s in &staged {
             s.dir.discard(&s.temp);
         }
-        return (no_space, Vec::new());
+        return (no_space, commits);
     }
-    if let Err(e) = flushed {
-        for s in &staged {
-            s.dir.discard(&s.temp);
+    let (late, staged): (Vec<Staged>, Vec<Staged>) = staged.into_iter().partition(|s| s.late);
+    let flushed_late = if late.is_empty() || !x.cfg.fsync {
+        Ok(())
+    } else {
+        x.dst.start_sync_all().wait()
+    };
+    for (group, flushed) in [(staged, flushed.as_ref()), (late, flushed_late.as_ref())] {
+        match flushed {
+            Ok(()) => commits.extend(start_commits(group)),
+            Err(e) => {
+                for s in &group {
+                    s.dir.discard(&s.temp);
+                    x.fail_item(s.item, Error::io(Action::Flush)(clone_io(e)));
+                }
+            }
         }
-        for s in &staged {
-            x.fail_item(s.item, Error::io(Action::Flush)(clone_io(&e)));
-        }
-        return (no_space, Vec::new());
     }
-    (no_space, start_commits(staged))
+    (no_space, commits)
 }
 
 /// Rename every staged temp over its target (the calls all started before
@@ -279,9 +397,12 @@ fn commit_all(x: &Exec, staged: Vec<Staged>) {
 fn start_commits<'a, 'r>(staged: Vec<Staged<'a, 'r>>) -> Commits<'a, 'r> {
     staged
         .into_par_iter()
-        .map(|s| {
+        .map(|mut s| {
             let name = s.item.path.file_name();
-            let p = s.dir.start_commit(&s.temp, name, &s.item.expect_dst());
+            let p = match s.early.take() {
+                Some(p) => p,
+                None => s.dir.start_commit(&s.temp, name, &s.item.expect_dst()),
+            };
             (s, p)
         })
         .collect()
@@ -456,30 +577,80 @@ fn read_ahead<'s>(
 
 /// A file whose temp is on its way.
 struct Started {
-    temp: Pending<Result<Vec<u8>, Error>>,
+    temp: PendingTemp,
     xfer: Xfer,
     /// What the source holds after it was read, and what it must hold:
     /// if it changed meanwhile, the temp is thrown away.
     src_check: Option<(Pending<io::Result<Option<Found>>>, Expect)>,
+    /// Its commit, started before the temp was confirmed (`start_early`).
+    early: Option<PendingCommit>,
 }
 
+type PendingCommit = Pending<Result<(), Error>>;
+
 impl Started {
-    fn new(temp: Pending<Result<Vec<u8>, Error>>, xfer: Xfer) -> Started {
+    fn new(temp: PendingTemp, xfer: Xfer) -> Started {
         Started {
             temp,
             xfer,
             src_check: None,
+            early: None,
         }
     }
 
     fn ready(temp: Vec<u8>, xfer: Xfer) -> Started {
-        Started::new(Pending::ready(Ok(temp)), xfer)
+        Started::new(PendingTemp::ready(Ok(temp)), xfer)
     }
 
-    /// Wait for the temp; the staged temp and its bytes.
-    fn finish(self, ddir: &dyn ReplicaDir) -> Result<(Vec<u8>, Xfer), Error> {
-        let temp = self.temp.wait()?;
-        if let Some((now, expect)) = self.src_check {
+    /// Start the commit now, behind the receive and the batch's flush,
+    /// when the destination names its temps before making them (it then
+    /// refuses the commit if the temp was not made or not flushed) and
+    /// the source check is already known to hold: the batch's commits
+    /// then cost no round trip of their own.
+    fn start_early(&mut self, x: &Exec, ddir: &dyn ReplicaDir, it: &Item) {
+        let Some(handle) = self.temp.handle() else {
+            return;
+        };
+        if x.stopped() {
+            return;
+        }
+        if let Some((now, _)) = &self.src_check {
+            if !now.is_ready() {
+                return;
+            }
+            let (now, expect) = self.src_check.take().expect("checked above");
+            let now = now.wait();
+            let holds = now.as_ref().is_ok_and(|f| expect.still_holds(f.as_ref()));
+            // Kept for `finish`, which reports it.
+            self.src_check = Some((Pending::ready(now), expect));
+            if !holds {
+                return;
+            }
+        }
+        let name = it.path.file_name();
+        self.early = Some(ddir.start_commit(handle, name, &it.expect_dst()));
+    }
+
+    /// Wait for the temp; the staged temp, its bytes and its commit if it
+    /// was started early.
+    fn finish(self, ddir: &dyn ReplicaDir) -> Result<Made, Error> {
+        let Started {
+            temp,
+            xfer,
+            src_check,
+            early,
+        } = self;
+        let temp = match temp.wait() {
+            Ok(t) => t,
+            Err(e) => {
+                // Refused by the replica: no temp was made.
+                if let Some(c) = early {
+                    let _ = c.wait();
+                }
+                return Err(e);
+            }
+        };
+        if let Some((now, expect)) = src_check {
             let holds = match now.wait() {
                 Ok(found) => expect.still_holds(found.as_ref()),
                 Err(e) => {
@@ -492,8 +663,15 @@ impl Started {
                 return Err(Error::Changed(Side::Source));
             }
         }
-        Ok((temp, self.xfer))
+        Ok(Made { temp, xfer, early })
     }
+}
+
+/// A temp that exists, and its commit if that was started early.
+struct Made {
+    temp: Vec<u8>,
+    xfer: Xfer,
+    early: Option<PendingCommit>,
 }
 
 pub(crate) fn clone_io(e: &io::Error) -> io::Error {
@@ -552,7 +730,7 @@ fn redo_whole(
     sdir: &dyn ReplicaDir,
     ddir: &dyn ReplicaDir,
     it: &Item,
-) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
+) -> Result<Option<Made>, Error> {
     match write(x, sdir, ddir, it, Method::Whole, (None, None))? {
         Some(started) => started.finish(ddir).map(Some),
         None => Ok(None),
@@ -697,8 +875,14 @@ pub(crate) fn run_links(x: &Exec, items: &[Item]) {
             }
             match x.dst.open_dir(&parent_of(&it.path)) {
                 Ok(dir) => {
-                    let temp = dir.start_link_temp(it.path.file_name(), leader);
-                    Some((it, Arc::new(dir), temp))
+                    let name = it.path.file_name();
+                    let temp = dir.start_link_temp(name, leader);
+                    // A link has no contents to flush: its commit can
+                    // travel with it when the replica names it at once.
+                    let early = temp
+                        .handle()
+                        .map(|h| dir.start_commit(h, name, &it.expect_dst()));
+                    Some((it, Arc::new(dir), temp, early))
                 }
                 Err(e) => {
                     x.fail_item(it, Error::io(Action::OpenDestination)(e));
@@ -708,15 +892,23 @@ pub(crate) fn run_links(x: &Exec, items: &[Item]) {
         })
         .collect();
     let mut staged = Vec::with_capacity(started.len());
-    for (it, dir, temp) in started {
+    for (it, dir, temp, early) in started {
         match temp.wait() {
             Ok(temp) => staged.push(Staged {
                 item: it,
                 dir,
                 temp,
                 xfer: Xfer::default(),
+                early,
+                late: false,
             }),
-            Err(e) => x.fail_item(it, e),
+            Err(e) => {
+                if let Some(c) = early {
+                    // Refused by the replica: no temp was made.
+                    let _ = c.wait();
+                }
+                x.fail_item(it, e)
+            }
         }
     }
     commit_all(x, staged);

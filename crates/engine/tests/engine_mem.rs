@@ -511,3 +511,113 @@ fn issue10_a_failed_delta_blames_the_side_that_changed() {
         }
     }
 }
+
+// ---------------------------------------------------------------------
+// A destination that names its temps at once (as a replica across a wire
+// does): commits travel with their receives, before any reply.
+// ---------------------------------------------------------------------
+
+fn ordered_pair() -> (MemReplica, MemReplica) {
+    let src = MemReplica::new(1);
+    every_kind(&src);
+    src.file("d/e/f", 0o644, b"foxtrot");
+    let dst = MemReplica::new(2);
+    dst.file("a", 0o644, b"old alpha")
+        .dir("d", 0o750)
+        .file("d/b", 0o600, b"old bravo");
+    dst.faults.lock().unwrap().ordered = true;
+    (src, dst)
+}
+
+fn temps_left(r: &MemReplica) -> Vec<String> {
+    r.snapshot()
+        .into_keys()
+        .filter(|k| k.rsplit('/').next().unwrap().starts_with(".accord-tmp-"))
+        .collect()
+}
+
+#[test]
+fn commits_sent_with_their_receives_give_the_same_tree() {
+    let (src, dst) = ordered_pair();
+    let r = run(&src, &dst, &cfg());
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    assert_eq!(dst.snapshot(), src.snapshot());
+    assert_eq!(r.files_transferred, 5);
+    assert!(temps_left(&dst).is_empty());
+    // The batch's flush comes after its temps and before their commits.
+    let calls = dst.calls();
+    let flush = calls.iter().position(|c| c == "sync_all").unwrap();
+    let first_commit = calls.iter().position(|c| c.starts_with("commit")).unwrap();
+    let last_receive = calls
+        .iter()
+        .rposition(|c| c.starts_with("receive"))
+        .unwrap();
+    assert!(last_receive < flush && flush < first_commit, "{calls:?}");
+    let r = run(&src, &dst, &cfg());
+    assert!(r.ok() && r.changes.is_empty(), "{:?}", r.changes);
+}
+
+#[test]
+fn a_failed_receive_fails_its_file_alone_when_commits_go_early() {
+    let (src, dst) = ordered_pair();
+    dst.faults.lock().unwrap().receive = Some((p("d/b"), libc::EIO));
+    let r = run(&src, &dst, &cfg());
+    assert!(r.fatal.is_none(), "{:?}", r.fatal);
+    let failed: Vec<_> = r.errors.iter().map(|f| f.path.display()).collect();
+    assert_eq!(failed, ["d/b"], "{:?}", r.errors);
+    assert!(
+        r.errors[0].error.to_string().contains("Input/output"),
+        "the receive's error, not the refused commit's: {}",
+        r.errors[0].error
+    );
+    let mut want = src.snapshot();
+    let got = dst.snapshot();
+    want.insert("d/b".into(), got["d/b"].clone());
+    assert!(got["d/b"].contains("old bravo"));
+    assert_eq!(got, want);
+    assert!(temps_left(&dst).is_empty());
+}
+
+#[test]
+fn a_failed_flush_lets_no_commit_through() {
+    let (src, dst) = ordered_pair();
+    dst.faults.lock().unwrap().flush = Some(libc::EIO);
+    let r = run(&src, &dst, &cfg());
+    assert!(!r.errors.is_empty());
+    let snap = dst.snapshot();
+    assert!(snap["a"].contains("old alpha"), "{snap:?}");
+    assert!(snap["d/b"].contains("old bravo"), "{snap:?}");
+    assert!(!snap.contains_key("d/e/f"), "{snap:?}");
+    assert!(temps_left(&dst).is_empty(), "{snap:?}");
+    // The next run completes it.
+    let r = run(&src, &dst, &cfg());
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    assert_eq!(dst.snapshot(), src.snapshot());
+}
+
+#[test]
+fn a_full_disk_at_a_receive_is_tried_again_after_the_early_commits() {
+    // No hard links: the directories' properties are then sent with the
+    // files' commits, and must be sent again after the retried file.
+    let src = MemReplica::new(1);
+    src.dir("d", 0o750)
+        .dir("d/e", 0o700)
+        .file("a", 0o644, b"alpha")
+        .file("d/b", 0o600, b"bravo")
+        .file("d/e/f", 0o644, b"foxtrot")
+        .symlink("d/link", "../a");
+    let dst = MemReplica::new(2);
+    dst.faults.lock().unwrap().ordered = true;
+    dst.faults.lock().unwrap().receive = Some((p("d/e/f"), libc::ENOSPC));
+    let r = run(&src, &dst, &cfg());
+    assert!(r.ok(), "{:?} {:?}", r.fatal, r.errors);
+    assert_eq!(dst.snapshot(), src.snapshot());
+    assert!(temps_left(&dst).is_empty());
+    // The directories' properties were sent with the commits, and again
+    // after the retried file.
+    let calls = dst.calls();
+    let retried = calls.iter().rposition(|c| c == "commit d/e/f").unwrap();
+    for part in [&calls[..retried], &calls[retried..]] {
+        assert!(part.iter().any(|c| c == "set-dir-props d/e"), "{calls:#?}");
+    }
+}

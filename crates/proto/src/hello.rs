@@ -10,7 +10,7 @@ use std::io::{self, Read, Write};
 /// start-up file might print.
 pub const MAGIC: &[u8; 8] = b"\0ACCORD\0";
 /// The protocol version this build speaks.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Feature bit: zstd-compressed bulk data (`-z`).
 pub const FEATURE_ZSTD: u64 = 1;
 /// Every feature this build knows.

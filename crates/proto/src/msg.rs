@@ -8,7 +8,7 @@
 use crate::codec::*;
 use crate::wire::{Dec, Enc, ProtoError};
 use accord_fsys::{PropsMask, XattrFilter};
-use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, MAX_NAME_LEN};
+use accord_model::{Entry, Expect, Found, Kind, Props, RelPath};
 
 /// Most `--exclude` patterns sent with a listing request.
 pub const MAX_PATTERNS: u64 = 1 << 16;
@@ -102,15 +102,17 @@ pub enum Request {
         name: Vec<u8>,
         leader: RelPath,
     },
+    /// Rename the temp made by request `made_by` (a receive, make-node
+    /// or link-temp of this session, in `dir`) over `name`.
     Commit {
         dir: RelPath,
-        temp: Vec<u8>,
+        made_by: u32,
         name: Vec<u8>,
         expect: Expect,
     },
     Discard {
         dir: RelPath,
-        temp: Vec<u8>,
+        made_by: u32,
     },
     SetProps {
         dir: RelPath,
@@ -365,18 +367,19 @@ impl Request {
             }
             Request::Commit {
                 dir,
-                temp,
+                made_by,
                 name,
                 expect,
             } => {
                 e.u8(16);
-                dn(&mut e, dir, temp);
-                e.bytes(name);
+                put_path(&mut e, dir);
+                e.varint(u64::from(*made_by)).bytes(name);
                 put_expect(&mut e, expect);
             }
-            Request::Discard { dir, temp } => {
+            Request::Discard { dir, made_by } => {
                 e.u8(17);
-                dn(&mut e, dir, temp);
+                put_path(&mut e, dir);
+                e.varint(u64::from(*made_by));
             }
             Request::SetProps {
                 dir,
@@ -532,13 +535,13 @@ impl Request {
             },
             16 => Request::Commit {
                 dir: dir(&mut d)?,
-                temp: name(&mut d)?,
+                made_by: d.u32("made by")?,
                 name: name(&mut d)?,
                 expect: get_expect(&mut d)?,
             },
             17 => Request::Discard {
                 dir: dir(&mut d)?,
-                temp: name(&mut d)?,
+                made_by: d.u32("made by")?,
             },
             18 => Request::SetProps {
                 dir: dir(&mut d)?,
@@ -627,19 +630,6 @@ pub fn decode_found(b: &[u8]) -> Result<Option<Found>, ProtoError> {
     };
     d.end("the stat reply")?;
     Ok(f)
-}
-
-/// A temp name in a reply: one component, and one of our reserved names.
-pub fn decode_temp(b: &[u8]) -> Result<Vec<u8>, ProtoError> {
-    if b.len() > MAX_NAME_LEN
-        || accord_model::validate_name(b).is_err()
-        || !accord_fsys::is_reserved_name(b)
-    {
-        return Err(ProtoError::Invalid(
-            "a temp name that is not one of ours".into(),
-        ));
-    }
-    Ok(b.to_vec())
 }
 
 /// Why a request failed, as it crosses the wire. `code`, `action` and

@@ -111,8 +111,6 @@ proptest! {
     fn frames_decode(data in hostile()) { bounded(bodies::frames, &data) }
     #[test]
     fn found_decode(data in hostile()) { bounded(bodies::found, &data) }
-    #[test]
-    fn temp_decode(data in hostile()) { bounded(bodies::temp, &data) }
 }
 
 // Generators of valid values, for the round trips.
@@ -327,13 +325,15 @@ fn request() -> impl Strategy<Value = Request> {
             name,
             leader
         }),
-        (dn(), name(), expect()).prop_map(|((dir, temp), name, expect)| Request::Commit {
-            dir,
-            temp,
-            name,
-            expect
+        (rel_path(), any::<u32>(), name(), expect()).prop_map(|(dir, made_by, name, expect)| {
+            Request::Commit {
+                dir,
+                made_by,
+                name,
+                expect,
+            }
         }),
-        dn().prop_map(|(dir, temp)| Request::Discard { dir, temp }),
+        (rel_path(), any::<u32>()).prop_map(|(dir, made_by)| Request::Discard { dir, made_by }),
         (dn(), expect(), kind(), props(), mask()).prop_map(
             |((dir, name), expect, kind, props, mask)| {
                 Request::SetProps {

@@ -7,13 +7,13 @@ use crate::errors::from_wire;
 use crate::mux::{Conn, Role};
 use crate::sync_client::RemoteSide;
 use accord_delta::DeltaStats;
-use accord_engine::{Action, Deleted, Error, Incoming, Pending, Replica, ReplicaDir};
+use accord_engine::{Action, Deleted, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 use accord_engine::{SideFailure, SideSession};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
-use accord_proto::msg::{decode_found, decode_temp, ListOptions};
+use accord_proto::msg::{decode_found, ListOptions};
 use accord_proto::{Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
@@ -223,21 +223,35 @@ impl RemoteReplica {
         Pending::later(move || p.wait().map(|_| ()).map_err(|e| e.into_error(action)))
     }
 
-    /// `call_later` of a call whose reply is a temp name.
+    /// `call_later` of a call that makes a temp. The temp is named at
+    /// once by the request's stream number, which the server knows it by:
+    /// its commit can be sent before the reply (the server carries writes
+    /// out in order, and refuses the commit if the temp was not made).
     fn temp_later(
         &self,
         req: &Request,
         body: Option<&mut dyn Read>,
         action: Action,
-    ) -> Pending<Result<Vec<u8>, Error>> {
-        let p = self.call_later(req, body);
-        Pending::later(move || {
-            let b = p.wait().map_err(|e| e.into_error(action))?;
-            decode_temp(&b).map_err(|e| Error::Io {
-                action,
-                source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
-            })
-        })
+    ) -> PendingTemp {
+        let r = match self.start(req, body) {
+            Ok(r) => r,
+            Err(e) => return PendingTemp::ready(Err(e.into_error(action))),
+        };
+        let handle = temp_handle(r.stream());
+        let made = handle.clone();
+        PendingTemp::named(
+            handle,
+            Pending::later(move || {
+                let b = r.whole().map_err(|e| e.into_error(action))?;
+                if !b.is_empty() {
+                    return Err(Error::io(action)(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a reply where none was due",
+                    )));
+                }
+                Ok(made)
+            }),
+        )
     }
 
     fn list_options(rules: &IgnoreRules, opts: &ScanOptions) -> ListOptions {
@@ -317,6 +331,24 @@ impl Drop for RemoteReplica {
 }
 
 /// Send a request on `conn`; its reply as a stream.
+/// A remote temp as the engine holds it: the stream number of the
+/// request that made it.
+fn temp_handle(stream: u32) -> Vec<u8> {
+    stream.to_be_bytes().to_vec()
+}
+
+fn temp_stream(handle: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(handle.try_into().ok()?))
+}
+
+/// The engine gives back only handles this replica made.
+fn bad_temp_handle(action: Action) -> Error {
+    Error::io(action)(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "not a temp of this connection",
+    ))
+}
+
 pub(crate) fn start_on(
     conn: &Arc<Conn>,
     req: &Request,
@@ -363,6 +395,11 @@ pub(crate) struct ReplyReader {
 }
 
 impl ReplyReader {
+    /// The stream of the request this is the reply of.
+    pub(crate) fn stream(&self) -> u32 {
+        self.stream
+    }
+
     /// The whole reply (bounded).
     pub(crate) fn whole(mut self) -> Result<Vec<u8>, CallError> {
         trace(|| format!("wait {}", self.stream));
@@ -699,7 +736,7 @@ impl ReplicaDir for RemoteDir<'_> {
         incoming: Incoming<'_>,
         props: &Props,
         mask: PropsMask,
-    ) -> Pending<Result<Vec<u8>, Error>> {
+    ) -> PendingTemp {
         let (basis, mut body): (Basis, Box<dyn Read + '_>) = match incoming {
             Incoming::Whole(r) => (Basis::Nothing, Box::new(r)),
             Incoming::Delta { basis, delta } => (Basis::Entry(basis), Box::new(delta)),
@@ -790,12 +827,7 @@ impl ReplicaDir for RemoteDir<'_> {
         self.start_make_node(name, entry, mask).wait()
     }
 
-    fn start_make_node(
-        &self,
-        name: &[u8],
-        entry: &Entry,
-        mask: PropsMask,
-    ) -> Pending<Result<Vec<u8>, Error>> {
+    fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp {
         let req = Request::MakeNode {
             dir: self.dir.clone(),
             name: name.to_vec(),
@@ -809,7 +841,7 @@ impl ReplicaDir for RemoteDir<'_> {
         self.start_link_temp(name, leader).wait()
     }
 
-    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> Pending<Result<Vec<u8>, Error>> {
+    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp {
         let req = Request::LinkTemp {
             dir: self.dir.clone(),
             name: name.to_vec(),
@@ -828,9 +860,12 @@ impl ReplicaDir for RemoteDir<'_> {
         name: &[u8],
         expect: &Expect,
     ) -> Pending<Result<(), Error>> {
+        let Some(made_by) = temp_stream(temp) else {
+            return Pending::ready(Err(bad_temp_handle(Action::Replace)));
+        };
         let req = Request::Commit {
             dir: self.dir.clone(),
-            temp: temp.to_vec(),
+            made_by,
             name: name.to_vec(),
             expect: *expect,
         };
@@ -840,9 +875,12 @@ impl ReplicaDir for RemoteDir<'_> {
     fn discard(&self, temp: &[u8]) {
         // Nothing to wait for: a discard that fails leaves a stale temp the
         // next run removes.
+        let Some(made_by) = temp_stream(temp) else {
+            return;
+        };
         let req = Request::Discard {
             dir: self.dir.clone(),
-            temp: temp.to_vec(),
+            made_by,
         };
         drop(self.replica.call_later(&req, None));
     }

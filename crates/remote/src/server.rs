@@ -19,7 +19,7 @@ use accord_proto::codec::{put_failures, put_listing};
 use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{encode_found, ListOptions};
 use accord_proto::{Basis, Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
@@ -120,7 +120,8 @@ pub fn serve(
         replica: &replica,
         conn: &conn,
         writable,
-        temps: Mutex::new(HashSet::new()),
+        temps: Mutex::new(HashMap::new()),
+        failed_flush: Mutex::new(None),
         rules: Mutex::new(None),
         sync: SyncServer::new(&replica, cfg.archive_dir.clone()),
     };
@@ -187,9 +188,14 @@ struct Session<'a> {
     replica: &'a LocalReplica,
     conn: &'a Arc<Conn>,
     writable: bool,
-    /// Temp names handed out and not yet committed or discarded: a commit
-    /// or discard of any other name is refused.
-    temps: Mutex<HashSet<(RelPath, Vec<u8>)>>,
+    /// Temps made and not yet committed or discarded, by the stream of
+    /// the request that made them (the client names a temp by that
+    /// number, so it can send the commit before the temp exists): a
+    /// commit or discard of anything else is refused.
+    temps: Mutex<HashMap<u32, (RelPath, Vec<u8>)>>,
+    /// The stream of the last flush that failed: a temp made before it
+    /// may not be durable, and is never committed.
+    failed_flush: Mutex<Option<u32>>,
     /// The rules of this session's listings (built from the first listing
     /// request's patterns; `.accordignore` files add to them).
     rules: Mutex<Option<(Vec<String>, Arc<IgnoreRules>)>>,
@@ -398,7 +404,7 @@ impl Session<'_> {
 
     /// Temps of a session that ended before committing them.
     fn discard_temps(&self) {
-        for (dir, temp) in self.temps.lock().unwrap().drain() {
+        for (_, (dir, temp)) in self.temps.lock().unwrap().drain() {
             if let Ok(d) = self.replica.open_dir(&dir) {
                 d.discard(&temp);
             }
@@ -430,24 +436,36 @@ impl Session<'_> {
         Ok(v)
     }
 
-    fn issue_temp(&self, dir: &RelPath, temp: Vec<u8>) -> Vec<u8> {
+    /// Remember the temp made by request `stream`; the reply is empty
+    /// (the client names the temp by `stream`).
+    fn issue_temp(&self, stream: u32, dir: &RelPath, temp: Vec<u8>) -> Vec<u8> {
         self.temps
             .lock()
             .unwrap()
-            .insert((dir.clone(), temp.clone()));
-        temp
+            .insert(stream, (dir.clone(), temp));
+        Vec::new()
     }
 
-    fn take_temp(&self, dir: &RelPath, temp: &[u8]) -> Result<(), WireError> {
-        if self
-            .temps
-            .lock()
-            .unwrap()
-            .remove(&(dir.clone(), temp.to_vec()))
-        {
-            Ok(())
-        } else {
-            Err(denied("a temp name this session did not hand out"))
+    /// The name of the temp made by request `made_by` in `dir`, taken
+    /// out of this session's temps.
+    fn take_temp(&self, dir: &RelPath, made_by: u32) -> Result<Vec<u8>, WireError> {
+        let mut temps = self.temps.lock().unwrap();
+        match temps.get(&made_by) {
+            Some((d, _)) if d == dir => Ok(temps.remove(&made_by).expect("present").1),
+            _ => Err(denied(
+                "a temp this session did not make (or its receive failed)",
+            )),
+        }
+    }
+
+    /// Refuse to commit a temp made before a flush that failed.
+    fn check_flushed(&self, made_by: u32) -> Result<(), WireError> {
+        match *self.failed_flush.lock().unwrap() {
+            Some(f) if made_by < f => Err(io_error(
+                Action::Flush,
+                &io::Error::other("not committed: the flush after its temp was written failed"),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -467,9 +485,11 @@ impl Session<'_> {
             }
             Request::OpenDir { dir } => self.dir(dir, Action::OpenDestination).map(|_| Vec::new()),
             Request::SyncAll => {
-                self.replica
-                    .sync_all()
-                    .map_err(|e| io_error(Action::Flush, &e))?;
+                if let Err(e) = self.replica.sync_all() {
+                    let mut failed = self.failed_flush.lock().unwrap();
+                    *failed = Some(failed.map_or(stream, |f| f.max(stream)));
+                    return Err(io_error(Action::Flush, &e));
+                }
                 Ok(Vec::new())
             }
             Request::ReadState { name } => {
@@ -563,7 +583,7 @@ impl Session<'_> {
                     }
                 }
                 .map_err(w)?;
-                Ok(self.issue_temp(dir, temp))
+                Ok(self.issue_temp(stream, dir, temp))
             }
             Request::PatchInPlace {
                 dir,
@@ -589,31 +609,33 @@ impl Session<'_> {
                 }
                 let d = self.dir(dir, Action::MakeNode)?;
                 let temp = d.make_node(name, entry, *mask).map_err(w)?;
-                Ok(self.issue_temp(dir, temp))
+                Ok(self.issue_temp(stream, dir, temp))
             }
             Request::LinkTemp { dir, name, leader } => {
                 let d = self.dir(dir, Action::MakeLink)?;
                 let temp = d.link_temp(name, leader).map_err(w)?;
-                Ok(self.issue_temp(dir, temp))
+                Ok(self.issue_temp(stream, dir, temp))
             }
             Request::Commit {
                 dir,
-                temp,
+                made_by,
                 name,
                 expect,
             } => {
-                self.take_temp(dir, temp)?;
+                let temp = self.take_temp(dir, *made_by)?;
                 let d = self.dir(dir, Action::Replace)?;
-                let r = d.commit(temp, name, expect);
+                let r = self
+                    .check_flushed(*made_by)
+                    .and_then(|()| d.commit(&temp, name, expect).map_err(w));
                 if r.is_err() {
-                    d.discard(temp);
+                    d.discard(&temp);
                 }
-                r.map_err(w)?;
+                r?;
                 Ok(Vec::new())
             }
-            Request::Discard { dir, temp } => {
-                self.take_temp(dir, temp)?;
-                self.dir(dir, Action::Replace)?.discard(temp);
+            Request::Discard { dir, made_by } => {
+                let temp = self.take_temp(dir, *made_by)?;
+                self.dir(dir, Action::Replace)?.discard(&temp);
                 Ok(Vec::new())
             }
             Request::SetProps {

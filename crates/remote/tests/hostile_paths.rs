@@ -9,7 +9,7 @@
 mod common;
 
 use accord_engine::{Incoming, Replica};
-use accord_model::{Kind, RelPath};
+use accord_model::{Expect, Kind, RelPath};
 use accord_proto::frame::FrameKind;
 use accord_proto::{Hello, Request, RootMode, Welcome};
 use accord_remote::ServerConfig;
@@ -128,7 +128,7 @@ fn bad_names_from_a_client_end_the_session() {
         );
         refused(
             &format!("commit onto {what}"),
-            &raw::commit(b"", b".accord-tmp-x", &n, &accord_model::Expect::Absent),
+            &raw::commit(b"", 1, &n, &accord_model::Expect::Absent),
             None,
         );
     }
@@ -512,14 +512,14 @@ fn an_honest_fake_listing_is_mirrored() {
     assert_eq!(std::fs::read(dst.join("sub/deep")).unwrap(), b"deep\n");
 }
 
-/// A temp name in a reply must be one of ours and a single name: a server
-/// cannot make the client commit `../x` or an existing file.
+/// The client names a temp by the number of the request that made it,
+/// and commits nothing else: a server that answers a receive with a name
+/// (`../x`, an existing file) is not believed.
 #[test]
-fn a_temp_name_that_is_not_a_temp_is_rejected() {
+fn a_receive_reply_that_names_a_temp_is_rejected() {
     for bad in [
         &b"../../outside/secret"[..],
         b"victim",
-        b"",
         b".accord-tmp-x/../../y",
         b"/etc/passwd",
     ] {
@@ -548,47 +548,53 @@ fn a_temp_name_that_is_not_a_temp_is_rejected() {
 // ---------------------------------------------------------------------
 
 #[test]
-fn a_commit_or_discard_of_a_name_not_handed_out_is_refused() {
+fn a_commit_or_discard_of_a_temp_not_made_is_refused() {
     let sb = Sandbox::new();
     std::fs::write(sb.root.join("precious"), b"precious\n").unwrap();
     std::fs::write(sb.root.join("other"), b"other\n").unwrap();
     // A temp of another session (an honest client's, still in flight).
     let (mut honest, honest_server) = RawClient::start(&sb.root, RootMode::Write);
-    let their_temp = honest
-        .call_body(&raw::receive(b"", b"new", None), b"honest\n")
-        .reply();
-    assert!(accord_fsys::is_reserved_name(&their_temp));
+    let theirs = honest.send_body(&raw::receive(b"", b"new", None), b"honest\n");
+    honest.outcome(theirs).reply();
+    let their_temp = temps_in(&sb.root);
+    assert_eq!(their_temp.len(), 1);
 
     let (mut c, server) = RawClient::start(&sb.root, RootMode::Write);
     let precious = expect_of(&sb.root.join("precious"));
     let other = expect_of(&sb.root.join("other"));
-    // Commit an existing file over another.
+    // A request of ours that made no temp, and a number we never used
+    // (the other session's temp has it on its own connection).
+    let a_stat = c.send(&raw::stat(b"", b"other"));
+    c.outcome(a_stat).reply();
+    for made_by in [a_stat, theirs, 1_000_000] {
+        assert!(c
+            .call(&raw::commit(b"", made_by, b"precious", &precious))
+            .is_refusal());
+        assert!(c.call(&raw::discard(b"", made_by)).is_refusal());
+    }
+    // A receive that failed made no temp: its commit is refused.
+    let failed = c.send_body(&raw::receive(b"nowhere", b"x", None), b"x\n");
+    let _ = c.outcome(failed);
     assert!(c
-        .call(&raw::commit(b"", b"other", b"precious", &precious))
+        .call(&raw::commit(b"nowhere", failed, b"x", &Expect::Absent))
         .is_refusal());
-    // Commit another session's temp.
-    assert!(c
-        .call(&raw::commit(b"", &their_temp, b"precious", &precious))
-        .is_refusal());
-    // Discard (unlink) a file that is not a temp, or another's temp.
-    assert!(c.call(&raw::discard(b"", b"precious")).is_refusal());
-    assert!(c.call(&raw::discard(b"", &their_temp)).is_refusal());
     // A stale-temp removal of a name that is not reserved for temps.
     let mut e = accord_proto::Enc::new();
     e.u8(22).bytes(b"").bytes(b"other");
     assert!(c.call(&e.finish()).is_refusal());
-    // Our own temp, committed under the wrong directory.
+    // Our own temp, committed under the wrong directory, then twice.
     std::fs::create_dir(sb.root.join("sub")).unwrap();
-    let ours = c
-        .call_body(&raw::receive(b"", b"mine", None), b"mine\n")
-        .reply();
+    let ours = c.send_body(&raw::receive(b"", b"mine", None), b"mine\n");
+    c.outcome(ours).reply();
     assert!(c
-        .call(&raw::commit(
-            b"sub",
-            &ours,
-            b"mine",
-            &accord_model::Expect::Absent
-        ))
+        .call(&raw::commit(b"sub", ours, b"mine", &Expect::Absent))
+        .is_refusal());
+    assert!(matches!(
+        c.call(&raw::commit(b"", ours, b"mine", &Expect::Absent)),
+        Outcome::Reply(_)
+    ));
+    assert!(c
+        .call(&raw::commit(b"", ours, b"precious", &precious))
         .is_refusal());
     assert_eq!(
         std::fs::read(sb.root.join("precious")).unwrap(),
@@ -596,20 +602,13 @@ fn a_commit_or_discard_of_a_name_not_handed_out_is_refused() {
     );
     assert_eq!(std::fs::read(sb.root.join("other")).unwrap(), b"other\n");
     assert_eq!(expect_of(&sb.root.join("other")), other);
-    assert!(sb
-        .root
-        .join(std::str::from_utf8(&their_temp).unwrap())
-        .exists());
+    assert_eq!(std::fs::read(sb.root.join("mine")).unwrap(), b"mine\n");
+    assert_eq!(temps_in(&sb.root), their_temp);
     c.hang_up();
     server.finish().unwrap();
     // The honest session's temp is still its own to commit.
     assert!(matches!(
-        honest.call(&raw::commit(
-            b"",
-            &their_temp,
-            b"new",
-            &accord_model::Expect::Absent
-        )),
+        honest.call(&raw::commit(b"", theirs, b"new", &Expect::Absent)),
         Outcome::Reply(_)
     ));
     assert_eq!(std::fs::read(sb.root.join("new")).unwrap(), b"honest\n");

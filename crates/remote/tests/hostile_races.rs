@@ -71,18 +71,18 @@ fn a_directory_swapped_in_the_middle_of_a_body_takes_no_commit() {
     }
     swap_dir(&sb.root.join("d"), &sb.outside);
     c.frame(s, FrameKind::End, b"second half\n");
-    let temp = c.outcome(s).reply();
+    c.outcome(s).reply();
     for (what, out) in [
         (
             "commit into d",
-            c.call(&raw::commit(b"d", &temp, b"secret", &Expect::Absent)),
+            c.call(&raw::commit(b"d", s, b"secret", &Expect::Absent)),
         ),
         (
             "receive into d",
             c.call_body(&raw::receive(b"d", b"g", None), b"g\n"),
         ),
         ("mkdir in d", c.call(&raw::mkdir(b"d", b"sub"))),
-        ("discard in d", c.call(&raw::discard(b"d", &temp))),
+        ("discard in d", c.call(&raw::discard(b"d", s))),
     ] {
         assert!(out.is_refusal(), "{what}: {out:?}");
     }

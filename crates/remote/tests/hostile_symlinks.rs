@@ -51,8 +51,9 @@ fn delta(old: &[u8], new: &[u8], in_place: bool) -> Vec<u8> {
 /// Make `name -> target` in the root through the server, as a hostile
 /// client would: a symlink temp, committed.
 fn plant_symlink(c: &mut RawClient, dir: &[u8], name: &[u8], target: &[u8]) {
-    let temp = c.call(&raw::make_symlink(dir, name, target)).reply();
-    let r = c.call(&raw::commit(dir, &temp, name, &Expect::Absent));
+    let made = c.send(&raw::make_symlink(dir, name, target));
+    c.outcome(made).reply();
+    let r = c.call(&raw::commit(dir, made, name, &Expect::Absent));
     assert!(matches!(r, Outcome::Reply(_)), "planting {name:?}: {r:?}");
 }
 

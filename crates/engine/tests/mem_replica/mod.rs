@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use accord_engine::{Deleted, Error, Incoming, Replica, ReplicaDir, Side};
+use accord_engine::{Deleted, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir, Side};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath, Time};
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +42,55 @@ pub struct MemReplica {
     pub calls: Mutex<Vec<String>>,
     pub hook: Mutex<Option<Hook>>,
     state: Mutex<HashMap<String, Vec<u8>>>,
+    /// Faults and the ordered mode (see `Faults`).
+    pub faults: Mutex<Faults>,
+}
+
+/// Behaviours of a replica across a wire, and failures, for the engine's
+/// tests of them.
+#[derive(Default)]
+pub struct Faults {
+    /// Name temps at once by a handle, as a replica that carries out calls
+    /// in order does (`PendingTemp::named`): a commit of a handle whose
+    /// temp was never made, or was made before a flush that failed, is
+    /// refused.
+    pub ordered: bool,
+    /// The next flush fails with this errno.
+    pub flush: Option<i32>,
+    /// The next receive of this path fails with this errno.
+    pub receive: Option<(RelPath, i32)>,
+    handles: HashMap<Vec<u8>, Option<(Vec<u8>, u64)>>,
+    next_handle: u64,
+    failed_flush: Option<u64>,
+}
+
+impl Faults {
+    fn name(&mut self, made: &Result<Vec<u8>, Error>) -> Vec<u8> {
+        self.next_handle += 1;
+        let n = self.next_handle;
+        let handle = format!("handle-{n}").into_bytes();
+        let temp = made.as_ref().ok().map(|t| (t.clone(), n));
+        self.handles.insert(handle.clone(), temp);
+        handle
+    }
+
+    /// The temp of `handle`, taken (`None`: never made, or refused).
+    fn take(&mut self, handle: &[u8]) -> Result<Vec<u8>, (Option<Vec<u8>>, Error)> {
+        let refused = |what: &str| {
+            Error::io(accord_engine::Action::Replace)(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                what.to_string(),
+            ))
+        };
+        match self.handles.remove(handle) {
+            Some(Some((temp, n))) if self.failed_flush.is_some_and(|f| n <= f) => Err((
+                Some(temp),
+                refused("not committed: the flush after its temp failed"),
+            )),
+            Some(Some((temp, _))) => Ok(temp),
+            _ => Err((None, refused("a temp that was not made"))),
+        }
+    }
 }
 
 pub fn p(s: &str) -> RelPath {
@@ -163,6 +212,7 @@ impl MemReplica {
             calls: Mutex::new(Vec::new()),
             hook: Mutex::new(None),
             state: Mutex::new(HashMap::new()),
+            faults: Mutex::new(Faults::default()),
         }
     }
 
@@ -370,7 +420,14 @@ impl Replica for MemReplica {
 
     fn sync_all(&self) -> io::Result<()> {
         self.calls.lock().unwrap().push("sync_all".into());
-        Ok(())
+        let mut f = self.faults.lock().unwrap();
+        match f.flush.take() {
+            Some(errno) => {
+                f.failed_flush = Some(f.next_handle);
+                Err(io::Error::from_raw_os_error(errno))
+            }
+            None => Ok(()),
+        }
     }
 
     fn read_state(&self, name: &str) -> Option<Vec<u8>> {
@@ -408,6 +465,32 @@ impl MemDir<'_> {
             Ok(())
         } else {
             Err(Error::Changed(side))
+        }
+    }
+
+    fn discard_temp(&self, temp: &[u8]) {
+        if let Ok(path) = self.at(temp) {
+            self.replica.tree.lock().unwrap().names.remove(&path);
+        }
+    }
+
+    /// A temp made (or not), as this replica hands it out.
+    fn pending_temp(&self, made: Result<Vec<u8>, Error>) -> PendingTemp {
+        let mut f = self.replica.faults.lock().unwrap();
+        if !f.ordered {
+            return PendingTemp::ready(made);
+        }
+        let handle = f.name(&made);
+        PendingTemp::named(handle.clone(), Pending::ready(made.map(|_| handle)))
+    }
+
+    /// The temp name behind what the engine gave back.
+    fn temp_of(&self, temp: &[u8]) -> Result<Vec<u8>, (Option<Vec<u8>>, Error)> {
+        let mut f = self.replica.faults.lock().unwrap();
+        if f.ordered {
+            f.take(temp)
+        } else {
+            Ok(temp.to_vec())
         }
     }
 
@@ -470,6 +553,23 @@ impl ReplicaDir for MemDir<'_> {
         mask: PropsMask,
     ) -> Result<Vec<u8>, Error> {
         let path = self.at(name)?;
+        let fault = {
+            let mut f = self.replica.faults.lock().unwrap();
+            match &f.receive {
+                Some((at, errno)) if *at == path => {
+                    let errno = *errno;
+                    f.receive = None;
+                    Some(errno)
+                }
+                _ => None,
+            }
+        };
+        if let Some(errno) = fault {
+            drop(self.replica.call("receive-failed", &path));
+            return Err(Error::io(accord_engine::Action::WriteTemp)(
+                io::Error::from_raw_os_error(errno),
+            ));
+        }
         let what = match incoming {
             Incoming::Whole(_) => "receive-whole",
             Incoming::Delta { .. } => "receive-delta",
@@ -575,10 +675,19 @@ impl ReplicaDir for MemDir<'_> {
     }
 
     fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
+        let temp = match self.temp_of(temp) {
+            Ok(t) => t,
+            Err((made, e)) => {
+                if let Some(t) = made {
+                    self.discard_temp(&t);
+                }
+                return Err(e);
+            }
+        };
         let path = self.at(name)?;
         let mut t = self.replica.call("commit", &path);
         self.check(&t, &path, expect, Side::Destination)?;
-        let temp = self.at(temp)?;
+        let temp = self.at(&temp)?;
         let ino = t.names.remove(&temp).expect("a temp of this directory");
         if t.names.get(&path) == Some(&ino) {
             // rename(2) of a link over a name of the same inode does nothing.
@@ -591,9 +700,28 @@ impl ReplicaDir for MemDir<'_> {
     }
 
     fn discard(&self, temp: &[u8]) {
-        if let Ok(path) = self.at(temp) {
-            self.replica.tree.lock().unwrap().names.remove(&path);
+        match self.temp_of(temp) {
+            Ok(t) | Err((Some(t), _)) => self.discard_temp(&t),
+            Err((None, _)) => {}
         }
+    }
+
+    fn start_receive(
+        &self,
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> PendingTemp {
+        self.pending_temp(self.receive(name, incoming, props, mask))
+    }
+
+    fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp {
+        self.pending_temp(self.make_node(name, entry, mask))
+    }
+
+    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp {
+        self.pending_temp(self.link_temp(name, leader))
     }
 
     fn set_props(

@@ -9,7 +9,7 @@
 use accord_model::RelPath;
 use accord_proto::codec::{get_failures, get_listing, put_failures, put_listing};
 use accord_proto::frame::{parse_credit, read_frame, FrameKind};
-use accord_proto::msg::{decode_found, decode_temp, encode_found};
+use accord_proto::msg::{decode_found, encode_found};
 use accord_proto::{Dec, Enc, Hello, Request, Welcome, WireError};
 
 pub fn request(data: &[u8]) {
@@ -101,12 +101,5 @@ pub fn found(data: &[u8]) {
             decode_found(&encode_found(f.as_ref())).expect("re-decode"),
             f
         );
-    }
-}
-
-pub fn temp(data: &[u8]) {
-    if let Ok(name) = decode_temp(data) {
-        assert!(accord_model::validate_name(&name).is_ok());
-        assert!(accord_fsys::is_reserved_name(&name));
     }
 }

@@ -392,16 +392,17 @@ pub mod raw {
         e.finish()
     }
 
-    pub fn commit(dir: &[u8], temp: &[u8], name: &[u8], expect: &Expect) -> Vec<u8> {
+    /// Commit the temp made by the request on stream `made_by`.
+    pub fn commit(dir: &[u8], made_by: u32, name: &[u8], expect: &Expect) -> Vec<u8> {
         let mut e = head(16, dir);
-        e.bytes(temp).bytes(name);
+        e.varint(u64::from(made_by)).bytes(name);
         put_expect(&mut e, expect);
         e.finish()
     }
 
-    pub fn discard(dir: &[u8], temp: &[u8]) -> Vec<u8> {
+    pub fn discard(dir: &[u8], made_by: u32) -> Vec<u8> {
         let mut e = head(17, dir);
-        e.bytes(temp);
+        e.varint(u64::from(made_by));
         e.finish()
     }
 

@@ -1,9 +1,0 @@
-#![no_main]
-//! `msg::decode_temp`: a temp name in a reply: any bytes decode to a value or an error, never a panic; what
-//! decodes round-trips.
-use libfuzzer_sys::fuzz_target;
-
-#[path = "../../tests/bodies/mod.rs"]
-mod bodies;
-
-fuzz_target!(|data: &[u8]| bodies::temp(data));
