@@ -22,9 +22,15 @@
  * The io_uring side of FUSE is defined here from the kernel's interface description (Linux
  * 6.14, protocol 7.42), because Debian 12's kernel headers predate it.
  *
+ * How the kernel hands a request to a queue's thread depends on the ring's task-work mode
+ * (TASKRUN): `signal` (io_uring's default: the thread is interrupted to run it), `coop` (it
+ * runs when the thread next enters the kernel) or `defer` (single issuer, deferred: it runs
+ * only while the thread waits for completions, which is all this thread does).
+ *
  * Build: gcc -O2 -pthread nullfs_uring.c -luring   (Debian 12: liburing-dev)
- * Run:   nullfs_uring rw|ring MOUNTPOINT [DEPTH]   (root; stays in the foreground until the
- *        file system is unmounted; SIGINT/SIGTERM unmount it) */
+ * Run:   nullfs_uring rw|ring MOUNTPOINT [DEPTH [signal|coop|defer]]   (root; default depth 8,
+ *        signal; stays in the foreground until the file system is unmounted; SIGINT/SIGTERM
+ *        unmount it) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -225,6 +231,7 @@ static int handle(const struct fuse_in_header *in, const void *arg, const char *
 static int fusefd;
 static const char *mountpoint;
 static int uring_mode, depth = 8;
+static unsigned ring_flags; /* io_uring setup flags besides SQE128 */
 static unsigned long dev_requests; /* requests that came through /dev/fuse after INIT */
 static struct queue *queues;
 static int nqueues;
@@ -291,10 +298,13 @@ static void *serve_queue(void *p) {
         CPU_SET(q->qid, &cpus);
         sched_setaffinity(0, sizeof cpus, &cpus);
     }
+    /* the ring is made by the thread that uses it (needed for deferred task work) */
+    int r = io_uring_queue_init(2 * depth, &q->ring, IORING_SETUP_SQE128 | ring_flags);
+    if (r < 0) { fprintf(stderr, "io_uring_queue_init: %s\n", strerror(-r)); exit(1); }
     for (int i = 0; i < depth; i++) prep_cmd(q, i, RING_CMD_REGISTER, 0);
     char out[512];
     for (;;) {
-        int r = io_uring_submit_and_wait(&q->ring, 1);
+        r = io_uring_submit_and_wait(&q->ring, 1);
         if (r < 0) {
             if (r == -EINTR) continue;
             fprintf(stderr, "queue %d: io_uring_submit_and_wait: %s\n", q->qid, strerror(-r));
@@ -343,8 +353,6 @@ static void start_queues(void) {
     for (int qid = 0; qid < nq; qid++) {
         struct queue *q = &qs[qid];
         q->qid = qid;
-        int r = io_uring_queue_init(2 * depth, &q->ring, IORING_SETUP_SQE128);
-        if (r < 0) { fprintf(stderr, "io_uring_queue_init: %s\n", strerror(-r)); exit(1); }
         q->hdr = aligned_alloc(4096, ((sizeof *q->hdr * depth) + 4095) & ~4095ul);
         q->payload = aligned_alloc(4096, (size_t)depth * PAYLOAD);
         q->iov = calloc(depth, sizeof *q->iov);
@@ -359,13 +367,20 @@ static void start_queues(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4 || (strcmp(argv[1], "rw") && strcmp(argv[1], "ring"))) {
-        fprintf(stderr, "usage: nullfs_uring rw|ring MOUNTPOINT [DEPTH]\n");
+    if (argc < 3 || argc > 5 || (strcmp(argv[1], "rw") && strcmp(argv[1], "ring"))) {
+        fprintf(stderr, "usage: nullfs_uring rw|ring MOUNTPOINT [DEPTH [TASKRUN]]\n");
         return 2;
+    }
+    if (argc == 5) {
+        if (!strcmp(argv[4], "defer"))
+            ring_flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+        else if (!strcmp(argv[4], "coop"))
+            ring_flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+        else if (strcmp(argv[4], "signal")) { fprintf(stderr, "bad TASKRUN\n"); return 2; }
     }
     uring_mode = !strcmp(argv[1], "ring");
     mountpoint = argv[2];
-    if (argc == 4) depth = atoi(argv[3]);
+    if (argc >= 4) depth = atoi(argv[3]);
     if (depth < 1 || depth > 1024) { fprintf(stderr, "bad depth\n"); return 2; }
     table = calloc(SLOTS, sizeof *table);
     if (!table) { perror("calloc"); return 1; }

@@ -17,11 +17,14 @@
 # usage: sudo bench/union/uring.sh   (needs root, /dev/fuse, gcc, liburing-dev, libfuse3-dev,
 #                                     pkg-config; Linux 6.14 or later built with FUSE io_uring)
 # env:   N=5000 (files per operation)  ROUNDS=7  DEPTH=8 (ring entries per queue)
+#        TASKRUN=signal|coop|defer (how io_uring hands a request to a queue's thread; see
+#        nullfs_uring.c)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 N=${N:-5000}
 ROUNDS=${ROUNDS:-7}
 DEPTH=${DEPTH:-8}
+TASKRUN=${TASKRUN:-signal}
 B=${BENCH_DIR:-/tmp/accord-uring-bench}
 PARAM=/sys/module/fuse/parameters/enable_uring
 
@@ -54,7 +57,7 @@ gcc -O2 -pthread -o "$B/nullfs_uring" "$here/nullfs_uring.c" -luring
 
 echo Y > "$PARAM"
 echo "== $(nproc) CPUs, kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== $PARAM: was $saved, now $(cat "$PARAM"); $ROUNDS rounds of $N files, ring depth $DEPTH"
+echo "== $PARAM: was $saved, now $(cat "$PARAM"); $ROUNDS rounds of $N files, ring depth $DEPTH, task work $TASKRUN"
 
 CONFIGS="nullfs-pinned rw-pinned ring-pinned nullfs-unpinned rw-unpinned ring-unpinned"
 for c in $CONFIGS; do
@@ -63,7 +66,7 @@ for c in $CONFIGS; do
     case $c in
         nullfs-*) "${pin[@]}" "$B/nullfs" "$M" 2>>"$B/daemons.log" & ;;
         rw-*) "${pin[@]}" "$B/nullfs_uring" rw "$M" 2>>"$B/daemons.log" & ;;
-        ring-*) "${pin[@]}" "$B/nullfs_uring" ring "$M" "$DEPTH" 2>>"$B/daemons.log" & ;;
+        ring-*) "${pin[@]}" "$B/nullfs_uring" ring "$M" "$DEPTH" "$TASKRUN" 2>>"$B/daemons.log" & ;;
     esac
     PIDS+=($!)
     for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done
