@@ -93,7 +93,7 @@ done
 
 us() { printf '%s\n' ${T[$1]} | median | awk -v n="$N" '{printf "%.1f", $1 / n / 1000}'; }
 echo
-echo "== microseconds per operation (median of $ROUNDS rounds; all rounds in brackets)"
+echo "== microseconds per operation (median of $ROUNDS rounds; every round below)"
 printf '%-16s %10s %10s %10s\n' "" create stat unlink
 for c in $CONFIGS; do
     printf '%-16s' "$c"
