@@ -59,6 +59,7 @@ echo Y > "$PARAM"
 echo "== $(nproc) CPUs, kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== $PARAM: was $saved, now $(cat "$PARAM"); $ROUNDS rounds of $N files, ring depth $DEPTH, task work $TASKRUN"
 
+declare -A PID
 CONFIGS="nullfs-pinned rw-pinned ring-pinned nullfs-unpinned rw-unpinned ring-unpinned"
 for c in $CONFIGS; do
     M=$B/mnt-$c; mkdir -p "$M"
@@ -69,6 +70,7 @@ for c in $CONFIGS; do
         ring-*) "${pin[@]}" "$B/nullfs_uring" ring "$M" "$DEPTH" "$TASKRUN" 2>>"$B/daemons.log" & ;;
     esac
     PIDS+=($!)
+    PID[$c]=$!
     for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done
     mountpoint -q "$M" || { echo "$c did not mount"; exit 1; }
     MOUNTS+=("$M")
@@ -77,15 +79,20 @@ done
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-declare -A T
+# context switches of all the daemon's threads so far
+switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'; }
+declare -A T S
 for r in $(seq "$ROUNDS"); do
     for c in $(printf '%s\n' $CONFIGS | shuf); do
         M=$B/mnt-$c
         pin=(); case $c in *-pinned) pin=(taskset -c 0) ;; esac
         mkdir "$M/rate"
-        sync; T[$c.create]="${T[$c.create]:-} $("${pin[@]}" "$B/fsops" create "$M/rate" "$N")"
-        drop; T[$c.stat]="${T[$c.stat]:-} $("${pin[@]}" "$B/fsops" stat "$M/rate" "$N")"
-        T[$c.unlink]="${T[$c.unlink]:-} $("${pin[@]}" "$B/fsops" unlink "$M/rate" "$N")"
+        for op in create stat unlink; do
+            case $op in create) sync ;; stat) drop ;; esac
+            a=$(switches "${PID[$c]}")
+            T[$c.$op]="${T[$c.$op]:-} $("${pin[@]}" "$B/fsops" $op "$M/rate" "$N")"
+            S[$c.$op]="${S[$c.$op]:-} $(( $(switches "${PID[$c]}") - a ))"
+        done
         rmdir "$M/rate"
     done
     echo "   round $r done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -104,6 +111,16 @@ for c in $CONFIGS; do
     for op in create stat unlink; do
         echo "   $c $op: $(printf '%s\n' ${T[$c.$op]} | awk -v n="$N" '{printf "%.1f ", $1 / n / 1000}')"
     done
+done
+echo
+echo "== the daemon's context switches per operation (median of $ROUNDS rounds)"
+printf '%-16s %10s %10s %10s\n' "" create stat unlink
+for c in $CONFIGS; do
+    printf '%-16s' "$c"
+    for op in create stat unlink; do
+        printf ' %10s' "$(printf '%s\n' ${S[$c.$op]} | median | awk -v n="$N" '{printf "%.2f", $1 / n}')"
+    done
+    echo
 done
 echo
 echo "== ratios of the medians (below 1.00: the first is faster)"
