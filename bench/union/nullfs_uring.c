@@ -271,7 +271,7 @@ struct queue {
     struct ring_header *hdr; /* depth entries */
     char *payload;           /* depth * PAYLOAD bytes */
     struct iovec (*iov)[2];
-    unsigned long requests;
+    unsigned long requests, waits; /* waits: returns from io_uring_enter with completions */
 };
 
 static void prep_cmd(struct queue *q, int i, int cmd, uint64_t commit_id) {
@@ -312,6 +312,7 @@ static void *serve_queue(void *p) {
         }
         struct io_uring_cqe *cqe;
         unsigned head, seen = 0;
+        q->waits++;
         io_uring_for_each_cqe(&q->ring, head, cqe) {
             seen++;
             int i = (int)cqe->user_data;
@@ -439,7 +440,8 @@ int main(int argc, char **argv) {
     if (uring_mode) start_queues();
     serve_dev(buf, bufsize); /* everything (rw), or what the ring does not carry (ring) */
     fprintf(stderr, "nullfs_uring %s: %lu requests through /dev/fuse", argv[1], dev_requests);
-    for (int i = 0; i < nqueues; i++) fprintf(stderr, ", %lu on ring queue %d", queues[i].requests, i);
+    for (int i = 0; i < nqueues; i++)
+        fprintf(stderr, ", %lu on ring queue %d (in %lu waits)", queues[i].requests, i, queues[i].waits);
     fprintf(stderr, "\n");
     return 0;
 }
