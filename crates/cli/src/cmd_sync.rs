@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PreferArg {
+    // The roots are A and B in the help and the listings: both cases work.
+    #[value(name = "A", alias = "a")]
     A,
+    #[value(name = "B", alias = "b")]
     B,
     Newer,
     Older,
@@ -22,7 +25,9 @@ pub enum PreferArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SideArg {
+    #[value(name = "A", alias = "a")]
     A,
+    #[value(name = "B", alias = "b")]
     B,
 }
 
@@ -32,15 +37,20 @@ pub enum SideArg {
 /// alone and listed.
 #[derive(clap::Args, Debug)]
 #[command(
+    args_override_self = true,
     after_help = "Exit status: 0 all agreed, 1 conflicts were left, 2 some paths \
 failed, 3 the run stopped or was refused (a root missing or unreadable, the deletion guard, \
 another sync of the same roots running, a remote root unreachable), 64 usage error.\n\n\
 A root is a local directory, or (one of the two at most) a remote one: [USER@]HOST:PATH or \
 ssh://[USER@]HOST[:PORT]/PATH over ssh, accord://HOST[:PORT]/MODULE/PATH from an accord \
-server daemon. A remote root's archive is kept on its own host."
+server daemon. A remote root's archive is kept on its own host.\n\n\
+Profiles: accord sync NAME reads the roots and options of $XDG_CONFIG_HOME/accord/NAME.toml \
+(or ~/.config/accord/NAME.toml): roots = [\"A\", \"B\"], and any long option as a key \
+(prefer = \"newer\", times = true, max-delete = \"20%\"). Options on the command line win."
 )]
 pub struct SyncArgs {
-    /// The first root (A): an existing directory, local or remote.
+    /// The first root (A): an existing directory, local or remote (alone:
+    /// the name of a profile).
     a: PathBuf,
     /// The second root (B): an existing directory, local or remote.
     b: PathBuf,

@@ -10,6 +10,7 @@ mod cmd_sync;
 mod cmd_union;
 mod exit;
 mod remote_args;
+mod sync_profile;
 mod sync_tui;
 mod sync_tui_diff;
 mod sync_tui_view;
@@ -65,7 +66,14 @@ fn not_built(name: &str) -> i32 {
 }
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let args = match sync_profile::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("accord sync: {e}");
+            std::process::exit(exit::USAGE);
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(err) => {
             let code = match err.kind() {

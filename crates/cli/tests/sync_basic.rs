@@ -4,6 +4,7 @@
 //! the policies.
 
 mod sync_common;
+use std::process::Command;
 use sync_common::*;
 
 /// Two trees with nothing in common become their union.
@@ -447,4 +448,54 @@ fn two_remote_roots_are_refused() {
         .unwrap();
     assert_exit(&out, 64);
     assert!(String::from_utf8_lossy(&out.stderr).contains("at most one root may be remote"));
+}
+
+/// `accord sync NAME`: roots and options from `~/.config/accord/NAME.toml`,
+/// options given by hand winning.
+#[test]
+fn a_profile_names_the_roots_and_options() {
+    let pair = synced_pair();
+    let config = tempfile::tempdir().unwrap();
+    std::fs::create_dir(config.path().join("accord")).unwrap();
+    let profile = config.path().join("accord/pair.toml");
+    let text = format!(
+        "roots = [{:?}, {:?}]\nbatch = true\nprefer = \"A\"\njson = true\n",
+        pair.root('a').display().to_string(),
+        pair.root('b').display().to_string()
+    );
+    std::fs::write(&profile, text).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .arg("sync")
+            .args(args)
+            .env("XDG_CONFIG_HOME", config.path())
+            .env("ACCORD_STATE_DIR", pair.path('a', "../state"))
+            .output()
+            .unwrap()
+    };
+    pair.write('a', "f", "a's f");
+    pair.write('b', "f", "b's f");
+    let out = run(&["pair"]);
+    assert_exit(&out, 0);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["propagated"], 1, "{report}");
+    assert_eq!(pair.read('b', "f").as_deref(), Some("a's f"));
+
+    pair.write('a', "g", "a's g");
+    pair.write('b', "g", "b's g");
+    assert_exit(&run(&["--prefer", "b", "pair"]), 0);
+    assert_eq!(pair.read('a', "g").as_deref(), Some("b's g"));
+    pair.assert_equal();
+
+    std::fs::write(&profile, "roots = [\"/x\", \"/y\"]\nbogus = 1\n").unwrap();
+    let out = run(&["pair"]);
+    assert_exit(&out, 64);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pair.toml") && err.contains("bogus is not an option"),
+        "{err}"
+    );
+    let out = run(&["nosuch"]);
+    assert_exit(&out, 64);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch.toml"));
 }
