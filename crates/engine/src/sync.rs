@@ -37,6 +37,10 @@ pub struct SyncConfig {
     /// `--force`: this side wins everywhere this run.
     pub force: Option<Side>,
     pub max_delete: MaxDelete,
+    /// Propagate a path deleted on one side and an equal one created there
+    /// as a rename on the other side (`--no-renames`: as a deletion and a
+    /// copy, as Unison does).
+    pub renames: bool,
     /// Flush new contents to disk before they are renamed into place.
     pub fsync: bool,
     /// Where this host keeps the archives (a remote replica's host
@@ -52,6 +56,7 @@ impl SyncConfig {
             prefer: None,
             force: None,
             max_delete: MaxDelete::Fraction(0.5),
+            renames: true,
             fsync: true,
             state_dir,
         }
@@ -81,6 +86,7 @@ impl SyncConfig {
             props: self.synced_props(),
             prefer: self.prefer,
             force: self.force,
+            renames: self.renames,
         }
     }
 }
@@ -188,8 +194,11 @@ impl fmt::Display for SyncFatal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Propagated {
     pub path: RelPath,
-    /// What was done (`Copy`, `Delete`, `CopyProps`, ...), with its sides.
+    /// What was done (`Copy`, `Delete`, `CopyProps`, `Rename`, ...), with
+    /// its sides.
     pub action: accord_plan::Action,
+    /// For a rename: the path it was renamed from.
+    pub from: Option<RelPath>,
 }
 
 /// What a sync run did.
