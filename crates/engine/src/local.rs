@@ -163,6 +163,10 @@ impl Replica for LocalReplica {
         Ok(Box::new(LocalSide::open(self, other, archive_dir)?))
     }
 
+    fn can_rename(&self) -> bool {
+        true
+    }
+
     fn local(&self) -> Option<&LocalReplica> {
         Some(self)
     }

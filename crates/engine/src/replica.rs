@@ -120,6 +120,12 @@ pub trait Replica: Send + Sync {
     fn local(&self) -> Option<&LocalReplica> {
         None
     }
+
+    /// Does `ReplicaDir::rename_from` work here? (A sync plans renames
+    /// only between two replicas that can.)
+    fn can_rename(&self) -> bool {
+        false
+    }
 }
 
 /// The result of a call that may still be on its way (a remote replica

@@ -81,12 +81,13 @@ impl SyncConfig {
         }
     }
 
-    fn reconcile_options(&self) -> ReconcileOptions {
+    /// `can_rename`: both replicas can carry out renames.
+    fn reconcile_options(&self, can_rename: bool) -> ReconcileOptions {
         ReconcileOptions {
             props: self.synced_props(),
             prefer: self.prefer,
             force: self.force,
-            renames: self.renames,
+            renames: self.renames && can_rename,
         }
     }
 }
@@ -354,14 +355,15 @@ fn run(
     }
     let mut scanned = scan_with_archives(&mut sides, &names, cfg, lost)?;
     report.archives_lost = scanned.archives_lost;
-    let mut items = reconcile_tree(&scanned.updates, &cfg.reconcile_options())
-        .expect("the scan lists paths in RelPath order");
+    let options = cfg.reconcile_options(a.can_rename() && b.can_rename());
+    let mut items =
+        reconcile_tree(&scanned.updates, &options).expect("the scan lists paths in RelPath order");
     if let Err(refusal) = guard(&items, &scanned, cfg) {
         report.refusal = Some(refusal);
         return Ok(());
     }
     if let Some(edit_plan) = hooks.edit_plan {
-        let mut edit = PlanEdit::new(&scanned.updates, cfg.reconcile_options(), items);
+        let mut edit = PlanEdit::new(&scanned.updates, options, items);
         edit_plan(&mut edit);
         items = edit.into_items();
         // A propagation turned around may delete what the plan did not.
