@@ -12,6 +12,10 @@
 //! reconcile docs): Accord does not call deletions beneath a directory
 //! deleted on the other side a conflict, and it merges new contents on one
 //! side with new permissions on the other, where Unison reports conflicts.
+//! Renames and moves end with the same replicas as Unison's (the pairing
+//! only replaces a deletion and a copy with a rename that gives the same
+//! result), but deliberately better: the other side's entry is renamed,
+//! keeping its inode, instead of copied (`sync_renames.rs` checks that).
 
 mod mirror_common;
 mod remote_common;

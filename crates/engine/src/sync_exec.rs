@@ -9,10 +9,15 @@
 //! nothing is replaced). Only then, and only when the path succeeded on
 //! both sides, do both archives record it.
 //!
-//! Phases: deletions deepest first; then, in path order, new directories,
-//! files and other entries (in chunks of up to 2,048 entries or 256 MiB:
-//! received, flushed, committed, flushed, recorded), property changes; then directories' properties
-//! deepest first (a directory made read-only after its contents arrived).
+//! Phases: deletions deepest first, but those of the directories above a
+//! rename's source; then, in path order, new directories, renames, files
+//! and other entries (in chunks of up to 2,048 entries or 256 MiB:
+//! received, flushed, committed, flushed, recorded), property changes; then
+//! directories' properties deepest first (a directory made read-only after
+//! its contents arrived); last the directories the renames emptied. A
+//! rename comes after the new directories above its target (path order)
+//! and before its source's directories are deleted; the replica re-checks
+//! its source and never replaces anything at its target.
 //! Whole files only for now: no delta against the other side's old
 //! version yet.
 
