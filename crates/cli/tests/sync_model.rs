@@ -549,6 +549,7 @@ fn check_tree(side: char, got: &Tree, want: &Tree) -> Result<(), String> {
 struct Tally {
     syncs: u64,
     propagated: u64,
+    renamed: u64,
     conflicts: BTreeMap<String, u64>,
 }
 
@@ -556,6 +557,7 @@ impl Tally {
     fn add(&mut self, report: &Report) {
         self.syncs += 1;
         self.propagated += report.json["propagated"].as_u64().unwrap_or(0);
+        self.renamed += report.json["renamed"].as_u64().unwrap_or(0);
         for (_, reason) in report.conflicts() {
             *self.conflicts.entry(reason).or_default() += 1;
         }
@@ -665,10 +667,11 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
     }
     eprintln!(
         "sync model: {cases} cases of {ROUNDS} rounds from seed {first_seed} in {:.1}s: \
-         {} checked syncs, {} paths propagated, conflicts {:?}",
+         {} checked syncs, {} paths propagated ({} renames), conflicts {:?}",
         start.elapsed().as_secs_f64(),
         tally.syncs,
         tally.propagated,
+        tally.renamed,
         tally.conflicts
     );
     // Enough cases must meet every kind of conflict, or the generator no
@@ -683,6 +686,8 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
             let seen = tally.conflicts.get(reason);
             assert!(seen.is_some(), "no {reason} conflict in {cases} cases");
         }
+        // And moves that reach the other side as renames.
+        assert!(tally.renamed > 0, "no rename in {cases} cases");
     }
 }
 
