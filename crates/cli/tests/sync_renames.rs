@@ -159,6 +159,39 @@ fn a_rename_on_one_side_and_an_edit_on_the_other_keep_the_edit() {
 }
 
 #[test]
+fn a_file_moved_out_of_a_directory_then_deleted_is_renamed_first() {
+    let pair = synced(None);
+    let before = ino(&pair, 'b', "dir/x");
+    // The directory B deletes is emptied by the rename, which comes first.
+    mv(&pair, 'a', "dir/x", "x");
+    std::fs::remove_dir(pair.path('a', "dir")).unwrap();
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["renamed"], 1, "{report}");
+    assert_eq!(ino(&pair, 'b', "x"), before);
+    assert!(!pair.exists('b', "dir"));
+    pair.assert_equal();
+}
+
+#[test]
+fn a_tree_moved_into_new_directories_is_one_rename() {
+    let pair = synced(None);
+    write_tree(&pair, "tree", 20);
+    pair.sync_json(&[], 0);
+    let before = ino(&pair, 'b', "tree");
+    mv(&pair, 'a', "tree", "new/deeper/tree");
+    let report = pair.sync_json(&[], 0);
+    let renamed = (
+        "renamed on B".into(),
+        "new/deeper/tree".into(),
+        Some("tree".into()),
+    );
+    assert!(changes(&report).contains(&renamed), "{report}");
+    assert_eq!(report["renamed"], 1);
+    assert_eq!(ino(&pair, 'b', "new/deeper/tree"), before);
+    pair.assert_equal();
+}
+
+#[test]
 fn renames_to_different_names_on_both_sides_keep_both() {
     let pair = synced(None);
     mv(&pair, 'a', "f", "on_a");
