@@ -301,6 +301,13 @@ fn tui_shows_a_rename_and_skips_it_whole() {
     let status = status_file(&pair);
     let tmux = Tmux::start_sync(&pair, &status);
     tmux.wait_for_row("f.txt -> g.txt", "RENAME on B");
+    // The diff says what B moves there.
+    tmux.type_text("d");
+    tmux.wait_for("the rename's source", |s| {
+        s.contains("B: absent") && s.contains("from f.txt: file")
+    });
+    tmux.type_text("q");
+    tmux.wait_for("the list again", |s| !s.contains("from f.txt: file"));
     tmux.type_text("s");
     tmux.wait_for_row("g.txt", "skipped");
     tmux.type_text("g");
