@@ -8,6 +8,7 @@ use accord_engine::{
     ConflictReason, MaxDelete, PlanEdit, Preference, SyncAction, SyncConfig, SyncFatal, SyncHooks,
     SyncReport, SyncSide,
 };
+use accord_model::RelPath;
 use accord_remote::{RemoteSpec, RootMode};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -76,6 +77,10 @@ pub struct SyncArgs {
     /// its entries ("50%").
     #[arg(long, value_name = "N|P%", default_value = "50%")]
     max_delete: String,
+    /// Propagate a path deleted on one side and an equal one created there
+    /// as a deletion and a copy, not as a rename of the other side's entry.
+    #[arg(long)]
+    no_renames: bool,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -168,6 +173,7 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.checksum = args.checksum;
     cfg.times = args.times;
     cfg.max_delete = max_delete;
+    cfg.renames = !args.no_renames;
     cfg.force = args.force.map(side_of);
     cfg.prefer = args.prefer.map(|prefer| match prefer {
         PreferArg::A => Preference::Side(SyncSide::A),
@@ -343,7 +349,25 @@ fn action_text(action: SyncAction) -> String {
         SyncAction::Agree => "agreed".into(),
         SyncAction::Nothing => "nothing".into(),
         SyncAction::Conflict(reason) => format!("conflict: {}", reason_text(reason)),
+        SyncAction::Rename { on } => format!("renamed on {}", side_name(on)),
+        SyncAction::MovedWith { on } => format!("moved on {}", side_name(on)),
     }
+}
+
+/// A change's path; a rename's as `old -> new`.
+fn change_path(change: &accord_engine::Propagated) -> String {
+    match &change.from {
+        Some(from) => format!("{} -> {}", from.display(), change.path.display()),
+        None => change.path.display(),
+    }
+}
+
+fn renamed(report: &SyncReport) -> usize {
+    report
+        .propagated
+        .iter()
+        .filter(|change| matches!(change.action, SyncAction::Rename { .. }))
+        .count()
 }
 
 /// A stable name for a conflict's reason (the JSON field).
@@ -392,11 +416,7 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         for change in &report.propagated {
-            println!(
-                "{:<14} {}",
-                action_text(change.action),
-                change.path.display()
-            );
+            println!("{:<14} {}", action_text(change.action), change_path(change));
         }
     }
     for (path, reason) in &report.conflicts {
@@ -411,8 +431,9 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         eprintln!(
-            "{} propagated, {} agreed, {} conflict(s), {} error(s) in {:.2}s",
+            "{} propagated ({} renamed), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
             report.propagated.len(),
+            renamed(report),
             report.agreed,
             report.conflicts.len(),
             report.errors.len(),
@@ -423,8 +444,11 @@ fn print_text(report: &SyncReport, quiet: bool) {
 
 #[derive(Serialize)]
 struct JsonReport {
-    /// Paths changed on either side.
+    /// Paths changed on either side (a rename counts once, with whatever
+    /// moved with it).
     propagated: usize,
+    /// Of those, renames (a moved directory counts once).
+    renamed: usize,
     changes: Vec<JsonChange>,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
@@ -444,6 +468,9 @@ struct JsonReport {
 struct JsonChange {
     path: String,
     action: String,
+    /// A rename's old path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -462,12 +489,14 @@ struct JsonError {
 fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
     let json = JsonReport {
         propagated: report.propagated.len(),
+        renamed: renamed(report),
         changes: report
             .propagated
             .iter()
             .map(|change| JsonChange {
                 path: change.path.display(),
                 action: action_text(change.action),
+                from: change.from.as_ref().map(RelPath::display),
             })
             .collect(),
         conflicts: report

@@ -30,8 +30,13 @@ impl DiffView {
         let mut lines = vec![
             describe("A", item.entry(SyncSide::A)),
             describe("B", item.entry(SyncSide::B)),
-            String::new(),
         ];
+        // A rename's side holds nothing here yet: what it moves here.
+        if let Some(moved) = &item.moved {
+            let from = format!("  from {}", moved.from.display());
+            lines.push(describe(&from, Some(&moved.entry)));
+        }
+        lines.push(String::new());
         lines.extend(contents_diff(item, roots));
         DiffView {
             title: format!(" {} (q: back, up/down/space: scroll) ", item.path.display()),

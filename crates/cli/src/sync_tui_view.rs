@@ -16,9 +16,13 @@ pub(crate) const HELP: &str = "up/down j/k move  > or a: A wins  < or b: B wins 
 s skip  r revert  d diff  g go (propagate)  q quit";
 
 /// Rows the list shows: every path with something to decide (agreements
-/// only update the archives).
+/// only update the archives; what moves with a renamed directory is
+/// decided with it).
 pub(crate) fn is_shown(item: &SyncItem) -> bool {
-    item.action != SyncAction::Agree
+    !matches!(
+        item.action,
+        SyncAction::Agree | SyncAction::MovedWith { .. }
+    )
 }
 
 /// The direction of an item between the two roots' letters.
@@ -84,6 +88,18 @@ pub(crate) fn what(item: &SyncItem) -> String {
         SyncAction::Conflict(reason) => reason_words(reason),
         SyncAction::Agree => "agreed".into(),
         SyncAction::Nothing => "skipped".into(),
+        SyncAction::Rename { on } => format!("RENAME on {}", side_letter(on)),
+        SyncAction::MovedWith { on } => format!("moved on {}", side_letter(on)),
+    }
+}
+
+/// The item's path; a rename's as `old -> new`.
+fn path_text(item: &SyncItem) -> String {
+    match &item.moved {
+        Some(moved) if matches!(item.action, SyncAction::Rename { .. }) => {
+            format!("{} -> {}", moved.from.display(), item.path.display())
+        }
+        _ => item.path.display(),
     }
 }
 
@@ -104,7 +120,7 @@ fn row_text(app: &App, item: &SyncItem) -> String {
         mark(app, item),
         arrow(item.action),
         what(item),
-        item.path.display()
+        path_text(item)
     )
 }
 

@@ -6,32 +6,7 @@
 
 mod sync_common;
 use std::os::unix::fs::MetadataExt;
-use std::time::Duration;
 use sync_common::*;
-
-/// Run a sync; once it has made its plan, call `meanwhile`, then let it go
-/// on. Returns its JSON report.
-fn sync_with_change(pair: &Pair, code: i32, meanwhile: impl FnOnce()) -> serde_json::Value {
-    std::fs::create_dir_all(&pair.state).unwrap();
-    let pause = pair.state.join("pause-for-test");
-    let child = pair
-        .command(&["--json"])
-        .env("ACCORD_TEST_SYNC_PAUSE", &pause)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !pause.exists() {
-        assert!(std::time::Instant::now() < deadline, "the run never paused");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    meanwhile();
-    std::fs::remove_file(&pause).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_exit(&out, code);
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn synced_pair() -> Pair {
     let pair = Pair::new();

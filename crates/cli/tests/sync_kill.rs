@@ -33,9 +33,25 @@ fn created_on_b(i: usize) -> String {
     format!("created on b {i}")
 }
 
+/// Files of a tree that A moves into a new directory: B renames its own.
+const MOVED: usize = 40;
+
+fn in_tree(i: usize) -> String {
+    format!("tree/t{i:02}")
+}
+
+fn moved(i: usize) -> String {
+    format!("moved/tree/t{i:02}")
+}
+
+fn tree_contents(i: usize) -> String {
+    format!("in the tree {i} ").repeat(100)
+}
+
 /// A replica pair in agreement, then changed on both sides without a
-/// conflict: A rewrites the even files and deletes each tenth, B rewrites
-/// the odd ones and creates new files.
+/// conflict: A rewrites the even files, deletes each tenth and moves a
+/// tree into a new directory, B rewrites the odd ones and creates new
+/// files.
 fn prepared_pair(remote: Option<&RemoteB>) -> Pair {
     let pair = match remote {
         Some(remote) => Pair::with_remote_b(remote),
@@ -44,7 +60,12 @@ fn prepared_pair(remote: Option<&RemoteB>) -> Pair {
     for i in 0..FILES {
         pair.write('a', &name(i), &original(i));
     }
+    for i in 0..MOVED {
+        pair.write('a', &in_tree(i), &tree_contents(i));
+    }
     pair.sync_json(&[], 0);
+    std::fs::create_dir(pair.path('a', "moved")).unwrap();
+    std::fs::rename(pair.path('a', "tree"), pair.path('a', "moved/tree")).unwrap();
     for i in 0..FILES {
         if i % 10 == 4 {
             std::fs::remove_file(pair.path('a', &name(i))).unwrap();
@@ -66,6 +87,12 @@ fn allowed(rel: &str) -> Vec<Option<String>> {
     if let Some(rest) = rel.strip_prefix("new/g") {
         let i: usize = rest.parse().unwrap();
         return vec![None, Some(created_on_b(i))];
+    }
+    if let Some(rest) = rel.strip_prefix("tree/t") {
+        return vec![Some(tree_contents(rest.parse().unwrap())), None];
+    }
+    if let Some(rest) = rel.strip_prefix("moved/tree/t") {
+        return vec![None, Some(tree_contents(rest.parse().unwrap()))];
     }
     let i: usize = rel.rsplit("/f").next().unwrap().parse().unwrap();
     if i % 10 == 4 {
@@ -95,6 +122,8 @@ fn every_path() -> Vec<String> {
     (0..FILES)
         .map(name)
         .chain((0..FILES / 4).map(|i| format!("new/g{i:03}")))
+        .chain((0..MOVED).map(in_tree))
+        .chain((0..MOVED).map(moved))
         .collect()
 }
 
@@ -112,6 +141,14 @@ fn check_original_or_final(pair: &Pair, trial: usize) {
             assert!(
                 every_path().contains(rel),
                 "trial {trial}: stray {side}/{rel}"
+            );
+        }
+        // A moved file is at its old place or its new one, never lost.
+        for i in 0..MOVED {
+            assert!(
+                now.contains_key(&in_tree(i)) || now.contains_key(&moved(i)),
+                "trial {trial}: {side}/{} is nowhere",
+                in_tree(i)
             );
         }
     }

@@ -98,6 +98,10 @@ enum Op {
     /// Set the mtime of a file or directory to the given second, leaving
     /// contents and mode alone: never an update.
     Touch(char, String, u64),
+    /// `mv` of the first path (with its subtree) to the second, when the
+    /// second is free, its directory exists and it is not inside the first:
+    /// what the sync may carry over as a rename.
+    Rename(char, String, String),
 }
 
 impl fmt::Display for Op {
@@ -114,6 +118,7 @@ impl fmt::Display for Op {
             }
             Op::Symlink(s, p, t) => write!(f, "{s}: ln -s {t} {p}"),
             Op::Touch(s, p, t) => write!(f, "{s}: touch -d @{t} {p}"),
+            Op::Rename(s, p, to) => write!(f, "{s}: mv {p} {to}"),
         }
     }
 }
@@ -132,7 +137,7 @@ fn random_op(rng: &mut Rng, root_privileges: bool) -> Op {
     let path = random_path(rng);
     // Writes, removals and chmods weigh more: most paths they pick hold
     // nothing yet, or nothing of the kind they act on.
-    match rng.below(11) {
+    match rng.below(13) {
         0..=2 => Op::Write(side, path, rng.pick(&CONTENTS)),
         3 => Op::Mkdir(side, path),
         4 | 5 => Op::Remove(side, path),
@@ -141,6 +146,7 @@ fn random_op(rng: &mut Rng, root_privileges: bool) -> Op {
             Op::Chmod(side, path, file, dir)
         }
         8 => Op::Symlink(side, path, rng.pick(&LINK_TARGETS)),
+        9 | 10 => Op::Rename(side, path, random_path(rng)),
         _ => Op::Touch(side, path, 1_000_000_000 + rng.below(1 << 20) as u64),
     }
 }
@@ -202,7 +208,28 @@ fn apply(pair: &Pair, op: &Op) {
             std::os::unix::fs::symlink(target, &path).unwrap();
         }
         Op::Touch(side, rel, secs) => touch(&pair.path(*side, rel), *secs),
+        Op::Rename(side, from, to) => rename(pair.root(*side), from, to),
     }
+}
+
+/// `mv from to` where a file system allows it without replacing anything,
+/// never through a symlink (one may point out of the root).
+fn rename(root: &Path, from: &str, to: &str) {
+    let inside = to == from || to.starts_with(&format!("{from}/"));
+    let free = std::fs::symlink_metadata(root.join(to)).is_err();
+    let exists = std::fs::symlink_metadata(root.join(from)).is_ok();
+    if exists && free && !inside && real_parents(root, from) && real_parents(root, to) {
+        std::fs::rename(root.join(from), root.join(to)).unwrap();
+    }
+}
+
+/// Is every directory above `rel` a directory, not a symlink to one?
+fn real_parents(root: &Path, rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    (1..parts.len()).all(|depth| {
+        let dir = root.join(parts[..depth].join("/"));
+        std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+    })
 }
 
 /// Never through a symlink: a link has no permission bits of its own.
@@ -522,6 +549,7 @@ fn check_tree(side: char, got: &Tree, want: &Tree) -> Result<(), String> {
 struct Tally {
     syncs: u64,
     propagated: u64,
+    renamed: u64,
     conflicts: BTreeMap<String, u64>,
 }
 
@@ -529,6 +557,7 @@ impl Tally {
     fn add(&mut self, report: &Report) {
         self.syncs += 1;
         self.propagated += report.json["propagated"].as_u64().unwrap_or(0);
+        self.renamed += report.json["renamed"].as_u64().unwrap_or(0);
         for (_, reason) in report.conflicts() {
             *self.conflicts.entry(reason).or_default() += 1;
         }
@@ -638,10 +667,11 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
     }
     eprintln!(
         "sync model: {cases} cases of {ROUNDS} rounds from seed {first_seed} in {:.1}s: \
-         {} checked syncs, {} paths propagated, conflicts {:?}",
+         {} checked syncs, {} paths propagated ({} renames), conflicts {:?}",
         start.elapsed().as_secs_f64(),
         tally.syncs,
         tally.propagated,
+        tally.renamed,
         tally.conflicts
     );
     // Enough cases must meet every kind of conflict, or the generator no
@@ -656,6 +686,8 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
             let seen = tally.conflicts.get(reason);
             assert!(seen.is_some(), "no {reason} conflict in {cases} cases");
         }
+        // And moves that reach the other side as renames.
+        assert!(tally.renamed > 0, "no rename in {cases} cases");
     }
 }
 

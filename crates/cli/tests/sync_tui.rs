@@ -281,3 +281,64 @@ fn tui_quit_changes_nothing() {
     let report = pair.sync_json(&[], 1);
     assert_eq!(report["propagated"], 2, "{report}");
 }
+
+/// A synced pair, then `f.txt` renamed to `g.txt` on A.
+fn pair_with_a_rename() -> Pair {
+    let pair = Pair::new();
+    pair.write('a', "f.txt", "renamed on a\n");
+    pair.write('a', "h.txt", "left alone\n");
+    pair.sync_json(&[], 0);
+    std::fs::rename(pair.path('a', "f.txt"), pair.path('a', "g.txt")).unwrap();
+    pair
+}
+
+#[test]
+fn tui_shows_a_rename_and_skips_it_whole() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_a_rename();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    tmux.wait_for_row("f.txt -> g.txt", "RENAME on B");
+    // The diff says what B moves there.
+    tmux.type_text("d");
+    tmux.wait_for("the rename's source", |s| {
+        s.contains("B: absent") && s.contains("from f.txt: file")
+    });
+    tmux.type_text("q");
+    tmux.wait_for("the list again", |s| !s.contains("from f.txt: file"));
+    tmux.type_text("s");
+    tmux.wait_for_row("g.txt", "skipped");
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    // Neither the new name was made nor the old one deleted.
+    assert!(pair.exists('b', "f.txt") && !pair.exists('b', "g.txt"));
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["renamed"], 1, "{report}");
+    pair.assert_equal();
+}
+
+#[test]
+fn tui_flips_a_rename_back() {
+    if !have_tmux() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let pair = pair_with_a_rename();
+    let ino = std::fs::metadata(pair.path('a', "g.txt")).unwrap().ino();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    tmux.wait_for_row("f.txt -> g.txt", "RENAME on B");
+    tmux.type_text("f");
+    // B's state wins: A renames its file back.
+    tmux.wait_for_row("g.txt -> f.txt", "RENAME on A");
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&status), 0, "{}", tmux.screen());
+    assert!(!pair.exists('a', "g.txt") && !pair.exists('b', "g.txt"));
+    assert_eq!(
+        std::fs::metadata(pair.path('a', "f.txt")).unwrap().ino(),
+        ino
+    );
+    pair.assert_equal();
+}

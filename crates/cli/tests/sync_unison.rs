@@ -12,6 +12,10 @@
 //! reconcile docs): Accord does not call deletions beneath a directory
 //! deleted on the other side a conflict, and it merges new contents on one
 //! side with new permissions on the other, where Unison reports conflicts.
+//! Renames and moves end with the same replicas as Unison's (the pairing
+//! only replaces a deletion and a copy with a rename that gives the same
+//! result), but deliberately better: the other side's entry is renamed,
+//! keeping its inode, instead of copied (`sync_renames.rs` checks that).
 
 mod mirror_common;
 mod remote_common;
@@ -366,78 +370,4 @@ fn with_b_from_the_daemon_accord_sync_ends_where_unison_does() {
     }
     let daemon = Daemon::start();
     run_matrix(Some(&daemon.remote_b()));
-}
-
-/// An `accord server` daemon on a loopback port, with keys made for the
-/// run and one read-write module over a temp directory.
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        use std::io::BufRead;
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        for key in ["client/key", "server/key"] {
-            let out = Command::new(bin())
-                .args(["keygen", "-f"])
-                .arg(d.join(key))
-                .output()
-                .unwrap();
-            assert_exit(&out, 0);
-        }
-        fs::copy(d.join("client/key.pub"), d.join("server/authorized_keys")).unwrap();
-        fs::create_dir(d.join("module")).unwrap();
-        let mut child = Command::new(bin())
-            .args(["server", "--listen", "127.0.0.1:0", "--module"])
-            .arg(format!("m={}", d.join("module").display()))
-            .arg("--auth-keys")
-            .arg(d.join("server/authorized_keys"))
-            .arg("--key")
-            .arg(d.join("server/key"))
-            .env("ACCORD_STATE_DIR", d.join("server-state"))
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut lines = stderr.lines();
-        let port = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let rest = line.split("listening on 127.0.0.1:").nth(1)?;
-                let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                port.parse::<u16>().ok()
-            })
-            .expect("the daemon says where it listens");
-        // Keep reading its log, so that it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Daemon { dir, child, port }
-    }
-
-    fn remote_b(&self) -> RemoteB {
-        let d = self.dir.path();
-        RemoteB {
-            base: d.join("module"),
-            prefix: format!("accord://127.0.0.1:{}/m/", self.port),
-            relative: true,
-            args: vec![
-                "--key".into(),
-                d.join("client/key").display().to_string(),
-                "--server-key".into(),
-                d.join("server/key.pub").display().to_string(),
-            ],
-            env: vec![("XDG_CONFIG_HOME".into(), d.join("client-config"))],
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -204,5 +204,9 @@ impl ReplicaDir for DryRunDir<'_> {
         })
     }
 
+    fn rename_from(&self, _: &[u8], _: &RelPath, _: &Expect) -> Result<(), Error> {
+        Ok(())
+    }
+
     fn remove_stale_temp(&self, _: &[u8]) {}
 }

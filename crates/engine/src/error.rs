@@ -26,6 +26,7 @@ pub enum Action {
     UpdateInPlace,
     Fingerprint,
     Scan,
+    Rename,
 }
 
 impl Action {
@@ -46,6 +47,7 @@ impl Action {
             Action::UpdateInPlace => "updating in place",
             Action::Fingerprint => "computing the fingerprint",
             Action::Scan => "scanning",
+            Action::Rename => "renaming",
         }
     }
 }

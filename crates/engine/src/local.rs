@@ -163,6 +163,10 @@ impl Replica for LocalReplica {
         Ok(Box::new(LocalSide::open(self, other, archive_dir)?))
     }
 
+    fn can_rename(&self) -> bool {
+        true
+    }
+
     fn local(&self) -> Option<&LocalReplica> {
         Some(self)
     }
@@ -648,6 +652,25 @@ impl ReplicaDir for LocalDir<'_> {
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Deleted::Gone),
             Err(e) => Err(Error::io(Action::Delete)(e)),
+        }
+    }
+
+    fn rename_from(&self, name: &[u8], from: &RelPath, expect: &Expect) -> Result<(), Error> {
+        let (parent, from_name) = (from.parent().unwrap_or_default(), from.file_name());
+        let source = self
+            .replica
+            .root
+            .open_dir(&parent)
+            .map_err(Error::io(Action::Rename))?;
+        let now = stat_now(&source, from_name).map_err(Error::io(Action::Rename))?;
+        if !expect.still_holds(now.as_ref()) {
+            return Err(Error::Changed(Side::Source));
+        }
+        match source.rename_into_noreplace(from_name, &self.dir, name) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                Err(Error::Changed(Side::Destination))
+            }
+            r => r.map_err(Error::io(Action::Rename)),
         }
     }
 

@@ -120,6 +120,12 @@ pub trait Replica: Send + Sync {
     fn local(&self) -> Option<&LocalReplica> {
         None
     }
+
+    /// Does `ReplicaDir::rename_from` work here? (A sync plans renames
+    /// only between two replicas that can.)
+    fn can_rename(&self) -> bool {
+        false
+    }
 }
 
 /// The result of a call that may still be on its way (a remote replica
@@ -306,6 +312,17 @@ pub trait ReplicaDir: Send + Sync {
     fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error>;
     /// Remove a stale temp file of an interrupted run (never anything else).
     fn remove_stale_temp(&self, name: &[u8]);
+    /// Rename the entry at `from` (a path of the same replica, a directory
+    /// with its subtree) to `name` in this directory, if `from` is still
+    /// what `expect` says and nothing is at `name` (a sync's rename). No
+    /// symlink is followed on the way to either. The default: a replica
+    /// that cannot, which the engine reports for that path.
+    fn rename_from(&self, _name: &[u8], _from: &RelPath, _expect: &Expect) -> Result<(), Error> {
+        Err(Error::io(crate::error::Action::Rename)(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this replica cannot rename",
+        )))
+    }
     // The calls below start a call and return its pending result; a
     // replica across a wire sends the request and returns at once. The
     // defaults run the call now.
@@ -370,6 +387,14 @@ pub trait ReplicaDir: Send + Sync {
     }
     fn start_delete(&self, name: &[u8], expect: &Expect) -> Pending<Result<Deleted, Error>> {
         Pending::ready(self.delete(name, expect))
+    }
+    fn start_rename_from(
+        &self,
+        name: &[u8],
+        from: &RelPath,
+        expect: &Expect,
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(self.rename_from(name, from, expect))
     }
 
     /// False for a destination that keeps no contents (a dry run): the

@@ -37,6 +37,10 @@ pub struct SyncConfig {
     /// `--force`: this side wins everywhere this run.
     pub force: Option<Side>,
     pub max_delete: MaxDelete,
+    /// Propagate a path deleted on one side and an equal one created there
+    /// as a rename on the other side (`--no-renames`: as a deletion and a
+    /// copy, as Unison does).
+    pub renames: bool,
     /// Flush new contents to disk before they are renamed into place.
     pub fsync: bool,
     /// Where this host keeps the archives (a remote replica's host
@@ -52,6 +56,7 @@ impl SyncConfig {
             prefer: None,
             force: None,
             max_delete: MaxDelete::Fraction(0.5),
+            renames: true,
             fsync: true,
             state_dir,
         }
@@ -76,11 +81,13 @@ impl SyncConfig {
         }
     }
 
-    fn reconcile_options(&self) -> ReconcileOptions {
+    /// `can_rename`: both replicas can carry out renames.
+    fn reconcile_options(&self, can_rename: bool) -> ReconcileOptions {
         ReconcileOptions {
             props: self.synced_props(),
             prefer: self.prefer,
             force: self.force,
+            renames: self.renames && can_rename,
         }
     }
 }
@@ -188,8 +195,11 @@ impl fmt::Display for SyncFatal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Propagated {
     pub path: RelPath,
-    /// What was done (`Copy`, `Delete`, `CopyProps`, ...), with its sides.
+    /// What was done (`Copy`, `Delete`, `CopyProps`, `Rename`, ...), with
+    /// its sides.
     pub action: accord_plan::Action,
+    /// For a rename: the path it was renamed from.
+    pub from: Option<RelPath>,
 }
 
 /// What a sync run did.
@@ -345,14 +355,21 @@ fn run(
     }
     let mut scanned = scan_with_archives(&mut sides, &names, cfg, lost)?;
     report.archives_lost = scanned.archives_lost;
-    let mut items = reconcile_tree(&scanned.updates, &cfg.reconcile_options())
-        .expect("the scan lists paths in RelPath order");
+    let mut options = cfg.reconcile_options(a.can_rename() && b.can_rename());
+    let mut items =
+        reconcile_tree(&scanned.updates, &options).expect("the scan lists paths in RelPath order");
+    if options.renames && moves_unread_paths(&items, &scanned.failures) {
+        // A tree with a path this run could not read is not known whole:
+        // moving it could carry that path along where the plan never saw it.
+        options.renames = false;
+        items = reconcile_tree(&scanned.updates, &options).expect("as above");
+    }
     if let Err(refusal) = guard(&items, &scanned, cfg) {
         report.refusal = Some(refusal);
         return Ok(());
     }
     if let Some(edit_plan) = hooks.edit_plan {
-        let mut edit = PlanEdit::new(&scanned.updates, cfg.reconcile_options(), items);
+        let mut edit = PlanEdit::new(&scanned.updates, options, items);
         edit_plan(&mut edit);
         items = edit.into_items();
         // A propagation turned around may delete what the plan did not.
@@ -369,6 +386,20 @@ fn run(
     scanned.forget_updates();
     propagate(replicas, &mut sides, &scanned, &items, cfg, report);
     Ok(())
+}
+
+/// Does a planned directory rename move or land on a path whose update
+/// could not be detected (left out of the plan)?
+fn moves_unread_paths(items: &[SyncItem], failures: &[SyncFailure]) -> bool {
+    let directory_renames = items.iter().filter_map(|item| match &item.moved {
+        Some(moved) if moved.entry.kind == accord_model::Kind::Dir => {
+            Some([&moved.from, &item.path])
+        }
+        _ => None,
+    });
+    directory_renames
+        .flatten()
+        .any(|top| failures.iter().any(|failure| failure.path.starts_with(top)))
 }
 
 /// The deletion guard over a plan (`accord_plan::check_deletions`).
@@ -502,6 +533,48 @@ fn scan_with_archives(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_rename_over_an_unread_path_is_not_planned() {
+        use accord_model::{Entry, Kind, Props};
+        let path = |text: &str| RelPath::new(text.as_bytes()).unwrap();
+        let dir = Entry {
+            path: path("old"),
+            kind: Kind::Dir,
+            size: 0,
+            props: Props::default(),
+            dev: 1,
+            ino: 2,
+            nlink: 2,
+            rdev: 0,
+            blocks: 0,
+            link_target: None,
+            hash: None,
+        };
+        let renamed = SyncItem {
+            path: path("new"),
+            action: accord_plan::Action::Rename { on: Side::B },
+            overridden: None,
+            a: Some(Entry {
+                path: path("new"),
+                ..dir.clone()
+            }),
+            b: None,
+            moved: Some(Box::new(accord_plan::Moved {
+                from: path("old"),
+                entry: dir,
+            })),
+        };
+        let failed = |at: &str| SyncFailure {
+            path: path(at),
+            error: SyncError::Detect("unreadable".into()),
+        };
+        let items = [renamed];
+        assert!(moves_unread_paths(&items, &[failed("old/deep/f")]));
+        assert!(moves_unread_paths(&items, &[failed("new/f")]));
+        assert!(!moves_unread_paths(&items, &[failed("older/f")]));
+        assert!(!moves_unread_paths(&items, &[]));
+    }
 
     #[test]
     fn only_a_settled_ctime_is_recorded() {

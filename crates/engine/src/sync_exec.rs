@@ -9,10 +9,15 @@
 //! nothing is replaced). Only then, and only when the path succeeded on
 //! both sides, do both archives record it.
 //!
-//! Phases: deletions deepest first; then, in path order, new directories,
-//! files and other entries (in chunks of up to 2,048 entries or 256 MiB:
-//! received, flushed, committed, flushed, recorded), property changes; then directories' properties
-//! deepest first (a directory made read-only after its contents arrived).
+//! Phases: deletions deepest first, but those of the directories above a
+//! rename's source; then, in path order, new directories, renames, files
+//! and other entries (in chunks of up to 2,048 entries or 256 MiB:
+//! received, flushed, committed, flushed, recorded), property changes; then
+//! directories' properties deepest first (a directory made read-only after
+//! its contents arrived); last the directories the renames emptied. A
+//! rename comes after the new directories above its target (path order)
+//! and before its source's directories are deleted; the replica re-checks
+//! its source and never replaces anything at its target.
 //! Whole files only for now: no delta against the other side's old
 //! version yet.
 
@@ -25,6 +30,7 @@ use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem};
+use std::collections::HashSet;
 
 /// Files (and other entries) received before the chunk is flushed and
 /// committed, and their bytes at most: one flush of each replica per chunk,
@@ -45,6 +51,8 @@ struct Done {
     path: RelPath,
     action: Action,
     records: [Record; 2],
+    /// A rename's source.
+    from: Option<RelPath>,
 }
 
 /// A file (or other entry) received under a temp name, to be committed.
@@ -67,11 +75,25 @@ struct Propagation<'a> {
     failures: Vec<SyncFailure>,
     /// Paths that failed (a directory that could not be made gets no
     /// properties set afterwards).
-    failed_paths: std::collections::HashSet<RelPath>,
+    failed_paths: HashSet<RelPath>,
     /// Directories made and properties set in this chunk, started and not
     /// yet waited for (a remote side answers them together).
     in_flight: Vec<InFlight<'a>>,
+    /// Renames started in this chunk, with the items moved along.
+    renames: Vec<StartedRename<'a>>,
+    /// Directories deleted only after the renames out of them
+    /// (`rename_source_directories`).
+    late: HashSet<(Side, RelPath)>,
+    /// The sources of renames that failed: their directories stay.
+    unmoved: Vec<(Side, RelPath)>,
 }
+
+/// A rename on its way: the item, the items moved with it, its reply.
+type StartedRename<'a> = (
+    &'a SyncItem,
+    &'a [SyncItem],
+    Pending<Result<(), crate::Error>>,
+);
 
 /// Calls started for one item.
 struct InFlight<'i> {
@@ -99,11 +121,15 @@ pub(crate) fn propagate(
         failures: Vec::new(),
         failed_paths: Default::default(),
         in_flight: Vec::new(),
+        renames: Vec::new(),
+        late: rename_source_directories(items),
+        unmoved: Vec::new(),
     };
-    run.deletions(items);
+    run.deletions(items, false);
     run.flush(archives, report);
     run.entries_in_order(items, archives, report);
     run.directory_props(items);
+    run.deletions(items, true);
     run.flush(archives, report);
     report.errors.append(&mut run.failures);
     report.errors.sort_by(|x, y| x.path.cmp(&y.path));
@@ -202,13 +228,16 @@ impl<'a> Propagation<'a> {
     // ---- deletions ----
 
     /// Deepest first, all started before any is waited for (a replica
-    /// carries out its writes in the order they were sent).
-    fn deletions(&mut self, items: &[SyncItem]) {
+    /// carries out its writes in the order they were sent). `late`: the
+    /// directories that waited for the renames out of them.
+    fn deletions(&mut self, items: &[SyncItem], late: bool) {
         let started: Vec<_> = items
             .iter()
             .rev()
             .filter_map(|item| match item.action {
-                Action::Delete { on } => Some((item, self.start_delete(item, on))),
+                Action::Delete { on } if self.deleted_now(item, on, late) => {
+                    Some((item, self.start_delete(item, on)))
+                }
                 _ => None,
             })
             .collect();
@@ -222,11 +251,22 @@ impl<'a> Propagation<'a> {
                         Record::Remove(item.path.clone()),
                         Record::Remove(item.path.clone()),
                     ],
+                    from: None,
                 }),
                 Ok(Deleted::NotEmpty) => self.fail(&item.path, SyncError::DirectoryNotEmpty),
                 Err(error) => self.fail(&item.path, error),
             }
         }
+    }
+
+    /// Is `item`'s deletion one of this pass? A directory a rename failed
+    /// to empty is left for the next run.
+    fn deleted_now(&self, item: &SyncItem, on: Side, late: bool) -> bool {
+        if !self.late.contains(&(on, item.path.clone())) {
+            return !late;
+        }
+        let unmoved = |(side, from): &(Side, RelPath)| *side == on && from.starts_with(&item.path);
+        late && !self.unmoved.iter().any(unmoved)
     }
 
     fn start_delete(
@@ -250,8 +290,11 @@ impl<'a> Propagation<'a> {
         let mut staged: Vec<Staged<'a>> = Vec::new();
         let mut copies: Vec<FileCopy<'a>> = Vec::new();
         let mut bytes = 0;
-        for item in items {
-            if let Some(copy) = self.file_copy(item) {
+        for (at, item) in items.iter().enumerate() {
+            if let Action::Rename { on } = item.action {
+                let beneath = moved_beneath(&items[at + 1..], &item.path);
+                self.start_rename(item, on, beneath);
+            } else if let Some(copy) = self.file_copy(item) {
                 bytes += copy.item.entry(copy.from).map_or(0, |e| e.size);
                 copies.push(copy);
             } else {
@@ -261,9 +304,8 @@ impl<'a> Propagation<'a> {
                     Err(error) => self.fail(&item.path, error),
                 }
             }
-            if staged.len() + copies.len() + self.in_flight.len() >= CHUNK_FILES
-                || bytes >= CHUNK_BYTES
-            {
+            let started = staged.len() + copies.len() + self.in_flight.len() + self.renames.len();
+            if started >= CHUNK_FILES || bytes >= CHUNK_BYTES {
                 self.settle_in_flight();
                 self.receive_copies(std::mem::take(&mut copies), &mut staged);
                 bytes = 0;
@@ -296,6 +338,96 @@ impl<'a> Propagation<'a> {
         for ((item, (from, to, taken)), found) in done.into_iter().zip(stats) {
             let recorded = changed_entry(&taken, found.wait().ok().flatten());
             self.done_with(item, from, to, recorded);
+        }
+        self.settle_renames();
+    }
+
+    // ---- renames ----
+
+    /// Start renaming on `on` what it holds at the item's source to the
+    /// item's path (a directory with its subtree: the items `beneath`).
+    /// The replica re-checks the source and the absence of the target.
+    fn start_rename(&mut self, item: &'a SyncItem, on: Side, beneath: &'a [SyncItem]) {
+        let moved = item.moved.as_ref().expect("a rename has a source");
+        let (parent, name) = split(&item.path);
+        match self.dir(on, &parent, crate::error::Action::Rename) {
+            Ok(dir) => {
+                let pending =
+                    dir.start_rename_from(name, &moved.from, &Expect::entry(&moved.entry));
+                self.renames.push((item, beneath, pending));
+            }
+            Err(error) => {
+                self.unmoved.push((on, moved.from.clone()));
+                self.fail(&item.path, error);
+            }
+        }
+    }
+
+    fn settle_renames(&mut self) {
+        for (item, beneath, pending) in std::mem::take(&mut self.renames) {
+            let Action::Rename { on } = item.action else {
+                unreachable!("only renames are started as renames")
+            };
+            let moved = item.moved.as_ref().expect("a rename has a source");
+            match pending.wait() {
+                Ok(()) => self.renamed(item, on, beneath),
+                Err(error) => {
+                    self.unmoved.push((on, moved.from.clone()));
+                    self.fail(&item.path, error.into());
+                }
+            }
+        }
+    }
+
+    /// Record a rename that succeeded: its source is gone from both
+    /// archives, and every moved path is recorded where it is now.
+    fn renamed(&mut self, item: &SyncItem, on: Side, beneath: &[SyncItem]) {
+        let from = item
+            .moved
+            .as_ref()
+            .expect("a rename has a source")
+            .from
+            .clone();
+        self.done.push(Done {
+            path: from.clone(),
+            action: Action::Nothing,
+            records: [Record::Remove(from.clone()), Record::Remove(from.clone())],
+            from: None,
+        });
+        // The renamed entry's own ctime moved with the rename; those
+        // beneath it did not.
+        let top = self.moved_done(item, on, UNKNOWN_CTIME, Some(from));
+        self.done.push(top);
+        for below in beneath {
+            let source = &below.moved.as_ref().expect("moved with its directory").from;
+            let ctime = self.scanned.ctimes_of(source)[index(on)];
+            let done = self.moved_done(below, on, ctime, None);
+            self.done.push(done);
+        }
+    }
+
+    /// The records of a moved path: what `on` moved there, and the other
+    /// side's entry as scanned.
+    fn moved_done(
+        &self,
+        item: &SyncItem,
+        on: Side,
+        ctime: accord_model::Time,
+        from: Option<RelPath>,
+    ) -> Done {
+        let mut entry = item.moved.as_ref().expect("a moved path").entry.clone();
+        entry.path = item.path.clone();
+        let mut records = [
+            Record::Remove(item.path.clone()),
+            Record::Remove(item.path.clone()),
+        ];
+        records[index(on)] = Record::Put(Observed { entry, ctime });
+        records[index(on.other())] = self.as_scanned(item, on.other());
+        Done {
+            path: item.path.clone(),
+            action: item.action,
+            records,
+            from,
         }
     }
 
@@ -387,6 +519,7 @@ impl<'a> Propagation<'a> {
                         self.as_scanned(item, Side::A),
                         self.as_scanned(item, Side::B),
                     ],
+                    from: None,
                 });
                 Ok(None)
             }
@@ -513,6 +646,7 @@ impl<'a> Propagation<'a> {
             path: item.path.clone(),
             action: item.action,
             records,
+            from: None,
         });
     }
 
@@ -638,6 +772,7 @@ impl<'a> Propagation<'a> {
                     path: item.path.clone(),
                     action: item.action,
                     records,
+                    from: None,
                 });
             }
             Err(e) => self.fail(&item.path, SyncError::Replica(e)),
@@ -730,13 +865,41 @@ impl<'a> Propagation<'a> {
         for one in done {
             match one.action {
                 Action::Agree => report.agreed += 1,
+                // A rename's source, and what moved with a directory: the
+                // rename itself is the change reported.
+                Action::Nothing | Action::MovedWith { .. } => {}
                 action => report.propagated.push(Propagated {
                     path: one.path,
                     action,
+                    from: one.from,
                 }),
             }
         }
     }
+}
+
+/// The items that follow a renamed directory at `top` and move with it.
+fn moved_beneath<'i>(after: &'i [SyncItem], top: &RelPath) -> &'i [SyncItem] {
+    let count = after
+        .iter()
+        .take_while(|item| {
+            matches!(item.action, Action::MovedWith { .. }) && item.path.starts_with(top)
+        })
+        .count();
+    &after[..count]
+}
+
+/// The directories above each rename's source that the plan deletes on
+/// the renaming side: deleted after the renames, which empty them.
+fn rename_source_directories(items: &[SyncItem]) -> HashSet<(Side, RelPath)> {
+    let mut late = HashSet::new();
+    for item in items {
+        if let (Action::Rename { on }, Some(moved)) = (item.action, &item.moved) {
+            let ancestors = std::iter::successors(moved.from.parent(), RelPath::parent);
+            late.extend(ancestors.filter(|a| !a.is_root()).map(|a| (on, a)));
+        }
+    }
+    late
 }
 
 fn is_dir(entry: Option<&Entry>) -> bool {

@@ -935,6 +935,26 @@ impl Dir {
         .map(|_| ())
     }
 
+    /// Move `from` (a single name here, never followed if it is a symlink)
+    /// to `to` in the directory `into`, only if `to` does not exist there:
+    /// a rename across directories that never replaces anything.
+    pub fn rename_into_noreplace(&self, from: &[u8], into: &Dir, to: &[u8]) -> io::Result<()> {
+        let f = check_name(from)?;
+        let t = check_name(to)?;
+        into.writing(|| {
+            cvt(unsafe {
+                libc::renameat2(
+                    self.raw(),
+                    f.as_ptr(),
+                    into.raw(),
+                    t.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
+            })
+        })
+        .map(|_| ())
+    }
+
     /// Remove a non-directory.
     pub fn unlink(&self, name: &[u8]) -> io::Result<()> {
         let c = cstr(name)?;

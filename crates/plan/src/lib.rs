@@ -18,13 +18,14 @@ pub mod detect;
 mod dirs;
 pub mod plan_edit;
 pub mod reconcile;
+mod renames;
 pub mod sync_guard;
 
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};
 pub use reconcile::{
-    choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason,
+    choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason, Moved,
     OutOfOrder, Override, PathUpdate, Policy, Preference, ReconcileOptions, Side, SideState,
     SyncItem,
 };

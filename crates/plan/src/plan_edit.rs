@@ -54,7 +54,9 @@ pub fn winner(action: Action) -> Option<Side> {
         Action::Copy { from, .. }
         | Action::CopyProps { from, .. }
         | Action::CopyContentsAndPropsBack { from, .. } => Some(from),
-        Action::Delete { on } => Some(on.other()),
+        Action::Delete { on } | Action::Rename { on } | Action::MovedWith { on } => {
+            Some(on.other())
+        }
         Action::Nothing | Action::Agree | Action::Conflict(_) => None,
     }
 }
@@ -76,6 +78,10 @@ pub struct PlanEdit<'u> {
     updates: &'u [PathUpdate],
     options: ReconcileOptions,
     choices: Choices,
+    /// A rename's target and its source, once a choice was made on it: a
+    /// choice there is made at both paths (skipping only the target would
+    /// leave the source's deletion, flipping only one would delete both).
+    partners: std::collections::BTreeMap<RelPath, RelPath>,
     items: Vec<SyncItem>,
 }
 
@@ -91,6 +97,7 @@ impl<'u> PlanEdit<'u> {
             updates,
             options,
             choices: Choices::new(),
+            partners: Default::default(),
             items,
         }
     }
@@ -145,12 +152,34 @@ impl<'u> PlanEdit<'u> {
             return Err(Refused::FollowsDirectory(ancestor));
         }
         self.update(path).ok_or(Refused::NotInPlan)?;
-        match choice {
-            Some(choice) => self.choices.insert(path.clone(), choice),
-            None => self.choices.remove(path),
-        };
+        let partner = self.partner(path);
+        if let Some(ancestor) = partner.as_ref().and_then(|from| self.follows(from)) {
+            return Err(Refused::FollowsDirectory(ancestor));
+        }
+        if let Some(from) = &partner {
+            self.partners.insert(path.clone(), from.clone());
+        }
+        for at in std::iter::once(path).chain(partner.as_ref()) {
+            match choice {
+                Some(choice) => self.choices.insert(at.clone(), choice),
+                None => self.choices.remove(at),
+            };
+        }
         self.items = reconcile_chosen(self.updates, &self.options, &self.choices);
         Ok(())
+    }
+
+    /// The source of the rename at `path` (planned now, or when a choice
+    /// was first made there).
+    fn partner(&self, path: &RelPath) -> Option<RelPath> {
+        let renamed = self
+            .item(path)
+            .filter(|item| matches!(item.action, Action::Rename { .. }))
+            .and_then(|item| item.moved.as_ref());
+        match renamed {
+            Some(moved) => Some(moved.from.clone()),
+            None => self.partners.get(path).cloned(),
+        }
     }
 
     /// Make both sides hold what `side` holds at `path`; choosing what was

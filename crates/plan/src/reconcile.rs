@@ -146,6 +146,16 @@ pub enum Action {
     CopyContentsAndPropsBack { from: Side, to: Side },
     /// Left alone on both sides.
     Conflict(ConflictReason),
+    /// `on` renames what it holds at [`SyncItem::moved`]'s path to this
+    /// path, where it then holds what the other side holds here (equal
+    /// contents and synced properties): in place of deleting it there and
+    /// copying the other side's entry here, with the same end state and
+    /// nothing on the wire. A directory's subtree moves with it (its paths
+    /// follow as [`Action::MovedWith`]). See `renames.rs`.
+    Rename { on: Side },
+    /// Beneath a renamed directory: moved by that directory's rename,
+    /// nothing of its own to do but be recorded.
+    MovedWith { on: Side },
 }
 
 /// `--prefer`: how a conflict is resolved.
@@ -189,6 +199,8 @@ pub struct ReconcileOptions {
     pub prefer: Option<Preference>,
     /// Wins over `prefer`.
     pub force: Option<Side>,
+    /// Pair deletions with equal creations into renames (`renames.rs`).
+    pub renames: bool,
 }
 
 /// A policy's decision: what reconciliation had found, and which policy
@@ -211,6 +223,17 @@ pub struct SyncItem {
     /// there before it changes anything (safety rule 3).
     pub a: Option<Entry>,
     pub b: Option<Entry>,
+    /// For [`Action::Rename`] and [`Action::MovedWith`]: where the renaming
+    /// side's entry comes from (it holds nothing at `path` yet).
+    pub moved: Option<Box<Moved>>,
+}
+
+/// The source of a rename: a path and what the renaming side holds there
+/// (what the rename must still find before it moves it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Moved {
+    pub from: RelPath,
+    pub entry: Entry,
 }
 
 impl SyncItem {
@@ -466,6 +489,9 @@ pub(crate) fn reconcile_chosen(
             None => reconcile_at(updates, index, options, &mut items),
         };
     }
+    if options.renames {
+        items = crate::renames::pair_renames(items, &options.props);
+    }
     items
 }
 
@@ -706,5 +732,6 @@ fn sync_item(update: &PathUpdate, action: Action, overridden: Option<Override>) 
         overridden,
         a: update.a.now.clone(),
         b: update.b.now.clone(),
+        moved: None,
     }
 }

@@ -119,6 +119,7 @@ mod tests {
                 overridden: None,
                 a: None,
                 b: None,
+                moved: None,
             })
             .collect()
     }

@@ -257,7 +257,31 @@ fn apply_one(world: &mut World, item: &SyncItem, times: bool) {
             let node = world.tree_mut(from).get_mut(at).unwrap();
             (node.mode, node.stamp) = (mode, stamp);
         }
-        Action::Delete { .. } | Action::Agree | Action::Nothing | Action::Conflict(_) => {}
+        Action::Rename { on } => {
+            let from = &item.moved.as_ref().expect("a rename has a source").from;
+            move_tree(world.tree_mut(on), from, at);
+        }
+        // Moved by its directory's rename.
+        Action::MovedWith { .. }
+        | Action::Delete { .. }
+        | Action::Agree
+        | Action::Nothing
+        | Action::Conflict(_) => {}
+    }
+}
+
+/// Rename `from` (with its subtree) to `to`, keeping every node as it is.
+fn move_tree(tree: &mut Tree, from: &RelPath, to: &RelPath) {
+    let moved: Vec<RelPath> = tree
+        .keys()
+        .filter(|p| p.starts_with(from))
+        .cloned()
+        .collect();
+    for old in moved {
+        let node = tree.remove(&old).unwrap();
+        let rest = &old.as_bytes()[from.as_bytes().len()..];
+        let new = RelPath::new(&[to.as_bytes(), rest].concat()).unwrap();
+        tree.insert(new, node);
     }
 }
 
@@ -269,6 +293,9 @@ fn record(world: &mut World, items: &[SyncItem]) {
             let now = world.tree(side).get(&item.path);
             let observed = now.map(|node| observe(&item.path, node, true));
             let archive = world.archive_mut(side);
+            if let Some(moved) = &item.moved {
+                archive.remove(&moved.from);
+            }
             match observed {
                 Some(observed) => archive.insert(item.path.clone(), observed),
                 None => archive.remove(&item.path),
@@ -858,6 +885,12 @@ enum Op {
         at: usize,
         target: u8,
     },
+    /// A rename of the node at `from` (with its subtree) to `to`, where
+    /// nothing is and whose directory exists.
+    Move {
+        from: usize,
+        to: usize,
+    },
     /// Both archives lost (a run that cannot read one side's archive must
     /// drop the other's too: see the report of this plan's tests).
     LoseArchives,
@@ -872,7 +905,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => at.clone().prop_map(|at| Op::Touch { at }),
         2 => at.clone().prop_map(|at| Op::Remove { at }),
         2 => at.clone().prop_map(|at| Op::Mkdir { at }),
-        1 => (at, 1u8..3).prop_map(|(at, target)| Op::Symlink { at, target }),
+        1 => (at.clone(), 1u8..3).prop_map(|(at, target)| Op::Symlink { at, target }),
+        3 => (at.clone(), at).prop_map(|(from, to)| Op::Move { from, to }),
         1 => Just(Op::LoseArchives),
     ]
 }
@@ -898,7 +932,8 @@ fn options_strategy() -> impl Strategy<Value = SyncOptions> {
         1 => Just(Some(Preference::Older)),
     ];
     let force = prop_oneof![6 => Just(None), 1 => Just(Some(Side::A)), 1 => Just(Some(Side::B))];
-    (any::<bool>(), any::<bool>(), prefer, force).prop_map(|(checksum, times, prefer, force)| {
+    let flags = (any::<bool>(), any::<bool>(), any::<bool>());
+    (flags, prefer, force).prop_map(|((checksum, times, renames), prefer, force)| {
         let options = SyncOptions {
             detect: DetectOptions {
                 checksum,
@@ -907,6 +942,7 @@ fn options_strategy() -> impl Strategy<Value = SyncOptions> {
             reconcile: ReconcileOptions {
                 prefer,
                 force,
+                renames,
                 ..ReconcileOptions::default()
             },
         };
@@ -980,10 +1016,22 @@ fn run_op(world: &mut World, side: Side, op: &Op) {
         Op::Chmod { at: i, mode } => restamp(world, side, &at(i), Some(mode)),
         Op::Touch { at: i } => restamp(world, side, &at(i), None),
         Op::Remove { at: i } => remove_tree(world.tree_mut(side), &at(i)),
+        Op::Move { from, to } => rename(world.tree_mut(side), &at(from), &at(to)),
         Op::LoseArchives => {
             world.archive_a.clear();
             world.archive_b.clear();
         }
+    }
+}
+
+/// `mv from to` as a file system does it: refused when `from` is missing,
+/// `to` exists or lies inside `from`, or `to`'s directory is missing.
+fn rename(tree: &mut Tree, from: &RelPath, to: &RelPath) {
+    let parent = to.parent().unwrap();
+    let parent_is_dir =
+        parent.is_root() || tree.get(&parent).is_some_and(|node| node.body == Body::Dir);
+    if tree.contains_key(from) && !tree.contains_key(to) && !to.starts_with(from) && parent_is_dir {
+        move_tree(tree, from, to);
     }
 }
 
@@ -1079,4 +1127,147 @@ fn check_choice(
         }
         _ => Ok(()),
     }
+}
+
+// ---- Renames -------------------------------------------------------------
+
+/// What each side holds, as far as a sync keeps it equal.
+fn synced_tree(tree: &Tree, times: bool) -> Vec<(RelPath, (Body, u32, i64))> {
+    tree.iter()
+        .map(|(at, node)| (at.clone(), node.synced(times)))
+        .collect()
+}
+
+fn with_renames(mut options: SyncOptions, renames: bool) -> SyncOptions {
+    options.reconcile.renames = renames;
+    options
+}
+
+/// Random edits and moves on both sides, played before a sync.
+fn played(rounds: &[Vec<(Side, Op)>], options: &SyncOptions) -> Vec<World> {
+    let mut world = World::default();
+    let mut before_each = Vec::new();
+    for ops in rounds {
+        for (side, op) in ops {
+            run_op(&mut world, *side, op);
+        }
+        before_each.push(world.clone());
+        sync(&mut world, options);
+    }
+    before_each
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// A plan with renames ends with the replicas a plan without them would
+    /// leave, and deletes no more on either side.
+    #[test]
+    fn renames_end_where_deletions_and_copies_end(
+        rounds in prop::collection::vec(
+            prop::collection::vec((side_strategy(), op_strategy()), 0..7),
+            1..4,
+        ),
+        options in options_strategy(),
+    ) {
+        let times = options.detect.props.times;
+        for world in played(&rounds, &with_renames(options, true)) {
+            let mut renamed = world.clone();
+            let mut copied = world.clone();
+            let with = plan(&renamed, &with_renames(options, true));
+            let without = plan(&copied, &with_renames(options, false));
+            apply(&mut renamed, &with.items, times);
+            apply(&mut copied, &without.items, times);
+            for side in [Side::A, Side::B] {
+                prop_assert_eq!(
+                    synced_tree(renamed.tree(side), times),
+                    synced_tree(copied.tree(side), times),
+                    "{:?} differs; plan {:#?}", side, with.items
+                );
+                let deletes = |items: &[SyncItem]| {
+                    accord_plan::sync_guard::deletions_on(items, side)
+                };
+                prop_assert!(deletes(&with.items) <= deletes(&without.items));
+            }
+        }
+    }
+
+    /// A person's choice on a rename is made at both of its paths: the
+    /// trees stay whole, a side taken is held at both paths on both sides,
+    /// a skip leaves both paths as they were.
+    #[test]
+    fn every_choice_on_a_rename_keeps_both_paths(
+        rounds in prop::collection::vec(
+            prop::collection::vec((side_strategy(), op_strategy()), 0..7),
+            1..4,
+        ),
+    ) {
+        let options = with_renames(SyncOptions::default(), true);
+        for world in played(&rounds, &options) {
+            let outcome = plan(&world, &options);
+            let renames = outcome.items.iter().filter(|i| matches!(i.action, Action::Rename { .. }));
+            for item in renames {
+                let from = item.moved.as_ref().unwrap().from.clone();
+                for choice in [Choice::Take(Side::A), Choice::Take(Side::B), Choice::Skip] {
+                    check_rename_choice(&world, &outcome, (&from, &item.path), choice, &options)
+                        .map_err(|e| TestCaseError::fail(format!("{choice:?} {}: {e}", item.path)))?;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_moved_file_is_renamed_and_recorded_at_its_new_path() {
+    let options = with_renames(SyncOptions::default(), true);
+    let mut world = World::default();
+    run_op(&mut world, Side::A, &Op::Mkdir { at: 1 });
+    run_op(&mut world, Side::A, &Op::Write { at: 2, contents: 1 });
+    sync_and_check(&mut world, &options).unwrap();
+    let stamp = world.b[&path("a/x")].stamp;
+    // A moves a/x to b/x; B renames its own copy (same stamp: not copied).
+    run_op(&mut world, Side::A, &Op::Move { from: 2, to: 4 });
+    let outcome = sync_and_check(&mut world, &options).unwrap();
+    let actions: Vec<_> = outcome
+        .items
+        .iter()
+        .map(|i| (i.path.display(), i.action))
+        .collect();
+    assert_eq!(actions, [("b/x".into(), Action::Rename { on: Side::B })]);
+    assert_eq!(world.b[&path("b/x")].stamp, stamp);
+    assert!(!world.b.contains_key(&path("a/x")));
+    assert!(!world.archive_b.contains_key(&path("a/x")));
+}
+
+fn check_rename_choice(
+    world: &World,
+    outcome: &Outcome,
+    (from, to): (&RelPath, &RelPath),
+    choice: Choice,
+    options: &SyncOptions,
+) -> Result<(), String> {
+    let mut edit = PlanEdit::new(&outcome.updates, options.reconcile, outcome.items.clone());
+    if let Err(refused) = edit.choose(to, Some(choice)) {
+        // Only a source beneath a deleted directory is chosen there.
+        return match refused {
+            accord_plan::EditRefused::FollowsDirectory(_) => Ok(()),
+            other => Err(format!("refused: {other}")),
+        };
+    }
+    let mut after = world.clone();
+    apply(&mut after, edit.items(), options.detect.props.times);
+    well_formed(&after.a, Side::A)?;
+    well_formed(&after.b, Side::B)?;
+    for at in [from, to] {
+        let synced = |tree: &Tree| tree.get(at).map(|node| node.synced(false));
+        let unchanged = after.a.get(at) == world.a.get(at) && after.b.get(at) == world.b.get(at);
+        match choice {
+            Choice::Take(_) if synced(&after.a) != synced(&after.b) => {
+                return Err(format!("{at} not equal: {:?}", edit.items()))
+            }
+            Choice::Skip if !unchanged => return Err(format!("{at} changed though skipped")),
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -13,8 +13,10 @@ pub const MAGIC: &[u8; 8] = b"\0ACCORD\0";
 pub const VERSION: u32 = 2;
 /// Feature bit: zstd-compressed bulk data (`-z`).
 pub const FEATURE_ZSTD: u64 = 1;
+/// Feature bit: the server carries out a sync's renames (request 30).
+pub const FEATURE_RENAME: u64 = 2;
 /// Every feature this build knows.
-pub const FEATURES: u64 = FEATURE_ZSTD;
+pub const FEATURES: u64 = FEATURE_ZSTD | FEATURE_RENAME;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -166,6 +166,14 @@ pub enum Request {
     },
     /// Record the body's entries in the archive, in one transaction.
     SyncRecord,
+    /// Rename the entry at `from` (with its subtree) to `name` in `dir`,
+    /// if `from` is still what `expect` says and nothing is at `name`.
+    RenameFrom {
+        dir: RelPath,
+        name: Vec<u8>,
+        from: RelPath,
+        expect: Expect,
+    },
 }
 
 /// What a received file is built from.
@@ -244,6 +252,7 @@ impl Request {
             Request::SyncScan { .. } => "detect updates",
             Request::SyncLookup { .. } => "look up",
             Request::SyncRecord => "record in archive",
+            Request::RenameFrom { .. } => "rename",
         }
     }
 
@@ -443,6 +452,17 @@ impl Request {
             Request::SyncRecord => {
                 e.u8(29);
             }
+            Request::RenameFrom {
+                dir,
+                name,
+                from,
+                expect,
+            } => {
+                e.u8(30);
+                dn(&mut e, dir, name);
+                put_path(&mut e, from);
+                put_expect(&mut e, expect);
+            }
         }
         e.finish()
     }
@@ -586,6 +606,17 @@ impl Request {
                 flags: d.u8("flags")?,
             },
             29 => Request::SyncRecord,
+            30 => Request::RenameFrom {
+                dir: dir(&mut d)?,
+                name: name(&mut d)?,
+                from: match get_path(&mut d, "rename source")? {
+                    from if from.is_root() => {
+                        return Err(ProtoError::Invalid("a rename of the root".into()))
+                    }
+                    from => from,
+                },
+                expect: get_expect(&mut d)?,
+            },
             op => return Err(ProtoError::Invalid(format!("unknown operation {op}"))),
         };
         d.end("the request")?;

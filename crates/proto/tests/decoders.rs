@@ -358,6 +358,15 @@ fn request() -> impl Strategy<Value = Request> {
         (dn(), expect()).prop_map(|((dir, name), expect)| Request::Delete { dir, name, expect }),
         dn().prop_map(|(dir, name)| Request::RemoveStaleTemp { dir, name }),
         dn().prop_map(|(dir, name)| Request::PartialSignature { dir, name }),
+        (dn(), rel_path(), expect())
+            .prop_filter("a rename never moves the root", |(_, from, _)| !from
+                .is_root())
+            .prop_map(|((dir, name), from, expect)| Request::RenameFrom {
+                dir,
+                name,
+                from,
+                expect
+            }),
     ]
 }
 
@@ -486,4 +495,21 @@ fn issue_11_listing_fuzz_finding_round_trips() {
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x01, 0x00, 0xff, 0xe0,
     ];
     bodies::listing(&input);
+}
+
+/// A rename's source is a path inside the root, never the root itself.
+#[test]
+fn a_rename_of_the_root_is_refused() {
+    let request = Request::RenameFrom {
+        dir: RelPath::root(),
+        name: b"x".to_vec(),
+        from: RelPath::new(b"a").unwrap(),
+        expect: Expect::Absent,
+    };
+    let mut bytes = request.encode();
+    assert_eq!(Request::decode(&bytes).unwrap(), request);
+    // Op 30, the directory (empty: the root), the name "x", the source "a".
+    assert_eq!(bytes[..6], [30, 0, 1, b'x', 1, b'a']);
+    bytes.splice(4..6, [0]);
+    assert!(Request::decode(&bytes).is_err(), "{bytes:?}");
 }

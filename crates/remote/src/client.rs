@@ -12,7 +12,7 @@ use accord_engine::{SideFailure, SideSession};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
-use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
+use accord_proto::hello::{FEATURES, FEATURE_RENAME, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{decode_found, ListOptions};
 use accord_proto::{Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
 use std::io::{self, Read, Write};
@@ -69,6 +69,9 @@ pub struct RemoteReplica {
     /// A root opened for writing is locked as the session starts (the
     /// engine always asks): the reply waits here for `try_lock`.
     lock_asked: Mutex<Option<PendingReply>>,
+    /// The server carries out renames (`ReplicaDir::rename_from`): it
+    /// agreed to the feature.
+    renames: bool,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -111,7 +114,8 @@ impl RemoteReplica {
         mode: RootMode,
         compress: Option<i32>,
     ) -> Result<RemoteReplica, ConnectError> {
-        let asked = if compress.is_some() { FEATURE_ZSTD } else { 0 };
+        let zstd = if compress.is_some() { FEATURE_ZSTD } else { 0 };
+        let asked = zstd | FEATURE_RENAME;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -164,6 +168,7 @@ impl RemoteReplica {
             _guard: Mutex::new(None),
             ahead,
             lock_asked: Mutex::new(None),
+            renames: features & FEATURE_RENAME != 0,
         };
         if mode == RootMode::Write {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
@@ -500,6 +505,10 @@ fn lost_listing(dir: &RelPath, e: CallError) -> (Option<Listing>, Scan) {
 impl Replica for RemoteReplica {
     fn describe(&self) -> String {
         self.describe.clone()
+    }
+
+    fn can_rename(&self) -> bool {
+        self.renames
     }
 
     fn identity(&self) -> (u64, u64) {
@@ -852,6 +861,25 @@ impl ReplicaDir for RemoteDir<'_> {
 
     fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
         self.start_commit(temp, name, expect).wait()
+    }
+
+    fn rename_from(&self, name: &[u8], from: &RelPath, expect: &Expect) -> Result<(), Error> {
+        self.start_rename_from(name, from, expect).wait()
+    }
+
+    fn start_rename_from(
+        &self,
+        name: &[u8],
+        from: &RelPath,
+        expect: &Expect,
+    ) -> Pending<Result<(), Error>> {
+        let req = Request::RenameFrom {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            from: from.clone(),
+            expect: *expect,
+        };
+        self.replica.unit_later(&req, Action::Rename)
     }
 
     fn start_commit(

@@ -5,7 +5,7 @@ use accord_engine::{Action, Error, Side};
 use accord_proto::msg::{WireError, CODE_DENIED, CODE_PROTOCOL};
 use std::io;
 
-const ACTIONS: [Action; 15] = [
+const ACTIONS: [Action; 16] = [
     Action::OpenSource,
     Action::ReadSource,
     Action::OpenDestination,
@@ -21,6 +21,7 @@ const ACTIONS: [Action; 15] = [
     Action::UpdateInPlace,
     Action::Fingerprint,
     Action::Scan,
+    Action::Rename,
 ];
 
 fn action_code(a: Action) -> u8 {

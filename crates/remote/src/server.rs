@@ -611,6 +611,16 @@ impl Session<'_> {
                 let temp = d.make_node(name, entry, *mask).map_err(w)?;
                 Ok(self.issue_temp(stream, dir, temp))
             }
+            Request::RenameFrom {
+                dir,
+                name,
+                from,
+                expect,
+            } => {
+                let d = self.dir(dir, Action::Rename)?;
+                d.rename_from(name, from, expect).map_err(w)?;
+                Ok(Vec::new())
+            }
             Request::LinkTemp { dir, name, leader } => {
                 let d = self.dir(dir, Action::MakeLink)?;
                 let temp = d.link_temp(name, leader).map_err(w)?;

@@ -141,6 +141,80 @@ fn a_bad_hard_link_leader_from_a_client_ends_the_session() {
     }
 }
 
+#[test]
+fn a_bad_rename_source_from_a_client_ends_the_session() {
+    let file = accord_model::Expect::Made(Kind::File);
+    for (what, p) in bad_paths() {
+        refused(
+            &format!("rename from {what}"),
+            &raw::rename(b"", b"x", &p, &file),
+            None,
+        );
+    }
+    refused(
+        "rename of the root",
+        &raw::rename(b"", b"x", b"", &file),
+        None,
+    );
+    for (what, n) in bad_names() {
+        refused(
+            &format!("rename to {what}"),
+            &raw::rename(b"", &n, b"f", &file),
+            None,
+        );
+    }
+}
+
+/// A rename never goes through a symlink: not to reach its source, not to
+/// reach its target's directory. Nothing outside the root moves.
+#[test]
+fn a_rename_through_a_symlink_fails_and_moves_nothing() {
+    let sb = Sandbox::new();
+    std::fs::write(sb.outside.join("secret"), "outside").unwrap();
+    std::fs::write(sb.root.join("f"), "inside").unwrap();
+    std::os::unix::fs::symlink(&sb.outside, sb.root.join("out")).unwrap();
+    let before = sb.around_root();
+    let (mut c, server) = RawClient::start(&sb.root, RootMode::Write);
+    let file = accord_model::Expect::Made(Kind::File);
+    for (what, header) in [
+        (
+            "a source beyond a symlink",
+            raw::rename(b"", b"stolen", b"out/secret", &file),
+        ),
+        (
+            "a target beyond a symlink",
+            raw::rename(b"out", b"planted", b"f", &file),
+        ),
+    ] {
+        match c.call(&header) {
+            Outcome::Failed(_) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // And an honest one works, refusing to replace what is there.
+    assert!(matches!(
+        c.call(&raw::rename(b"", b"g", b"f", &file)),
+        Outcome::Reply(_)
+    ));
+    std::fs::write(sb.root.join("h"), "already here").unwrap();
+    assert!(matches!(
+        c.call(&raw::rename(b"", b"h", b"g", &file)),
+        Outcome::Failed(_)
+    ));
+    c.hang_up();
+    server.finish().unwrap();
+    assert_eq!(
+        sb.around_root(),
+        before,
+        "something outside the root changed"
+    );
+    assert_eq!(names(&sb.root), ["g", "h", "out"]);
+    assert_eq!(
+        std::fs::read_to_string(sb.root.join("h")).unwrap(),
+        "already here"
+    );
+}
+
 /// Send a handshake asking for `root`; the server's answer (`None`: it
 /// hung up without one).
 fn ask_root(root: &[u8], mode: RootMode, cfg: ServerConfig) -> Option<Welcome> {

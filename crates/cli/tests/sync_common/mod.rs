@@ -252,3 +252,101 @@ pub fn set_mtime(path: &Path, secs: i64) {
         .unwrap();
     assert!(status.success());
 }
+
+/// An `accord server` daemon on a loopback port, with keys made for the
+/// run and one read-write module over a temp directory.
+pub struct Daemon {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for key in ["client/key", "server/key"] {
+            let out = Command::new(bin())
+                .args(["keygen", "-f"])
+                .arg(d.join(key))
+                .output()
+                .unwrap();
+            assert_exit(&out, 0);
+        }
+        std::fs::copy(d.join("client/key.pub"), d.join("server/authorized_keys")).unwrap();
+        std::fs::create_dir(d.join("module")).unwrap();
+        let mut child = Command::new(bin())
+            .args(["server", "--listen", "127.0.0.1:0", "--module"])
+            .arg(format!("m={}", d.join("module").display()))
+            .arg("--auth-keys")
+            .arg(d.join("server/authorized_keys"))
+            .arg("--key")
+            .arg(d.join("server/key"))
+            .env("ACCORD_STATE_DIR", d.join("server-state"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut lines = stderr.lines();
+        let port = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let rest = line.split("listening on 127.0.0.1:").nth(1)?;
+                let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                port.parse::<u16>().ok()
+            })
+            .expect("the daemon says where it listens");
+        // Keep reading its log, so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Daemon { dir, child, port }
+    }
+
+    pub fn remote_b(&self) -> RemoteB {
+        let d = self.dir.path();
+        RemoteB {
+            base: d.join("module"),
+            prefix: format!("accord://127.0.0.1:{}/m/", self.port),
+            relative: true,
+            args: vec![
+                "--key".into(),
+                d.join("client/key").display().to_string(),
+                "--server-key".into(),
+                d.join("server/key.pub").display().to_string(),
+            ],
+            env: vec![("XDG_CONFIG_HOME".into(), d.join("client-config"))],
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run a sync; once it has made its plan, call `meanwhile`, then let it go
+/// on. Returns its JSON report.
+pub fn sync_with_change(pair: &Pair, code: i32, meanwhile: impl FnOnce()) -> serde_json::Value {
+    std::fs::create_dir_all(&pair.state).unwrap();
+    let pause = pair.state.join("pause-for-test");
+    let child = pair
+        .command(&["--json"])
+        .env("ACCORD_TEST_SYNC_PAUSE", &pause)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !pause.exists() {
+        assert!(std::time::Instant::now() < deadline, "the run never paused");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    meanwhile();
+    std::fs::remove_file(&pause).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, code);
+    serde_json::from_slice(&out.stdout).unwrap()
+}

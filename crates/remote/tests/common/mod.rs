@@ -392,6 +392,13 @@ pub mod raw {
         e.finish()
     }
 
+    pub fn rename(dir: &[u8], name: &[u8], from: &[u8], expect: &Expect) -> Vec<u8> {
+        let mut e = head(30, dir);
+        e.bytes(name).bytes(from);
+        put_expect(&mut e, expect);
+        e.finish()
+    }
+
     /// Commit the temp made by the request on stream `made_by`.
     pub fn commit(dir: &[u8], made_by: u32, name: &[u8], expect: &Expect) -> Vec<u8> {
         let mut e = head(16, dir);
