@@ -10,6 +10,7 @@
 //! - `state`: `running`, `paused` or `stopped` (absent: running).
 //! - `done`: how many tasks were acknowledged.
 //! - `claims`, `counters`: hashes for `claim` and `add`.
+//! - `marks`: a hash of the marks `add_once` set.
 //!
 //! Every step that must not be split (check the state and hand out; take a
 //! lease back and re-add or bury it) is one Lua script, so a paused run
@@ -47,6 +48,7 @@ struct Scripts {
     lease: Script,
     ack: Script,
     fail: Script,
+    add_once: Script,
 }
 
 /// Hand out up to ARGV[3] tasks unless the run is not running: new ones,
@@ -120,6 +122,19 @@ end
 return 1
 ";
 
+/// Unless mark ARGV[1] is set: set it, add ARGV[3] to counter ARGV[2] and
+/// push the tasks ARGV[4..]. Returns {counter, 1 if this call did it}.
+const ADD_ONCE: &str = r"
+if redis.call('HSETNX', KEYS[1], ARGV[1], 1) == 0 then
+  return {tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0'), 0}
+end
+local v = redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[3])
+for i = 4, #ARGV do
+  redis.call('XADD', KEYS[3], '*', 't', ARGV[i], 'a', 0)
+end
+return {v, 1}
+";
+
 /// Most ids acknowledged by one script call (Lua's stack bounds how many
 /// arguments a call may spread).
 const ACK_CHUNK: usize = 1000;
@@ -144,6 +159,7 @@ impl RedisQueue {
                 lease: Script::new(LEASE),
                 ack: Script::new(ACK),
                 fail: Script::new(FAIL),
+                add_once: Script::new(ADD_ONCE),
             },
         };
         q.with_conn(|c| {
@@ -399,6 +415,36 @@ impl TaskQueue for RedisQueue {
                 .arg(delta)
                 .query(c)
         })
+    }
+
+    fn add_once(
+        &self,
+        mark: &[u8],
+        counter: &[u8],
+        delta: i64,
+        tasks: &[Vec<u8>],
+    ) -> Result<(i64, bool), QueueError> {
+        check_tasks(tasks)?;
+        if tasks.len() > ACK_CHUNK {
+            return Err(QueueError::Refused(format!(
+                "{} tasks counted at once (at most {ACK_CHUNK})",
+                tasks.len()
+            )));
+        }
+        let (value, did): (i64, i64) = self.with_conn(|c| {
+            let mut call = self.scripts.add_once.prepare_invoke();
+            call.key(self.key("marks"))
+                .key(self.key("counters"))
+                .key(self.key("tasks"))
+                .arg(mark)
+                .arg(counter)
+                .arg(delta);
+            for t in tasks {
+                call.arg(t);
+            }
+            call.invoke(c)
+        })?;
+        Ok((value, did == 1))
     }
 }
 
