@@ -183,6 +183,9 @@ pub trait TaskQueue: Send + Sync {
         delta: i64,
         tasks: &[Vec<u8>],
     ) -> Result<(i64, bool), QueueError>;
+    /// Keep `value` under `key` (a run's settings, read by every worker).
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError>;
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError>;
 }
 
 fn check_tasks(tasks: &[Vec<u8>]) -> Result<(), QueueError> {

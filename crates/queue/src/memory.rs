@@ -25,6 +25,7 @@ struct State {
     claims: HashMap<Vec<u8>, String>,
     counters: HashMap<Vec<u8>, i64>,
     marks: HashSet<Vec<u8>>,
+    values: HashMap<Vec<u8>, Vec<u8>>,
     next_id: u64,
 }
 
@@ -48,6 +49,7 @@ impl MemoryQueue {
                 claims: HashMap::new(),
                 counters: HashMap::new(),
                 marks: HashSet::new(),
+                values: HashMap::new(),
                 next_id: 1,
             }),
             changed: Condvar::new(),
@@ -288,5 +290,15 @@ impl TaskQueue for MemoryQueue {
         drop(st);
         self.changed.notify_all();
         Ok((value, applied))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError> {
+        check_tasks(&[value.to_vec()])?;
+        self.lock().values.insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError> {
+        Ok(self.lock().values.get(key).cloned())
     }
 }

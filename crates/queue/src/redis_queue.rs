@@ -11,6 +11,7 @@
 //! - `done`: how many tasks were acknowledged.
 //! - `claims`, `counters`: hashes for `claim` and `add`.
 //! - `marks`: a hash of the marks `add_once` set.
+//! - `values`: a hash for `put` and `get` (the run's settings).
 //!
 //! Every step that must not be split (check the state and hand out; take a
 //! lease back and re-add or bury it) is one Lua script, so a paused run
@@ -445,6 +446,29 @@ impl TaskQueue for RedisQueue {
             call.invoke(c)
         })?;
         Ok((value, did == 1))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError> {
+        check_tasks(&[value.to_vec()])?;
+        self.with_conn(|c| {
+            redis::cmd("HSET")
+                .arg(self.key("values"))
+                .arg(key)
+                .arg(value)
+                .query(c)
+        })
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError> {
+        let v: Option<Vec<u8>> =
+            self.with_conn(|c| redis::cmd("HGET").arg(self.key("values")).arg(key).query(c))?;
+        match v {
+            Some(v) if v.len() > MAX_TASK => Err(QueueError::Corrupt(format!(
+                "a value of {} bytes (at most {MAX_TASK})",
+                v.len()
+            ))),
+            v => Ok(v),
+        }
     }
 }
 

@@ -276,6 +276,16 @@ fn add_once_counts_and_pushes_once_per_mark() {
 }
 
 #[test]
+fn values_put_are_got_back() {
+    on_both(Policy::default(), |q| {
+        assert_eq!(q.get(b"spec").unwrap(), None);
+        q.put(b"spec", b"\x00\x01settings").unwrap();
+        assert_eq!(q.get(b"spec").unwrap().as_deref(), Some(&b"\x00\x01settings"[..]));
+        assert!(q.put(b"big", &vec![0; accord_queue::MAX_TASK + 1]).is_err());
+    });
+}
+
+#[test]
 fn a_task_above_the_limit_is_refused_and_nothing_is_pushed() {
     on_both(Policy::default(), |q| {
         let r = q.push(&[b"small".to_vec(), vec![0; MAX_TASK + 1]]);
