@@ -19,6 +19,14 @@ mod sync_exec;
 mod sync_scan;
 mod sync_side;
 mod sync_transfer;
+pub mod task;
+mod task_big;
+mod task_do;
+mod task_link;
+mod task_local;
+pub mod task_run;
+mod task_scan;
+pub mod task_spec;
 mod transfer;
 mod transfer_local;
 mod walk;
@@ -41,6 +49,9 @@ pub use sync::{
     sync, sync_local, sync_with_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal,
     SyncHooks, SyncReport,
 };
+pub use task_local::run_workers;
+pub use task_run::{read_spec, run_over, start_run, WorkerEnd, WorkerOptions};
+pub use task_spec::RunSpec;
 pub use sync_side::{
     local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
     SideSession,
