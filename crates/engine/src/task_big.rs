@@ -145,8 +145,12 @@ fn copy_range(ctx: &Ctx, s: &Entry, to: &File, (start, end): (u64, u64)) -> Resu
         if n == 0 {
             return Err(TaskError::Failed(format!("{}: cut short", path.display())));
         }
-        to.write_all_at(&buf[..n], at)
-            .map_err(failed("write the temp of", path))?;
+        // The temp was sized with holes: zeros stay holes, as the
+        // mirror's own copies keep sparse files sparse.
+        if buf[..n].iter().any(|b| *b != 0) {
+            to.write_all_at(&buf[..n], at)
+                .map_err(failed("write the temp of", path))?;
+        }
         at += n as u64;
     }
     if ctx.spec.fsync {
