@@ -36,7 +36,12 @@ pub struct WorkerArgs {
 }
 
 pub fn run(args: WorkerArgs) -> i32 {
-    let maps = match args.map.iter().map(|m| parse_map(m)).collect::<Result<Vec<_>, _>>() {
+    let maps = match args
+        .map
+        .iter()
+        .map(|m| parse_map(m))
+        .collect::<Result<Vec<_>, _>>()
+    {
         Ok(m) => m,
         Err(e) => return usage(&e),
     };

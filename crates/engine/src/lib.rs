@@ -49,13 +49,13 @@ pub use sync::{
     sync, sync_local, sync_with_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal,
     SyncHooks, SyncReport,
 };
-pub use task_local::run_workers;
-pub use task_run::{read_spec, run_over, start_run, WorkerEnd, WorkerOptions};
-pub use task_spec::RunSpec;
 pub use sync_side::{
     local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
     SideSession,
 };
+pub use task_local::run_workers;
+pub use task_run::{read_spec, run_over, start_run, WorkerEnd, WorkerOptions};
+pub use task_spec::RunSpec;
 
 use accord_model::RelPath;
 use std::path::PathBuf;

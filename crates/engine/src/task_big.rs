@@ -21,21 +21,29 @@ fn failed(what: &str, path: &RelPath) -> impl FnOnce(io::Error) -> TaskError {
 }
 
 fn source(item: &Item) -> &Entry {
-    item.src.as_ref().expect("task items have a source (checked when decoded)")
+    item.src
+        .as_ref()
+        .expect("task items have a source (checked when decoded)")
 }
 
 fn parent(path: &RelPath) -> RelPath {
     path.parent().unwrap_or_default()
 }
 
+/// The block whose zeros are left as holes.
+const BLOCK: usize = 4096;
+
 /// How many ranges a file of `size` bytes is split into.
 pub(crate) fn range_count(size: u64, range_size: u64) -> u32 {
     size.div_ceil(range_size.max(1)).clamp(1, MAX_RANGES as u64) as u32
 }
 
-/// Bytes `start..end` of range `index` of `count`.
+/// Bytes `start..end` of range `index` of `count`: ranges start on a
+/// block boundary, so that zero blocks can stay holes.
 pub(crate) fn range_bounds(size: u64, index: u32, count: u32) -> (u64, u64) {
-    let chunk = size.div_ceil(count.max(1) as u64);
+    let chunk = size
+        .div_ceil(count.max(1) as u64)
+        .next_multiple_of(BLOCK as u64);
     let start = (index as u64 * chunk).min(size);
     (start, (start + chunk).min(size))
 }
@@ -58,7 +66,8 @@ pub(crate) fn big_file(ctx: &Ctx, item: &Item) -> TaskResult {
     let (temp, f) = dir
         .create_temp(path.file_name())
         .map_err(failed("make a temp file for", path))?;
-    f.set_len(s.size).map_err(failed("size the temp of", path))?;
+    f.set_len(s.size)
+        .map_err(failed("size the temp of", path))?;
     let ranges: Vec<Vec<u8>> = (0..count)
         .map(|index| {
             Task::Range {
@@ -88,7 +97,12 @@ pub(crate) fn range(ctx: &Ctx, item: &Item, temp: &[u8], index: u32, count: u32)
         Some(to) => copy_range(ctx, s, &to, range_bounds(s.size, index, count))?,
         // Renamed over the target already: this range was counted before.
         None if already_done(item, stat(ctx.dst(), path).as_ref()) => {}
-        None => return Err(TaskError::Failed(format!("{}: its temp file is gone", path.display()))),
+        None => {
+            return Err(TaskError::Failed(format!(
+                "{}: its temp file is gone",
+                path.display()
+            )))
+        }
     }
     let mark = keys::with(&format!("r{index}"), path);
     let (left, _) = ctx
@@ -145,16 +159,23 @@ fn copy_range(ctx: &Ctx, s: &Entry, to: &File, (start, end): (u64, u64)) -> Resu
         if n == 0 {
             return Err(TaskError::Failed(format!("{}: cut short", path.display())));
         }
-        // The temp was sized with holes: zeros stay holes, as the
-        // mirror's own copies keep sparse files sparse.
-        if buf[..n].iter().any(|b| *b != 0) {
-            to.write_all_at(&buf[..n], at)
-                .map_err(failed("write the temp of", path))?;
-        }
+        write_blocks(to, &buf[..n], at).map_err(failed("write the temp of", path))?;
         at += n as u64;
     }
     if ctx.spec.fsync {
         to.sync_data().map_err(failed("flush the temp of", path))?;
+    }
+    Ok(())
+}
+
+/// Write `data` at `at` (a block boundary) but for its whole zero blocks:
+/// the temp was sized with holes, so zeros stay holes, as the mirror's own
+/// copies keep sparse files sparse.
+fn write_blocks(to: &File, data: &[u8], at: u64) -> io::Result<()> {
+    for (i, block) in data.chunks(BLOCK).enumerate() {
+        if block.iter().any(|b| *b != 0) {
+            to.write_all_at(block, at + (i * BLOCK) as u64)?;
+        }
     }
     Ok(())
 }
@@ -185,8 +206,9 @@ fn commit(ctx: &Ctx, item: &Item, temp: &[u8]) -> Result<(), TaskError> {
             count_written(ctx, 1, s.size)?;
             push_verify(ctx, vec![path.clone()])
         }
-        Err(e) if (gone(&e) || matches!(e, Error::Changed(_)))
-            && already_done(item, stat(ctx.dst(), path).as_ref()) =>
+        Err(e)
+            if (gone(&e) || matches!(e, Error::Changed(_)))
+                && already_done(item, stat(ctx.dst(), path).as_ref()) =>
         {
             Ok(())
         }
@@ -200,14 +222,20 @@ mod tests {
 
     #[test]
     fn ranges_tile_the_file_exactly() {
-        for (size, range) in [(10_000u64, 4096u64), (8192, 4096), (1 << 20, 4096), (4097, 4096)] {
+        for (size, range) in [
+            (10_000u64, 4096u64),
+            (8192, 4096),
+            (1 << 20, 4096),
+            (4097, 4096),
+        ] {
             let n = range_count(size, range);
             assert!(n >= 2);
             let mut at = 0;
             for i in 0..n {
                 let (a, b) = range_bounds(size, i, n);
                 assert_eq!(a, at);
-                assert!(b > a);
+                assert_eq!(a % BLOCK as u64, 0);
+                assert!(b >= a);
                 at = b;
             }
             assert_eq!(at, size);

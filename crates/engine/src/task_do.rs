@@ -72,7 +72,12 @@ pub(crate) fn carry_out(ctx: &Ctx, plan: &MirrorPlan, flush: bool) -> Done {
 
 /// Several problems as one error text.
 pub(crate) fn failures_text(problems: &[String]) -> String {
-    let mut out = problems.iter().take(20).cloned().collect::<Vec<_>>().join("; ");
+    let mut out = problems
+        .iter()
+        .take(20)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
     if problems.len() > 20 {
         out.push_str(&format!("; and {} more", problems.len() - 20));
     }
@@ -109,7 +114,10 @@ pub(crate) fn already_done(it: &Item, now: Option<&Found>) -> bool {
     // creation also gives the name a new inode.
     let moved = |d: &Entry| (d.dev, d.ino, d.props.mtime) != (now.dev, now.ino, now.mtime);
     let same_size = s.kind != Kind::File || now.size == s.size;
-    now.kind == s.kind && same_size && now.mtime == s.props.mtime && it.dst.as_ref().is_none_or(moved)
+    now.kind == s.kind
+        && same_size
+        && now.mtime == s.props.mtime
+        && it.dst.as_ref().is_none_or(moved)
 }
 
 /// A batch of one directory's files.
@@ -213,7 +221,8 @@ fn verify(ctx: &Ctx, paths: &[RelPath], by: &str, handed_back: bool) -> TaskResu
             (Err(e), _) | (_, Err(e)) => bad.push(format!("{}: {e}", p.display())),
         }
     }
-    ctx.queue.add(b"verified", (paths.len() - bad.len()) as i64)?;
+    ctx.queue
+        .add(b"verified", (paths.len() - bad.len()) as i64)?;
     match bad.is_empty() {
         true => Ok(Outcome::Done),
         false => Err(TaskError::Failed(failures_text(&bad))),

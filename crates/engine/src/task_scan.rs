@@ -114,7 +114,12 @@ fn is_dir(e: Option<&Entry>) -> bool {
 /// extra directories) and destination entries are counted as directories
 /// are planned; a run that would pass `--max-delete` pauses itself and
 /// says why (`accord cluster resume --force` goes on).
-fn guard_allows(ctx: &Ctx, dir: &RelPath, plan: &MirrorPlan, d: &Listing) -> Result<bool, TaskError> {
+fn guard_allows(
+    ctx: &Ctx,
+    dir: &RelPath,
+    plan: &MirrorPlan,
+    d: &Listing,
+) -> Result<bool, TaskError> {
     let o = &ctx.spec.plan;
     if !o.delete || o.force {
         return Ok(true);
@@ -255,8 +260,7 @@ fn push_children(ctx: &Ctx, dir: &RelPath, children: Vec<Task>) -> Result<(), Ta
     let mark = keys::with("s", dir);
     let n = children.len() as i64;
     let tasks: Vec<Vec<u8>> = children.iter().map(Task::encode).collect();
-    ctx.queue
-        .add_once(&mark, &keys::pending(dir), n, &tasks)?;
+    ctx.queue.add_once(&mark, &keys::pending(dir), n, &tasks)?;
     if n == 0 {
         ctx.push_dir_meta(dir)?;
     }

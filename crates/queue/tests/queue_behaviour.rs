@@ -270,7 +270,10 @@ fn add_once_counts_and_pushes_once_per_mark() {
         assert_eq!(again, (3, false));
         assert_eq!(q.stats().unwrap().waiting, 3);
         assert_eq!(q.add_once(b"done 1", b"dir a", -1, &[]).unwrap(), (2, true));
-        assert_eq!(q.add_once(b"done 1", b"dir a", -1, &[]).unwrap(), (2, false));
+        assert_eq!(
+            q.add_once(b"done 1", b"dir a", -1, &[]).unwrap(),
+            (2, false)
+        );
         assert_eq!(q.add(b"dir a", 0).unwrap(), 2);
     });
 }
@@ -280,7 +283,10 @@ fn values_put_are_got_back() {
     on_both(Policy::default(), |q| {
         assert_eq!(q.get(b"spec").unwrap(), None);
         q.put(b"spec", b"\x00\x01settings").unwrap();
-        assert_eq!(q.get(b"spec").unwrap().as_deref(), Some(&b"\x00\x01settings"[..]));
+        assert_eq!(
+            q.get(b"spec").unwrap().as_deref(),
+            Some(&b"\x00\x01settings"[..])
+        );
         assert!(q.put(b"big", &vec![0; accord_queue::MAX_TASK + 1]).is_err());
     });
 }
