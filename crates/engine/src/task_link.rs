@@ -129,7 +129,7 @@ fn hex(b: &[u8]) -> String {
 /// The leader's path from its claim (the store is hostile: checked).
 fn leader_path(owner: &str) -> Result<RelPath, TaskError> {
     let bad = || TaskError::Failed(format!("a damaged hard-link claim {owner:.80}"));
-    if owner.len() % 2 != 0 || owner.len() > 2 * accord_model::MAX_PATH_LEN {
+    if !owner.len().is_multiple_of(2) || owner.len() > 2 * accord_model::MAX_PATH_LEN {
         return Err(bad());
     }
     let bytes: Option<Vec<u8>> = (0..owner.len())

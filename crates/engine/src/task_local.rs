@@ -28,7 +28,7 @@ pub fn run_workers(
             .map(|(i, q)| {
                 let (src, dst) = (&src, &dst);
                 let thread = format!("{}/{i}", opts.name);
-                s.spawn(move || work(*q, src, dst, spec, opts, &thread, progress, stop))
+                s.spawn(move || work(*q, (src, dst), spec, opts, &thread, progress, stop))
             })
             .collect();
         threads

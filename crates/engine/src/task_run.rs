@@ -200,8 +200,7 @@ pub fn run_over(queue: &dyn TaskQueue) -> Result<bool, QueueError> {
 /// ends it early (a signal).
 pub fn work(
     queue: &dyn TaskQueue,
-    src: &LocalReplica,
-    dst: &LocalReplica,
+    (src, dst): (&LocalReplica, &LocalReplica),
     spec: &RunSpec,
     opts: &WorkerOptions,
     thread: &str,

@@ -177,8 +177,10 @@ fn a_huge_count_in_few_bytes_is_refused_without_allocating() {
 
 #[test]
 fn settings_round_trip_and_are_checked() {
-    let mut cfg = MirrorConfig::default();
-    cfg.excludes = vec!["*.tmp".into(), "build/".into()];
+    let cfg = MirrorConfig {
+        excludes: vec!["*.tmp".into(), "build/".into()],
+        ..MirrorConfig::default()
+    };
     let spec = RunSpec::new(PathBuf::from("/src"), PathBuf::from("/dst"), &cfg);
     let bytes = spec.encode();
     assert_eq!(RunSpec::decode(&bytes).unwrap().encode(), bytes);
