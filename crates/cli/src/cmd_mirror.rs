@@ -190,8 +190,15 @@ pub fn run(args: MirrorArgs) -> i32 {
     if remote.0.is_some() && remote.1.is_some() {
         return usage("at most one root may be remote (run accord on one of the two hosts)");
     }
-    if args.tasks.wanted() && (remote.0.is_some() || remote.1.is_some()) {
-        return usage("task runs (--executor tasks, --cluster) take local roots only");
+    if args.tasks.wanted() {
+        if remote.0.is_some() || remote.1.is_some() {
+            return usage("task runs (--executor tasks, --cluster) take local roots only");
+        }
+        if args.itemize || args.json || args.dry_run {
+            return usage(
+                "task runs (--executor tasks, --cluster) have no --itemize, --json or --dry-run",
+            );
+        }
     }
     let max_delete = {
         let s = args.max_delete.trim();

@@ -276,6 +276,87 @@ fn local_task_runs_at_1_and_4_threads_give_the_source_tree() {
     }
 }
 
+/// A destination with extras (files, a nested extra tree, an extra
+/// symlink) and kind changes both ways (a directory where the source has
+/// a file, a file where it has a directory) ends as the source.
+#[test]
+fn a_task_run_deletes_extras_and_replaces_kinds() {
+    let (_t, src, dst, state) = roots();
+    tree(&src, 1, 20);
+    std::fs::write(src.join("was-dir"), b"now a file").unwrap();
+    std::fs::create_dir_all(src.join("was-file/inside")).unwrap();
+    std::fs::write(src.join("was-file/inside/x"), b"x").unwrap();
+    let junk = |p: &str| {
+        let path = dst.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"junk").unwrap();
+    };
+    for p in [
+        "extra",
+        "many/d00/extra",
+        "gone/a/b/c",
+        "gone/a/d",
+        "was-dir/deep/f",
+    ] {
+        junk(p);
+    }
+    std::fs::write(dst.join("was-file"), b"a file").unwrap();
+    std::os::unix::fs::symlink("nowhere", dst.join("extra-link")).unwrap();
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let args = ["--executor", "tasks", "-j", "3", "--force", s, d];
+    assert_exit(&mirror(&state, &args), 0);
+    assert_same(&src, &dst);
+}
+
+/// The deletion guard over a streamed run: deletions are counted as
+/// directories are planned; past --max-delete the run pauses itself
+/// before deleting more and says why; `resume --force` goes on.
+#[test]
+fn a_cluster_run_past_max_delete_pauses_itself_until_forced() {
+    let Some(redis) = Redis::start() else { return };
+    let (_t, src, dst, state) = roots();
+    std::fs::create_dir_all(src.join("keep")).unwrap();
+    std::fs::write(src.join("keep/f"), b"f").unwrap();
+    for i in 0..30 {
+        let p = dst.join(format!("old/o{i:02}"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"old").unwrap();
+    }
+    let run = Run {
+        redis: &redis,
+        name: "guard",
+    };
+    let out = mirror(
+        &state,
+        &[
+            "--cluster",
+            &redis.url(),
+            "--run",
+            "guard",
+            "--detach",
+            "--max-delete",
+            "10",
+            src.to_str().unwrap(),
+            dst.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&out, 0);
+    let mut worker = run.worker("w", 2);
+    let paused = run.wait_for("the guard's pause", |s| s.state == "paused");
+    let text = String::from_utf8_lossy(&run.cluster("status").stdout).into_owned();
+    assert!(text.contains("--max-delete"), "{text}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(dst.join("old/o00").exists(), "deleted past the guard");
+    assert_eq!(paused.failed, 0);
+    Command::new(bin())
+        .args(["cluster", "resume", "--force", "--cluster", &redis.url()])
+        .args(["--run", "guard"])
+        .status()
+        .unwrap();
+    wait_all(std::slice::from_mut(&mut worker));
+    assert_same(&src, &dst);
+}
+
 #[test]
 fn three_cluster_workers_give_the_source_tree() {
     let Some(redis) = Redis::start() else { return };
