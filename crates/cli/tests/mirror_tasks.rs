@@ -40,11 +40,22 @@ impl Redis {
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
+        let child = Redis::spawn(port, dir.path());
+        Some(Redis {
+            child,
+            port,
+            _dir: dir,
+        })
+    }
+
+    /// A server on `port` keeping its writes in an append-only file in
+    /// `dir` (a restarted one has the run as it was).
+    fn spawn(port: u16, dir: &Path) -> Child {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", "", "--appendonly", "yes"])
             .arg("--dir")
-            .arg(dir.path())
+            .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -57,11 +68,16 @@ impl Redis {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(Redis {
-            child,
-            port,
-            _dir: dir,
-        })
+        child
+    }
+
+    /// Stop the server as a service manager does (SIGTERM: it writes what
+    /// it holds) and start it again on the same port and files.
+    fn restart(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(500));
+        self.child = Redis::spawn(self.port, self._dir.path());
     }
 
     fn url(&self) -> String {
@@ -469,5 +485,33 @@ fn a_stopped_run_restarted_later_writes_no_file_twice() {
     assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
     // Every file was written exactly once over both halves.
     assert_eq!(s.written, inodes(&src));
+    assert_same(&src, &dst);
+}
+
+#[test]
+fn a_run_goes_on_after_redis_restarts() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let (_t, src, dst, state) = roots();
+    tree(&src, 12, 400);
+    let url = redis.url();
+    fn run(redis: &Redis) -> Run<'_> {
+        Run {
+            redis,
+            name: "restart",
+        }
+    }
+    run(&redis).create(&src, &dst, &state);
+    let mut workers: Vec<Child> = (0..2)
+        .map(|i| run(&redis).worker(&format!("w{i}"), 2))
+        .collect();
+    let before = run(&redis).wait_for("some files written", |s| s.written > 0);
+    assert_ne!(before.state, "done", "the run ended before the restart");
+    redis.restart();
+    assert_eq!(redis.url(), url);
+    wait_all(&mut workers);
+    let s = run(&redis).status();
+    assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
     assert_same(&src, &dst);
 }
