@@ -17,6 +17,22 @@ use accord_plan::{Facts, Item, MaxDelete, Method, MirrorPlan, Op};
 const BATCH_BYTES: u64 = 64 << 20;
 /// Most files in one `files` task.
 const BATCH_FILES: usize = 256;
+/// A bound on one `files` task's encoding, well under the queue's
+/// `MAX_TASK` (an entry's extended attributes can be large).
+const BATCH_ENCODED: usize = accord_queue::MAX_TASK / 2;
+
+/// More than the bytes an item takes in a task (both sides' entries).
+fn encoded_weight(it: &Item) -> usize {
+    let entry = |e: Option<&Entry>| {
+        e.map_or(0, |e| {
+            let xattrs = e.props.xattrs.as_deref().unwrap_or_default();
+            let xattr_bytes: usize = xattrs.iter().map(|(n, v)| n.len() + v.len() + 8).sum();
+            let target = e.link_target.as_ref().map_or(0, Vec::len);
+            e.path.as_bytes().len() + xattr_bytes + target + 128
+        })
+    };
+    entry(it.src.as_ref()) + entry(it.dst.as_ref()) + 8
+}
 
 pub(crate) fn options(ctx: &Ctx, source: bool) -> ScanOptions<'static> {
     ScanOptions {
@@ -226,19 +242,23 @@ fn children(
 fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64) -> Vec<Task> {
     let mut out = Vec::new();
     let mut batch: Vec<Item> = Vec::new();
-    let mut bytes = 0;
+    let (mut bytes, mut encoded) = (0, 0);
     for it in items {
         let size = it.src.as_ref().map_or(0, |s| s.size);
         if it.op == Op::Write(Method::Whole) && size > range_size {
             out.push(Task::BigFile { item: it });
             continue;
         }
-        let full = batch.len() >= BATCH_FILES.min(MAX_BATCH) || bytes + size > BATCH_BYTES;
+        let weight = encoded_weight(&it);
+        let full = batch.len() >= BATCH_FILES.min(MAX_BATCH)
+            || bytes + size > BATCH_BYTES
+            || encoded + weight > BATCH_ENCODED;
         if full && !batch.is_empty() {
             out.push(files_task(dir, std::mem::take(&mut batch)));
-            bytes = 0;
+            (bytes, encoded) = (0, 0);
         }
         bytes += size;
+        encoded += weight;
         batch.push(it);
     }
     if !batch.is_empty() {
@@ -265,4 +285,83 @@ fn push_children(ctx: &Ctx, dir: &RelPath, children: Vec<Task>) -> Result<(), Ta
         ctx.push_dir_meta(dir)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_model::{Props, Time};
+
+    fn write(name: &str, size: u64, xattr: usize) -> Item {
+        let path = RelPath::new(format!("d/{name}").as_bytes()).unwrap();
+        let src = Entry {
+            path: path.clone(),
+            kind: Kind::File,
+            size,
+            props: Props {
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                mtime: Time { sec: 1, nsec: 0 },
+                xattrs: Some(vec![(b"user.big".to_vec(), vec![7; xattr])]),
+            },
+            dev: 1,
+            ino: 1,
+            nlink: 1,
+            rdev: 0,
+            blocks: 0,
+            link_target: None,
+            hash: None,
+        };
+        Item {
+            op: Op::Write(Method::Whole),
+            path,
+            src: Some(src),
+            dst: None,
+            props_differ: false,
+        }
+    }
+
+    fn sizes(tasks: &[Task]) -> Vec<(&'static str, usize)> {
+        tasks
+            .iter()
+            .map(|t| match t {
+                Task::Files { items, .. } => ("files", items.len()),
+                t => (t.kind(), 1),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn files_are_batched_by_count_bytes_and_encoding_and_big_ones_split() {
+        let dir = RelPath::new(b"d").unwrap();
+        let many: Vec<Item> = (0..600)
+            .map(|i| write(&format!("f{i:03}"), 10, 0))
+            .collect();
+        let got = file_tasks(&dir, many, 1 << 20);
+        assert_eq!(sizes(&got), [("files", 256), ("files", 256), ("files", 88)]);
+        let mixed = vec![
+            write("a", 40 << 20, 0),
+            write("b", 40 << 20, 0),
+            write("c", 5 << 20, 0),
+        ];
+        let got = file_tasks(&dir, mixed, 1 << 30);
+        assert_eq!(sizes(&got), [("files", 1), ("files", 2)]);
+        let big = vec![
+            write("a", 10, 0),
+            write("huge", 2 << 20, 0),
+            write("z", 10, 0),
+        ];
+        let got = file_tasks(&dir, big, 1 << 20);
+        assert_eq!(sizes(&got), [("big-file", 1), ("files", 2)]);
+        let fat: Vec<Item> = (0..16)
+            .map(|i| write(&format!("x{i}"), 1, 60_000))
+            .collect();
+        let got = file_tasks(&dir, fat, 1 << 20);
+        assert!(got.len() >= 2, "{:?}", sizes(&got));
+        for t in &got {
+            assert!(t.encode().len() <= accord_queue::MAX_TASK / 2);
+            assert_eq!(Task::decode(&t.encode()).as_ref(), Ok(t));
+        }
+    }
 }

@@ -136,6 +136,11 @@ end
 return {v, 1}
 ";
 
+/// Most tasks pushed by one `add_once` (the script walks its arguments
+/// one by one, so Lua's stack does not bound them; this bounds one call's
+/// size).
+const ADD_ONCE_MAX: usize = 1 << 16;
+
 /// Most ids acknowledged by one script call (Lua's stack bounds how many
 /// arguments a call may spread).
 const ACK_CHUNK: usize = 1000;
@@ -426,9 +431,9 @@ impl TaskQueue for RedisQueue {
         tasks: &[Vec<u8>],
     ) -> Result<(i64, bool), QueueError> {
         check_tasks(tasks)?;
-        if tasks.len() > ACK_CHUNK {
+        if tasks.len() > ADD_ONCE_MAX {
             return Err(QueueError::Refused(format!(
-                "{} tasks counted at once (at most {ACK_CHUNK})",
+                "{} tasks counted at once (at most {ADD_ONCE_MAX})",
                 tasks.len()
             )));
         }
