@@ -150,6 +150,13 @@ pub fn mirror(
 
 /// The local executor: threads of this process over an in-memory queue.
 fn local_mirror(spec: &RunSpec, jobs: usize, queue_args: &QueueArgs) -> i32 {
+    let _lock = match accord_engine::lock_destination(spec) {
+        Ok(l) => l,
+        Err(f) => {
+            eprintln!("accord mirror: {f}");
+            return exit::FATAL;
+        }
+    };
     let queue = MemoryQueue::new(queue_args.policy());
     if let Err(e) = accord_engine::start_run(&queue, spec) {
         eprintln!("accord mirror: {e}");

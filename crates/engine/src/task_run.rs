@@ -164,6 +164,21 @@ pub fn open_task_roots(spec: &RunSpec) -> Result<(LocalReplica, LocalReplica), F
     Ok((src, dst.with_options(opts)))
 }
 
+/// Take the destination's lock for a run of this process (as the walk
+/// does: two runs into one destination would remove each other's temps);
+/// the lock lasts as long as the returned replica.
+pub fn lock_destination(spec: &RunSpec) -> Result<LocalReplica, Fatal> {
+    let (_, dst) = open_task_roots(spec)?;
+    match dst.try_lock() {
+        Ok(true) => Ok(dst),
+        Ok(false) => Err(Fatal::Busy(spec.dst.clone())),
+        Err(source) => Err(Fatal::Lock {
+            path: spec.dst.clone(),
+            source,
+        }),
+    }
+}
+
 /// Write the run's settings and push its root (once: starting a run that
 /// exists already changes nothing).
 pub fn start_run(queue: &dyn TaskQueue, spec: &RunSpec) -> Result<bool, QueueError> {
