@@ -12,19 +12,20 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+/// How a local mirror runs (no help per value: clap would then lay out
+/// all of `mirror --help` in its long form).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Executor {
-    /// The parallel walk (every feature of `accord mirror`).
     Walk,
-    /// The task model (local roots only; see the README).
     Tasks,
 }
 
 /// `accord mirror`'s options of a task run.
 #[derive(clap::Args, Debug)]
 pub struct TaskArgs {
-    /// How a local mirror runs: the parallel walk (the default), or the
-    /// task model of cluster runs on threads of this process.
+    /// How a local mirror runs: the parallel walk (every feature), or the
+    /// task model of cluster runs on threads of this process (local roots;
+    /// see the README).
     #[arg(long, value_enum, default_value = "walk")]
     pub executor: Executor,
     /// Create the run in this Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB],

@@ -324,6 +324,26 @@ fn a_task_run_deletes_extras_and_replaces_kinds() {
     assert_same(&src, &dst);
 }
 
+/// Without --no-times a copy keeps its own mtime: hard-link names must
+/// still find their leader's copy, and a second run still ends.
+#[test]
+fn a_task_run_without_times_still_links_groups() {
+    let (_t, src, dst, state) = roots();
+    tree(&src, 1, 20);
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let args = ["--executor", "tasks", "-j", "3", "--no-times", s, d];
+    for _ in 0..2 {
+        assert_exit(&mirror(&state, &args), 0);
+        let mut a = snapshot(&src);
+        let mut b = snapshot(&dst);
+        for n in a.values_mut().chain(b.values_mut()) {
+            n.mtime = (0, 0);
+        }
+        let d = differences(&a, &b);
+        assert!(d.is_empty(), "{d:?}");
+    }
+}
+
 /// The deletion guard over a streamed run: deletions are counted as
 /// directories are planned; past --max-delete the run pauses itself
 /// before deleting more and says why; `resume --force` goes on.

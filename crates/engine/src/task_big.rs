@@ -53,7 +53,7 @@ pub(crate) fn range_bounds(size: u64, index: u32, count: u32) -> (u64, u64) {
 pub(crate) fn big_file(ctx: &Ctx, item: &Item) -> TaskResult {
     let s = source(item);
     let path = &item.path;
-    if already_done(item, stat(ctx.dst(), path).as_ref()) {
+    if already_done(item, stat(ctx.dst(), path).as_ref(), ctx.cfg.plan.times) {
         ctx.child_done(&parent(path), &keys::with("db", path))?;
         return Ok(Outcome::Done);
     }
@@ -96,7 +96,7 @@ pub(crate) fn range(ctx: &Ctx, item: &Item, temp: &[u8], index: u32, count: u32)
     match open_temp(ctx, path, temp)? {
         Some(to) => copy_range(ctx, s, &to, range_bounds(s.size, index, count))?,
         // Renamed over the target already: this range was counted before.
-        None if already_done(item, stat(ctx.dst(), path).as_ref()) => {}
+        None if already_done(item, stat(ctx.dst(), path).as_ref(), ctx.cfg.plan.times) => {}
         None => {
             return Err(TaskError::Failed(format!(
                 "{}: its temp file is gone",
@@ -208,7 +208,7 @@ fn commit(ctx: &Ctx, item: &Item, temp: &[u8]) -> Result<(), TaskError> {
         }
         Err(e)
             if (gone(&e) || matches!(e, Error::Changed(_)))
-                && already_done(item, stat(ctx.dst(), path).as_ref()) =>
+                && already_done(item, stat(ctx.dst(), path).as_ref(), ctx.cfg.plan.times) =>
         {
             Ok(())
         }

@@ -105,8 +105,10 @@ pub(crate) fn stat(r: &dyn Replica, path: &RelPath) -> Option<Found> {
 
 /// Did an earlier run of this task write the item already? The
 /// destination then holds the source's version and not the one planned
-/// on (a redelivered task must not fail on its own work).
-pub(crate) fn already_done(it: &Item, now: Option<&Found>) -> bool {
+/// on (a redelivered task must not fail on its own work). Without
+/// `times` (`--no-times`) a copy keeps its own mtime: a new inode of the
+/// source's kind and size is taken as the copy.
+pub(crate) fn already_done(it: &Item, now: Option<&Found>, times: bool) -> bool {
     let (Some(s), Some(now)) = (it.src.as_ref(), now) else {
         return false;
     };
@@ -114,17 +116,15 @@ pub(crate) fn already_done(it: &Item, now: Option<&Found>) -> bool {
     // creation also gives the name a new inode.
     let moved = |d: &Entry| (d.dev, d.ino, d.props.mtime) != (now.dev, now.ino, now.mtime);
     let same_size = s.kind != Kind::File || now.size == s.size;
-    now.kind == s.kind
-        && same_size
-        && now.mtime == s.props.mtime
-        && it.dst.as_ref().is_none_or(moved)
+    let same_time = !times || now.mtime == s.props.mtime;
+    now.kind == s.kind && same_size && same_time && it.dst.as_ref().is_none_or(moved)
 }
 
 /// A batch of one directory's files.
 fn files(ctx: &Ctx, dir: &RelPath, items: &[Item]) -> TaskResult {
     let todo: Vec<Item> = items
         .iter()
-        .filter(|it| !already_done(it, stat(ctx.dst(), &it.path).as_ref()))
+        .filter(|it| !already_done(it, stat(ctx.dst(), &it.path).as_ref(), ctx.cfg.plan.times))
         .cloned()
         .collect();
     let written: Vec<RelPath> = todo

@@ -55,7 +55,7 @@ fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
     let files: Vec<Item> = plan
         .files
         .into_iter()
-        .filter(|it| !already_done(it, now.as_ref()))
+        .filter(|it| !already_done(it, now.as_ref(), ctx.cfg.plan.times))
         .collect();
     let done = carry_out(
         ctx,
@@ -75,7 +75,7 @@ fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
 /// Another name of the group: a link to the leader's copy once it is
 /// there (nothing when it is one already).
 fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> TaskResult {
-    let copy = stat(ctx.dst(), leader).filter(|f| is_copy_of(f, src));
+    let copy = stat(ctx.dst(), leader).filter(|f| is_copy_of(f, src, ctx.cfg.plan.times));
     let Some(copy) = copy else {
         return wait_for_leader(ctx, src, leader);
     };
@@ -118,8 +118,9 @@ fn wait_for_leader(ctx: &Ctx, src: &Entry, leader: &RelPath) -> TaskResult {
 }
 
 /// Is the destination's `f` a finished copy of the group's inode `src`?
-fn is_copy_of(f: &Found, src: &Entry) -> bool {
-    f.kind == Kind::File && f.size == src.size && f.mtime == src.props.mtime
+/// (Without `times` the copy keeps its own mtime.)
+fn is_copy_of(f: &Found, src: &Entry, times: bool) -> bool {
+    f.kind == Kind::File && f.size == src.size && (!times || f.mtime == src.props.mtime)
 }
 
 fn hex(b: &[u8]) -> String {
