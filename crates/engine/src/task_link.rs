@@ -1,9 +1,11 @@
 //! Hard links without a serial queue: each name of a source hard-link
 //! group is a task; the first to claim the group's inode in the queue's
 //! store leads it (its name gets the contents, planned as a lone file by
-//! the mirror's rules), and the others link to the leader's name once the
-//! destination holds the leader's finished copy (until then they are
-//! pushed back and wait).
+//! the mirror's rules, and the group is marked done in the store), and the
+//! others link to the leader's name once the group is marked done (until
+//! then they are pushed back and wait). The mark, not the copy's look, is
+//! what they wait for: an old copy can look finished (`--no-times`, or
+//! `--checksum`) and be replaced after a name was linked to it.
 
 use crate::task_do::{already_done, carry_out, count_written, failures_text, stat};
 use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
@@ -16,15 +18,21 @@ use std::time::Duration;
 const MAX_WAITS: i64 = 2000;
 
 pub(crate) fn hardlink(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
-    let key = format!("i\0{}:{}", src.dev, src.ino).into_bytes();
+    let group = format!("{}:{}", src.dev, src.ino);
     let me = hex(src.path.as_bytes());
-    let leader = match ctx.queue.claim(&key, &me)? {
+    let leader = match ctx.queue.claim(format!("i\0{group}").as_bytes(), &me)? {
         None => None,
         Some(owner) => Some(leader_path(&owner)?),
     };
+    let done_key = format!("id\0{group}").into_bytes();
     let outcome = match leader {
-        None => lead(ctx, src, dst)?,
-        Some(leader) => follow(ctx, src, dst, &leader)?,
+        None => {
+            let led = lead(ctx, src, dst)?;
+            ctx.queue.add_once(&done_key, &done_key, 1, &[])?;
+            led
+        }
+        Some(leader) if ctx.queue.add(&done_key, 0)? > 0 => follow(ctx, src, dst, &leader)?,
+        Some(leader) => wait_for_leader(ctx, src, &leader)?,
     };
     if let Outcome::Done = outcome {
         let parent = src.path.parent().unwrap_or_default();
@@ -72,12 +80,15 @@ fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
     }
 }
 
-/// Another name of the group: a link to the leader's copy once it is
-/// there (nothing when it is one already).
+/// Another name of the group, once its leader is done: a link to the
+/// leader's copy (nothing when it is one already).
 fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> TaskResult {
     let copy = stat(ctx.dst(), leader).filter(|f| is_copy_of(f, src, ctx.cfg.plan.times));
     let Some(copy) = copy else {
-        return wait_for_leader(ctx, src, leader);
+        return Err(TaskError::Failed(format!(
+            "the first name of its hard-link group, {}, is not its copy",
+            leader.display()
+        )));
     };
     let here = stat(ctx.dst(), &src.path);
     if here.is_some_and(|h| (h.dev, h.ino) == (copy.dev, copy.ino)) {
@@ -103,8 +114,8 @@ fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> Task
     }
 }
 
-/// The leader's copy is not there yet: wait a little, then go back in the
-/// queue (a bounded number of times).
+/// The leader is not done yet: wait a little, then go back in the queue
+/// (a bounded number of times).
 fn wait_for_leader(ctx: &Ctx, src: &Entry, leader: &RelPath) -> TaskResult {
     let waits = ctx.queue.add(&keys::with("hw", &src.path), 1)?;
     if waits > MAX_WAITS {
