@@ -130,6 +130,11 @@ pub struct MirrorArgs {
     #[command(flatten)]
     remote: crate::remote_args::RemoteArgs,
 
+    #[command(flatten)]
+    tasks: crate::cmd_tasks::TaskArgs,
+    #[command(flatten)]
+    queue: crate::cmd_tasks::QueueArgs,
+
     /// Where the deletion guard remembers the source root.
     #[arg(long, hide = true)]
     state_dir: Option<PathBuf>,
@@ -184,6 +189,16 @@ pub fn run(args: MirrorArgs) -> i32 {
     };
     if remote.0.is_some() && remote.1.is_some() {
         return usage("at most one root may be remote (run accord on one of the two hosts)");
+    }
+    if args.tasks.wanted() {
+        if remote.0.is_some() || remote.1.is_some() {
+            return usage("task runs (--executor tasks, --cluster) take local roots only");
+        }
+        if args.itemize || args.json || args.dry_run {
+            return usage(
+                "task runs (--executor tasks, --cluster) have no --itemize, --json or --dry-run",
+            );
+        }
     }
     let max_delete = {
         let s = args.max_delete.trim();
@@ -255,6 +270,9 @@ pub fn run(args: MirrorArgs) -> i32 {
             .or_else(default_state_dir),
     };
 
+    if args.tasks.wanted() {
+        return crate::cmd_tasks::mirror(&args.src, &args.dst, &cfg, &args.tasks, &args.queue);
+    }
     let progress = Arc::new(Progress::default());
     let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -1,13 +1,16 @@
 //! `accord`: the command line. Arguments become option structs handed to the
 //! library crates; this crate only parses, prints and picks exit codes.
 
+mod cmd_cluster;
 mod cmd_daemon;
 mod cmd_delta;
 mod cmd_keygen;
 mod cmd_mirror;
 mod cmd_server;
 mod cmd_sync;
+mod cmd_tasks;
 mod cmd_union;
+mod cmd_worker;
 mod exit;
 mod remote_args;
 mod sync_profile;
@@ -48,21 +51,10 @@ enum Command {
     Server(cmd_server::ServerArgs),
     /// Make a key pair for accord:// connections.
     Keygen(cmd_keygen::KeygenArgs),
-    /// Run tasks from a cluster queue (not built yet).
-    Worker(NotBuiltArgs),
-}
-
-/// Arguments of a command that does not exist yet: accepted so that the
-/// command can say so plainly instead of failing with a usage error.
-#[derive(clap::Args)]
-struct NotBuiltArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
-}
-
-fn not_built(name: &str) -> i32 {
-    eprintln!("accord {name}: this command is not built yet; nothing was done.");
-    exit::UNAVAILABLE
+    /// Run the tasks of a cluster run (`accord mirror --cluster`) on this machine.
+    Worker(cmd_worker::WorkerArgs),
+    /// Look at a cluster run, pause, resume, stop or restart it, list its failures.
+    Cluster(cmd_cluster::ClusterArgs),
 }
 
 fn main() {
@@ -91,7 +83,8 @@ fn main() {
         Command::Union(args) => cmd_union::run(args),
         Command::Server(args) => cmd_server::run(args),
         Command::Keygen(args) => cmd_keygen::run(args),
-        Command::Worker(_) => not_built("worker"),
+        Command::Worker(args) => cmd_worker::run(args),
+        Command::Cluster(args) => cmd_cluster::run(args),
     };
     std::process::exit(code);
 }

@@ -19,6 +19,14 @@ mod sync_exec;
 mod sync_scan;
 mod sync_side;
 mod sync_transfer;
+pub mod task;
+mod task_big;
+mod task_do;
+mod task_link;
+mod task_local;
+pub mod task_run;
+mod task_scan;
+pub mod task_spec;
 mod transfer;
 mod transfer_local;
 mod walk;
@@ -45,6 +53,9 @@ pub use sync_side::{
     local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
     SideSession,
 };
+pub use task_local::run_workers;
+pub use task_run::{lock_destination, read_spec, run_over, start_run, WorkerEnd, WorkerOptions};
+pub use task_spec::RunSpec;
 
 use accord_model::RelPath;
 use std::path::PathBuf;

@@ -171,6 +171,21 @@ pub trait TaskQueue: Send + Sync {
     fn claim(&self, key: &[u8], owner: &str) -> Result<Option<String>, QueueError>;
     /// Add `delta` to the counter `key`; its new value.
     fn add(&self, key: &[u8], delta: i64) -> Result<i64, QueueError>;
+    /// In one step that cannot be split: unless `mark` is set already,
+    /// set it, add `delta` to the counter `counter` and push `tasks`.
+    /// Returns the counter's value and whether this call did it. A task
+    /// run twice (its worker lost after this call) counts once, and a task
+    /// that plans children pushes them exactly when it counts them.
+    fn add_once(
+        &self,
+        mark: &[u8],
+        counter: &[u8],
+        delta: i64,
+        tasks: &[Vec<u8>],
+    ) -> Result<(i64, bool), QueueError>;
+    /// Keep `value` under `key` (a run's settings, read by every worker).
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError>;
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError>;
 }
 
 fn check_tasks(tasks: &[Vec<u8>]) -> Result<(), QueueError> {

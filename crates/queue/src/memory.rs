@@ -5,7 +5,7 @@ use crate::{
     check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue,
     MAX_ERROR, MAX_LEASE,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,8 @@ struct State {
     run: RunState,
     claims: HashMap<Vec<u8>, String>,
     counters: HashMap<Vec<u8>, i64>,
+    marks: HashSet<Vec<u8>>,
+    values: HashMap<Vec<u8>, Vec<u8>>,
     next_id: u64,
 }
 
@@ -46,6 +48,8 @@ impl MemoryQueue {
                 run: RunState::Running,
                 claims: HashMap::new(),
                 counters: HashMap::new(),
+                marks: HashSet::new(),
+                values: HashMap::new(),
                 next_id: 1,
             }),
             changed: Condvar::new(),
@@ -137,16 +141,20 @@ impl MemoryQueue {
     }
 }
 
+impl State {
+    fn push(&mut self, tasks: &[Vec<u8>]) {
+        for t in tasks {
+            let id = TaskId(self.next_id.to_string());
+            self.next_id += 1;
+            self.waiting.push_back((id, t.clone(), 0));
+        }
+    }
+}
+
 impl TaskQueue for MemoryQueue {
     fn push(&self, tasks: &[Vec<u8>]) -> Result<(), QueueError> {
         check_tasks(tasks)?;
-        let mut st = self.lock();
-        for t in tasks {
-            let id = TaskId(st.next_id.to_string());
-            st.next_id += 1;
-            st.waiting.push_back((id, t.clone(), 0));
-        }
-        drop(st);
+        self.lock().push(tasks);
         self.changed.notify_all();
         Ok(())
     }
@@ -259,5 +267,38 @@ impl TaskQueue for MemoryQueue {
         let v = st.counters.entry(key.to_vec()).or_insert(0);
         *v = v.saturating_add(delta);
         Ok(*v)
+    }
+
+    fn add_once(
+        &self,
+        mark: &[u8],
+        counter: &[u8],
+        delta: i64,
+        tasks: &[Vec<u8>],
+    ) -> Result<(i64, bool), QueueError> {
+        check_tasks(tasks)?;
+        let mut st = self.lock();
+        let applied = st.marks.insert(mark.to_vec());
+        let v = st.counters.entry(counter.to_vec()).or_insert(0);
+        if applied {
+            *v = v.saturating_add(delta);
+        }
+        let value = *v;
+        if applied {
+            st.push(tasks);
+        }
+        drop(st);
+        self.changed.notify_all();
+        Ok((value, applied))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError> {
+        check_tasks(&[value.to_vec()])?;
+        self.lock().values.insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError> {
+        Ok(self.lock().values.get(key).cloned())
     }
 }

@@ -10,6 +10,8 @@
 //! - `state`: `running`, `paused` or `stopped` (absent: running).
 //! - `done`: how many tasks were acknowledged.
 //! - `claims`, `counters`: hashes for `claim` and `add`.
+//! - `marks`: a hash of the marks `add_once` set.
+//! - `values`: a hash for `put` and `get` (the run's settings).
 //!
 //! Every step that must not be split (check the state and hand out; take a
 //! lease back and re-add or bury it) is one Lua script, so a paused run
@@ -47,6 +49,7 @@ struct Scripts {
     lease: Script,
     ack: Script,
     fail: Script,
+    add_once: Script,
 }
 
 /// Hand out up to ARGV[3] tasks unless the run is not running: new ones,
@@ -120,6 +123,24 @@ end
 return 1
 ";
 
+/// Unless mark ARGV[1] is set: set it, add ARGV[3] to counter ARGV[2] and
+/// push the tasks ARGV[4..]. Returns {counter, 1 if this call did it}.
+const ADD_ONCE: &str = r"
+if redis.call('HSETNX', KEYS[1], ARGV[1], 1) == 0 then
+  return {tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0'), 0}
+end
+local v = redis.call('HINCRBY', KEYS[2], ARGV[2], ARGV[3])
+for i = 4, #ARGV do
+  redis.call('XADD', KEYS[3], '*', 't', ARGV[i], 'a', 0)
+end
+return {v, 1}
+";
+
+/// Most tasks pushed by one `add_once` (the script walks its arguments
+/// one by one, so Lua's stack does not bound them; this bounds one call's
+/// size).
+const ADD_ONCE_MAX: usize = 1 << 16;
+
 /// Most ids acknowledged by one script call (Lua's stack bounds how many
 /// arguments a call may spread).
 const ACK_CHUNK: usize = 1000;
@@ -144,6 +165,7 @@ impl RedisQueue {
                 lease: Script::new(LEASE),
                 ack: Script::new(ACK),
                 fail: Script::new(FAIL),
+                add_once: Script::new(ADD_ONCE),
             },
         };
         q.with_conn(|c| {
@@ -399,6 +421,59 @@ impl TaskQueue for RedisQueue {
                 .arg(delta)
                 .query(c)
         })
+    }
+
+    fn add_once(
+        &self,
+        mark: &[u8],
+        counter: &[u8],
+        delta: i64,
+        tasks: &[Vec<u8>],
+    ) -> Result<(i64, bool), QueueError> {
+        check_tasks(tasks)?;
+        if tasks.len() > ADD_ONCE_MAX {
+            return Err(QueueError::Refused(format!(
+                "{} tasks counted at once (at most {ADD_ONCE_MAX})",
+                tasks.len()
+            )));
+        }
+        let (value, did): (i64, i64) = self.with_conn(|c| {
+            let mut call = self.scripts.add_once.prepare_invoke();
+            call.key(self.key("marks"))
+                .key(self.key("counters"))
+                .key(self.key("tasks"))
+                .arg(mark)
+                .arg(counter)
+                .arg(delta);
+            for t in tasks {
+                call.arg(t);
+            }
+            call.invoke(c)
+        })?;
+        Ok((value, did == 1))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError> {
+        check_tasks(&[value.to_vec()])?;
+        self.with_conn(|c| {
+            redis::cmd("HSET")
+                .arg(self.key("values"))
+                .arg(key)
+                .arg(value)
+                .query(c)
+        })
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError> {
+        let v: Option<Vec<u8>> =
+            self.with_conn(|c| redis::cmd("HGET").arg(self.key("values")).arg(key).query(c))?;
+        match v {
+            Some(v) if v.len() > MAX_TASK => Err(QueueError::Corrupt(format!(
+                "a value of {} bytes (at most {MAX_TASK})",
+                v.len()
+            ))),
+            v => Ok(v),
+        }
     }
 }
 

@@ -261,6 +261,37 @@ fn a_claim_is_taken_once_and_counters_add_up() {
 }
 
 #[test]
+fn add_once_counts_and_pushes_once_per_mark() {
+    on_both(Policy::default(), |q| {
+        let first = q.add_once(b"scan a", b"dir a", 3, &tasks(3)).unwrap();
+        assert_eq!(first, (3, true));
+        // The same mark again (a task run twice): nothing added or pushed.
+        let again = q.add_once(b"scan a", b"dir a", 3, &tasks(3)).unwrap();
+        assert_eq!(again, (3, false));
+        assert_eq!(q.stats().unwrap().waiting, 3);
+        assert_eq!(q.add_once(b"done 1", b"dir a", -1, &[]).unwrap(), (2, true));
+        assert_eq!(
+            q.add_once(b"done 1", b"dir a", -1, &[]).unwrap(),
+            (2, false)
+        );
+        assert_eq!(q.add(b"dir a", 0).unwrap(), 2);
+    });
+}
+
+#[test]
+fn values_put_are_got_back() {
+    on_both(Policy::default(), |q| {
+        assert_eq!(q.get(b"spec").unwrap(), None);
+        q.put(b"spec", b"\x00\x01settings").unwrap();
+        assert_eq!(
+            q.get(b"spec").unwrap().as_deref(),
+            Some(&b"\x00\x01settings"[..])
+        );
+        assert!(q.put(b"big", &vec![0; accord_queue::MAX_TASK + 1]).is_err());
+    });
+}
+
+#[test]
 fn a_task_above_the_limit_is_refused_and_nothing_is_pushed() {
     on_both(Policy::default(), |q| {
         let r = q.push(&[b"small".to_vec(), vec![0; MAX_TASK + 1]]);

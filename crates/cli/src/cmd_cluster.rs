@@ -1,0 +1,155 @@
+//! `accord cluster status|pause|resume|stop|restart|errors --cluster URL
+//! --run NAME`: look at a cluster run and steer it while it runs.
+
+use crate::cmd_tasks::{open_redis, QueueArgs};
+use crate::exit;
+use accord_engine::task::Task;
+use accord_engine::task_run::keys;
+use accord_queue::{QueueError, RunState, Stats, TaskQueue};
+
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    #[arg(value_enum)]
+    action: Action,
+    /// The run's Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB]).
+    #[arg(long, value_name = "URL")]
+    cluster: String,
+    #[arg(long, value_name = "NAME")]
+    run: String,
+    /// With resume: go on past the deletion guard that paused the run.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    queue: QueueArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Action {
+    /// Files, bytes, queue depth, state.
+    Status,
+    /// Hand out no task (leased ones finish); resume goes on where it was.
+    Pause,
+    Resume,
+    /// As pause, and the workers leave; restart goes on later.
+    Stop,
+    Restart,
+    /// The tasks set aside, with their errors.
+    Errors,
+}
+
+/// A run's figures.
+pub struct Figures {
+    pub stats: Stats,
+    pub state: RunState,
+    pub written: i64,
+    pub bytes: i64,
+    pub verified: i64,
+    pub finished: bool,
+    pub paused_why: Option<String>,
+}
+
+impl Figures {
+    pub fn read(q: &dyn TaskQueue) -> Result<Figures, QueueError> {
+        let why = q.get(keys::PAUSED_WHY)?;
+        Ok(Figures {
+            stats: q.stats()?,
+            state: q.state()?,
+            written: q.add(keys::WRITTEN, 0)?,
+            bytes: q.add(keys::BYTES, 0)?,
+            verified: q.add(b"verified", 0)?,
+            finished: q.add(keys::FINISHED, 0)? > 0,
+            paused_why: why.map(|w| String::from_utf8_lossy(&w).into_owned()),
+        })
+    }
+
+    pub fn line(&self) -> String {
+        let s = &self.stats;
+        let mut line = format!(
+            "{}, {} files written ({} bytes), {} verified; tasks: {} waiting, {} leased, {} done, {} failed",
+            if self.finished { "done" } else { self.state.name() },
+            self.written,
+            self.bytes,
+            self.verified,
+            s.waiting,
+            s.leased,
+            s.done,
+            s.dead
+        );
+        if self.state == RunState::Paused {
+            if let Some(why) = &self.paused_why {
+                line.push_str(&format!("\n  paused: {why}"));
+            }
+        }
+        line
+    }
+}
+
+pub fn run(args: ClusterArgs) -> i32 {
+    let queue = match open_redis(&args.cluster, &args.run, args.queue.policy()) {
+        Ok(q) => q,
+        Err(e) => {
+            eprintln!("accord cluster: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    if let Err(e) = accord_engine::read_spec(&queue) {
+        eprintln!("accord cluster: run {}: {e}", args.run);
+        return exit::USAGE;
+    }
+    match act(&queue, &args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("accord cluster: {e}");
+            exit::UNAVAILABLE
+        }
+    }
+}
+
+fn act(q: &dyn TaskQueue, args: &ClusterArgs) -> Result<i32, QueueError> {
+    let set = |state| q.set_state(state);
+    match args.action {
+        Action::Status => println!("{}: {}", args.run, Figures::read(q)?.line()),
+        Action::Pause => set(RunState::Paused)?,
+        Action::Stop => set(RunState::Stopped)?,
+        Action::Resume | Action::Restart => {
+            if args.force {
+                q.add(keys::FORCE, 1)?;
+            }
+            set(RunState::Running)?;
+        }
+        Action::Errors => {
+            print_errors(q, accord_queue::MAX_LEASE);
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Print up to `max` tasks set aside (on stderr); how many there were.
+pub fn print_errors(q: &dyn TaskQueue, max: usize) -> usize {
+    let dead = match q.dead(max) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cannot read the failed tasks: {e}");
+            return 1;
+        }
+    };
+    for d in &dead {
+        let what = match Task::decode(&d.task) {
+            Ok(t) => t.kind().to_string(),
+            Err(e) => format!("a corrupt task ({e})"),
+        };
+        let error = escape_controls(&d.error);
+        eprintln!("failed after {} attempts: {what}: {error}", d.attempts);
+    }
+    dead.len()
+}
+
+/// An error text from the store, with control characters escaped.
+fn escape_controls(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| match c.is_control() {
+            true => c.escape_default().collect::<Vec<_>>(),
+            false => vec![c],
+        })
+        .collect()
+}

@@ -1,0 +1,257 @@
+//! `accord mirror` as a task run: in this process (`--executor tasks`,
+//! threads over an in-memory queue) or across machines (`--cluster URL
+//! --run NAME`: the run is created in Redis and `accord worker`s do it).
+//! Also what `accord worker` and `accord cluster` share: the queue's
+//! address and rules.
+
+use crate::exit;
+use accord_engine::{MirrorConfig, Progress, RunSpec, WorkerEnd, WorkerOptions};
+use accord_queue::{MemoryQueue, Policy, QueueError, RedisQueue, RedisTarget, TaskQueue};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+/// How a local mirror runs (no help per value: clap would then lay out
+/// all of `mirror --help` in its long form).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Executor {
+    Walk,
+    Tasks,
+}
+
+/// `accord mirror`'s options of a task run.
+#[derive(clap::Args, Debug)]
+pub struct TaskArgs {
+    /// How a local mirror runs: the parallel walk (every feature), or the
+    /// task model of cluster runs on threads of this process (local roots;
+    /// see the README).
+    #[arg(long, value_enum, default_value = "walk")]
+    pub executor: Executor,
+    /// Create the run in this Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB],
+    /// rediss:// for TLS) for `accord worker`s to do; needs --run.
+    #[arg(long, value_name = "URL", requires = "run")]
+    pub cluster: Option<String>,
+    /// The run's name in the cluster.
+    #[arg(long, value_name = "NAME")]
+    pub run: Option<String>,
+    /// Return once the run is created (else: show progress until it is done).
+    #[arg(long, requires = "cluster")]
+    pub detach: bool,
+    /// Files above this size are copied in ranges of it by several workers
+    /// (bytes; at least 4096).
+    #[arg(long, value_name = "BYTES", default_value_t = accord_engine::task_spec::DEFAULT_RANGE_SIZE,
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new()
+              .range(accord_engine::task_spec::MIN_RANGE_SIZE..))]
+    pub range_size: u64,
+    /// Re-read each written file (by another worker than its writer, when
+    /// there is one) and compare BLAKE3.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+impl TaskArgs {
+    pub fn wanted(&self) -> bool {
+        self.cluster.is_some() || self.executor == Executor::Tasks
+    }
+}
+
+/// The queue's address and rules, shared by `mirror --cluster`, `worker`
+/// and `cluster`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct QueueArgs {
+    /// Seconds after which a task leased by a worker that went silent is
+    /// handed to another.
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub claim_timeout: u64,
+    /// Attempts after which a failing task is set aside with its error.
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..))]
+    pub max_attempts: u32,
+}
+
+impl QueueArgs {
+    pub fn policy(&self) -> Policy {
+        Policy {
+            claim_timeout: Duration::from_secs(self.claim_timeout),
+            max_attempts: self.max_attempts,
+        }
+    }
+}
+
+/// Open a run's queue in Redis, with a message a person can act on.
+pub fn open_redis(url: &str, run: &str, policy: Policy) -> Result<RedisQueue, String> {
+    let target = RedisTarget {
+        url: url.to_string(),
+        run: run.to_string(),
+    };
+    RedisQueue::open(&target, policy).map_err(|e| match e {
+        QueueError::Refused(m) => format!("cannot use {}: {m}", redact(url)),
+        e => format!("{}: {e}", redact(url)),
+    })
+}
+
+/// A URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Worker threads for `--jobs N` (0: twice the cores, at least 4).
+pub fn threads(jobs: usize) -> usize {
+    match jobs {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get() * 2)
+            .unwrap_or(4)
+            .max(4),
+        n => n,
+    }
+}
+
+/// A root as every worker names it: absolute (the destination is made
+/// first, so that it can be made absolute).
+fn absolute(p: &Path, make: bool) -> Result<PathBuf, String> {
+    if make {
+        std::fs::create_dir_all(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+    }
+    std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// `accord mirror SRC DST` as a task run (see the module).
+pub fn mirror(
+    src: &Path,
+    dst: &Path,
+    cfg: &MirrorConfig,
+    args: &TaskArgs,
+    queue_args: &QueueArgs,
+) -> i32 {
+    if cfg.dry_run {
+        eprintln!("accord mirror: --dry-run is not supported by task runs (use the walk)");
+        return exit::USAGE;
+    }
+    let roots = absolute(src, false).and_then(|s| Ok((s, absolute(dst, true)?)));
+    let (src, dst) = match roots {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("accord mirror: {e}");
+            return exit::FATAL;
+        }
+    };
+    let mut spec = RunSpec::new(src, dst, cfg);
+    spec.range_size = args.range_size;
+    spec.verify = args.verify;
+    match (&args.cluster, &args.run) {
+        (Some(url), Some(run)) => cluster_mirror(url, run, &spec, args.detach, queue_args),
+        _ => local_mirror(&spec, threads(cfg.jobs), queue_args),
+    }
+}
+
+/// The local executor: threads of this process over an in-memory queue.
+fn local_mirror(spec: &RunSpec, jobs: usize, queue_args: &QueueArgs) -> i32 {
+    let _lock = match accord_engine::lock_destination(spec) {
+        Ok(l) => l,
+        Err(f) => {
+            eprintln!("accord mirror: {f}");
+            return exit::FATAL;
+        }
+    };
+    let queue = MemoryQueue::new(queue_args.policy());
+    if let Err(e) = accord_engine::start_run(&queue, spec) {
+        eprintln!("accord mirror: {e}");
+        return exit::FATAL;
+    }
+    let opts = WorkerOptions {
+        name: "local".into(),
+        until_done: true,
+        max_backoff: Duration::from_secs(1),
+    };
+    let queues: Vec<&dyn TaskQueue> = vec![&queue; jobs];
+    let stop = AtomicBool::new(false);
+    let ends = accord_engine::run_workers(&queues, spec, &opts, &Progress::default(), &stop);
+    if let Some(code) = fatal_end(&ends, "accord mirror") {
+        return code;
+    }
+    summary(&queue, "accord mirror")
+}
+
+/// A worker end that stops the run, as an exit status.
+pub fn fatal_end(ends: &[WorkerEnd], who: &str) -> Option<i32> {
+    ends.iter().find_map(|e| match e {
+        WorkerEnd::Fatal(m) => {
+            eprintln!("{who}: {m}");
+            Some(exit::FATAL)
+        }
+        _ => None,
+    })
+}
+
+/// The run's figures, its failures, and the exit status they make.
+pub fn summary(queue: &dyn TaskQueue, who: &str) -> i32 {
+    let figures = crate::cmd_cluster::Figures::read(queue);
+    match figures {
+        Ok(f) => {
+            eprintln!("{who}: {}", f.line());
+            let errors = crate::cmd_cluster::print_errors(queue, 20);
+            match (errors, f.finished) {
+                (0, true) => exit::OK,
+                (0, false) => exit::FATAL,
+                _ => exit::PARTIAL,
+            }
+        }
+        Err(e) => {
+            eprintln!("{who}: {e}");
+            exit::FATAL
+        }
+    }
+}
+
+/// Create the run in Redis, then (unless `detach`) show its progress
+/// until it is over.
+fn cluster_mirror(url: &str, run: &str, spec: &RunSpec, detach: bool, qa: &QueueArgs) -> i32 {
+    let queue = match open_redis(url, run, qa.policy()) {
+        Ok(q) => q,
+        Err(e) => {
+            eprintln!("accord mirror: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    match accord_engine::start_run(&queue, spec) {
+        Ok(true) => eprintln!("accord mirror: run {run} created; start `accord worker`s on it"),
+        Ok(false) => eprintln!("accord mirror: run {run} exists already; following it"),
+        Err(e) => {
+            eprintln!("accord mirror: {e}");
+            return exit::UNAVAILABLE;
+        }
+    }
+    if detach {
+        return exit::OK;
+    }
+    follow(&queue, run)
+}
+
+/// Wait for the run to be over, with a progress line on a terminal.
+fn follow(queue: &dyn TaskQueue, run: &str) -> i32 {
+    let live = std::io::stderr().is_terminal();
+    let start = Instant::now();
+    loop {
+        match accord_engine::run_over(queue) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => eprintln!("accord mirror: {e} (trying again)"),
+        }
+        if live {
+            if let Ok(f) = crate::cmd_cluster::Figures::read(queue) {
+                let secs = start.elapsed().as_secs();
+                eprint!("\r\x1b[K{run}: {} ({secs} s)", f.line());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    if live {
+        eprintln!();
+    }
+    summary(queue, "accord mirror")
+}

@@ -1,0 +1,148 @@
+//! `accord worker --cluster URL --run NAME [--jobs N] [--map SRC=LOCAL]`:
+//! run a cluster run's tasks on this machine, which mounts its roots.
+
+use crate::cmd_tasks::{fatal_end, open_redis, threads, QueueArgs};
+use crate::exit;
+use accord_engine::{Progress, RunSpec, WorkerEnd, WorkerOptions};
+use accord_queue::TaskQueue;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// The run's Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss:// for TLS).
+    #[arg(long, value_name = "URL")]
+    cluster: String,
+    /// The run to work on.
+    #[arg(long, value_name = "NAME")]
+    run: String,
+    /// Worker threads (0: twice the cores, at least 4).
+    #[arg(short = 'j', long, default_value_t = 0, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=crate::cmd_mirror::MAX_JOBS))]
+    jobs: usize,
+    /// Where this machine mounts a root the run names otherwise
+    /// (SRC_PREFIX=LOCAL_PREFIX; repeatable).
+    #[arg(long, value_name = "SRC_PREFIX=LOCAL_PREFIX")]
+    map: Vec<String>,
+    /// This worker's name (default: host name and process id).
+    #[arg(long)]
+    name: Option<String>,
+    #[command(flatten)]
+    queue: QueueArgs,
+}
+
+pub fn run(args: WorkerArgs) -> i32 {
+    let maps = match args
+        .map
+        .iter()
+        .map(|m| parse_map(m))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(m) => m,
+        Err(e) => return usage(&e),
+    };
+    let n = threads(args.jobs);
+    let mut queues = Vec::with_capacity(n);
+    for _ in 0..n {
+        match open_redis(&args.cluster, &args.run, args.queue.policy()) {
+            Ok(q) => queues.push(q),
+            Err(e) => {
+                eprintln!("accord worker: {e}");
+                return exit::UNAVAILABLE;
+            }
+        }
+    }
+    let mut spec = match accord_engine::read_spec(&queues[0]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("accord worker: run {}: {e}", args.run);
+            return exit::UNAVAILABLE;
+        }
+    };
+    apply_maps(&mut spec, &maps);
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let opts = WorkerOptions {
+        name: args.name.clone().unwrap_or_else(default_name),
+        until_done: true,
+        max_backoff: Duration::from_secs(10),
+    };
+    let refs: Vec<&dyn TaskQueue> = queues.iter().map(|q| q as &dyn TaskQueue).collect();
+    let ends = accord_engine::run_workers(&refs, &spec, &opts, &Progress::default(), &stop);
+    if let Some(code) = fatal_end(&ends, "accord worker") {
+        return code;
+    }
+    let done = ends.iter().all(|e| matches!(e, WorkerEnd::Done));
+    eprintln!(
+        "accord worker {}: {}",
+        opts.name,
+        if done { "the run is over" } else { "stopped" }
+    );
+    exit::OK
+}
+
+fn usage(msg: &str) -> i32 {
+    eprintln!("accord worker: {msg}");
+    exit::USAGE
+}
+
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+/// `SRC_PREFIX=LOCAL_PREFIX`: two absolute paths.
+fn parse_map(m: &str) -> Result<(PathBuf, PathBuf), String> {
+    let (from, to) = m
+        .split_once('=')
+        .ok_or_else(|| format!("--map {m:?}: use SRC_PREFIX=LOCAL_PREFIX"))?;
+    let (from, to) = (PathBuf::from(from), PathBuf::from(to));
+    if !from.is_absolute() || !to.is_absolute() {
+        return Err(format!("--map {m:?}: both prefixes must be absolute paths"));
+    }
+    Ok((from, to))
+}
+
+/// The run's roots as this machine mounts them: the first map whose
+/// prefix (whole components) starts a root replaces it.
+fn apply_maps(spec: &mut RunSpec, maps: &[(PathBuf, PathBuf)]) {
+    for root in [&mut spec.src, &mut spec.dst] {
+        if let Some(mapped) = maps.iter().find_map(|(from, to)| map_one(root, from, to)) {
+            *root = mapped;
+        }
+    }
+}
+
+fn map_one(root: &Path, from: &Path, to: &Path) -> Option<PathBuf> {
+    let rest = root.strip_prefix(from).ok()?;
+    let mut out = to.to_path_buf();
+    if !rest.as_os_str().is_empty() {
+        out.push(OsStr::from_bytes(rest.as_os_str().as_bytes()));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_replace_whole_leading_components() {
+        let m = parse_map("/mnt/src=/data/src").unwrap();
+        let got = map_one(Path::new("/mnt/src/a/b"), &m.0, &m.1);
+        assert_eq!(got, Some(PathBuf::from("/data/src/a/b")));
+        assert_eq!(map_one(Path::new("/mnt/srcx"), &m.0, &m.1), None);
+        assert_eq!(
+            map_one(Path::new("/mnt/src"), &m.0, &m.1),
+            Some(PathBuf::from("/data/src"))
+        );
+        assert!(parse_map("relative=/x").is_err());
+        assert!(parse_map("/x").is_err());
+    }
+}

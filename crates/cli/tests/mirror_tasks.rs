@@ -1,0 +1,537 @@
+//! Task runs of `accord mirror` (issue 13): the local executor at one and
+//! four threads, and cluster runs on a real `redis-server` that each test
+//! starts on a loopback port with its own directory, done by `accord
+//! worker` processes: every run ends with a tree identical to the source;
+//! a worker killed with SIGKILL mid-run leaves its tasks to the others; a
+//! paused run hands out nothing until resumed; a stopped run restarted
+//! later finishes without writing any file twice.
+
+mod mirror_common;
+
+use mirror_common::*;
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Files above this are copied in ranges (small, so that the test trees'
+/// big files are split).
+const RANGE: &str = "1048576";
+
+/// A `redis-server` of the test's own.
+struct Redis {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// `None` (said loudly) when redis-server is not installed.
+    fn start() -> Option<Redis> {
+        if !have("redis-server") {
+            eprintln!("SKIP: redis-server is not installed (scripts/test installs it)");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Redis::spawn(port, dir.path());
+        Some(Redis {
+            child,
+            port,
+            _dir: dir,
+        })
+    }
+
+    /// A server on `port` keeping its writes in an append-only file in
+    /// `dir` (a restarted one has the run as it was).
+    fn spawn(port: u16, dir: &Path) -> Child {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "yes"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+
+    /// Stop the server as a service manager does (SIGTERM: it writes what
+    /// it holds) and start it again on the same port and files.
+    fn restart(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(500));
+        self.child = Redis::spawn(self.port, self._dir.path());
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One run in a Redis.
+struct Run<'a> {
+    redis: &'a Redis,
+    name: &'static str,
+}
+
+impl Run<'_> {
+    fn create(&self, src: &Path, dst: &Path, state: &Path) {
+        let out = mirror(
+            state,
+            &[
+                "--cluster",
+                &self.redis.url(),
+                "--run",
+                self.name,
+                "--detach",
+                "--range-size",
+                RANGE,
+                "--claim-timeout",
+                "2",
+                src.to_str().unwrap(),
+                dst.to_str().unwrap(),
+            ],
+        );
+        assert_exit(&out, 0);
+    }
+
+    fn worker(&self, name: &str, jobs: u32) -> Child {
+        Command::new(bin())
+            .args(["worker", "--cluster", &self.redis.url(), "--run", self.name])
+            .args(["--jobs", &jobs.to_string(), "--name", name])
+            .args(["--claim-timeout", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn cluster(&self, action: &str) -> Output {
+        let out = Command::new(bin())
+            .args(["cluster", action, "--cluster", &self.redis.url()])
+            .args(["--run", self.name])
+            .output()
+            .unwrap();
+        assert_exit(&out, 0);
+        out
+    }
+
+    fn status(&self) -> Status {
+        Status::parse(&String::from_utf8_lossy(&self.cluster("status").stdout))
+    }
+
+    /// Wait until the run exists and `ok` holds of its status (at most a
+    /// minute).
+    fn wait_for(&self, what: &str, ok: impl Fn(&Status) -> bool) -> Status {
+        let start = Instant::now();
+        loop {
+            let out = Command::new(bin())
+                .args(["cluster", "status", "--cluster", &self.redis.url()])
+                .args(["--run", self.name])
+                .output()
+                .unwrap();
+            let s = match out.status.success() {
+                true => Status::parse(&String::from_utf8_lossy(&out.stdout)),
+                false => Status::default(),
+            };
+            if out.status.success() && ok(&s) {
+                return s;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "{what}: {s:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// What `accord cluster status` says.
+#[derive(Debug, Default)]
+struct Status {
+    state: String,
+    written: u64,
+    waiting: u64,
+    leased: u64,
+    done: u64,
+    failed: u64,
+}
+
+impl Status {
+    fn parse(line: &str) -> Status {
+        let after = line.split_once(": ").map_or("", |x| x.1);
+        let state = after.split(',').next().unwrap_or("").trim().to_string();
+        let (figures, tasks) = after.split_once("tasks:").unwrap_or((after, ""));
+        let num_in = |part: &str, word: &str| -> u64 {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            let i = words
+                .iter()
+                .position(|w| w.trim_end_matches(',') == word)
+                .filter(|i| *i > 0)
+                .unwrap_or_else(|| panic!("no {word:?} in {line:?}"));
+            words[i - 1].parse().unwrap()
+        };
+        Status {
+            state,
+            written: num_in(figures, "files"),
+            waiting: num_in(tasks, "waiting"),
+            leased: num_in(tasks, "leased"),
+            done: num_in(tasks, "done"),
+            failed: num_in(tasks, "failed"),
+        }
+    }
+}
+
+fn wait_all(children: &mut [Child]) {
+    for c in children {
+        let st = c.wait().unwrap();
+        assert!(st.success(), "a worker failed: {st:?}");
+    }
+}
+
+fn assert_same(src: &Path, dst: &Path) {
+    let d = differences(&snapshot(src), &snapshot(dst));
+    assert!(
+        d.is_empty(),
+        "{} differences: {:?}",
+        d.len(),
+        &d[..d.len().min(20)]
+    );
+}
+
+/// Every entry kind of the mirror's tests, plus: a hard-link group spread
+/// over three directories, files above the range size, and `dirs`
+/// directories of `per_dir` small files (several `files` tasks each).
+fn tree(root: &Path, dirs: usize, per_dir: usize) {
+    full_tree(root);
+    let mut rng = Rng(7);
+    std::fs::write(root.join("a/ranged"), rng.bytes(3 << 20)).unwrap();
+    for d in 0..dirs {
+        let dir = root.join(format!("many/d{d:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..per_dir {
+            std::fs::write(dir.join(format!("f{f:04}")), rng.bytes(100 + f % 700)).unwrap();
+        }
+    }
+    std::fs::hard_link(root.join("many/d00/f0001"), root.join("a/group-b")).unwrap();
+    std::fs::hard_link(root.join("many/d00/f0001"), root.join("nested/group-c")).unwrap();
+}
+
+/// Regular files with contents to write: one per inode.
+fn inodes(root: &Path) -> u64 {
+    let snap = snapshot(root);
+    let mut seen = HashSet::new();
+    for (k, n) in &snap {
+        if n.kind == libc::S_IFREG {
+            let md = std::fs::symlink_metadata(root.join(k)).unwrap();
+            seen.insert((md.dev(), md.ino()));
+        }
+    }
+    seen.len() as u64
+}
+
+fn written(stderr: &[u8]) -> u64 {
+    let s = String::from_utf8_lossy(stderr);
+    let line = s
+        .lines()
+        .find(|l| l.contains("files written"))
+        .unwrap_or("");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let i = words.iter().position(|w| *w == "files").expect("a summary");
+    words[i - 1].parse().unwrap()
+}
+
+#[test]
+fn local_task_runs_at_1_and_4_threads_give_the_source_tree() {
+    let (_t, src, dst, state) = roots();
+    tree(&src, 3, 300);
+    let files = inodes(&src);
+    for jobs in ["1", "4"] {
+        let dst = dst.with_file_name(format!("dst{jobs}"));
+        let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+        let args = [
+            "--executor",
+            "tasks",
+            "-j",
+            jobs,
+            "--range-size",
+            RANGE,
+            s,
+            d,
+        ];
+        let out = mirror(&state, &args);
+        assert_exit(&out, 0);
+        assert_eq!(written(&out.stderr), files, "jobs {jobs}");
+        assert_same(&src, &dst);
+        // Again: nothing to write.
+        let again = mirror(&state, &args);
+        assert_exit(&again, 0);
+        assert_eq!(written(&again.stderr), 0, "jobs {jobs}, no change");
+        assert_same(&src, &dst);
+    }
+}
+
+/// A destination with extras (files, a nested extra tree, an extra
+/// symlink) and kind changes both ways (a directory where the source has
+/// a file, a file where it has a directory) ends as the source.
+#[test]
+fn a_task_run_deletes_extras_and_replaces_kinds() {
+    let (_t, src, dst, state) = roots();
+    tree(&src, 1, 20);
+    std::fs::write(src.join("was-dir"), b"now a file").unwrap();
+    std::fs::create_dir_all(src.join("was-file/inside")).unwrap();
+    std::fs::write(src.join("was-file/inside/x"), b"x").unwrap();
+    let junk = |p: &str| {
+        let path = dst.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"junk").unwrap();
+    };
+    for p in [
+        "extra",
+        "many/d00/extra",
+        "gone/a/b/c",
+        "gone/a/d",
+        "was-dir/deep/f",
+    ] {
+        junk(p);
+    }
+    std::fs::write(dst.join("was-file"), b"a file").unwrap();
+    std::os::unix::fs::symlink("nowhere", dst.join("extra-link")).unwrap();
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let args = ["--executor", "tasks", "-j", "3", "--force", s, d];
+    assert_exit(&mirror(&state, &args), 0);
+    assert_same(&src, &dst);
+}
+
+/// Without --no-times a copy keeps its own mtime: hard-link names must
+/// still find their leader's copy, and a second run still ends.
+#[test]
+fn a_task_run_without_times_still_links_groups() {
+    let (_t, src, dst, state) = roots();
+    tree(&src, 1, 20);
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let args = ["--executor", "tasks", "-j", "3", "--no-times", s, d];
+    for _ in 0..2 {
+        assert_exit(&mirror(&state, &args), 0);
+        let mut a = snapshot(&src);
+        let mut b = snapshot(&dst);
+        for n in a.values_mut().chain(b.values_mut()) {
+            n.mtime = (0, 0);
+        }
+        let d = differences(&a, &b);
+        assert!(d.is_empty(), "{d:?}");
+    }
+}
+
+/// The deletion guard over a streamed run: deletions are counted as
+/// directories are planned; past --max-delete the run pauses itself
+/// before deleting more and says why; `resume --force` goes on.
+#[test]
+fn a_cluster_run_past_max_delete_pauses_itself_until_forced() {
+    let Some(redis) = Redis::start() else { return };
+    let (_t, src, dst, state) = roots();
+    std::fs::create_dir_all(src.join("keep")).unwrap();
+    std::fs::write(src.join("keep/f"), b"f").unwrap();
+    for i in 0..30 {
+        let p = dst.join(format!("old/o{i:02}"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"old").unwrap();
+    }
+    let run = Run {
+        redis: &redis,
+        name: "guard",
+    };
+    let out = mirror(
+        &state,
+        &[
+            "--cluster",
+            &redis.url(),
+            "--run",
+            "guard",
+            "--detach",
+            "--max-delete",
+            "10",
+            src.to_str().unwrap(),
+            dst.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&out, 0);
+    let mut worker = run.worker("w", 2);
+    let paused = run.wait_for("the guard's pause", |s| s.state == "paused");
+    let text = String::from_utf8_lossy(&run.cluster("status").stdout).into_owned();
+    assert!(text.contains("--max-delete"), "{text}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(dst.join("old/o00").exists(), "deleted past the guard");
+    assert_eq!(paused.failed, 0);
+    Command::new(bin())
+        .args(["cluster", "resume", "--force", "--cluster", &redis.url()])
+        .args(["--run", "guard"])
+        .status()
+        .unwrap();
+    wait_all(std::slice::from_mut(&mut worker));
+    assert_same(&src, &dst);
+}
+
+#[test]
+fn three_cluster_workers_give_the_source_tree() {
+    let Some(redis) = Redis::start() else { return };
+    let (_t, src, dst, state) = roots();
+    tree(&src, 3, 300);
+    let run = Run {
+        redis: &redis,
+        name: "three",
+    };
+    // The starter follows the run until it is over.
+    let follower = Command::new(bin())
+        .args(["mirror", "--cluster", &redis.url(), "--run", "three"])
+        .args(["--range-size", RANGE, "--verify"])
+        .args([&src, &dst])
+        .env("ACCORD_STATE_DIR", &state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    run.wait_for("the run created", |s| s.state == "running");
+    let mut workers: Vec<Child> = (0..3).map(|i| run.worker(&format!("w{i}"), 2)).collect();
+    wait_all(&mut workers);
+    let out = follower.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    assert_same(&src, &dst);
+    let s = run.status();
+    assert_eq!((s.state.as_str(), s.failed), ("done", 0));
+    assert_eq!(s.written, inodes(&src));
+}
+
+#[test]
+fn a_worker_killed_mid_run_leaves_its_tasks_to_the_others() {
+    let Some(redis) = Redis::start() else { return };
+    let (_t, src, dst, state) = roots();
+    tree(&src, 12, 400);
+    let run = Run {
+        redis: &redis,
+        name: "kill",
+    };
+    run.create(&src, &dst, &state);
+    let mut victim = run.worker("victim", 1);
+    let mut others: Vec<Child> = (0..2).map(|i| run.worker(&format!("w{i}"), 1)).collect();
+    let at_kill = run.wait_for("some files written", |s| s.written > 0);
+    unsafe { libc::kill(victim.id() as i32, libc::SIGKILL) };
+    let _ = victim.wait();
+    assert_ne!(at_kill.state, "done", "the run ended before the kill");
+    wait_all(&mut others);
+    let s = run.status();
+    assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
+    assert_same(&src, &dst);
+}
+
+#[test]
+fn a_paused_run_hands_out_nothing_until_resumed() {
+    let Some(redis) = Redis::start() else { return };
+    let (_t, src, dst, state) = roots();
+    tree(&src, 12, 400);
+    let run = Run {
+        redis: &redis,
+        name: "pause",
+    };
+    run.create(&src, &dst, &state);
+    let mut workers: Vec<Child> = (0..2).map(|i| run.worker(&format!("w{i}"), 2)).collect();
+    run.wait_for("some files written", |s| s.written > 0);
+    run.cluster("pause");
+    // Leases handed out before the pause finish; then nothing moves.
+    let paused = run.wait_for("leases finished", |s| s.leased == 0);
+    assert_eq!(paused.state, "paused");
+    assert!(
+        paused.waiting > 0,
+        "the run ended before the pause: {paused:?}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let later = run.status();
+    assert_eq!(
+        (later.done, later.written, later.leased),
+        (paused.done, paused.written, 0),
+        "tasks handed out while paused"
+    );
+    run.cluster("resume");
+    wait_all(&mut workers);
+    let s = run.status();
+    assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
+    assert_same(&src, &dst);
+}
+
+#[test]
+fn a_stopped_run_restarted_later_writes_no_file_twice() {
+    let Some(redis) = Redis::start() else { return };
+    let (_t, src, dst, state) = roots();
+    tree(&src, 12, 400);
+    let run = Run {
+        redis: &redis,
+        name: "stop",
+    };
+    run.create(&src, &dst, &state);
+    let mut first: Vec<Child> = (0..2).map(|i| run.worker(&format!("a{i}"), 2)).collect();
+    run.wait_for("some files written", |s| s.written > 0);
+    run.cluster("stop");
+    // The workers finish what they hold and leave.
+    wait_all(&mut first);
+    let stopped = run.status();
+    assert_eq!(stopped.state, "stopped");
+    assert!(stopped.waiting > 0, "the run ended before the stop");
+    assert!(stopped.written < inodes(&src));
+    run.cluster("restart");
+    let mut second: Vec<Child> = (0..2).map(|i| run.worker(&format!("b{i}"), 2)).collect();
+    wait_all(&mut second);
+    let s = run.status();
+    assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
+    // Every file was written exactly once over both halves.
+    assert_eq!(s.written, inodes(&src));
+    assert_same(&src, &dst);
+}
+
+#[test]
+fn a_run_goes_on_after_redis_restarts() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let (_t, src, dst, state) = roots();
+    tree(&src, 12, 400);
+    let url = redis.url();
+    fn run(redis: &Redis) -> Run<'_> {
+        Run {
+            redis,
+            name: "restart",
+        }
+    }
+    run(&redis).create(&src, &dst, &state);
+    let mut workers: Vec<Child> = (0..2)
+        .map(|i| run(&redis).worker(&format!("w{i}"), 2))
+        .collect();
+    let before = run(&redis).wait_for("some files written", |s| s.written > 0);
+    assert_ne!(before.state, "done", "the run ended before the restart");
+    redis.restart();
+    assert_eq!(redis.url(), url);
+    wait_all(&mut workers);
+    let s = run(&redis).status();
+    assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
+    assert_same(&src, &dst);
+}

@@ -1,0 +1,328 @@
+//! The tasks of a parallel or distributed mirror, and their encoding.
+//!
+//! A run is a queue of tasks (see `accord_queue`): `scan-dir` plans one
+//! directory pair with the mirror's rules and pushes its children;
+//! `files` writes a batch of one directory's small files; `big-file`
+//! splits a large file into `range`s copied by several workers into one
+//! temp file; `hardlink` copies or links one name of a hard-link group;
+//! `dir-meta` sets a directory's properties once its subtree is done;
+//! `verify` re-reads finished files and compares their BLAKE3.
+//!
+//! Everything decoded here may come from a shared store that anybody on
+//! the network could write to: every length, count and path is checked
+//! (paths through `RelPath`), the format carries a version byte, and
+//! trailing bytes are refused.
+
+use accord_model::{validate_name, Entry, Kind, RelPath};
+use accord_plan::{Item, Method, Op};
+use accord_proto::codec::{get_entry, get_path, put_entry, put_path};
+use accord_proto::{Dec, Enc, ProtoError};
+
+/// The task format's version: bump it with any layout change.
+pub const TASK_VERSION: u8 = 1;
+/// Most items in one `files` task, and paths in one `verify` task.
+pub const MAX_BATCH: usize = 1024;
+/// Most ranges one file is split into.
+pub const MAX_RANGES: u32 = 1 << 16;
+/// Longest worker name.
+pub const MAX_WORKER_NAME: usize = 256;
+
+/// One unit of work of a run (see the module).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Task {
+    ScanDir {
+        dir: RelPath,
+    },
+    /// Items of `dir` (writes, new non-directories, property changes).
+    Files {
+        dir: RelPath,
+        items: Vec<Item>,
+    },
+    /// A file written whole, too big for one worker: split it.
+    BigFile {
+        item: Item,
+    },
+    /// Bytes `index * range .. (index + 1) * range` of `item`'s file into
+    /// the shared temp file `temp` beside it.
+    Range {
+        item: Item,
+        temp: Vec<u8>,
+        index: u32,
+        count: u32,
+    },
+    /// One name of a source hard-link group.
+    Hardlink {
+        src: Entry,
+        dst: Option<Entry>,
+    },
+    DirMeta {
+        dir: RelPath,
+    },
+    /// Check these files, written by worker `by` (another worker reads
+    /// them, so the check reads what reached the disk); `handed_back`: the
+    /// copier had it once and gave it back.
+    Verify {
+        paths: Vec<RelPath>,
+        by: String,
+        handed_back: bool,
+    },
+}
+
+impl Task {
+    /// The task's name in messages (`accord cluster errors`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Task::ScanDir { .. } => "scan-dir",
+            Task::Files { .. } => "sync-file",
+            Task::BigFile { .. } => "big-file",
+            Task::Range { .. } => "range",
+            Task::Hardlink { .. } => "hardlink",
+            Task::DirMeta { .. } => "dir-meta",
+            Task::Verify { .. } => "verify",
+        }
+    }
+
+    /// The paths the task is about, for messages.
+    pub fn paths(&self) -> Vec<&RelPath> {
+        match self {
+            Task::ScanDir { dir } | Task::DirMeta { dir } => vec![dir],
+            Task::Files { items, .. } => items.iter().map(|i| &i.path).collect(),
+            Task::BigFile { item } | Task::Range { item, .. } => vec![&item.path],
+            Task::Hardlink { src, .. } => vec![&src.path],
+            Task::Verify { paths, .. } => paths.iter().collect(),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        e.u8(TASK_VERSION);
+        match self {
+            Task::ScanDir { dir } => put_tagged_path(&mut e, 0, dir),
+            Task::Files { dir, items } => {
+                put_tagged_path(&mut e, 1, dir);
+                e.varint(items.len() as u64);
+                items.iter().for_each(|i| put_item(&mut e, i));
+            }
+            Task::BigFile { item } => {
+                e.u8(2);
+                put_item(&mut e, item);
+            }
+            Task::Range {
+                item,
+                temp,
+                index,
+                count,
+            } => {
+                e.u8(3);
+                put_item(&mut e, item);
+                e.bytes(temp).varint(*index as u64).varint(*count as u64);
+            }
+            Task::Hardlink { src, dst } => {
+                e.u8(4);
+                put_entry(&mut e, src);
+                put_opt_entry(&mut e, dst.as_ref());
+            }
+            Task::DirMeta { dir } => put_tagged_path(&mut e, 5, dir),
+            Task::Verify {
+                paths,
+                by,
+                handed_back,
+            } => {
+                e.u8(6).varint(paths.len() as u64);
+                paths.iter().for_each(|p| put_path(&mut e, p));
+                e.str(by).bool(*handed_back);
+            }
+        }
+        e.finish()
+    }
+
+    /// Decode and check a task (see the module: the bytes are hostile).
+    pub fn decode(bytes: &[u8]) -> Result<Task, ProtoError> {
+        let mut d = Dec::new(bytes);
+        let version = d.u8("task version")?;
+        if version != TASK_VERSION {
+            return Err(invalid(format!(
+                "task format {version} (this accord reads {TASK_VERSION})"
+            )));
+        }
+        let task = match d.u8("task kind")? {
+            0 => Task::ScanDir {
+                dir: get_path(&mut d, "directory")?,
+            },
+            1 => get_files(&mut d)?,
+            2 => Task::BigFile {
+                item: get_item(&mut d)?,
+            },
+            3 => get_range(&mut d)?,
+            4 => get_hardlink(&mut d)?,
+            5 => Task::DirMeta {
+                dir: get_path(&mut d, "directory")?,
+            },
+            6 => get_verify(&mut d)?,
+            k => return Err(invalid(format!("unknown task kind {k}"))),
+        };
+        if d.remaining() != 0 {
+            return Err(invalid(format!("{} bytes after the task", d.remaining())));
+        }
+        Ok(task)
+    }
+}
+
+fn invalid(m: String) -> ProtoError {
+    ProtoError::Invalid(m)
+}
+
+fn put_tagged_path(e: &mut Enc, tag: u8, p: &RelPath) {
+    e.u8(tag);
+    put_path(e, p);
+}
+
+fn put_opt_entry(e: &mut Enc, x: Option<&Entry>) {
+    match x {
+        None => {
+            e.u8(0);
+        }
+        Some(x) => {
+            e.u8(1);
+            put_entry(e, x);
+        }
+    }
+}
+
+fn get_opt_entry(d: &mut Dec) -> Result<Option<Entry>, ProtoError> {
+    match d.bool("entry present")? {
+        false => Ok(None),
+        true => get_entry(d).map(Some),
+    }
+}
+
+/// An item of a `files`, `big-file` or `range` task: its operation, the
+/// source's entry (which names the path) and the destination's, if any.
+fn put_item(e: &mut Enc, it: &Item) {
+    let tag = match it.op {
+        Op::Write(m) => 10 + method_code(m),
+        Op::Create => 1,
+        Op::Meta => 2,
+        // Only the three above are put in tasks (see `task_scan.rs`).
+        _ => unreachable!("a task item is a write, a creation or a property change"),
+    };
+    e.u8(tag);
+    put_opt_entry(e, it.src.as_ref());
+    put_opt_entry(e, it.dst.as_ref());
+}
+
+fn method_code(m: Method) -> u8 {
+    match m {
+        Method::Whole => 0,
+        Method::Delta => 1,
+        Method::InPlace => 2,
+        Method::Resume => 3,
+    }
+}
+
+fn get_item(d: &mut Dec) -> Result<Item, ProtoError> {
+    let op = match d.u8("item operation")? {
+        1 => Op::Create,
+        2 => Op::Meta,
+        10 => Op::Write(Method::Whole),
+        11 => Op::Write(Method::Delta),
+        12 => Op::Write(Method::InPlace),
+        13 => Op::Write(Method::Resume),
+        k => return Err(invalid(format!("unknown item operation {k}"))),
+    };
+    let src = get_opt_entry(d)?.ok_or_else(|| invalid("an item without a source".into()))?;
+    let dst = get_opt_entry(d)?;
+    check_item(&op, &src, dst.as_ref())?;
+    Ok(Item {
+        op,
+        path: src.path.clone(),
+        src: Some(src),
+        dst,
+        props_differ: false,
+    })
+}
+
+/// An item names one non-root path, the same on both sides; a write is of
+/// a regular file; nothing in a task is a directory.
+fn check_item(op: &Op, src: &Entry, dst: Option<&Entry>) -> Result<(), ProtoError> {
+    if src.path.is_root() || src.kind == Kind::Dir {
+        return Err(invalid("an item that is the root or a directory".into()));
+    }
+    if matches!(op, Op::Write(_)) && src.kind != Kind::File {
+        return Err(invalid("a write of something not a regular file".into()));
+    }
+    if let Some(d) = dst {
+        if d.path != src.path {
+            return Err(invalid("an item whose two sides name other paths".into()));
+        }
+    }
+    Ok(())
+}
+
+fn get_files(d: &mut Dec) -> Result<Task, ProtoError> {
+    let dir = get_path(d, "directory")?;
+    let n = d.count(MAX_BATCH as u64, 4, "items")?;
+    if n == 0 {
+        return Err(invalid("a files task without files".into()));
+    }
+    let mut items = Vec::with_capacity(n);
+    for _ in 0..n {
+        let it = get_item(d)?;
+        if it.path.parent().as_ref() != Some(&dir) {
+            return Err(invalid(format!(
+                "{} is not in the task's directory",
+                it.path.display()
+            )));
+        }
+        items.push(it);
+    }
+    Ok(Task::Files { dir, items })
+}
+
+fn get_range(d: &mut Dec) -> Result<Task, ProtoError> {
+    let item = get_item(d)?;
+    let temp = d.bytes(accord_model::MAX_NAME_LEN, "temp name")?.to_vec();
+    validate_name(&temp).map_err(|e| invalid(format!("temp name: {e}")))?;
+    if !temp.starts_with(accord_fsys::TEMP_PREFIX) {
+        return Err(invalid("a range's temp file is not one of ours".into()));
+    }
+    let index = d.u32("range index")?;
+    let count = d.u32("range count")?;
+    if !(2..=MAX_RANGES).contains(&count) || index >= count {
+        return Err(invalid(format!("range {index} of {count}")));
+    }
+    if item.op != Op::Write(Method::Whole) {
+        return Err(invalid("a range of something not written whole".into()));
+    }
+    Ok(Task::Range {
+        item,
+        temp,
+        index,
+        count,
+    })
+}
+
+fn get_hardlink(d: &mut Dec) -> Result<Task, ProtoError> {
+    let src = get_entry(d)?;
+    let dst = get_opt_entry(d)?;
+    if src.kind != Kind::File || src.path.is_root() {
+        return Err(invalid("a hard link that is not a regular file".into()));
+    }
+    check_item(&Op::Meta, &src, dst.as_ref())?;
+    Ok(Task::Hardlink { src, dst })
+}
+
+fn get_verify(d: &mut Dec) -> Result<Task, ProtoError> {
+    let n = d.count(MAX_BATCH as u64, 1, "paths")?;
+    let mut paths = Vec::with_capacity(n);
+    for _ in 0..n {
+        paths.push(get_path(d, "path")?);
+    }
+    let by = d.text(MAX_WORKER_NAME, "worker")?;
+    let handed_back = d.bool("handed back")?;
+    Ok(Task::Verify {
+        paths,
+        by,
+        handed_back,
+    })
+}

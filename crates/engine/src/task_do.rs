@@ -1,0 +1,230 @@
+//! Carrying out one task: `files`, `dir-meta` and `verify` here; `scan-dir`
+//! in `task_scan.rs`, big files and their ranges in `task_big.rs`, hard
+//! links in `task_link.rs`. Each part of a plan is carried out by the
+//! whole-tree mirror's own `exec::run_plan`, so a task writes, checks and
+//! commits exactly as `accord mirror` does.
+
+use crate::exec::{run_plan, Exec};
+use crate::task::Task;
+use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::Replica;
+use accord_model::{Entry, Found, Kind, RelPath};
+use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
+use std::sync::atomic::Ordering;
+
+pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
+    match task {
+        Task::ScanDir { dir } => crate::task_scan::scan_dir(ctx, dir),
+        Task::Files { dir, items } => files(ctx, dir, items),
+        Task::BigFile { item } => crate::task_big::big_file(ctx, item),
+        Task::Range {
+            item,
+            temp,
+            index,
+            count,
+        } => crate::task_big::range(ctx, item, temp, *index, *count),
+        Task::Hardlink { src, dst } => crate::task_link::hardlink(ctx, src, dst.as_ref()),
+        Task::DirMeta { dir } => dir_meta(ctx, dir),
+        Task::Verify {
+            paths,
+            by,
+            handed_back,
+        } => verify(ctx, paths, by, *handed_back),
+    }
+}
+
+/// What carrying out part of a plan did.
+pub(crate) struct Done {
+    pub problems: Vec<String>,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Carry out `plan` with the mirror's executor. `flush`: make the written
+/// files durable before they are renamed (a task is acknowledged only
+/// when what it did survives a crash); directories and deletions need
+/// no flush of the whole file system per task.
+pub(crate) fn carry_out(ctx: &Ctx, plan: &MirrorPlan, flush: bool) -> Done {
+    let mut cfg = ctx.cfg.clone();
+    cfg.fsync = flush && ctx.spec.fsync;
+    let exec = Exec::new(ctx.src(), ctx.dst(), &cfg, ctx.progress);
+    if let Some(p) = run_plan(&exec, plan) {
+        if let Err(e) = p.wait() {
+            exec.fatal_error(crate::Fatal::Sync(e));
+        }
+    }
+    let mut problems: Vec<String> = exec
+        .failures
+        .into_inner()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}: {}", f.path.display(), f.error))
+        .collect();
+    if let Some(f) = exec.fatal.into_inner().unwrap() {
+        problems.push(f.to_string());
+    }
+    Done {
+        problems,
+        files: exec.counters.files.load(Ordering::Relaxed),
+        bytes: exec.counters.written.load(Ordering::Relaxed),
+    }
+}
+
+/// Several problems as one error text.
+pub(crate) fn failures_text(problems: &[String]) -> String {
+    let mut out = problems
+        .iter()
+        .take(20)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if problems.len() > 20 {
+        out.push_str(&format!("; and {} more", problems.len() - 20));
+    }
+    out
+}
+
+/// Count what a task wrote, for `status` and for the tests that check
+/// that a restarted run recopies nothing.
+pub(crate) fn count_written(ctx: &Ctx, files: u64, bytes: u64) -> Result<(), TaskError> {
+    if files == 0 {
+        return Ok(());
+    }
+    let q = ctx.queue;
+    q.add(keys::WRITTEN, files as i64)?;
+    q.add(keys::BYTES, bytes as i64)?;
+    q.add(&keys::written_by(ctx.worker), files as i64)?;
+    Ok(())
+}
+
+/// What the destination holds at `path` now.
+pub(crate) fn stat(r: &dyn Replica, path: &RelPath) -> Option<Found> {
+    let parent = path.parent().unwrap_or_default();
+    r.open_dir(&parent).ok()?.stat(path.file_name()).ok()?
+}
+
+/// Did an earlier run of this task write the item already? The
+/// destination then holds the source's version and not the one planned
+/// on (a redelivered task must not fail on its own work). Without
+/// `times` (`--no-times`) a copy keeps its own mtime: a new inode of the
+/// source's kind and size is taken as the copy.
+pub(crate) fn already_done(it: &Item, now: Option<&Found>, times: bool) -> bool {
+    let (Some(s), Some(now)) = (it.src.as_ref(), now) else {
+        return false;
+    };
+    // A property change moves the mtime to the source's; a write or a
+    // creation also gives the name a new inode.
+    let moved = |d: &Entry| (d.dev, d.ino, d.props.mtime) != (now.dev, now.ino, now.mtime);
+    let same_size = s.kind != Kind::File || now.size == s.size;
+    let same_time = !times || now.mtime == s.props.mtime;
+    now.kind == s.kind && same_size && same_time && it.dst.as_ref().is_none_or(moved)
+}
+
+/// A batch of one directory's files.
+fn files(ctx: &Ctx, dir: &RelPath, items: &[Item]) -> TaskResult {
+    let todo: Vec<Item> = items
+        .iter()
+        .filter(|it| !already_done(it, stat(ctx.dst(), &it.path).as_ref(), ctx.cfg.plan.times))
+        .cloned()
+        .collect();
+    let written: Vec<RelPath> = todo
+        .iter()
+        .filter(|i| matches!(i.op, Op::Write(_)))
+        .map(|i| i.path.clone())
+        .collect();
+    let plan = MirrorPlan {
+        files: todo,
+        ..MirrorPlan::default()
+    };
+    let done = carry_out(ctx, &plan, true);
+    count_written(ctx, done.files, done.bytes)?;
+    if !done.problems.is_empty() {
+        return Err(TaskError::Failed(failures_text(&done.problems)));
+    }
+    push_verify(ctx, written)?;
+    let first = &items[0].path;
+    ctx.child_done(dir, &keys::with("df", first))?;
+    Ok(Outcome::Done)
+}
+
+/// Ask another worker to check what this one wrote (`--verify`).
+pub(crate) fn push_verify(ctx: &Ctx, paths: Vec<RelPath>) -> Result<(), TaskError> {
+    if !ctx.spec.verify || paths.is_empty() {
+        return Ok(());
+    }
+    let task = Task::Verify {
+        paths,
+        by: ctx.worker.to_string(),
+        handed_back: false,
+    };
+    ctx.queue.push(&[task.encode()])?;
+    Ok(())
+}
+
+/// A directory's own properties, once its whole subtree is done; then its
+/// parent counts it (the root's ends the run).
+fn dir_meta(ctx: &Ctx, dir: &RelPath) -> TaskResult {
+    let opts = |source| crate::task_scan::options(ctx, source);
+    let (s, _) = ctx.src().list_dir(dir, &ctx.rules, &opts(true));
+    let (d, _) = ctx.dst().list_dir(dir, &ctx.rules, &opts(false));
+    let own = |l: &Option<accord_fsys::Listing>| l.as_ref().map(|l| l.entries[0].clone());
+    let (s_me, d_me) = (own(&s), own(&d));
+    let planner = MirrorPlanner::new(&ctx.cfg.plan);
+    planner.plan_dir(&DirInput {
+        path: dir,
+        src_me: s_me.as_ref(),
+        dst_me: d_me.as_ref(),
+        src: &[],
+        dst: &[],
+        stale_temps: &[],
+    });
+    let mut plan = planner
+        .finish(&Facts::default())
+        .map_err(|r| TaskError::Failed(r.to_string()))?;
+    let plan = MirrorPlan {
+        dir_meta: std::mem::take(&mut plan.dir_meta),
+        ..MirrorPlan::default()
+    };
+    let done = carry_out(ctx, &plan, false);
+    if !done.problems.is_empty() {
+        return Err(TaskError::Failed(failures_text(&done.problems)));
+    }
+    match dir.parent() {
+        None => {
+            ctx.queue
+                .add_once(&keys::with("dm", dir), keys::FINISHED, 1, &[])?;
+        }
+        Some(parent) => ctx.child_done(&parent, &keys::with("dm", dir))?,
+    }
+    Ok(Outcome::Done)
+}
+
+/// Compare the BLAKE3 of each file on both sides. Another worker than the
+/// one that wrote them checks them when there is one: the writer hands
+/// the task back once.
+fn verify(ctx: &Ctx, paths: &[RelPath], by: &str, handed_back: bool) -> TaskResult {
+    if by == ctx.worker && !handed_back {
+        let again = Task::Verify {
+            paths: paths.to_vec(),
+            by: by.to_string(),
+            handed_back: true,
+        };
+        ctx.queue.push(&[again.encode()])?;
+        return Ok(Outcome::Done);
+    }
+    let mut bad = Vec::new();
+    for p in paths {
+        let (s, d) = (ctx.src().fingerprint(p), ctx.dst().fingerprint(p));
+        match (s, d) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(_), Ok(_)) => bad.push(format!("{}: the copy's BLAKE3 differs", p.display())),
+            (Err(e), _) | (_, Err(e)) => bad.push(format!("{}: {e}", p.display())),
+        }
+    }
+    ctx.queue
+        .add(b"verified", (paths.len() - bad.len()) as i64)?;
+    match bad.is_empty() {
+        true => Ok(Outcome::Done),
+        false => Err(TaskError::Failed(failures_text(&bad))),
+    }
+}

@@ -1,0 +1,169 @@
+//! Hard links without a serial queue: each name of a source hard-link
+//! group is a task; the first to claim the group's inode in the queue's
+//! store leads it (its name gets the contents, planned as a lone file by
+//! the mirror's rules, and the group is marked done in the store), and the
+//! others link to the leader's name once the group is marked done (until
+//! then they are pushed back and wait). The mark, not the copy's look, is
+//! what they wait for: an old copy can look finished (`--no-times`, or
+//! `--checksum`) and be replaced after a name was linked to it.
+
+use crate::task_do::{already_done, carry_out, count_written, failures_text, stat};
+use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use accord_model::{Entry, Found, Kind, RelPath};
+use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
+use std::time::Duration;
+
+/// How often a name waits for its leader's copy before it fails (it is
+/// then tried again, and set aside if the leader never gets its copy).
+const MAX_WAITS: i64 = 2000;
+
+pub(crate) fn hardlink(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
+    let group = format!("{}:{}", src.dev, src.ino);
+    let me = hex(src.path.as_bytes());
+    let leader = match ctx.queue.claim(format!("i\0{group}").as_bytes(), &me)? {
+        None => None,
+        Some(owner) => Some(leader_path(&owner)?),
+    };
+    let done_key = format!("id\0{group}").into_bytes();
+    let outcome = match leader {
+        None => {
+            let led = lead(ctx, src, dst)?;
+            ctx.queue.add_once(&done_key, &done_key, 1, &[])?;
+            led
+        }
+        Some(leader) if ctx.queue.add(&done_key, 0)? > 0 => follow(ctx, src, dst, &leader)?,
+        Some(leader) => wait_for_leader(ctx, src, &leader)?,
+    };
+    if let Outcome::Done = outcome {
+        let parent = src.path.parent().unwrap_or_default();
+        ctx.child_done(&parent, &keys::with("dh", &src.path))?;
+    }
+    Ok(outcome)
+}
+
+/// The group's first name: its contents, as a file of its own.
+fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
+    let mut opts = ctx.cfg.plan.clone();
+    opts.hard_links = false;
+    opts.force = true;
+    let planner = MirrorPlanner::new(&opts);
+    let dst: Vec<&Entry> = dst.filter(|d| d.kind != Kind::Dir).into_iter().collect();
+    planner.plan_dir(&DirInput {
+        path: &src.path.parent().unwrap_or_default(),
+        src_me: None,
+        dst_me: None,
+        src: &[src],
+        dst: &dst,
+        stale_temps: &[],
+    });
+    let plan = planner
+        .finish(&Facts::default())
+        .map_err(|r| TaskError::Failed(r.to_string()))?;
+    let now = stat(ctx.dst(), &src.path);
+    let files: Vec<Item> = plan
+        .files
+        .into_iter()
+        .filter(|it| !already_done(it, now.as_ref(), ctx.cfg.plan.times))
+        .collect();
+    let done = carry_out(
+        ctx,
+        &MirrorPlan {
+            files,
+            ..MirrorPlan::default()
+        },
+        true,
+    );
+    count_written(ctx, done.files, done.bytes)?;
+    match done.problems.is_empty() {
+        true => Ok(Outcome::Done),
+        false => Err(TaskError::Failed(failures_text(&done.problems))),
+    }
+}
+
+/// Another name of the group, once its leader is done: a link to the
+/// leader's copy (nothing when it is one already).
+fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> TaskResult {
+    let copy = stat(ctx.dst(), leader).filter(|f| is_copy_of(f, src, ctx.cfg.plan.times));
+    let Some(copy) = copy else {
+        return Err(TaskError::Failed(format!(
+            "the first name of its hard-link group, {}, is not its copy",
+            leader.display()
+        )));
+    };
+    let here = stat(ctx.dst(), &src.path);
+    if here.is_some_and(|h| (h.dev, h.ino) == (copy.dev, copy.ino)) {
+        return Ok(Outcome::Done);
+    }
+    let item = Item {
+        op: Op::Link {
+            leader: leader.clone(),
+        },
+        path: src.path.clone(),
+        src: Some(src.clone()),
+        dst: dst.filter(|d| d.kind != Kind::Dir).cloned(),
+        props_differ: false,
+    };
+    let plan = MirrorPlan {
+        links: vec![item],
+        ..MirrorPlan::default()
+    };
+    let done = carry_out(ctx, &plan, false);
+    match done.problems.is_empty() {
+        true => Ok(Outcome::Done),
+        false => Err(TaskError::Failed(failures_text(&done.problems))),
+    }
+}
+
+/// The leader is not done yet: wait a little, then go back in the queue
+/// (a bounded number of times).
+fn wait_for_leader(ctx: &Ctx, src: &Entry, leader: &RelPath) -> TaskResult {
+    let waits = ctx.queue.add(&keys::with("hw", &src.path), 1)?;
+    if waits > MAX_WAITS {
+        return Err(TaskError::Failed(format!(
+            "the first name of its hard-link group, {}, never got its copy",
+            leader.display()
+        )));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    Ok(Outcome::Later)
+}
+
+/// Is the destination's `f` a finished copy of the group's inode `src`?
+/// (Without `times` the copy keeps its own mtime.)
+fn is_copy_of(f: &Found, src: &Entry, times: bool) -> bool {
+    f.kind == Kind::File && f.size == src.size && (!times || f.mtime == src.props.mtime)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The leader's path from its claim (the store is hostile: checked).
+fn leader_path(owner: &str) -> Result<RelPath, TaskError> {
+    let bad = || TaskError::Failed(format!("a damaged hard-link claim {owner:.80}"));
+    if !owner.len().is_multiple_of(2) || owner.len() > 2 * accord_model::MAX_PATH_LEN {
+        return Err(bad());
+    }
+    let bytes: Option<Vec<u8>> = (0..owner.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(owner.get(i..i + 2)?, 16).ok())
+        .collect();
+    match RelPath::new(&bytes.ok_or_else(bad)?) {
+        Ok(p) if !p.is_root() => Ok(p),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_names_its_leader_and_a_damaged_one_is_refused() {
+        let p = RelPath::new(b"a/b c/\xffd").unwrap();
+        assert_eq!(leader_path(&hex(p.as_bytes())).unwrap(), p);
+        for bad in ["", "2", "zz", "2e2e", "2f61", "61002f"] {
+            assert!(leader_path(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The executor of a task run: worker threads over any `&dyn TaskQueue`
+//! (a `MemoryQueue` in one process, a `RedisQueue` shared by machines),
+//! between two local roots. No worker holds the tree: each task lists one
+//! directory, or carries the few entries it works on.
+//!
+//! Completion is counted, not ordered: a directory's counter holds its
+//! children not yet done (files tasks, big files, hard links, and each
+//! subdirectory until its own properties are set); whoever brings it to
+//! zero pushes the directory's `dir-meta`. Every count goes through
+//! `TaskQueue::add_once` with a mark of its own, so a task run twice (its
+//! worker lost after the count) counts once.
+
+use crate::error::Fatal;
+use crate::local::LocalReplica;
+use crate::replica::Replica;
+use crate::task::Task;
+use crate::task_spec::RunSpec;
+use crate::{MirrorConfig, Progress};
+use accord_fsys::IgnoreRules;
+use accord_model::RelPath;
+use accord_queue::{Lease, QueueError, RunState, TaskQueue};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Store keys of a run (in the queue's own store, one run per queue).
+pub mod keys {
+    use accord_model::RelPath;
+
+    pub const SPEC: &[u8] = b"spec";
+    pub const STARTED: &[u8] = b"started";
+    /// 1 once the root's properties are set: the tree is done.
+    pub const FINISHED: &[u8] = b"finished";
+    /// Files whose contents were written, and their bytes.
+    pub const WRITTEN: &[u8] = b"written";
+    pub const BYTES: &[u8] = b"bytes";
+    /// Extras counted by the streamed deletion guard, and destination
+    /// entries seen.
+    pub const DELETES: &[u8] = b"deletes";
+    pub const DST_ENTRIES: &[u8] = b"dst-entries";
+    /// Set by `resume --force`: the deletion guard lets the run go on.
+    pub const FORCE: &[u8] = b"force";
+    /// Why the run paused itself.
+    pub const PAUSED_WHY: &[u8] = b"paused-why";
+
+    pub fn with(tag: &str, path: &RelPath) -> Vec<u8> {
+        let mut k = tag.as_bytes().to_vec();
+        k.push(0);
+        k.extend_from_slice(path.as_bytes());
+        k
+    }
+
+    /// The counter of a directory's children not yet done.
+    pub fn pending(dir: &RelPath) -> Vec<u8> {
+        with("n", dir)
+    }
+
+    /// Files written by one worker.
+    pub fn written_by(worker: &str) -> Vec<u8> {
+        format!("w\0{worker}").into_bytes()
+    }
+}
+
+/// How a task ended.
+pub(crate) enum Outcome {
+    Done,
+    /// Not yet possible (a hard link whose first copy is not made): push
+    /// it again and go on.
+    Later,
+}
+
+/// Why a task did not end.
+#[derive(Debug)]
+pub(crate) enum TaskError {
+    /// Per path: the task is tried again, then set aside with this.
+    Failed(String),
+    /// The queue could not be reached: nothing is acknowledged.
+    Queue(QueueError),
+}
+
+impl From<QueueError> for TaskError {
+    fn from(e: QueueError) -> TaskError {
+        TaskError::Queue(e)
+    }
+}
+
+pub(crate) type TaskResult = Result<Outcome, TaskError>;
+
+/// What every task of one worker thread sees.
+pub(crate) struct Ctx<'a> {
+    pub queue: &'a dyn TaskQueue,
+    pub src: &'a LocalReplica,
+    pub dst: &'a LocalReplica,
+    pub spec: &'a RunSpec,
+    pub cfg: MirrorConfig,
+    pub rules: IgnoreRules,
+    /// The worker (process) that runs this thread: `verify` wants another.
+    pub worker: &'a str,
+    pub progress: &'a Progress,
+}
+
+impl Ctx<'_> {
+    pub fn src(&self) -> &dyn Replica {
+        self.src
+    }
+
+    pub fn dst(&self) -> &dyn Replica {
+        self.dst
+    }
+
+    /// One child of `dir` is done (`mark` names it): count it, and push
+    /// the directory's `dir-meta` when it was the last.
+    pub fn child_done(&self, dir: &RelPath, mark: &[u8]) -> Result<(), QueueError> {
+        let (left, _) = self.queue.add_once(mark, &keys::pending(dir), -1, &[])?;
+        if left == 0 {
+            self.push_dir_meta(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Push `dir`'s `dir-meta` (once, however many ask).
+    pub fn push_dir_meta(&self, dir: &RelPath) -> Result<(), QueueError> {
+        let task = Task::DirMeta { dir: dir.clone() }.encode();
+        let mark = keys::with("m", dir);
+        self.queue.add_once(&mark, b"dir-metas", 1, &[task])?;
+        Ok(())
+    }
+}
+
+/// Who runs tasks, and until when.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// This worker's name (unique among the run's workers).
+    pub name: String,
+    /// Leave when the run is done (else only when it is stopped).
+    pub until_done: bool,
+    /// Longest back-off between attempts to reach a lost queue.
+    pub max_backoff: Duration,
+}
+
+/// How a worker thread ended.
+#[derive(Debug)]
+pub enum WorkerEnd {
+    /// The run is done (its tree, or all that could be done of it).
+    Done,
+    Stopped,
+    /// The run's settings cannot be read or used.
+    Fatal(String),
+}
+
+/// Open the roots of `spec` (the destination created when missing).
+pub fn open_task_roots(spec: &RunSpec) -> Result<(LocalReplica, LocalReplica), Fatal> {
+    let src = LocalReplica::open(&spec.src).map_err(|source| Fatal::OpenSource {
+        path: spec.src.clone(),
+        source,
+    })?;
+    let dst = LocalReplica::create(&spec.dst).map_err(|source| Fatal::OpenDestination {
+        path: spec.dst.clone(),
+        source,
+    })?;
+    let opts = crate::LocalOptions {
+        fsync: spec.fsync,
+        ..Default::default()
+    };
+    Ok((src, dst.with_options(opts)))
+}
+
+/// Take the destination's lock for a run of this process (as the walk
+/// does: two runs into one destination would remove each other's temps);
+/// the lock lasts as long as the returned replica.
+pub fn lock_destination(spec: &RunSpec) -> Result<LocalReplica, Fatal> {
+    let (_, dst) = open_task_roots(spec)?;
+    match dst.try_lock() {
+        Ok(true) => Ok(dst),
+        Ok(false) => Err(Fatal::Busy(spec.dst.clone())),
+        Err(source) => Err(Fatal::Lock {
+            path: spec.dst.clone(),
+            source,
+        }),
+    }
+}
+
+/// Write the run's settings and push its root (once: starting a run that
+/// exists already changes nothing).
+pub fn start_run(queue: &dyn TaskQueue, spec: &RunSpec) -> Result<bool, QueueError> {
+    if queue.get(keys::SPEC)?.is_none() {
+        queue.put(keys::SPEC, &spec.encode())?;
+    }
+    let root = Task::ScanDir {
+        dir: RelPath::root(),
+    };
+    let (_, started) = queue.add_once(keys::STARTED, keys::STARTED, 1, &[root.encode()])?;
+    Ok(started)
+}
+
+/// The run's settings as its starter wrote them.
+pub fn read_spec(queue: &dyn TaskQueue) -> Result<RunSpec, String> {
+    let bytes = queue
+        .get(keys::SPEC)
+        .map_err(|e| e.to_string())?
+        .ok_or("the run does not exist (no settings in the queue)")?;
+    RunSpec::decode(&bytes).map_err(|e| format!("the run's settings are damaged: {e}"))
+}
+
+/// Is the run over: nothing waiting or leased, and the root done or some
+/// task set aside (which can never finish its part of the tree)?
+pub fn run_over(queue: &dyn TaskQueue) -> Result<bool, QueueError> {
+    let s = queue.stats()?;
+    if s.waiting > 0 || s.leased > 0 {
+        return Ok(false);
+    }
+    Ok(queue.add(keys::FINISHED, 0)? > 0 || s.dead > 0)
+}
+
+/// Run tasks on this thread until the run is done or stopped. `stop`
+/// ends it early (a signal).
+pub fn work(
+    queue: &dyn TaskQueue,
+    (src, dst): (&LocalReplica, &LocalReplica),
+    spec: &RunSpec,
+    opts: &WorkerOptions,
+    thread: &str,
+    progress: &Progress,
+    stop: &AtomicBool,
+) -> WorkerEnd {
+    let rules = match IgnoreRules::new(&spec.excludes) {
+        Ok(r) => r,
+        Err(e) => return WorkerEnd::Fatal(format!("the run's excludes: {e}")),
+    };
+    let ctx = Ctx {
+        queue,
+        src,
+        dst,
+        spec,
+        cfg: spec.config(),
+        rules,
+        worker: &opts.name,
+        progress,
+    };
+    let mut backoff = Backoff::new(opts.max_backoff);
+    while !stop.load(Ordering::Relaxed) {
+        match step(&ctx, thread, opts.until_done) {
+            Ok(Some(end)) => return end,
+            Ok(None) => backoff.reset(),
+            Err(_) => backoff.wait(),
+        }
+    }
+    WorkerEnd::Stopped
+}
+
+/// One lease and its tasks; `Some` when the worker should leave.
+fn step(ctx: &Ctx, thread: &str, until_done: bool) -> Result<Option<WorkerEnd>, QueueError> {
+    let leases = ctx.queue.lease(thread, 1, Duration::from_millis(200))?;
+    if leases.is_empty() {
+        return idle(ctx, until_done);
+    }
+    for l in leases {
+        run_lease(ctx, &l)?;
+    }
+    Ok(None)
+}
+
+/// Nothing was handed out: is it time to leave?
+fn idle(ctx: &Ctx, until_done: bool) -> Result<Option<WorkerEnd>, QueueError> {
+    if ctx.queue.state()? == RunState::Stopped {
+        return Ok(Some(WorkerEnd::Stopped));
+    }
+    if until_done && run_over(ctx.queue)? {
+        return Ok(Some(WorkerEnd::Done));
+    }
+    Ok(None)
+}
+
+/// Run one leased task and tell the queue how it ended (a queue error
+/// leaves it leased: it comes back after the claim timeout).
+fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
+    let task = match Task::decode(&lease.task) {
+        Ok(t) => t,
+        Err(e) => return ctx.queue.fail(lease, &format!("a corrupt task: {e}")),
+    };
+    match crate::task_do::run_task(ctx, &task) {
+        Ok(Outcome::Done) => ctx.queue.ack(std::slice::from_ref(&lease.id)),
+        Ok(Outcome::Later) => {
+            ctx.queue.push(std::slice::from_ref(&lease.task))?;
+            ctx.queue.ack(std::slice::from_ref(&lease.id))
+        }
+        Err(TaskError::Failed(m)) => ctx.queue.fail(lease, &describe(&task, &m)),
+        Err(TaskError::Queue(e)) => Err(e),
+    }
+}
+
+/// A failure as `accord cluster errors` shows it.
+fn describe(task: &Task, message: &str) -> String {
+    let paths = task.paths();
+    let first = paths.first().map(|p| p.display()).unwrap_or_default();
+    let more = match paths.len() {
+        0 | 1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    let mut m = format!("{} {first}{more}: {message}", task.kind());
+    m.truncate(accord_queue::MAX_ERROR);
+    m
+}
+
+/// Waits that grow while the queue cannot be reached.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(max: Duration) -> Backoff {
+        Backoff {
+            next: Duration::from_millis(50),
+            max,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = Duration::from_millis(50);
+    }
+
+    fn wait(&mut self) {
+        std::thread::sleep(self.next);
+        self.next = (self.next * 2).min(self.max);
+    }
+}

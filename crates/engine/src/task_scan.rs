@@ -1,0 +1,367 @@
+//! `scan-dir`: one directory pair listed, settled and planned by the
+//! whole-tree mirror's own code (`walk.rs`'s `Walk::visit`, then
+//! `MirrorPlanner::finish` on that one directory), its extras deleted and
+//! its new subdirectories made here; its files, hard links and
+//! subdirectories pushed as tasks, counted for its `dir-meta`.
+
+use crate::task::{Task, MAX_BATCH};
+use crate::task_do::{carry_out, failures_text};
+use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::walk::Walk;
+use accord_fsys::{DirVisit, Listing, ScanOptions};
+use accord_model::{Entry, Expect, Kind, RelPath};
+use accord_plan::{Facts, Item, MaxDelete, Method, MirrorPlan, Op};
+
+/// Most bytes to write in one `files` task (a task is one worker's work
+/// for a while, not a whole directory's).
+const BATCH_BYTES: u64 = 64 << 20;
+/// Most files in one `files` task.
+const BATCH_FILES: usize = 256;
+/// A bound on one `files` task's encoding, well under the queue's
+/// `MAX_TASK` (an entry's extended attributes can be large).
+const BATCH_ENCODED: usize = accord_queue::MAX_TASK / 2;
+
+/// More than the bytes an item takes in a task (both sides' entries).
+fn encoded_weight(it: &Item) -> usize {
+    let entry = |e: Option<&Entry>| {
+        e.map_or(0, |e| {
+            let xattrs = e.props.xattrs.as_deref().unwrap_or_default();
+            let xattr_bytes: usize = xattrs.iter().map(|(n, v)| n.len() + v.len() + 8).sum();
+            let target = e.link_target.as_ref().map_or(0, Vec::len);
+            e.path.as_bytes().len() + xattr_bytes + target + 128
+        })
+    };
+    entry(it.src.as_ref()) + entry(it.dst.as_ref()) + 8
+}
+
+pub(crate) fn options(ctx: &Ctx, source: bool) -> ScanOptions<'static> {
+    ScanOptions {
+        xattrs: ctx.cfg.xattrs,
+        xattr_memo: None,
+        listing_memo: None,
+        read_ignore_files: false,
+        source,
+    }
+}
+
+pub(crate) fn scan_dir(ctx: &Ctx, dir: &RelPath) -> TaskResult {
+    let (s, s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
+    let (d, d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let Some(d) = d else {
+        let why = d_scan.errors.first().map(|e| e.message.clone());
+        return Err(TaskError::Failed(format!(
+            "the destination directory cannot be read: {}",
+            why.unwrap_or_else(|| "it is missing".into())
+        )));
+    };
+    if s.is_none() && dir.is_root() {
+        return Err(TaskError::Failed("the source root cannot be read".into()));
+    }
+    let (plan, mut problems) = plan_dir(ctx, dir, s.as_ref(), &d, s_scan.incomplete)?;
+    problems.extend(s_scan.errors.iter().map(|e| {
+        let path = e.path.display();
+        format!("{path}: {}", e.message)
+    }));
+    if !guard_allows(ctx, dir, &plan, &d)? {
+        return Ok(Outcome::Later);
+    }
+    for it in plan.deletes.iter().filter(|i| is_dir(i.dst.as_ref())) {
+        empty_extra_dir(ctx, &it.path, &mut problems);
+    }
+    let phases = MirrorPlan {
+        cleanup: plan.cleanup.clone(),
+        deletes: plan.deletes.clone(),
+        mkdirs: plan.mkdirs.clone(),
+        ..MirrorPlan::default()
+    };
+    let done = carry_out(ctx, &phases, false);
+    problems.extend(done.problems);
+    let children = children(ctx, dir, plan, s.as_ref(), &d);
+    push_children(ctx, dir, children)?;
+    match problems.is_empty() {
+        true => Ok(Outcome::Done),
+        false => Err(TaskError::Failed(failures_text(&problems))),
+    }
+}
+
+/// The mirror's plan of this one directory: the walk's settling (stale
+/// in-place updates, exclusions, fingerprints) and the planner's rules.
+/// The deletion guard is left to `guard_allows` (counted over the run).
+fn plan_dir(
+    ctx: &Ctx,
+    dir: &RelPath,
+    s: Option<&Listing>,
+    d: &Listing,
+    src_incomplete: bool,
+) -> Result<(MirrorPlan, Vec<String>), TaskError> {
+    let mut cfg = ctx.cfg.clone();
+    cfg.plan.force = true;
+    let walk = Walk::new(ctx.src(), ctx.dst(), &cfg, &ctx.rules);
+    walk.visit(DirVisit {
+        path: dir,
+        src: s,
+        dst: Some(d),
+    });
+    let found = walk.finish();
+    if let Some(f) = found.nested {
+        return Err(TaskError::Failed(f.to_string()));
+    }
+    let facts = Facts {
+        source_incomplete: src_incomplete || found.half_updated,
+        source_root_changed: false,
+    };
+    let plan = found
+        .planner
+        .finish(&facts)
+        .map_err(|r| TaskError::Failed(r.to_string()))?;
+    let problems = found
+        .failures
+        .iter()
+        .map(|f| format!("{}: {}", f.path.display(), f.error))
+        .collect();
+    Ok((plan, problems))
+}
+
+fn is_dir(e: Option<&Entry>) -> bool {
+    e.is_some_and(|e| e.kind == Kind::Dir)
+}
+
+/// The deletion guard over a streamed run: extras (with the entries under
+/// extra directories) and destination entries are counted as directories
+/// are planned; a run that would pass `--max-delete` pauses itself and
+/// says why (`accord cluster resume --force` goes on).
+fn guard_allows(
+    ctx: &Ctx,
+    dir: &RelPath,
+    plan: &MirrorPlan,
+    d: &Listing,
+) -> Result<bool, TaskError> {
+    let o = &ctx.spec.plan;
+    if !o.delete || o.force {
+        return Ok(true);
+    }
+    let q = ctx.queue;
+    let seen = (d.entries.len() - 1 + d.subdirs.len()) as i64;
+    let (seen_total, _) = q.add_once(&keys::with("e", dir), keys::DST_ENTRIES, seen, &[])?;
+    let extras: Vec<&Item> = plan.deletes.iter().filter(|i| i.src.is_none()).collect();
+    if extras.is_empty() {
+        return Ok(true);
+    }
+    let under: usize = extras
+        .iter()
+        .filter(|i| is_dir(i.dst.as_ref()))
+        .map(|i| entries_under(ctx, &i.path))
+        .sum();
+    let n = (extras.len() + under) as i64;
+    let (total, _) = q.add_once(&keys::with("g", dir), keys::DELETES, n, &[])?;
+    let limit = match o.max_delete {
+        MaxDelete::Count(c) => c as i64,
+        MaxDelete::Fraction(f) => (seen_total.max(0) as f64 * f).floor() as i64,
+    };
+    if total <= limit || q.add(keys::FORCE, 0)? > 0 {
+        return Ok(true);
+    }
+    let why = format!(
+        "the mirror would delete {total} of the {seen_total} destination entries seen so far, \
+         more than the limit of {limit} (--max-delete); paused before deleting in {} \
+         (accord cluster resume --force goes on)",
+        dir.display()
+    );
+    q.put(keys::PAUSED_WHY, why.as_bytes())?;
+    q.set_state(accord_queue::RunState::Paused)?;
+    Ok(false)
+}
+
+/// Entries under a destination directory (depth first: memory holds one
+/// listing per level).
+fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
+    let (l, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let Some(l) = l else { return 0 };
+    let subs: usize = l.subdirs.iter().map(|e| entries_under(ctx, &e.path)).sum();
+    l.entries.len() - 1 + l.subdirs.len() + subs
+}
+
+/// Delete what an extra destination directory holds (the directory itself
+/// goes with the plan's deletions): the whole-tree walk visits such a
+/// directory as a pair of its own, a task run empties it here. Excluded
+/// entries are not listed, so they and their directories stay.
+fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Vec<String>) {
+    let (l, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let Some(l) = l else { return };
+    for sub in &l.subdirs {
+        empty_extra_dir(ctx, &sub.path, problems);
+    }
+    let handle = match ctx.dst().open_dir(dir) {
+        Ok(h) => h,
+        Err(e) => return problems.push(format!("{}: {e}", dir.display())),
+    };
+    for t in &l.stale_temps {
+        handle.remove_stale_temp(t.file_name());
+    }
+    for e in l.entries[1..].iter().chain(&l.subdirs) {
+        if let Err(err) = handle.delete(e.path.file_name(), &Expect::entry(e)) {
+            problems.push(format!("{}: {err}", e.path.display()));
+        }
+    }
+}
+
+/// The tasks this directory's plan hands out.
+fn children(
+    ctx: &Ctx,
+    dir: &RelPath,
+    plan: MirrorPlan,
+    s: Option<&Listing>,
+    d: &Listing,
+) -> Vec<Task> {
+    let grouped = |e: &Entry| ctx.spec.plan.hard_links && e.kind == Kind::File && e.nlink > 1;
+    let files: Vec<Item> = plan
+        .files
+        .into_iter()
+        .filter(|it| !it.src.as_ref().is_some_and(grouped))
+        .collect();
+    let mut out = file_tasks(dir, files, ctx.spec.range_size);
+    let Some(s) = s else { return out };
+    for e in s.entries[1..].iter().filter(|e| grouped(e)) {
+        let dst = d.entries[1..]
+            .binary_search_by(|x| x.path.cmp(&e.path))
+            .ok()
+            .map(|i| d.entries[1 + i].clone());
+        out.push(Task::Hardlink {
+            src: e.clone(),
+            dst,
+        });
+    }
+    out.extend(s.subdirs.iter().map(|e| Task::ScanDir {
+        dir: e.path.clone(),
+    }));
+    out
+}
+
+/// Files tasks of at most `BATCH_FILES` items and `BATCH_BYTES` to write;
+/// a file written whole above `range_size` is a `big-file` of its own.
+fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64) -> Vec<Task> {
+    let mut out = Vec::new();
+    let mut batch: Vec<Item> = Vec::new();
+    let (mut bytes, mut encoded) = (0, 0);
+    for it in items {
+        let size = it.src.as_ref().map_or(0, |s| s.size);
+        if it.op == Op::Write(Method::Whole) && size > range_size {
+            out.push(Task::BigFile { item: it });
+            continue;
+        }
+        let weight = encoded_weight(&it);
+        let full = batch.len() >= BATCH_FILES.min(MAX_BATCH)
+            || bytes + size > BATCH_BYTES
+            || encoded + weight > BATCH_ENCODED;
+        if full && !batch.is_empty() {
+            out.push(files_task(dir, std::mem::take(&mut batch)));
+            (bytes, encoded) = (0, 0);
+        }
+        bytes += size;
+        encoded += weight;
+        batch.push(it);
+    }
+    if !batch.is_empty() {
+        out.push(files_task(dir, batch));
+    }
+    out
+}
+
+fn files_task(dir: &RelPath, items: Vec<Item>) -> Task {
+    Task::Files {
+        dir: dir.clone(),
+        items,
+    }
+}
+
+/// Count the children and push them in one step (once, however often
+/// this directory is scanned); with none, the directory is done already.
+fn push_children(ctx: &Ctx, dir: &RelPath, children: Vec<Task>) -> Result<(), TaskError> {
+    let mark = keys::with("s", dir);
+    let n = children.len() as i64;
+    let tasks: Vec<Vec<u8>> = children.iter().map(Task::encode).collect();
+    ctx.queue.add_once(&mark, &keys::pending(dir), n, &tasks)?;
+    if n == 0 {
+        ctx.push_dir_meta(dir)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_model::{Props, Time};
+
+    fn write(name: &str, size: u64, xattr: usize) -> Item {
+        let path = RelPath::new(format!("d/{name}").as_bytes()).unwrap();
+        let src = Entry {
+            path: path.clone(),
+            kind: Kind::File,
+            size,
+            props: Props {
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                mtime: Time { sec: 1, nsec: 0 },
+                xattrs: Some(vec![(b"user.big".to_vec(), vec![7; xattr])]),
+            },
+            dev: 1,
+            ino: 1,
+            nlink: 1,
+            rdev: 0,
+            blocks: 0,
+            link_target: None,
+            hash: None,
+        };
+        Item {
+            op: Op::Write(Method::Whole),
+            path,
+            src: Some(src),
+            dst: None,
+            props_differ: false,
+        }
+    }
+
+    fn sizes(tasks: &[Task]) -> Vec<(&'static str, usize)> {
+        tasks
+            .iter()
+            .map(|t| match t {
+                Task::Files { items, .. } => ("files", items.len()),
+                t => (t.kind(), 1),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn files_are_batched_by_count_bytes_and_encoding_and_big_ones_split() {
+        let dir = RelPath::new(b"d").unwrap();
+        let many: Vec<Item> = (0..600)
+            .map(|i| write(&format!("f{i:03}"), 10, 0))
+            .collect();
+        let got = file_tasks(&dir, many, 1 << 20);
+        assert_eq!(sizes(&got), [("files", 256), ("files", 256), ("files", 88)]);
+        let mixed = vec![
+            write("a", 40 << 20, 0),
+            write("b", 40 << 20, 0),
+            write("c", 5 << 20, 0),
+        ];
+        let got = file_tasks(&dir, mixed, 1 << 30);
+        assert_eq!(sizes(&got), [("files", 1), ("files", 2)]);
+        let big = vec![
+            write("a", 10, 0),
+            write("huge", 2 << 20, 0),
+            write("z", 10, 0),
+        ];
+        let got = file_tasks(&dir, big, 1 << 20);
+        assert_eq!(sizes(&got), [("big-file", 1), ("files", 2)]);
+        let fat: Vec<Item> = (0..16)
+            .map(|i| write(&format!("x{i}"), 1, 60_000))
+            .collect();
+        let got = file_tasks(&dir, fat, 1 << 20);
+        assert!(got.len() >= 2, "{:?}", sizes(&got));
+        for t in &got {
+            assert!(t.encode().len() <= accord_queue::MAX_TASK / 2);
+            assert_eq!(Task::decode(&t.encode()).as_ref(), Ok(t));
+        }
+    }
+}

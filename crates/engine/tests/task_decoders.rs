@@ -1,0 +1,213 @@
+//! Hostile bytes for the task model's decoders (tasks and run settings
+//! come from a shared Redis): an error or a value, never a panic; round
+//! trips of every task kind; and the checks that matter named one by one.
+//! The fuzz targets in `crates/engine/fuzz` run the same bodies.
+
+mod task_bodies;
+
+use accord_engine::task::{Task, MAX_BATCH, TASK_VERSION};
+use accord_engine::{MirrorConfig, RunSpec};
+use accord_model::{Entry, Kind, Props, RelPath, Time};
+use accord_plan::{Item, Method, Op};
+use proptest::prelude::*;
+use std::path::PathBuf;
+
+fn path(p: &str) -> RelPath {
+    RelPath::new(p.as_bytes()).unwrap()
+}
+
+fn entry(p: &str, kind: Kind) -> Entry {
+    Entry {
+        path: path(p),
+        kind,
+        size: 12,
+        props: Props {
+            mode: 0o644,
+            uid: 1,
+            gid: 2,
+            mtime: Time { sec: 5, nsec: 6 },
+            xattrs: Some(vec![(b"user.a".to_vec(), b"v".to_vec())]),
+        },
+        dev: 1,
+        ino: 99,
+        nlink: 1,
+        rdev: 0,
+        blocks: 8,
+        link_target: (kind == Kind::Symlink).then(|| b"target".to_vec()),
+        hash: None,
+    }
+}
+
+fn item(p: &str, op: Op) -> Item {
+    let kind = if matches!(op, Op::Create) {
+        Kind::Symlink
+    } else {
+        Kind::File
+    };
+    Item {
+        op,
+        path: path(p),
+        src: Some(entry(p, kind)),
+        dst: Some(entry(p, kind)),
+        props_differ: false,
+    }
+}
+
+fn every_kind() -> Vec<Task> {
+    let big = item("d/big", Op::Write(Method::Whole));
+    vec![
+        Task::ScanDir { dir: path("d") },
+        Task::ScanDir {
+            dir: RelPath::root(),
+        },
+        Task::Files {
+            dir: path("d"),
+            items: vec![
+                item("d/a", Op::Write(Method::Delta)),
+                item("d/b", Op::Create),
+                item("d/c", Op::Meta),
+            ],
+        },
+        Task::BigFile { item: big.clone() },
+        Task::Range {
+            item: big,
+            temp: b".accord-tmp-big.x1".to_vec(),
+            index: 2,
+            count: 3,
+        },
+        Task::Hardlink {
+            src: entry("d/l", Kind::File),
+            dst: None,
+        },
+        Task::DirMeta { dir: path("d/e") },
+        Task::Verify {
+            paths: vec![path("d/a"), path("d/b")],
+            by: "host-1".into(),
+            handed_back: true,
+        },
+    ]
+}
+
+#[test]
+fn every_task_kind_round_trips() {
+    for t in every_kind() {
+        assert_eq!(Task::decode(&t.encode()).unwrap(), t, "{}", t.kind());
+        task_bodies::task(&t.encode());
+    }
+}
+
+#[test]
+fn another_version_and_trailing_bytes_are_refused() {
+    for t in every_kind() {
+        let mut b = t.encode();
+        b[0] = TASK_VERSION + 1;
+        assert!(Task::decode(&b).is_err());
+        let mut b = t.encode();
+        b.push(0);
+        assert!(Task::decode(&b).is_err());
+        // Every cut short is an error.
+        let b = t.encode();
+        for n in 0..b.len() {
+            assert!(Task::decode(&b[..n]).is_err(), "{} cut at {n}", t.kind());
+        }
+    }
+}
+
+/// Replace the first occurrence of `from` in the encoding by `to` (same
+/// length, so every length prefix stays right).
+fn patched(t: &Task, from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut b = t.encode();
+    let at = b.windows(from.len()).position(|w| w == from).unwrap();
+    b[at..at + from.len()].copy_from_slice(to);
+    b
+}
+
+#[test]
+fn paths_that_leave_the_tree_are_refused() {
+    let scan = Task::ScanDir { dir: path("ab/cd") };
+    assert!(Task::decode(&patched(&scan, b"ab/cd", b"../cd")).is_err());
+    assert!(Task::decode(&patched(&scan, b"ab/cd", b"/b/cd")).is_err());
+    assert!(Task::decode(&patched(&scan, b"ab/cd", b"ab\0cd")).is_err());
+    let files = Task::Files {
+        dir: path("dd"),
+        items: vec![item("dd/a", Op::Meta)],
+    };
+    // An item outside the task's directory.
+    assert!(Task::decode(&patched(&files, b"dd/a", b"ee/a")).is_err());
+}
+
+#[test]
+fn ranges_and_temps_are_checked() {
+    let big = item("d/big", Op::Write(Method::Whole));
+    let range = |temp: &[u8], index, count| Task::Range {
+        item: big.clone(),
+        temp: temp.to_vec(),
+        index,
+        count,
+    };
+    let ok = b".accord-tmp-big.x1";
+    assert!(Task::decode(&range(ok, 3, 3).encode()).is_err());
+    assert!(Task::decode(&range(ok, 0, 1).encode()).is_err());
+    assert!(Task::decode(&range(b"user-file", 0, 2).encode()).is_err());
+    assert!(Task::decode(&range(b".accord-tmp-a/b", 0, 2).encode()).is_err());
+    let delta = Task::Range {
+        item: item("d/big", Op::Write(Method::Delta)),
+        temp: ok.to_vec(),
+        index: 0,
+        count: 2,
+    };
+    assert!(Task::decode(&delta.encode()).is_err());
+}
+
+#[test]
+fn a_huge_count_in_few_bytes_is_refused_without_allocating() {
+    // version, files, dir "d", then a count of MAX_BATCH items and nothing.
+    let mut b = vec![TASK_VERSION, 1, 1, b'd'];
+    let mut n = MAX_BATCH as u64;
+    while n >= 0x80 {
+        b.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    b.push(n as u8);
+    assert!(Task::decode(&b).is_err());
+    let empty = vec![TASK_VERSION, 1, 1, b'd', 0];
+    assert!(Task::decode(&empty).is_err(), "a files task without files");
+}
+
+#[test]
+fn settings_round_trip_and_are_checked() {
+    let cfg = MirrorConfig {
+        excludes: vec!["*.tmp".into(), "build/".into()],
+        ..MirrorConfig::default()
+    };
+    let spec = RunSpec::new(PathBuf::from("/src"), PathBuf::from("/dst"), &cfg);
+    let bytes = spec.encode();
+    assert_eq!(RunSpec::decode(&bytes).unwrap().encode(), bytes);
+    task_bodies::spec(&bytes);
+    for n in 0..bytes.len() {
+        assert!(RunSpec::decode(&bytes[..n]).is_err());
+    }
+    let relative = RunSpec::new(PathBuf::from("rel"), PathBuf::from("/dst"), &cfg);
+    assert!(RunSpec::decode(&relative.encode()).is_err());
+    let mut tiny = spec.clone();
+    tiny.range_size = 1;
+    assert!(RunSpec::decode(&tiny.encode()).is_err());
+}
+
+proptest! {
+    #[test]
+    fn any_bytes_decode_to_a_task_or_an_error(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        task_bodies::task(&data);
+        task_bodies::spec(&data);
+    }
+
+    #[test]
+    fn flipped_bytes_of_real_tasks_never_panic(i in 0usize..8, at in any::<usize>(), byte in any::<u8>()) {
+        let t = &every_kind()[i];
+        let mut b = t.encode();
+        let at = at % b.len();
+        b[at] = byte;
+        task_bodies::task(&b);
+    }
+}
