@@ -39,7 +39,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Two-way synchronisation of two roots (local roots so far).
+    /// Two-way synchronisation of two roots (one of them may be remote), or of a profile.
     Sync(cmd_sync::SyncArgs),
     /// Make DST an exact copy of SRC.
     Mirror(cmd_mirror::MirrorArgs),
