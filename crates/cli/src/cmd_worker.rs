@@ -45,6 +45,10 @@ pub fn run(args: WorkerArgs) -> i32 {
         Ok(m) => m,
         Err(e) => return usage(&e),
     };
+    let name = args.name.clone().unwrap_or_else(default_name);
+    if let Err(e) = accord_engine::task::check_worker_name(&name) {
+        return usage(&format!("--name: {e}"));
+    }
     let n = threads(args.jobs);
     let mut queues = Vec::with_capacity(n);
     for _ in 0..n {
@@ -69,7 +73,7 @@ pub fn run(args: WorkerArgs) -> i32 {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
     let opts = WorkerOptions {
-        name: args.name.clone().unwrap_or_else(default_name),
+        name,
         until_done: true,
         max_backoff: Duration::from_secs(10),
     };

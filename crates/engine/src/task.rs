@@ -27,6 +27,22 @@ pub const MAX_RANGES: u32 = 1 << 16;
 /// Longest worker name.
 pub const MAX_WORKER_NAME: usize = 256;
 
+/// Why `name` cannot name a worker: empty, longer than `MAX_WORKER_NAME`
+/// bytes, or holding a control character (a name is compared with the
+/// worker's own and shown in `accord cluster`; it is never rewritten).
+pub fn check_worker_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_WORKER_NAME {
+        return Err(format!(
+            "a worker name of 1 to {MAX_WORKER_NAME} bytes (got {})",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("a worker name without control characters".into());
+    }
+    Ok(())
+}
+
 /// One unit of work of a run (see the module).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Task {
@@ -318,7 +334,10 @@ fn get_verify(d: &mut Dec) -> Result<Task, ProtoError> {
     for _ in 0..n {
         paths.push(get_path(d, "path")?);
     }
-    let by = d.text(MAX_WORKER_NAME, "worker")?;
+    // Taken as it is or refused: an escaped copy would no longer be the
+    // worker's name, nor fit its bound once encoded again.
+    let by = d.string(MAX_WORKER_NAME, "worker")?;
+    check_worker_name(&by).map_err(invalid)?;
     let handed_back = d.bool("handed back")?;
     Ok(Task::Verify {
         paths,

@@ -160,6 +160,32 @@ fn ranges_and_temps_are_checked() {
     assert!(Task::decode(&delta.encode()).is_err());
 }
 
+/// Found by `task_decode`: a worker name with control characters was
+/// escaped on decoding, so the task no longer named its worker and grew
+/// past the name's bound when encoded again. Such a name is refused.
+#[test]
+fn a_worker_name_is_taken_as_it_is_or_refused() {
+    let verify = |by: &str| Task::Verify {
+        paths: vec![path("d/a")],
+        by: by.into(),
+        handed_back: false,
+    };
+    let good = verify("host-1 (x)");
+    assert_eq!(Task::decode(&good.encode()).unwrap(), good);
+    for bad in ["", "a\u{6}b", "new\nline", "\u{9b}c1", &"w".repeat(257)] {
+        assert!(Task::decode(&verify(bad).encode()).is_err(), "{bad:?}");
+    }
+    task_bodies::task(&[
+        1, 6, 1, 7, 1, 124, 183, 223, 183, 231, 180, 172, 1, 32, 0, 59, 59, 59, 59, 59, 59, 59, 59,
+        59, 59, 59, 59, 59, 59, 59, 59, 45, 59, 59, 59, 59, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6, 6, 6, 26, 6, 2, 6, 6, 6, 6, 6,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 59, 59, 59, 59, 59, 13, 0, 0, 0, 59, 59, 59, 59, 59,
+        59, 59, 1, 6, 0, 6, 0, 223, 183, 223, 183, 231, 180, 172, 1, 32, 0, 0, 0, 0, 0, 0,
+    ]);
+}
+
 #[test]
 fn a_huge_count_in_few_bytes_is_refused_without_allocating() {
     // version, files, dir "d", then a count of MAX_BATCH items and nothing.
