@@ -81,6 +81,10 @@ pub struct SyncArgs {
     /// as a deletion and a copy, not as a rename of the other side's entry.
     #[arg(long)]
     no_renames: bool,
+    /// Copy each name of a hard-link group as a separate file, instead of
+    /// keeping the group one file with several names on both sides.
+    #[arg(long)]
+    no_hard_links: bool,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -174,6 +178,7 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.times = args.times;
     cfg.max_delete = max_delete;
     cfg.renames = !args.no_renames;
+    cfg.hard_links = !args.no_hard_links;
     cfg.force = args.force.map(side_of);
     cfg.prefer = args.prefer.map(|prefer| match prefer {
         PreferArg::A => Preference::Side(SyncSide::A),
@@ -354,12 +359,22 @@ fn action_text(action: SyncAction) -> String {
     }
 }
 
-/// A change's path; a rename's as `old -> new`.
+/// A change's path; a rename's as `old -> new`, a hard link's as
+/// `new => the name it was linked to`.
 fn change_path(change: &accord_engine::Propagated) -> String {
-    match &change.from {
-        Some(from) => format!("{} -> {}", from.display(), change.path.display()),
-        None => change.path.display(),
+    match (&change.from, &change.linked_to) {
+        (Some(from), _) => format!("{} -> {}", from.display(), change.path.display()),
+        (None, Some(leader)) => format!("{} => {}", change.path.display(), leader.display()),
+        (None, None) => change.path.display(),
     }
+}
+
+fn linked(report: &SyncReport) -> usize {
+    report
+        .propagated
+        .iter()
+        .filter(|change| change.linked_to.is_some())
+        .count()
 }
 
 fn renamed(report: &SyncReport) -> usize {
@@ -431,9 +446,10 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         eprintln!(
-            "{} propagated ({} renamed), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
+            "{} propagated ({} renamed, {} linked), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
             report.propagated.len(),
             renamed(report),
+            linked(report),
             report.agreed,
             report.conflicts.len(),
             report.errors.len(),
@@ -449,6 +465,9 @@ struct JsonReport {
     propagated: usize,
     /// Of those, renames (a moved directory counts once).
     renamed: usize,
+    /// Of those, copies made as hard links to another name of their
+    /// group (no contents sent).
+    linked: usize,
     changes: Vec<JsonChange>,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
@@ -471,6 +490,9 @@ struct JsonChange {
     /// A rename's old path.
     #[serde(skip_serializing_if = "Option::is_none")]
     from: Option<String>,
+    /// A copy made as a hard link: the name it was linked to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linked_to: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -490,6 +512,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
     let json = JsonReport {
         propagated: report.propagated.len(),
         renamed: renamed(report),
+        linked: linked(report),
         changes: report
             .propagated
             .iter()
@@ -497,6 +520,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
                 path: change.path.display(),
                 action: action_text(change.action),
                 from: change.from.as_ref().map(RelPath::display),
+                linked_to: change.linked_to.as_ref().map(RelPath::display),
             })
             .collect(),
         conflicts: report
