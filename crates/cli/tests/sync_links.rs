@@ -331,3 +331,37 @@ fn with_b_from_the_daemon_groups_stay_groups() {
     let daemon = Daemon::start();
     over_a_remote_b(&daemon.remote_b());
 }
+
+#[test]
+fn no_name_is_linked_to_a_leader_whose_copy_failed() {
+    let pair = Pair::new();
+    pair.write('a', "keep", "so that B is never empty");
+    pair.sync_json(&[], 0);
+    pair.write('a', GROUP[0], "the group's contents");
+    link(&pair, 'a', GROUP[0], GROUP[1]);
+    link(&pair, 'a', GROUP[0], GROUP[2]);
+    let report = sync_with_change(&pair, 2, || {
+        // B makes the leader's name meanwhile: its copy must not replace
+        // it, and nothing may be linked to B's file.
+        pair.write('b', GROUP[0], "made on B during the sync");
+    });
+    let failed: Vec<&str> = report["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, GROUP, "{report}");
+    assert_eq!(
+        pair.read('b', GROUP[0]).as_deref(),
+        Some("made on B during the sync")
+    );
+    assert!(!pair.exists('b', GROUP[1]) && !pair.exists('b', GROUP[2]));
+    // The next run sees two different creations of x (a conflict) and
+    // links the other two names on B to each other.
+    let next = pair.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&next), [GROUP[0]]);
+    assert_eq!(next["linked"], 1, "{next}");
+    assert_group(&pair, 'b', &GROUP[1..], 2);
+    assert_eq!(pair.read('b', "z").as_deref(), Some("the group's contents"));
+}
