@@ -699,6 +699,7 @@ impl<'a> Propagation<'a> {
             let recorded = changed_entry(&one.taken, found);
             self.after_commit(&one, recorded);
         }
+        self.leaders.hold_back(&mut self.done);
     }
 
     /// Start renaming a staged temp over its target. A directory that the

@@ -8,6 +8,10 @@
 //! (`ReplicaDir::commit`). Only existing seam calls: an `accord server` of
 //! any version carries them out.
 //!
+//! A copied leader is recorded in the archives only after its links
+//! (`Leaders::hold_back`), so a run stopped in between still keeps the
+//! group on the next run.
+//!
 //! A leader that was to be copied and was not (its copy failed) is never
 //! linked to: its old contents are not the name's new ones. The name
 //! fails with its leader and the next run plans it again.
@@ -40,6 +44,9 @@ pub(super) struct Leaders {
     /// `(side, leader)` → what the copy left there, once committed;
     /// `None` until then (or when its commit failed).
     copied: HashMap<(Side, RelPath), Option<Found>>,
+    /// The copied leaders' records, held back until their links are made
+    /// (`hold_back`).
+    held: Vec<Done>,
 }
 
 impl Leaders {
@@ -51,7 +58,31 @@ impl Leaders {
             .filter(|(_, _, link)| link.agreed.is_none())
             .map(|(_, to, link)| ((to, link.leader.clone()), None))
             .collect();
-        Leaders { copied }
+        Leaders {
+            copied,
+            held: Vec::new(),
+        }
+    }
+
+    /// Take the records of copied leaders out of `done`: they are recorded
+    /// only after their links. A run stopped between the two then leaves a
+    /// leader unrecorded, so the next one finds it changed on both sides
+    /// alike, agrees, and links the rest of the group to it; recorded at
+    /// once, the leader would be unchanged, out of that run's plan, and
+    /// the other names would be copied as separate files.
+    pub(super) fn hold_back(&mut self, done: &mut Vec<Done>) {
+        if self.copied.is_empty() {
+            return;
+        }
+        let (held, kept): (Vec<Done>, Vec<Done>) =
+            std::mem::take(done)
+                .into_iter()
+                .partition(|one| match one.action {
+                    Action::Copy { to, .. } => self.copied.contains_key(&(to, one.path.clone())),
+                    _ => false,
+                });
+        *done = kept;
+        self.held.extend(held);
     }
 
     /// A copy to `to` at `path` was committed and `found` is there now.
@@ -106,6 +137,8 @@ impl<'a> Propagation<'a> {
             self.link_chunk(chunk);
             self.flush(archives, report);
         }
+        self.done.append(&mut self.leaders.held);
+        self.flush(archives, report);
     }
 
     fn link_chunk(&mut self, chunk: &[&'a SyncItem]) {

@@ -44,6 +44,10 @@
 //! - a name whose leader's copy fails: the link fails too (the leader was
 //!   not written), nothing is replaced, and the next run plans it again.
 //!
+//! Property changes are set in place, on the inode, so they are first kept
+//! to the names they belong to, with or without groups
+//! ([`keep_props_to_their_names`], "property changes in place" below).
+//!
 //! A leader of case 1 may be linked on Y to names the plan does not see
 //! (Y's own group, agreed long ago): the new link joins that inode, whose
 //! contents are the group's. Only the paths the plan holds are grouped; a
@@ -162,6 +166,82 @@ fn settled_leader(
         && same_contents(Some(&held), Some(model))
         && same_props(&held, model, synced);
     fits.then(|| (item.path.clone(), held))
+}
+
+// ---- property changes in place ----
+//
+// Permissions (and mtimes under `--times`) are set in place, on the inode:
+// through one name of a group they change every name of it. That is right
+// only when every name of the inode on that side takes the same change in
+// this plan (a chmod through one name on the other side changed every
+// name there too, and groups agree). Otherwise another name of the group,
+// maybe in conflict, maybe outside the root, would change silently; so
+// the name is given its new properties on a new inode instead: a
+// `CopyProps` becomes a `Copy` of the equal contents (which may then be
+// linked to the rest of its group on the other side's terms), and the
+// properties a `CopyContentsAndPropsBack` would set back in place on a
+// shared inode make it a conflict, left to the user.
+
+/// What an item sets in place on `on`'s entry, if anything: the mode and
+/// mtime it gives it.
+fn props_set_in_place(item: &SyncItem, on: Side) -> Option<(u32, accord_model::Time)> {
+    match item.action {
+        Action::CopyProps { from, to } if to == on => {
+            let source = item.entry(from)?;
+            Some((source.props.mode, source.props.mtime))
+        }
+        Action::CopyContentsAndPropsBack { to, .. } if to.other() == on => {
+            let kept = item.entry(to)?;
+            Some((kept.props.mode, kept.props.mtime))
+        }
+        _ => None,
+    }
+}
+
+/// Keep each in-place property change to the names it is for (see above);
+/// with or without hard-link groups, since per name is what a sync without
+/// them promises too.
+pub(crate) fn keep_props_to_their_names(items: &mut [SyncItem]) {
+    for on in [Side::A, Side::B] {
+        props_off_shared_inodes(items, on);
+    }
+}
+
+fn props_off_shared_inodes(items: &mut [SyncItem], on: Side) {
+    let mut setters: HashMap<InodeKey, Vec<usize>> = HashMap::new();
+    for (index, item) in items.iter().enumerate() {
+        let shared = item
+            .entry(on)
+            .filter(|e| e.kind == Kind::File && e.nlink > 1);
+        if let (Some(entry), Some(_)) = (shared, props_set_in_place(item, on)) {
+            setters
+                .entry((entry.dev, entry.ino))
+                .or_default()
+                .push(index);
+        }
+    }
+    for members in setters.into_values() {
+        let nlink = items[members[0]].entry(on).map_or(0, |e| e.nlink);
+        let wanted = props_set_in_place(&items[members[0]], on);
+        let all_alike = members
+            .iter()
+            .all(|&i| props_set_in_place(&items[i], on) == wanted);
+        if all_alike && members.len() as u64 == nlink {
+            continue;
+        }
+        for index in members {
+            items[index].action = off_the_inode(items[index].action);
+        }
+    }
+}
+
+/// The action that gives a name its new properties without changing the
+/// inode it shares with other names.
+fn off_the_inode(action: Action) -> Action {
+    match action {
+        Action::CopyProps { from, to } => Action::Copy { from, to },
+        _ => Action::Conflict(crate::reconcile::ConflictReason::BothChanged),
+    }
 }
 
 #[cfg(test)]

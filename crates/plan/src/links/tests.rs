@@ -321,3 +321,116 @@ proptest! {
         }
     }
 }
+
+// ---- property changes on shared inodes ----
+
+fn with_mode(mut entry: Entry, mode: u32) -> Entry {
+    entry.props.mode = mode;
+    entry
+}
+
+fn kept_to_names(mut items: Vec<SyncItem>) -> Vec<Action> {
+    keep_props_to_their_names(&mut items);
+    items.into_iter().map(|i| i.action).collect()
+}
+
+#[test]
+fn a_chmod_of_every_name_of_a_group_is_made_in_place() {
+    let props = Action::CopyProps {
+        from: Side::B,
+        to: Side::A,
+    };
+    let actions = kept_to_names(vec![
+        item(
+            "p",
+            props,
+            Some(file("p", 9, 2, 1)),
+            Some(with_mode(file("p", 4, 2, 1), 0o600)),
+        ),
+        item(
+            "q",
+            props,
+            Some(file("q", 9, 2, 1)),
+            Some(with_mode(file("q", 4, 2, 1), 0o600)),
+        ),
+    ]);
+    assert_eq!(actions, [props, props]);
+}
+
+#[test]
+fn a_chmod_of_one_name_of_a_group_replaces_that_name() {
+    // A's q shares p's inode but is in conflict: a chmod in place of p
+    // would change it too.
+    let props = Action::CopyProps {
+        from: Side::B,
+        to: Side::A,
+    };
+    let conflict = Action::Conflict(ConflictReason::BothChanged);
+    let actions = kept_to_names(vec![
+        item(
+            "p",
+            props,
+            Some(file("p", 9, 2, 1)),
+            Some(with_mode(file("p", 4, 1, 1), 0o600)),
+        ),
+        item(
+            "q",
+            conflict,
+            Some(file("q", 9, 2, 1)),
+            Some(file("q", 5, 1, 2)),
+        ),
+    ]);
+    assert_eq!(actions, [B_TO_A, conflict]);
+    // Two names of three, or two names given other modes: the same.
+    let other = Action::CopyProps {
+        from: Side::B,
+        to: Side::A,
+    };
+    let actions = kept_to_names(vec![
+        item(
+            "p",
+            props,
+            Some(file("p", 9, 3, 1)),
+            Some(with_mode(file("p", 4, 1, 1), 0o600)),
+        ),
+        item(
+            "q",
+            props,
+            Some(file("q", 9, 3, 1)),
+            Some(with_mode(file("q", 5, 1, 1), 0o600)),
+        ),
+    ]);
+    assert_eq!(actions, [B_TO_A, B_TO_A]);
+    let actions = kept_to_names(vec![
+        item(
+            "p",
+            props,
+            Some(file("p", 9, 2, 1)),
+            Some(with_mode(file("p", 4, 1, 1), 0o600)),
+        ),
+        item(
+            "q",
+            other,
+            Some(file("q", 9, 2, 1)),
+            Some(with_mode(file("q", 5, 1, 1), 0o640)),
+        ),
+    ]);
+    assert_eq!(actions, [B_TO_A, B_TO_A]);
+}
+
+#[test]
+fn permissions_set_back_on_a_shared_inode_are_a_conflict() {
+    // A wrote p (a file with a second name outside the plan), B chmodded
+    // it: B takes A's contents, and A would take B's mode in place.
+    let back = Action::CopyContentsAndPropsBack {
+        from: Side::A,
+        to: Side::B,
+    };
+    let actions = kept_to_names(vec![item(
+        "p",
+        back,
+        Some(file("p", 9, 2, 2)),
+        Some(with_mode(file("p", 4, 1, 1), 0o600)),
+    )]);
+    assert_eq!(actions, [Action::Conflict(ConflictReason::BothChanged)]);
+}
