@@ -213,12 +213,14 @@ pub fn run(args: SyncArgs) -> i32 {
     let edit_plan = interactive
         .as_ref()
         .map(|ui| move |edit: &mut PlanEdit<'_>| ui.edit(edit));
-    let pause = test_pause_hook();
+    let pause = test_pause_hook("ACCORD_TEST_SYNC_PAUSE");
+    let pause_links = test_pause_hook("ACCORD_TEST_SYNC_PAUSE_LINKS");
     let hooks = SyncHooks {
         before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
         edit_plan: edit_plan
             .as_ref()
             .map(|hook| hook as &(dyn Fn(&mut PlanEdit) + Sync)),
+        before_links: pause_links.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
     };
     let mut cycle = || {
         let report = sync_once(&args, &specs, &cfg, &hooks);
@@ -303,9 +305,11 @@ fn sync_remote(
 /// A test hook (no user feature): with `ACCORD_TEST_SYNC_PAUSE=FILE`, a
 /// run that has made its plan creates FILE and waits (up to a minute) for
 /// it to be removed before it changes anything, so a test can change a
-/// file between update detection and propagation.
-fn test_pause_hook() -> Option<impl Fn() + Sync> {
-    let file = std::env::var_os("ACCORD_TEST_SYNC_PAUSE").map(PathBuf::from)?;
+/// file between update detection and propagation
+/// (`ACCORD_TEST_SYNC_PAUSE_LINKS`: the same once the files are in place,
+/// before the hard links are made).
+fn test_pause_hook(variable: &str) -> Option<impl Fn() + Sync> {
+    let file = std::env::var_os(variable).map(PathBuf::from)?;
     Some(move || {
         if std::fs::write(&file, b"paused\n").is_err() {
             return;

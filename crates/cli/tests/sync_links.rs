@@ -365,3 +365,41 @@ fn no_name_is_linked_to_a_leader_whose_copy_failed() {
     assert_group(&pair, 'b', &GROUP[1..], 2);
     assert_eq!(pair.read('b', "z").as_deref(), Some("the group's contents"));
 }
+
+#[test]
+fn a_run_killed_between_a_leader_and_its_links_keeps_the_group_next_time() {
+    let pair = Pair::new();
+    synced_group(&pair);
+    let edited = "edited through x, then the run is killed before its links";
+    write_in_place(&pair, 'a', GROUP[0], edited.as_bytes());
+    std::fs::create_dir_all(&pair.state).unwrap();
+    let pause = pair.state.join("pause-before-links");
+    let mut child = pair
+        .command(&["--json"])
+        .env("ACCORD_TEST_SYNC_PAUSE_LINKS", &pause)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !pause.exists() {
+        assert!(std::time::Instant::now() < deadline, "the run never paused");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The leader is in place on B, the other names still hold the old
+    // contents (each name original or final).
+    assert_eq!(pair.read('b', GROUP[0]).as_deref(), Some(edited));
+    for name in &GROUP[1..] {
+        assert_eq!(
+            pair.read('b', name).as_deref(),
+            Some("the group's contents")
+        );
+    }
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["linked"], 2, "{report}");
+    assert_group(&pair, 'b', &GROUP, 3);
+    pair.assert_equal();
+    assert_eq!(pair.sync_json(&[], 0)["propagated"], 0);
+}

@@ -109,6 +109,10 @@ pub struct SyncHooks<'a> {
     /// resolve conflicts, turn propagations around or skip paths (the
     /// interactive mode). The guard checks the edited plan again.
     pub edit_plan: Option<&'a (dyn Fn(&mut PlanEdit) + Sync)>,
+    /// Called once every file is in place, before the copies planned as
+    /// hard links are made (only when there are some). Tests use it to stop
+    /// a run between a group's leader and its links.
+    pub before_links: Option<&'a (dyn Fn() + Sync)>,
 }
 
 /// Why one path failed in a sync (the run went on without it).
@@ -393,7 +397,7 @@ fn run(
         hook();
     }
     scanned.forget_updates();
-    propagate(replicas, &mut sides, &scanned, &items, cfg, report);
+    propagate(replicas, &mut sides, &scanned, &items, cfg, hooks, report);
     Ok(())
 }
 

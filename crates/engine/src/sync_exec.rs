@@ -120,6 +120,7 @@ pub(crate) fn propagate(
     scanned: &Scanned,
     items: &[SyncItem],
     cfg: &SyncConfig,
+    hooks: &crate::sync::SyncHooks,
     report: &mut SyncReport,
 ) {
     let mut run = Propagation {
@@ -138,7 +139,7 @@ pub(crate) fn propagate(
     run.deletions(items, false);
     run.flush(archives, report);
     run.entries_in_order(items, archives, report);
-    run.links(items, archives, report);
+    run.links(items, archives, hooks.before_links, report);
     run.directory_props(items);
     run.deletions(items, true);
     run.flush(archives, report);
@@ -699,7 +700,6 @@ impl<'a> Propagation<'a> {
             let recorded = changed_entry(&one.taken, found);
             self.after_commit(&one, recorded);
         }
-        self.leaders.hold_back(&mut self.done);
     }
 
     /// Start renaming a staged temp over its target. A directory that the

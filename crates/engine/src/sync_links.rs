@@ -8,9 +8,11 @@
 //! (`ReplicaDir::commit`). Only existing seam calls: an `accord server` of
 //! any version carries them out.
 //!
-//! A copied leader is recorded in the archives only after its links
-//! (`Leaders::hold_back`), so a run stopped in between still keeps the
-//! group on the next run.
+//! A run stopped between a leader's copy and its links leaves a group the
+//! next run completes as a group: the receiving side's archive records the
+//! copied leader with an unknown ctime (`changed_entry`), so the next run
+//! fingerprints it, finds it touched, and the plan holds it as agreed:
+//! a leader for the names still to link.
 //!
 //! A leader that was to be copied and was not (its copy failed) is never
 //! linked to: its old contents are not the name's new ones. The name
@@ -44,9 +46,6 @@ pub(super) struct Leaders {
     /// `(side, leader)` → what the copy left there, once committed;
     /// `None` until then (or when its commit failed).
     copied: HashMap<(Side, RelPath), Option<Found>>,
-    /// The copied leaders' records, held back until their links are made
-    /// (`hold_back`).
-    held: Vec<Done>,
 }
 
 impl Leaders {
@@ -58,31 +57,7 @@ impl Leaders {
             .filter(|(_, _, link)| link.agreed.is_none())
             .map(|(_, to, link)| ((to, link.leader.clone()), None))
             .collect();
-        Leaders {
-            copied,
-            held: Vec::new(),
-        }
-    }
-
-    /// Take the records of copied leaders out of `done`: they are recorded
-    /// only after their links. A run stopped between the two then leaves a
-    /// leader unrecorded, so the next one finds it changed on both sides
-    /// alike, agrees, and links the rest of the group to it; recorded at
-    /// once, the leader would be unchanged, out of that run's plan, and
-    /// the other names would be copied as separate files.
-    pub(super) fn hold_back(&mut self, done: &mut Vec<Done>) {
-        if self.copied.is_empty() {
-            return;
-        }
-        let (held, kept): (Vec<Done>, Vec<Done>) =
-            std::mem::take(done)
-                .into_iter()
-                .partition(|one| match one.action {
-                    Action::Copy { to, .. } => self.copied.contains_key(&(to, one.path.clone())),
-                    _ => false,
-                });
-        *done = kept;
-        self.held.extend(held);
+        Leaders { copied }
     }
 
     /// A copy to `to` at `path` was committed and `found` is there now.
@@ -130,15 +105,17 @@ impl<'a> Propagation<'a> {
         &mut self,
         items: &'a [SyncItem],
         archives: &mut [Box<dyn SideSession + '_>; 2],
+        before: Option<&(dyn Fn() + Sync)>,
         report: &mut SyncReport,
     ) {
         let planned: Vec<&'a SyncItem> = items.iter().filter(|i| linked(i).is_some()).collect();
+        if let (Some(hook), false) = (before, planned.is_empty()) {
+            hook();
+        }
         for chunk in planned.chunks(CHUNK_FILES) {
             self.link_chunk(chunk);
             self.flush(archives, report);
         }
-        self.done.append(&mut self.leaders.held);
-        self.flush(archives, report);
     }
 
     fn link_chunk(&mut self, chunk: &[&'a SyncItem]) {
