@@ -25,7 +25,8 @@
 //!
 //! The same model runs with B a remote root (acceptance 7), over a real
 //! sshd and from an `accord server` daemon started for the run:
-//! `ACCORD_SYNC_MODEL_REMOTE_CASES` (default 12) cases each, seeds from
+//! `ACCORD_SYNC_MODEL_REMOTE_CASES` cases each (default 8 over ssh, where
+//! every run starts an ssh session, and 64 from the daemon), seeds from
 //! `ACCORD_SYNC_MODEL_SEED` on, so a failure replays locally with the same
 //! seed to tell a remote-only fault from a planning one.
 
@@ -701,8 +702,8 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
 
 /// The model's cases with B reached as `remote`: the planning is the same,
 /// every change to B and every read of it crosses the wire.
-fn run_remote_cases(remote: &RemoteB, how: &str) {
-    let cases = env_number("ACCORD_SYNC_MODEL_REMOTE_CASES", 12);
+fn run_remote_cases(remote: &RemoteB, how: &str, default_cases: u64) {
+    let cases = env_number("ACCORD_SYNC_MODEL_REMOTE_CASES", default_cases);
     let first_seed = env_number("ACCORD_SYNC_MODEL_SEED", 0);
     // SAFETY: geteuid has no preconditions.
     let root_privileges = unsafe { libc::geteuid() } == 0;
@@ -731,13 +732,14 @@ fn with_b_over_ssh_random_operations_and_syncs_converge() {
         return;
     };
     let base = tempfile::tempdir().unwrap();
-    run_remote_cases(&RemoteB::over_ssh(base.path(), &sshd.rsh()), "over ssh");
+    // Each run starts an ssh session (about half a second here): fewer cases.
+    run_remote_cases(&RemoteB::over_ssh(base.path(), &sshd.rsh()), "over ssh", 8);
 }
 
 #[test]
 fn with_b_from_the_daemon_random_operations_and_syncs_converge() {
     let daemon = Daemon::start();
-    run_remote_cases(&daemon.remote_b(), "from the daemon");
+    run_remote_cases(&daemon.remote_b(), "from the daemon", 64);
 }
 
 /// Found by the model (seeds 1043, 1059): paths agreed beneath a directory
