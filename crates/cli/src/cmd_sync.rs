@@ -96,7 +96,8 @@ pub struct SyncArgs {
     #[arg(long)]
     watch: bool,
     /// With --watch: seconds between syncs when a root cannot be watched
-    /// (a remote root, or the kernel's inotify watch limit reached).
+    /// (the kernel's inotify watch limit reached, or a remote root whose
+    /// host cannot watch it or whose watch connection failed).
     #[arg(
         long,
         value_name = "SECONDS",
@@ -267,7 +268,13 @@ fn watch_options(
 ) -> crate::sync_watch::WatchOptions {
     use crate::sync_watch::WatchRoot;
     let root = |path: &PathBuf, spec: &Option<RemoteSpec>| match spec {
-        Some(_) => WatchRoot::Remote(path.display().to_string()),
+        Some(spec) => {
+            let (remote, spec) = (args.remote.clone(), spec.clone());
+            WatchRoot::Remote {
+                address: path.display().to_string(),
+                connect: Box::new(move || remote.connect(&spec, RootMode::Read)),
+            }
+        }
         None => WatchRoot::Local(path.clone()),
     };
     crate::sync_watch::WatchOptions {
