@@ -111,6 +111,11 @@ enum Op {
     /// second is free, its directory exists and it is not inside the first:
     /// what the sync may carry over as a rename.
     Rename(char, String, String),
+    /// `ln` of the first path, a regular file, as the second, when the
+    /// second is free and its directory exists: a hard-link group, which a
+    /// sync keeps a group; later writes and chmods through one name change
+    /// every name of it (the model sees them in the snapshots).
+    HardLink(char, String, String),
 }
 
 impl fmt::Display for Op {
@@ -128,6 +133,7 @@ impl fmt::Display for Op {
             Op::Symlink(s, p, t) => write!(f, "{s}: ln -s {t} {p}"),
             Op::Touch(s, p, t) => write!(f, "{s}: touch -d @{t} {p}"),
             Op::Rename(s, p, to) => write!(f, "{s}: mv {p} {to}"),
+            Op::HardLink(s, p, to) => write!(f, "{s}: ln {p} {to}"),
         }
     }
 }
@@ -146,7 +152,7 @@ fn random_op(rng: &mut Rng, root_privileges: bool) -> Op {
     let path = random_path(rng);
     // Writes, removals and chmods weigh more: most paths they pick hold
     // nothing yet, or nothing of the kind they act on.
-    match rng.below(13) {
+    match rng.below(15) {
         0..=2 => Op::Write(side, path, rng.pick(&CONTENTS)),
         3 => Op::Mkdir(side, path),
         4 | 5 => Op::Remove(side, path),
@@ -156,6 +162,7 @@ fn random_op(rng: &mut Rng, root_privileges: bool) -> Op {
         }
         8 => Op::Symlink(side, path, rng.pick(&LINK_TARGETS)),
         9 | 10 => Op::Rename(side, path, random_path(rng)),
+        11 | 12 => Op::HardLink(side, path, random_path(rng)),
         _ => Op::Touch(side, path, 1_000_000_000 + rng.below(1 << 20) as u64),
     }
 }
@@ -218,6 +225,17 @@ fn apply(pair: &Pair, op: &Op) {
         }
         Op::Touch(side, rel, secs) => touch(&pair.path(*side, rel), *secs),
         Op::Rename(side, from, to) => rename(pair.root(*side), from, to),
+        Op::HardLink(side, from, to) => hard_link(pair.root(*side), from, to),
+    }
+}
+
+/// `ln from to` where `from` is a regular file and `to` is free, never
+/// through a symlink.
+fn hard_link(root: &Path, from: &str, to: &str) {
+    let free = std::fs::symlink_metadata(root.join(to)).is_err();
+    let file = std::fs::symlink_metadata(root.join(from)).is_ok_and(|m| m.is_file());
+    if file && free && real_parents(root, from) && real_parents(root, to) {
+        std::fs::hard_link(root.join(from), root.join(to)).unwrap();
     }
 }
 
