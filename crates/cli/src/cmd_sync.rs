@@ -77,6 +77,27 @@ pub struct SyncArgs {
     /// its entries ("50%").
     #[arg(long, value_name = "N|P%", default_value = "50%")]
     max_delete: String,
+    /// Resolve a conflict between two changed files (or links, or other
+    /// non-directories) by keeping both: the winner (--prefer's, else the
+    /// newer mtime) keeps the name on both sides, the other version is
+    /// kept beside it on both as NAME.conflict-HOST-DATE (HOST: its side's
+    /// host; DATE: its mtime, UTC).
+    #[arg(long)]
+    keep_both: bool,
+    /// Keep every version a sync overwrites or deletes on a side in
+    /// .accord-backup/ at the top of that root, as RELPATH.~N~ (the
+    /// highest N the newest; a hard link, no data copied).
+    /// .accord-backup is never synced.
+    #[arg(long)]
+    backup: bool,
+    /// With --backup: how many backups to keep per path (the newest).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 2,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    max_backups: u32,
     /// Propagate a path deleted on one side and an equal one created there
     /// as a deletion and a copy, not as a rename of the other side's entry.
     #[arg(long)]
@@ -174,6 +195,8 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.times = args.times;
     cfg.max_delete = max_delete;
     cfg.renames = !args.no_renames;
+    cfg.keep_both = args.keep_both;
+    cfg.backups = args.backup.then_some(args.max_backups);
     cfg.force = args.force.map(side_of);
     cfg.prefer = args.prefer.map(|prefer| match prefer {
         PreferArg::A => Preference::Side(SyncSide::A),
@@ -351,15 +374,34 @@ fn action_text(action: SyncAction) -> String {
         SyncAction::Conflict(reason) => format!("conflict: {}", reason_text(reason)),
         SyncAction::Rename { on } => format!("renamed on {}", side_name(on)),
         SyncAction::MovedWith { on } => format!("moved on {}", side_name(on)),
+        SyncAction::KeepBoth { winner } => format!(
+            "kept both, {} -> {}",
+            side_name(winner),
+            side_name(winner.other())
+        ),
     }
 }
 
-/// A change's path; a rename's as `old -> new`.
+/// A change's path; a rename's as `old -> new`; a keep-both's with where
+/// the other version was kept.
 fn change_path(change: &accord_engine::Propagated) -> String {
-    match &change.from {
-        Some(from) => format!("{} -> {}", from.display(), change.path.display()),
-        None => change.path.display(),
+    match (&change.from, &change.kept_as) {
+        (Some(from), _) => format!("{} -> {}", from.display(), change.path.display()),
+        (None, Some(kept)) => format!(
+            "{} (other version: {})",
+            change.path.display(),
+            kept.display()
+        ),
+        (None, None) => change.path.display(),
     }
+}
+
+fn kept_both(report: &SyncReport) -> usize {
+    report
+        .propagated
+        .iter()
+        .filter(|change| change.kept_as.is_some())
+        .count()
 }
 
 fn renamed(report: &SyncReport) -> usize {
@@ -431,9 +473,10 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         eprintln!(
-            "{} propagated ({} renamed), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
+            "{} propagated ({} renamed, {} kept both), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
             report.propagated.len(),
             renamed(report),
+            kept_both(report),
             report.agreed,
             report.conflicts.len(),
             report.errors.len(),
@@ -449,6 +492,8 @@ struct JsonReport {
     propagated: usize,
     /// Of those, renames (a moved directory counts once).
     renamed: usize,
+    /// Of those, conflicts resolved by --keep-both.
+    kept_both: usize,
     changes: Vec<JsonChange>,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
@@ -471,6 +516,9 @@ struct JsonChange {
     /// A rename's old path.
     #[serde(skip_serializing_if = "Option::is_none")]
     from: Option<String>,
+    /// --keep-both: where the losing version was kept (on both sides).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept_as: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -490,6 +538,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
     let json = JsonReport {
         propagated: report.propagated.len(),
         renamed: renamed(report),
+        kept_both: kept_both(report),
         changes: report
             .propagated
             .iter()
@@ -497,6 +546,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
                 path: change.path.display(),
                 action: action_text(change.action),
                 from: change.from.as_ref().map(RelPath::display),
+                kept_as: change.kept_as.as_ref().map(RelPath::display),
             })
             .collect(),
         conflicts: report

@@ -43,6 +43,13 @@ pub struct SyncConfig {
     pub renames: bool,
     /// Flush new contents to disk before they are renamed into place.
     pub fsync: bool,
+    /// `--keep-both`: a conflict between two changed non-directories keeps
+    /// both versions, the loser's as `NAME.conflict-HOST-DATE`.
+    pub keep_both: bool,
+    /// `--backup`: the newest this many versions a sync overwrote or
+    /// deleted at a path are kept in `.accord-backup/` on that side
+    /// (`--max-backups`); `None`: no backups.
+    pub backups: Option<u32>,
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
     pub state_dir: PathBuf,
@@ -58,6 +65,8 @@ impl SyncConfig {
             max_delete: MaxDelete::Fraction(0.5),
             renames: true,
             fsync: true,
+            keep_both: false,
+            backups: None,
             state_dir,
         }
     }
@@ -88,6 +97,7 @@ impl SyncConfig {
             prefer: self.prefer,
             force: self.force,
             renames: self.renames && can_rename,
+            keep_both: self.keep_both,
         }
     }
 }
@@ -200,6 +210,8 @@ pub struct Propagated {
     pub action: accord_plan::Action,
     /// For a rename: the path it was renamed from.
     pub from: Option<RelPath>,
+    /// For `KeepBoth`: where the losing version is kept (on both sides).
+    pub kept_as: Option<RelPath>,
 }
 
 /// What a sync run did.
@@ -384,7 +396,8 @@ fn run(
         hook();
     }
     scanned.forget_updates();
-    propagate(replicas, &mut sides, &scanned, &items, cfg, report);
+    let kept = crate::sync_keep::name_kept_copies(replicas, &mut items);
+    propagate(replicas, &mut sides, &scanned, &items, &kept, cfg, report);
     Ok(())
 }
 

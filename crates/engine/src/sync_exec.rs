@@ -32,6 +32,11 @@ use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem};
 use std::collections::HashSet;
 
+mod backup;
+mod keep;
+
+pub(crate) use backup::BACKUP_DIR;
+
 /// Files (and other entries) received before the chunk is flushed and
 /// committed, and their bytes at most: one flush of each replica per chunk,
 /// as the mirror does per batch.
@@ -51,7 +56,7 @@ struct Done {
     path: RelPath,
     action: Action,
     records: [Record; 2],
-    /// A rename's source.
+    /// A rename's source; for `KeepBoth`, where the loser was kept.
     from: Option<RelPath>,
 }
 
@@ -110,6 +115,7 @@ pub(crate) fn propagate(
     archives: &mut [Box<dyn SideSession + '_>; 2],
     scanned: &Scanned,
     items: &[SyncItem],
+    kept: &crate::sync_keep::KeptCopies,
     cfg: &SyncConfig,
     report: &mut SyncReport,
 ) {
@@ -128,6 +134,8 @@ pub(crate) fn propagate(
     run.deletions(items, false);
     run.flush(archives, report);
     run.entries_in_order(items, archives, report);
+    run.keep_both(items, kept);
+    run.flush(archives, report);
     run.directory_props(items);
     run.deletions(items, true);
     run.flush(archives, report);
@@ -276,6 +284,7 @@ impl<'a> Propagation<'a> {
     ) -> Result<Pending<Result<Deleted, crate::Error>>, SyncError> {
         let (parent, name) = split(&item.path);
         let dir = self.dir(on, &parent, crate::error::Action::Delete)?;
+        self.back_up(on, item.entry(on))?;
         Ok(dir.start_delete(name, &Expect::of(item.entry(on))))
     }
 
@@ -563,6 +572,7 @@ impl<'a> Propagation<'a> {
         let (parent, name) = split(&item.path);
         let dir = self.dir(to, &parent, crate::error::Action::MakeDir)?;
         if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
+            self.back_up(to, Some(old))?;
             dir.delete(name, &Expect::entry(old))?;
         }
         let source = item.entry(from).expect("a copy has a source");
@@ -700,7 +710,10 @@ impl<'a> Propagation<'a> {
                 }
                 Deleted::NotEmpty => Err(SyncError::DirectoryNotEmpty),
             },
-            old => Ok(dir.start_commit(&staged.temp, name, &Expect::of(old))),
+            old => {
+                self.back_up(staged.to, old)?;
+                Ok(dir.start_commit(&staged.temp, name, &Expect::of(old)))
+            }
         }
     }
 
@@ -868,10 +881,17 @@ impl<'a> Propagation<'a> {
                 // A rename's source, and what moved with a directory: the
                 // rename itself is the change reported.
                 Action::Nothing | Action::MovedWith { .. } => {}
+                action @ Action::KeepBoth { .. } => report.propagated.push(Propagated {
+                    path: one.path,
+                    action,
+                    from: None,
+                    kept_as: one.from,
+                }),
                 action => report.propagated.push(Propagated {
                     path: one.path,
                     action,
                     from: one.from,
+                    kept_as: None,
                 }),
             }
         }
