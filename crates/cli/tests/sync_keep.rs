@@ -317,6 +317,27 @@ fn backups_rotate_past_max_backups() {
 }
 
 #[test]
+fn backup_finishes_what_an_interrupted_run_began() {
+    let pair = synced(None);
+    pair.write('a', "f", "the second f");
+    // A run stopped between B's backup and its overwrite: the backup is a
+    // link to B's f. The next run must not keep that version twice.
+    std::fs::create_dir(pair.path('b', ".accord-backup")).unwrap();
+    std::fs::hard_link(pair.path('b', "f"), pair.path('b', ".accord-backup/f.~1~")).unwrap();
+    pair.sync_json(&["--backup"], 0);
+    assert_eq!(names(&pair, 'b', ".accord-backup"), ["f.~1~"]);
+    assert_eq!(
+        pair.read('b', ".accord-backup/f.~1~").as_deref(),
+        Some("the first f")
+    );
+    assert_eq!(pair.read('b', "f").as_deref(), Some("the second f"));
+    // A different old version is a new backup.
+    pair.write('a', "f", "the third f");
+    pair.sync_json(&["--backup"], 0);
+    assert_eq!(names(&pair, 'b', ".accord-backup"), ["f.~1~", "f.~2~"]);
+}
+
+#[test]
 fn the_backup_directory_is_never_synced() {
     let pair = synced(None);
     pair.write('a', ".accord-backup/mine.~1~", "a backup of A's");

@@ -280,3 +280,183 @@ fn hidden_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+// ---- --keep-both and --backup killed midway ----------------------------
+
+/// Conflicts kept both ways, and files overwritten on B with a backup.
+const KEPT: usize = 80;
+const BACKED_UP: usize = 80;
+
+/// mtimes of the two versions of a conflict: B's is the newer, so A's
+/// version is the one kept aside, as `NAME.conflict-HOST-20010909-014640`.
+const LOSER_TIME: i64 = 1_000_000_000;
+const WINNER_TIME: i64 = 1_100_000_000;
+
+fn conflicted(i: usize) -> String {
+    format!("k{}/c{i:03}", i % 5)
+}
+
+fn kept_copy(i: usize) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    format!("{}.conflict-{}-20010909-014640", conflicted(i), host.trim())
+}
+
+fn backed_up(i: usize) -> String {
+    format!("b{}/o{i:03}", i % 5)
+}
+
+fn backup_of(i: usize) -> String {
+    format!(".accord-backup/{}.~1~", backed_up(i))
+}
+
+fn losing(i: usize) -> String {
+    format!("A's version of {i} ").repeat(300 + i)
+}
+
+fn winning(i: usize) -> String {
+    format!("B's version of {i} ").repeat(200 + i)
+}
+
+fn first(i: usize) -> String {
+    format!("first {i} ").repeat(500)
+}
+
+fn second(i: usize) -> String {
+    format!("second {i} ").repeat(400 + i)
+}
+
+/// A synced pair, then: every `conflicted` file edited on both sides (B's
+/// edit newer), every `backed_up` file rewritten on A.
+fn keep_pair() -> Pair {
+    let pair = Pair::new();
+    for i in 0..KEPT {
+        pair.write('a', &conflicted(i), &first(i));
+    }
+    for i in 0..BACKED_UP {
+        pair.write('a', &backed_up(i), &first(i));
+    }
+    pair.sync_json(&[], 0);
+    for i in 0..KEPT {
+        pair.write('a', &conflicted(i), &losing(i));
+        pair.write('b', &conflicted(i), &winning(i));
+        set_mtime(&pair.path('a', &conflicted(i)), LOSER_TIME);
+        set_mtime(&pair.path('b', &conflicted(i)), WINNER_TIME);
+    }
+    for i in 0..BACKED_UP {
+        pair.write('a', &backed_up(i), &second(i));
+    }
+    pair
+}
+
+/// At any moment: each version of a conflict is on its own side under
+/// some name, each name holds one of the versions it may hold, and a
+/// file B lost to A's rewrite is in B's backups.
+fn check_kept_or_backed_up(pair: &Pair, trial: usize) {
+    let read = |side: char, rel: &str| pair.read(side, rel);
+    for i in 0..KEPT {
+        let (at, copy) = (conflicted(i), kept_copy(i));
+        let (a, a_copy) = (read('a', &at), read('a', &copy));
+        assert!(
+            a == Some(losing(i)) || (a == Some(winning(i)) && a_copy == Some(losing(i))),
+            "trial {trial}: A's version of {at} is gone"
+        );
+        assert!(
+            [None, Some(losing(i))].contains(&a_copy),
+            "trial {trial}: a/{copy}"
+        );
+        assert_eq!(read('b', &at), Some(winning(i)), "trial {trial}: b/{at}");
+        let b_copy = read('b', &copy);
+        assert!(
+            [None, Some(losing(i))].contains(&b_copy),
+            "trial {trial}: b/{copy}"
+        );
+    }
+    for i in 0..BACKED_UP {
+        let (at, backup) = (backed_up(i), backup_of(i));
+        let (b, b_backup) = (read('b', &at), read('b', &backup));
+        assert!(
+            b == Some(first(i)) || (b == Some(second(i)) && b_backup == Some(first(i))),
+            "trial {trial}: B's first version of {at} is gone"
+        );
+        assert!(
+            [None, Some(first(i))].contains(&b_backup),
+            "trial {trial}: b/{backup}"
+        );
+    }
+}
+
+/// After the next run: both versions on both sides, each once; B's old
+/// versions backed up once.
+fn check_kept_converged(pair: &Pair, trial: usize) {
+    for side in ['a', 'b'] {
+        for i in 0..KEPT {
+            assert_eq!(
+                pair.read(side, &conflicted(i)),
+                Some(winning(i)),
+                "trial {trial}"
+            );
+            assert_eq!(
+                pair.read(side, &kept_copy(i)),
+                Some(losing(i)),
+                "trial {trial}"
+            );
+            let twice = format!("{}-2", kept_copy(i));
+            assert!(!pair.exists(side, &twice), "trial {trial}: {side}/{twice}");
+        }
+        for i in 0..BACKED_UP {
+            assert_eq!(
+                pair.read(side, &backed_up(i)),
+                Some(second(i)),
+                "trial {trial}"
+            );
+        }
+    }
+    for i in 0..BACKED_UP {
+        assert_eq!(
+            pair.read('b', &backup_of(i)),
+            Some(first(i)),
+            "trial {trial}"
+        );
+        let twice = backup_of(i).replace(".~1~", ".~2~");
+        assert!(!pair.exists('b', &twice), "trial {trial}: b/{twice}");
+    }
+    pair.assert_equal();
+}
+
+#[test]
+fn killed_keep_both_and_backup_syncs_lose_no_version_and_converge() {
+    const ARGS: [&str; 3] = ["--json", "--keep-both", "--backup"];
+    let timing = keep_pair();
+    let start = Instant::now();
+    let out = timing.sync(&ARGS);
+    assert_exit(&out, 0);
+    let full_run = start.elapsed();
+    check_kept_converged(&timing, usize::MAX);
+    eprintln!("an uninterrupted keep-both and backup run took {full_run:?}");
+
+    let mut random = 0x6b65_6570_u64 ^ std::process::id() as u64;
+    let mut killed_midway = 0;
+    let trials = trials();
+    for trial in 0..trials {
+        let pair = keep_pair();
+        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
+        let mut child = pair
+            .command(&ARGS)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        killed_midway += child.try_wait().unwrap().is_none() as usize;
+        child.kill().ok();
+        child.wait().unwrap();
+        check_kept_or_backed_up(&pair, trial);
+        let report = pair.sync_json(&ARGS[1..], 0);
+        assert_eq!(conflict_paths(&report).len(), 0, "trial {trial}: {report}");
+        check_kept_converged(&pair, trial);
+        let again = pair.sync_json(&ARGS[1..], 0);
+        assert_eq!(again["propagated"], 0, "trial {trial}: {again}");
+    }
+    eprintln!("{killed_midway} of {trials} keep-both runs were killed before they finished");
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}

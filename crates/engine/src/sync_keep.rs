@@ -70,12 +70,11 @@ pub(crate) fn name_kept_copies(
             }
         }
     }
-    let folded: HashSet<&RelPath> = kept
+    let folded: HashSet<RelPath> = kept
         .values()
         .filter(|copy| copy.linked)
-        .map(|copy| &copy.path)
+        .map(|copy| copy.path.clone())
         .collect();
-    let folded: HashSet<RelPath> = folded.into_iter().cloned().collect();
     items.retain(|item| !folded.contains(&item.path));
     kept
 }

@@ -222,7 +222,7 @@ mod tests {
             backup_number(b"notes.txt.~1~", b"notes.txt.~1~.~2~"),
             Some(2)
         );
-        assert!(backup_name(&[b'x'; 250], 1).is_some());
-        assert!(backup_name(&[b'x'; 251], 1).is_none());
+        assert!(backup_name(&[b'x'; 251], 1).is_some());
+        assert!(backup_name(&[b'x'; 252], 1).is_none());
     }
 }
