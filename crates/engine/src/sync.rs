@@ -366,6 +366,10 @@ fn run(
         forget_both(&mut sides, &names)?;
     }
     let mut scanned = scan_with_archives(&mut sides, &names, cfg, lost)?;
+    // Never part of the tree, even where a side (an older server) says so.
+    scanned
+        .updates
+        .retain(|update| !crate::sync_exec::in_backup_dir(&update.path));
     report.archives_lost = scanned.archives_lost;
     let mut options = cfg.reconcile_options(a.can_rename() && b.can_rename());
     let mut items =

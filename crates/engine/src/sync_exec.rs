@@ -35,7 +35,7 @@ use std::collections::HashSet;
 mod backup;
 mod keep;
 
-pub(crate) use backup::BACKUP_DIR;
+pub(crate) use backup::{in_backup_dir, BACKUP_DIR};
 
 /// Files (and other entries) received before the chunk is flushed and
 /// committed, and their bytes at most: one flush of each replica per chunk,

@@ -27,6 +27,12 @@ use accord_plan::Side;
 /// The directory at the top of each root where backups are kept.
 pub(crate) const BACKUP_DIR: &[u8] = b".accord-backup";
 
+/// Is `path` the backup directory at the top of a root, or beneath it?
+/// (A side's walk never reports one; an older `accord server` would.)
+pub(crate) fn in_backup_dir(path: &RelPath) -> bool {
+    path.components().next() == Some(BACKUP_DIR)
+}
+
 /// A backup found in the backup directory: its number and entry.
 type Found = (u64, Entry);
 
@@ -200,6 +206,16 @@ pub(crate) fn backup_number(name: &[u8], file_name: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_top_backup_directory_is_one() {
+        let path = |text: &str| RelPath::new(text.as_bytes()).unwrap();
+        assert!(in_backup_dir(&path(".accord-backup")));
+        assert!(in_backup_dir(&path(".accord-backup/dir/f.~1~")));
+        assert!(!in_backup_dir(&path("dir/.accord-backup")));
+        assert!(!in_backup_dir(&path(".accord-backups")));
+        assert!(!in_backup_dir(&RelPath::root()));
+    }
 
     #[test]
     fn backup_names_round_trip_and_reject_others() {
