@@ -170,10 +170,10 @@ fn keep_both_counts_past_a_name_that_is_taken() {
     assert_no_op(&pair, &["--keep-both"]);
 }
 
-#[test]
-fn keep_both_with_prefer_takes_the_preferred_side() {
-    let pair = synced(None);
+fn prefer_picks_the_winner_to_keep_both(remote: Option<&RemoteB>) {
+    let pair = synced(remote);
     edit_both(&pair, "dir/x");
+    let loser_inode = ino(&pair, 'b', "dir/x");
     let report = pair.sync_json(&["--keep-both", "--prefer", "A"], 0);
     // A wins though B is newer: B's version is kept, named by B's mtime.
     let kept = format!("dir/{}", conflict_name("x", B_TIME));
@@ -185,8 +185,15 @@ fn keep_both_with_prefer_takes_the_preferred_side() {
             Some("edited on B, later")
         );
     }
+    // B's version was linked there on B, not copied.
+    assert_eq!(ino(&pair, 'b', &kept), loser_inode);
     pair.assert_equal();
     assert_no_op(&pair, &["--keep-both"]);
+}
+
+#[test]
+fn keep_both_with_prefer_takes_the_preferred_side() {
+    prefer_picks_the_winner_to_keep_both(None);
 }
 
 #[test]
@@ -417,6 +424,7 @@ fn with_b_over_ssh_keep_both_and_backup_work() {
     let base = tempfile::tempdir().unwrap();
     let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
     a_conflict_keeps_both_versions(Some(&remote));
+    prefer_picks_the_winner_to_keep_both(Some(&remote));
     backups_keep_overwritten_and_deleted_versions(Some(&remote));
 }
 
@@ -425,5 +433,6 @@ fn with_b_from_the_daemon_keep_both_and_backup_work() {
     let daemon = Daemon::start();
     let remote = daemon.remote_b();
     a_conflict_keeps_both_versions(Some(&remote));
+    prefer_picks_the_winner_to_keep_both(Some(&remote));
     backups_keep_overwritten_and_deleted_versions(Some(&remote));
 }
