@@ -327,8 +327,11 @@ fn second(i: usize) -> String {
 
 /// A synced pair, then: every `conflicted` file edited on both sides (B's
 /// edit newer), every `backed_up` file rewritten on A.
-fn keep_pair() -> Pair {
-    let pair = Pair::new();
+fn keep_pair(remote: Option<&RemoteB>) -> Pair {
+    let pair = match remote {
+        Some(remote) => Pair::with_remote_b(remote),
+        None => Pair::new(),
+    };
     for i in 0..KEPT {
         pair.write('a', &conflicted(i), &first(i));
     }
@@ -425,8 +428,43 @@ fn check_kept_converged(pair: &Pair, trial: usize) {
 
 #[test]
 fn killed_keep_both_and_backup_syncs_lose_no_version_and_converge() {
-    const ARGS: [&str; 3] = ["--json", "--keep-both", "--backup"];
-    let timing = keep_pair();
+    keep_kill_trials(None, trials());
+}
+
+#[test]
+fn with_b_over_ssh_killed_keep_both_and_backup_syncs_lose_no_version() {
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
+    keep_kill_trials(Some(&remote), (trials() / 2).max(1));
+}
+
+const KEEP_ARGS: [&str; 3] = ["--json", "--keep-both", "--backup"];
+
+/// The first run after a kill, with `KEEP_ARGS` (a remote root may say
+/// it is busy for a moment: see `sync_after_kill`).
+fn keep_sync_after_kill(pair: &Pair) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let out = pair.sync(&KEEP_ARGS);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        let busy = report["fatal"]
+            .as_str()
+            .is_some_and(|f| f.contains("another accord run"));
+        if !busy || start.elapsed() > std::time::Duration::from_secs(20) {
+            assert_exit(&out, 0);
+            return report;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
+    const ARGS: [&str; 3] = KEEP_ARGS;
+    let timing = keep_pair(remote);
     let start = Instant::now();
     let out = timing.sync(&ARGS);
     assert_exit(&out, 0);
@@ -436,9 +474,8 @@ fn killed_keep_both_and_backup_syncs_lose_no_version_and_converge() {
 
     let mut random = 0x6b65_6570_u64 ^ std::process::id() as u64;
     let mut killed_midway = 0;
-    let trials = trials();
     for trial in 0..trials {
-        let pair = keep_pair();
+        let pair = keep_pair(remote);
         let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
         let mut child = pair
             .command(&ARGS)
@@ -451,7 +488,7 @@ fn killed_keep_both_and_backup_syncs_lose_no_version_and_converge() {
         child.kill().ok();
         child.wait().unwrap();
         check_kept_or_backed_up(&pair, trial);
-        let report = pair.sync_json(&ARGS[1..], 0);
+        let report = keep_sync_after_kill(&pair);
         assert_eq!(conflict_paths(&report).len(), 0, "trial {trial}: {report}");
         check_kept_converged(&pair, trial);
         let again = pair.sync_json(&ARGS[1..], 0);
