@@ -345,6 +345,19 @@ fn backup_finishes_what_an_interrupted_run_began() {
 }
 
 #[test]
+fn backup_of_a_file_already_gone_is_no_error() {
+    let pair = synced(None);
+    std::fs::remove_file(pair.path('a', "f")).unwrap();
+    // B's f goes too while the run waits to delete it.
+    let report = paused_sync(&pair, &["--backup"], 0, || {
+        std::fs::remove_file(pair.path('b', "f")).unwrap();
+    });
+    assert_eq!(report["errors"].as_array().unwrap().len(), 0, "{report}");
+    assert!(!pair.exists('b', ".accord-backup"));
+    pair.assert_equal();
+}
+
+#[test]
 fn the_backup_directory_is_never_synced() {
     let pair = synced(None);
     pair.write('a', ".accord-backup/mine.~1~", "a backup of A's");

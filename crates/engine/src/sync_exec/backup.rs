@@ -48,6 +48,11 @@ impl<'a> Propagation<'a> {
         if entry.kind == Kind::Dir {
             return Ok(());
         }
+        // Gone already: nothing to keep (the deletion finds it gone, an
+        // overwrite's re-check refuses).
+        if self.stat(side, &entry.path).is_none() {
+            return Ok(());
+        }
         let (parent, name) = split(&entry.path);
         let dir_path = self.backup_dir(side, &parent)?;
         let dir = self.dir(side, &dir_path, Step::MakeDir)?;
@@ -73,8 +78,8 @@ impl<'a> Propagation<'a> {
         Ok(())
     }
 
-    /// `.accord-backup/PARENT` on `side`, made if missing (each directory
-    /// 0700 until `mkdir`'s caller sets nothing else: backups are private).
+    /// `.accord-backup/PARENT` on `side`, made if missing. Directories made
+    /// here keep the 0700 `mkdir` gives them: backups are the owner's.
     fn backup_dir(&self, side: Side, parent: &RelPath) -> Result<RelPath, SyncError> {
         let mut dir = RelPath::root();
         let components = std::iter::once(BACKUP_DIR).chain(parent.components());
