@@ -353,8 +353,11 @@ fn keep_pair(remote: Option<&RemoteB>) -> Pair {
 
 /// At any moment: each version of a conflict is on its own side under
 /// some name, each name holds one of the versions it may hold, and a
-/// file B lost to A's rewrite is in B's backups.
-fn check_kept_or_backed_up(pair: &Pair, trial: usize) {
+/// file B lost to A's rewrite is in B's backups. Returns how many paths
+/// were caught half way: a loser kept on A but not yet on B, a backup
+/// made of a version still in place.
+fn check_kept_or_backed_up(pair: &Pair, trial: usize) -> [usize; 2] {
+    let mut half_way = [0, 0];
     let read = |side: char, rel: &str| pair.read(side, rel);
     for i in 0..KEPT {
         let (at, copy) = (conflicted(i), kept_copy(i));
@@ -373,6 +376,7 @@ fn check_kept_or_backed_up(pair: &Pair, trial: usize) {
             [None, Some(losing(i))].contains(&b_copy),
             "trial {trial}: b/{copy}"
         );
+        half_way[0] += (a_copy.is_some() && b_copy.is_none()) as usize;
     }
     for i in 0..BACKED_UP {
         let (at, backup) = (backed_up(i), backup_of(i));
@@ -385,7 +389,9 @@ fn check_kept_or_backed_up(pair: &Pair, trial: usize) {
             [None, Some(first(i))].contains(&b_backup),
             "trial {trial}: b/{backup}"
         );
+        half_way[1] += (b == Some(first(i)) && b_backup.is_some()) as usize;
     }
+    half_way
 }
 
 /// After the next run: both versions on both sides, each once; B's old
@@ -474,6 +480,7 @@ fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
 
     let mut random = 0x6b65_6570_u64 ^ std::process::id() as u64;
     let mut killed_midway = 0;
+    let mut caught = [0, 0];
     for trial in 0..trials {
         let pair = keep_pair(remote);
         let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
@@ -487,7 +494,9 @@ fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
         killed_midway += child.try_wait().unwrap().is_none() as usize;
         child.kill().ok();
         child.wait().unwrap();
-        check_kept_or_backed_up(&pair, trial);
+        let half_way = check_kept_or_backed_up(&pair, trial);
+        caught[0] += half_way[0];
+        caught[1] += half_way[1];
         let report = keep_sync_after_kill(&pair);
         assert_eq!(conflict_paths(&report).len(), 0, "trial {trial}: {report}");
         check_kept_converged(&pair, trial);
@@ -495,5 +504,9 @@ fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
         assert_eq!(again["propagated"], 0, "trial {trial}: {again}");
     }
     eprintln!("{killed_midway} of {trials} keep-both runs were killed before they finished");
+    eprintln!(
+        "caught half way: {} losers kept on A only, {} backups of versions still in place",
+        caught[0], caught[1]
+    );
     assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
 }

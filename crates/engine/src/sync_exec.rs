@@ -239,15 +239,18 @@ impl<'a> Propagation<'a> {
     /// carries out its writes in the order they were sent). `late`: the
     /// directories that waited for the renames out of them.
     fn deletions(&mut self, items: &[SyncItem], late: bool) {
-        let started: Vec<_> = items
+        let chosen: Vec<_> = items
             .iter()
             .rev()
             .filter_map(|item| match item.action {
-                Action::Delete { on } if self.deleted_now(item, on, late) => {
-                    Some((item, self.start_delete(item, on)))
-                }
+                Action::Delete { on } if self.deleted_now(item, on, late) => Some((item, on)),
                 _ => None,
             })
+            .collect();
+        let chosen = self.back_up_deleted(chosen);
+        let started: Vec<_> = chosen
+            .into_iter()
+            .map(|(item, on)| (item, self.start_delete(item, on)))
             .collect();
         for (item, pending) in started {
             let deleted = pending.and_then(|p| Ok(p.wait()?));
@@ -284,7 +287,6 @@ impl<'a> Propagation<'a> {
     ) -> Result<Pending<Result<Deleted, crate::Error>>, SyncError> {
         let (parent, name) = split(&item.path);
         let dir = self.dir(on, &parent, crate::error::Action::Delete)?;
-        self.back_up(on, item.entry(on))?;
         Ok(dir.start_delete(name, &Expect::of(item.entry(on))))
     }
 
@@ -573,6 +575,7 @@ impl<'a> Propagation<'a> {
         let dir = self.dir(to, &parent, crate::error::Action::MakeDir)?;
         if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
             self.back_up(to, Some(old))?;
+            self.flush_backups(to)?;
             dir.delete(name, &Expect::entry(old))?;
         }
         let source = item.entry(from).expect("a copy has a source");
@@ -669,6 +672,8 @@ impl<'a> Propagation<'a> {
         if staged.is_empty() {
             return;
         }
+        // Backups are made durable with the temps, before any overwrite.
+        let staged = self.back_up_staged(staged);
         self.flush_replicas();
         let started: Vec<_> = staged
             .into_iter()
@@ -710,10 +715,7 @@ impl<'a> Propagation<'a> {
                 }
                 Deleted::NotEmpty => Err(SyncError::DirectoryNotEmpty),
             },
-            old => {
-                self.back_up(staged.to, old)?;
-                Ok(dir.start_commit(&staged.temp, name, &Expect::of(old)))
-            }
+            old => Ok(dir.start_commit(&staged.temp, name, &Expect::of(old))),
         }
     }
 

@@ -7,6 +7,10 @@
 //! never scanned as part of the tree (`sync_side.rs`), with or without
 //! `--backup`.
 //!
+//! Backups are made for a whole chunk of overwrites (or for all the
+//! deletions of a pass) before its flush, so one flush makes them durable
+//! before anything they keep is replaced or removed.
+//!
 //! The link is made of whatever the path holds when it is made, then
 //! checked to be the version the plan saw (else it is removed again and
 //! the path fails "changed during sync", nothing overwritten); the
@@ -15,14 +19,14 @@
 //! version that is still in place: the next run finds it as the newest
 //! backup (same inode, size and mtime) and does not make it again.
 
-use super::{index, split, synced_props, Propagation};
+use super::{index, split, synced_props, Propagation, Staged};
 use crate::error::Action as Step;
 use crate::replica::ReplicaDir;
 use crate::sync::SyncError;
 use crate::sync_keep::expect_found;
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Entry, Expect, Kind, RelPath};
-use accord_plan::Side;
+use accord_plan::{Side, SyncItem};
 
 /// The directory at the top of each root where backups are kept.
 pub(crate) const BACKUP_DIR: &[u8] = b".accord-backup";
@@ -64,7 +68,7 @@ impl<'a> Propagation<'a> {
         if !already {
             let number = newest + 1;
             let backup_name = backup_name(name, number).ok_or_else(name_too_long)?;
-            self.link_backup(side, dir.as_ref(), &backup_name, entry)?;
+            self.link_backup(dir.as_ref(), &backup_name, entry)?;
             let path = dir_path.join(&backup_name).map_err(|_| name_too_long())?;
             found.push((
                 number,
@@ -76,6 +80,57 @@ impl<'a> Propagation<'a> {
         }
         rotate(dir.as_ref(), &found, keep);
         Ok(())
+    }
+
+    /// Back up what each deletion removes; those whose version could not
+    /// be kept fail and are left out. The backups are flushed before any
+    /// deletion is started.
+    pub(super) fn back_up_deleted<'i>(
+        &mut self,
+        chosen: Vec<(&'i SyncItem, Side)>,
+    ) -> Vec<(&'i SyncItem, Side)> {
+        if self.cfg.backups.is_none() {
+            return chosen;
+        }
+        let mut kept = Vec::with_capacity(chosen.len());
+        for (item, on) in chosen {
+            match self.back_up(on, item.entry(on)) {
+                Ok(()) => kept.push((item, on)),
+                Err(error) => self.fail(&item.path, error),
+            }
+        }
+        self.flush_replicas();
+        kept
+    }
+
+    /// Back up what each staged temp will replace (the chunk's flush then
+    /// makes the backups durable before the commits); a temp whose target
+    /// could not be kept is discarded and its path fails.
+    pub(super) fn back_up_staged(&mut self, staged: Vec<Staged<'a>>) -> Vec<Staged<'a>> {
+        if self.cfg.backups.is_none() {
+            return staged;
+        }
+        let mut kept = Vec::with_capacity(staged.len());
+        for one in staged {
+            match self.back_up(one.to, one.item.entry(one.to)) {
+                Ok(()) => kept.push(one),
+                Err(error) => {
+                    self.discard(&one);
+                    self.fail(&one.item.path, error);
+                }
+            }
+        }
+        kept
+    }
+
+    /// Make `side`'s backups durable before what they keep is removed.
+    pub(super) fn flush_backups(&self, side: Side) -> Result<(), SyncError> {
+        if self.cfg.backups.is_none() || !self.cfg.fsync {
+            return Ok(());
+        }
+        self.replicas[index(side)]
+            .sync_all()
+            .map_err(|e| SyncError::Replica(crate::Error::io(Step::Flush)(e)))
     }
 
     /// `.accord-backup/PARENT` on `side`, made if missing. Directories made
@@ -123,7 +178,6 @@ impl<'a> Propagation<'a> {
     /// check that it is the version the plan saw.
     fn link_backup(
         &self,
-        side: Side,
         dir: &dyn ReplicaDir,
         backup_name: &[u8],
         entry: &Entry,
@@ -138,11 +192,6 @@ impl<'a> Propagation<'a> {
             };
             dir.make_node(backup_name, &node, mask)?
         };
-        if self.cfg.fsync {
-            self.replicas[index(side)]
-                .sync_all()
-                .map_err(crate::Error::io(Step::Flush))?;
-        }
         if let Err(e) = dir.commit(&temp, backup_name, &Expect::Absent) {
             dir.discard(&temp);
             return Err(e.into());
