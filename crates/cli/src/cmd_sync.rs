@@ -77,6 +77,27 @@ pub struct SyncArgs {
     /// its entries ("50%").
     #[arg(long, value_name = "N|P%", default_value = "50%")]
     max_delete: String,
+    /// Resolve a conflict between two changed files (or links, or other
+    /// non-directories) by keeping both: the winner (--prefer's, else the
+    /// newer mtime) keeps the name on both sides, the other version is
+    /// kept beside it on both as NAME.conflict-HOST-DATE (HOST: its side's
+    /// host; DATE: its mtime, UTC).
+    #[arg(long)]
+    keep_both: bool,
+    /// Keep every version a sync overwrites or deletes on a side in
+    /// .accord-backup/ at the top of that root, as RELPATH.~N~ (the
+    /// highest N the newest; a hard link, no data copied).
+    /// .accord-backup is never synced.
+    #[arg(long)]
+    backup: bool,
+    /// With --backup: how many backups to keep per path (the newest).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 2,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    max_backups: u32,
     /// Propagate a path deleted on one side and an equal one created there
     /// as a deletion and a copy, not as a rename of the other side's entry.
     #[arg(long)]
@@ -180,6 +201,8 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.max_delete = max_delete;
     cfg.renames = !args.no_renames;
     cfg.hard_links = !args.no_hard_links;
+    cfg.keep_both = args.keep_both;
+    cfg.backups = args.backup.then_some(args.max_backups);
     cfg.force = args.force.map(side_of);
     cfg.prefer = args.prefer.map(|prefer| match prefer {
         PreferArg::A => Preference::Side(SyncSide::A),
@@ -367,16 +390,29 @@ fn action_text(action: SyncAction) -> String {
         SyncAction::Conflict(reason) => format!("conflict: {}", reason_text(reason)),
         SyncAction::Rename { on } => format!("renamed on {}", side_name(on)),
         SyncAction::MovedWith { on } => format!("moved on {}", side_name(on)),
+        SyncAction::KeepBoth { winner } => format!(
+            "kept both, {} -> {}",
+            side_name(winner),
+            side_name(winner.other())
+        ),
     }
 }
 
 /// A change's path; a rename's as `old -> new`, a hard link's as
-/// `new => the name it was linked to`.
+/// `new => the name it was linked to`, a keep-both's with where the other
+/// version was kept.
 fn change_path(change: &accord_engine::Propagated) -> String {
-    match (&change.from, &change.linked_to) {
-        (Some(from), _) => format!("{} -> {}", from.display(), change.path.display()),
-        (None, Some(leader)) => format!("{} => {}", change.path.display(), leader.display()),
-        (None, None) => change.path.display(),
+    match (&change.from, &change.linked_to, &change.kept_as) {
+        (Some(from), _, _) => format!("{} -> {}", from.display(), change.path.display()),
+        (None, Some(leader), _) => {
+            format!("{} => {}", change.path.display(), leader.display())
+        }
+        (None, None, Some(kept)) => format!(
+            "{} (other version: {})",
+            change.path.display(),
+            kept.display()
+        ),
+        (None, None, None) => change.path.display(),
     }
 }
 
@@ -385,6 +421,14 @@ fn linked(report: &SyncReport) -> usize {
         .propagated
         .iter()
         .filter(|change| change.linked_to.is_some())
+        .count()
+}
+
+fn kept_both(report: &SyncReport) -> usize {
+    report
+        .propagated
+        .iter()
+        .filter(|change| change.kept_as.is_some())
         .count()
 }
 
@@ -457,10 +501,11 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         eprintln!(
-            "{} propagated ({} renamed, {} linked), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
+            "{} propagated ({} renamed, {} linked, {} kept both), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
             report.propagated.len(),
             renamed(report),
             linked(report),
+            kept_both(report),
             report.agreed,
             report.conflicts.len(),
             report.errors.len(),
@@ -479,6 +524,8 @@ struct JsonReport {
     /// Of those, copies made as hard links to another name of their
     /// group (no contents sent).
     linked: usize,
+    /// Of those, conflicts resolved by --keep-both.
+    kept_both: usize,
     changes: Vec<JsonChange>,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
@@ -504,6 +551,9 @@ struct JsonChange {
     /// A copy made as a hard link: the name it was linked to.
     #[serde(skip_serializing_if = "Option::is_none")]
     linked_to: Option<String>,
+    /// --keep-both: where the losing version was kept (on both sides).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept_as: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -524,6 +574,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
         propagated: report.propagated.len(),
         renamed: renamed(report),
         linked: linked(report),
+        kept_both: kept_both(report),
         changes: report
             .propagated
             .iter()
@@ -532,6 +583,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
                 action: action_text(change.action),
                 from: change.from.as_ref().map(RelPath::display),
                 linked_to: change.linked_to.as_ref().map(RelPath::display),
+                kept_as: change.kept_as.as_ref().map(RelPath::display),
             })
             .collect(),
         conflicts: report

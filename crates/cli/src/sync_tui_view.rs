@@ -90,6 +90,9 @@ pub(crate) fn what(item: &SyncItem) -> String {
         SyncAction::Nothing => "skipped".into(),
         SyncAction::Rename { on } => format!("RENAME on {}", side_letter(on)),
         SyncAction::MovedWith { on } => format!("moved on {}", side_letter(on)),
+        SyncAction::KeepBoth { winner } => {
+            format!("KEEP BOTH ({} kept aside)", side_letter(winner.other()))
+        }
     }
 }
 

@@ -330,3 +330,233 @@ fn hidden_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+// ---- --keep-both and --backup killed midway ----------------------------
+
+/// Conflicts kept both ways, and files overwritten on B with a backup.
+const KEPT: usize = 80;
+const BACKED_UP: usize = 80;
+
+/// mtimes of the two versions of a conflict: B's is the newer, so A's
+/// version is the one kept aside, as `NAME.conflict-HOST-20010909-014640`.
+const LOSER_TIME: i64 = 1_000_000_000;
+const WINNER_TIME: i64 = 1_100_000_000;
+
+fn conflicted(i: usize) -> String {
+    format!("k{}/c{i:03}", i % 5)
+}
+
+fn kept_copy(i: usize) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    format!("{}.conflict-{}-20010909-014640", conflicted(i), host.trim())
+}
+
+fn backed_up(i: usize) -> String {
+    format!("b{}/o{i:03}", i % 5)
+}
+
+fn backup_of(i: usize) -> String {
+    format!(".accord-backup/{}.~1~", backed_up(i))
+}
+
+fn losing(i: usize) -> String {
+    format!("A's version of {i} ").repeat(300 + i)
+}
+
+fn winning(i: usize) -> String {
+    format!("B's version of {i} ").repeat(200 + i)
+}
+
+fn first(i: usize) -> String {
+    format!("first {i} ").repeat(500)
+}
+
+fn second(i: usize) -> String {
+    format!("second {i} ").repeat(400 + i)
+}
+
+/// A synced pair, then: every `conflicted` file edited on both sides (B's
+/// edit newer), every `backed_up` file rewritten on A.
+fn keep_pair(remote: Option<&RemoteB>) -> Pair {
+    let pair = match remote {
+        Some(remote) => Pair::with_remote_b(remote),
+        None => Pair::new(),
+    };
+    for i in 0..KEPT {
+        pair.write('a', &conflicted(i), &first(i));
+    }
+    for i in 0..BACKED_UP {
+        pair.write('a', &backed_up(i), &first(i));
+    }
+    pair.sync_json(&[], 0);
+    for i in 0..KEPT {
+        pair.write('a', &conflicted(i), &losing(i));
+        pair.write('b', &conflicted(i), &winning(i));
+        set_mtime(&pair.path('a', &conflicted(i)), LOSER_TIME);
+        set_mtime(&pair.path('b', &conflicted(i)), WINNER_TIME);
+    }
+    for i in 0..BACKED_UP {
+        pair.write('a', &backed_up(i), &second(i));
+    }
+    pair
+}
+
+/// At any moment: each version of a conflict is on its own side under
+/// some name, each name holds one of the versions it may hold, and a
+/// file B lost to A's rewrite is in B's backups. Returns how many paths
+/// were caught half way: a loser kept on A but not yet on B, a backup
+/// made of a version still in place.
+fn check_kept_or_backed_up(pair: &Pair, trial: usize) -> [usize; 2] {
+    let mut half_way = [0, 0];
+    let read = |side: char, rel: &str| pair.read(side, rel);
+    for i in 0..KEPT {
+        let (at, copy) = (conflicted(i), kept_copy(i));
+        let (a, a_copy) = (read('a', &at), read('a', &copy));
+        assert!(
+            a == Some(losing(i)) || (a == Some(winning(i)) && a_copy == Some(losing(i))),
+            "trial {trial}: A's version of {at} is gone"
+        );
+        assert!(
+            [None, Some(losing(i))].contains(&a_copy),
+            "trial {trial}: a/{copy}"
+        );
+        assert_eq!(read('b', &at), Some(winning(i)), "trial {trial}: b/{at}");
+        let b_copy = read('b', &copy);
+        assert!(
+            [None, Some(losing(i))].contains(&b_copy),
+            "trial {trial}: b/{copy}"
+        );
+        half_way[0] += (a_copy.is_some() && b_copy.is_none()) as usize;
+    }
+    for i in 0..BACKED_UP {
+        let (at, backup) = (backed_up(i), backup_of(i));
+        let (b, b_backup) = (read('b', &at), read('b', &backup));
+        assert!(
+            b == Some(first(i)) || (b == Some(second(i)) && b_backup == Some(first(i))),
+            "trial {trial}: B's first version of {at} is gone"
+        );
+        assert!(
+            [None, Some(first(i))].contains(&b_backup),
+            "trial {trial}: b/{backup}"
+        );
+        half_way[1] += (b == Some(first(i)) && b_backup.is_some()) as usize;
+    }
+    half_way
+}
+
+/// After the next run: both versions on both sides, each once; B's old
+/// versions backed up once.
+fn check_kept_converged(pair: &Pair, trial: usize) {
+    for side in ['a', 'b'] {
+        for i in 0..KEPT {
+            assert_eq!(
+                pair.read(side, &conflicted(i)),
+                Some(winning(i)),
+                "trial {trial}"
+            );
+            assert_eq!(
+                pair.read(side, &kept_copy(i)),
+                Some(losing(i)),
+                "trial {trial}"
+            );
+            let twice = format!("{}-2", kept_copy(i));
+            assert!(!pair.exists(side, &twice), "trial {trial}: {side}/{twice}");
+        }
+        for i in 0..BACKED_UP {
+            assert_eq!(
+                pair.read(side, &backed_up(i)),
+                Some(second(i)),
+                "trial {trial}"
+            );
+        }
+    }
+    for i in 0..BACKED_UP {
+        assert_eq!(
+            pair.read('b', &backup_of(i)),
+            Some(first(i)),
+            "trial {trial}"
+        );
+        let twice = backup_of(i).replace(".~1~", ".~2~");
+        assert!(!pair.exists('b', &twice), "trial {trial}: b/{twice}");
+    }
+    pair.assert_equal();
+}
+
+#[test]
+fn killed_keep_both_and_backup_syncs_lose_no_version_and_converge() {
+    keep_kill_trials(None, trials());
+}
+
+#[test]
+fn with_b_over_ssh_killed_keep_both_and_backup_syncs_lose_no_version() {
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
+    keep_kill_trials(Some(&remote), (trials() / 2).max(1));
+}
+
+const KEEP_ARGS: [&str; 3] = ["--json", "--keep-both", "--backup"];
+
+/// The first run after a kill, with `KEEP_ARGS` (a remote root may say
+/// it is busy for a moment: see `sync_after_kill`).
+fn keep_sync_after_kill(pair: &Pair) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let out = pair.sync(&KEEP_ARGS);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        let busy = report["fatal"]
+            .as_str()
+            .is_some_and(|f| f.contains("another accord run"));
+        if !busy || start.elapsed() > std::time::Duration::from_secs(20) {
+            assert_exit(&out, 0);
+            return report;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
+    const ARGS: [&str; 3] = KEEP_ARGS;
+    let timing = keep_pair(remote);
+    let start = Instant::now();
+    let out = timing.sync(&ARGS);
+    assert_exit(&out, 0);
+    let full_run = start.elapsed();
+    check_kept_converged(&timing, usize::MAX);
+    eprintln!("an uninterrupted keep-both and backup run took {full_run:?}");
+
+    let mut random = 0x6b65_6570_u64 ^ std::process::id() as u64;
+    let mut killed_midway = 0;
+    let mut caught = [0, 0];
+    for trial in 0..trials {
+        let pair = keep_pair(remote);
+        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
+        let mut child = pair
+            .command(&ARGS)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        killed_midway += child.try_wait().unwrap().is_none() as usize;
+        child.kill().ok();
+        child.wait().unwrap();
+        let half_way = check_kept_or_backed_up(&pair, trial);
+        caught[0] += half_way[0];
+        caught[1] += half_way[1];
+        let report = keep_sync_after_kill(&pair);
+        assert_eq!(conflict_paths(&report).len(), 0, "trial {trial}: {report}");
+        check_kept_converged(&pair, trial);
+        let again = pair.sync_json(&ARGS[1..], 0);
+        assert_eq!(again["propagated"], 0, "trial {trial}: {again}");
+    }
+    eprintln!("{killed_midway} of {trials} keep-both runs were killed before they finished");
+    eprintln!(
+        "caught half way: {} losers kept on A only, {} backups of versions still in place",
+        caught[0], caught[1]
+    );
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}

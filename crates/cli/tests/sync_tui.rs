@@ -64,6 +64,11 @@ impl Tmux {
     /// `accord sync A B` (interactive: no --batch) in a new 120x40 pane;
     /// its exit status goes to `status_file`, then the pane stays.
     fn start_sync(pair: &Pair, status_file: &std::path::Path) -> Tmux {
+        Tmux::start_sync_with(pair, status_file, "")
+    }
+
+    /// `start_sync` with options (`extra`, as the shell reads them).
+    fn start_sync_with(pair: &Pair, status_file: &std::path::Path, extra: &str) -> Tmux {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let socket = format!(
             "accord-tui-{}-{}",
@@ -71,7 +76,7 @@ impl Tmux {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let shell = format!(
-            "ACCORD_STATE_DIR={} {} sync {} {}; echo $? > {}; sleep 600",
+            "ACCORD_STATE_DIR={} {} sync {extra} {} {}; echo $? > {}; sleep 600",
             quoted(&pair.state),
             quoted(&bin()),
             quoted(&pair.a),
@@ -280,6 +285,31 @@ fn tui_quit_changes_nothing() {
     // Still a conflict and two changes for the next run.
     let report = pair.sync_json(&[], 1);
     assert_eq!(report["propagated"], 2, "{report}");
+}
+
+#[test]
+fn tui_shows_a_conflict_kept_both_and_keeps_it() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    // B's edit of the conflict is the newer: A's version is kept aside.
+    set_mtime(&pair.path('a', "both.txt"), 1_000_000_000);
+    set_mtime(&pair.path('b', "both.txt"), 1_100_000_000);
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync_with(&pair, &status, "--keep-both");
+    let screen = tmux.wait_for_row("both.txt", "KEEP BOTH (A kept aside)");
+    let both = row(&screen, "both.txt").unwrap();
+    assert!(both.contains("A <---- B"), "{screen}");
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&status), 0, "{}", tmux.screen());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let kept = format!("both.txt.conflict-{}-20010909-014640", host.trim());
+    for side in ['a', 'b'] {
+        assert_eq!(pair.read(side, "both.txt").as_deref(), Some("from b\n"));
+        assert_eq!(pair.read(side, &kept).as_deref(), Some("from a\n"));
+    }
+    pair.assert_equal();
 }
 
 /// A synced pair, then `f.txt` renamed to `g.txt` on A.

@@ -16,6 +16,7 @@ mod replica;
 mod run;
 mod sync;
 mod sync_exec;
+mod sync_keep;
 mod sync_scan;
 mod sync_side;
 mod sync_transfer;

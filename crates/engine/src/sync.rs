@@ -47,6 +47,13 @@ pub struct SyncConfig {
     pub hard_links: bool,
     /// Flush new contents to disk before they are renamed into place.
     pub fsync: bool,
+    /// `--keep-both`: a conflict between two changed non-directories keeps
+    /// both versions, the loser's as `NAME.conflict-HOST-DATE`.
+    pub keep_both: bool,
+    /// `--backup`: the newest this many versions a sync overwrote or
+    /// deleted at a path are kept in `.accord-backup/` on that side
+    /// (`--max-backups`); `None`: no backups.
+    pub backups: Option<u32>,
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
     pub state_dir: PathBuf,
@@ -63,6 +70,8 @@ impl SyncConfig {
             renames: true,
             hard_links: true,
             fsync: true,
+            keep_both: false,
+            backups: None,
             state_dir,
         }
     }
@@ -94,6 +103,7 @@ impl SyncConfig {
             force: self.force,
             renames: self.renames && can_rename,
             hard_links: self.hard_links,
+            keep_both: self.keep_both,
         }
     }
 }
@@ -213,6 +223,8 @@ pub struct Propagated {
     /// For a copy made as a hard link: the name it was linked to (on the
     /// receiving side), which holds the same contents.
     pub linked_to: Option<RelPath>,
+    /// For `KeepBoth`: where the losing version is kept (on both sides).
+    pub kept_as: Option<RelPath>,
 }
 
 /// What a sync run did.
@@ -367,6 +379,10 @@ fn run(
         forget_both(&mut sides, &names)?;
     }
     let mut scanned = scan_with_archives(&mut sides, &names, cfg, lost)?;
+    // Never part of the tree, even where a side (an older server) says so.
+    scanned
+        .updates
+        .retain(|update| !crate::sync_exec::in_backup_dir(&update.path));
     report.archives_lost = scanned.archives_lost;
     let mut options = cfg.reconcile_options(a.can_rename() && b.can_rename());
     let mut items =
@@ -397,7 +413,12 @@ fn run(
         hook();
     }
     scanned.forget_updates();
-    propagate(replicas, &mut sides, &scanned, &items, cfg, hooks, report);
+    let kept = crate::sync_keep::name_kept_copies(replicas, &mut items);
+    let plan = crate::sync_exec::Plan {
+        items: &items,
+        kept: &kept,
+    };
+    propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
     Ok(())
 }
 

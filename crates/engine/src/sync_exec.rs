@@ -34,8 +34,12 @@ use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem};
 use std::collections::HashSet;
 
+mod backup;
+mod keep;
 #[path = "sync_links.rs"]
 mod links;
+
+pub(crate) use backup::{in_backup_dir, BACKUP_DIR};
 
 /// Files (and other entries) received before the chunk is flushed and
 /// committed, and their bytes at most: one flush of each replica per chunk,
@@ -56,8 +60,8 @@ struct Done {
     path: RelPath,
     action: Action,
     records: [Record; 2],
-    /// A rename's source, or the leader a copy was linked to
-    /// (`sync_links.rs`).
+    /// A rename's source, the leader a copy was linked to
+    /// (`sync_links.rs`), or for `KeepBoth` where the loser was kept.
     from: Option<RelPath>,
 }
 
@@ -113,16 +117,24 @@ struct InFlight<'i> {
     record: Option<(Side, Side, Entry)>,
 }
 
-/// Carry out `items` and record what succeeded in both archives.
+/// What a run carries out: the plan's items, and the names `--keep-both`
+/// chose for the versions it keeps aside.
+pub(crate) struct Plan<'p> {
+    pub items: &'p [SyncItem],
+    pub kept: &'p crate::sync_keep::KeptCopies,
+}
+
+/// Carry out the plan and record what succeeded in both archives.
 pub(crate) fn propagate(
     replicas: [&dyn Replica; 2],
     archives: &mut [Box<dyn SideSession + '_>; 2],
     scanned: &Scanned,
-    items: &[SyncItem],
+    plan: Plan,
     cfg: &SyncConfig,
     hooks: &crate::sync::SyncHooks,
     report: &mut SyncReport,
 ) {
+    let Plan { items, kept } = plan;
     let mut run = Propagation {
         replicas,
         cfg,
@@ -140,6 +152,8 @@ pub(crate) fn propagate(
     run.flush(archives, report);
     run.entries_in_order(items, archives, report);
     run.links(items, archives, hooks.before_links, report);
+    run.keep_both(items, kept);
+    run.flush(archives, report);
     run.directory_props(items);
     run.deletions(items, true);
     run.flush(archives, report);
@@ -243,15 +257,18 @@ impl<'a> Propagation<'a> {
     /// carries out its writes in the order they were sent). `late`: the
     /// directories that waited for the renames out of them.
     fn deletions(&mut self, items: &[SyncItem], late: bool) {
-        let started: Vec<_> = items
+        let chosen: Vec<_> = items
             .iter()
             .rev()
             .filter_map(|item| match item.action {
-                Action::Delete { on } if self.deleted_now(item, on, late) => {
-                    Some((item, self.start_delete(item, on)))
-                }
+                Action::Delete { on } if self.deleted_now(item, on, late) => Some((item, on)),
                 _ => None,
             })
+            .collect();
+        let chosen = self.back_up_deleted(chosen);
+        let started: Vec<_> = chosen
+            .into_iter()
+            .map(|(item, on)| (item, self.start_delete(item, on)))
             .collect();
         for (item, pending) in started {
             let deleted = pending.and_then(|p| Ok(p.wait()?));
@@ -579,6 +596,8 @@ impl<'a> Propagation<'a> {
         let (parent, name) = split(&item.path);
         let dir = self.dir(to, &parent, crate::error::Action::MakeDir)?;
         if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
+            self.back_up(to, Some(old))?;
+            self.flush_backups(to)?;
             dir.delete(name, &Expect::entry(old))?;
         }
         let source = item.entry(from).expect("a copy has a source");
@@ -675,6 +694,8 @@ impl<'a> Propagation<'a> {
         if staged.is_empty() {
             return;
         }
+        // Backups are made durable with the temps, before any overwrite.
+        let staged = self.back_up_staged(staged);
         self.flush_replicas();
         let started: Vec<_> = staged
             .into_iter()
@@ -885,6 +906,13 @@ impl<'a> Propagation<'a> {
                 // A rename's source, and what moved with a directory: the
                 // rename itself is the change reported.
                 Action::Nothing | Action::MovedWith { .. } => {}
+                action @ Action::KeepBoth { .. } => report.propagated.push(Propagated {
+                    path: one.path,
+                    action,
+                    from: None,
+                    linked_to: None,
+                    kept_as: one.from,
+                }),
                 action => {
                     let (from, linked_to) = match action {
                         Action::Rename { .. } => (one.from, None),
@@ -895,6 +923,7 @@ impl<'a> Propagation<'a> {
                         action,
                         from,
                         linked_to,
+                        kept_as: None,
                     })
                 }
             }

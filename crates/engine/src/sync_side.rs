@@ -329,6 +329,14 @@ struct Walker<'a> {
     out: SideScan,
 }
 
+/// What a sync never takes as part of the tree: the backup directory at
+/// the top of the root (`--backup`), whether or not this run makes
+/// backups, so that runs with and without it agree.
+fn sync_rules() -> IgnoreRules {
+    let backups = format!("/{}", String::from_utf8_lossy(crate::sync_exec::BACKUP_DIR));
+    IgnoreRules::new(&[backups]).expect("a valid pattern")
+}
+
 fn now_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -347,7 +355,7 @@ impl<'a> Walker<'a> {
             archive,
             stream: None,
             detect: opts.detect,
-            rules: IgnoreRules::new(&[]).expect("no patterns"),
+            rules: sync_rules(),
             scan_start_s: now_s(),
             out: SideScan::default(),
         }

@@ -16,6 +16,7 @@
 
 pub mod detect;
 mod dirs;
+pub mod keep_both;
 mod links;
 pub mod plan_edit;
 pub mod reconcile;
@@ -24,6 +25,7 @@ pub mod sync_guard;
 
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
+pub use keep_both::{conflict_name, host_label, keep_both_winner, utc_stamp};
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};
 pub use reconcile::{
     choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason, LinkTo,

@@ -54,6 +54,7 @@ pub fn winner(action: Action) -> Option<Side> {
         Action::Copy { from, .. }
         | Action::CopyProps { from, .. }
         | Action::CopyContentsAndPropsBack { from, .. } => Some(from),
+        Action::KeepBoth { winner } => Some(winner),
         Action::Delete { on } | Action::Rename { on } | Action::MovedWith { on } => {
             Some(on.other())
         }

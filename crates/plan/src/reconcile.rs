@@ -156,6 +156,10 @@ pub enum Action {
     /// Beneath a renamed directory: moved by that directory's rename,
     /// nothing of its own to do but be recorded.
     MovedWith { on: Side },
+    /// `--keep-both`: two non-directories changed differently; `winner`'s
+    /// version keeps the path on both sides and the loser's is kept on
+    /// both beside it under a conflict name (`keep_both.rs`).
+    KeepBoth { winner: Side },
 }
 
 /// `--prefer`: how a conflict is resolved.
@@ -179,6 +183,8 @@ pub enum Policy {
     Force(Side),
     /// A person chose this in the interactive mode ([`crate::PlanEdit`]).
     Chosen(Choice),
+    /// `--keep-both`: both versions kept, this side's under the name.
+    KeepBoth(Side),
 }
 
 /// A person's decision about one path of a sync plan (and its subtree when
@@ -204,6 +210,10 @@ pub struct ReconcileOptions {
     /// Make copies of a hard-link group's names links on the receiving
     /// side (`links.rs`).
     pub hard_links: bool,
+    /// `--keep-both`: resolve conflicts between two changed non-directories
+    /// by keeping both versions (`keep_both.rs`). `force` wins over it;
+    /// `prefer` picks its winner.
+    pub keep_both: bool,
 }
 
 /// A policy's decision: what reconciliation had found, and which policy
@@ -595,6 +605,26 @@ fn reconcile_at(
 ) -> usize {
     let update = &updates[index];
     let found = found_at(updates, index, &options.props);
+    if let Some(winner) = crate::keep_both::keep_both_winner(update, found, options) {
+        items.push(sync_item(
+            update,
+            Action::KeepBoth { winner },
+            Some(Override {
+                found,
+                by: Policy::KeepBoth(winner),
+            }),
+        ));
+        // Two non-directories: what an archive held beneath is gone on
+        // both sides, and agreed as such.
+        let end = subtree_end(updates, index);
+        for beneath in &updates[index + 1..end] {
+            let action = reconcile_path(&beneath.a, &beneath.b, &options.props);
+            if action != Action::Nothing {
+                items.push(sync_item(beneath, action, None));
+            }
+        }
+        return end;
+    }
     let decision = policy_decision(update, found, options);
     let decide = |at: &PathUpdate| match decision {
         Some((winner, policy)) => decided_by(at, found, winner, policy, &options.props),
@@ -693,7 +723,7 @@ fn subtree_end(updates: &[PathUpdate], index: usize) -> usize {
 }
 
 /// The side `preference` picks for a conflict at `update`, if it can.
-fn preferred_side(update: &PathUpdate, preference: Preference) -> Option<Side> {
+pub(crate) fn preferred_side(update: &PathUpdate, preference: Preference) -> Option<Side> {
     // The side that wins when A's mtime is the later one.
     let winner_if_a_is_later = match preference {
         Preference::Side(side) => return Some(side),

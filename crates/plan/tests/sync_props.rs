@@ -72,6 +72,8 @@ struct World {
     archive_a: Archive,
     archive_b: Archive,
     last_stamp: i64,
+    /// Where the last sync's `--keep-both` kept each loser.
+    kept: BTreeMap<RelPath, RelPath>,
 }
 
 impl World {
@@ -261,6 +263,10 @@ fn apply_one(world: &mut World, item: &SyncItem, times: bool) {
             let from = &item.moved.as_ref().expect("a rename has a source").from;
             move_tree(world.tree_mut(on), from, at);
         }
+        Action::KeepBoth { winner } => {
+            let mtimes = [winner, winner.other()].map(|side| carried(&world.tree(side)[at]));
+            keep_both(world, at, winner, mtimes, stamp);
+        }
         // Moved by its directory's rename.
         Action::MovedWith { .. }
         | Action::Delete { .. }
@@ -268,6 +274,46 @@ fn apply_one(world: &mut World, item: &SyncItem, times: bool) {
         | Action::Nothing
         | Action::Conflict(_) => {}
     }
+}
+
+/// Where the model keeps a loser of `--keep-both`: the first of
+/// `NAME.keptN` that neither side nor archive holds (the engine names it
+/// `NAME.conflict-HOST-DATE`, then `-2`, `-3`…).
+fn kept_path(world: &World, at: &RelPath) -> RelPath {
+    (1..)
+        .map(|n| path(&format!("{at}.kept{n}")))
+        .find(|kept| {
+            !world.a.contains_key(kept)
+                && !world.b.contains_key(kept)
+                && !world.archive_a.contains_key(kept)
+                && !world.archive_b.contains_key(kept)
+        })
+        .expect("a free name")
+}
+
+/// `--keep-both`: the loser's side links its version to the kept name
+/// (same node) and takes the winner's; the winner's side gets a copy of
+/// the loser's version under the kept name.
+/// `mtimes`: what the winner's and the loser's copies get.
+fn keep_both(world: &mut World, at: &RelPath, winner: Side, mtimes: [i64; 2], stamp: i64) {
+    let loser = winner.other();
+    let kept = world.tree(loser)[at].clone();
+    let kept_at = kept_path(world, at);
+    world.kept.insert(at.clone(), kept_at.clone());
+    let won = Node {
+        mtime: mtimes[0],
+        stamp,
+        ..world.tree(winner)[at].clone()
+    };
+    world.tree_mut(loser).insert(kept_at.clone(), kept.clone());
+    world.tree_mut(loser).insert(at.clone(), won);
+    let copy_stamp = world.fresh_stamp();
+    let copy = Node {
+        stamp: copy_stamp,
+        mtime: mtimes[1],
+        ..kept
+    };
+    world.tree_mut(winner).insert(kept_at, copy);
 }
 
 /// Rename `from` (with its subtree) to `to`, keeping every node as it is.
@@ -289,6 +335,10 @@ fn move_tree(tree: &mut Tree, from: &RelPath, to: &RelPath) {
 /// every path the plan settled (conflicts keep their old entries).
 fn record(world: &mut World, items: &[SyncItem]) {
     for item in items.iter().filter(|item| item.conflict().is_none()) {
+        if matches!(item.action, Action::KeepBoth { .. }) {
+            let kept = world.kept[&item.path].clone();
+            record_path(world, &kept);
+        }
         for side in [Side::A, Side::B] {
             let now = world.tree(side).get(&item.path);
             let observed = now.map(|node| observe(&item.path, node, true));
@@ -304,7 +354,19 @@ fn record(world: &mut World, items: &[SyncItem]) {
     }
 }
 
+/// Both archives record what their side holds at `at`.
+fn record_path(world: &mut World, at: &RelPath) {
+    for side in [Side::A, Side::B] {
+        let observed = world.tree(side).get(at).map(|node| observe(at, node, true));
+        match observed {
+            Some(observed) => world.archive_mut(side).insert(at.clone(), observed),
+            None => world.archive_mut(side).remove(at),
+        };
+    }
+}
+
 fn sync(world: &mut World, options: &SyncOptions) -> Outcome {
+    world.kept.clear();
     let outcome = plan(world, options);
     apply(world, &outcome.items, options.detect.props.times);
     record(world, &outcome.items);
@@ -582,6 +644,7 @@ fn world_of(archived: usize, a: usize, b: usize) -> World {
         archive_a: agreed.clone(),
         archive_b: agreed,
         last_stamp: 1000,
+        kept: BTreeMap::new(),
     }
 }
 
@@ -618,7 +681,30 @@ fn option_sets() -> Vec<SyncOptions> {
             reconcile: reconcile(None, Some(Side::B)),
             ..SyncOptions::default()
         },
+        SyncOptions {
+            reconcile: keep_both_options(None),
+            ..SyncOptions::default()
+        },
+        with_times(SyncOptions {
+            reconcile: keep_both_options(Some(Preference::Older)),
+            ..SyncOptions::default()
+        }),
+        SyncOptions {
+            reconcile: ReconcileOptions {
+                force: Some(Side::A),
+                ..keep_both_options(None)
+            },
+            ..SyncOptions::default()
+        },
     ]
+}
+
+fn keep_both_options(prefer: Option<Preference>) -> ReconcileOptions {
+    ReconcileOptions {
+        prefer,
+        keep_both: true,
+        ..ReconcileOptions::default()
+    }
 }
 
 #[test]
@@ -634,6 +720,136 @@ fn every_triple_of_archive_and_side_states_syncs_safely() {
                 }
             }
         }
+    }
+}
+
+/// The winner `--keep-both` must pick at a path: the `--prefer` rule's
+/// when it decides, else the newer mtime, A on a tie.
+fn expected_keep_both_winner(before: &World, at: &RelPath, prefer: Option<Preference>) -> Side {
+    let (a, b) = (before.a[at].mtime, before.b[at].mtime);
+    let newer = if b > a { Side::B } else { Side::A };
+    match prefer {
+        Some(Preference::Side(side)) => side,
+        Some(Preference::Newer) if a != b => newer,
+        Some(Preference::Older) if a != b => newer.other(),
+        _ => newer,
+    }
+}
+
+/// Every conflict between two changed non-directories is kept both ways
+/// (the winner at the path on both sides, the loser beside it on both),
+/// and nothing else is.
+fn check_kept_both(
+    before: &World,
+    after: &World,
+    outcome: &Outcome,
+    prefer: Option<Preference>,
+) -> Result<(), String> {
+    let non_dir = |tree: &Tree, at: &RelPath| tree.get(at).is_some_and(|n| n.body != Body::Dir);
+    for item in &outcome.items {
+        let at = &item.path;
+        if item.conflict() == Some(ConflictReason::BothChanged)
+            && non_dir(&before.a, at)
+            && non_dir(&before.b, at)
+        {
+            return Err(format!("{at}: a conflict of two non-directories was left"));
+        }
+        let Action::KeepBoth { winner } = item.action else {
+            continue;
+        };
+        if winner != expected_keep_both_winner(before, at, prefer) {
+            return Err(format!("{at}: {winner:?} won against the rule"));
+        }
+        let (won, lost) = (&before.tree(winner)[at], &before.tree(winner.other())[at]);
+        if won.body == lost.body || !non_dir(&before.a, at) || !non_dir(&before.b, at) {
+            return Err(format!("{at}: kept both where there was no such conflict"));
+        }
+        for side in [Side::A, Side::B] {
+            let tree = after.tree(side);
+            if tree[at].body != won.body || tree[&after.kept[at]].body != lost.body {
+                return Err(format!("{side:?}: {at} does not hold both versions"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn keep_both_keeps_both_versions_of_a_conflict_on_both_sides() {
+    let prefers = [
+        None,
+        Some(Preference::Side(Side::B)),
+        Some(Preference::Newer),
+        Some(Preference::Older),
+    ];
+    let mut kept = 0;
+    for prefer in prefers {
+        let options = SyncOptions {
+            reconcile: keep_both_options(prefer),
+            ..SyncOptions::default()
+        };
+        for archived in 0..STATES {
+            for a in 0..STATES {
+                for b in 0..STATES {
+                    let mut world = world_of(archived, a, b);
+                    let before = world.clone();
+                    let outcome = sync_and_check(&mut world, &options)
+                        .unwrap_or_else(|e| panic!("{archived}/{a}/{b} {prefer:?}: {e}"));
+                    if let Err(e) = check_kept_both(&before, &world, &outcome, prefer) {
+                        panic!("archive {archived}, A {a}, B {b}, {prefer:?}: {e}");
+                    }
+                    kept += outcome
+                        .items
+                        .iter()
+                        .filter(|i| matches!(i.action, Action::KeepBoth { .. }))
+                        .count();
+                }
+            }
+        }
+    }
+    // Files against files, links and specials, both ways, for each rule.
+    assert!(kept > 100, "only {kept} paths were kept both");
+}
+
+#[test]
+fn keep_both_gives_way_to_force_and_leaves_other_conflicts() {
+    let options = |force| SyncOptions {
+        reconcile: ReconcileOptions {
+            force,
+            ..keep_both_options(None)
+        },
+        ..SyncOptions::default()
+    };
+    // A file edited on both sides: kept both, unless --force decides.
+    let edited = world_of(1, 2, 3);
+    let outcome = plan(&edited, &options(None));
+    assert_eq!(outcome.items.len(), 1);
+    // Equal-stamp states: B's file 3 (mtime 13) is newer than A's 2 (12).
+    assert_eq!(
+        outcome.items[0].action,
+        Action::KeepBoth { winner: Side::B }
+    );
+    assert_eq!(
+        outcome.items[0].overridden.map(|o| o.by),
+        Some(Policy::KeepBoth(Side::B))
+    );
+    let forced = plan(&edited, &options(Some(Side::A)));
+    assert!(matches!(
+        forced.items[0].action,
+        Action::Copy { from: Side::A, .. }
+    ));
+    // Deleted on A, edited on B; a directory against a file: left alone.
+    for (archived, a, b) in [(1, 0, 2), (9, 8, 10), (1, 8, 2)] {
+        let outcome = plan(&world_of(archived, a, b), &options(None));
+        assert!(
+            outcome
+                .items
+                .iter()
+                .all(|i| !matches!(i.action, Action::KeepBoth { .. })),
+            "{archived}/{a}/{b}: {:?}",
+            outcome.items
+        );
+        assert!(outcome.items.iter().any(|i| i.conflict().is_some()));
     }
 }
 
@@ -932,8 +1148,8 @@ fn options_strategy() -> impl Strategy<Value = SyncOptions> {
         1 => Just(Some(Preference::Older)),
     ];
     let force = prop_oneof![6 => Just(None), 1 => Just(Some(Side::A)), 1 => Just(Some(Side::B))];
-    let flags = (any::<bool>(), any::<bool>(), any::<bool>());
-    (flags, prefer, force).prop_map(|((checksum, times, renames), prefer, force)| {
+    let flags = (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
+    (flags, prefer, force).prop_map(|((checksum, times, renames, keep_both), prefer, force)| {
         let options = SyncOptions {
             detect: DetectOptions {
                 checksum,
@@ -943,6 +1159,7 @@ fn options_strategy() -> impl Strategy<Value = SyncOptions> {
                 prefer,
                 force,
                 renames,
+                keep_both,
                 ..ReconcileOptions::default()
             },
         };

@@ -1,0 +1,142 @@
+//! `--keep-both`: naming the copy of each losing version before
+//! propagation (`sync_exec/keep.rs` makes it). The name is
+//! `NAME.conflict-HOST-DATE` (`accord_plan::conflict_name`): HOST the host
+//! of the side whose version lost, DATE that version's mtime in UTC. It is
+//! chosen so that it is free on both sides and no path of the plan, with
+//! `-2`, `-3`… when it is not.
+//!
+//! The date comes from the losing version, not from the clock, so a run
+//! interrupted after it linked the loser under its new name (the first
+//! step, on the losing side) finds that link the next time under the same
+//! name: the copy is then taken as made (its plan item, a "creation" on
+//! the losing side, is folded into the keep-both) instead of being kept a
+//! second time as `-2`.
+
+use crate::replica::Replica;
+use crate::sync_exec::{index, split};
+use accord_model::{Expect, Found, RelPath};
+use accord_plan::{conflict_name, utc_stamp, Action, ConflictReason, Side, SyncItem};
+use std::collections::{HashMap, HashSet};
+
+/// Names tried before the conflict is left to the user.
+const MAX_ATTEMPTS: u32 = 100;
+
+/// Where one path's losing version is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeptCopy {
+    pub path: RelPath,
+    /// The losing side holds it already: a hard link to the loser made by
+    /// an interrupted run.
+    pub linked: bool,
+}
+
+/// By the path of each `KeepBoth` item.
+pub(crate) type KeptCopies = HashMap<RelPath, KeptCopy>;
+
+/// Name the copy of every `KeepBoth` item's loser. An item that cannot be
+/// named (no free name, a side that cannot be read) is left as the
+/// conflict it was; the plan items of copies an interrupted run made are
+/// taken out of the plan (the keep-both makes them).
+pub(crate) fn name_kept_copies(
+    replicas: [&dyn Replica; 2],
+    items: &mut Vec<SyncItem>,
+) -> KeptCopies {
+    let mut kept = KeptCopies::new();
+    if !items
+        .iter()
+        .any(|item| matches!(item.action, Action::KeepBoth { .. }))
+    {
+        return kept;
+    }
+    let hosts = replicas.map(host_of);
+    let planned: HashSet<RelPath> = items.iter().map(|item| item.path.clone()).collect();
+    for item in items.iter_mut() {
+        let Action::KeepBoth { winner } = item.action else {
+            continue;
+        };
+        match name_one(
+            replicas,
+            item,
+            winner,
+            &hosts[index(winner.other())],
+            &planned,
+        ) {
+            Some(copy) => {
+                kept.insert(item.path.clone(), copy);
+            }
+            None => {
+                item.action = Action::Conflict(ConflictReason::BothChanged);
+                item.overridden = None;
+            }
+        }
+    }
+    let folded: HashSet<RelPath> = kept
+        .values()
+        .filter(|copy| copy.linked)
+        .map(|copy| copy.path.clone())
+        .collect();
+    items.retain(|item| !folded.contains(&item.path));
+    kept
+}
+
+/// The first candidate name that is free on both sides (or holds, on the
+/// losing side only, a link to the loser), and no other path of the plan.
+fn name_one(
+    replicas: [&dyn Replica; 2],
+    item: &SyncItem,
+    winner: Side,
+    loser_host: &str,
+    planned: &HashSet<RelPath>,
+) -> Option<KeptCopy> {
+    let loser = winner.other();
+    let lost = item.entry(loser)?;
+    let (parent, name) = split(&item.path);
+    let date = utc_stamp(lost.props.mtime);
+    let dirs = [
+        replicas[0].open_dir(&parent).ok()?,
+        replicas[1].open_dir(&parent).ok()?,
+    ];
+    for attempt in 1..=MAX_ATTEMPTS {
+        let candidate = conflict_name(name, loser_host, &date, attempt)?;
+        let path = parent.join(&candidate).ok()?;
+        let stats = dirs.each_ref().map(|dir| dir.start_stat(&candidate));
+        let [a, b] = stats.map(|pending| pending.wait());
+        let found = [a.ok()?, b.ok()?];
+        let linked = match (&found[index(loser)], &found[index(winner)]) {
+            (None, None) => false,
+            (Some(there), None) if Expect::entry(lost).still_holds(Some(there)) => true,
+            _ => continue,
+        };
+        if planned.contains(&path) && !linked {
+            continue;
+        }
+        return Some(KeptCopy { path, linked });
+    }
+    None
+}
+
+/// The host name in a replica's sync identity (`accord root 1`, NUL, the
+/// machine id, `/`, the host name, NUL, the path), made safe for a file
+/// name; "unknown" when it cannot be read.
+fn host_of(replica: &dyn Replica) -> String {
+    let identity = replica.sync_identity().unwrap_or_default();
+    let host = identity
+        .split(|&b| b == 0)
+        .nth(1)
+        .and_then(|machine_and_host| {
+            let slash = machine_and_host.iter().position(|&b| b == b'/')?;
+            Some(&machine_and_host[slash + 1..])
+        })
+        .filter(|host| !host.is_empty())
+        .unwrap_or(b"unknown");
+    accord_plan::host_label(host)
+}
+
+/// What a found entry is, as an expectation (a copy that turned out not to
+/// hold the loser is removed only if it is still what was found).
+pub(crate) fn expect_found(found: Option<Found>) -> Expect {
+    match found {
+        Some(found) => Expect::Entry(found),
+        None => Expect::Absent,
+    }
+}
