@@ -3,9 +3,13 @@
 //! `MirrorPlanner::finish` on that one directory), its extras deleted and
 //! its new subdirectories made here; its files, hard links and
 //! subdirectories pushed as tasks, counted for its `dir-meta`.
+//! Subdirectories travel in `scan-dirs` tasks of several siblings, and a
+//! leaf whose files fit one batch is finished where it is scanned
+//! (`task_group.rs`): a small directory costs no task of its own.
 
-use crate::task::{Task, MAX_BATCH};
+use crate::task::{Task, MAX_BATCH, MAX_SCAN_DIRS};
 use crate::task_do::{carry_out, failures_text};
+use crate::task_group::Group;
 use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
 use crate::walk::Walk;
 use accord_fsys::{DirVisit, Listing, ScanOptions};
@@ -44,7 +48,48 @@ pub(crate) fn options(ctx: &Ctx, source: bool) -> ScanOptions<'static> {
     }
 }
 
+/// Fewest `scan-dirs` tasks a directory's subdirectories are spread
+/// over (while it has that many): workers share a wide directory.
+const SPREAD: usize = 8;
+
+/// One directory (the root's task, or one from an older run): scanned,
+/// its children pushed; never finished in the task.
 pub(crate) fn scan_dir(ctx: &Ctx, dir: &RelPath) -> TaskResult {
+    scan_group(ctx, std::slice::from_ref(dir), Group::new(false))
+}
+
+/// Sibling directories one after the other; leaves finished here.
+pub(crate) fn scan_dirs(ctx: &Ctx, dirs: &[RelPath]) -> TaskResult {
+    scan_group(ctx, dirs, Group::new(true))
+}
+
+/// Scan each directory; what a directory could not do fails the task
+/// (tried again whole: each directory's work is done once, by its marks)
+/// once the others are done and everything finished is counted.
+fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
+    let mut problems = Vec::new();
+    let mut outcome = Outcome::Done;
+    for dir in dirs {
+        match scan_one(ctx, dir, &mut group) {
+            Ok(Some(p)) => problems.extend(p),
+            Ok(None) => {
+                outcome = Outcome::Later;
+                break;
+            }
+            Err(TaskError::Failed(m)) => problems.push(m),
+            Err(e) => return Err(e),
+        }
+    }
+    group.flush(ctx)?;
+    match problems.is_empty() {
+        true => Ok(outcome),
+        false => Err(TaskError::Failed(failures_text(&problems))),
+    }
+}
+
+/// Scan one directory: its problems, or `None` when the deletion guard
+/// paused the run before it.
+fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
     let (s, s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
     let (d, d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
     let Some(d) = d else {
@@ -62,8 +107,8 @@ pub(crate) fn scan_dir(ctx: &Ctx, dir: &RelPath) -> TaskResult {
         let path = e.path.display();
         format!("{path}: {}", e.message)
     }));
-    if !guard_allows(ctx, dir, &plan, &d)? {
-        return Ok(Outcome::Later);
+    if !guard_allows(ctx, dir, &plan, &d, group)? {
+        return Ok(None);
     }
     for it in plan.deletes.iter().filter(|i| is_dir(i.dst.as_ref())) {
         empty_extra_dir(ctx, &it.path, &mut problems);
@@ -77,11 +122,14 @@ pub(crate) fn scan_dir(ctx: &Ctx, dir: &RelPath) -> TaskResult {
     let done = carry_out(ctx, &phases, false);
     problems.extend(done.problems);
     let children = children(ctx, dir, plan, s.as_ref(), &d);
-    push_children(ctx, dir, children)?;
-    match problems.is_empty() {
-        true => Ok(Outcome::Done),
-        false => Err(TaskError::Failed(failures_text(&problems))),
+    // A leaf is finished here only when all went well so far (else its
+    // children go out as tasks, and this task is tried again).
+    let leaf = s.is_some() && problems.is_empty();
+    if leaf && group.finish_leaf(ctx, dir, &children)? {
+        return Ok(Some(problems));
     }
+    push_children(ctx, dir, children)?;
+    Ok(Some(problems))
 }
 
 /// The mirror's plan of this one directory: the walk's settling (stale
@@ -130,11 +178,16 @@ fn is_dir(e: Option<&Entry>) -> bool {
 /// extra directories) and destination entries are counted as directories
 /// are planned; a run that would pass `--max-delete` pauses itself and
 /// says why (`accord cluster resume --force` goes on).
+///
+/// A directory without extras deletes nothing: its entries are counted
+/// with the task's other counts at its end (a later check sees fewer
+/// entries meanwhile, which only makes it stricter).
 fn guard_allows(
     ctx: &Ctx,
     dir: &RelPath,
     plan: &MirrorPlan,
     d: &Listing,
+    group: &mut Group,
 ) -> Result<bool, TaskError> {
     let o = &ctx.spec.plan;
     if !o.delete || o.force {
@@ -142,11 +195,13 @@ fn guard_allows(
     }
     let q = ctx.queue;
     let seen = (d.entries.len() - 1 + d.subdirs.len()) as i64;
-    let (seen_total, _) = q.add_once(&keys::with("e", dir), keys::DST_ENTRIES, seen, &[])?;
     let extras: Vec<&Item> = plan.deletes.iter().filter(|i| i.src.is_none()).collect();
     if extras.is_empty() {
+        group.count_seen(dir, seen);
         return Ok(true);
     }
+    group.flush(ctx)?;
+    let (seen_total, _) = q.add_once(&keys::with("e", dir), keys::DST_ENTRIES, seen, &[])?;
     let under: usize = extras
         .iter()
         .filter(|i| is_dir(i.dst.as_ref()))
@@ -231,10 +286,22 @@ fn children(
             dst,
         });
     }
-    out.extend(s.subdirs.iter().map(|e| Task::ScanDir {
-        dir: e.path.clone(),
-    }));
+    let mut subdirs: Vec<RelPath> = s.subdirs.iter().map(|e| e.path.clone()).collect();
+    subdirs.sort();
+    let per = dirs_per_task(subdirs.len(), ctx.queue.dirs_per_task());
+    out.extend(
+        subdirs
+            .chunks(per)
+            .map(|c| Task::ScanDirs { dirs: c.to_vec() }),
+    );
     out
+}
+
+/// Siblings per `scan-dirs` task: at most what the queue wants, and few
+/// enough that `n` of them make `SPREAD` tasks.
+fn dirs_per_task(n: usize, queue_wants: usize) -> usize {
+    n.div_ceil(SPREAD)
+        .clamp(1, queue_wants.clamp(1, MAX_SCAN_DIRS))
 }
 
 /// Files tasks of at most `BATCH_FILES` items and `BATCH_BYTES` to write;
@@ -276,9 +343,18 @@ fn files_task(dir: &RelPath, items: Vec<Item>) -> Task {
 
 /// Count the children and push them in one step (once, however often
 /// this directory is scanned); with none, the directory is done already.
+/// Each subdirectory of a `scan-dirs` task counts on its own (it is
+/// counted done by its `dir-meta`, or by the task that finishes it).
 fn push_children(ctx: &Ctx, dir: &RelPath, children: Vec<Task>) -> Result<(), TaskError> {
     let mark = keys::with("s", dir);
-    let n = children.len() as i64;
+    let n: usize = children
+        .iter()
+        .map(|t| match t {
+            Task::ScanDirs { dirs } => dirs.len(),
+            _ => 1,
+        })
+        .sum();
+    let n = n as i64;
     let tasks: Vec<Vec<u8>> = children.iter().map(Task::encode).collect();
     ctx.queue.add_once(&mark, &keys::pending(dir), n, &tasks)?;
     if n == 0 {
@@ -330,6 +406,19 @@ mod tests {
                 t => (t.kind(), 1),
             })
             .collect()
+    }
+
+    #[test]
+    fn subdirectories_are_spread_over_tasks_as_the_queue_wants() {
+        // In this process: one directory per task.
+        assert_eq!(dirs_per_task(100, 1), 1);
+        // A remote queue: at least SPREAD tasks while there are as many
+        // directories, at most what the queue wants per task.
+        assert_eq!(dirs_per_task(100, 16), 13);
+        assert_eq!(dirs_per_task(1000, 16), 16);
+        assert_eq!(dirs_per_task(5, 16), 1);
+        assert_eq!(dirs_per_task(0, 16), 1);
+        assert_eq!(dirs_per_task(10_000, 1000), MAX_SCAN_DIRS);
     }
 
     #[test]
