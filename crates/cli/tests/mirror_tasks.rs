@@ -438,7 +438,9 @@ fn three_cluster_workers_give_the_source_tree() {
 
 #[test]
 fn a_worker_killed_mid_run_leaves_its_tasks_to_the_others() {
-    killed_mid_run(|src| tree(src, 12, 400));
+    // Directories above a batch of a remote queue (1024 files): `files`
+    // tasks of their own.
+    killed_mid_run(|src| tree(src, 4, 2500));
 }
 
 /// The same with leaves finished in `scan-dirs` tasks: the victim's task
@@ -506,7 +508,7 @@ fn a_paused_run_hands_out_nothing_until_resumed() {
 
 #[test]
 fn a_stopped_run_restarted_later_writes_no_file_twice() {
-    stopped_and_restarted(|src| tree(src, 12, 400));
+    stopped_and_restarted(|src| tree(src, 4, 2500));
 }
 
 #[test]

@@ -15,12 +15,27 @@ use crate::walk::Walk;
 use accord_fsys::{DirVisit, Listing, ScanOptions};
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::{Facts, Item, MaxDelete, Method, MirrorPlan, Op};
+use accord_queue::CallCost;
 
 /// Most bytes to write in one `files` task (a task is one worker's work
 /// for a while, not a whole directory's).
 const BATCH_BYTES: u64 = 64 << 20;
-/// Most files in one `files` task.
+/// Most files in one `files` task, and sibling directories in one
+/// `scan-dirs` task, for a queue in this process (the finest spread of
+/// work) and for a remote one (a task costs about eight commands, lease
+/// and ack, however much it does).
 const BATCH_FILES: usize = 256;
+const REMOTE_BATCH_FILES: usize = MAX_BATCH;
+const REMOTE_DIRS_PER_TASK: usize = 16;
+
+/// (files per `files` task, directories per `scan-dirs` task) on this
+/// run's queue.
+fn batching(ctx: &Ctx) -> (usize, usize) {
+    match ctx.queue.call_cost() {
+        CallCost::InProcess => (BATCH_FILES, 1),
+        CallCost::Remote => (REMOTE_BATCH_FILES, REMOTE_DIRS_PER_TASK),
+    }
+}
 /// A bound on one `files` task's encoding, well under the queue's
 /// `MAX_TASK` (an entry's extended attributes can be large).
 const BATCH_ENCODED: usize = accord_queue::MAX_TASK / 2;
@@ -274,7 +289,8 @@ fn children(
         .into_iter()
         .filter(|it| !it.src.as_ref().is_some_and(grouped))
         .collect();
-    let mut out = file_tasks(dir, files, ctx.spec.range_size);
+    let (files_per_task, dirs_per) = batching(ctx);
+    let mut out = file_tasks(dir, files, ctx.spec.range_size, files_per_task);
     let Some(s) = s else { return out };
     for e in s.entries[1..].iter().filter(|e| grouped(e)) {
         let dst = d.entries[1..]
@@ -288,7 +304,7 @@ fn children(
     }
     let mut subdirs: Vec<RelPath> = s.subdirs.iter().map(|e| e.path.clone()).collect();
     subdirs.sort();
-    let per = dirs_per_task(subdirs.len(), ctx.queue.dirs_per_task());
+    let per = dirs_per_task(subdirs.len(), dirs_per);
     out.extend(
         subdirs
             .chunks(per)
@@ -304,9 +320,9 @@ fn dirs_per_task(n: usize, queue_wants: usize) -> usize {
         .clamp(1, queue_wants.clamp(1, MAX_SCAN_DIRS))
 }
 
-/// Files tasks of at most `BATCH_FILES` items and `BATCH_BYTES` to write;
+/// Files tasks of at most `max_files` items and `BATCH_BYTES` to write;
 /// a file written whole above `range_size` is a `big-file` of its own.
-fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64) -> Vec<Task> {
+fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64, max_files: usize) -> Vec<Task> {
     let mut out = Vec::new();
     let mut batch: Vec<Item> = Vec::new();
     let (mut bytes, mut encoded) = (0, 0);
@@ -317,7 +333,7 @@ fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64) -> Vec<Task> {
             continue;
         }
         let weight = encoded_weight(&it);
-        let full = batch.len() >= BATCH_FILES.min(MAX_BATCH)
+        let full = batch.len() >= max_files.clamp(1, MAX_BATCH)
             || bytes + size > BATCH_BYTES
             || encoded + weight > BATCH_ENCODED;
         if full && !batch.is_empty() {
@@ -427,26 +443,28 @@ mod tests {
         let many: Vec<Item> = (0..600)
             .map(|i| write(&format!("f{i:03}"), 10, 0))
             .collect();
-        let got = file_tasks(&dir, many, 1 << 20);
+        let got = file_tasks(&dir, many.clone(), 1 << 20, BATCH_FILES);
         assert_eq!(sizes(&got), [("files", 256), ("files", 256), ("files", 88)]);
+        let got = file_tasks(&dir, many, 1 << 20, REMOTE_BATCH_FILES);
+        assert_eq!(sizes(&got), [("files", 600)]);
         let mixed = vec![
             write("a", 40 << 20, 0),
             write("b", 40 << 20, 0),
             write("c", 5 << 20, 0),
         ];
-        let got = file_tasks(&dir, mixed, 1 << 30);
+        let got = file_tasks(&dir, mixed, 1 << 30, BATCH_FILES);
         assert_eq!(sizes(&got), [("files", 1), ("files", 2)]);
         let big = vec![
             write("a", 10, 0),
             write("huge", 2 << 20, 0),
             write("z", 10, 0),
         ];
-        let got = file_tasks(&dir, big, 1 << 20);
+        let got = file_tasks(&dir, big, 1 << 20, BATCH_FILES);
         assert_eq!(sizes(&got), [("big-file", 1), ("files", 2)]);
         let fat: Vec<Item> = (0..16)
             .map(|i| write(&format!("x{i}"), 1, 60_000))
             .collect();
-        let got = file_tasks(&dir, fat, 1 << 20);
+        let got = file_tasks(&dir, fat, 1 << 20, REMOTE_BATCH_FILES);
         assert!(got.len() >= 2, "{:?}", sizes(&got));
         for t in &got {
             assert!(t.encode().len() <= accord_queue::MAX_TASK / 2);

@@ -148,6 +148,15 @@ pub const MAX_LEASE: usize = 1024;
 /// Longest error kept with a dead task.
 pub const MAX_ERROR: usize = 4096;
 
+/// What a call of a [`TaskQueue`] costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallCost {
+    /// A lock in this process: tasks as small as spreads the work best.
+    InProcess,
+    /// Round trips to a server shared by every worker: fewer, bigger tasks.
+    Remote,
+}
+
 /// Most additions in one `add_many`.
 pub const MAX_ADDS: usize = 4096;
 
@@ -237,11 +246,10 @@ pub trait TaskQueue: Send + Sync {
     /// round trip for the counts of a whole task. Returns each addition's
     /// counter value after all of them, in order.
     fn add_many(&self, adds: &[Add]) -> Result<Vec<i64>, QueueError>;
-    /// How many sibling directories a task may carry: a queue whose every
-    /// call is a round trip to a server wants more work per task (fewer
-    /// calls per file); one in this process, the finest spread of work.
-    fn dirs_per_task(&self) -> usize {
-        1
+    /// What each call costs: the layers above put more work in each task
+    /// for a queue whose every call is a round trip to a server.
+    fn call_cost(&self) -> CallCost {
+        CallCost::InProcess
     }
     /// Keep `value` under `key` (a run's settings, read by every worker).
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError>;

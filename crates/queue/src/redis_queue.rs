@@ -18,8 +18,8 @@
 //! hands out nothing, and a task is never both waiting and dead.
 
 use crate::{
-    check_adds, check_tasks, Add, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId,
-    TaskQueue, MAX_ERROR, MAX_LEASE, MAX_TASK,
+    check_adds, check_tasks, Add, CallCost, DeadTask, Lease, Policy, QueueError, RunState, Stats,
+    TaskId, TaskQueue, MAX_ERROR, MAX_LEASE, MAX_TASK,
 };
 use redis::{Connection, RedisError, Script};
 use std::sync::{Mutex, MutexGuard};
@@ -170,10 +170,6 @@ local out = {}
 for i = 1, #ARGV, 3 do out[#out + 1] = values[ARGV[i + 1]] end
 return out
 ";
-
-/// Sibling directories per `scan-dirs` task: a task costs about eight
-/// commands (lease and ack) however much it does.
-const DIRS_PER_TASK: usize = 16;
 
 /// Most tasks pushed by one `add_once` (the script walks its arguments
 /// one by one, so Lua's stack does not bound them; this bounds one call's
@@ -527,8 +523,8 @@ impl TaskQueue for RedisQueue {
         }
     }
 
-    fn dirs_per_task(&self) -> usize {
-        DIRS_PER_TASK
+    fn call_cost(&self) -> CallCost {
+        CallCost::Remote
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError> {
