@@ -20,8 +20,11 @@ use accord_plan::{Item, Method, Op};
 use accord_proto::codec::{get_entry, get_path, put_entry, put_path};
 use accord_proto::{Dec, Enc, ProtoError};
 
-/// The task format's version: bump it with any layout change.
-pub const TASK_VERSION: u8 = 1;
+/// The task format's version: bump it with any layout change. 2: the
+/// `scan-dirs` kind, and a parent counts each subdirectory on its own
+/// (a worker of version 1 would count such a task once: workers of both
+/// versions must not share a run).
+pub const TASK_VERSION: u8 = 2;
 /// Most items in one `files` task, and paths in one `verify` task.
 pub const MAX_BATCH: usize = 1024;
 /// Most ranges one file is split into.
