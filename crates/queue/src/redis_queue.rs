@@ -51,7 +51,7 @@ pub struct RedisQueue {
 
 /// First and longest pause between polls of an empty queue.
 const FIRST_PAUSE: Duration = Duration::from_millis(2);
-const LONGEST_PAUSE: Duration = Duration::from_millis(200);
+const LONGEST_PAUSE: Duration = Duration::from_millis(500);
 
 struct Scripts {
     lease: Script,
