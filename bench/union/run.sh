@@ -183,20 +183,24 @@ for k in postmark build stat create statrate unlink read; do ratio_row "$k" "$k"
 # ---- the floor of FUSE on this machine: create / stat / unlink with the daemon and the
 # workload pinned to one CPU (no wake-up of another CPU: the cheapest path a FUSE request
 # has), for kernel overlayfs, a null FUSE file system (nullfs.c: names and modes in memory,
-# nothing else, mounted with accord's options) and accord. What nullfs costs over overlayfs is
-# the price of the FUSE round trips themselves, which no FUSE daemon can go below.
+# nothing else, mounted with accord's options), passfs.c (nullfs plus the system calls on a
+# backing directory that any union must make) and accord. What nullfs costs over overlayfs is
+# the price of the FUSE round trips themselves, which no FUSE daemon can go below; what passfs
+# costs over nullfs is the branch file system's own work.
 if [ "${FLOOR:-1}" = 1 ]; then
     echo
     echo "== floor: daemon and workload on CPU 0 (median of $RUNS; operations per second)"
     gcc -O2 -o "$B/nullfs" "$here/nullfs.c" $(pkg-config fuse3 --cflags --libs)
+    gcc -O2 -o "$B/passfs" "$here/passfs.c" $(pkg-config fuse3 --cflags --libs)
     F=$B/floor
-    mkdir -p "$F/lower" "$F/upper-ovl" "$F/work-ovl" "$F/upper-acc"
-    floor_fs="overlayfs nullfs accord"
+    mkdir -p "$F/lower" "$F/upper-ovl" "$F/work-ovl" "$F/upper-acc" "$F/backing-pass"
+    floor_fs="overlayfs nullfs passfs accord"
     for fs in $floor_fs; do
         M=$F/mnt-$fs; mkdir -p "$M"
         case $fs in
             overlayfs) mount -t overlay overlay -o "lowerdir=$F/lower,upperdir=$F/upper-ovl,workdir=$F/work-ovl" "$M" ;;
             nullfs) taskset -c 0 "$B/nullfs" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
+            passfs) taskset -c 0 "$B/passfs" "$F/backing-pass" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
             accord) taskset -c 0 "$ACCORD" union mount "$M" "$F/upper-acc=rw" "$F/lower=ro" ;;
         esac
         MOUNTS+=("$M")
@@ -224,6 +228,16 @@ if [ "${FLOOR:-1}" = 1 ]; then
         echo
     done
     echo "(in brackets: time relative to overlayfs on the same CPU)"
+    for base in nullfs passfs; do
+        printf '%-10s' "/$base"
+        for op in create stat unlink; do
+            v=$(printf '%s\n' ${FS_[accord.$op]} | median); o=$(printf '%s\n' ${FS_[$base.$op]} | median)
+            printf '%22s' "$(awk -v v="$v" -v o="$o" 'BEGIN{printf "%.2fx", v/o}')"
+        done
+        echo
+    done
+    echo "(accord's time relative to nullfs, the FUSE round trips alone, and to passfs, the"
+    echo " round trips plus the branch's own system calls)"
 fi
 
 # ---- many branches: accord (and the FUSE peers that take a branch list) with 1, 200, 1000

@@ -81,6 +81,10 @@ pub struct SyncArgs {
     /// as a deletion and a copy, not as a rename of the other side's entry.
     #[arg(long)]
     no_renames: bool,
+    /// Copy each name of a hard-link group as a separate file, instead of
+    /// keeping the group one file with several names on both sides.
+    #[arg(long)]
+    no_hard_links: bool,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -92,7 +96,8 @@ pub struct SyncArgs {
     #[arg(long)]
     watch: bool,
     /// With --watch: seconds between syncs when a root cannot be watched
-    /// (a remote root, or the kernel's inotify watch limit reached).
+    /// (the kernel's inotify watch limit reached, or a remote root whose
+    /// host cannot watch it or whose watch connection failed).
     #[arg(
         long,
         value_name = "SECONDS",
@@ -174,6 +179,7 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.times = args.times;
     cfg.max_delete = max_delete;
     cfg.renames = !args.no_renames;
+    cfg.hard_links = !args.no_hard_links;
     cfg.force = args.force.map(side_of);
     cfg.prefer = args.prefer.map(|prefer| match prefer {
         PreferArg::A => Preference::Side(SyncSide::A),
@@ -208,12 +214,14 @@ pub fn run(args: SyncArgs) -> i32 {
     let edit_plan = interactive
         .as_ref()
         .map(|ui| move |edit: &mut PlanEdit<'_>| ui.edit(edit));
-    let pause = test_pause_hook();
+    let pause = test_pause_hook("ACCORD_TEST_SYNC_PAUSE");
+    let pause_links = test_pause_hook("ACCORD_TEST_SYNC_PAUSE_LINKS");
     let hooks = SyncHooks {
         before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
         edit_plan: edit_plan
             .as_ref()
             .map(|hook| hook as &(dyn Fn(&mut PlanEdit) + Sync)),
+        before_links: pause_links.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
     };
     let mut cycle = || {
         let report = sync_once(&args, &specs, &cfg, &hooks);
@@ -260,7 +268,13 @@ fn watch_options(
 ) -> crate::sync_watch::WatchOptions {
     use crate::sync_watch::WatchRoot;
     let root = |path: &PathBuf, spec: &Option<RemoteSpec>| match spec {
-        Some(_) => WatchRoot::Remote(path.display().to_string()),
+        Some(spec) => {
+            let (remote, spec) = (args.remote.clone(), spec.clone());
+            WatchRoot::Remote {
+                address: path.display().to_string(),
+                connect: Box::new(move || remote.connect(&spec, RootMode::Read)),
+            }
+        }
         None => WatchRoot::Local(path.clone()),
     };
     crate::sync_watch::WatchOptions {
@@ -298,9 +312,11 @@ fn sync_remote(
 /// A test hook (no user feature): with `ACCORD_TEST_SYNC_PAUSE=FILE`, a
 /// run that has made its plan creates FILE and waits (up to a minute) for
 /// it to be removed before it changes anything, so a test can change a
-/// file between update detection and propagation.
-fn test_pause_hook() -> Option<impl Fn() + Sync> {
-    let file = std::env::var_os("ACCORD_TEST_SYNC_PAUSE").map(PathBuf::from)?;
+/// file between update detection and propagation
+/// (`ACCORD_TEST_SYNC_PAUSE_LINKS`: the same once the files are in place,
+/// before the hard links are made).
+fn test_pause_hook(variable: &str) -> Option<impl Fn() + Sync> {
+    let file = std::env::var_os(variable).map(PathBuf::from)?;
     Some(move || {
         if std::fs::write(&file, b"paused\n").is_err() {
             return;
@@ -354,12 +370,22 @@ fn action_text(action: SyncAction) -> String {
     }
 }
 
-/// A change's path; a rename's as `old -> new`.
+/// A change's path; a rename's as `old -> new`, a hard link's as
+/// `new => the name it was linked to`.
 fn change_path(change: &accord_engine::Propagated) -> String {
-    match &change.from {
-        Some(from) => format!("{} -> {}", from.display(), change.path.display()),
-        None => change.path.display(),
+    match (&change.from, &change.linked_to) {
+        (Some(from), _) => format!("{} -> {}", from.display(), change.path.display()),
+        (None, Some(leader)) => format!("{} => {}", change.path.display(), leader.display()),
+        (None, None) => change.path.display(),
     }
+}
+
+fn linked(report: &SyncReport) -> usize {
+    report
+        .propagated
+        .iter()
+        .filter(|change| change.linked_to.is_some())
+        .count()
 }
 
 fn renamed(report: &SyncReport) -> usize {
@@ -431,9 +457,10 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         eprintln!(
-            "{} propagated ({} renamed), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
+            "{} propagated ({} renamed, {} linked), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
             report.propagated.len(),
             renamed(report),
+            linked(report),
             report.agreed,
             report.conflicts.len(),
             report.errors.len(),
@@ -449,6 +476,9 @@ struct JsonReport {
     propagated: usize,
     /// Of those, renames (a moved directory counts once).
     renamed: usize,
+    /// Of those, copies made as hard links to another name of their
+    /// group (no contents sent).
+    linked: usize,
     changes: Vec<JsonChange>,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
@@ -471,6 +501,9 @@ struct JsonChange {
     /// A rename's old path.
     #[serde(skip_serializing_if = "Option::is_none")]
     from: Option<String>,
+    /// A copy made as a hard link: the name it was linked to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linked_to: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -490,6 +523,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
     let json = JsonReport {
         propagated: report.propagated.len(),
         renamed: renamed(report),
+        linked: linked(report),
         changes: report
             .propagated
             .iter()
@@ -497,6 +531,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
                 path: change.path.display(),
                 action: action_text(change.action),
                 from: change.from.as_ref().map(RelPath::display),
+                linked_to: change.linked_to.as_ref().map(RelPath::display),
             })
             .collect(),
         conflicts: report

@@ -18,6 +18,7 @@ mod sync_tui;
 mod sync_tui_diff;
 mod sync_tui_view;
 mod sync_watch;
+mod sync_watch_remote;
 
 use clap::{Parser, Subcommand};
 

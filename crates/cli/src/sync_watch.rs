@@ -1,15 +1,17 @@
 //! `accord sync --watch`: after a first full sync, keep the pair in
 //! agreement until interrupted.
 //!
-//! Local roots are watched with inotify (through `notify`, recursively).
+//! Local roots are watched with inotify (`accord_fsys::watch`), a remote
+//! root by its own host's `accord server` (`sync_watch_remote`).
 //! Events only say *that* something changed: every cycle is a full sync
 //! run of the pair, never a sync of the paths events named, because
 //! inotify can lose events (queue overflow, a directory created just
 //! before its watch) and a full run cannot; a no-change run over 20,000
 //! files costs about 0.2 s. A burst of events is debounced into one run.
 //!
-//! A root that cannot be watched (a remote one, or one that hit the
-//! kernel's watch limit) is synced every `--watch-interval` instead.
+//! A root that cannot be watched (one that hit the kernel's watch limit,
+//! a remote one whose host cannot watch it or whose watch connection
+//! failed) is synced every `--watch-interval` instead.
 //!
 //! Our own writes into the roots raise events too. Temp files and the
 //! archives are filtered out; the renames that put new versions in place
@@ -18,7 +20,8 @@
 //! raises no events of its own, and the cycle ends there.
 
 use crate::exit;
-use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use crate::sync_watch_remote::RemoteWatch;
+use accord_fsys::watch::{canonical_prefix, watch_tree, OwnFiles, Seen, TreeWatch, WatchFailure};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -31,17 +34,16 @@ const QUIET: Duration = Duration::from_millis(100);
 /// writes (a growing log, a long copy) still syncs.
 const MAX_DELAY: Duration = Duration::from_secs(1);
 
-/// A test hook (no user feature): with `ACCORD_TEST_WATCH_LIMIT=1`, every
-/// attempt to watch a local root fails as if the kernel's inotify watch
-/// limit had been reached (ENOSPC), so a test can see the fallback without
-/// lowering `/proc/sys/fs/inotify/max_user_watches` for the whole machine.
-const TEST_WATCH_LIMIT: &str = "ACCORD_TEST_WATCH_LIMIT";
-
 /// One root as the watch sees it.
 pub(crate) enum WatchRoot {
     Local(PathBuf),
-    /// A remote root (its address, for messages): no events reach us.
-    Remote(String),
+    /// A remote root, watched on its own host through a connection of
+    /// its own (`connect` opens it).
+    Remote {
+        /// For messages.
+        address: String,
+        connect: crate::sync_watch_remote::Connect,
+    },
 }
 
 pub(crate) struct WatchOptions {
@@ -71,7 +73,7 @@ pub(crate) fn watch(opts: &WatchOptions, cycle: &mut dyn FnMut() -> Cycle) -> i3
         return exit::FATAL;
     }
     // Watch before the first run, so what changes during it is not missed.
-    let own_files = Arc::new(OwnFiles::new(&opts.state_dir));
+    let own_files = Arc::new(OwnFiles::new(Some(&opts.state_dir)));
     let mut roots = RootWatches::start(opts, &inbox, &own_files);
     // Stopped before anything was done: nothing failed either.
     let Some(first) = run_cycle(&inbox, cycle) else {
@@ -134,7 +136,7 @@ fn announce(work: &Work) {
 /// What the watchers and the signal thread have seen since the last run
 /// began. Shared under a mutex: bounded however many events arrive.
 #[derive(Default)]
-struct Pending {
+pub(crate) struct Pending {
     /// The first and the last change since the last run began.
     first_change: Option<Instant>,
     last_change: Option<Instant>,
@@ -143,6 +145,8 @@ struct Pending {
     /// Roots (by index) whose watch hit the kernel's limit, or was lost.
     limit_hit: [bool; 2],
     lost: [bool; 2],
+    /// Remote roots (by index) whose watch ended, and why.
+    pub(crate) remote_down: [Option<WatchDown>; 2],
     /// SIGINT or SIGTERM arrived.
     stop: bool,
     /// A run is going on (a stop waits for its end).
@@ -150,7 +154,7 @@ struct Pending {
 }
 
 impl Pending {
-    fn note_change(&mut self) {
+    pub(crate) fn note_change(&mut self) {
         let now = Instant::now();
         self.first_change.get_or_insert(now);
         self.last_change = Some(now);
@@ -179,6 +183,7 @@ impl Pending {
             rescan: std::mem::take(&mut self.rescan),
             limit_hit: std::mem::take(&mut self.limit_hit),
             lost: std::mem::take(&mut self.lost),
+            remote_down: std::mem::take(&mut self.remote_down),
         }
     }
 }
@@ -188,10 +193,42 @@ struct Work {
     rescan: Vec<String>,
     limit_hit: [bool; 2],
     lost: [bool; 2],
+    remote_down: [Option<WatchDown>; 2],
+}
+
+/// Why a root is no longer watched, and how it is polled instead.
+pub(crate) struct WatchDown {
+    reason: PollReason,
+    why: String,
+}
+
+impl WatchDown {
+    pub(crate) fn limit() -> WatchDown {
+        WatchDown {
+            reason: PollReason::Limit,
+            why: "the inotify watch limit".into(),
+        }
+    }
+
+    /// Tried again every cycle (a connection that failed, say).
+    pub(crate) fn unwatched(why: String) -> WatchDown {
+        WatchDown {
+            reason: PollReason::Unwatched,
+            why,
+        }
+    }
+
+    /// Tried again after a SIGHUP.
+    pub(crate) fn unwatchable(why: String) -> WatchDown {
+        WatchDown {
+            reason: PollReason::Unwatchable,
+            why,
+        }
+    }
 }
 
 #[derive(Default)]
-struct Inbox {
+pub(crate) struct Inbox {
     pending: Mutex<Pending>,
     wake: Condvar,
 }
@@ -202,7 +239,7 @@ impl Inbox {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn update<T>(&self, change: impl FnOnce(&mut Pending) -> T) -> T {
+    pub(crate) fn update<T>(&self, change: impl FnOnce(&mut Pending) -> T) -> T {
         let result = change(&mut self.lock());
         self.wake.notify_all();
         result
@@ -272,143 +309,58 @@ fn on_signal(inbox: &Inbox, signal: i32) {
     }
 }
 
-/// Paths whose changes are our own doing: temp, partial and recovery
-/// files in the roots, and the archives (when kept inside a root).
-struct OwnFiles {
-    state_dir: PathBuf,
-}
-
-impl OwnFiles {
-    fn new(state_dir: &Path) -> OwnFiles {
-        OwnFiles {
-            state_dir: canonical_prefix(state_dir),
-        }
-    }
-
-    fn contains(&self, path: &Path) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let reserved = path
-            .file_name()
-            .is_some_and(|name| accord_fsys::is_reserved_name(name.as_bytes()));
-        reserved || path.starts_with(&self.state_dir)
-    }
-}
-
-/// `path` with its longest existing ancestor resolved (symlinks, `..`),
-/// as inotify names paths, even before the directory itself exists.
-fn canonical_prefix(path: &Path) -> PathBuf {
-    let mut missing = Vec::new();
-    let mut ancestor = path;
-    loop {
-        if let Ok(found) = ancestor.canonicalize() {
-            return missing.iter().rev().fold(found, |acc, part| acc.join(part));
-        }
-        match (ancestor.parent(), ancestor.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name.to_owned());
-                ancestor = parent;
-            }
-            _ => return path.to_path_buf(),
-        }
-    }
-}
-
-/// What one notification from a watcher means for the watch.
-#[derive(Debug, PartialEq, Eq)]
-enum Seen {
-    /// Reads, and our own files: nothing to sync.
-    Nothing,
-    Change,
-    /// Events were lost: only a full run can tell what changed.
-    Rescan(String),
-    /// The root itself was moved or deleted: its watch is gone.
-    Lost,
-    /// The kernel's limit on inotify watches was reached.
-    Limit,
-}
-
-fn classify(root: &Path, own: &OwnFiles, event: notify::Result<Event>) -> Seen {
-    let event = match event {
-        Ok(event) => event,
-        Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => return Seen::Limit,
-        Err(e) => return Seen::Rescan(format!("watching {} failed: {e}", root.display())),
-    };
-    if event.need_rescan() {
-        return Seen::Rescan("the kernel's event queue overflowed (events were lost)".into());
-    }
-    match event.kind {
-        // Opening or reading (our own scans fingerprint files) changes
-        // nothing; a close after writing marks the end of a save.
-        EventKind::Access(notify::event::AccessKind::Close(notify::event::AccessMode::Write)) => {}
-        EventKind::Access(_) => return Seen::Nothing,
-        EventKind::Remove(_) | EventKind::Modify(notify::event::ModifyKind::Name(_))
-            if event.paths.iter().any(|path| path == root) =>
-        {
-            return Seen::Lost
-        }
-        _ => {}
-    }
-    if !event.paths.is_empty() && event.paths.iter().all(|path| own.contains(path)) {
-        return Seen::Nothing;
-    }
-    Seen::Change
-}
-
 /// How a root is kept track of.
 enum RootWatch {
-    /// Watched by inotify: held only so that its watches live; dropping
-    /// it removes them.
-    Watched { _watcher: RecommendedWatcher },
+    /// Watched by inotify here: held only so that its watches live;
+    /// dropping it removes them.
+    Watched { _watch: TreeWatch },
+    /// A remote root watched on its own host (`sync_watch_remote`).
+    Remote { _watch: RemoteWatch },
     /// Synced every interval, and why.
     Polled(PollReason),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PollReason {
-    Remote,
-    /// The kernel's watch limit was reached: watching again waits for a
-    /// SIGHUP (after the limit was raised, say).
+    /// The kernel's watch limit was reached (here, or on a remote root's
+    /// host): watching again waits for a SIGHUP (after the limit was
+    /// raised, say).
     Limit,
-    /// The watch was lost or could not be made: tried again every cycle.
+    /// The watch was lost or could not be made, or a remote root's watch
+    /// connection failed: tried again every cycle.
     Unwatched,
+    /// A remote root's host cannot watch it (an older accord, a file
+    /// system inotify does not cover): tried again after a SIGHUP.
+    Unwatchable,
 }
 
-struct RootWatches {
+struct RootWatches<'o> {
+    opts: &'o WatchOptions,
+    /// Local roots, canonical (as inotify names their paths).
     paths: [Option<PathBuf>; 2],
     watches: [RootWatch; 2],
-    interval: Duration,
 }
 
-impl RootWatches {
-    fn start(opts: &WatchOptions, inbox: &Arc<Inbox>, own: &Arc<OwnFiles>) -> RootWatches {
+impl<'o> RootWatches<'o> {
+    fn start(opts: &'o WatchOptions, inbox: &Arc<Inbox>, own: &Arc<OwnFiles>) -> RootWatches<'o> {
         let paths = opts.roots.each_ref().map(|root| match root {
             WatchRoot::Local(path) => Some(canonical_prefix(path)),
-            WatchRoot::Remote(_) => None,
+            WatchRoot::Remote { .. } => None,
         });
         let mut roots = RootWatches {
+            opts,
             paths,
             // Set below, root by root.
             watches: [
                 RootWatch::Polled(PollReason::Unwatched),
                 RootWatch::Polled(PollReason::Unwatched),
             ],
-            interval: opts.interval,
         };
         for (index, root) in opts.roots.iter().enumerate() {
             match root {
                 // A missing root fails the first run, which says so.
-                WatchRoot::Local(path) if !path.exists() => {
-                    roots.watches[index] = RootWatch::Polled(PollReason::Unwatched)
-                }
-                WatchRoot::Local(_) => roots.rewatch(index, inbox, own),
-                WatchRoot::Remote(address) => {
-                    roots.watches[index] = RootWatch::Polled(PollReason::Remote);
-                    eprintln!(
-                        "accord sync: {address} is remote and cannot be watched from here: \
-                         syncing every {}s (changes on this side sync at once)",
-                        roots.interval.as_secs_f64()
-                    )
-                }
+                WatchRoot::Local(path) if !path.exists() => {}
+                WatchRoot::Local(_) | WatchRoot::Remote { .. } => roots.rewatch(index, inbox, own),
             }
         }
         roots
@@ -420,32 +372,34 @@ impl RootWatches {
             .any(|watch| matches!(watch, RootWatch::Polled(_)))
     }
 
-    /// Before a run: give up watches that hit the limit, and watch again
-    /// roots that lost theirs (and, after a SIGHUP, those that had hit
-    /// the limit).
+    /// Before a run: give up watches that hit the limit or failed, and
+    /// watch again roots that lost theirs (and, after a SIGHUP, those that
+    /// had hit the limit or could not be watched).
     fn repair(&mut self, work: &Work, inbox: &Arc<Inbox>, own: &Arc<OwnFiles>) {
         let hangup = work.rescan.iter().any(|why| why.starts_with("SIGHUP"));
         for index in 0..2 {
-            let Some(path) = self.paths[index].clone() else {
-                continue;
-            };
             if work.limit_hit[index] {
                 self.watches[index] = RootWatch::Polled(PollReason::Limit);
-                self.say_limit(&path);
+                self.say_limit(index);
+                continue;
+            }
+            if let Some(down) = &work.remote_down[index] {
+                self.watches[index] = RootWatch::Polled(down.reason);
+                self.say_unwatched(index, down);
                 continue;
             }
             if work.lost[index] {
                 eprintln!(
                     "accord sync: lost the watch on {} (moved or deleted): \
                      rescanning in full",
-                    path.display()
+                    self.name(index)
                 );
             }
             let retry = match &self.watches[index] {
                 RootWatch::Watched { .. } => work.lost[index],
+                RootWatch::Remote { .. } => false,
                 RootWatch::Polled(PollReason::Unwatched) => true,
-                RootWatch::Polled(PollReason::Limit) => hangup,
-                RootWatch::Polled(PollReason::Remote) => false,
+                RootWatch::Polled(PollReason::Limit | PollReason::Unwatchable) => hangup,
             };
             if retry {
                 self.rewatch(index, inbox, own);
@@ -454,60 +408,87 @@ impl RootWatches {
     }
 
     fn rewatch(&mut self, index: usize, inbox: &Arc<Inbox>, own: &Arc<OwnFiles>) {
-        let Some(path) = self.paths[index].clone() else {
-            return;
-        };
         // Free the old watches first: they count against the same limit.
         self.watches[index] = RootWatch::Polled(PollReason::Unwatched);
-        self.watches[index] = match watch_root(index, &path, inbox, own) {
-            Ok(watcher) => RootWatch::Watched { _watcher: watcher },
-            Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => {
-                self.say_limit(&path);
+        let watched = match (&self.opts.roots[index], &self.paths[index]) {
+            (WatchRoot::Remote { connect, .. }, _) => {
+                crate::sync_watch_remote::start(connect, index, inbox)
+                    .map(|w| RootWatch::Remote { _watch: w })
+            }
+            (WatchRoot::Local(_), Some(path)) => watch_root(index, path, inbox, own)
+                .map(|w| RootWatch::Watched { _watch: w })
+                .map_err(|failure| match failure {
+                    WatchFailure::Limit => WatchDown::limit(),
+                    WatchFailure::Other(why) => WatchDown::unwatched(why),
+                }),
+            (WatchRoot::Local(_), None) => return,
+        };
+        self.watches[index] = match watched {
+            Ok(watch) => watch,
+            Err(down) if down.reason == PollReason::Limit => {
+                self.say_limit(index);
                 RootWatch::Polled(PollReason::Limit)
             }
-            Err(e) => {
-                let why = match e.kind {
-                    notify::ErrorKind::PathNotFound => "it is missing".to_string(),
-                    notify::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
-                        "it is missing".to_string()
-                    }
-                    _ => e.to_string(),
-                };
-                eprintln!(
-                    "accord sync: cannot watch {} ({why}): syncing every {}s until it can be",
-                    path.display(),
-                    self.interval.as_secs_f64()
-                );
-                RootWatch::Polled(PollReason::Unwatched)
+            Err(down) => {
+                self.say_unwatched(index, &down);
+                RootWatch::Polled(down.reason)
             }
         };
     }
 
-    fn say_limit(&self, path: &Path) {
+    /// The root as messages name it.
+    fn name(&self, index: usize) -> String {
+        match (&self.opts.roots[index], &self.paths[index]) {
+            (WatchRoot::Remote { address, .. }, _) => address.clone(),
+            (_, Some(path)) => path.display().to_string(),
+            (WatchRoot::Local(path), None) => path.display().to_string(),
+        }
+    }
+
+    fn say_unwatched(&self, index: usize, down: &WatchDown) {
+        let (why, until) = match down.reason {
+            PollReason::Unwatchable => (&down.why, " (SIGHUP tries again)"),
+            _ => (&down.why, " until it can be"),
+        };
         eprintln!(
-            "accord sync: cannot watch all of {}: the kernel's limit on inotify watches \
+            "accord sync: cannot watch {} ({why}): syncing every {}s{until}",
+            self.name(index),
+            self.opts.interval.as_secs_f64()
+        );
+    }
+
+    fn say_limit(&self, index: usize) {
+        let host = match self.opts.roots[index] {
+            WatchRoot::Remote { .. } => " on its host",
+            WatchRoot::Local(_) => "",
+        };
+        eprintln!(
+            "accord sync: cannot watch all of {}: the kernel's limit on inotify watches{host} \
              (/proc/sys/fs/inotify/max_user_watches) is reached; syncing every {}s instead \
              (raise the limit, e.g. `sysctl fs.inotify.max_user_watches=1048576`, then send \
              SIGHUP to watch again)",
-            path.display(),
-            self.interval.as_secs_f64()
+            self.name(index),
+            self.opts.interval.as_secs_f64()
         );
     }
 }
 
-/// Watch one local root recursively (symlinks are synced as links, so
-/// they are not followed), reporting into `inbox`.
+/// Watch one local root, reporting into `inbox`.
 fn watch_root(
     index: usize,
     root: &Path,
     inbox: &Arc<Inbox>,
-    own: &Arc<OwnFiles>,
-) -> notify::Result<RecommendedWatcher> {
-    if std::env::var_os(TEST_WATCH_LIMIT).is_some_and(|v| v == "1") {
-        return Err(notify::Error::new(notify::ErrorKind::MaxFilesWatch));
-    }
-    let (inbox, own, root_path) = (Arc::clone(inbox), Arc::clone(own), root.to_path_buf());
-    let handler = move |event| match classify(&root_path, &own, event) {
+    own: &OwnFiles,
+) -> Result<TreeWatch, WatchFailure> {
+    let inbox = Arc::clone(inbox);
+    watch_tree(root, own.clone(), move |seen| {
+        note_seen(&inbox, index, seen)
+    })
+}
+
+/// Count what a watcher of root `index` saw (local or remote alike).
+pub(crate) fn note_seen(inbox: &Inbox, index: usize, seen: Seen) {
+    match seen {
         Seen::Nothing => {}
         Seen::Change => inbox.update(Pending::note_change),
         Seen::Rescan(why) => inbox.update(|pending| pending.note_rescan(why)),
@@ -519,66 +500,12 @@ fn watch_root(
             pending.limit_hit[index] = true;
             pending.note_change();
         }),
-    };
-    let config = notify::Config::default().with_follow_symlinks(false);
-    let mut watcher = RecommendedWatcher::new(handler, config)?;
-    watcher.watch(root, RecursiveMode::Recursive)?;
-    Ok(watcher)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode};
-
-    fn own() -> OwnFiles {
-        OwnFiles {
-            state_dir: PathBuf::from("/r/a/.state"),
-        }
-    }
-
-    fn seen(kind: EventKind, path: &str) -> Seen {
-        let event = Event::new(kind).add_path(PathBuf::from(path));
-        classify(Path::new("/r/a"), &own(), Ok(event))
-    }
-
-    #[test]
-    fn reads_and_our_own_files_are_no_change() {
-        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
-        assert_eq!(seen(open, "/r/a/f"), Seen::Nothing);
-        let create = EventKind::Create(CreateKind::File);
-        assert_eq!(seen(create, "/r/a/d/.accord-tmp-x1"), Seen::Nothing);
-        assert_eq!(seen(create, "/r/a/.state/archive.db"), Seen::Nothing);
-        assert_eq!(seen(create, "/r/a/d/f"), Seen::Change);
-        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
-        assert_eq!(seen(closed, "/r/a/f"), Seen::Change);
-    }
-
-    #[test]
-    fn the_root_moved_or_removed_loses_the_watch() {
-        let moved = EventKind::Modify(ModifyKind::Name(RenameMode::From));
-        assert_eq!(seen(moved, "/r/a"), Seen::Lost);
-        assert_eq!(
-            seen(EventKind::Remove(RemoveKind::Folder), "/r/a"),
-            Seen::Lost
-        );
-        assert_eq!(
-            seen(EventKind::Remove(RemoveKind::Folder), "/r/a/d"),
-            Seen::Change
-        );
-    }
-
-    #[test]
-    fn overflow_and_the_watch_limit() {
-        let overflow = Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan);
-        let root = Path::new("/r/a");
-        assert!(matches!(
-            classify(root, &own(), Ok(overflow)),
-            Seen::Rescan(_)
-        ));
-        let limit = notify::Error::new(notify::ErrorKind::MaxFilesWatch);
-        assert_eq!(classify(root, &own(), Err(limit)), Seen::Limit);
-    }
 
     #[test]
     fn a_burst_is_debounced_but_bounded() {
@@ -592,13 +519,5 @@ mod tests {
         assert_eq!(pending.run_due_at(), Some(first + MAX_DELAY));
         pending.take();
         assert_eq!(pending.run_due_at(), None);
-    }
-
-    #[test]
-    fn canonical_prefix_keeps_what_does_not_exist_yet() {
-        let tmp = tempfile::tempdir().unwrap();
-        let real = tmp.path().canonicalize().unwrap();
-        let missing = tmp.path().join("y/z");
-        assert_eq!(canonical_prefix(&missing), real.join("y/z"));
     }
 }

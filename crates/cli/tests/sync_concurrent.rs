@@ -3,13 +3,50 @@
 //! reports it ("changed during sync") and the next run syncs it. The run
 //! is held between planning and propagation by the test hook
 //! `ACCORD_TEST_SYNC_PAUSE` while the test writes.
+//!
+//! Every scenario runs three times (acceptance 7): both roots local, B over
+//! ssh (a real sshd started for the run) and B from an `accord server`
+//! daemon; with B remote, B's re-checks and fingerprints are made by the
+//! server on its own host.
 
+mod mirror_common;
+mod remote_common;
 mod sync_common;
 use std::os::unix::fs::MetadataExt;
 use sync_common::*;
 
-fn synced_pair() -> Pair {
-    let pair = Pair::new();
+/// Each scenario, as a test with both roots local and as one with B over
+/// ssh and one with B from the daemon.
+macro_rules! local_and_remote {
+    ($scenario:ident: $local:ident, $ssh:ident, $daemon:ident) => {
+        #[test]
+        fn $local() {
+            $scenario(&Pair::new);
+        }
+
+        #[test]
+        fn $ssh() {
+            let Some(sshd) = remote_common::Sshd::start() else {
+                return;
+            };
+            let base = tempfile::tempdir().unwrap();
+            let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
+            $scenario(&|| Pair::with_remote_b(&remote));
+        }
+
+        #[test]
+        fn $daemon() {
+            let daemon = Daemon::start();
+            let remote = daemon.remote_b();
+            $scenario(&|| Pair::with_remote_b(&remote));
+        }
+    };
+}
+
+type MakePair<'a> = &'a dyn Fn() -> Pair;
+
+fn synced_pair(make_pair: MakePair) -> Pair {
+    let pair = make_pair();
     pair.write('a', "f", "original");
     pair.write('a', "other", "other file");
     pair.sync_json(&[], 0);
@@ -25,9 +62,8 @@ fn error_paths(report: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_target_written_during_the_sync_is_not_overwritten() {
-    let pair = synced_pair();
+fn a_target_written_during_the_sync_is_not_overwritten(make_pair: MakePair) {
+    let pair = synced_pair(make_pair);
     pair.write('a', "f", "new version from a");
     pair.write('a', "other", "also new from a");
     let report = sync_with_change(&pair, 2, || {
@@ -48,9 +84,8 @@ fn a_target_written_during_the_sync_is_not_overwritten() {
     assert_eq!(conflict_paths(&next), ["f"]);
 }
 
-#[test]
-fn a_source_written_during_the_sync_is_synced_next_time() {
-    let pair = synced_pair();
+fn a_source_written_during_the_sync_is_synced_next_time(make_pair: MakePair) {
+    let pair = synced_pair(make_pair);
     pair.write('a', "f", "new version from a");
     let report = sync_with_change(&pair, 2, || {
         pair.write('a', "f", "newer still, written during the sync");
@@ -67,9 +102,8 @@ fn a_source_written_during_the_sync_is_synced_next_time() {
 
 /// A write that keeps the size and puts the mtime back passes every
 /// metadata check; the fingerprint of what arrived catches it.
-#[test]
-fn a_write_hidden_from_metadata_is_caught_by_the_fingerprint() {
-    let pair = synced_pair();
+fn a_write_hidden_from_metadata_is_caught_by_the_fingerprint(make_pair: MakePair) {
+    let pair = synced_pair(make_pair);
     pair.write('a', "f", "new version AAA");
     let path = pair.path('a', "f");
     let report = sync_with_change(&pair, 2, || {
@@ -93,9 +127,8 @@ fn a_write_hidden_from_metadata_is_caught_by_the_fingerprint() {
     assert_eq!(pair.read('b', "f").as_deref(), Some("new version BBB"));
 }
 
-#[test]
-fn a_target_deleted_during_the_sync_is_not_recreated() {
-    let pair = synced_pair();
+fn a_target_deleted_during_the_sync_is_not_recreated(make_pair: MakePair) {
+    let pair = synced_pair(make_pair);
     pair.write('a', "f", "new version from a");
     let report = sync_with_change(&pair, 2, || {
         std::fs::remove_file(pair.path('b', "f")).unwrap();
@@ -107,3 +140,33 @@ fn a_target_deleted_during_the_sync_is_not_recreated() {
     assert_eq!(conflict_paths(&next), ["f"]);
     assert_eq!(pair.read('a', "f").as_deref(), Some("new version from a"));
 }
+
+/// B is the source and is written again while the run holds: with B
+/// remote, the server reads it and the client checks what arrived.
+fn a_source_on_b_written_during_the_sync_is_synced_next_time(make_pair: MakePair) {
+    let pair = synced_pair(make_pair);
+    pair.write('b', "f", "new version from b");
+    let report = sync_with_change(&pair, 2, || {
+        pair.write('b', "f", "newer still, written on b during the sync");
+    });
+    assert_eq!(error_paths(&report), ["f"], "{report}");
+    assert_eq!(pair.read('a', "f").as_deref(), Some("original"));
+    pair.sync_json(&[], 0);
+    assert_eq!(
+        pair.read('a', "f").as_deref(),
+        Some("newer still, written on b during the sync")
+    );
+    pair.assert_equal();
+}
+
+local_and_remote!(a_target_written_during_the_sync_is_not_overwritten:
+    target_written_local, target_written_b_over_ssh, target_written_b_from_the_daemon);
+local_and_remote!(a_source_written_during_the_sync_is_synced_next_time:
+    source_written_local, source_written_b_over_ssh, source_written_b_from_the_daemon);
+local_and_remote!(a_write_hidden_from_metadata_is_caught_by_the_fingerprint:
+    hidden_write_local, hidden_write_b_over_ssh, hidden_write_b_from_the_daemon);
+local_and_remote!(a_target_deleted_during_the_sync_is_not_recreated:
+    target_deleted_local, target_deleted_b_over_ssh, target_deleted_b_from_the_daemon);
+local_and_remote!(a_source_on_b_written_during_the_sync_is_synced_next_time:
+    source_on_b_written_local, source_on_b_written_b_over_ssh,
+    source_on_b_written_b_from_the_daemon);

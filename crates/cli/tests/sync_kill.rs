@@ -36,6 +36,18 @@ fn created_on_b(i: usize) -> String {
 /// Files of a tree that A moves into a new directory: B renames its own.
 const MOVED: usize = 40;
 
+/// Files with a second name: each tenth from the third (odd: B writes it
+/// in place, through its first name, so the group's new contents reach A
+/// as one copy and a link) and each tenth from the second (even: A writes
+/// it and then gives it a second name, a new group that reaches B so).
+fn grouped(i: usize) -> Option<String> {
+    match i % 10 {
+        3 => Some(format!("grp/g{i:03}")),
+        2 => Some(format!("links/l{i:03}")),
+        _ => None,
+    }
+}
+
 fn in_tree(i: usize) -> String {
     format!("tree/t{i:02}")
 }
@@ -63,6 +75,9 @@ fn prepared_pair(remote: Option<&RemoteB>) -> Pair {
     for i in 0..MOVED {
         pair.write('a', &in_tree(i), &tree_contents(i));
     }
+    for i in (0..FILES).filter(|i| i % 10 == 3) {
+        link(&pair, 'a', &name(i), &grouped(i).unwrap());
+    }
     pair.sync_json(&[], 0);
     std::fs::create_dir(pair.path('a', "moved")).unwrap();
     std::fs::rename(pair.path('a', "tree"), pair.path('a', "moved/tree")).unwrap();
@@ -75,15 +90,32 @@ fn prepared_pair(remote: Option<&RemoteB>) -> Pair {
             pair.write('b', &name(i), &from_b(i));
         }
     }
+    for i in (0..FILES).filter(|i| i % 10 == 2) {
+        link(&pair, 'a', &name(i), &grouped(i).unwrap());
+    }
     for i in 0..FILES / 4 {
         pair.write('b', &format!("new/g{i:03}"), &created_on_b(i));
     }
     pair
 }
 
+fn link(pair: &Pair, side: char, existing: &str, new: &str) {
+    let target = pair.path(side, new);
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::hard_link(pair.path(side, existing), target).unwrap();
+}
+
 /// What each path may hold at any moment: its original or final contents
 /// (None: absent).
 fn allowed(rel: &str) -> Vec<Option<String>> {
+    if let Some(rest) = rel.strip_prefix("grp/g") {
+        let i: usize = rest.parse().unwrap();
+        return vec![Some(original(i)), Some(from_b(i))];
+    }
+    if let Some(rest) = rel.strip_prefix("links/l") {
+        let i: usize = rest.parse().unwrap();
+        return vec![None, Some(from_a(i))];
+    }
     if let Some(rest) = rel.strip_prefix("new/g") {
         let i: usize = rest.parse().unwrap();
         return vec![None, Some(created_on_b(i))];
@@ -124,6 +156,7 @@ fn every_path() -> Vec<String> {
         .chain((0..FILES / 4).map(|i| format!("new/g{i:03}")))
         .chain((0..MOVED).map(in_tree))
         .chain((0..MOVED).map(moved))
+        .chain((0..FILES).filter_map(grouped))
         .collect()
 }
 
@@ -164,8 +197,25 @@ fn check_converged(pair: &Pair, trial: usize) {
                 "trial {trial}: {side}/{rel}"
             );
         }
+        for i in 0..FILES {
+            if let Some(second) = grouped(i) {
+                assert_eq!(
+                    inode(pair, side, &name(i)),
+                    inode(pair, side, &second),
+                    "trial {trial}: {side}/{second} is not a name of {}",
+                    name(i)
+                );
+            }
+        }
     }
     pair.assert_equal();
+}
+
+fn inode(pair: &Pair, side: char, rel: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(pair.path(side, rel))
+        .unwrap()
+        .ino()
 }
 
 /// A small deterministic generator (no dependency for one number a trial).

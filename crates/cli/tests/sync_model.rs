@@ -22,7 +22,16 @@
 //! rounds, seeds from `ACCORD_SYNC_MODEL_SEED` (default 0) on. A failure
 //! prints its seed and operations; replay it with
 //! `ACCORD_SYNC_MODEL_SEED=S ACCORD_SYNC_MODEL_CASES=1`.
+//!
+//! The same model runs with B a remote root (acceptance 7), over a real
+//! sshd and from an `accord server` daemon started for the run:
+//! `ACCORD_SYNC_MODEL_REMOTE_CASES` cases each (default 8 over ssh, where
+//! every run starts an ssh session, and 64 from the daemon), seeds from
+//! `ACCORD_SYNC_MODEL_SEED` on, so a failure replays locally with the same
+//! seed to tell a remote-only fault from a planning one.
 
+mod mirror_common;
+mod remote_common;
 mod sync_common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -102,6 +111,11 @@ enum Op {
     /// second is free, its directory exists and it is not inside the first:
     /// what the sync may carry over as a rename.
     Rename(char, String, String),
+    /// `ln` of the first path, a regular file, as the second, when the
+    /// second is free and its directory exists: a hard-link group, which a
+    /// sync keeps a group; later writes and chmods through one name change
+    /// every name of it (the model sees them in the snapshots).
+    HardLink(char, String, String),
 }
 
 impl fmt::Display for Op {
@@ -119,6 +133,7 @@ impl fmt::Display for Op {
             Op::Symlink(s, p, t) => write!(f, "{s}: ln -s {t} {p}"),
             Op::Touch(s, p, t) => write!(f, "{s}: touch -d @{t} {p}"),
             Op::Rename(s, p, to) => write!(f, "{s}: mv {p} {to}"),
+            Op::HardLink(s, p, to) => write!(f, "{s}: ln {p} {to}"),
         }
     }
 }
@@ -137,7 +152,7 @@ fn random_op(rng: &mut Rng, root_privileges: bool) -> Op {
     let path = random_path(rng);
     // Writes, removals and chmods weigh more: most paths they pick hold
     // nothing yet, or nothing of the kind they act on.
-    match rng.below(13) {
+    match rng.below(15) {
         0..=2 => Op::Write(side, path, rng.pick(&CONTENTS)),
         3 => Op::Mkdir(side, path),
         4 | 5 => Op::Remove(side, path),
@@ -147,6 +162,7 @@ fn random_op(rng: &mut Rng, root_privileges: bool) -> Op {
         }
         8 => Op::Symlink(side, path, rng.pick(&LINK_TARGETS)),
         9 | 10 => Op::Rename(side, path, random_path(rng)),
+        11 | 12 => Op::HardLink(side, path, random_path(rng)),
         _ => Op::Touch(side, path, 1_000_000_000 + rng.below(1 << 20) as u64),
     }
 }
@@ -209,6 +225,17 @@ fn apply(pair: &Pair, op: &Op) {
         }
         Op::Touch(side, rel, secs) => touch(&pair.path(*side, rel), *secs),
         Op::Rename(side, from, to) => rename(pair.root(*side), from, to),
+        Op::HardLink(side, from, to) => hard_link(pair.root(*side), from, to),
+    }
+}
+
+/// `ln from to` where `from` is a regular file and `to` is free, never
+/// through a symlink.
+fn hard_link(root: &Path, from: &str, to: &str) {
+    let free = std::fs::symlink_metadata(root.join(to)).is_err();
+    let file = std::fs::symlink_metadata(root.join(from)).is_ok_and(|m| m.is_file());
+    if file && free && real_parents(root, from) && real_parents(root, to) {
+        std::fs::hard_link(root.join(from), root.join(to)).unwrap();
     }
 }
 
@@ -613,9 +640,9 @@ fn show(tree: &Tree) -> String {
 
 /// Run one case; on failure, the seed, every operation by round, and the
 /// three trees the failing sync started from.
-fn run_case(seed: u64, root_privileges: bool, tally: &mut Tally) {
+fn run_case(seed: u64, root_privileges: bool, tally: &mut Tally, make_pair: &dyn Fn() -> Pair) {
     let mut rng = Rng(seed);
-    let pair = Pair::new();
+    let pair = make_pair();
     pair.write('a', ANCHOR, "never changed");
     let mut agreed = Tree::new();
     let mut log: Vec<String> = Vec::new();
@@ -663,7 +690,7 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
     let start = Instant::now();
     let mut tally = Tally::default();
     for seed in first_seed..first_seed + cases {
-        run_case(seed, root_privileges, &mut tally);
+        run_case(seed, root_privileges, &mut tally, &Pair::new);
     }
     eprintln!(
         "sync model: {cases} cases of {ROUNDS} rounds from seed {first_seed} in {:.1}s: \
@@ -689,6 +716,48 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
         // And moves that reach the other side as renames.
         assert!(tally.renamed > 0, "no rename in {cases} cases");
     }
+}
+
+/// The model's cases with B reached as `remote`: the planning is the same,
+/// every change to B and every read of it crosses the wire.
+fn run_remote_cases(remote: &RemoteB, how: &str, default_cases: u64) {
+    let cases = env_number("ACCORD_SYNC_MODEL_REMOTE_CASES", default_cases);
+    let first_seed = env_number("ACCORD_SYNC_MODEL_SEED", 0);
+    // SAFETY: geteuid has no preconditions.
+    let root_privileges = unsafe { libc::geteuid() } == 0;
+    let start = Instant::now();
+    let mut tally = Tally::default();
+    for seed in first_seed..first_seed + cases {
+        run_case(seed, root_privileges, &mut tally, &|| {
+            Pair::with_remote_b(remote)
+        });
+    }
+    eprintln!(
+        "sync model, B {how}: {cases} cases of {ROUNDS} rounds from seed {first_seed} in \
+         {:.1}s: {} checked syncs, {} paths propagated ({} renames), conflicts {:?}",
+        start.elapsed().as_secs_f64(),
+        tally.syncs,
+        tally.propagated,
+        tally.renamed,
+        tally.conflicts
+    );
+    assert!(tally.propagated > 0, "nothing crossed the wire");
+}
+
+#[test]
+fn with_b_over_ssh_random_operations_and_syncs_converge() {
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    // Each run starts an ssh session (about half a second here): fewer cases.
+    run_remote_cases(&RemoteB::over_ssh(base.path(), &sshd.rsh()), "over ssh", 8);
+}
+
+#[test]
+fn with_b_from_the_daemon_random_operations_and_syncs_converge() {
+    let daemon = Daemon::start();
+    run_remote_cases(&daemon.remote_b(), "from the daemon", 64);
 }
 
 /// Found by the model (seeds 1043, 1059): paths agreed beneath a directory

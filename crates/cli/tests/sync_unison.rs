@@ -16,6 +16,11 @@
 //! only replaces a deletion and a copy with a rename that gives the same
 //! result), but deliberately better: the other side's entry is renamed,
 //! keeping its inode, instead of copied (`sync_renames.rs` checks that).
+//! Hard-link groups likewise (the scenarios named "hard link"): the same
+//! contents at the same names as Unison's, but the names of a group on one
+//! side are one inode on the other too, made by links rather than copies,
+//! where Unison makes each name a separate file (`sync_links.rs` checks
+//! that).
 
 mod mirror_common;
 mod remote_common;
@@ -165,6 +170,18 @@ fn scenarios() -> Vec<(&'static str, Change)> {
         }),
         ("subdirectory deleted on a", |a, _| {
             fs::remove_dir_all(a.join("dir/sub")).unwrap()
+        }),
+        ("hard link made on a", |a, _| {
+            fs::hard_link(a.join("f"), a.join("f-link")).unwrap()
+        }),
+        ("hard-link group created on b", |_, b| {
+            write(b, "grp/one", "one inode, three names");
+            fs::hard_link(b.join("grp/one"), b.join("grp/two")).unwrap();
+            fs::hard_link(b.join("grp/one"), b.join("three")).unwrap();
+        }),
+        ("hard link made and edited through on a", |a, _| {
+            fs::hard_link(a.join("g"), a.join("dir/g-link")).unwrap();
+            fs::write(a.join("dir/g-link"), "edited through the new name").unwrap();
         }),
         ("file renamed on a", |a, _| {
             fs::rename(a.join("f"), a.join("f-renamed")).unwrap()

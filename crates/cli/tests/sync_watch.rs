@@ -2,6 +2,8 @@
 //! in the background with `--json` (one object per cycle on stdout), and
 //! is killed when a test ends, passing or not. Every wait is bounded.
 
+mod mirror_common;
+mod remote_common;
 mod sync_common;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -161,7 +163,38 @@ fn started_watch(pair: &Pair, args: &[&str], env: &[(&str, &str)]) -> Watch {
 /// the watch goes quiet (our own writes do not start cycles forever).
 #[test]
 fn a_saved_file_appears_on_the_other_side_within_a_second() {
-    let pair = Pair::new();
+    saves_arrive_within_a_second(Pair::new(), "local");
+}
+
+/// Acceptance 6 and 7: the same with B over ssh (a real sshd): B is
+/// watched on its own host by its `accord server`.
+#[test]
+fn with_b_over_ssh_a_saved_file_appears_within_a_second() {
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
+    saves_arrive_within_a_second(Pair::with_remote_b(&remote), "B over ssh");
+}
+
+/// Acceptance 6 and 7: the same with B from an `accord server` daemon.
+#[test]
+fn with_b_from_the_daemon_a_saved_file_appears_within_a_second() {
+    let daemon = Daemon::start();
+    let pair = Pair::with_remote_b(&daemon.remote_b());
+    saves_arrive_within_a_second(pair, "B from the daemon");
+}
+
+/// The latency tests measure time: they run one at a time, so that they
+/// do not slow each other down (the ssh variant opens a connection per
+/// cycle, about half a second on the 2-core build machine).
+static ONE_LATENCY_TEST_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn saves_arrive_within_a_second(pair: Pair, how: &str) {
+    let _alone = ONE_LATENCY_TEST_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     pair.write('a', "seed", "seed");
     let watch = started_watch(&pair, &[], &[]);
     let mut latencies = Vec::new();
@@ -180,7 +213,7 @@ fn a_saved_file_appears_on_the_other_side_within_a_second() {
     latencies.sort();
     let median = (latencies[9] + latencies[10]) / 2;
     eprintln!(
-        "sync --watch: median latency of 20 saves {:.0} ms (min {:.0}, max {:.0})",
+        "sync --watch ({how}): median latency of 20 saves {:.0} ms (min {:.0}, max {:.0})",
         median.as_secs_f64() * 1e3,
         latencies[0].as_secs_f64() * 1e3,
         latencies[19].as_secs_f64() * 1e3
@@ -356,12 +389,41 @@ fn conflicts_go_on_and_the_deletion_guard_stops_the_watch() {
     assert!(pair.exists('a', "f5"), "nothing may be deleted on A");
 }
 
-/// A remote root cannot be watched from here: it is synced every
-/// --watch-interval (changes on the local side still sync at once). The
-/// "remote" is `accord server` started by a stand-in for ssh.
+/// A remote root is watched on its own host by its `accord server`: a
+/// change there starts a cycle at once, with no polling. When that host
+/// cannot watch (its watch limit, simulated by the test hook
+/// ACCORD_TEST_WATCH_LIMIT in the server's environment), the watch says
+/// so and syncs every --watch-interval instead. The "remote" is `accord
+/// server` started by a stand-in for ssh, which passes the environment.
 #[test]
-fn a_remote_root_is_synced_periodically() {
+fn a_remote_root_is_watched_on_its_host() {
     let pair = Pair::new();
+    let watch = remote_watch(&pair, "3600", &[]);
+    watch.next_cycle(Duration::from_secs(30));
+    pair.write('b', "on_remote", "seen by the server's watch");
+    // The interval is an hour: only the server's news can bring it.
+    assert!(wait_until(Duration::from_secs(6), || pair.exists('a', "on_remote")));
+    pair.write('a', "on_local", "seen by inotify");
+    assert!(wait_until(Duration::from_secs(6), || pair.exists('b', "on_local")));
+    let said: Vec<String> = watch.stderr.try_iter().collect();
+    assert!(!said.iter().any(|l| l.contains("cannot watch")), "{said:?}");
+}
+
+#[test]
+fn a_remote_root_its_host_cannot_watch_is_synced_periodically() {
+    let pair = Pair::new();
+    let mut watch = remote_watch(&pair, "1", &[("ACCORD_TEST_WATCH_LIMIT", "1")]);
+    watch.next_cycle(Duration::from_secs(30));
+    let said = watch.wait_stderr("on its host", Duration::from_secs(5));
+    assert!(said.contains("max_user_watches"), "{said}");
+    pair.write('b', "on_remote", "seen by polling");
+    assert!(wait_until(Duration::from_secs(6), || pair.exists('a', "on_remote")));
+}
+
+/// `accord sync --watch` of A and `localhost:B` through a stand-in for
+/// ssh that runs the command here, syncing every `interval` seconds when
+/// a root cannot be watched.
+fn remote_watch(pair: &Pair, interval: &str, env: &[(&str, &str)]) -> Watch {
     let rsh = pair.state.with_file_name("fake-rsh");
     // Called as `RSH -e none -- HOST COMMAND`: run COMMAND here.
     std::fs::write(
@@ -380,7 +442,7 @@ fn a_remote_root_is_synced_periodically() {
             "--watch",
             "--json",
             "--watch-interval",
-            "1",
+            interval,
         ])
         .arg(&pair.a)
         .arg(&remote_b)
@@ -388,12 +450,7 @@ fn a_remote_root_is_synced_periodically() {
         .arg(&rsh)
         .arg("--remote-accord")
         .arg(bin())
-        .env("ACCORD_STATE_DIR", &pair.state);
-    let mut watch = Watch::start_command(command);
-    watch.next_cycle(Duration::from_secs(30));
-    watch.wait_stderr("cannot be watched", Duration::from_secs(5));
-    pair.write('b', "on_remote", "seen by polling");
-    assert!(wait_until(Duration::from_secs(6), || pair.exists('a', "on_remote")));
-    pair.write('a', "on_local", "seen by inotify");
-    assert!(wait_until(Duration::from_secs(6), || pair.exists('b', "on_local")));
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .envs(env.iter().copied());
+    Watch::start_command(command)
 }

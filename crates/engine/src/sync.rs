@@ -41,6 +41,10 @@ pub struct SyncConfig {
     /// as a rename on the other side (`--no-renames`: as a deletion and a
     /// copy, as Unison does).
     pub renames: bool,
+    /// Keep hard-link groups groups: a copied name of a group is made on
+    /// the other side as a link to another name of it (`--no-hard-links`:
+    /// every name copied as a separate file, as Unison does).
+    pub hard_links: bool,
     /// Flush new contents to disk before they are renamed into place.
     pub fsync: bool,
     /// Where this host keeps the archives (a remote replica's host
@@ -57,6 +61,7 @@ impl SyncConfig {
             force: None,
             max_delete: MaxDelete::Fraction(0.5),
             renames: true,
+            hard_links: true,
             fsync: true,
             state_dir,
         }
@@ -88,6 +93,7 @@ impl SyncConfig {
             prefer: self.prefer,
             force: self.force,
             renames: self.renames && can_rename,
+            hard_links: self.hard_links,
         }
     }
 }
@@ -103,6 +109,10 @@ pub struct SyncHooks<'a> {
     /// resolve conflicts, turn propagations around or skip paths (the
     /// interactive mode). The guard checks the edited plan again.
     pub edit_plan: Option<&'a (dyn Fn(&mut PlanEdit) + Sync)>,
+    /// Called once every file is in place, before the copies planned as
+    /// hard links are made (only when there are some). Tests use it to stop
+    /// a run between a group's leader and its links.
+    pub before_links: Option<&'a (dyn Fn() + Sync)>,
 }
 
 /// Why one path failed in a sync (the run went on without it).
@@ -200,6 +210,9 @@ pub struct Propagated {
     pub action: accord_plan::Action,
     /// For a rename: the path it was renamed from.
     pub from: Option<RelPath>,
+    /// For a copy made as a hard link: the name it was linked to (on the
+    /// receiving side), which holds the same contents.
+    pub linked_to: Option<RelPath>,
 }
 
 /// What a sync run did.
@@ -384,7 +397,7 @@ fn run(
         hook();
     }
     scanned.forget_updates();
-    propagate(replicas, &mut sides, &scanned, &items, cfg, report);
+    propagate(replicas, &mut sides, &scanned, &items, cfg, hooks, report);
     Ok(())
 }
 
@@ -564,6 +577,7 @@ mod tests {
                 from: path("old"),
                 entry: dir,
             })),
+            link: None,
         };
         let failed = |at: &str| SyncFailure {
             path: path(at),

@@ -18,8 +18,10 @@
 //! rename comes after the new directories above its target (path order)
 //! and before its source's directories are deleted; the replica re-checks
 //! its source and never replaces anything at its target.
-//! Whole files only for now: no delta against the other side's old
-//! version yet.
+//! Copies made as hard links to another name of their group
+//! (`sync_links.rs`) come after all files, before the directories'
+//! properties. Whole files only for now: no delta against the other side's
+//! old version yet.
 
 use crate::replica::{Deleted, Pending, Replica, ReplicaDir};
 use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport, UNKNOWN_CTIME};
@@ -31,6 +33,9 @@ use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem};
 use std::collections::HashSet;
+
+#[path = "sync_links.rs"]
+mod links;
 
 /// Files (and other entries) received before the chunk is flushed and
 /// committed, and their bytes at most: one flush of each replica per chunk,
@@ -51,7 +56,8 @@ struct Done {
     path: RelPath,
     action: Action,
     records: [Record; 2],
-    /// A rename's source.
+    /// A rename's source, or the leader a copy was linked to
+    /// (`sync_links.rs`).
     from: Option<RelPath>,
 }
 
@@ -86,6 +92,9 @@ struct Propagation<'a> {
     late: HashSet<(Side, RelPath)>,
     /// The sources of renames that failed: their directories stay.
     unmoved: Vec<(Side, RelPath)>,
+    /// Hard links' leaders copied by this run, and what their copies put
+    /// there (`sync_links.rs`).
+    leaders: links::Leaders,
 }
 
 /// A rename on its way: the item, the items moved with it, its reply.
@@ -111,6 +120,7 @@ pub(crate) fn propagate(
     scanned: &Scanned,
     items: &[SyncItem],
     cfg: &SyncConfig,
+    hooks: &crate::sync::SyncHooks,
     report: &mut SyncReport,
 ) {
     let mut run = Propagation {
@@ -124,10 +134,12 @@ pub(crate) fn propagate(
         renames: Vec::new(),
         late: rename_source_directories(items),
         unmoved: Vec::new(),
+        leaders: links::Leaders::of(items),
     };
     run.deletions(items, false);
     run.flush(archives, report);
     run.entries_in_order(items, archives, report);
+    run.links(items, archives, hooks.before_links, report);
     run.directory_props(items);
     run.deletions(items, true);
     run.flush(archives, report);
@@ -291,6 +303,10 @@ impl<'a> Propagation<'a> {
         let mut copies: Vec<FileCopy<'a>> = Vec::new();
         let mut bytes = 0;
         for (at, item) in items.iter().enumerate() {
+            if links::linked(item).is_some() {
+                // Made once its leader is in place (`links`).
+                continue;
+            }
             if let Action::Rename { on } = item.action {
                 let beneath = moved_beneath(&items[at + 1..], &item.path);
                 self.start_rename(item, on, beneath);
@@ -680,6 +696,7 @@ impl<'a> Propagation<'a> {
         let stats: Vec<_> = committed.iter().map(|one| self.start_stat(one)).collect();
         for (one, found) in committed.into_iter().zip(stats) {
             let found = found.wait().ok().flatten();
+            self.leaders.written(one.to, &one.item.path, found);
             let recorded = changed_entry(&one.taken, found);
             self.after_commit(&one, recorded);
         }
@@ -868,11 +885,18 @@ impl<'a> Propagation<'a> {
                 // A rename's source, and what moved with a directory: the
                 // rename itself is the change reported.
                 Action::Nothing | Action::MovedWith { .. } => {}
-                action => report.propagated.push(Propagated {
-                    path: one.path,
-                    action,
-                    from: one.from,
-                }),
+                action => {
+                    let (from, linked_to) = match action {
+                        Action::Rename { .. } => (one.from, None),
+                        _ => (None, one.from),
+                    };
+                    report.propagated.push(Propagated {
+                        path: one.path,
+                        action,
+                        from,
+                        linked_to,
+                    })
+                }
             }
         }
     }

@@ -5,14 +5,26 @@
 //! one round trip), and each file's bytes are fingerprinted as they pass,
 //! which checks with no second read that the source still held what update
 //! detection saw.
+//!
+//! A file the other side holds an old version of travels as an rsync
+//! delta when one side is remote and the file is big enough to be worth a
+//! signature (the mirror's rule, `DELTA_AUTO_MIN_SIZE`): the receiver's
+//! signature, a delta made where the new version is (so from a remote
+//! source only the delta crosses), rebuilt into a temp beside the old
+//! version. A delta carries the BLAKE3 of its result, the same fingerprint
+//! update detection takes, so what is checked for a whole file is checked
+//! for a delta too, before it is sent; the receiver checks the rebuilt
+//! file against it, and a false match of the signature's short sums is
+//! sent again whole.
 
 use crate::error::Action;
 use crate::replica::{Incoming, PendingTemp, Replica, ReplicaDir};
 use crate::sync::SyncError;
 use crate::sync_exec::{index, split};
+use accord_delta::{Delta, DeltaError};
 use accord_fsys::PropsMask;
-use accord_model::{Expect, Fingerprint, Props, RelPath};
-use accord_plan::{Side, SyncItem};
+use accord_model::{Expect, Fingerprint, Kind, Props, RelPath};
+use accord_plan::{Side, SyncItem, DELTA_AUTO_MIN_SIZE};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 
@@ -89,15 +101,93 @@ pub(crate) fn receive_all<'i>(
 ) -> Vec<Received<'i>> {
     let sources = dirs_of(replicas, &copies, |c| c.from, Action::OpenSource);
     let targets = dirs_of(replicas, &copies, |c| c.to, Action::OpenDestination);
-    let started = start_receives(&copies, &sources, &targets);
-    copies
+    let remote = replicas.iter().any(|r| r.local().is_none());
+    let (deltas, wholes): (Vec<_>, Vec<_>) = copies
         .into_iter()
-        .zip(started)
-        .map(|(copy, started)| {
+        .enumerate()
+        .partition(|(_, copy)| remote && worth_a_delta(copy));
+    let (order, wholes): (Vec<usize>, Vec<FileCopy>) = wholes.into_iter().unzip();
+    let started = start_receives(&wholes, &sources, &targets);
+    let mut received: Vec<(usize, Received<'i>)> = order
+        .into_iter()
+        .zip(wholes.into_iter().zip(started))
+        .map(|(at, (copy, started))| {
             let landed = landed(&copy, started, &targets);
-            (copy, landed)
+            (at, (copy, landed))
         })
-        .collect()
+        .collect();
+    for (at, copy) in deltas {
+        let landed = by_delta(&copy, &sources, &targets);
+        received.push((at, (copy, landed)));
+    }
+    received.sort_by_key(|(at, _)| *at);
+    received.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Does the target hold an old version big enough for a delta to pay?
+fn worth_a_delta(copy: &FileCopy) -> bool {
+    let new = copy.item.entry(copy.from).expect("a copy has a source");
+    let old = copy.item.entry(copy.to);
+    new.size >= DELTA_AUTO_MIN_SIZE && old.is_some_and(|o| o.kind == Kind::File && o.size > 0)
+}
+
+/// Carry one file as a delta against the target's old version; sent whole
+/// when the delta's result fails its check with neither side changed (a
+/// false match).
+fn by_delta(
+    copy: &FileCopy,
+    sources: &[Dirs; 2],
+    targets: &[Dirs; 2],
+) -> Result<Vec<u8>, SyncError> {
+    match delta_temp(copy, sources, targets) {
+        Err(SyncError::Replica(crate::Error::Delta {
+            source: DeltaError::ChecksumMismatch,
+            ..
+        })) => {
+            let (parent, name) = split(&copy.item.path);
+            let source = copy.item.entry(copy.from).expect("a copy has a source");
+            let reader = sources[index(copy.from)]
+                .get(&parent)
+                .and_then(|dir| dir.open_read(name, &Expect::entry(source)));
+            landed(copy, start_one(copy, reader, targets), targets)
+        }
+        other => other,
+    }
+}
+
+/// The signature of the target's old version, a delta from it made where
+/// the source is, checked against detection's fingerprint, rebuilt into a
+/// temp beside the target.
+fn delta_temp(
+    copy: &FileCopy,
+    sources: &[Dirs; 2],
+    targets: &[Dirs; 2],
+) -> Result<Vec<u8>, SyncError> {
+    let (parent, name) = split(&copy.item.path);
+    let source = copy.item.entry(copy.from).expect("a copy has a source");
+    let old = copy.item.entry(copy.to).expect("a delta has a basis");
+    let (sdir, tdir) = (
+        sources[index(copy.from)].get(&parent)?,
+        targets[index(copy.to)].get(&parent)?,
+    );
+    let basis = Expect::entry(old);
+    let signature = tdir.signature(name, &basis, false)?;
+    let (delta, _stats) = sdir.make_delta(name, &Expect::entry(source), &signature, false)?;
+    let promised = Delta::parse(&delta)
+        .map_err(|source| crate::Error::Delta {
+            action: Action::ReadSource,
+            source,
+        })?
+        .result_hash;
+    if source.hash != Some(promised) {
+        // The source was written after detection, behind its metadata.
+        return Err(SyncError::ContentsChanged);
+    }
+    let incoming = crate::replica::Incoming::Delta {
+        basis,
+        delta: &delta,
+    };
+    Ok(tdir.receive(name, incoming, &copy.props, copy.mask)?)
 }
 
 /// A receive on its way, with the fingerprint of the bytes it was given.

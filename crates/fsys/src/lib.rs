@@ -16,6 +16,7 @@ mod mapped;
 mod memo;
 mod rules;
 mod scan;
+pub mod watch;
 mod xattr;
 
 pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};

@@ -16,6 +16,7 @@
 
 pub mod detect;
 mod dirs;
+mod links;
 pub mod plan_edit;
 pub mod reconcile;
 mod renames;
@@ -25,8 +26,8 @@ pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update}
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};
 pub use reconcile::{
-    choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason, Moved,
-    OutOfOrder, Override, PathUpdate, Policy, Preference, ReconcileOptions, Side, SideState,
+    choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason, LinkTo,
+    Moved, OutOfOrder, Override, PathUpdate, Policy, Preference, ReconcileOptions, Side, SideState,
     SyncItem,
 };
 pub use sync_guard::{check_deletions, SideCounts, SyncRefusal};

@@ -201,6 +201,9 @@ pub struct ReconcileOptions {
     pub force: Option<Side>,
     /// Pair deletions with equal creations into renames (`renames.rs`).
     pub renames: bool,
+    /// Make copies of a hard-link group's names links on the receiving
+    /// side (`links.rs`).
+    pub hard_links: bool,
 }
 
 /// A policy's decision: what reconciliation had found, and which policy
@@ -226,6 +229,24 @@ pub struct SyncItem {
     /// For [`Action::Rename`] and [`Action::MovedWith`]: where the renaming
     /// side's entry comes from (it holds nothing at `path` yet).
     pub moved: Option<Box<Moved>>,
+    /// For an [`Action::Copy`] of a regular file that is one name of a
+    /// hard-link group on the side it comes from: the receiving side makes
+    /// it a hard link of another name of the group instead of taking the
+    /// contents again. See `links.rs`.
+    pub link: Option<Box<LinkTo>>,
+}
+
+/// Where a copy made as a hard link links to, on the receiving side.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkTo {
+    /// The group's name the link is made to (its leader).
+    pub leader: RelPath,
+    /// What the receiving side holds at `leader` and must still hold when
+    /// the link is made, when the plan leaves the leader alone there (its
+    /// contents already agree). `None`: the plan copies the leader to the
+    /// receiving side itself, and the link is made to that copy once it is
+    /// in place.
+    pub agreed: Option<Entry>,
 }
 
 /// The source of a rename: a path and what the renaming side holds there
@@ -492,6 +513,10 @@ pub(crate) fn reconcile_chosen(
     if options.renames {
         items = crate::renames::pair_renames(items, &options.props);
     }
+    crate::links::keep_props_to_their_names(&mut items);
+    if options.hard_links {
+        crate::links::link_groups(&mut items, &options.props);
+    }
     items
 }
 
@@ -733,5 +758,6 @@ fn sync_item(update: &PathUpdate, action: Action, overridden: Option<Override>) 
         a: update.a.now.clone(),
         b: update.b.now.clone(),
         moved: None,
+        link: None,
     }
 }

@@ -409,6 +409,7 @@ mod tests {
             a,
             b,
             moved: None,
+            link: None,
         }
     }
 

@@ -120,6 +120,7 @@ mod tests {
                 a: None,
                 b: None,
                 moved: None,
+                link: None,
             })
             .collect()
     }

@@ -15,8 +15,11 @@ pub const VERSION: u32 = 2;
 pub const FEATURE_ZSTD: u64 = 1;
 /// Feature bit: the server carries out a sync's renames (request 30).
 pub const FEATURE_RENAME: u64 = 2;
+/// Feature bit: the server watches its root for a sync's `--watch`
+/// (request 31, `WaitChange`).
+pub const FEATURE_WATCH: u64 = 4;
 /// Every feature this build knows.
-pub const FEATURES: u64 = FEATURE_ZSTD | FEATURE_RENAME;
+pub const FEATURES: u64 = FEATURE_ZSTD | FEATURE_RENAME | FEATURE_WATCH;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -12,5 +12,5 @@ pub mod wire;
 
 pub use frame::{Frame, FrameError, FrameKind};
 pub use hello::{Hello, HelloError, Refusal, RootMode, Welcome};
-pub use msg::{Basis, ListOptions, Request, WireError};
+pub use msg::{Basis, ListOptions, Request, WatchNews, WireError};
 pub use wire::{Dec, Enc, ProtoError};

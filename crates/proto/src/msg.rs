@@ -174,6 +174,79 @@ pub enum Request {
         from: RelPath,
         expect: Expect,
     },
+    /// Answer when something changed in the root since the last answer
+    /// (or since the first such request, which starts watching), or after
+    /// `timeout_ms` at most (0: at once). Sent only to a server that
+    /// agreed to `FEATURE_WATCH`, on a connection of its own.
+    WaitChange {
+        timeout_ms: u32,
+    },
+}
+
+/// The longest a `WaitChange` may be asked to wait: a client that wants
+/// longer asks again, so a server never holds a thread for long on a
+/// client that has gone.
+pub const MAX_WAIT_CHANGE_MS: u32 = 60_000;
+
+/// The answer to `WaitChange`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchNews {
+    /// Nothing changed within the time asked.
+    Quiet,
+    /// Something in the root changed: sync the pair.
+    Changed,
+    /// Events were lost (the kernel's queue overflowed): sync in full.
+    Rescan(String),
+    /// The root itself was moved or removed; the server watches it again
+    /// at the next request.
+    Lost,
+    /// The server's kernel limit on inotify watches was reached: the
+    /// client must poll instead.
+    Limit,
+    /// The root cannot be watched there, and why: poll instead.
+    Unwatchable(String),
+}
+
+/// Longest reason carried by a `WatchNews`.
+pub const MAX_WATCH_REASON: usize = 1024;
+
+impl WatchNews {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        match self {
+            WatchNews::Quiet => e.u8(0),
+            WatchNews::Changed => e.u8(1),
+            WatchNews::Rescan(why) => e.u8(2).str(clip(why)),
+            WatchNews::Lost => e.u8(3),
+            WatchNews::Limit => e.u8(4),
+            WatchNews::Unwatchable(why) => e.u8(5).str(clip(why)),
+        };
+        e.finish()
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<WatchNews, ProtoError> {
+        let mut d = Dec::new(buf);
+        let news = match d.u8("watch news")? {
+            0 => WatchNews::Quiet,
+            1 => WatchNews::Changed,
+            2 => WatchNews::Rescan(d.text(MAX_WATCH_REASON, "reason")?),
+            3 => WatchNews::Lost,
+            4 => WatchNews::Limit,
+            5 => WatchNews::Unwatchable(d.text(MAX_WATCH_REASON, "reason")?),
+            n => return Err(ProtoError::Invalid(format!("unknown watch news {n}"))),
+        };
+        d.end("the watch news")?;
+        Ok(news)
+    }
+}
+
+/// `why` cut to `MAX_WATCH_REASON` bytes at a character boundary.
+fn clip(why: &str) -> &str {
+    let mut end = why.len().min(MAX_WATCH_REASON);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    &why[..end]
 }
 
 /// What a received file is built from.
@@ -217,6 +290,7 @@ impl Request {
                 | Request::MakeDelta { .. }
                 | Request::SyncIdentity
                 | Request::SyncLookup { .. }
+                | Request::WaitChange { .. }
         )
     }
 
@@ -253,6 +327,7 @@ impl Request {
             Request::SyncLookup { .. } => "look up",
             Request::SyncRecord => "record in archive",
             Request::RenameFrom { .. } => "rename",
+            Request::WaitChange { .. } => "wait for a change",
         }
     }
 
@@ -463,6 +538,9 @@ impl Request {
                 put_path(&mut e, from);
                 put_expect(&mut e, expect);
             }
+            Request::WaitChange { timeout_ms } => {
+                e.u8(31).varint(u64::from(*timeout_ms));
+            }
         }
         e.finish()
     }
@@ -616,6 +694,16 @@ impl Request {
                     from => from,
                 },
                 expect: get_expect(&mut d)?,
+            },
+            31 => Request::WaitChange {
+                timeout_ms: match d.u32("timeout")? {
+                    t if t > MAX_WAIT_CHANGE_MS => {
+                        return Err(ProtoError::Invalid(format!(
+                            "a wait of {t} ms (at most {MAX_WAIT_CHANGE_MS})"
+                        )))
+                    }
+                    t => t,
+                },
             },
             op => return Err(ProtoError::Invalid(format!("unknown operation {op}"))),
         };

@@ -8,7 +8,8 @@ mod bodies;
 use accord_fsys::{Listing, PropsMask, XattrFilter};
 use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, Time};
 use accord_proto::codec::{get_listing, put_listing};
-use accord_proto::{Basis, Dec, Enc, ListOptions, Request};
+use accord_proto::msg::MAX_WAIT_CHANGE_MS;
+use accord_proto::{Basis, Dec, Enc, ListOptions, Request, WatchNews};
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -111,6 +112,8 @@ proptest! {
     fn frames_decode(data in hostile()) { bounded(bodies::frames, &data) }
     #[test]
     fn found_decode(data in hostile()) { bounded(bodies::found, &data) }
+    #[test]
+    fn watch_news_decode(data in hostile()) { bounded(bodies::watch_news, &data) }
 }
 
 // Generators of valid values, for the round trips.
@@ -367,6 +370,7 @@ fn request() -> impl Strategy<Value = Request> {
                 from,
                 expect
             }),
+        (0..=MAX_WAIT_CHANGE_MS).prop_map(|timeout_ms| Request::WaitChange { timeout_ms }),
     ]
 }
 
@@ -512,4 +516,37 @@ fn a_rename_of_the_root_is_refused() {
     assert_eq!(bytes[..6], [30, 0, 1, b'x', 1, b'a']);
     bytes.splice(4..6, [0]);
     assert!(Request::decode(&bytes).is_err(), "{bytes:?}");
+}
+
+/// A wait longer than the protocol allows is refused, so a client cannot
+/// hold a server thread for long; every kind of news round-trips, and a
+/// reason is escaped and cut to its bound.
+#[test]
+fn wait_change_is_bounded_and_news_round_trips() {
+    let mut e = Enc::new();
+    e.u8(31).varint(u64::from(MAX_WAIT_CHANGE_MS) + 1);
+    assert!(Request::decode(&e.finish()).is_err());
+    for news in [
+        WatchNews::Quiet,
+        WatchNews::Changed,
+        WatchNews::Rescan("overflow".into()),
+        WatchNews::Lost,
+        WatchNews::Limit,
+        WatchNews::Unwatchable("it is missing".into()),
+    ] {
+        assert_eq!(WatchNews::decode(&news.encode()).unwrap(), news);
+    }
+    let long = WatchNews::Rescan("é".repeat(1000));
+    match WatchNews::decode(&long.encode()).unwrap() {
+        WatchNews::Rescan(why) => assert!(why.len() <= 1024 && why.starts_with('é')),
+        other => panic!("{other:?}"),
+    }
+    let mut e = Enc::new();
+    e.u8(2).str("bell\u{7}");
+    match WatchNews::decode(&e.finish()).unwrap() {
+        WatchNews::Rescan(why) => assert!(!why.contains('\u{7}'), "{why:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(WatchNews::decode(&[9]).is_err());
+    assert!(WatchNews::decode(&[1, 0]).is_err());
 }

@@ -12,9 +12,11 @@ use accord_engine::{SideFailure, SideSession};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
-use accord_proto::hello::{FEATURES, FEATURE_RENAME, FEATURE_ZSTD, VERSION};
-use accord_proto::msg::{decode_found, ListOptions};
-use accord_proto::{Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, Welcome, WireError};
+use accord_proto::hello::{FEATURES, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION};
+use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
+use accord_proto::{
+    Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
+};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -72,6 +74,9 @@ pub struct RemoteReplica {
     /// The server carries out renames (`ReplicaDir::rename_from`): it
     /// agreed to the feature.
     renames: bool,
+    /// The server watches its root for `wait_change`: it agreed to the
+    /// feature.
+    watches: bool,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -115,7 +120,7 @@ impl RemoteReplica {
         compress: Option<i32>,
     ) -> Result<RemoteReplica, ConnectError> {
         let zstd = if compress.is_some() { FEATURE_ZSTD } else { 0 };
-        let asked = zstd | FEATURE_RENAME;
+        let asked = zstd | FEATURE_RENAME | FEATURE_WATCH;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -169,6 +174,7 @@ impl RemoteReplica {
             ahead,
             lock_asked: Mutex::new(None),
             renames: features & FEATURE_RENAME != 0,
+            watches: features & FEATURE_WATCH != 0,
         };
         if mode == RootMode::Write {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
@@ -193,6 +199,26 @@ impl RemoteReplica {
             self.conn.bytes_sent.load(Ordering::Relaxed),
             self.conn.bytes_received.load(Ordering::Relaxed),
         )
+    }
+
+    /// Wait until the server says its root changed, at most `timeout`
+    /// (cut to the protocol's bound; a caller that wants longer asks
+    /// again). The first call starts the server's watch and should not
+    /// wait: what changes after it is news for the next one. Meant for a
+    /// connection of its own: the wait holds one of the session's readers.
+    /// `Err`: the connection failed, or its answer did not decode.
+    pub fn wait_change(&self, timeout: std::time::Duration) -> Result<WatchNews, String> {
+        if !self.watches {
+            return Ok(WatchNews::Unwatchable(
+                "the accord there is an older release that does not watch its root".into(),
+            ));
+        }
+        let timeout_ms = timeout.as_millis().min(u128::from(MAX_WAIT_CHANGE_MS)) as u32;
+        let reply = self
+            .call(&Request::WaitChange { timeout_ms }, None)
+            .map_err(|e| e.into_io().to_string())?;
+        WatchNews::decode(&reply)
+            .map_err(|e| format!("an answer to a wait that does not decode: {e}"))
     }
 
     /// Why the connection is over, if it is.

@@ -18,8 +18,9 @@ mod sync_client;
 mod sync_server;
 pub mod sync_wire;
 mod tcp;
+mod watch_server;
 
-pub use accord_proto::RootMode;
+pub use accord_proto::{RootMode, WatchNews};
 pub use client::{ConnectError, RemoteReplica};
 pub use compress::DEFAULT_LEVEL as DEFAULT_COMPRESS_LEVEL;
 pub use daemon::{run_daemon, split_module, DaemonConfig, Module};

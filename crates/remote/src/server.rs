@@ -12,6 +12,7 @@
 use crate::errors::{denied, io_error, protocol, to_wire};
 use crate::mux::{Conn, Opened, Role};
 use crate::sync_server::SyncServer;
+use crate::watch_server::RootWatch;
 use accord_engine::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica, ReplicaDir};
 use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
 use accord_model::{Kind, RelPath};
@@ -124,6 +125,7 @@ pub fn serve(
         failed_flush: Mutex::new(None),
         rules: Mutex::new(None),
         sync: SyncServer::new(&replica, cfg.archive_dir.clone()),
+        watch: RootWatch::new(replica.root().path(), cfg.archive_dir.as_deref()),
     };
     session.run();
     session.discard_temps();
@@ -201,6 +203,9 @@ struct Session<'a> {
     rules: Mutex<Option<(Vec<String>, Arc<IgnoreRules>)>>,
     /// This root's side of a two-way sync.
     sync: SyncServer<'a>,
+    /// The root watched for a sync's `--watch` (started by the first
+    /// `WaitChange`).
+    watch: RootWatch,
 }
 
 type Reply = Result<Vec<u8>, WireError>;
@@ -620,6 +625,10 @@ impl Session<'_> {
                 let d = self.dir(dir, Action::Rename)?;
                 d.rename_from(name, from, expect).map_err(w)?;
                 Ok(Vec::new())
+            }
+            Request::WaitChange { timeout_ms } => {
+                let timeout = std::time::Duration::from_millis(u64::from(*timeout_ms));
+                Ok(self.watch.wait(timeout).encode())
             }
             Request::LinkTemp { dir, name, leader } => {
                 let d = self.dir(dir, Action::MakeLink)?;

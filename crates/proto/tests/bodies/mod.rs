@@ -10,7 +10,7 @@ use accord_model::RelPath;
 use accord_proto::codec::{get_failures, get_listing, put_failures, put_listing};
 use accord_proto::frame::{parse_credit, read_frame, FrameKind};
 use accord_proto::msg::{decode_found, encode_found};
-use accord_proto::{Dec, Enc, Hello, Request, Welcome, WireError};
+use accord_proto::{Dec, Enc, Hello, Request, WatchNews, Welcome, WireError};
 
 pub fn request(data: &[u8]) {
     if let Ok(r) = Request::decode(data) {
@@ -43,6 +43,14 @@ pub fn welcome(data: &[u8]) {
 pub fn wire_error(data: &[u8]) {
     if let Ok(e) = WireError::decode(data) {
         assert_eq!(WireError::decode(&e.encode()).expect("re-decode"), e);
+    }
+}
+
+/// `WatchNews::decode`: what decodes re-decodes to itself from its own
+/// encoding (a reason is escaped for display and bounded on the way in).
+pub fn watch_news(data: &[u8]) {
+    if let Ok(n) = WatchNews::decode(data) {
+        assert_eq!(WatchNews::decode(&n.encode()).expect("re-decode"), n);
     }
 }
 

@@ -475,9 +475,9 @@ impl Op<'_> {
     /// New objects belong to the caller (the daemon runs as root); in a set-group-ID
     /// directory the group comes from the directory, as the kernel would do it.
     pub(super) fn own(&self, u: u32, rel: &Path, uid: u32, gid: u32) -> R<()> {
-        // SAFETY: no preconditions. The common case (root creating as root) needs no chown:
-        // the kernel already applied the set-group-ID rule of the directory.
-        if uid == unsafe { libc::geteuid() } && gid == unsafe { libc::getegid() } {
+        // The common case (root creating as root) needs no chown: the kernel already applied
+        // the set-group-ID rule of the directory.
+        if (uid, gid) == daemon_ids() {
             return Ok(());
         }
         let parent_rel = dot(rel.parent().unwrap_or(Path::new("")));
@@ -487,4 +487,12 @@ impl Op<'_> {
         };
         sys::lchown(self.fd(u), rel, uid, gid).e()
     }
+}
+
+/// The daemon's effective user and group, read once: they never change while it serves, and
+/// asking the kernel on every create cost two system calls per request.
+fn daemon_ids() -> (u32, u32) {
+    static IDS: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    // SAFETY: geteuid and getegid have no preconditions.
+    *IDS.get_or_init(|| unsafe { (libc::geteuid(), libc::getegid()) })
 }

@@ -1,0 +1,174 @@
+//! The server's side of `accord sync --watch` with a remote root: the root
+//! is watched here, on its own host (inotify cannot see another host's
+//! changes), and a client's `WaitChange` is answered as soon as something
+//! changed, so a save on this side reaches the other within the watch's
+//! debounce instead of a polling interval.
+//!
+//! The watch starts with the session's first `WaitChange` (the client
+//! sends one with no wait before its first sync run, so nothing that
+//! changes during that run is missed) and lasts as long as the session.
+//! What happened between two requests is kept as one piece of news, the
+//! most serious: a client that asks again later still hears of it.
+
+use accord_fsys::watch::{canonical_prefix, watch_tree, OwnFiles, Seen, TreeWatch, WatchFailure};
+use accord_proto::WatchNews;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// News kept between two requests.
+#[derive(Default)]
+struct Inbox {
+    news: Mutex<Option<WatchNews>>,
+    wake: Condvar,
+}
+
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, Option<WatchNews>> {
+        self.news.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keep the more serious of what is pending and `news`.
+    fn add(&self, news: WatchNews) {
+        let mut pending = self.lock();
+        if pending.as_ref().is_none_or(|old| rank(&news) > rank(old)) {
+            *pending = Some(news);
+        }
+        self.wake.notify_all();
+    }
+}
+
+/// How much a piece of news asks of the client (more is more serious).
+fn rank(news: &WatchNews) -> u8 {
+    match news {
+        WatchNews::Quiet => 0,
+        WatchNews::Changed => 1,
+        WatchNews::Rescan(_) => 2,
+        WatchNews::Lost => 3,
+        WatchNews::Unwatchable(_) => 4,
+        WatchNews::Limit => 5,
+    }
+}
+
+/// One session's watch of its root.
+pub(crate) struct RootWatch {
+    root: PathBuf,
+    own: OwnFiles,
+    inbox: Arc<Inbox>,
+    /// The watches, once started; dropped when lost, so the next request
+    /// watches the root again.
+    watch: Mutex<Option<TreeWatch>>,
+}
+
+impl RootWatch {
+    /// `archive_dir`: where this host's archives are written (our own
+    /// writes, never news), if it lies under the root.
+    pub(crate) fn new(root: &Path, archive_dir: Option<&Path>) -> RootWatch {
+        RootWatch {
+            root: canonical_prefix(root),
+            own: OwnFiles::new(archive_dir),
+            inbox: Arc::new(Inbox::default()),
+            watch: Mutex::new(None),
+        }
+    }
+
+    /// Answer a `WaitChange`: the news since the last answer, waiting up
+    /// to `timeout` for some if there is none.
+    pub(crate) fn wait(&self, timeout: Duration) -> WatchNews {
+        if let Err(news) = self.ensure_watching() {
+            return news;
+        }
+        let deadline = Instant::now() + timeout;
+        let mut pending = self.inbox.lock();
+        loop {
+            if let Some(news) = pending.take() {
+                drop(pending);
+                if matches!(news, WatchNews::Lost | WatchNews::Limit) {
+                    // Gone, or incomplete: watched again at the next request.
+                    *self.watch.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                return news;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return WatchNews::Quiet;
+            }
+            pending = self
+                .inbox
+                .wake
+                .wait_timeout(pending, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Start watching if not watching yet. `Err`: the news that the root
+    /// cannot be watched.
+    fn ensure_watching(&self) -> Result<(), WatchNews> {
+        let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        if watch.is_some() {
+            return Ok(());
+        }
+        let inbox = Arc::clone(&self.inbox);
+        let on_seen = move |seen| match seen {
+            Seen::Nothing => {}
+            Seen::Change => inbox.add(WatchNews::Changed),
+            Seen::Rescan(why) => inbox.add(WatchNews::Rescan(why)),
+            Seen::Lost => inbox.add(WatchNews::Lost),
+            Seen::Limit => inbox.add(WatchNews::Limit),
+        };
+        match watch_tree(&self.root, self.own.clone(), on_seen) {
+            Ok(w) => {
+                *watch = Some(w);
+                Ok(())
+            }
+            Err(WatchFailure::Limit) => Err(WatchNews::Limit),
+            Err(WatchFailure::Other(why)) => Err(WatchNews::Unwatchable(why)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_is_news_once_and_quiet_after() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = RootWatch::new(tmp.path(), None);
+        assert_eq!(w.wait(Duration::ZERO), WatchNews::Quiet);
+        std::fs::write(tmp.path().join("f"), "x").unwrap();
+        assert_eq!(w.wait(Duration::from_secs(10)), WatchNews::Changed);
+        // Events of the same write may still trickle in; then it is quiet.
+        let _ = w.wait(Duration::from_millis(200));
+        assert_eq!(w.wait(Duration::from_millis(100)), WatchNews::Quiet);
+    }
+
+    #[test]
+    fn our_own_temps_are_not_news() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = RootWatch::new(tmp.path(), None);
+        assert_eq!(w.wait(Duration::ZERO), WatchNews::Quiet);
+        std::fs::write(tmp.path().join(".accord-tmp-x1"), "x").unwrap();
+        assert_eq!(w.wait(Duration::from_millis(300)), WatchNews::Quiet);
+    }
+
+    #[test]
+    fn a_missing_root_cannot_be_watched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = RootWatch::new(&tmp.path().join("gone"), None);
+        assert!(matches!(w.wait(Duration::ZERO), WatchNews::Unwatchable(_)));
+    }
+
+    #[test]
+    fn the_most_serious_news_is_kept() {
+        let inbox = Inbox::default();
+        inbox.add(WatchNews::Changed);
+        inbox.add(WatchNews::Rescan("overflow".into()));
+        inbox.add(WatchNews::Changed);
+        assert_eq!(
+            inbox.lock().take(),
+            Some(WatchNews::Rescan("overflow".into()))
+        );
+    }
+}
