@@ -238,6 +238,19 @@ fn tree(root: &Path, dirs: usize, per_dir: usize) {
     std::fs::hard_link(root.join("many/d00/f0001"), root.join("nested/group-c")).unwrap();
 }
 
+/// Small leaf directories (`dirs` of `per_dir` files under two parents):
+/// a cluster run finishes each where it scans it, several to a task.
+fn leaves(root: &Path, dirs: usize, per_dir: usize) {
+    let mut rng = Rng(11);
+    for d in 0..dirs {
+        let dir = root.join(format!("p{}/leaf{d:03}", d % 2));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..per_dir {
+            std::fs::write(dir.join(format!("f{f:03}")), rng.bytes(50 + f % 300)).unwrap();
+        }
+    }
+}
+
 /// Regular files with contents to write: one per inode.
 fn inodes(root: &Path) -> u64 {
     let snap = snapshot(root);
@@ -425,9 +438,23 @@ fn three_cluster_workers_give_the_source_tree() {
 
 #[test]
 fn a_worker_killed_mid_run_leaves_its_tasks_to_the_others() {
+    // Directories above a batch of a remote queue (1024 files): `files`
+    // tasks of their own.
+    killed_mid_run(|src| tree(src, 4, 2500));
+}
+
+/// The same with leaves finished in `scan-dirs` tasks: the victim's task
+/// is done again by another (its files found written, each leaf counted
+/// once in its parent).
+#[test]
+fn a_worker_killed_mid_run_of_small_leaves_leaves_its_tasks_to_the_others() {
+    killed_mid_run(|src| leaves(src, 120, 40));
+}
+
+fn killed_mid_run(make: impl Fn(&Path)) {
     let Some(redis) = Redis::start() else { return };
     let (_t, src, dst, state) = roots();
-    tree(&src, 12, 400);
+    make(&src);
     let run = Run {
         redis: &redis,
         name: "kill",
@@ -481,9 +508,18 @@ fn a_paused_run_hands_out_nothing_until_resumed() {
 
 #[test]
 fn a_stopped_run_restarted_later_writes_no_file_twice() {
+    stopped_and_restarted(|src| tree(src, 4, 2500));
+}
+
+#[test]
+fn a_stopped_run_of_small_leaves_restarted_later_writes_no_file_twice() {
+    stopped_and_restarted(|src| leaves(src, 120, 40));
+}
+
+fn stopped_and_restarted(make: impl Fn(&Path)) {
     let Some(redis) = Redis::start() else { return };
     let (_t, src, dst, state) = roots();
-    tree(&src, 12, 400);
+    make(&src);
     let run = Run {
         redis: &redis,
         name: "stop",

@@ -23,6 +23,7 @@ mod sync_transfer;
 pub mod task;
 mod task_big;
 mod task_do;
+mod task_group;
 mod task_link;
 mod task_local;
 pub mod task_run;

@@ -1,7 +1,9 @@
 //! The tasks of a parallel or distributed mirror, and their encoding.
 //!
 //! A run is a queue of tasks (see `accord_queue`): `scan-dir` plans one
-//! directory pair with the mirror's rules and pushes its children;
+//! directory pair with the mirror's rules and pushes its children
+//! (`scan-dirs`: several sibling directories, one after the other, so a
+//! task is worth a round trip to a remote queue);
 //! `files` writes a batch of one directory's small files; `big-file`
 //! splits a large file into `range`s copied by several workers into one
 //! temp file; `hardlink` copies or links one name of a hard-link group;
@@ -18,14 +20,19 @@ use accord_plan::{Item, Method, Op};
 use accord_proto::codec::{get_entry, get_path, put_entry, put_path};
 use accord_proto::{Dec, Enc, ProtoError};
 
-/// The task format's version: bump it with any layout change.
-pub const TASK_VERSION: u8 = 1;
+/// The task format's version: bump it with any layout change. 2: the
+/// `scan-dirs` kind, and a parent counts each subdirectory on its own
+/// (a worker of version 1 would count such a task once: workers of both
+/// versions must not share a run).
+pub const TASK_VERSION: u8 = 2;
 /// Most items in one `files` task, and paths in one `verify` task.
 pub const MAX_BATCH: usize = 1024;
 /// Most ranges one file is split into.
 pub const MAX_RANGES: u32 = 1 << 16;
 /// Longest worker name.
 pub const MAX_WORKER_NAME: usize = 256;
+/// Most sibling directories in one `scan-dirs` task.
+pub const MAX_SCAN_DIRS: usize = 64;
 
 /// Why `name` cannot name a worker: empty, longer than `MAX_WORKER_NAME`
 /// bytes, or holding a control character (a name is compared with the
@@ -48,6 +55,12 @@ pub fn check_worker_name(name: &str) -> Result<(), String> {
 pub enum Task {
     ScanDir {
         dir: RelPath,
+    },
+    /// Sibling directories (one parent, none the root, in increasing
+    /// order), each scanned as `scan-dir` does; a leaf among them whose
+    /// files fit one batch is finished in the task (files and properties).
+    ScanDirs {
+        dirs: Vec<RelPath>,
     },
     /// Items of `dir` (writes, new non-directories, property changes).
     Files {
@@ -88,7 +101,7 @@ impl Task {
     /// The task's name in messages (`accord cluster errors`).
     pub fn kind(&self) -> &'static str {
         match self {
-            Task::ScanDir { .. } => "scan-dir",
+            Task::ScanDir { .. } | Task::ScanDirs { .. } => "scan-dir",
             Task::Files { .. } => "sync-file",
             Task::BigFile { .. } => "big-file",
             Task::Range { .. } => "range",
@@ -106,6 +119,7 @@ impl Task {
             Task::BigFile { item } | Task::Range { item, .. } => vec![&item.path],
             Task::Hardlink { src, .. } => vec![&src.path],
             Task::Verify { paths, .. } => paths.iter().collect(),
+            Task::ScanDirs { dirs } => dirs.iter().collect(),
         }
     }
 
@@ -148,6 +162,10 @@ impl Task {
                 paths.iter().for_each(|p| put_path(&mut e, p));
                 e.str(by).bool(*handed_back);
             }
+            Task::ScanDirs { dirs } => {
+                e.u8(7).varint(dirs.len() as u64);
+                dirs.iter().for_each(|p| put_path(&mut e, p));
+            }
         }
         e.finish()
     }
@@ -175,6 +193,7 @@ impl Task {
                 dir: get_path(&mut d, "directory")?,
             },
             6 => get_verify(&mut d)?,
+            7 => get_scan_dirs(&mut d)?,
             k => return Err(invalid(format!("unknown task kind {k}"))),
         };
         if d.remaining() != 0 {
@@ -326,6 +345,33 @@ fn get_hardlink(d: &mut Dec) -> Result<Task, ProtoError> {
     }
     check_item(&Op::Meta, &src, dst.as_ref())?;
     Ok(Task::Hardlink { src, dst })
+}
+
+/// Sibling directories: one parent, none the root, strictly increasing
+/// (so none twice: each is counted once in its parent).
+fn get_scan_dirs(d: &mut Dec) -> Result<Task, ProtoError> {
+    let n = d.count(MAX_SCAN_DIRS as u64, 1, "directories")?;
+    if n == 0 {
+        return Err(invalid("a scan-dirs task without directories".into()));
+    }
+    let mut dirs: Vec<RelPath> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let p = get_path(d, "directory")?;
+        if p.is_root() {
+            return Err(invalid("the root in a scan-dirs task".into()));
+        }
+        if let Some(prev) = dirs.last() {
+            if prev.parent() != p.parent() || *prev >= p {
+                return Err(invalid(format!(
+                    "{} after {} in a scan-dirs task (siblings, in increasing order)",
+                    p.display(),
+                    prev.display()
+                )));
+            }
+        }
+        dirs.push(p);
+    }
+    Ok(Task::ScanDirs { dirs })
 }
 
 fn get_verify(d: &mut Dec) -> Result<Task, ProtoError> {

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
     match task {
         Task::ScanDir { dir } => crate::task_scan::scan_dir(ctx, dir),
+        Task::ScanDirs { dirs } => crate::task_scan::scan_dirs(ctx, dirs),
         Task::Files { dir, items } => files(ctx, dir, items),
         Task::BigFile { item } => crate::task_big::big_file(ctx, item),
         Task::Range {
@@ -164,6 +165,19 @@ pub(crate) fn push_verify(ctx: &Ctx, paths: Vec<RelPath>) -> Result<(), TaskErro
 /// A directory's own properties, once its whole subtree is done; then its
 /// parent counts it (the root's ends the run).
 fn dir_meta(ctx: &Ctx, dir: &RelPath) -> TaskResult {
+    set_dir_props(ctx, dir)?;
+    match dir.parent() {
+        None => {
+            ctx.queue
+                .add_once(&keys::with("dm", dir), keys::FINISHED, 1, &[])?;
+        }
+        Some(parent) => ctx.child_done(&parent, &keys::with("dm", dir))?,
+    }
+    Ok(Outcome::Done)
+}
+
+/// Set `dir`'s own properties to the source's (its subtree is done).
+pub(crate) fn set_dir_props(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
     let opts = |source| crate::task_scan::options(ctx, source);
     let (s, _) = ctx.src().list_dir(dir, &ctx.rules, &opts(true));
     let (d, _) = ctx.dst().list_dir(dir, &ctx.rules, &opts(false));
@@ -186,17 +200,10 @@ fn dir_meta(ctx: &Ctx, dir: &RelPath) -> TaskResult {
         ..MirrorPlan::default()
     };
     let done = carry_out(ctx, &plan, false);
-    if !done.problems.is_empty() {
-        return Err(TaskError::Failed(failures_text(&done.problems)));
+    match done.problems.is_empty() {
+        true => Ok(()),
+        false => Err(TaskError::Failed(failures_text(&done.problems))),
     }
-    match dir.parent() {
-        None => {
-            ctx.queue
-                .add_once(&keys::with("dm", dir), keys::FINISHED, 1, &[])?;
-        }
-        Some(parent) => ctx.child_done(&parent, &keys::with("dm", dir))?,
-    }
-    Ok(Outcome::Done)
 }
 
 /// Compare the BLAKE3 of each file on both sides. Another worker than the

@@ -18,7 +18,7 @@ use crate::task_spec::RunSpec;
 use crate::{MirrorConfig, Progress};
 use accord_fsys::IgnoreRules;
 use accord_model::RelPath;
-use accord_queue::{Lease, QueueError, RunState, TaskQueue};
+use accord_queue::{CallCost, Lease, QueueError, RunState, TaskQueue};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -247,9 +247,19 @@ pub fn work(
     WorkerEnd::Stopped
 }
 
+/// How long a thread waits for a task before it checks whether the run
+/// is over: in this process a wait costs nothing; on a remote queue each
+/// check costs commands that every idle thread of every worker makes.
+fn idle_wait(queue: &dyn TaskQueue) -> Duration {
+    match queue.call_cost() {
+        CallCost::InProcess => Duration::from_millis(200),
+        CallCost::Remote => Duration::from_secs(1),
+    }
+}
+
 /// One lease and its tasks; `Some` when the worker should leave.
 fn step(ctx: &Ctx, thread: &str, until_done: bool) -> Result<Option<WorkerEnd>, QueueError> {
-    let leases = ctx.queue.lease(thread, 1, Duration::from_millis(200))?;
+    let leases = ctx.queue.lease(thread, 1, idle_wait(ctx.queue))?;
     if leases.is_empty() {
         return idle(ctx, until_done);
     }

@@ -3,20 +3,39 @@
 //! `MirrorPlanner::finish` on that one directory), its extras deleted and
 //! its new subdirectories made here; its files, hard links and
 //! subdirectories pushed as tasks, counted for its `dir-meta`.
+//! Subdirectories travel in `scan-dirs` tasks of several siblings, and a
+//! leaf whose files fit one batch is finished where it is scanned
+//! (`task_group.rs`): a small directory costs no task of its own.
 
-use crate::task::{Task, MAX_BATCH};
+use crate::task::{Task, MAX_BATCH, MAX_SCAN_DIRS};
 use crate::task_do::{carry_out, failures_text};
+use crate::task_group::Group;
 use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
 use crate::walk::Walk;
 use accord_fsys::{DirVisit, Listing, ScanOptions};
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::{Facts, Item, MaxDelete, Method, MirrorPlan, Op};
+use accord_queue::CallCost;
 
 /// Most bytes to write in one `files` task (a task is one worker's work
 /// for a while, not a whole directory's).
 const BATCH_BYTES: u64 = 64 << 20;
-/// Most files in one `files` task.
+/// Most files in one `files` task, and sibling directories in one
+/// `scan-dirs` task, for a queue in this process (the finest spread of
+/// work) and for a remote one (a task costs about eight commands, lease
+/// and ack, however much it does).
 const BATCH_FILES: usize = 256;
+const REMOTE_BATCH_FILES: usize = MAX_BATCH;
+const REMOTE_DIRS_PER_TASK: usize = 16;
+
+/// (files per `files` task, directories per `scan-dirs` task) on this
+/// run's queue.
+fn batching(ctx: &Ctx) -> (usize, usize) {
+    match ctx.queue.call_cost() {
+        CallCost::InProcess => (BATCH_FILES, 1),
+        CallCost::Remote => (REMOTE_BATCH_FILES, REMOTE_DIRS_PER_TASK),
+    }
+}
 /// A bound on one `files` task's encoding, well under the queue's
 /// `MAX_TASK` (an entry's extended attributes can be large).
 const BATCH_ENCODED: usize = accord_queue::MAX_TASK / 2;
@@ -44,7 +63,48 @@ pub(crate) fn options(ctx: &Ctx, source: bool) -> ScanOptions<'static> {
     }
 }
 
+/// Fewest `scan-dirs` tasks a directory's subdirectories are spread
+/// over (while it has that many): workers share a wide directory.
+const SPREAD: usize = 8;
+
+/// One directory (the root's task, or one from an older run): scanned,
+/// its children pushed; never finished in the task.
 pub(crate) fn scan_dir(ctx: &Ctx, dir: &RelPath) -> TaskResult {
+    scan_group(ctx, std::slice::from_ref(dir), Group::new(false))
+}
+
+/// Sibling directories one after the other; leaves finished here.
+pub(crate) fn scan_dirs(ctx: &Ctx, dirs: &[RelPath]) -> TaskResult {
+    scan_group(ctx, dirs, Group::new(true))
+}
+
+/// Scan each directory; what a directory could not do fails the task
+/// (tried again whole: each directory's work is done once, by its marks)
+/// once the others are done and everything finished is counted.
+fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
+    let mut problems = Vec::new();
+    let mut outcome = Outcome::Done;
+    for dir in dirs {
+        match scan_one(ctx, dir, &mut group) {
+            Ok(Some(p)) => problems.extend(p),
+            Ok(None) => {
+                outcome = Outcome::Later;
+                break;
+            }
+            Err(TaskError::Failed(m)) => problems.push(m),
+            Err(e) => return Err(e),
+        }
+    }
+    group.flush(ctx)?;
+    match problems.is_empty() {
+        true => Ok(outcome),
+        false => Err(TaskError::Failed(failures_text(&problems))),
+    }
+}
+
+/// Scan one directory: its problems, or `None` when the deletion guard
+/// paused the run before it.
+fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
     let (s, s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
     let (d, d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
     let Some(d) = d else {
@@ -62,8 +122,8 @@ pub(crate) fn scan_dir(ctx: &Ctx, dir: &RelPath) -> TaskResult {
         let path = e.path.display();
         format!("{path}: {}", e.message)
     }));
-    if !guard_allows(ctx, dir, &plan, &d)? {
-        return Ok(Outcome::Later);
+    if !guard_allows(ctx, dir, &plan, &d, group)? {
+        return Ok(None);
     }
     for it in plan.deletes.iter().filter(|i| is_dir(i.dst.as_ref())) {
         empty_extra_dir(ctx, &it.path, &mut problems);
@@ -77,11 +137,14 @@ pub(crate) fn scan_dir(ctx: &Ctx, dir: &RelPath) -> TaskResult {
     let done = carry_out(ctx, &phases, false);
     problems.extend(done.problems);
     let children = children(ctx, dir, plan, s.as_ref(), &d);
-    push_children(ctx, dir, children)?;
-    match problems.is_empty() {
-        true => Ok(Outcome::Done),
-        false => Err(TaskError::Failed(failures_text(&problems))),
+    // A leaf is finished here only when all went well so far (else its
+    // children go out as tasks, and this task is tried again).
+    let leaf = s.is_some() && problems.is_empty();
+    if leaf && group.finish_leaf(ctx, dir, &children)? {
+        return Ok(Some(problems));
     }
+    push_children(ctx, dir, children)?;
+    Ok(Some(problems))
 }
 
 /// The mirror's plan of this one directory: the walk's settling (stale
@@ -130,11 +193,16 @@ fn is_dir(e: Option<&Entry>) -> bool {
 /// extra directories) and destination entries are counted as directories
 /// are planned; a run that would pass `--max-delete` pauses itself and
 /// says why (`accord cluster resume --force` goes on).
+///
+/// A directory without extras deletes nothing: its entries are counted
+/// with the task's other counts at its end (a later check sees fewer
+/// entries meanwhile, which only makes it stricter).
 fn guard_allows(
     ctx: &Ctx,
     dir: &RelPath,
     plan: &MirrorPlan,
     d: &Listing,
+    group: &mut Group,
 ) -> Result<bool, TaskError> {
     let o = &ctx.spec.plan;
     if !o.delete || o.force {
@@ -142,11 +210,13 @@ fn guard_allows(
     }
     let q = ctx.queue;
     let seen = (d.entries.len() - 1 + d.subdirs.len()) as i64;
-    let (seen_total, _) = q.add_once(&keys::with("e", dir), keys::DST_ENTRIES, seen, &[])?;
     let extras: Vec<&Item> = plan.deletes.iter().filter(|i| i.src.is_none()).collect();
     if extras.is_empty() {
+        group.count_seen(dir, seen);
         return Ok(true);
     }
+    group.flush(ctx)?;
+    let (seen_total, _) = q.add_once(&keys::with("e", dir), keys::DST_ENTRIES, seen, &[])?;
     let under: usize = extras
         .iter()
         .filter(|i| is_dir(i.dst.as_ref()))
@@ -219,7 +289,8 @@ fn children(
         .into_iter()
         .filter(|it| !it.src.as_ref().is_some_and(grouped))
         .collect();
-    let mut out = file_tasks(dir, files, ctx.spec.range_size);
+    let (files_per_task, dirs_per) = batching(ctx);
+    let mut out = file_tasks(dir, files, ctx.spec.range_size, files_per_task);
     let Some(s) = s else { return out };
     for e in s.entries[1..].iter().filter(|e| grouped(e)) {
         let dst = d.entries[1..]
@@ -231,15 +302,27 @@ fn children(
             dst,
         });
     }
-    out.extend(s.subdirs.iter().map(|e| Task::ScanDir {
-        dir: e.path.clone(),
-    }));
+    let mut subdirs: Vec<RelPath> = s.subdirs.iter().map(|e| e.path.clone()).collect();
+    subdirs.sort();
+    let per = dirs_per_task(subdirs.len(), dirs_per);
+    out.extend(
+        subdirs
+            .chunks(per)
+            .map(|c| Task::ScanDirs { dirs: c.to_vec() }),
+    );
     out
 }
 
-/// Files tasks of at most `BATCH_FILES` items and `BATCH_BYTES` to write;
+/// Siblings per `scan-dirs` task: at most what the queue wants, and few
+/// enough that `n` of them make `SPREAD` tasks.
+fn dirs_per_task(n: usize, queue_wants: usize) -> usize {
+    n.div_ceil(SPREAD)
+        .clamp(1, queue_wants.clamp(1, MAX_SCAN_DIRS))
+}
+
+/// Files tasks of at most `max_files` items and `BATCH_BYTES` to write;
 /// a file written whole above `range_size` is a `big-file` of its own.
-fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64) -> Vec<Task> {
+fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64, max_files: usize) -> Vec<Task> {
     let mut out = Vec::new();
     let mut batch: Vec<Item> = Vec::new();
     let (mut bytes, mut encoded) = (0, 0);
@@ -250,7 +333,7 @@ fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64) -> Vec<Task> {
             continue;
         }
         let weight = encoded_weight(&it);
-        let full = batch.len() >= BATCH_FILES.min(MAX_BATCH)
+        let full = batch.len() >= max_files.clamp(1, MAX_BATCH)
             || bytes + size > BATCH_BYTES
             || encoded + weight > BATCH_ENCODED;
         if full && !batch.is_empty() {
@@ -276,9 +359,18 @@ fn files_task(dir: &RelPath, items: Vec<Item>) -> Task {
 
 /// Count the children and push them in one step (once, however often
 /// this directory is scanned); with none, the directory is done already.
+/// Each subdirectory of a `scan-dirs` task counts on its own (it is
+/// counted done by its `dir-meta`, or by the task that finishes it).
 fn push_children(ctx: &Ctx, dir: &RelPath, children: Vec<Task>) -> Result<(), TaskError> {
     let mark = keys::with("s", dir);
-    let n = children.len() as i64;
+    let n: usize = children
+        .iter()
+        .map(|t| match t {
+            Task::ScanDirs { dirs } => dirs.len(),
+            _ => 1,
+        })
+        .sum();
+    let n = n as i64;
     let tasks: Vec<Vec<u8>> = children.iter().map(Task::encode).collect();
     ctx.queue.add_once(&mark, &keys::pending(dir), n, &tasks)?;
     if n == 0 {
@@ -333,31 +425,46 @@ mod tests {
     }
 
     #[test]
+    fn subdirectories_are_spread_over_tasks_as_the_queue_wants() {
+        // In this process: one directory per task.
+        assert_eq!(dirs_per_task(100, 1), 1);
+        // A remote queue: at least SPREAD tasks while there are as many
+        // directories, at most what the queue wants per task.
+        assert_eq!(dirs_per_task(100, 16), 13);
+        assert_eq!(dirs_per_task(1000, 16), 16);
+        assert_eq!(dirs_per_task(5, 16), 1);
+        assert_eq!(dirs_per_task(0, 16), 1);
+        assert_eq!(dirs_per_task(10_000, 1000), MAX_SCAN_DIRS);
+    }
+
+    #[test]
     fn files_are_batched_by_count_bytes_and_encoding_and_big_ones_split() {
         let dir = RelPath::new(b"d").unwrap();
         let many: Vec<Item> = (0..600)
             .map(|i| write(&format!("f{i:03}"), 10, 0))
             .collect();
-        let got = file_tasks(&dir, many, 1 << 20);
+        let got = file_tasks(&dir, many.clone(), 1 << 20, BATCH_FILES);
         assert_eq!(sizes(&got), [("files", 256), ("files", 256), ("files", 88)]);
+        let got = file_tasks(&dir, many, 1 << 20, REMOTE_BATCH_FILES);
+        assert_eq!(sizes(&got), [("files", 600)]);
         let mixed = vec![
             write("a", 40 << 20, 0),
             write("b", 40 << 20, 0),
             write("c", 5 << 20, 0),
         ];
-        let got = file_tasks(&dir, mixed, 1 << 30);
+        let got = file_tasks(&dir, mixed, 1 << 30, BATCH_FILES);
         assert_eq!(sizes(&got), [("files", 1), ("files", 2)]);
         let big = vec![
             write("a", 10, 0),
             write("huge", 2 << 20, 0),
             write("z", 10, 0),
         ];
-        let got = file_tasks(&dir, big, 1 << 20);
+        let got = file_tasks(&dir, big, 1 << 20, BATCH_FILES);
         assert_eq!(sizes(&got), [("big-file", 1), ("files", 2)]);
         let fat: Vec<Item> = (0..16)
             .map(|i| write(&format!("x{i}"), 1, 60_000))
             .collect();
-        let got = file_tasks(&dir, fat, 1 << 20);
+        let got = file_tasks(&dir, fat, 1 << 20, REMOTE_BATCH_FILES);
         assert!(got.len() >= 2, "{:?}", sizes(&got));
         for t in &got {
             assert!(t.encode().len() <= accord_queue::MAX_TASK / 2);

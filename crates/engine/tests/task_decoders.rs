@@ -80,6 +80,12 @@ fn every_kind() -> Vec<Task> {
             dst: None,
         },
         Task::DirMeta { dir: path("d/e") },
+        Task::ScanDirs {
+            dirs: vec![path("d/a"), path("d/b"), path("d/c")],
+        },
+        Task::ScanDirs {
+            dirs: vec![path("top")],
+        },
         Task::Verify {
             paths: vec![path("d/a"), path("d/b")],
             by: "host-1".into(),
@@ -121,6 +127,33 @@ fn patched(t: &Task, from: &[u8], to: &[u8]) -> Vec<u8> {
     let at = b.windows(from.len()).position(|w| w == from).unwrap();
     b[at..at + from.len()].copy_from_slice(to);
     b
+}
+
+/// A `scan-dirs` task names siblings, none the root, each once and in
+/// increasing order (each is counted once in its parent).
+#[test]
+fn scan_dirs_of_other_parents_twice_or_out_of_order_are_refused() {
+    let ok = Task::ScanDirs {
+        dirs: vec![path("p/aa"), path("p/ab")],
+    };
+    assert!(Task::decode(&ok.encode()).is_ok());
+    for bad in [
+        vec![path("p/aa"), path("q/ab")],
+        vec![path("p/ab"), path("p/aa")],
+        vec![path("p/aa"), path("p/aa")],
+        vec![path("p"), path("p/aa")],
+        vec![RelPath::root()],
+        vec![],
+    ] {
+        let t = Task::ScanDirs { dirs: bad.clone() };
+        assert!(Task::decode(&t.encode()).is_err(), "{bad:?}");
+    }
+    let many = Task::ScanDirs {
+        dirs: (0..accord_engine::task::MAX_SCAN_DIRS + 1)
+            .map(|i| path(&format!("p/d{i:03}")))
+            .collect(),
+    };
+    assert!(Task::decode(&many.encode()).is_err());
 }
 
 #[test]

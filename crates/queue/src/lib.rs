@@ -148,6 +148,64 @@ pub const MAX_LEASE: usize = 1024;
 /// Longest error kept with a dead task.
 pub const MAX_ERROR: usize = 4096;
 
+/// What a call of a [`TaskQueue`] costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallCost {
+    /// A lock in this process: tasks as small as spreads the work best.
+    InProcess,
+    /// Round trips to a server shared by every worker: fewer, bigger tasks.
+    Remote,
+}
+
+/// Most additions in one `add_many`.
+pub const MAX_ADDS: usize = 4096;
+
+/// One addition of [`TaskQueue::add_many`]: `delta` to the counter
+/// `counter`, unless `mark` is given and set already (then it is set by
+/// this call when it was not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Add {
+    pub mark: Option<Vec<u8>>,
+    pub counter: Vec<u8>,
+    pub delta: i64,
+}
+
+impl Add {
+    /// An addition made at most once, whoever asks again with `mark`.
+    pub fn once(mark: Vec<u8>, counter: &[u8], delta: i64) -> Add {
+        Add {
+            mark: Some(mark),
+            counter: counter.to_vec(),
+            delta,
+        }
+    }
+
+    /// An addition made every time (figures such as files written).
+    pub fn always(counter: &[u8], delta: i64) -> Add {
+        Add {
+            mark: None,
+            counter: counter.to_vec(),
+            delta,
+        }
+    }
+}
+
+fn check_adds(adds: &[Add]) -> Result<(), QueueError> {
+    if adds.len() > MAX_ADDS {
+        return Err(QueueError::Refused(format!(
+            "{} additions at once (at most {MAX_ADDS})",
+            adds.len()
+        )));
+    }
+    if adds
+        .iter()
+        .any(|a| a.mark.as_ref().is_some_and(Vec::is_empty))
+    {
+        return Err(QueueError::Refused("an empty mark".into()));
+    }
+    Ok(())
+}
+
 /// A queue of tasks shared by the workers of one run.
 pub trait TaskQueue: Send + Sync {
     /// Add tasks (one round trip however many; each at most `MAX_TASK`).
@@ -183,6 +241,16 @@ pub trait TaskQueue: Send + Sync {
         delta: i64,
         tasks: &[Vec<u8>],
     ) -> Result<(i64, bool), QueueError>;
+    /// Several additions in one step that cannot be split (each as
+    /// `add_once` without tasks, or as `add` when it has no mark): one
+    /// round trip for the counts of a whole task. Returns each addition's
+    /// counter value after all of them, in order.
+    fn add_many(&self, adds: &[Add]) -> Result<Vec<i64>, QueueError>;
+    /// What each call costs: the layers above put more work in each task
+    /// for a queue whose every call is a round trip to a server.
+    fn call_cost(&self) -> CallCost {
+        CallCost::InProcess
+    }
     /// Keep `value` under `key` (a run's settings, read by every worker).
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError>;
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError>;

@@ -2,8 +2,8 @@
 //! that tests of the layers above use instead of a Redis server.
 
 use crate::{
-    check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue,
-    MAX_ERROR, MAX_LEASE,
+    check_adds, check_tasks, Add, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId,
+    TaskQueue, MAX_ERROR, MAX_LEASE,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -290,6 +290,25 @@ impl TaskQueue for MemoryQueue {
         drop(st);
         self.changed.notify_all();
         Ok((value, applied))
+    }
+
+    fn add_many(&self, adds: &[Add]) -> Result<Vec<i64>, QueueError> {
+        check_adds(adds)?;
+        let mut st = self.lock();
+        for a in adds {
+            let applied = match &a.mark {
+                Some(m) => st.marks.insert(m.clone()),
+                None => true,
+            };
+            let v = st.counters.entry(a.counter.clone()).or_insert(0);
+            if applied {
+                *v = v.saturating_add(a.delta);
+            }
+        }
+        Ok(adds
+            .iter()
+            .map(|a| st.counters.get(&a.counter).copied().unwrap_or(0))
+            .collect())
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError> {

@@ -18,8 +18,8 @@
 //! hands out nothing, and a task is never both waiting and dead.
 
 use crate::{
-    check_tasks, DeadTask, Lease, Policy, QueueError, RunState, Stats, TaskId, TaskQueue,
-    MAX_ERROR, MAX_LEASE, MAX_TASK,
+    check_adds, check_tasks, Add, CallCost, DeadTask, Lease, Policy, QueueError, RunState, Stats,
+    TaskId, TaskQueue, MAX_ERROR, MAX_LEASE, MAX_TASK,
 };
 use redis::{Connection, RedisError, Script};
 use std::sync::{Mutex, MutexGuard};
@@ -43,13 +43,22 @@ pub struct RedisQueue {
     /// One connection, made again after it fails.
     conn: Mutex<Option<Connection>>,
     scripts: Scripts,
+    /// The pause before the next poll of an empty queue: it grows over
+    /// consecutive empty polls, across `lease` calls, and is reset by a
+    /// lease that found work (idle workers cost the server little).
+    idle_pause: Mutex<Duration>,
 }
+
+/// First and longest pause between polls of an empty queue.
+const FIRST_PAUSE: Duration = Duration::from_millis(2);
+const LONGEST_PAUSE: Duration = Duration::from_millis(500);
 
 struct Scripts {
     lease: Script,
     ack: Script,
     fail: Script,
     add_once: Script,
+    add_many: Script,
 }
 
 /// Hand out up to ARGV[3] tasks unless the run is not running: new ones,
@@ -136,6 +145,32 @@ end
 return {v, 1}
 ";
 
+/// Additions as triples in ARGV: a mark ('' for none), a counter, a delta.
+/// Each whose mark is new (or that has none) is summed per counter, and
+/// each counter moved once: one HSETNX per mark, one HINCRBY (or HGET) per
+/// counter. Returns each addition's counter value after all of them.
+const ADD_MANY: &str = r"
+local sums, order = {}, {}
+for i = 1, #ARGV, 3 do
+  local m, c = ARGV[i], ARGV[i + 1]
+  if sums[c] == nil then sums[c] = 0; order[#order + 1] = c end
+  if m == '' or redis.call('HSETNX', KEYS[1], m, 1) == 1 then
+    sums[c] = sums[c] + tonumber(ARGV[i + 2])
+  end
+end
+local values = {}
+for _, c in ipairs(order) do
+  if sums[c] ~= 0 then
+    values[c] = redis.call('HINCRBY', KEYS[2], c, string.format('%d', sums[c]))
+  else
+    values[c] = tonumber(redis.call('HGET', KEYS[2], c) or '0')
+  end
+end
+local out = {}
+for i = 1, #ARGV, 3 do out[#out + 1] = values[ARGV[i + 1]] end
+return out
+";
+
 /// Most tasks pushed by one `add_once` (the script walks its arguments
 /// one by one, so Lua's stack does not bound them; this bounds one call's
 /// size).
@@ -161,11 +196,13 @@ impl RedisQueue {
             prefix: format!("accord:{{{}}}:", target.run),
             policy,
             conn: Mutex::new(None),
+            idle_pause: Mutex::new(FIRST_PAUSE),
             scripts: Scripts {
                 lease: Script::new(LEASE),
                 ack: Script::new(ACK),
                 fail: Script::new(FAIL),
                 add_once: Script::new(ADD_ONCE),
+                add_many: Script::new(ADD_MANY),
             },
         };
         q.with_conn(|c| {
@@ -280,15 +317,23 @@ impl TaskQueue for RedisQueue {
     fn lease(&self, worker: &str, max: usize, wait: Duration) -> Result<Vec<Lease>, QueueError> {
         let max = max.clamp(1, MAX_LEASE);
         let deadline = Instant::now() + wait;
-        // Scripts cannot block: poll, quickly at first, then every 100 ms.
-        let mut pause = Duration::from_millis(2);
+        // Scripts cannot block: poll, quickly at first, then less and less
+        // often while the queue stays empty.
         loop {
             let got = self.lease_now(worker, max)?;
-            if !got.is_empty() || Instant::now() >= deadline {
+            let mut pause = self.idle_pause.lock().unwrap_or_else(|e| e.into_inner());
+            if !got.is_empty() {
+                *pause = FIRST_PAUSE;
                 return Ok(got);
             }
-            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-            pause = (pause * 2).min(Duration::from_millis(100));
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(got);
+            }
+            let sleep = pause.min(deadline - now);
+            *pause = (*pause * 2).min(LONGEST_PAUSE);
+            drop(pause);
+            std::thread::sleep(sleep);
         }
     }
 
@@ -451,6 +496,35 @@ impl TaskQueue for RedisQueue {
             call.invoke(c)
         })?;
         Ok((value, did == 1))
+    }
+
+    fn add_many(&self, adds: &[Add]) -> Result<Vec<i64>, QueueError> {
+        check_adds(adds)?;
+        if adds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values: Vec<i64> = self.with_conn(|c| {
+            let mut call = self.scripts.add_many.prepare_invoke();
+            call.key(self.key("marks")).key(self.key("counters"));
+            for a in adds {
+                call.arg(a.mark.as_deref().unwrap_or_default())
+                    .arg(&a.counter)
+                    .arg(a.delta);
+            }
+            call.invoke(c)
+        })?;
+        match values.len() == adds.len() {
+            true => Ok(values),
+            false => Err(QueueError::Corrupt(format!(
+                "{} values for {} additions",
+                values.len(),
+                adds.len()
+            ))),
+        }
+    }
+
+    fn call_cost(&self) -> CallCost {
+        CallCost::Remote
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), QueueError> {

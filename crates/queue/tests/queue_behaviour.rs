@@ -3,7 +3,8 @@
 //! a loopback port with a configuration made for the run.
 
 use accord_queue::{
-    MemoryQueue, Policy, QueueError, RedisQueue, RedisTarget, RunState, TaskId, TaskQueue, MAX_TASK,
+    Add, MemoryQueue, Policy, QueueError, RedisQueue, RedisTarget, RunState, TaskId, TaskQueue,
+    MAX_TASK,
 };
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -275,6 +276,36 @@ fn add_once_counts_and_pushes_once_per_mark() {
             (2, false)
         );
         assert_eq!(q.add(b"dir a", 0).unwrap(), 2);
+    });
+}
+
+/// The counts of a whole task in one step: marks shared with `add_once`
+/// (a child counted either way is counted once), several marks on one
+/// counter, additions without a mark made every time, and each counter's
+/// value after all of them.
+#[test]
+fn add_many_counts_each_mark_once_and_figures_every_time() {
+    on_both(Policy::default(), |q| {
+        q.add_once(b"scan p", b"p", 5, &[]).unwrap();
+        q.add_once(b"dm p/b", b"p", -1, &[]).unwrap();
+        let adds = vec![
+            Add::once(b"dm p/a".to_vec(), b"p", -1),
+            Add::once(b"dm p/b".to_vec(), b"p", -1),
+            Add::once(b"dm p/c".to_vec(), b"p", -1),
+            Add::always(b"written", 200),
+            Add::once(b"e p/a".to_vec(), b"seen", 0),
+        ];
+        assert_eq!(q.add_many(&adds).unwrap(), vec![2, 2, 2, 200, 0]);
+        // Again (a task run twice): the marked ones change nothing.
+        assert_eq!(q.add_many(&adds).unwrap(), vec![2, 2, 2, 400, 0]);
+        assert_eq!(q.add_once(b"dm p/c", b"p", -1, &[]).unwrap(), (2, false));
+        assert_eq!(q.add_many(&[]).unwrap(), Vec::<i64>::new());
+        let empty = [Add::once(Vec::new(), b"p", 1)];
+        assert!(matches!(q.add_many(&empty), Err(QueueError::Refused(_))));
+        let too_many = vec![Add::always(b"x", 1); accord_queue::MAX_ADDS + 1];
+        assert!(matches!(q.add_many(&too_many), Err(QueueError::Refused(_))));
+        assert_eq!(q.add(b"x", 0).unwrap(), 0);
+        assert_eq!(q.add(b"p", 0).unwrap(), 2);
     });
 }
 
