@@ -53,9 +53,10 @@ trap cleanup EXIT
 mkdir -p "$WORK" "$MNT"
 mountpoint -q "$MNT" && umount "$MNT"
 rm -f "$IMG"
-# Room for the source and two copies (4 KiB blocks), and their inodes.
-truncate -s $(( FILES * 3 * 8 / 1024 + 1024 ))M "$IMG"
-mkfs.ext4 -q -F -N $(( FILES * 3 + FILES / PER_DIR * 3 + 10000 )) \
+# Room for the source and three copies at once (4 KiB blocks), and their
+# inodes: accord's and fpsync's, and rsync -a's in section 2.
+truncate -s $(( FILES * 4 * 8 / 1024 + 1024 ))M "$IMG"
+mkfs.ext4 -q -F -N $(( FILES * 4 + FILES / PER_DIR * 4 + 10000 )) \
     -E lazy_itable_init=0,lazy_journal_init=0 "$IMG"
 LOOP=$(losetup -f --show "$IMG")
 mount "$LOOP" "$MNT"
