@@ -84,27 +84,7 @@ fn paused_sync(
     code: i32,
     meanwhile: impl FnOnce(),
 ) -> serde_json::Value {
-    std::fs::create_dir_all(&pair.state).unwrap();
-    let pause = pair.state.join("pause-for-test");
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let child = pair
-        .command(&all)
-        .env("ACCORD_TEST_SYNC_PAUSE", &pause)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !pause.exists() {
-        assert!(std::time::Instant::now() < deadline, "the run never paused");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    meanwhile();
-    std::fs::remove_file(&pause).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_exit(&out, code);
-    serde_json::from_slice(&out.stdout).unwrap()
+    sync_with_change_args(pair, args, code, meanwhile)
 }
 
 // ---- --keep-both ----------------------------------------------------------

@@ -372,20 +372,12 @@ fn a_run_killed_between_a_leader_and_its_links_keeps_the_group_next_time() {
     synced_group(&pair);
     let edited = "edited through x, then the run is killed before its links";
     write_in_place(&pair, 'a', GROUP[0], edited.as_bytes());
-    std::fs::create_dir_all(&pair.state).unwrap();
-    let pause = pair.state.join("pause-before-links");
-    let mut child = pair
-        .command(&["--json"])
-        .env("ACCORD_TEST_SYNC_PAUSE_LINKS", &pause)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !pause.exists() {
-        assert!(std::time::Instant::now() < deadline, "the run never paused");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let (mut child, _pause) = start_paused(
+        &pair,
+        &[],
+        "ACCORD_TEST_SYNC_PAUSE_LINKS",
+        "pause-before-links",
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     // The leader is in place on B, the other names still hold the old

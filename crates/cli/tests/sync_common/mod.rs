@@ -330,11 +330,40 @@ impl Drop for Daemon {
 /// Run a sync; once it has made its plan, call `meanwhile`, then let it go
 /// on. Returns its JSON report.
 pub fn sync_with_change(pair: &Pair, code: i32, meanwhile: impl FnOnce()) -> serde_json::Value {
+    sync_with_change_args(pair, &[], code, meanwhile)
+}
+
+/// `sync_with_change` of a run with `args` too.
+pub fn sync_with_change_args(
+    pair: &Pair,
+    args: &[&str],
+    code: i32,
+    meanwhile: impl FnOnce(),
+) -> serde_json::Value {
+    let (child, pause) = start_paused(pair, args, "ACCORD_TEST_SYNC_PAUSE", "pause-for-test");
+    meanwhile();
+    std::fs::remove_file(&pause).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, code);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Start `accord sync --json ARGS` with the test hook `hook` (an
+/// environment variable naming a file the run creates, then waits for it
+/// to go) and wait until it is paused there. Returns the run and the file.
+pub fn start_paused(
+    pair: &Pair,
+    args: &[&str],
+    hook: &str,
+    file: &str,
+) -> (std::process::Child, PathBuf) {
     std::fs::create_dir_all(&pair.state).unwrap();
-    let pause = pair.state.join("pause-for-test");
+    let pause = pair.state.join(file);
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
     let child = pair
-        .command(&["--json"])
-        .env("ACCORD_TEST_SYNC_PAUSE", &pause)
+        .command(&all)
+        .env(hook, &pause)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -344,9 +373,24 @@ pub fn sync_with_change(pair: &Pair, code: i32, meanwhile: impl FnOnce()) -> ser
         assert!(std::time::Instant::now() < deadline, "the run never paused");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    meanwhile();
-    std::fs::remove_file(&pause).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_exit(&out, code);
-    serde_json::from_slice(&out.stdout).unwrap()
+    (child, pause)
+}
+
+/// Write `data` at `path` and put its mtime back, to the nanosecond: a
+/// change only a fingerprint can see (the size must stay the same too).
+pub fn rewrite_keeping_mtime(path: &Path, data: &[u8]) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).unwrap();
+    std::fs::write(path, data).unwrap();
+    let status = std::process::Command::new("touch")
+        .arg("-d")
+        .arg(format!("@{}.{:09}", meta.mtime(), meta.mtime_nsec()))
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        std::fs::metadata(path).unwrap().mtime_nsec(),
+        meta.mtime_nsec()
+    );
 }
