@@ -53,7 +53,8 @@ fn rank(news: &WatchNews) -> u8 {
 /// One session's watch of its root.
 pub(crate) struct RootWatch {
     root: PathBuf,
-    own: OwnFiles,
+    /// Our own writes there are never news.
+    archive_dir: Option<PathBuf>,
     inbox: Arc<Inbox>,
     /// The watches, once started; dropped when lost, so the next request
     /// watches the root again.
@@ -65,8 +66,10 @@ impl RootWatch {
     /// writes, never news), if it lies under the root.
     pub(crate) fn new(root: &Path, archive_dir: Option<&Path>) -> RootWatch {
         RootWatch {
-            root: canonical_prefix(root),
-            own: OwnFiles::new(archive_dir),
+            // Resolved (as inotify names paths) only when a watch starts:
+            // most sessions never ask for one.
+            root: root.to_path_buf(),
+            archive_dir: archive_dir.map(Path::to_path_buf),
             inbox: Arc::new(Inbox::default()),
             watch: Mutex::new(None),
         }
@@ -117,7 +120,8 @@ impl RootWatch {
             Seen::Lost => inbox.add(WatchNews::Lost),
             Seen::Limit => inbox.add(WatchNews::Limit),
         };
-        match watch_tree(&self.root, self.own.clone(), on_seen) {
+        let own = OwnFiles::new(self.archive_dir.as_deref());
+        match watch_tree(&canonical_prefix(&self.root), own, on_seen) {
             Ok(w) => {
                 *watch = Some(w);
                 Ok(())
