@@ -589,10 +589,10 @@ mod tests {
             path: path("new"),
             action: accord_plan::Action::Rename { on: Side::B },
             overridden: None,
-            a: Some(Entry {
+            a: Some(std::sync::Arc::new(Entry {
                 path: path("new"),
                 ..dir.clone()
-            }),
+            })),
             b: None,
             moved: Some(Box::new(accord_plan::Moved {
                 from: path("old"),

@@ -236,11 +236,11 @@ impl Merge {
             if self.is_left_out(&path) {
                 continue;
             }
-            let [Some(a), Some(b)] = &changes else {
+            let [Some(a), Some(b)] = changes else {
                 unreachable!("every path was looked up on the side that lacked it")
             };
             let mut updates = [Update::Unchanged; 2];
-            for (side, change) in [a, b].into_iter().enumerate() {
+            for (side, change) in [&a, &b].into_iter().enumerate() {
                 updates[side] = change.update(detect).ok_or_else(|| {
                     misreported(&names[side], format!("{} undecided", path.display()))
                 })?;
@@ -248,19 +248,13 @@ impl Merge {
             if updates == [Update::Unchanged; 2] {
                 continue;
             }
-            let state = |update, change: &SideChange| {
-                SideState::new(
-                    update,
-                    change.archived.as_deref(),
-                    change.current.as_deref(),
-                )
-            };
+            out.ctimes
+                .push((path.clone(), [a.record_ctime, b.record_ctime]));
             out.updates.push(PathUpdate {
-                path: path.clone(),
-                a: state(updates[0], a),
-                b: state(updates[1], b),
+                path,
+                a: side_state(updates[0], a),
+                b: side_state(updates[1], b),
             });
-            out.ctimes.push((path, [a.record_ctime, b.record_ctime]));
         }
         out.failures = self
             .failures
@@ -273,6 +267,13 @@ impl Merge {
         out.failures.sort_by(|x, y| x.path.cmp(&y.path));
         Ok(out)
     }
+}
+
+/// A side's state for reconciliation, its current entry moved out of the
+/// side's report (a first sync has one per path: no copies).
+fn side_state(update: Update, change: SideChange) -> SideState {
+    let current = change.current.map(|observed| observed.entry);
+    SideState::new(update, change.archived.as_deref(), current)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! handle without further thought.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Longest accepted relative path, in bytes (Linux PATH_MAX).
 pub const MAX_PATH_LEN: usize = 4096;
@@ -90,8 +91,13 @@ pub fn validate_name(name: &[u8]) -> Result<(), PathError> {
 /// Ordering is by component (bytewise within a component), so a directory
 /// sorts before everything under it and its subtree is contiguous: a
 /// depth-first walk that visits names in order yields sorted paths.
+///
+/// The bytes are shared: a clone costs a reference count, not a copy. A
+/// path is held many times over (an entry, the plan item that moves it,
+/// both sides of a sync's update, its archive record), and a sync of a
+/// million paths would otherwise keep several copies of each.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct RelPath(Box<[u8]>);
+pub struct RelPath(Arc<[u8]>);
 
 impl Ord for RelPath {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
@@ -137,7 +143,7 @@ impl PartialOrd for RelPath {
 impl RelPath {
     /// The root of the replica.
     pub fn root() -> RelPath {
-        RelPath(Box::new([]))
+        RelPath::default()
     }
 
     /// Validate `bytes` (components separated by `/`).
@@ -167,11 +173,10 @@ impl RelPath {
         if len > MAX_PATH_LEN {
             return Err(PathError::TooLong);
         }
-        let mut v = Vec::with_capacity(len);
-        v.extend_from_slice(&self.0);
-        v.push(b'/');
-        v.extend_from_slice(name);
-        Ok(RelPath(v.into()))
+        // One allocation of the exact length (the iterator knows it).
+        let bytes = self.0.iter().copied();
+        let joined = bytes.chain([b'/']).chain(name.iter().copied());
+        Ok(RelPath(joined.collect()))
     }
 
     pub fn is_root(&self) -> bool {

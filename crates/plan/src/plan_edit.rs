@@ -249,7 +249,10 @@ mod tests {
     }
 
     fn state(update: Update, now: Option<Entry>) -> SideState {
-        SideState { update, now }
+        SideState {
+            update,
+            now: now.map(std::sync::Arc::new),
+        }
     }
 
     fn changed_contents(kind: Kind) -> Update {

@@ -36,6 +36,7 @@
 
 use crate::detect::{mtime_differs, props_differ, SyncedProps, Update};
 use accord_model::{Entry, Kind, Observed, RelPath};
+use std::sync::Arc;
 
 /// One of the two replicas, in the order the user named them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,26 +60,26 @@ pub struct SideState {
     pub update: Update,
     /// What the side holds at the path now. A regular file carries its
     /// fingerprint: from detection when its contents changed, from the
-    /// archive when they did not (see [`SideState::new`]).
-    pub now: Option<Entry>,
+    /// archive when they did not (see [`SideState::new`]). Shared with the
+    /// plan's items (see [`SyncItem::a`]).
+    pub now: Option<Arc<Entry>>,
 }
 
 impl SideState {
     /// The state of a side whose detection said `update` for `current`
     /// against `archived`. A file whose contents did not change gets the
     /// archive's fingerprint, so that any two files can be compared.
-    pub fn new(
-        update: Update,
-        archived: Option<&Observed>,
-        current: Option<&Observed>,
-    ) -> SideState {
-        let mut now = current.map(|observed| observed.entry.clone());
+    pub fn new(update: Update, archived: Option<&Observed>, current: Option<Entry>) -> SideState {
+        let mut now = current;
         if let (Some(entry), Some(was)) = (now.as_mut(), archived) {
             if entry.hash.is_none() && !contents_updated(&update) {
                 entry.hash = was.entry.hash;
             }
         }
-        SideState { update, now }
+        SideState {
+            update,
+            now: now.map(Arc::new),
+        }
     }
 
     fn is_dir(&self) -> bool {
@@ -233,9 +234,12 @@ pub struct SyncItem {
     /// a propagation reversed by `--force`).
     pub overridden: Option<Override>,
     /// What each side held when the plan was made: what a step must find
-    /// there before it changes anything (safety rule 3).
-    pub a: Option<Entry>,
-    pub b: Option<Entry>,
+    /// there before it changes anything (safety rule 3). Shared with the
+    /// updates the plan was made from, which stay alive while a person may
+    /// still change the plan: a first sync has an update and an item for
+    /// every path, and two copies of every entry would double its memory.
+    pub a: Option<Arc<Entry>>,
+    pub b: Option<Arc<Entry>>,
     /// For [`Action::Rename`] and [`Action::MovedWith`]: where the renaming
     /// side's entry comes from (it holds nothing at `path` yet).
     pub moved: Option<Box<Moved>>,
@@ -279,8 +283,8 @@ impl SyncItem {
     /// What `side` holds at the item's path.
     pub fn entry(&self, side: Side) -> Option<&Entry> {
         match side {
-            Side::A => self.a.as_ref(),
-            Side::B => self.b.as_ref(),
+            Side::A => self.a.as_deref(),
+            Side::B => self.b.as_deref(),
         }
     }
 }
@@ -347,7 +351,7 @@ pub fn reconcile_path(a: &SideState, b: &SideState, synced: &SyncedProps) -> Act
 }
 
 fn both_changed_contents(a: &SideState, b: &SideState, synced: &SyncedProps) -> Action {
-    let (x, y) = (a.now.as_ref(), b.now.as_ref());
+    let (x, y) = (a.now.as_deref(), b.now.as_deref());
     if !same_contents(x, y) {
         return Action::Conflict(match (x, y) {
             (None, _) => ConflictReason::DeletedAndChanged {

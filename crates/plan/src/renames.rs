@@ -293,7 +293,7 @@ fn is_dir(entry: Option<&Entry>) -> bool {
 }
 
 fn dir_on_both(item: &SyncItem) -> bool {
-    is_dir(item.a.as_ref()) && is_dir(item.b.as_ref())
+    is_dir(item.a.as_deref()) && is_dir(item.b.as_deref())
 }
 
 /// What of an entry a rename must keep (for grouping only: candidates are
@@ -377,6 +377,7 @@ fn rewrite(items: Vec<SyncItem>, pairs: &[Pair]) -> Vec<SyncItem> {
 mod tests {
     use super::*;
     use accord_model::Props;
+    use std::sync::Arc;
 
     fn path(text: &str) -> RelPath {
         RelPath::new(text.as_bytes()).unwrap()
@@ -406,8 +407,8 @@ mod tests {
             path: path(at),
             action,
             overridden: None,
-            a,
-            b,
+            a: a.map(Arc::new),
+            b: b.map(Arc::new),
             moved: None,
             link: None,
         }
@@ -460,7 +461,9 @@ mod tests {
     #[test]
     fn other_contents_or_permissions_are_no_rename() {
         let mut chmodded = created_on_b("new", Kind::File, 1);
-        chmodded.b.as_mut().unwrap().props.mode = 0o600;
+        std::sync::Arc::make_mut(chmodded.b.as_mut().unwrap())
+            .props
+            .mode = 0o600;
         for created in [created_on_b("new", Kind::File, 2), chmodded] {
             let items = vec![created, deleted_on_b("old", Kind::File, 1)];
             let planned = pair_renames(items.clone(), &SyncedProps::default());
@@ -565,8 +568,8 @@ mod tests {
     fn empty_files_are_not_paired() {
         let mut created = created_on_b("new", Kind::File, 1);
         let mut deleted = deleted_on_b("old", Kind::File, 1);
-        created.b.as_mut().unwrap().size = 0;
-        deleted.a.as_mut().unwrap().size = 0;
+        Arc::make_mut(created.b.as_mut().unwrap()).size = 0;
+        Arc::make_mut(deleted.a.as_mut().unwrap()).size = 0;
         let items = vec![created, deleted];
         assert_eq!(pair_renames(items.clone(), &SyncedProps::default()), items);
     }

@@ -182,7 +182,7 @@ fn detect_side(world: &World, side: Side, at: &RelPath, options: &DetectOptions)
             }
         }
     };
-    SideState::new(update, archived, current.as_ref())
+    SideState::new(update, archived, current.map(|c| c.entry))
 }
 
 struct Outcome {
@@ -391,7 +391,7 @@ fn zones(items: &[SyncItem], with_resolved: bool) -> Vec<Zone> {
             let is_dir = |entry: Option<&Entry>| entry.is_some_and(|e| e.kind == Kind::Dir);
             Zone {
                 path: item.path.clone(),
-                subtree: !(is_dir(item.a.as_ref()) && is_dir(item.b.as_ref())),
+                subtree: !(is_dir(item.a.as_deref()) && is_dir(item.b.as_deref())),
             }
         })
         .collect()

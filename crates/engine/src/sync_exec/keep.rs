@@ -255,8 +255,8 @@ fn taken(entry: &Entry, cfg: &crate::sync::SyncConfig) -> Entry {
 fn copy_item(at_copy: &Entry, from: Side) -> SyncItem {
     let (mut a, mut b) = (None, None);
     match from {
-        Side::A => a = Some(at_copy.clone()),
-        Side::B => b = Some(at_copy.clone()),
+        Side::A => a = Some(std::sync::Arc::new(at_copy.clone())),
+        Side::B => b = Some(std::sync::Arc::new(at_copy.clone())),
     }
     SyncItem {
         path: at_copy.path.clone(),

@@ -32,8 +32,8 @@ fn item(at: &str, action: Action, a: Option<Entry>, b: Option<Entry>) -> SyncIte
         path: path(at),
         action,
         overridden: None,
-        a,
-        b,
+        a: a.map(std::sync::Arc::new),
+        b: b.map(std::sync::Arc::new),
         moved: None,
         link: None,
     }
