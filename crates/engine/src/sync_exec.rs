@@ -337,7 +337,14 @@ impl<'a> Propagation<'a> {
                     Err(error) => self.fail(&item.path, error),
                 }
             }
-            let started = staged.len() + copies.len() + self.in_flight.len() + self.renames.len();
+            // Agreements count too: a sync after a first one may agree on
+            // every path (fingerprinted, unchanged), and their records
+            // would otherwise all wait in memory for the end.
+            let started = staged.len()
+                + copies.len()
+                + self.in_flight.len()
+                + self.renames.len()
+                + self.done.len();
             if started >= CHUNK_FILES || bytes >= CHUNK_BYTES {
                 self.settle_in_flight();
                 self.receive_copies(std::mem::take(&mut copies), &mut staged);

@@ -13,7 +13,8 @@ use crate::sync::{SyncError, SyncFailure, SyncFatal, UNKNOWN_CTIME};
 use crate::sync_side::{SideChange, SideFailure, SideOptions, SideScan, SideSession};
 use accord_model::{PathFailure, RelPath, Time};
 use accord_plan::{PathUpdate, SideCounts, SideState, Update};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
 
 /// Why a scan stopped.
 pub(crate) enum ScanStop {
@@ -68,7 +69,7 @@ pub(crate) fn scan_pair(
         let scan = side_result(scan, &names[side])?;
         check_changes(&scan.changes, &names[side])?;
         merge.counts[side] = scan.counts;
-        merge.add(side, scan);
+        merge.add_scan(side, scan);
     }
     let asks = merge.asks();
     let answers = both(sides, |side, replica| {
@@ -81,9 +82,10 @@ pub(crate) fn scan_pair(
     for (side, answer) in answers.into_iter().enumerate() {
         let answer = side_result(answer, &names[side])?;
         check_changes(&answer.changes, &names[side])?;
-        merge.check_answered(&asks[side], &answer, &names[side])?;
-        merge.add(side, answer);
+        check_answered(&asks[side], &answer, &names[side])?;
+        merge.add_answer(side, answer);
     }
+    drop(asks);
     merge.finish(&opts.detect, names)
 }
 
@@ -145,10 +147,15 @@ fn check_changes(changes: &[SideChange], name: &str) -> Result<(), ScanStop> {
     Ok(())
 }
 
-/// Both sides' reports, by path.
+/// Both sides' reports. Each side's scan and its answers are two lists in
+/// strictly increasing path order (checked) with no path in both (a side is
+/// asked only what its scan left out), so the merge is a linear join of
+/// sorted lists: no map of every path, which a first sync would fill with
+/// the whole tree.
 #[derive(Default)]
 struct Merge {
-    paths: BTreeMap<RelPath, [Option<SideChange>; 2]>,
+    scans: [Vec<SideChange>; 2],
+    answers: [Vec<SideChange>; 2],
     counts: [SideCounts; 2],
     /// Paths that could not be judged on a side: left out with their
     /// subtrees, on both sides.
@@ -157,18 +164,27 @@ struct Merge {
 }
 
 impl Merge {
-    fn add(&mut self, side: usize, scan: SideScan) {
-        for change in scan.changes {
-            let path = change.path.clone();
-            self.paths.entry(path).or_default()[side] = Some(change);
-        }
-        for failure in scan.failures {
+    fn add_scan(&mut self, side: usize, scan: SideScan) {
+        self.scans[side] = scan.changes;
+        self.add_failures(scan.failures);
+    }
+
+    fn add_answer(&mut self, side: usize, answer: SideScan) {
+        self.answers[side] = answer.changes;
+        self.add_failures(answer.failures);
+    }
+
+    fn add_failures(&mut self, failures: Vec<PathFailure>) {
+        for failure in failures {
             self.failed.insert(failure.path.clone());
             self.failures.push(failure);
         }
     }
 
     fn is_left_out(&self, path: &RelPath) -> bool {
+        if self.failed.is_empty() {
+            return false;
+        }
         let mut at = Some(path.clone());
         while let Some(p) = at {
             if self.failed.contains(&p) {
@@ -179,43 +195,35 @@ impl Merge {
         false
     }
 
-    /// For each side, the paths only the other side reported.
+    /// For each side, the paths only the other side's scan reported.
     fn asks(&self) -> [Vec<RelPath>; 2] {
         let mut asks = [Vec::new(), Vec::new()];
-        for (path, changes) in &self.paths {
-            if self.is_left_out(path) {
-                continue;
-            }
-            for side in 0..2 {
-                if changes[side].is_none() {
-                    asks[side].push(path.clone());
+        let [a, b] = &self.scans;
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let order = match (a.get(i), b.get(j)) {
+                (Some(x), Some(y)) => x.path.cmp(&y.path),
+                (Some(_), None) => Ordering::Less,
+                _ => Ordering::Greater,
+            };
+            let (only_on, path) = match order {
+                Ordering::Less => (0, &a[i].path),
+                Ordering::Greater => (1, &b[j].path),
+                Ordering::Equal => {
+                    (i, j) = (i + 1, j + 1);
+                    continue;
                 }
+            };
+            if only_on == 0 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+            if !self.is_left_out(path) {
+                asks[1 - only_on].push(path.clone());
             }
         }
         asks
-    }
-
-    /// A side answered every path it was asked for, or said why not.
-    fn check_answered(
-        &self,
-        asked: &[RelPath],
-        answer: &SideScan,
-        name: &str,
-    ) -> Result<(), ScanStop> {
-        let answered: BTreeSet<&RelPath> = answer
-            .changes
-            .iter()
-            .map(|c| &c.path)
-            .chain(answer.failures.iter().map(|f| &f.path))
-            .collect();
-        let asked_set: BTreeSet<&RelPath> = asked.iter().collect();
-        if answered != asked_set {
-            return Err(misreported(
-                name,
-                "its answers are not the paths asked for".into(),
-            ));
-        }
-        Ok(())
     }
 
     /// Every path where a side has an update or a touch, judged on both.
@@ -224,20 +232,36 @@ impl Merge {
         detect: &accord_plan::DetectOptions,
         names: &[String; 2],
     ) -> Result<Scanned, ScanStop> {
+        // At most one update per reported path: reserved whole, so that a
+        // first sync does not grow (and copy) its largest vectors.
+        let most = self.scans[0].len() + self.answers[0].len();
         let mut out = Scanned {
-            updates: Vec::new(),
-            ctimes: Vec::new(),
+            updates: Vec::with_capacity(most),
+            ctimes: Vec::with_capacity(most),
             counts: self.counts,
             failures: Vec::new(),
             archives_lost: false,
         };
-        // Drained as the updates are made: both are one entry per path.
-        for (path, changes) in std::mem::take(&mut self.paths) {
+        let [scan_a, scan_b] = std::mem::take(&mut self.scans);
+        let [answers_a, answers_b] = std::mem::take(&mut self.answers);
+        let mut sides = [
+            SideStream::new(scan_a, answers_a),
+            SideStream::new(scan_b, answers_b),
+        ];
+        while let Some(path) = next_path(&mut sides) {
+            let [a, b] = [0, 1].map(|side| sides[side].take_at(&path));
             if self.is_left_out(&path) {
                 continue;
             }
-            let [Some(a), Some(b)] = changes else {
-                unreachable!("every path was looked up on the side that lacked it")
+            // Every path one side reported was asked of the other, and
+            // every answer checked: only a side that broke that is missing.
+            let (a, b) = match (a, b) {
+                (Some(a), Some(b)) => (a, b),
+                (a, _) => {
+                    let silent = usize::from(a.is_some());
+                    let what = format!("nothing for {}", path.display());
+                    return Err(misreported(&names[silent], what));
+                }
             };
             let mut updates = [Update::Unchanged; 2];
             for (side, change) in [&a, &b].into_iter().enumerate() {
@@ -256,6 +280,8 @@ impl Merge {
                 b: side_state(updates[1], b),
             });
         }
+        out.updates.shrink_to_fit();
+        out.ctimes.shrink_to_fit();
         out.failures = self
             .failures
             .into_iter()
@@ -266,6 +292,58 @@ impl Merge {
             .collect();
         out.failures.sort_by(|x, y| x.path.cmp(&y.path));
         Ok(out)
+    }
+}
+
+/// A side answered every path it was asked for, or said why not.
+fn check_answered(asked: &[RelPath], answer: &SideScan, name: &str) -> Result<(), ScanStop> {
+    let mut answered: Vec<&RelPath> = answer.changes.iter().map(|c| &c.path).collect();
+    answered.extend(answer.failures.iter().map(|f| &f.path));
+    answered.sort_unstable();
+    if !answered.iter().copied().eq(asked.iter()) {
+        return Err(misreported(
+            name,
+            "its answers are not the paths asked for".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One side's changes in path order, from its scan's list and its
+/// answers' list (each sorted, no path in both).
+struct SideStream {
+    scan: std::iter::Peekable<std::vec::IntoIter<SideChange>>,
+    answers: std::iter::Peekable<std::vec::IntoIter<SideChange>>,
+}
+
+impl SideStream {
+    fn new(scan: Vec<SideChange>, answers: Vec<SideChange>) -> SideStream {
+        SideStream {
+            scan: scan.into_iter().peekable(),
+            answers: answers.into_iter().peekable(),
+        }
+    }
+
+    fn next_path(&mut self) -> Option<&RelPath> {
+        match (self.scan.peek(), self.answers.peek()) {
+            (Some(x), Some(y)) => Some(if x.path <= y.path { &x.path } else { &y.path }),
+            (x, y) => x.or(y).map(|change| &change.path),
+        }
+    }
+
+    /// This side's change at `path` when it is the next one.
+    fn take_at(&mut self, path: &RelPath) -> Option<SideChange> {
+        let at = |change: &SideChange| change.path == *path;
+        self.scan.next_if(at).or_else(|| self.answers.next_if(at))
+    }
+}
+
+/// The first path either side has yet to merge.
+fn next_path(sides: &mut [SideStream; 2]) -> Option<RelPath> {
+    let [a, b] = sides;
+    match (a.next_path(), b.next_path()) {
+        (Some(x), Some(y)) => Some(x.min(y).clone()),
+        (x, y) => x.or(y).cloned(),
     }
 }
 
