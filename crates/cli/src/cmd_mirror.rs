@@ -252,6 +252,7 @@ pub fn run(args: MirrorArgs) -> i32 {
         xattrs: XattrFilter {
             xattrs: !args.no_xattrs,
             acls: !args.no_acls,
+            user_only: false,
         },
         excludes,
         ignore_files: !args.no_ignore_files,

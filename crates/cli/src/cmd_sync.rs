@@ -106,6 +106,12 @@ pub struct SyncArgs {
     /// keeping the group one file with several names on both sides.
     #[arg(long)]
     no_hard_links: bool,
+    /// Leave extended attributes (user.*) out: not compared, not copied.
+    #[arg(long)]
+    no_xattrs: bool,
+    /// Leave POSIX ACLs out: not compared, not copied.
+    #[arg(long)]
+    no_acls: bool,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -201,6 +207,8 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.max_delete = max_delete;
     cfg.renames = !args.no_renames;
     cfg.hard_links = !args.no_hard_links;
+    cfg.xattrs = !args.no_xattrs;
+    cfg.acls = !args.no_acls;
     cfg.keep_both = args.keep_both;
     cfg.backups = args.backup.then_some(args.max_backups);
     cfg.force = args.force.map(side_of);

@@ -89,6 +89,7 @@ impl Default for MirrorConfig {
             xattrs: XattrFilter {
                 xattrs: true,
                 acls: true,
+                user_only: false,
             },
             excludes: Vec::new(),
             ignore_files: true,

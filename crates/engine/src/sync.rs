@@ -50,6 +50,11 @@ pub struct SyncConfig {
     /// `--keep-both`: a conflict between two changed non-directories keeps
     /// both versions, the loser's as `NAME.conflict-HOST-DATE`.
     pub keep_both: bool,
+    /// Keep the user.* extended attributes in agreement (`--no-xattrs`:
+    /// not compared, not copied).
+    pub xattrs: bool,
+    /// Keep POSIX ACLs in agreement (`--no-acls`).
+    pub acls: bool,
     /// `--backup`: the newest this many versions a sync overwrote or
     /// deleted at a path are kept in `.accord-backup/` on that side
     /// (`--max-backups`); `None`: no backups.
@@ -71,19 +76,22 @@ impl SyncConfig {
             hard_links: true,
             fsync: true,
             keep_both: false,
+            xattrs: true,
+            acls: true,
             backups: None,
             state_dir,
         }
     }
 
     /// The properties kept in agreement: permissions (never setuid or
-    /// setgid), and mtimes under `--times`. Owner, extended attributes and
-    /// ACLs are not synced yet.
+    /// setgid), user.* extended attributes and ACLs unless switched off,
+    /// and mtimes under `--times`. Owners are not synced yet.
     pub(crate) fn synced_props(&self) -> SyncedProps {
         SyncedProps {
             perms: true,
             owner: false,
-            xattrs: false,
+            xattrs: self.xattrs,
+            acls: self.acls,
             times: self.times,
         }
     }

@@ -168,18 +168,27 @@ pub(crate) fn split(path: &RelPath) -> (RelPath, &[u8]) {
 }
 
 /// The properties a sync writes: permissions without setuid and setgid,
-/// and the mtime under `--times` (regular files only).
+/// the user.* extended attributes and ACLs the scan read (which replace
+/// the target's of those kinds, and only those), and the mtime under
+/// `--times` (regular files only).
 fn synced_props(entry: &Entry, cfg: &SyncConfig) -> (Props, PropsMask) {
-    let props = Props {
-        mode: entry.props.mode & SYNCED_MODE_BITS,
-        xattrs: None,
-        ..entry.props.clone()
-    };
+    let has_mode = entry.kind != Kind::Symlink;
+    let filter = crate::sync_side::xattr_filter(&cfg.synced_props());
+    let xattrs = entry
+        .props
+        .xattrs
+        .clone()
+        .filter(|_| has_mode && filter.any());
     let mask = PropsMask {
-        perms: entry.kind != Kind::Symlink,
+        perms: has_mode,
         owner: false,
         times: cfg.times && entry.kind == Kind::File,
-        xattrs: None,
+        xattrs: xattrs.is_some().then_some(filter),
+    };
+    let props = Props {
+        mode: entry.props.mode & SYNCED_MODE_BITS,
+        xattrs,
+        ..entry.props.clone()
     };
     (props, mask)
 }
@@ -196,7 +205,6 @@ fn changed_entry(taken: &Entry, found: Option<Found>) -> Observed {
         entry.props.mtime = found.mtime;
     }
     entry.props.mode &= SYNCED_MODE_BITS;
-    entry.props.xattrs = None;
     Observed {
         entry,
         ctime: UNKNOWN_CTIME,
@@ -481,10 +489,14 @@ impl<'a> Propagation<'a> {
             _ => return None,
         };
         let source = item.entry(from).filter(|e| e.kind == Kind::File)?;
-        let (mut props, mask) = synced_props(source, self.cfg);
+        let (mut props, mut mask) = synced_props(source, self.cfg);
         if keep_mode {
+            // `to` keeps its own permissions and attributes.
             let keep = item.entry(to).expect("a props change needs an entry");
-            props.mode = synced_props(keep, self.cfg).0.mode;
+            let (kept, kept_mask) = synced_props(keep, self.cfg);
+            props.mode = kept.mode;
+            props.xattrs = kept.xattrs;
+            mask.xattrs = kept_mask.xattrs;
         }
         Some(FileCopy {
             item,
@@ -514,6 +526,7 @@ impl<'a> Propagation<'a> {
         let props_back = match copy.item.action {
             Action::CopyContentsAndPropsBack { .. } => {
                 taken.props.mode = copy.props.mode;
+                taken.props.xattrs = copy.props.xattrs.clone();
                 let keep = copy
                     .item
                     .entry(copy.to)
@@ -665,6 +678,9 @@ impl<'a> Propagation<'a> {
         let set = dir.start_set_props(name, &Expect::entry(target), target.kind, &props, mask);
         let mut taken = target.clone();
         taken.props.mode = props.mode;
+        if mask.xattrs.is_some() {
+            taken.props.xattrs = props.xattrs.clone();
+        }
         if self.cfg.times && target.kind == Kind::File {
             taken.props.mtime = source.props.mtime;
         }
@@ -787,11 +803,12 @@ impl<'a> Propagation<'a> {
         // The side the contents came from takes the other's permissions.
         let source = item.entry(from).expect("contents came from an entry");
         let (parent, name) = split(&item.path);
+        let filter = crate::sync_side::xattr_filter(&self.cfg.synced_props());
         let mask = PropsMask {
             perms: true,
             owner: false,
             times: false,
-            xattrs: None,
+            xattrs: props_back.xattrs.is_some().then_some(filter),
         };
         let set_back = self.replicas[index(from)]
             .open_dir(&parent)
@@ -804,6 +821,7 @@ impl<'a> Propagation<'a> {
                 let taken = Entry {
                     props: Props {
                         mode: props_back.mode,
+                        xattrs: props_back.xattrs.clone(),
                         ..source.props.clone()
                     },
                     ..source.clone()

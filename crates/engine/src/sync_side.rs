@@ -327,6 +327,9 @@ struct Walker<'a> {
     rules: IgnoreRules,
     scan_start_s: i64,
     out: SideScan,
+    /// The directory whose entries' extended attributes were read last
+    /// (entries of one directory come one after another).
+    xattr_dir: Option<(RelPath, accord_fsys::Dir)>,
 }
 
 /// What a sync never takes as part of the tree: the backup directory at
@@ -344,6 +347,24 @@ fn now_s() -> i64 {
         .unwrap_or(0)
 }
 
+/// The extended attributes a sync reads, compares and writes.
+pub(crate) fn xattr_filter(props: &accord_plan::SyncedProps) -> XattrFilter {
+    XattrFilter {
+        xattrs: props.xattrs,
+        acls: props.acls,
+        user_only: true,
+    }
+}
+
+/// Is `now` the very entry `was` recorded, unchanged in any property
+/// (same inode, same ctime; a recorded ctime of ours matches none)?
+fn ctime_vouches(was: &Observed, now: &Observed) -> bool {
+    was.ctime == now.ctime
+        && was.entry.ino == now.entry.ino
+        && was.entry.dev == now.entry.dev
+        && was.entry.kind == now.entry.kind
+}
+
 fn is_dir(observed: &Option<Observed>) -> bool {
     observed.as_ref().is_some_and(|o| o.entry.kind == Kind::Dir)
 }
@@ -358,6 +379,7 @@ impl<'a> Walker<'a> {
             rules: sync_rules(),
             scan_start_s: now_s(),
             out: SideScan::default(),
+            xattr_dir: None,
         }
     }
 
@@ -377,6 +399,7 @@ impl<'a> Walker<'a> {
             xattrs: XattrFilter {
                 xattrs: false,
                 acls: false,
+                user_only: false,
             },
             xattr_memo: None,
             listing_memo: None,
@@ -436,6 +459,9 @@ impl<'a> Walker<'a> {
         mut current: Option<Observed>,
         always: bool,
     ) -> bool {
+        if let Some(now) = current.as_mut() {
+            self.read_xattrs(path, archived.as_ref(), now);
+        }
         let update = loop {
             match detect(archived.as_ref(), current.as_ref(), &self.detect) {
                 Detection::Decided(update) => break update,
@@ -468,6 +494,41 @@ impl<'a> Walker<'a> {
             });
         }
         true
+    }
+
+    /// Set the entry's extended attributes and ACLs, as the sync selects
+    /// them. Setting one moves the ctime, so where the entry is the one the
+    /// archive recorded (same inode, same ctime) the archive's are taken
+    /// without a read: a sync with nothing new reads none. Left unset (not
+    /// compared, not replaced) where they cannot be read; a file system
+    /// without them has none.
+    fn read_xattrs(&mut self, path: &RelPath, archived: Option<&Observed>, now: &mut Observed) {
+        let filter = xattr_filter(&self.detect.props);
+        if !filter.any() || path.is_root() || now.entry.kind == Kind::Symlink {
+            return;
+        }
+        if let Some(was) = archived.filter(|was| ctime_vouches(was, now)) {
+            if was.entry.props.xattrs.is_some() {
+                now.entry.props.xattrs = was.entry.props.xattrs.clone();
+                return;
+            }
+        }
+        let parent = path.parent().unwrap_or_default();
+        if self.xattr_dir.as_ref().map(|(at, _)| at) != Some(&parent) {
+            self.xattr_dir = None;
+            match self.replica.root().open_dir(&parent) {
+                Ok(dir) => self.xattr_dir = Some((parent, dir)),
+                Err(_) => return,
+            }
+        }
+        let Some((_, dir)) = &self.xattr_dir else {
+            return;
+        };
+        now.entry.props.xattrs = match dir.xattrs_at(path.file_name(), filter) {
+            Ok(list) => Some(list),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Some(Vec::new()),
+            Err(_) => None,
+        };
     }
 
     /// Does the archive hold entries beneath `path`? (Then they are walked

@@ -95,6 +95,7 @@ impl RunSpec {
         let xattrs = XattrFilter {
             xattrs: d.bool("xattrs")?,
             acls: d.bool("acls")?,
+            user_only: false,
         };
         let n = d.count(MAX_EXCLUDES as u64, 1, "excludes")?;
         let mut excludes = Vec::with_capacity(n);

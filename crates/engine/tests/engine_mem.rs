@@ -416,6 +416,7 @@ fn a_subtree_is_scanned_in_path_order_in_bounded_batches() {
         xattrs: XattrFilter {
             xattrs: false,
             acls: false,
+            user_only: false,
         },
         xattr_memo: None,
         listing_memo: None,

@@ -271,6 +271,7 @@ mod tests {
         let f = XattrFilter {
             xattrs: true,
             acls: true,
+            user_only: false,
         };
         let k = memo_key(&p, 1, t, f);
         assert_ne!(k, memo_key(&RelPath::new(b"a/c").unwrap(), 1, t, f));
@@ -284,7 +285,8 @@ mod tests {
                 t,
                 XattrFilter {
                     xattrs: true,
-                    acls: false
+                    acls: false,
+                    user_only: false,
                 }
             )
         );
@@ -298,6 +300,7 @@ mod tests {
         let f = XattrFilter {
             xattrs: true,
             acls: true,
+            user_only: false,
         };
         let t = Time {
             sec: 1_700_000_000,

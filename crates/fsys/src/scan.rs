@@ -869,6 +869,7 @@ mod tests {
                 xattrs: XattrFilter {
                     xattrs: false,
                     acls: false,
+                    user_only: false,
                 },
                 xattr_memo: None,
                 listing_memo: None,
@@ -897,6 +898,7 @@ mod tests {
         let filter = XattrFilter {
             xattrs: true,
             acls: true,
+            user_only: false,
         };
         let opts = |memo| ScanOptions {
             xattrs: filter,
@@ -942,6 +944,7 @@ mod tests {
             xattrs: XattrFilter {
                 xattrs: false,
                 acls: false,
+                user_only: false,
             },
             xattr_memo: None,
             listing_memo,

@@ -16,6 +16,11 @@ pub struct XattrFilter {
     pub xattrs: bool,
     /// POSIX ACLs.
     pub acls: bool,
+    /// Of the plain attributes, only the user.* namespace: a two-way sync
+    /// keeps people's attributes in agreement, not each host's own
+    /// (security.* holds SELinux labels and file capabilities, trusted.*
+    /// the administrator's), which it must neither copy nor remove.
+    pub user_only: bool,
 }
 
 impl XattrFilter {
@@ -28,7 +33,9 @@ impl XattrFilter {
         } else {
             // Like rsync -X: user.*, trusted.*, security.*; system.* names
             // other than the ACLs are kernel-managed.
-            self.xattrs && !name.starts_with(b"system.")
+            self.xattrs
+                && !name.starts_with(b"system.")
+                && (!self.user_only || name.starts_with(b"user."))
         }
     }
 }

@@ -68,6 +68,7 @@ fn scan_lists_kinds_skips_reserved_and_excluded() {
             xattrs: XattrFilter {
                 xattrs: true,
                 acls: true,
+                user_only: false,
             },
             xattr_memo: None,
             listing_memo: None,
@@ -160,6 +161,7 @@ fn props_on_symlinks_and_files() {
             xattrs: Some(XattrFilter {
                 xattrs: true,
                 acls: true,
+                user_only: false,
             }),
             ..mask
         },
@@ -173,7 +175,8 @@ fn props_on_symlinks_and_files() {
                 b"target",
                 XattrFilter {
                     xattrs: true,
-                    acls: true
+                    acls: true,
+                    user_only: false,
                 }
             )
             .unwrap(),

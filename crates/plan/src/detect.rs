@@ -29,8 +29,12 @@ pub struct SyncedProps {
     pub perms: bool,
     /// Owner and group (`--owner`).
     pub owner: bool,
-    /// Extended attributes and ACLs, where both entries had them read.
+    /// Extended attributes of the user.* namespace, where both entries had
+    /// them read.
     pub xattrs: bool,
+    /// POSIX ACLs, where both entries had them read. With `xattrs`, what
+    /// is compared is the list the scan read (it reads what these select).
+    pub acls: bool,
     /// Regular files' modification times (`--times`). A directory's mtime
     /// is never compared: every change inside it moves it.
     pub times: bool,
@@ -42,6 +46,7 @@ impl Default for SyncedProps {
             perms: true,
             owner: false,
             xattrs: true,
+            acls: true,
             times: false,
         }
     }
@@ -145,7 +150,8 @@ fn same_kind(was: &Observed, now: &Observed, options: &DetectOptions) -> Detecti
         was: was.entry.kind,
         kind: false,
         contents,
-        props: props_differ(&was.entry, &now.entry, &options.props),
+        props: props_differ(&was.entry, &now.entry, &options.props)
+            || xattrs_first_read(&was.entry, &now.entry, &options.props),
         mtime: mtime_differs(&was.entry, &now.entry, &options.props),
     };
     let update = if changes.contents || changes.props || changes.mtime {
@@ -199,6 +205,21 @@ fn recorded_metadata_moved(was: &Observed, now: &Observed) -> bool {
     !metadata_vouches_for_contents(was, now)
 }
 
+/// Extended attributes read now where the archive has none recorded (a
+/// pair synced without them, or by an older version): a non-empty list
+/// counts as changed, so it is carried over, agreed when the other side
+/// holds the same, or a conflict, rather than recorded as agreed unseen.
+fn xattrs_first_read(was: &Entry, now: &Entry, synced: &SyncedProps) -> bool {
+    (synced.xattrs || synced.acls)
+        && now.kind != Kind::Symlink
+        && was.props.xattrs.is_none()
+        && now
+            .props
+            .xattrs
+            .as_ref()
+            .is_some_and(|list| !list.is_empty())
+}
+
 /// Do two entries of one kind differ in the synced properties other than
 /// the mtime (permissions, owner, extended attributes)?
 pub fn props_differ(x: &Entry, y: &Entry, synced: &SyncedProps) -> bool {
@@ -206,7 +227,7 @@ pub fn props_differ(x: &Entry, y: &Entry, synced: &SyncedProps) -> bool {
     let has_mode = x.kind != Kind::Symlink;
     (synced.perms && has_mode && p.mode & SYNCED_MODE_BITS != q.mode & SYNCED_MODE_BITS)
         || (synced.owner && (p.uid != q.uid || p.gid != q.gid))
-        || (synced.xattrs
+        || ((synced.xattrs || synced.acls)
             && has_mode
             && p.xattrs.is_some()
             && q.xattrs.is_some()

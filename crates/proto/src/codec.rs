@@ -227,17 +227,18 @@ pub fn get_expect(d: &mut Dec) -> Result<Expect, ProtoError> {
 }
 
 pub fn put_filter(e: &mut Enc, f: XattrFilter) {
-    e.u8(f.xattrs as u8 | (f.acls as u8) << 1);
+    e.u8(f.xattrs as u8 | (f.acls as u8) << 1 | (f.user_only as u8) << 2);
 }
 
 pub fn get_filter(d: &mut Dec) -> Result<XattrFilter, ProtoError> {
     let b = d.u8("xattr filter")?;
-    if b > 3 {
+    if b > 7 {
         return Err(ProtoError::Invalid(format!("xattr filter {b}")));
     }
     Ok(XattrFilter {
         xattrs: b & 1 != 0,
         acls: b & 2 != 0,
+        user_only: b & 4 != 0,
     })
 }
 

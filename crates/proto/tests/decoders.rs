@@ -193,7 +193,13 @@ fn props() -> impl Strategy<Value = Props> {
 }
 
 fn filter() -> impl Strategy<Value = XattrFilter> {
-    (any::<bool>(), any::<bool>()).prop_map(|(xattrs, acls)| XattrFilter { xattrs, acls })
+    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(xattrs, acls, user_only)| {
+        XattrFilter {
+            xattrs,
+            acls,
+            user_only,
+        }
+    })
 }
 
 fn mask() -> impl Strategy<Value = PropsMask> {

@@ -24,6 +24,8 @@ const OWNER: u8 = 4;
 const XATTRS: u8 = 8;
 const TIMES: u8 = 16;
 const USE_ARCHIVE: u8 = 32;
+/// POSIX ACLs (an older server refuses the flag: it does not know it).
+const ACLS: u8 = 64;
 
 /// A side's options as the flags of `SyncScan` and `SyncLookup`.
 pub fn flags_of(opts: &SideOptions) -> u8 {
@@ -34,11 +36,12 @@ pub fn flags_of(opts: &SideOptions) -> u8 {
         | bit(d.props.owner, OWNER)
         | bit(d.props.xattrs, XATTRS)
         | bit(d.props.times, TIMES)
+        | bit(d.props.acls, ACLS)
         | bit(opts.use_archive, USE_ARCHIVE)
 }
 
 pub fn options_of(flags: u8) -> Result<SideOptions, ProtoError> {
-    if flags & !(CHECKSUM | PERMS | OWNER | XATTRS | TIMES | USE_ARCHIVE) != 0 {
+    if flags & !(CHECKSUM | PERMS | OWNER | XATTRS | TIMES | USE_ARCHIVE | ACLS) != 0 {
         return Err(ProtoError::Invalid(format!(
             "unknown sync flags {flags:#x}"
         )));
@@ -51,6 +54,7 @@ pub fn options_of(flags: u8) -> Result<SideOptions, ProtoError> {
                 perms: on(PERMS),
                 owner: on(OWNER),
                 xattrs: on(XATTRS),
+                acls: on(ACLS),
                 times: on(TIMES),
             },
         },
@@ -251,10 +255,10 @@ mod tests {
 
     #[test]
     fn flags_round_trip_and_unknown_bits_are_refused() {
-        for flags in 0..64u8 {
+        for flags in 0..128u8 {
             assert_eq!(flags_of(&options_of(flags).unwrap()), flags);
         }
-        assert!(options_of(64).is_err());
+        assert!(options_of(128).is_err());
     }
 
     #[test]

@@ -154,6 +154,7 @@ impl<'a> Propagation<'a> {
             xattrs: XattrFilter {
                 xattrs: false,
                 acls: false,
+                user_only: false,
             },
             xattr_memo: None,
             listing_memo: None,
