@@ -106,6 +106,11 @@ pub struct SyncArgs {
     /// keeping the group one file with several names on both sides.
     #[arg(long)]
     no_hard_links: bool,
+    /// Keep owners and groups in agreement, by number (giving a file to
+    /// another user needs root). Without it each side's files belong to
+    /// whoever made them there.
+    #[arg(long)]
+    owner: bool,
     /// Leave extended attributes (user.*) out: not compared, not copied.
     #[arg(long)]
     no_xattrs: bool,
@@ -207,6 +212,7 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.max_delete = max_delete;
     cfg.renames = !args.no_renames;
     cfg.hard_links = !args.no_hard_links;
+    cfg.owner = args.owner;
     cfg.xattrs = !args.no_xattrs;
     cfg.acls = !args.no_acls;
     cfg.keep_both = args.keep_both;

@@ -50,6 +50,9 @@ pub struct SyncConfig {
     /// `--keep-both`: a conflict between two changed non-directories keeps
     /// both versions, the loser's as `NAME.conflict-HOST-DATE`.
     pub keep_both: bool,
+    /// `--owner`: keep owners and groups in agreement (by number; giving
+    /// a file to another user needs root).
+    pub owner: bool,
     /// Keep the user.* extended attributes in agreement (`--no-xattrs`:
     /// not compared, not copied).
     pub xattrs: bool,
@@ -76,6 +79,7 @@ impl SyncConfig {
             hard_links: true,
             fsync: true,
             keep_both: false,
+            owner: false,
             xattrs: true,
             acls: true,
             backups: None,
@@ -85,11 +89,11 @@ impl SyncConfig {
 
     /// The properties kept in agreement: permissions (never setuid or
     /// setgid), user.* extended attributes and ACLs unless switched off,
-    /// and mtimes under `--times`. Owners are not synced yet.
+    /// owners under `--owner` and mtimes under `--times`.
     pub(crate) fn synced_props(&self) -> SyncedProps {
         SyncedProps {
             perms: true,
-            owner: false,
+            owner: self.owner,
             xattrs: self.xattrs,
             acls: self.acls,
             times: self.times,

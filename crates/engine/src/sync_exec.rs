@@ -31,7 +31,7 @@ use crate::sync_transfer::{receive_all, FileCopy};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
-use accord_plan::{Action, Side, SyncItem};
+use accord_plan::{Action, Side, SyncItem, UNKNOWN_OWNER};
 use std::collections::HashSet;
 
 mod backup;
@@ -181,7 +181,7 @@ fn synced_props(entry: &Entry, cfg: &SyncConfig) -> (Props, PropsMask) {
         .filter(|_| has_mode && filter.any());
     let mask = PropsMask {
         perms: has_mode,
-        owner: false,
+        owner: cfg.owner,
         times: cfg.times && entry.kind == Kind::File,
         xattrs: xattrs.is_some().then_some(filter),
     };
@@ -195,9 +195,16 @@ fn synced_props(entry: &Entry, cfg: &SyncConfig) -> (Props, PropsMask) {
 
 /// What an archive records of an entry this run changed: the entry it was
 /// made to hold, at the identity found there now. Its ctime is unknown (it
-/// just moved), so the next run fingerprints it once.
-fn changed_entry(taken: &Entry, found: Option<Found>) -> Observed {
+/// just moved), so the next run fingerprints it once. Without `--owner`
+/// its owner is whoever made it, not the source's: recorded as unknown, so
+/// that a later run with `--owner` takes it as no change of this side's
+/// rather than as a change to carry back.
+fn changed_entry(taken: &Entry, found: Option<Found>, cfg: &SyncConfig) -> Observed {
     let mut entry = taken.clone();
+    if !cfg.owner {
+        entry.props.uid = UNKNOWN_OWNER;
+        entry.props.gid = UNKNOWN_OWNER;
+    }
     if let Some(found) = found {
         entry.dev = found.dev;
         entry.ino = found.ino;
@@ -384,7 +391,7 @@ impl<'a> Propagation<'a> {
             .map(|(item, (_, to, _))| self.start_stat_at(*to, &item.path))
             .collect();
         for ((item, (from, to, taken)), found) in done.into_iter().zip(stats) {
-            let recorded = changed_entry(&taken, found.wait().ok().flatten());
+            let recorded = changed_entry(&taken, found.wait().ok().flatten(), self.cfg);
             self.done_with(item, from, to, recorded);
         }
         self.settle_renames();
@@ -495,6 +502,7 @@ impl<'a> Propagation<'a> {
             let keep = item.entry(to).expect("a props change needs an entry");
             let (kept, kept_mask) = synced_props(keep, self.cfg);
             props.mode = kept.mode;
+            (props.uid, props.gid) = (kept.uid, kept.gid);
             props.xattrs = kept.xattrs;
             mask.xattrs = kept_mask.xattrs;
         }
@@ -526,6 +534,7 @@ impl<'a> Propagation<'a> {
         let props_back = match copy.item.action {
             Action::CopyContentsAndPropsBack { .. } => {
                 taken.props.mode = copy.props.mode;
+                (taken.props.uid, taken.props.gid) = (copy.props.uid, copy.props.gid);
                 taken.props.xattrs = copy.props.xattrs.clone();
                 let keep = copy
                     .item
@@ -681,6 +690,9 @@ impl<'a> Propagation<'a> {
         if mask.xattrs.is_some() {
             taken.props.xattrs = props.xattrs.clone();
         }
+        if mask.owner {
+            (taken.props.uid, taken.props.gid) = (props.uid, props.gid);
+        }
         if self.cfg.times && target.kind == Kind::File {
             taken.props.mtime = source.props.mtime;
         }
@@ -741,7 +753,7 @@ impl<'a> Propagation<'a> {
         for (one, found) in committed.into_iter().zip(stats) {
             let found = found.wait().ok().flatten();
             self.leaders.written(one.to, &one.item.path, found);
-            let recorded = changed_entry(&one.taken, found);
+            let recorded = changed_entry(&one.taken, found, self.cfg);
             self.after_commit(&one, recorded);
         }
     }
@@ -806,7 +818,7 @@ impl<'a> Propagation<'a> {
         let filter = crate::sync_side::xattr_filter(&self.cfg.synced_props());
         let mask = PropsMask {
             perms: true,
-            owner: false,
+            owner: self.cfg.owner,
             times: false,
             xattrs: props_back.xattrs.is_some().then_some(filter),
         };
@@ -821,12 +833,14 @@ impl<'a> Propagation<'a> {
                 let taken = Entry {
                     props: Props {
                         mode: props_back.mode,
+                        uid: props_back.uid,
+                        gid: props_back.gid,
                         xattrs: props_back.xattrs.clone(),
                         ..source.props.clone()
                     },
                     ..source.clone()
                 };
-                let back = changed_entry(&taken, self.stat(from, &item.path));
+                let back = changed_entry(&taken, self.stat(from, &item.path), self.cfg);
                 let mut records = [Record::Put(recorded), Record::Put(back)];
                 if from == Side::A {
                     records.swap(0, 1);
@@ -866,7 +880,7 @@ impl<'a> Propagation<'a> {
             .collect();
         for ((item, from, to), found) in set.into_iter().zip(stats) {
             let source = item.entry(from).expect("a directory to copy");
-            let recorded = changed_entry(source, found.wait().ok().flatten());
+            let recorded = changed_entry(source, found.wait().ok().flatten(), self.cfg);
             self.done_with(item, from, to, recorded);
         }
     }

@@ -214,7 +214,7 @@ impl<'a> Propagation<'a> {
         for ((item, to), found) in committed.into_iter().zip(stats) {
             let (from, _, link) = linked(item).expect("only links are recorded");
             let source = item.entry(from).expect("a copy has a source");
-            let recorded = changed_entry(source, found.wait().ok().flatten());
+            let recorded = changed_entry(source, found.wait().ok().flatten(), self.cfg);
             let mut records = [
                 self.as_scanned(item, Side::A),
                 self.as_scanned(item, Side::B),

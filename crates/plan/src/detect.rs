@@ -21,6 +21,12 @@ use accord_model::{Entry, Kind, Observed};
 /// never synced (an owner on one host may be another person on the other).
 pub const SYNCED_MODE_BITS: u32 = 0o1777;
 
+/// The owner (and group) an archive records for an entry a sync made
+/// without `--owner`: whoever made it owns it, which says nothing of the
+/// other side's. Compared with nothing (no real owner has this id: it is
+/// `(uid_t)-1`, which `chown` takes as "unchanged").
+pub const UNKNOWN_OWNER: u32 = u32::MAX;
+
 /// Which properties a sync keeps in agreement; the others are each host's
 /// own and never compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,7 +232,10 @@ pub fn props_differ(x: &Entry, y: &Entry, synced: &SyncedProps) -> bool {
     let (p, q) = (&x.props, &y.props);
     let has_mode = x.kind != Kind::Symlink;
     (synced.perms && has_mode && p.mode & SYNCED_MODE_BITS != q.mode & SYNCED_MODE_BITS)
-        || (synced.owner && (p.uid != q.uid || p.gid != q.gid))
+        || (synced.owner
+            && p.uid != UNKNOWN_OWNER
+            && q.uid != UNKNOWN_OWNER
+            && (p.uid != q.uid || p.gid != q.gid))
         || ((synced.xattrs || synced.acls)
             && has_mode
             && p.xattrs.is_some()

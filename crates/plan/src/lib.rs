@@ -23,7 +23,7 @@ pub mod reconcile;
 mod renames;
 pub mod sync_guard;
 
-pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update};
+pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update, UNKNOWN_OWNER};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
 pub use keep_both::{conflict_name, host_label, keep_both_winner, utc_stamp};
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};

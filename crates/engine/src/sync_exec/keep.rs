@@ -209,7 +209,7 @@ impl<'a> Propagation<'a> {
             Record::Remove(item.path.clone()),
             Record::Remove(item.path.clone()),
         ];
-        records[index(loser)] = Record::Put(changed_entry(&taken(won, self.cfg), now));
+        records[index(loser)] = Record::Put(changed_entry(&taken(won, self.cfg), now, self.cfg));
         records[index(winner)] = self.as_scanned(item, winner);
         self.done.push(Done {
             path: item.path.clone(),
@@ -227,7 +227,7 @@ impl<'a> Propagation<'a> {
         let name = at_copy.path.file_name();
         let records = [0, 1].map(|side| {
             let now = dirs[side].stat(name).ok().flatten();
-            Record::Put(changed_entry(&taken, now))
+            Record::Put(changed_entry(&taken, now, self.cfg))
         });
         self.done.push(Done {
             path: at_copy.path.clone(),
