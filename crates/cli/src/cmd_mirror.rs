@@ -9,8 +9,6 @@ use accord_engine::{
 use accord_remote::{parse_remote, RemoteSpec, RootMode};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum When {
@@ -274,31 +272,19 @@ pub fn run(args: MirrorArgs) -> i32 {
     if args.tasks.wanted() {
         return crate::cmd_tasks::mirror(&args.src, &args.dst, &cfg, &args.tasks, &args.queue);
     }
-    let progress = Arc::new(Progress::default());
+    let progress = Progress::default();
     let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let bar_thread = show_progress.then(|| {
-        let progress = progress.clone();
-        let done = done.clone();
-        std::thread::spawn(move || progress_loop(&progress, &done))
-    });
-    let (report, wire) = match remote {
-        (None, None) => (
+    let shown = show_progress.then_some(&progress);
+    let (report, wire) = match crate::progress::while_showing(shown, true, || match remote {
+        (None, None) => Ok((
             accord_engine::mirror(&args.src, &args.dst, &cfg, &progress),
             None,
-        ),
-        (src, dst) => match mirror_remote(&args, src, dst, &cfg, &progress) {
-            Ok(r) => r,
-            Err(code) => {
-                done.store(true, Ordering::SeqCst);
-                return code;
-            }
-        },
+        )),
+        (src, dst) => mirror_remote(&args, src, dst, &cfg, &progress),
+    }) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    done.store(true, Ordering::SeqCst);
-    if let Some(t) = bar_thread {
-        let _ = t.join();
-    }
     output(&args, &report, wire)
 }
 
@@ -351,33 +337,6 @@ fn mirror_remote(
         accord_engine::mirror_replicas(src, remote_ref, &spec.display(), cfg, progress)
     };
     Ok((report, remote.as_ref().map(|r| r.wire_bytes())))
-}
-
-fn progress_loop(p: &Progress, done: &std::sync::atomic::AtomicBool) {
-    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_message("scanning");
-    while !done.load(Ordering::SeqCst) {
-        if p.planned.load(Ordering::Relaxed) {
-            bar.set_length(p.bytes_total.load(Ordering::Relaxed));
-            bar.set_position(p.bytes_done.load(Ordering::Relaxed));
-            bar.set_message(format!(
-                "files {}/{}",
-                p.files_done.load(Ordering::Relaxed),
-                p.files_total.load(Ordering::Relaxed)
-            ));
-        } else {
-            bar.tick();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    bar.finish_and_clear();
 }
 
 /// One path's failure in `--json`.

@@ -259,6 +259,7 @@ pub fn run(args: SyncArgs) -> i32 {
             .as_ref()
             .map(|hook| hook as &(dyn Fn(&mut PlanEdit) + Sync)),
         before_links: pause_links.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
+        progress: None,
     };
     let mut cycle = || {
         let report = sync_once(&args, &specs, &cfg, &hooks);
@@ -282,7 +283,14 @@ fn sync_once(
     cfg: &SyncConfig,
     hooks: &SyncHooks,
 ) -> SyncReport {
-    let (report, wire) = match specs {
+    let progress = accord_engine::Progress::default();
+    let shown = (!args.quiet && !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .then_some(&progress);
+    let hooks = &SyncHooks {
+        progress: shown,
+        ..*hooks
+    };
+    let run = || match specs {
         [Some(spec), None] => sync_remote(args, spec, &args.b, false, cfg, hooks),
         [None, Some(spec)] => sync_remote(args, spec, &args.a, true, cfg, hooks),
         _ => (
@@ -290,6 +298,9 @@ fn sync_once(
             None,
         ),
     };
+    // No spinner while scanning: the interactive mode has the terminal
+    // until the plan is confirmed.
+    let (report, wire) = crate::progress::while_showing(shown, false, run);
     if args.json {
         print_json(&report, wire);
     } else {

@@ -12,6 +12,7 @@ mod cmd_tasks;
 mod cmd_union;
 mod cmd_worker;
 mod exit;
+mod progress;
 mod remote_args;
 mod sync_profile;
 mod sync_tui;

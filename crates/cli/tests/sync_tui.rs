@@ -69,6 +69,11 @@ impl Tmux {
 
     /// `start_sync` with options (`extra`, as the shell reads them).
     fn start_sync_with(pair: &Pair, status_file: &std::path::Path, extra: &str) -> Tmux {
+        Tmux::start_sync_in(pair, status_file, "", extra)
+    }
+
+    /// `start_sync_with` with variables for the run (`env`: `NAME=value `).
+    fn start_sync_in(pair: &Pair, status_file: &std::path::Path, env: &str, extra: &str) -> Tmux {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let socket = format!(
             "accord-tui-{}-{}",
@@ -76,7 +81,7 @@ impl Tmux {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let shell = format!(
-            "ACCORD_STATE_DIR={} {} sync {extra} {} {}; echo $? > {}; sleep 600",
+            "{env}ACCORD_STATE_DIR={} {} sync {extra} {} {}; echo $? > {}; sleep 600",
             quoted(&pair.state),
             quoted(&bin()),
             quoted(&pair.a),
@@ -370,5 +375,32 @@ fn tui_flips_a_rename_back() {
         std::fs::metadata(pair.path('a', "f.txt")).unwrap().ino(),
         ino
     );
+    pair.assert_equal();
+}
+
+/// On a terminal a run shows its progress once the plan is made: the files
+/// to copy and those that arrived (issue 12, "progress on a terminal as
+/// the mirror shows it"). Caught while the run waits before its links.
+#[test]
+fn a_batch_run_on_a_terminal_shows_its_progress() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = Pair::new();
+    for n in 0..20 {
+        pair.write('a', &format!("f{n}"), &"x".repeat(1000 + n));
+    }
+    std::fs::hard_link(pair.path('a', "f0"), pair.path('a', "g0")).unwrap();
+    let status = status_file(&pair);
+    let pause = pair.state.join("pause");
+    let env = format!("ACCORD_TEST_SYNC_PAUSE_LINKS={} ", quoted(&pause));
+    let tmux = Tmux::start_sync_in(&pair, &status, &env, "--batch");
+    let screen = tmux.wait_for("the progress line", |screen| {
+        pause.exists() && screen.contains("files 20/20")
+    });
+    assert!(screen.contains("19.72 KiB/19.72 KiB"), "{screen}");
+    std::fs::remove_file(&pause).unwrap();
+    assert_eq!(wait_for_status(&status), 0);
+    // Cleared at the end; nothing of it is printed with --json or -q.
     pair.assert_equal();
 }

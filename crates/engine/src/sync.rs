@@ -121,7 +121,7 @@ impl SyncConfig {
 }
 
 /// Calls the caller may want between the steps of a run.
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
 pub struct SyncHooks<'a> {
     /// Called once the plan is made and checked, before any change. Tests
     /// use it to change a file between detection and propagation.
@@ -135,6 +135,9 @@ pub struct SyncHooks<'a> {
     /// hard links are made (only when there are some). Tests use it to stop
     /// a run between a group's leader and its links.
     pub before_links: Option<&'a (dyn Fn() + Sync)>,
+    /// Counters for a progress display: the files to copy and their bytes
+    /// once the plan is final, then those that arrived.
+    pub progress: Option<&'a crate::Progress>,
 }
 
 /// Why one path failed in a sync (the run went on without it).

@@ -33,6 +33,7 @@ use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem, UNKNOWN_OWNER};
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 
 mod backup;
 mod keep;
@@ -99,6 +100,7 @@ struct Propagation<'a> {
     /// Hard links' leaders copied by this run, and what their copies put
     /// there (`sync_links.rs`).
     leaders: links::Leaders,
+    progress: Option<&'a crate::Progress>,
 }
 
 /// A rename on its way: the item, the items moved with it, its reply.
@@ -147,7 +149,11 @@ pub(crate) fn propagate(
         late: rename_source_directories(items),
         unmoved: Vec::new(),
         leaders: links::Leaders::of(items),
+        progress: hooks.progress,
     };
+    if let Some(progress) = hooks.progress {
+        count_copies(items, progress);
+    }
     run.deletions(items, false);
     run.flush(archives, report);
     run.entries_in_order(items, archives, report);
@@ -160,6 +166,22 @@ pub(crate) fn propagate(
     report.errors.append(&mut run.failures);
     report.errors.sort_by(|x, y| x.path.cmp(&y.path));
     report.propagated.sort_by(|x, y| x.path.cmp(&y.path));
+}
+
+/// The files the plan copies (not those made as links) and their bytes, for
+/// a progress display.
+fn count_copies(items: &[SyncItem], progress: &crate::Progress) {
+    let copied = items.iter().filter(|item| links::linked(item).is_none());
+    let sources = copied.filter_map(|item| match item.action {
+        Action::Copy { from, .. } | Action::CopyContentsAndPropsBack { from, .. } => {
+            item.entry(from).filter(|e| e.kind == Kind::File)
+        }
+        _ => None,
+    });
+    let (files, bytes) = sources.fold((0, 0), |(n, b), e| (n + 1, b + e.size));
+    progress.files_total.store(files, Ordering::Relaxed);
+    progress.bytes_total.store(bytes, Ordering::Relaxed);
+    progress.planned.store(true, Ordering::Relaxed);
 }
 
 /// A path's parent directory and its name there.
@@ -520,7 +542,14 @@ impl<'a> Propagation<'a> {
         if copies.is_empty() {
             return;
         }
-        for (copy, received) in receive_all(self.replicas, copies) {
+        let arrived = |copy: &FileCopy| {
+            if let Some(progress) = self.progress {
+                let size = copy.item.entry(copy.from).map_or(0, |e| e.size);
+                progress.files_done.fetch_add(1, Ordering::Relaxed);
+                progress.bytes_done.fetch_add(size, Ordering::Relaxed);
+            }
+        };
+        for (copy, received) in receive_all(self.replicas, copies, &arrived) {
             match received {
                 Ok(temp) => staged.push(self.staged_copy(copy, temp)),
                 Err(error) => self.fail(&copy.item.path, error),

@@ -98,6 +98,7 @@ fn dirs_of<'r>(
 pub(crate) fn receive_all<'i>(
     replicas: [&dyn Replica; 2],
     copies: Vec<FileCopy<'i>>,
+    arrived: &dyn Fn(&FileCopy),
 ) -> Vec<Received<'i>> {
     let sources = dirs_of(replicas, &copies, |c| c.from, Action::OpenSource);
     let targets = dirs_of(replicas, &copies, |c| c.to, Action::OpenDestination);
@@ -113,11 +114,17 @@ pub(crate) fn receive_all<'i>(
         .zip(wholes.into_iter().zip(started))
         .map(|(at, (copy, started))| {
             let landed = landed(&copy, started, &targets);
+            if landed.is_ok() {
+                arrived(&copy);
+            }
             (at, (copy, landed))
         })
         .collect();
     for (at, copy) in deltas {
         let landed = by_delta(&copy, &sources, &targets);
+        if landed.is_ok() {
+            arrived(&copy);
+        }
         received.push((at, (copy, landed)));
     }
     received.sort_by_key(|(at, _)| *at);
