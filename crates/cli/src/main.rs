@@ -14,6 +14,7 @@ mod cmd_worker;
 mod exit;
 mod remote_args;
 mod sync_profile;
+mod sync_rules;
 mod sync_tui;
 mod sync_tui_diff;
 mod sync_tui_view;

@@ -22,7 +22,7 @@ mod xattr;
 pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
 pub use mapped::Mapped;
 pub use memo::DigestMemo;
-pub use rules::{IgnoreRules, IGNORE_FILE};
+pub use rules::{IgnoreRules, IGNORE_FILE, MAX_PATTERN, MAX_PATTERNS};
 pub use scan::{list_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan, ScanOptions};
 pub use xattr::XattrFilter;
 

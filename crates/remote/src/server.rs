@@ -697,7 +697,8 @@ impl Session<'_> {
             | Request::SyncForget
             | Request::SyncScan { .. }
             | Request::SyncLookup { .. }
-            | Request::SyncRecord => {
+            | Request::SyncRecord
+            | Request::SyncRules { .. } => {
                 // Never pooled: a sync request's body is on the wire.
                 let body = if req.has_body() {
                     self.body_bytes(stream, Action::OpenDestination)?

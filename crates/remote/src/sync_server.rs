@@ -3,8 +3,9 @@
 //! the client's `Sync*` requests (`sync_client.rs` is the other end).
 
 use crate::errors::protocol;
-use crate::sync_wire::{decode_paths, decode_records, options_of, put_outcome, put_side_scan};
-use accord_engine::{LocalReplica, LocalSide, Replica, SideFailure, SideSession};
+use crate::sync_wire::{decode_paths, decode_records, lookup_options_of, options_of};
+use crate::sync_wire::{put_lookup, put_outcome, put_side_scan};
+use accord_engine::{LocalReplica, LocalSide, Replica, SideFailure, SideSession, SyncRules};
 use accord_proto::{Enc, Request, WireError};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -51,10 +52,24 @@ impl<'a> SyncServer<'a> {
                 put_outcome(&mut e, &scan, put_side_scan);
             }
             Request::SyncLookup { flags } => {
-                let opts = options_of(*flags).map_err(|e| protocol(e.to_string()))?;
+                let (opts, tells_excluded) =
+                    lookup_options_of(*flags).map_err(|e| protocol(e.to_string()))?;
                 let paths = decode_paths(body).map_err(|e| protocol(e.to_string()))?;
                 let found = self.with_side(|side| side.lookup(&paths, &opts));
-                put_outcome(&mut e, &found, put_side_scan);
+                put_outcome(&mut e, &found, |e, scan| {
+                    put_lookup(e, scan, tells_excluded)
+                });
+            }
+            Request::SyncRules {
+                excludes,
+                ignore_files,
+            } => {
+                let rules = SyncRules {
+                    excludes: excludes.clone(),
+                    ignore_files: *ignore_files,
+                };
+                let done = self.with_side(|side| side.set_rules(&rules));
+                put_outcome(&mut e, &done, |_, _| {});
             }
             Request::SyncRecord => {
                 let records = decode_records(body).map_err(|e| protocol(e.to_string()))?;
