@@ -337,6 +337,7 @@ fn watch_options(
         roots: [root(&args.a, &specs[0]), root(&args.b, &specs[1])],
         interval: std::time::Duration::from_secs(args.watch_interval),
         state_dir: cfg.state_dir.clone(),
+        rules: cfg.rules.clone(),
     }
 }
 

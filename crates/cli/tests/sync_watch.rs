@@ -454,3 +454,32 @@ fn remote_watch(pair: &Pair, interval: &str, env: &[(&str, &str)]) -> Watch {
         .envs(env.iter().copied());
     Watch::start_command(command)
 }
+
+/// Changes of paths the sync excludes (by `--exclude`, or by the root's
+/// `.accordignore`) start no run; the first change outside them does.
+#[test]
+fn changes_of_excluded_paths_start_no_run() {
+    let pair = Pair::new();
+    pair.write('a', "seed", "seed");
+    pair.write('a', ".accordignore", "*.log\n");
+    pair.write('a', "build/old.o", "old");
+    let watch = started_watch(&pair, &["--exclude", "build/"], &[]);
+    watch.settle(Duration::from_millis(700));
+    for i in 0..20 {
+        save(&pair.path('a', "build"), &format!("out{i}.o"), "object");
+        std::fs::create_dir_all(pair.path('b', "build/deep")).unwrap();
+        save(&pair.path('b', "build/deep"), &format!("b{i}.o"), "object");
+        // Written in place: a save's temp name (.run.log.swp) is no log.
+        std::fs::write(pair.path('a', "run.log"), format!("line {i}\n")).unwrap();
+        std::fs::write(pair.path('b', "b.log"), format!("line {i}\n")).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let cycles = watch.drain_cycles();
+    assert!(cycles.is_empty(), "runs for excluded changes: {cycles:?}");
+    save(pair.root('a'), "real", "a real change");
+    let cycle = watch.next_cycle(Duration::from_secs(10));
+    assert_eq!(cycle["propagated"], 1, "{cycle}");
+    assert_eq!(pair.read('b', "real").as_deref(), Some("a real change"));
+    assert!(!pair.exists('b', "run.log") && !pair.exists('a', "b.log"));
+    assert!(!pair.exists('a', "build/deep") && !pair.exists('b', "build/out0.o"));
+}

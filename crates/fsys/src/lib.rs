@@ -17,6 +17,7 @@ mod memo;
 mod rules;
 mod scan;
 pub mod watch;
+mod watch_rules;
 mod xattr;
 
 pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
