@@ -93,10 +93,14 @@ pub(crate) fn child_excluded(
     if archived.is_none() && !archived_beneath {
         return false;
     }
-    if rules.is_excluded(child, is_dir(archived) || archived_beneath) {
-        return true;
+    let archived_dir = is_dir(archived) || archived_beneath;
+    match listed {
+        // The listing matched it as this same kind already: no second
+        // match for every unchanged entry of a large tree.
+        Some(listed) if is_dir(Some(listed)) == archived_dir => false,
+        Some(_) => rules.is_excluded(child, archived_dir),
+        None => rules.is_excluded(child, archived_dir) || present_here(replica, child),
     }
-    listed.is_none() && present_here(replica, child)
 }
 
 /// Is there an entry at `path` on this side (an error counts as one: it is

@@ -138,3 +138,17 @@ impl SideSession for RemoteSide {
         call(&self.conn, &Request::SyncRecord, Some(body), |_| Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_server_is_refused_only_for_patterns() {
+        let mut rules = SyncRules::default();
+        assert!(too_old_for(&rules).is_ok());
+        rules.excludes.push("*.o".into());
+        let refused = too_old_for(&rules).unwrap_err().to_string();
+        assert!(refused.contains("too old to apply --exclude"), "{refused}");
+    }
+}
