@@ -20,6 +20,7 @@ use crate::sync::SyncFatal;
 use crate::sync_side::{SideFailure, SideSession};
 use accord_fsys::IgnoreRules;
 use accord_model::{Kind, Observed, RelPath};
+use std::collections::HashMap;
 
 /// What a sync is told to leave out (the user's choices; the backup
 /// directory is always left out besides).
@@ -123,35 +124,75 @@ fn kind_here(replica: &LocalReplica, path: &RelPath) -> Option<Kind> {
     dir.stat(path.file_name()).ok().map(|st| st.kind)
 }
 
-/// Is `path`, asked for by a lookup, excluded on this side: beneath a
-/// directory the rules exclude, or itself excluded as what it is here,
-/// was in the archive, or is on the other side (`other`: `Kind::Dir` when
-/// paths beneath it were asked for too; a pattern for directories only,
-/// `cache/`, must not let the other side's directory in, nor keep its
-/// file out). The `.accordignore` files of its ancestors were read by
-/// this side's walk (every directory present here that is not excluded is
-/// walked).
-pub(crate) fn lookup_excluded(
-    rules: &IgnoreRules,
-    replica: &LocalReplica,
-    path: &RelPath,
-    archived: Option<&Observed>,
-    other: Option<Kind>,
-) -> bool {
-    let mut ancestors: Vec<RelPath> = std::iter::successors(path.parent(), RelPath::parent)
-        .filter(|a| !a.is_root())
-        .collect();
-    ancestors.reverse();
-    if ancestors.iter().any(|a| rules.is_excluded(a, true)) {
-        return true;
+/// Judges the paths a lookup asks for: is one excluded on this side,
+/// beneath a directory the rules exclude, or itself as what it is here,
+/// was in the archive, or is on the other side? The `.accordignore` files
+/// of its ancestors were read by this side's walk (every directory present
+/// here that is not excluded is walked).
+pub(crate) struct LookupRules<'a> {
+    rules: &'a IgnoreRules,
+    replica: &'a LocalReplica,
+    /// Directories judged (they or one above excluded): a lookup's paths
+    /// come in order, siblings one after the other.
+    dirs: HashMap<RelPath, bool>,
+}
+
+/// Directories' judgements kept at most.
+const MAX_DIRS_KEPT: usize = 4096;
+
+impl<'a> LookupRules<'a> {
+    pub(crate) fn new(rules: &'a IgnoreRules, replica: &'a LocalReplica) -> Self {
+        LookupRules {
+            rules,
+            replica,
+            dirs: HashMap::new(),
+        }
     }
-    let other_is_dir = other == Some(Kind::Dir);
-    if rules.is_excluded(path, is_dir(archived) || other_is_dir) {
-        return true;
+
+    /// Before `path`'s parent is listed: excluded beneath an excluded
+    /// directory, or as the kind the archive or the other side gives it
+    /// (`other`: `Kind::Dir` when paths beneath it were asked for too; a
+    /// pattern for directories only, `cache/`, must not let the other
+    /// side's directory in, nor keep its file out).
+    pub(crate) fn excluded(
+        &mut self,
+        path: &RelPath,
+        archived: Option<&Observed>,
+        other: Option<Kind>,
+    ) -> bool {
+        if path
+            .parent()
+            .is_some_and(|parent| self.dir_excluded(&parent))
+        {
+            return true;
+        }
+        let other_is_dir = other == Some(Kind::Dir);
+        self.rules
+            .is_excluded(path, is_dir(archived) || other_is_dir)
     }
-    match kind_here(replica, path) {
-        Some(kind) => rules.is_excluded(path, kind == Kind::Dir),
-        None => false,
+
+    /// `path` is not in its parent's listing: is that because something
+    /// is there that the rules exclude as what it is?
+    pub(crate) fn hidden(&self, path: &RelPath) -> bool {
+        let might = self.rules.is_excluded(path, false) || self.rules.is_excluded(path, true);
+        might
+            && kind_here(self.replica, path)
+                .is_some_and(|kind| self.rules.is_excluded(path, kind == Kind::Dir))
+    }
+
+    fn dir_excluded(&mut self, dir: &RelPath) -> bool {
+        let Some(parent) = dir.parent() else {
+            return false;
+        };
+        if let Some(&known) = self.dirs.get(dir) {
+            return known;
+        }
+        let excluded = self.dir_excluded(&parent) || self.rules.is_excluded(dir, true);
+        if self.dirs.len() >= MAX_DIRS_KEPT {
+            self.dirs.clear();
+        }
+        self.dirs.insert(dir.clone(), excluded);
+        excluded
     }
 }
 
@@ -233,40 +274,20 @@ mod tests {
             None,
             false
         ));
-        assert!(lookup_excluded(
-            &rules,
-            &replica,
-            &child,
-            Some(&archived),
-            None
-        ));
-        assert!(!lookup_excluded(&rules, &replica, &child, None, None));
+        let mut lookups = LookupRules::new(&rules, &replica);
+        assert!(lookups.excluded(&child, Some(&archived), None));
+        // A file here is listed; nothing hides it.
+        assert!(!lookups.excluded(&child, None, None) && !lookups.hidden(&child));
         std::fs::remove_file(tmp.path().join("cache")).unwrap();
         std::fs::create_dir(tmp.path().join("cache")).unwrap();
-        assert!(lookup_excluded(&rules, &replica, &child, None, None));
-        assert!(lookup_excluded(
-            &rules,
-            &replica,
-            &path("cache/deep/x"),
-            None,
-            None
-        ));
+        // A directory here: left out of the listing, and hidden by the rules.
+        assert!(!lookups.excluded(&child, None, None) && lookups.hidden(&child));
+        assert!(lookups.excluded(&path("cache/deep/x"), None, None));
         std::fs::remove_dir(tmp.path().join("cache")).unwrap();
         // Absent here, a directory on the other side.
-        assert!(lookup_excluded(
-            &rules,
-            &replica,
-            &child,
-            None,
-            Some(Kind::Dir)
-        ));
-        assert!(!lookup_excluded(
-            &rules,
-            &replica,
-            &child,
-            None,
-            Some(Kind::File)
-        ));
+        let mut lookups = LookupRules::new(&rules, &replica);
+        assert!(lookups.excluded(&child, None, Some(Kind::Dir)));
+        assert!(!lookups.excluded(&child, None, Some(Kind::File)) && !lookups.hidden(&child));
     }
 
     #[test]

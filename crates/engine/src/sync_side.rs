@@ -13,7 +13,7 @@
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::sync::{ctime_to_record, UNKNOWN_CTIME, UNSEEN_CTIME};
-use crate::sync_ignore::{child_excluded, lookup_excluded, side_matcher, SyncRules};
+use crate::sync_ignore::{child_excluded, side_matcher, LookupRules, SyncRules};
 use accord_archive::{Archive, ArchiveError, Cursor};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Kind, Observed, PathFailure, RelPath, Time};
@@ -242,6 +242,7 @@ impl SideSession for LocalSide<'_> {
             self.walk_rules(),
         );
         let mut lookups = Lookups::default();
+        let mut excluded = LookupRules::new(&self.matcher, self.replica);
         for (index, path) in paths.iter().enumerate() {
             let archived = match walker.archive {
                 Some(archive) => archive.get(path)?,
@@ -253,17 +254,15 @@ impl SideSession for LocalSide<'_> {
                 .get(index + 1)
                 .is_some_and(|next| next.starts_with(path) && next != path);
             let other = asked_beneath.then_some(Kind::Dir);
-            if lookup_excluded(
-                walker.rules.matcher,
-                self.replica,
-                path,
-                archived.as_ref(),
-                other,
-            ) {
+            if excluded.excluded(path, archived.as_ref(), other) {
                 walker.out.excluded.push(path.clone());
                 continue;
             }
             let current = walker.current_at(path, &mut lookups)?;
+            if current.is_none() && excluded.hidden(path) {
+                walker.out.excluded.push(path.clone());
+                continue;
+            }
             walker.judge(path, archived, current, true);
         }
         Ok(walker.out)
