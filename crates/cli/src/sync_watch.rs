@@ -53,8 +53,9 @@ pub(crate) struct WatchOptions {
     pub interval: Duration,
     /// Where the archives are kept: writes there are our own.
     pub state_dir: PathBuf,
-    /// What the sync leaves out: changes there start no run (on local
-    /// roots; a remote root's server reports every change).
+    /// What the sync leaves out: changes there start no run (judged on
+    /// each root's host; a remote root's server older than this one
+    /// reports every change).
     pub rules: accord_engine::SyncRules,
 }
 
@@ -416,7 +417,7 @@ impl<'o> RootWatches<'o> {
         self.watches[index] = RootWatch::Polled(PollReason::Unwatched);
         let watched = match (&self.opts.roots[index], &self.paths[index]) {
             (WatchRoot::Remote { connect, .. }, _) => {
-                crate::sync_watch_remote::start(connect, index, inbox)
+                crate::sync_watch_remote::start(connect, index, inbox, &self.opts.rules)
                     .map(|w| RootWatch::Remote { _watch: w })
             }
             (WatchRoot::Local(_), Some(path)) => {

@@ -424,6 +424,10 @@ fn a_remote_root_its_host_cannot_watch_is_synced_periodically() {
 /// ssh that runs the command here, syncing every `interval` seconds when
 /// a root cannot be watched.
 fn remote_watch(pair: &Pair, interval: &str, env: &[(&str, &str)]) -> Watch {
+    remote_watch_with(pair, interval, env, &[])
+}
+
+fn remote_watch_with(pair: &Pair, interval: &str, env: &[(&str, &str)], args: &[&str]) -> Watch {
     let rsh = pair.state.with_file_name("fake-rsh");
     // Called as `RSH -e none -- HOST COMMAND`: run COMMAND here.
     std::fs::write(
@@ -450,9 +454,32 @@ fn remote_watch(pair: &Pair, interval: &str, env: &[(&str, &str)]) -> Watch {
         .arg(&rsh)
         .arg("--remote-accord")
         .arg(bin())
+        .args(args)
         .env("ACCORD_STATE_DIR", &pair.state)
         .envs(env.iter().copied());
     Watch::start_command(command)
+}
+
+/// The same on a remote root: its server's watch knows the rules.
+#[test]
+fn changes_of_excluded_paths_on_a_remote_root_are_no_news() {
+    let pair = Pair::new();
+    pair.write('a', "seed", "seed");
+    pair.write('b', "build/old.o", "old");
+    // An hour between polls: only the server's news can start a run.
+    let watch = remote_watch_with(&pair, "3600", &[], &["--exclude", "build/"]);
+    watch.next_cycle(Duration::from_secs(30));
+    watch.settle(Duration::from_millis(700));
+    for i in 0..20 {
+        std::fs::create_dir_all(pair.path('b', "build/deep")).unwrap();
+        save(&pair.path('b', "build/deep"), &format!("b{i}.o"), "object");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let cycles = watch.drain_cycles();
+    assert!(cycles.is_empty(), "runs for excluded changes: {cycles:?}");
+    pair.write('b', "real", "a real change on the remote root");
+    assert!(wait_until(Duration::from_secs(6), || pair.exists('a', "real")));
+    assert!(!pair.exists('a', "build"));
 }
 
 /// Changes of paths the sync excludes (by `--exclude`, or by the root's

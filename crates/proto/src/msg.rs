@@ -300,6 +300,7 @@ impl Request {
                 | Request::SyncIdentity
                 | Request::SyncLookup { .. }
                 | Request::WaitChange { .. }
+                | Request::SyncRules { .. }
         )
     }
 

@@ -226,6 +226,22 @@ impl RemoteReplica {
             .map_err(|e| format!("an answer to a wait that does not decode: {e}"))
     }
 
+    /// Tell the server's watch (on this connection) what a sync leaves
+    /// out, so changes there are no news. An older server, which cannot
+    /// take them, reports every change: nothing is sent.
+    pub fn watch_rules(&self, rules: &accord_engine::SyncRules) -> Result<(), String> {
+        if !self.sync_ignore || !self.watches {
+            return Ok(());
+        }
+        let req = Request::SyncRules {
+            excludes: rules.excludes.clone(),
+            ignore_files: rules.ignore_files,
+        };
+        self.call(&req, None)
+            .map(|_| ())
+            .map_err(|e| e.into_io().to_string())
+    }
+
     /// Why the connection is over, if it is.
     pub fn closed(&self) -> Option<String> {
         self.conn.closed()

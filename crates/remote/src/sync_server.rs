@@ -15,6 +15,8 @@ pub(crate) struct SyncServer<'a> {
     replica: &'a LocalReplica,
     archive_dir: Option<PathBuf>,
     side: Mutex<Option<LocalSide<'a>>>,
+    /// The client's ignore rules, for every side this session opens.
+    rules: Mutex<Option<SyncRules>>,
 }
 
 impl<'a> SyncServer<'a> {
@@ -23,6 +25,7 @@ impl<'a> SyncServer<'a> {
             replica,
             archive_dir,
             side: Mutex::new(None),
+            rules: Mutex::new(None),
         }
     }
 
@@ -68,7 +71,7 @@ impl<'a> SyncServer<'a> {
                     excludes: excludes.clone(),
                     ignore_files: *ignore_files,
                 };
-                let done = self.with_side(|side| side.set_rules(&rules));
+                let done = self.set_rules(rules);
                 put_outcome(&mut e, &done, |_, _| {});
             }
             Request::SyncRecord => {
@@ -93,10 +96,24 @@ impl<'a> SyncServer<'a> {
         let mut slot = self.side.lock().unwrap();
         // The old archive's lock goes first: it may be this very pair's.
         *slot = None;
-        let side = LocalSide::open(self.replica, other, dir)?;
+        let mut side = LocalSide::open(self.replica, other, dir)?;
+        if let Some(rules) = self.rules.lock().unwrap().as_ref() {
+            side.set_rules(rules)?;
+        }
         let created = side.created();
         *slot = Some(side);
         Ok(created)
+    }
+
+    /// Keep the rules for this session (a watch connection opens no
+    /// archive) and give them to the side open now, if any.
+    fn set_rules(&self, rules: SyncRules) -> Result<(), SideFailure> {
+        let mut slot = self.side.lock().unwrap();
+        if let Some(side) = slot.as_mut() {
+            side.set_rules(&rules)?;
+        }
+        *self.rules.lock().unwrap() = Some(rules);
+        Ok(())
     }
 
     fn with_side<T>(
