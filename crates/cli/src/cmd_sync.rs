@@ -47,7 +47,11 @@ ssh://[USER@]HOST[:PORT]/PATH over ssh, accord://HOST[:PORT]/MODULE/PATH from an
 server daemon. A remote root's archive is kept on its own host.\n\n\
 Profiles: accord sync NAME reads the roots and options of $XDG_CONFIG_HOME/accord/NAME.toml \
 (or ~/.config/accord/NAME.toml): roots = [\"A\", \"B\"], and any long option as a key \
-(prefer = \"newer\", times = true, max-delete = \"20%\"). Options on the command line win."
+(prefer = \"newer\", times = true, max-delete = \"20%\", exclude = [\"*.o\", \"cache/\"]). \
+Options on the command line win (a list adds to the profile's).\n\n\
+Ignore rules: --exclude, --exclude-from and .accordignore files (gitignore syntax, as for \
+accord mirror) leave paths out of the sync on both sides; a path excluded by either side's \
+rules is left alone on both."
 )]
 pub struct SyncArgs {
     /// The first root (A): an existing directory, local or remote (alone:
@@ -117,6 +121,18 @@ pub struct SyncArgs {
     /// Leave POSIX ACLs out: not compared, not copied.
     #[arg(long)]
     no_acls: bool,
+    /// Leave out of the sync, on both sides, the paths matching PATTERN
+    /// (gitignore syntax; repeatable). An excluded path is never scanned,
+    /// copied or deleted; adding a rule deletes nothing anywhere.
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Read exclude patterns from FILE, one a line (gitignore syntax).
+    #[arg(long, value_name = "FILE")]
+    exclude_from: Vec<PathBuf>,
+    /// Do not read .accordignore files (by default each side's, in
+    /// gitignore syntax, exclude on both sides what they match).
+    #[arg(long)]
+    no_ignore_files: bool,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -207,6 +223,9 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
         return Err(exit::FATAL);
     };
     let mut cfg = SyncConfig::new(state_dir);
+    cfg.rules =
+        crate::sync_rules::rules_of(&args.exclude, &args.exclude_from, args.no_ignore_files)
+            .map_err(|e| usage(&e))?;
     cfg.checksum = args.checksum;
     cfg.times = args.times;
     cfg.max_delete = max_delete;
@@ -329,6 +348,7 @@ fn watch_options(
         roots: [root(&args.a, &specs[0]), root(&args.b, &specs[1])],
         interval: std::time::Duration::from_secs(args.watch_interval),
         state_dir: cfg.state_dir.clone(),
+        rules: cfg.rules.clone(),
     }
 }
 

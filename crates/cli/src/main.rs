@@ -15,6 +15,7 @@ mod exit;
 mod progress;
 mod remote_args;
 mod sync_profile;
+mod sync_rules;
 mod sync_tui;
 mod sync_tui_diff;
 mod sync_tui_view;

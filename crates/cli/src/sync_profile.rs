@@ -8,11 +8,13 @@
 //! times = true
 //! max-delete = "20%"
 //! rsh = "ssh -p 2222"
+//! exclude = ["*.o", "cache/"]
 //! ```
 //!
 //! Each key is a long option of `accord sync` (`max-delete` or
 //! `max_delete`); `true` gives a flag, `false` leaves it out, a string or a
-//! number gives its value. The profile's options come first on the command
+//! number gives its value, a list of strings the option once per string
+//! (`--exclude=*.o --exclude=cache/`). The profile's options come first on the command
 //! line that is then parsed, so an option given by hand overrides the
 //! profile's.
 
@@ -180,7 +182,18 @@ fn words(long: &str, value: &toml::Value, out: &mut Vec<OsString>) -> Result<(),
         toml::Value::Boolean(false) => {}
         toml::Value::String(s) => out.extend([flag, s.into()]),
         toml::Value::Integer(n) => out.extend([flag, n.to_string().into()]),
-        _ => return Err("a value must be true, false, a string or a number".into()),
+        toml::Value::Array(values) => {
+            for value in values {
+                // One word: a value starting with '-' stays a value.
+                let text = value.as_str().ok_or("a list must hold strings only")?;
+                out.push(format!("--{long}={text}").into());
+            }
+        }
+        _ => {
+            return Err(
+                "a value must be true, false, a string, a number or a list of strings".into(),
+            )
+        }
     }
     Ok(())
 }
@@ -243,6 +256,28 @@ mod tests {
     }
 
     #[test]
+    fn a_list_gives_the_option_once_per_value() {
+        let (_d, dir) =
+            with_profile("roots = [\"/a\", \"/b\"]\nexclude = [\"*.o\", \"-x\", \"cache/\"]\n");
+        let got = expand_from(words(&["accord", "sync", "home", "--exclude", "y"]), dir).unwrap();
+        let want = [
+            "accord",
+            "sync",
+            "--exclude=*.o",
+            "--exclude=-x",
+            "--exclude=cache/",
+            "/a",
+            "/b",
+            "--exclude",
+            "y",
+        ];
+        assert_eq!(got, words(&want));
+        let (_d, dir) = with_profile("roots = [\"/a\", \"/b\"]\nexclude = [1]\n");
+        let e = expand_from(words(&["accord", "sync", "home"]), dir).unwrap_err();
+        assert!(e.contains("strings only"), "{e}");
+    }
+
+    #[test]
     fn two_roots_or_another_command_are_left_alone() {
         for args in [
             &["accord", "sync", "a", "b"][..],
@@ -266,7 +301,11 @@ mod tests {
                 "roots = [\"/a\", \"/b\"]\nstate-dir = \"/x\"",
                 "not an option",
             ),
-            ("roots = [\"/a\", \"/b\"]\nprefer = [1]", "a value must be"),
+            (
+                "roots = [\"/a\", \"/b\"]\nprefer = { a = 1 }",
+                "a value must be",
+            ),
+            ("roots = [\"/a\", \"/b\"]\nprefer = [1]", "strings only"),
             ("roots = [", "profile"),
         ];
         for (text, why) in cases {

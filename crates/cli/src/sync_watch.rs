@@ -21,6 +21,7 @@
 
 use crate::exit;
 use crate::sync_watch_remote::RemoteWatch;
+use accord_fsys::watch::WatchRules;
 use accord_fsys::watch::{canonical_prefix, watch_tree, OwnFiles, Seen, TreeWatch, WatchFailure};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use std::path::{Path, PathBuf};
@@ -52,6 +53,10 @@ pub(crate) struct WatchOptions {
     pub interval: Duration,
     /// Where the archives are kept: writes there are our own.
     pub state_dir: PathBuf,
+    /// What the sync leaves out: changes there start no run (judged on
+    /// each root's host; a remote root's server older than this one
+    /// reports every change).
+    pub rules: accord_engine::SyncRules,
 }
 
 /// What one cycle's run came to, as far as the watch cares.
@@ -412,15 +417,17 @@ impl<'o> RootWatches<'o> {
         self.watches[index] = RootWatch::Polled(PollReason::Unwatched);
         let watched = match (&self.opts.roots[index], &self.paths[index]) {
             (WatchRoot::Remote { connect, .. }, _) => {
-                crate::sync_watch_remote::start(connect, index, inbox)
+                crate::sync_watch_remote::start(connect, index, inbox, &self.opts.rules)
                     .map(|w| RootWatch::Remote { _watch: w })
             }
-            (WatchRoot::Local(_), Some(path)) => watch_root(index, path, inbox, own)
-                .map(|w| RootWatch::Watched { _watch: w })
-                .map_err(|failure| match failure {
-                    WatchFailure::Limit => WatchDown::limit(),
-                    WatchFailure::Other(why) => WatchDown::unwatched(why),
-                }),
+            (WatchRoot::Local(_), Some(path)) => {
+                watch_root(index, path, inbox, own, &self.opts.rules)
+                    .map(|w| RootWatch::Watched { _watch: w })
+                    .map_err(|failure| match failure {
+                        WatchFailure::Limit => WatchDown::limit(),
+                        WatchFailure::Other(why) => WatchDown::unwatched(why),
+                    })
+            }
             (WatchRoot::Local(_), None) => return,
         };
         self.watches[index] = match watched {
@@ -473,17 +480,25 @@ impl<'o> RootWatches<'o> {
     }
 }
 
-/// Watch one local root, reporting into `inbox`.
+/// Watch one local root, reporting into `inbox`; changes of paths that
+/// `rules` exclude there are none.
 fn watch_root(
     index: usize,
     root: &Path,
     inbox: &Arc<Inbox>,
     own: &OwnFiles,
+    rules: &accord_engine::SyncRules,
 ) -> Result<TreeWatch, WatchFailure> {
     let inbox = Arc::clone(inbox);
-    watch_tree(root, own.clone(), move |seen| {
-        note_seen(&inbox, index, seen)
-    })
+    // The sync never takes its backup directory as part of the tree.
+    let mut patterns = vec!["/.accord-backup".to_string()];
+    patterns.extend(rules.excludes.iter().cloned());
+    let own = match WatchRules::new(root, &patterns, rules.ignore_files) {
+        Ok(excluded) => own.clone().excluding(excluded),
+        // Checked before the first run: cannot happen; every change counts.
+        Err(_) => own.clone(),
+    };
+    watch_tree(root, own, move |seen| note_seen(&inbox, index, seen))
 }
 
 /// Count what a watcher of root `index` saw (local or remote alike).

@@ -44,8 +44,11 @@ pub(crate) fn start(
     connect: &Connect,
     index: usize,
     inbox: &Arc<Inbox>,
+    rules: &accord_engine::SyncRules,
 ) -> Result<RemoteWatch, WatchDown> {
     let replica = connect().map_err(WatchDown::unwatched)?;
+    // Before the watch starts: changes of excluded paths are no news.
+    replica.watch_rules(rules).map_err(WatchDown::unwatched)?;
     // Starts the watch; what changed before this run is the run's to find.
     match replica.wait_change(Duration::ZERO) {
         Ok(WatchNews::Limit) => return Err(WatchDown::limit()),

@@ -21,6 +21,15 @@
 //! side are one inode on the other too, made by links rather than copies,
 //! where Unison makes each name a separate file (`sync_links.rs` checks
 //! that).
+//!
+//! Ignore rules: the scenarios of `ignore_scenarios` run `--exclude`
+//! against Unison's `-ignore` where both mean the same (`Name *.o` is
+//! `*.o`, `Path dir/sub` is `/dir/sub`), added for the first sync, the
+//! second, or both. Deliberately different (not in this matrix;
+//! `sync_ignore.rs` checks it): a directory deleted on one side that
+//! holds excluded entries on the other is not deleted there, since that
+//! would delete what is excluded (the path fails, as rsync's `--delete`
+//! does); Unison deletes it with them.
 
 mod mirror_common;
 mod remote_common;
@@ -55,10 +64,11 @@ fn base_tree(root: &Path) {
 }
 
 /// Run unison on the pair; returns the paths it skipped as conflicts.
-fn unison(pair: &Pair) -> BTreeSet<String> {
+fn unison(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
     fs::create_dir_all(pair.state.join("unison")).unwrap();
     let out = Command::new("unison")
         .args(["-batch", "-auto", "-times=false", "-confirmbigdel=false"])
+        .args(rules.iter().flat_map(|rule| ["-ignore", rule]))
         .arg(&pair.a)
         .arg(&pair.b)
         .env("UNISON", pair.state.join("unison"))
@@ -76,8 +86,10 @@ fn unison(pair: &Pair) -> BTreeSet<String> {
         .collect()
 }
 
-fn accord(pair: &Pair) -> BTreeSet<String> {
-    let out = pair.sync(&["--json", "--max-delete", "100%"]);
+fn accord(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
+    let mut args = vec!["--json", "--max-delete", "100%"];
+    args.extend(rules.iter().flat_map(|rule| ["--exclude", rule]));
+    let out = pair.sync(&args);
     assert!(
         matches!(out.status.code(), Some(0) | Some(1)),
         "{:?}: {}{}",
@@ -274,6 +286,98 @@ fn scenarios() -> Vec<(&'static str, Change)> {
     ]
 }
 
+/// The rules of a scenario's two syncs, as each tool is given them.
+#[derive(Clone, Copy, Default)]
+struct Rules {
+    /// `--exclude` patterns and the same as Unison's `-ignore` rules.
+    accord: &'static [&'static str],
+    unison: &'static [&'static str],
+    in_first_sync: bool,
+    in_second_sync: bool,
+}
+
+impl Rules {
+    fn of_sync(&self, second: bool) -> (&'static [&'static str], &'static [&'static str]) {
+        let on = if second {
+            self.in_second_sync
+        } else {
+            self.in_first_sync
+        };
+        if on {
+            (self.accord, self.unison)
+        } else {
+            (&[], &[])
+        }
+    }
+}
+
+const OBJECTS: (&[&str], &[&str]) = (&["*.o"], &["Name *.o"]);
+const SUBDIR: (&[&str], &[&str]) = (&["/dir/sub"], &["Path dir/sub"]);
+const DIR_ANYWHERE: (&[&str], &[&str]) = (&["dir"], &["Name dir"]);
+const FILE_G: (&[&str], &[&str]) = (&["/g"], &["Path g"]);
+
+fn rules(
+    both: (&'static [&'static str], &'static [&'static str]),
+    first: bool,
+    second: bool,
+) -> Rules {
+    Rules {
+        accord: both.0,
+        unison: both.1,
+        in_first_sync: first,
+        in_second_sync: second,
+    }
+}
+
+/// Scenarios with ignore rules, Unison's and ours meaning the same.
+fn ignore_scenarios() -> Vec<(&'static str, Rules, Change)> {
+    vec![
+        (
+            "excluded by name: different files on both sides",
+            rules(OBJECTS, true, true),
+            |a, b| {
+                write(a, "x.o", "a's object");
+                write(b, "x.o", "b's object, longer");
+                write(b, "dir/y.o", "only on b");
+                write(a, "dir/plain", "not excluded");
+            },
+        ),
+        (
+            "excluded by path: edits on both sides beneath it",
+            rules(SUBDIR, true, true),
+            |a, b| {
+                write(a, "dir/sub/y", "a's edit");
+                write(b, "dir/sub/y", "b's edit");
+                write(a, "dir/sub/new", "new on a");
+                write(b, "dir/x", "edited on b, not excluded");
+            },
+        ),
+        (
+            "a rule added: the excluded file deleted on a",
+            rules(FILE_G, false, true),
+            |a, _| fs::remove_file(a.join("g")).unwrap(),
+        ),
+        (
+            "a rule added: an excluded directory deleted on b, edited on a",
+            rules(DIR_ANYWHERE, false, true),
+            |a, b| {
+                fs::remove_dir_all(b.join("dir")).unwrap();
+                write(a, "dir/x", "edited on a");
+            },
+        ),
+        (
+            "a rule removed: what it kept out arrives, an equal copy agrees",
+            rules(FILE_G, true, false),
+            |_, b| write(b, "g", "base g"),
+        ),
+        (
+            "a rule removed: a different copy is a conflict",
+            rules(FILE_G, true, false),
+            |_, b| write(b, "g", "b's own g"),
+        ),
+    ]
+}
+
 /// Both tools' archives forgotten between the syncs, after changes.
 fn forget_archives(pair: &Pair) {
     for entry in fs::read_dir(&pair.state).unwrap() {
@@ -294,7 +398,7 @@ fn forget_archives(pair: &Pair) {
 
 fn run_scenario(
     name: &str,
-    change: Change,
+    (change, rules): (Change, Rules),
     lose_archives: bool,
     remote: Option<&RemoteB>,
 ) -> Result<(), String> {
@@ -306,16 +410,18 @@ fn run_scenario(
     for pair in [&with_accord, &with_unison] {
         base_tree(&pair.a);
     }
-    accord(&with_accord);
-    unison(&with_unison);
+    let (accord_rules, unison_rules) = rules.of_sync(false);
+    accord(&with_accord, accord_rules);
+    unison(&with_unison, unison_rules);
     for pair in [&with_accord, &with_unison] {
         change(&pair.a, &pair.b);
         if lose_archives {
             forget_archives(pair);
         }
     }
-    let accord_conflicts = accord(&with_accord);
-    let unison_conflicts = unison(&with_unison);
+    let (accord_rules, unison_rules) = rules.of_sync(true);
+    let accord_conflicts = accord(&with_accord, accord_rules);
+    let unison_conflicts = unison(&with_unison, unison_rules);
     eprintln!("{name} (archives lost: {lose_archives}): conflicts {accord_conflicts:?}");
     let mut problems = Vec::new();
     if accord_conflicts != unison_conflicts {
@@ -344,10 +450,13 @@ fn run_scenario(
 fn run_matrix(remote: Option<&RemoteB>) {
     let mut failures = Vec::new();
     let mut ran = 0;
-    for (name, change) in scenarios() {
+    let plain = scenarios()
+        .into_iter()
+        .map(|(name, change)| (name, Rules::default(), change));
+    for (name, rules, change) in plain.chain(ignore_scenarios()) {
         for lose_archives in [false, true] {
             ran += 1;
-            if let Err(problem) = run_scenario(name, change, lose_archives, remote) {
+            if let Err(problem) = run_scenario(name, (change, rules), lose_archives, remote) {
                 failures.push(format!("[archives lost: {lose_archives}] {problem}"));
             }
         }

@@ -424,6 +424,10 @@ fn a_remote_root_its_host_cannot_watch_is_synced_periodically() {
 /// ssh that runs the command here, syncing every `interval` seconds when
 /// a root cannot be watched.
 fn remote_watch(pair: &Pair, interval: &str, env: &[(&str, &str)]) -> Watch {
+    remote_watch_with(pair, interval, env, &[])
+}
+
+fn remote_watch_with(pair: &Pair, interval: &str, env: &[(&str, &str)], args: &[&str]) -> Watch {
     let rsh = pair.state.with_file_name("fake-rsh");
     // Called as `RSH -e none -- HOST COMMAND`: run COMMAND here.
     std::fs::write(
@@ -450,7 +454,59 @@ fn remote_watch(pair: &Pair, interval: &str, env: &[(&str, &str)]) -> Watch {
         .arg(&rsh)
         .arg("--remote-accord")
         .arg(bin())
+        .args(args)
         .env("ACCORD_STATE_DIR", &pair.state)
         .envs(env.iter().copied());
     Watch::start_command(command)
+}
+
+/// The same on a remote root: its server's watch knows the rules.
+#[test]
+fn changes_of_excluded_paths_on_a_remote_root_are_no_news() {
+    let pair = Pair::new();
+    pair.write('a', "seed", "seed");
+    pair.write('b', "build/old.o", "old");
+    // An hour between polls: only the server's news can start a run.
+    let watch = remote_watch_with(&pair, "3600", &[], &["--exclude", "build/"]);
+    watch.next_cycle(Duration::from_secs(30));
+    watch.settle(Duration::from_millis(700));
+    for i in 0..20 {
+        std::fs::create_dir_all(pair.path('b', "build/deep")).unwrap();
+        save(&pair.path('b', "build/deep"), &format!("b{i}.o"), "object");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let cycles = watch.drain_cycles();
+    assert!(cycles.is_empty(), "runs for excluded changes: {cycles:?}");
+    pair.write('b', "real", "a real change on the remote root");
+    assert!(wait_until(Duration::from_secs(6), || pair.exists('a', "real")));
+    assert!(!pair.exists('a', "build"));
+}
+
+/// Changes of paths the sync excludes (by `--exclude`, or by the root's
+/// `.accordignore`) start no run; the first change outside them does.
+#[test]
+fn changes_of_excluded_paths_start_no_run() {
+    let pair = Pair::new();
+    pair.write('a', "seed", "seed");
+    pair.write('a', ".accordignore", "*.log\n");
+    pair.write('a', "build/old.o", "old");
+    let watch = started_watch(&pair, &["--exclude", "build/"], &[]);
+    watch.settle(Duration::from_millis(700));
+    for i in 0..20 {
+        save(&pair.path('a', "build"), &format!("out{i}.o"), "object");
+        std::fs::create_dir_all(pair.path('b', "build/deep")).unwrap();
+        save(&pair.path('b', "build/deep"), &format!("b{i}.o"), "object");
+        // Written in place: a save's temp name (.run.log.swp) is no log.
+        std::fs::write(pair.path('a', "run.log"), format!("line {i}\n")).unwrap();
+        std::fs::write(pair.path('b', "b.log"), format!("line {i}\n")).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let cycles = watch.drain_cycles();
+    assert!(cycles.is_empty(), "runs for excluded changes: {cycles:?}");
+    save(pair.root('a'), "real", "a real change");
+    let cycle = watch.next_cycle(Duration::from_secs(10));
+    assert_eq!(cycle["propagated"], 1, "{cycle}");
+    assert_eq!(pair.read('b', "real").as_deref(), Some("a real change"));
+    assert!(!pair.exists('b', "run.log") && !pair.exists('a', "b.log"));
+    assert!(!pair.exists('a', "build/deep") && !pair.exists('b', "build/out0.o"));
 }

@@ -16,6 +16,7 @@ mod replica;
 mod run;
 mod sync;
 mod sync_exec;
+mod sync_ignore;
 mod sync_keep;
 mod sync_scan;
 mod sync_side;
@@ -51,6 +52,7 @@ pub use sync::{
     sync, sync_local, sync_with_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal,
     SyncHooks, SyncReport,
 };
+pub use sync_ignore::SyncRules;
 pub use sync_side::{
     local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
     SideSession,

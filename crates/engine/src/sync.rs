@@ -62,6 +62,8 @@ pub struct SyncConfig {
     /// deleted at a path are kept in `.accord-backup/` on that side
     /// (`--max-backups`); `None`: no backups.
     pub backups: Option<u32>,
+    /// What is left out of the sync on both sides (`sync_ignore.rs`).
+    pub rules: crate::SyncRules,
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
     pub state_dir: PathBuf,
@@ -83,6 +85,7 @@ impl SyncConfig {
             xattrs: true,
             acls: true,
             backups: None,
+            rules: crate::SyncRules::default(),
             state_dir,
         }
     }
@@ -389,6 +392,7 @@ fn run(
     }
     lock_both(replicas, &identities)?;
     let mut sides = open_sides(replicas, &identities, &cfg.state_dir)?;
+    crate::sync_ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
     let lost = sides.iter().any(|side| side.created());
     if lost {
         forget_both(&mut sides, &names)?;

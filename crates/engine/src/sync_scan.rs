@@ -161,6 +161,9 @@ struct Merge {
     /// subtrees, on both sides.
     failed: BTreeSet<RelPath>,
     failures: Vec<PathFailure>,
+    /// Paths a side's ignore rules exclude: left out with their subtrees,
+    /// on both sides (`sync_ignore.rs`).
+    excluded: BTreeSet<RelPath>,
 }
 
 impl Merge {
@@ -172,6 +175,7 @@ impl Merge {
     fn add_answer(&mut self, side: usize, answer: SideScan) {
         self.answers[side] = answer.changes;
         self.add_failures(answer.failures);
+        self.excluded.extend(answer.excluded);
     }
 
     fn add_failures(&mut self, failures: Vec<PathFailure>) {
@@ -182,12 +186,12 @@ impl Merge {
     }
 
     fn is_left_out(&self, path: &RelPath) -> bool {
-        if self.failed.is_empty() {
+        if self.failed.is_empty() && self.excluded.is_empty() {
             return false;
         }
         let mut at = Some(path.clone());
         while let Some(p) = at {
-            if self.failed.contains(&p) {
+            if self.failed.contains(&p) || self.excluded.contains(&p) {
                 return true;
             }
             at = p.parent();
@@ -299,6 +303,7 @@ impl Merge {
 fn check_answered(asked: &[RelPath], answer: &SideScan, name: &str) -> Result<(), ScanStop> {
     let mut answered: Vec<&RelPath> = answer.changes.iter().map(|c| &c.path).collect();
     answered.extend(answer.failures.iter().map(|f| &f.path));
+    answered.extend(&answer.excluded);
     answered.sort_unstable();
     if !answered.iter().copied().eq(asked.iter()) {
         return Err(misreported(
@@ -370,6 +375,8 @@ mod tests {
         failures: Vec<PathFailure>,
         /// Looked-up paths left unanswered.
         drop_lookups: bool,
+        /// Looked-up paths answered as excluded by this side's rules.
+        excludes: Vec<RelPath>,
         asked: std::sync::Arc<std::sync::Mutex<Vec<RelPath>>>,
     }
 
@@ -380,22 +387,31 @@ mod tests {
         fn forget(&mut self) -> Result<(), SideFailure> {
             Ok(())
         }
+        fn set_rules(&mut self, _: &crate::SyncRules) -> Result<(), SideFailure> {
+            Ok(())
+        }
         fn scan(&mut self, _: &SideOptions) -> Result<SideScan, SideFailure> {
             Ok(SideScan {
                 changes: self.scan.clone(),
                 counts: SideCounts::default(),
                 failures: std::mem::take(&mut self.failures),
+                excluded: Vec::new(),
             })
         }
         fn lookup(&mut self, paths: &[RelPath], _: &SideOptions) -> Result<SideScan, SideFailure> {
             self.asked.lock().unwrap().extend_from_slice(paths);
+            let (excluded, asked): (Vec<RelPath>, Vec<RelPath>) = paths
+                .iter()
+                .cloned()
+                .partition(|p| self.excludes.contains(p));
             let changes = if self.drop_lookups {
                 Vec::new()
             } else {
-                paths.iter().map(absent).collect()
+                asked.iter().map(absent).collect()
             };
             Ok(SideScan {
                 changes,
+                excluded,
                 ..SideScan::default()
             })
         }
@@ -545,5 +561,21 @@ mod tests {
         assert_eq!(paths, vec![path("e")]);
         assert_eq!(scanned.failures.len(), 1);
         assert_eq!(scanned.failures[0].path, path("d"));
+    }
+
+    #[test]
+    fn a_path_excluded_on_one_side_is_left_out_with_its_subtree() {
+        let a = Canned {
+            scan: vec![created("d"), created("d/x"), created("e")],
+            ..Canned::default()
+        };
+        let b = Canned {
+            excludes: vec![path("d")],
+            ..Canned::default()
+        };
+        let scanned = run(a, b).ok().unwrap();
+        let paths: Vec<_> = scanned.updates.iter().map(|u| u.path.clone()).collect();
+        assert_eq!(paths, vec![path("e")]);
+        assert!(scanned.failures.is_empty());
     }
 }

@@ -13,6 +13,7 @@
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::sync::{ctime_to_record, UNKNOWN_CTIME, UNSEEN_CTIME};
+use crate::sync_ignore::{child_excluded, side_matcher, LookupRules, SyncRules};
 use accord_archive::{Archive, ArchiveError, Cursor};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Kind, Observed, PathFailure, RelPath, Time};
@@ -58,6 +59,10 @@ pub struct SideScan {
     /// Paths that could not be judged (a file that could not be
     /// fingerprinted): left out of the run with their subtrees.
     pub failures: Vec<PathFailure>,
+    /// Lookups only: paths asked for that this side's ignore rules
+    /// exclude, left out of the run on both sides with their subtrees
+    /// (`sync_ignore.rs`).
+    pub excluded: Vec<RelPath>,
 }
 
 /// How a side detects updates.
@@ -123,6 +128,9 @@ pub trait SideSession: Send {
     fn created(&self) -> bool;
     /// Forget every recorded entry, in one transaction.
     fn forget(&mut self) -> Result<(), SideFailure>;
+    /// The ignore rules of this run's scans and lookups (a side never
+    /// told leaves out its backup directory only).
+    fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure>;
     /// Walk the replica against its archive and report every path with an
     /// update or a touch.
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure>;
@@ -164,6 +172,10 @@ pub struct LocalSide<'a> {
     replica: &'a LocalReplica,
     archive: Archive,
     created: bool,
+    rules: Option<SyncRules>,
+    /// The last scan's matcher, with the `.accordignore` files it read:
+    /// the lookups that follow the scan judge by it.
+    matcher: IgnoreRules,
 }
 
 impl<'a> LocalSide<'a> {
@@ -185,6 +197,8 @@ impl<'a> LocalSide<'a> {
             replica,
             archive,
             created,
+            rules: None,
+            matcher: side_matcher(None)?,
         })
     }
 }
@@ -201,11 +215,20 @@ impl SideSession for LocalSide<'_> {
         Ok(batch.commit()?)
     }
 
+    fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
+        self.matcher = side_matcher(Some(rules))?;
+        self.rules = Some(rules.clone());
+        Ok(())
+    }
+
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        // Afresh: the walk reads the `.accordignore` files as they are now.
+        self.matcher = side_matcher(self.rules.as_ref())?;
         let mut walker = Walker::new(
             self.replica,
             opts.use_archive.then_some(&self.archive),
             opts,
+            self.walk_rules(),
         );
         walker.stream = walker.archive.map(ArchiveStream::new);
         walker.walk()
@@ -216,14 +239,30 @@ impl SideSession for LocalSide<'_> {
             self.replica,
             opts.use_archive.then_some(&self.archive),
             opts,
+            self.walk_rules(),
         );
         let mut lookups = Lookups::default();
-        for path in paths {
+        let mut excluded = LookupRules::new(&self.matcher, self.replica);
+        for (index, path) in paths.iter().enumerate() {
             let archived = match walker.archive {
                 Some(archive) => archive.get(path)?,
                 None => None,
             };
+            // Paths come in order: one beneath `path` follows it at once,
+            // and then `path` is a directory on the other side.
+            let asked_beneath = paths
+                .get(index + 1)
+                .is_some_and(|next| next.starts_with(path) && next != path);
+            let other = asked_beneath.then_some(Kind::Dir);
+            if excluded.excluded(path, archived.as_ref(), other) {
+                walker.out.excluded.push(path.clone());
+                continue;
+            }
             let current = walker.current_at(path, &mut lookups)?;
+            if current.is_none() && excluded.hidden(path) {
+                walker.out.excluded.push(path.clone());
+                continue;
+            }
             walker.judge(path, archived, current, true);
         }
         Ok(walker.out)
@@ -242,6 +281,23 @@ impl SideSession for LocalSide<'_> {
         }
         Ok(batch.commit()?)
     }
+}
+
+impl LocalSide<'_> {
+    fn walk_rules(&self) -> WalkRules<'_> {
+        WalkRules {
+            matcher: &self.matcher,
+            read_ignore_files: self.rules.as_ref().is_some_and(|r| r.ignore_files),
+        }
+    }
+}
+
+/// What a walk leaves out: the side's matcher, and whether it reads the
+/// `.accordignore` files it meets into it.
+#[derive(Clone, Copy)]
+struct WalkRules<'a> {
+    matcher: &'a IgnoreRules,
+    read_ignore_files: bool,
 }
 
 /// The listings of the parents of looked-up paths, kept while the lookups
@@ -324,20 +380,12 @@ struct Walker<'a> {
     /// The walk's read of the archive (lookups use `archive` directly).
     stream: Option<ArchiveStream<'a>>,
     detect: DetectOptions,
-    rules: IgnoreRules,
+    rules: WalkRules<'a>,
     scan_start_s: i64,
     out: SideScan,
     /// The directory whose entries' extended attributes were read last
     /// (entries of one directory come one after another).
     xattr_dir: Option<(RelPath, accord_fsys::Dir)>,
-}
-
-/// What a sync never takes as part of the tree: the backup directory at
-/// the top of the root (`--backup`), whether or not this run makes
-/// backups, so that runs with and without it agree.
-fn sync_rules() -> IgnoreRules {
-    let backups = format!("/{}", String::from_utf8_lossy(crate::sync_exec::BACKUP_DIR));
-    IgnoreRules::new(&[backups]).expect("a valid pattern")
 }
 
 fn now_s() -> i64 {
@@ -370,13 +418,18 @@ fn is_dir(observed: &Option<Observed>) -> bool {
 }
 
 impl<'a> Walker<'a> {
-    fn new(replica: &'a LocalReplica, archive: Option<&'a Archive>, opts: &SideOptions) -> Self {
+    fn new(
+        replica: &'a LocalReplica,
+        archive: Option<&'a Archive>,
+        opts: &SideOptions,
+        rules: WalkRules<'a>,
+    ) -> Self {
         Walker {
             replica,
             archive,
             stream: None,
             detect: opts.detect,
-            rules: sync_rules(),
+            rules,
             scan_start_s: now_s(),
             out: SideScan::default(),
             xattr_dir: None,
@@ -403,7 +456,7 @@ impl<'a> Walker<'a> {
             },
             xattr_memo: None,
             listing_memo: None,
-            read_ignore_files: false,
+            read_ignore_files: self.rules.read_ignore_files,
             // Our temp names are listed as stale temps, not as entries.
             source: false,
         }
@@ -413,7 +466,7 @@ impl<'a> Walker<'a> {
     fn root_entry(&self) -> Result<Observed, SideFailure> {
         let (listing, scan) =
             self.replica
-                .list_dir(&RelPath::root(), &self.rules, &self.scan_options());
+                .list_dir(&RelPath::root(), self.rules.matcher, &self.scan_options());
         match listing.map(observed_children) {
             Some(mut all) if scan.errors.is_empty() => Ok(all.swap_remove(0)),
             _ => Err(self.unreadable(scan_detail(&scan))),
@@ -570,11 +623,38 @@ impl<'a> Walker<'a> {
                 None => None,
             };
             let current = listed.next_if(|o| o.entry.path.file_name() == name.as_slice());
+            if self.excluded(&child, current.as_ref(), archived.as_ref())? {
+                // Left alone, and its archive entries kept for the day
+                // the rule goes.
+                if let Some(stream) = self.stream.as_mut() {
+                    stream.skip_beneath(&child)?;
+                }
+                continue;
+            }
             self.visit(&child, archived, current)?;
             if let Some(stream) = self.stream.as_mut() {
                 stream.skip_beneath(&child)?;
             }
         }
+    }
+
+    /// Is `child` left out by the rules? (The listing left out the entries
+    /// it excludes; this judges what the archive holds there.)
+    fn excluded(
+        &mut self,
+        child: &RelPath,
+        current: Option<&Observed>,
+        archived: Option<&Observed>,
+    ) -> Result<bool, SideFailure> {
+        let beneath = self.archived_beneath(child)?;
+        Ok(child_excluded(
+            self.rules.matcher,
+            self.replica,
+            child,
+            current,
+            archived,
+            beneath,
+        ))
     }
 
     /// The entries directly in `path`, with their ctimes, in order; stale
@@ -592,7 +672,7 @@ impl<'a> Walker<'a> {
     fn listing(&self, path: &RelPath) -> Result<Option<Vec<Observed>>, SideFailure> {
         let (listing, scan) = self
             .replica
-            .list_dir(path, &self.rules, &self.scan_options());
+            .list_dir(path, self.rules.matcher, &self.scan_options());
         if !scan.errors.is_empty() || scan.incomplete {
             return Err(self.unreadable(scan_detail(&scan)));
         }

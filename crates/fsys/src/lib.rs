@@ -17,12 +17,13 @@ mod memo;
 mod rules;
 mod scan;
 pub mod watch;
+mod watch_rules;
 mod xattr;
 
 pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
 pub use mapped::Mapped;
 pub use memo::DigestMemo;
-pub use rules::{IgnoreRules, IGNORE_FILE};
+pub use rules::{IgnoreRules, IGNORE_FILE, MAX_PATTERN, MAX_PATTERNS};
 pub use scan::{list_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan, ScanOptions};
 pub use xattr::XattrFilter;
 

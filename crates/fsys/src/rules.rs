@@ -13,6 +13,10 @@ use std::sync::{Arc, RwLock};
 
 /// Name of the per-directory ignore file.
 pub const IGNORE_FILE: &[u8] = b".accordignore";
+/// Most `--exclude` patterns one run takes (they may travel to a server).
+pub const MAX_PATTERNS: u64 = 1 << 16;
+/// Longest `--exclude` pattern, in bytes.
+pub const MAX_PATTERN: usize = 4096;
 
 /// Ignore rules for one run. The per-directory files are read from the source
 /// replica while it is scanned, and the same rules then decide what is

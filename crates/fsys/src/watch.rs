@@ -6,9 +6,11 @@
 //! sync on a change: inotify can lose events (queue overflow, a directory
 //! created just before its watch), a full run cannot.
 
+pub use crate::watch_rules::WatchRules;
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A test hook (no user feature): with `ACCORD_TEST_WATCH_LIMIT=1` in the
 /// environment of the process that watches, every attempt to watch fails
@@ -32,10 +34,13 @@ pub enum Seen {
 }
 
 /// Paths whose changes are our own doing: temp, partial and recovery
-/// files in the roots, and the archives (when kept inside a root).
-#[derive(Clone, Debug)]
+/// files in the roots, and the archives (when kept inside a root); and,
+/// with `excluding`, paths the sync leaves out, whose changes are no
+/// change to it either.
+#[derive(Clone)]
 pub struct OwnFiles {
     state_dir: Option<PathBuf>,
+    excluded: Option<Arc<WatchRules>>,
 }
 
 impl OwnFiles {
@@ -43,6 +48,15 @@ impl OwnFiles {
     pub fn new(state_dir: Option<&Path>) -> OwnFiles {
         OwnFiles {
             state_dir: state_dir.map(canonical_prefix),
+            excluded: None,
+        }
+    }
+
+    /// These, and what `rules` exclude.
+    pub fn excluding(self, rules: WatchRules) -> OwnFiles {
+        OwnFiles {
+            excluded: Some(Arc::new(rules)),
+            ..self
         }
     }
 
@@ -50,7 +64,9 @@ impl OwnFiles {
         let reserved = path
             .file_name()
             .is_some_and(|name| crate::is_reserved_name(name.as_bytes()));
-        reserved || self.state_dir.as_ref().is_some_and(|s| path.starts_with(s))
+        reserved
+            || self.state_dir.as_ref().is_some_and(|s| path.starts_with(s))
+            || self.excluded.as_ref().is_some_and(|r| r.excludes(path))
     }
 }
 
@@ -158,6 +174,7 @@ mod tests {
     fn own() -> OwnFiles {
         OwnFiles {
             state_dir: Some(PathBuf::from("/r/a/.state")),
+            excluded: None,
         }
     }
 
@@ -176,6 +193,27 @@ mod tests {
         assert_eq!(seen(create, "/r/a/d/f"), Seen::Change);
         let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
         assert_eq!(seen(closed, "/r/a/f"), Seen::Change);
+    }
+
+    #[test]
+    fn changes_the_sync_excludes_are_no_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let rules = WatchRules::new(&root, &["build/".into()], true).unwrap();
+        let own = OwnFiles::new(None).excluding(rules);
+        let create = EventKind::Create(CreateKind::File);
+        let seen = |path: PathBuf| {
+            let event = Event::new(create).add_path(path);
+            classify(&root, &own, Ok(event))
+        };
+        assert_eq!(seen(root.join("build/x.o")), Seen::Nothing);
+        assert_eq!(seen(root.join("src/x.o")), Seen::Change);
+        // A rename out of an excluded directory is a change.
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+        let event = Event::new(rename)
+            .add_path(root.join("build/x"))
+            .add_path(root.join("x"));
+        assert_eq!(classify(&root, &own, Ok(event)), Seen::Change);
     }
 
     #[test]

@@ -18,8 +18,11 @@ pub const FEATURE_RENAME: u64 = 2;
 /// Feature bit: the server watches its root for a sync's `--watch`
 /// (request 31, `WaitChange`).
 pub const FEATURE_WATCH: u64 = 4;
+/// Feature bit: the server applies a sync's ignore rules to its side
+/// (request 32, `SyncRules`, and lookups that answer "excluded").
+pub const FEATURE_SYNC_IGNORE: u64 = 8;
 /// Every feature this build knows.
-pub const FEATURES: u64 = FEATURE_ZSTD | FEATURE_RENAME | FEATURE_WATCH;
+pub const FEATURES: u64 = FEATURE_ZSTD | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -10,8 +10,10 @@ use crate::wire::{Dec, Enc, ProtoError};
 use accord_fsys::{PropsMask, XattrFilter};
 use accord_model::{Entry, Expect, Found, Kind, Props, RelPath};
 
-/// Most `--exclude` patterns sent with a listing request.
-pub const MAX_PATTERNS: u64 = 1 << 16;
+/// Most `--exclude` patterns sent with a listing request or a sync's rules.
+pub const MAX_PATTERNS: u64 = accord_fsys::MAX_PATTERNS;
+/// Longest `--exclude` pattern.
+pub const MAX_PATTERN: usize = accord_fsys::MAX_PATTERN;
 /// Longest state name (memos, the guard's memory, archives).
 pub const MAX_STATE_NAME: usize = 255;
 /// Longest identity of a sync root (a host name and a path).
@@ -181,6 +183,13 @@ pub enum Request {
     WaitChange {
         timeout_ms: u32,
     },
+    /// Two-way sync: what this side's scans and lookups leave out from now
+    /// on (`--exclude` patterns, and whether `.accordignore` files are
+    /// read). Sent only to a server that agreed to `FEATURE_SYNC_IGNORE`.
+    SyncRules {
+        excludes: Vec<String>,
+        ignore_files: bool,
+    },
 }
 
 /// The longest a `WaitChange` may be asked to wait: a client that wants
@@ -291,6 +300,7 @@ impl Request {
                 | Request::SyncIdentity
                 | Request::SyncLookup { .. }
                 | Request::WaitChange { .. }
+                | Request::SyncRules { .. }
         )
     }
 
@@ -326,6 +336,7 @@ impl Request {
             Request::SyncScan { .. } => "detect updates",
             Request::SyncLookup { .. } => "look up",
             Request::SyncRecord => "record in archive",
+            Request::SyncRules { .. } => "set ignore rules",
             Request::RenameFrom { .. } => "rename",
             Request::WaitChange { .. } => "wait for a change",
         }
@@ -344,10 +355,7 @@ impl Request {
             Request::ListDir { dir, opts } => {
                 e.u8(2);
                 put_path(&mut e, dir);
-                e.varint(opts.excludes.len() as u64);
-                for p in &opts.excludes {
-                    e.str(p);
-                }
+                put_patterns(&mut e, &opts.excludes);
                 e.bool(opts.read_ignore_files).bool(opts.source);
                 put_filter(&mut e, opts.xattrs);
             }
@@ -541,6 +549,14 @@ impl Request {
             Request::WaitChange { timeout_ms } => {
                 e.u8(31).varint(u64::from(*timeout_ms));
             }
+            Request::SyncRules {
+                excludes,
+                ignore_files,
+            } => {
+                e.u8(32);
+                put_patterns(&mut e, excludes);
+                e.bool(*ignore_files);
+            }
         }
         e.finish()
     }
@@ -556,12 +572,8 @@ impl Request {
             1 => Request::Lock,
             2 => {
                 let dir = dir(&mut d)?;
-                let n = d.count(MAX_PATTERNS, 1, "pattern count")?;
-                let excludes = (0..n)
-                    .map(|_| d.string(4096, "pattern"))
-                    .collect::<Result<_, _>>()?;
                 let opts = ListOptions {
-                    excludes,
+                    excludes: get_patterns(&mut d)?,
                     read_ignore_files: d.bool("read ignore files")?,
                     source: d.bool("source")?,
                     xattrs: get_filter(&mut d)?,
@@ -705,11 +717,29 @@ impl Request {
                     t => t,
                 },
             },
+            32 => Request::SyncRules {
+                excludes: get_patterns(&mut d)?,
+                ignore_files: d.bool("read ignore files")?,
+            },
             op => return Err(ProtoError::Invalid(format!("unknown operation {op}"))),
         };
         d.end("the request")?;
         Ok(r)
     }
+}
+
+fn put_patterns(e: &mut Enc, patterns: &[String]) {
+    e.varint(patterns.len() as u64);
+    for p in patterns {
+        e.str(p);
+    }
+}
+
+/// `--exclude` patterns: a bounded count (each takes a byte at least), each
+/// bounded in length.
+fn get_patterns(d: &mut Dec) -> Result<Vec<String>, ProtoError> {
+    let n = d.count(MAX_PATTERNS, 1, "pattern count")?;
+    (0..n).map(|_| d.string(MAX_PATTERN, "pattern")).collect()
 }
 
 fn state_name(d: &mut Dec) -> Result<String, ProtoError> {

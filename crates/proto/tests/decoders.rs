@@ -377,6 +377,14 @@ fn request() -> impl Strategy<Value = Request> {
                 expect
             }),
         (0..=MAX_WAIT_CHANGE_MS).prop_map(|timeout_ms| Request::WaitChange { timeout_ms }),
+        (
+            proptest::collection::vec("[ -~]{0,20}", 0..4),
+            any::<bool>()
+        )
+            .prop_map(|(excludes, ignore_files)| Request::SyncRules {
+                excludes,
+                ignore_files
+            }),
     ]
 }
 

@@ -12,6 +12,7 @@ use accord_engine::{SideFailure, SideSession};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
+use accord_proto::hello::FEATURE_SYNC_IGNORE;
 use accord_proto::hello::{FEATURES, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
@@ -77,6 +78,9 @@ pub struct RemoteReplica {
     /// The server watches its root for `wait_change`: it agreed to the
     /// feature.
     watches: bool,
+    /// The server applies a sync's ignore rules to its side: it agreed to
+    /// the feature.
+    sync_ignore: bool,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -120,7 +124,7 @@ impl RemoteReplica {
         compress: Option<i32>,
     ) -> Result<RemoteReplica, ConnectError> {
         let zstd = if compress.is_some() { FEATURE_ZSTD } else { 0 };
-        let asked = zstd | FEATURE_RENAME | FEATURE_WATCH;
+        let asked = zstd | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -175,6 +179,7 @@ impl RemoteReplica {
             lock_asked: Mutex::new(None),
             renames: features & FEATURE_RENAME != 0,
             watches: features & FEATURE_WATCH != 0,
+            sync_ignore: features & FEATURE_SYNC_IGNORE != 0,
         };
         if mode == RootMode::Write {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
@@ -219,6 +224,22 @@ impl RemoteReplica {
             .map_err(|e| e.into_io().to_string())?;
         WatchNews::decode(&reply)
             .map_err(|e| format!("an answer to a wait that does not decode: {e}"))
+    }
+
+    /// Tell the server's watch (on this connection) what a sync leaves
+    /// out, so changes there are no news. An older server, which cannot
+    /// take them, reports every change: nothing is sent.
+    pub fn watch_rules(&self, rules: &accord_engine::SyncRules) -> Result<(), String> {
+        if !self.sync_ignore || !self.watches {
+            return Ok(());
+        }
+        let req = Request::SyncRules {
+            excludes: rules.excludes.clone(),
+            ignore_files: rules.ignore_files,
+        };
+        self.call(&req, None)
+            .map(|_| ())
+            .map_err(|e| e.into_io().to_string())
     }
 
     /// Why the connection is over, if it is.
@@ -636,7 +657,11 @@ impl Replica for RemoteReplica {
         other: &[u8],
         _archive_dir: &std::path::Path,
     ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
-        Ok(Box::new(RemoteSide::open(self.conn.clone(), other)?))
+        Ok(Box::new(RemoteSide::open(
+            self.conn.clone(),
+            other,
+            self.sync_ignore,
+        )?))
     }
 
     fn sync_all(&self) -> io::Result<()> {

@@ -697,7 +697,16 @@ impl Session<'_> {
             | Request::SyncForget
             | Request::SyncScan { .. }
             | Request::SyncLookup { .. }
-            | Request::SyncRecord => {
+            | Request::SyncRecord
+            | Request::SyncRules { .. } => {
+                if let Request::SyncRules {
+                    excludes,
+                    ignore_files,
+                } = req
+                {
+                    // A watch connection sends them too, before its waits.
+                    self.watch.set_rules(excludes, *ignore_files);
+                }
                 // Never pooled: a sync request's body is on the wire.
                 let body = if req.has_body() {
                     self.body_bytes(stream, Action::OpenDestination)?

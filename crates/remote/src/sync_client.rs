@@ -5,8 +5,9 @@
 
 use crate::client::{start_on, CallError};
 use crate::mux::Conn;
-use crate::sync_wire::{encode_paths, encode_records, flags_of, get_outcome, get_side_scan};
-use accord_engine::{ArchiveRecord, SideFailure, SideOptions, SideScan, SideSession};
+use crate::sync_wire::{encode_paths, encode_records, flags_of, get_lookup, get_outcome};
+use crate::sync_wire::{get_side_scan, TELLS_EXCLUDED};
+use accord_engine::{ArchiveRecord, SideFailure, SideOptions, SideScan, SideSession, SyncRules};
 use accord_model::RelPath;
 use accord_proto::{Dec, ProtoError, Request};
 use std::sync::Arc;
@@ -14,17 +15,47 @@ use std::sync::Arc;
 pub(crate) struct RemoteSide {
     conn: Arc<Conn>,
     created: bool,
+    /// The server agreed to `FEATURE_SYNC_IGNORE`.
+    can_ignore: bool,
+    /// The rules were sent: lookups ask to be told what they exclude.
+    rules_sent: bool,
 }
 
 impl RemoteSide {
-    /// Ask the server to open its archive of the pair with `other`.
-    pub(crate) fn open(conn: Arc<Conn>, other: &[u8]) -> Result<RemoteSide, SideFailure> {
+    /// Ask the server to open its archive of the pair with `other`
+    /// (`can_ignore`: it applies ignore rules).
+    pub(crate) fn open(
+        conn: Arc<Conn>,
+        other: &[u8],
+        can_ignore: bool,
+    ) -> Result<RemoteSide, SideFailure> {
         let req = Request::SyncOpen {
             other: other.to_vec(),
         };
         let created = call(&conn, &req, None, |d| d.bool("created"))?;
-        Ok(RemoteSide { conn, created })
+        Ok(RemoteSide {
+            conn,
+            created,
+            can_ignore,
+            rules_sent: false,
+        })
     }
+}
+
+/// An older server leaves out its backup directory only. The rules of
+/// this host (patterns and its own `.accordignore` files) still hold on
+/// both sides through this side's lookups, but that server would walk and
+/// count what the patterns exclude there (the deletion guard among them):
+/// refused. Without patterns it runs, its `.accordignore` files unread.
+fn too_old_for(rules: &SyncRules) -> Result<(), SideFailure> {
+    if rules.excludes.is_empty() {
+        return Ok(());
+    }
+    Err(SideFailure::Failed(
+        "its accord server is too old to apply --exclude to a sync; upgrade accord there, \
+         or sync without --exclude"
+            .into(),
+    ))
 }
 
 /// Send `req` (with `body`), and decode its outcome with `get`.
@@ -68,6 +99,19 @@ impl SideSession for RemoteSide {
         call(&self.conn, &Request::SyncForget, None, |_| Ok(()))
     }
 
+    fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
+        if !self.can_ignore {
+            return too_old_for(rules);
+        }
+        let req = Request::SyncRules {
+            excludes: rules.excludes.clone(),
+            ignore_files: rules.ignore_files,
+        };
+        call(&self.conn, &req, None, |_| Ok(()))?;
+        self.rules_sent = true;
+        Ok(())
+    }
+
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
         let req = Request::SyncScan {
             flags: flags_of(opts),
@@ -76,14 +120,35 @@ impl SideSession for RemoteSide {
     }
 
     fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        let body = Some(encode_paths(paths));
+        if self.rules_sent {
+            let req = Request::SyncLookup {
+                flags: flags_of(opts) | TELLS_EXCLUDED,
+            };
+            return call(&self.conn, &req, body, get_lookup);
+        }
         let req = Request::SyncLookup {
             flags: flags_of(opts),
         };
-        call(&self.conn, &req, Some(encode_paths(paths)), get_side_scan)
+        call(&self.conn, &req, body, get_side_scan)
     }
 
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
         let body = encode_records(records);
         call(&self.conn, &Request::SyncRecord, Some(body), |_| Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_server_is_refused_only_for_patterns() {
+        let mut rules = SyncRules::default();
+        assert!(too_old_for(&rules).is_ok());
+        rules.excludes.push("*.o".into());
+        let refused = too_old_for(&rules).unwrap_err().to_string();
+        assert!(refused.contains("too old to apply --exclude"), "{refused}");
     }
 }

@@ -3,8 +3,9 @@
 //! the client's `Sync*` requests (`sync_client.rs` is the other end).
 
 use crate::errors::protocol;
-use crate::sync_wire::{decode_paths, decode_records, options_of, put_outcome, put_side_scan};
-use accord_engine::{LocalReplica, LocalSide, Replica, SideFailure, SideSession};
+use crate::sync_wire::{decode_paths, decode_records, lookup_options_of, options_of};
+use crate::sync_wire::{put_lookup, put_outcome, put_side_scan};
+use accord_engine::{LocalReplica, LocalSide, Replica, SideFailure, SideSession, SyncRules};
 use accord_proto::{Enc, Request, WireError};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -14,6 +15,8 @@ pub(crate) struct SyncServer<'a> {
     replica: &'a LocalReplica,
     archive_dir: Option<PathBuf>,
     side: Mutex<Option<LocalSide<'a>>>,
+    /// The client's ignore rules, for every side this session opens.
+    rules: Mutex<Option<SyncRules>>,
 }
 
 impl<'a> SyncServer<'a> {
@@ -22,6 +25,7 @@ impl<'a> SyncServer<'a> {
             replica,
             archive_dir,
             side: Mutex::new(None),
+            rules: Mutex::new(None),
         }
     }
 
@@ -51,10 +55,24 @@ impl<'a> SyncServer<'a> {
                 put_outcome(&mut e, &scan, put_side_scan);
             }
             Request::SyncLookup { flags } => {
-                let opts = options_of(*flags).map_err(|e| protocol(e.to_string()))?;
+                let (opts, tells_excluded) =
+                    lookup_options_of(*flags).map_err(|e| protocol(e.to_string()))?;
                 let paths = decode_paths(body).map_err(|e| protocol(e.to_string()))?;
                 let found = self.with_side(|side| side.lookup(&paths, &opts));
-                put_outcome(&mut e, &found, put_side_scan);
+                put_outcome(&mut e, &found, |e, scan| {
+                    put_lookup(e, scan, tells_excluded)
+                });
+            }
+            Request::SyncRules {
+                excludes,
+                ignore_files,
+            } => {
+                let rules = SyncRules {
+                    excludes: excludes.clone(),
+                    ignore_files: *ignore_files,
+                };
+                let done = self.set_rules(rules);
+                put_outcome(&mut e, &done, |_, _| {});
             }
             Request::SyncRecord => {
                 let records = decode_records(body).map_err(|e| protocol(e.to_string()))?;
@@ -78,10 +96,24 @@ impl<'a> SyncServer<'a> {
         let mut slot = self.side.lock().unwrap();
         // The old archive's lock goes first: it may be this very pair's.
         *slot = None;
-        let side = LocalSide::open(self.replica, other, dir)?;
+        let mut side = LocalSide::open(self.replica, other, dir)?;
+        if let Some(rules) = self.rules.lock().unwrap().as_ref() {
+            side.set_rules(rules)?;
+        }
         let created = side.created();
         *slot = Some(side);
         Ok(created)
+    }
+
+    /// Keep the rules for this session (a watch connection opens no
+    /// archive) and give them to the side open now, if any.
+    fn set_rules(&self, rules: SyncRules) -> Result<(), SideFailure> {
+        let mut slot = self.side.lock().unwrap();
+        if let Some(side) = slot.as_mut() {
+            side.set_rules(&rules)?;
+        }
+        *self.rules.lock().unwrap() = Some(rules);
+        Ok(())
     }
 
     fn with_side<T>(

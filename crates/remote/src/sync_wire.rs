@@ -26,6 +26,9 @@ const TIMES: u8 = 16;
 const USE_ARCHIVE: u8 = 32;
 /// POSIX ACLs (an older server refuses the flag: it does not know it).
 const ACLS: u8 = 64;
+/// `SyncLookup` only: the reply lists the paths this side's ignore rules
+/// exclude (sent only to a server that agreed to `FEATURE_SYNC_IGNORE`).
+pub const TELLS_EXCLUDED: u8 = 128;
 
 /// A side's options as the flags of `SyncScan` and `SyncLookup`.
 pub fn flags_of(opts: &SideOptions) -> u8 {
@@ -60,6 +63,46 @@ pub fn options_of(flags: u8) -> Result<SideOptions, ProtoError> {
         },
         use_archive: on(USE_ARCHIVE),
     })
+}
+
+/// A lookup's options, and whether its reply may list excluded paths.
+pub fn lookup_options_of(flags: u8) -> Result<(SideOptions, bool), ProtoError> {
+    Ok((
+        options_of(flags & !TELLS_EXCLUDED)?,
+        flags & TELLS_EXCLUDED != 0,
+    ))
+}
+
+/// A lookup's reply: the scan, then (`tells_excluded`) the paths asked for
+/// that the rules exclude. A client that cannot take that list (an older
+/// one) gets them as failures, which it leaves out of the run with their
+/// subtrees just the same.
+pub fn put_lookup(e: &mut Enc, scan: &SideScan, tells_excluded: bool) {
+    if tells_excluded {
+        put_side_scan(e, scan);
+        put_paths(e, &scan.excluded);
+        return;
+    }
+    let mut failures = scan.failures.clone();
+    failures.extend(scan.excluded.iter().map(|path| PathFailure {
+        path: path.clone(),
+        message: "excluded by this side's ignore rules".into(),
+    }));
+    failures.sort_by(|x, y| x.path.cmp(&y.path));
+    let scan = SideScan {
+        changes: scan.changes.clone(),
+        counts: scan.counts,
+        failures,
+        excluded: Vec::new(),
+    };
+    put_side_scan(e, &scan);
+}
+
+/// Decode a lookup's reply written with `tells_excluded`.
+pub fn get_lookup(d: &mut Dec) -> Result<SideScan, ProtoError> {
+    let mut scan = get_side_scan(d)?;
+    scan.excluded = get_paths(d)?;
+    Ok(scan)
 }
 
 /// A reply that is either a side's value or a side's failure.
@@ -184,27 +227,38 @@ pub fn get_side_scan(d: &mut Dec) -> Result<SideScan, ProtoError> {
         changes,
         counts: SideCounts { archived, scanned },
         failures,
+        excluded: Vec::new(),
     })
 }
 
 /// The body of a lookup: the paths asked for.
 pub fn encode_paths(paths: &[RelPath]) -> Vec<u8> {
     let mut e = Enc::new();
+    put_paths(&mut e, paths);
+    e.finish()
+}
+
+fn put_paths(e: &mut Enc, paths: &[RelPath]) {
     e.varint(paths.len() as u64);
     for path in paths {
-        put_path(&mut e, path);
+        put_path(e, path);
     }
-    e.finish()
 }
 
 pub fn decode_paths(b: &[u8]) -> Result<Vec<RelPath>, ProtoError> {
     let mut d = Dec::new(b);
+    let paths = get_paths(&mut d)?;
+    d.end("the paths")?;
+    Ok(paths)
+}
+
+/// Paths in strictly increasing order, their count bounded by the bytes.
+fn get_paths(d: &mut Dec) -> Result<Vec<RelPath>, ProtoError> {
     let n = d.count(MAX_ITEMS, 1, "path count")?;
     let mut paths = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
-        paths.push(get_path(&mut d, "looked-up path")?);
+        paths.push(get_path(d, "looked-up path")?);
     }
-    d.end("the paths")?;
     if paths.windows(2).any(|w| w[0] >= w[1]) {
         return Err(ProtoError::Invalid("looked-up paths out of order".into()));
     }
@@ -286,5 +340,39 @@ mod tests {
         let ok = encode_paths(&[a.clone(), b.clone()]);
         assert_eq!(decode_paths(&ok).unwrap(), vec![a.clone(), b.clone()]);
         assert!(decode_paths(&encode_paths(&[b, a])).is_err());
+    }
+
+    #[test]
+    fn excluded_paths_reach_only_a_client_that_asked_for_them() {
+        let path = |p: &str| RelPath::new(p.as_bytes()).unwrap();
+        let scan = SideScan {
+            excluded: vec![path("build"), path("x.o")],
+            ..SideScan::default()
+        };
+        assert!(lookup_options_of(128 | 1).unwrap().1);
+        assert!(options_of(128).is_err(), "a scan never takes the bit");
+        let mut e = Enc::new();
+        put_lookup(&mut e, &scan, true);
+        let bytes = e.finish();
+        let mut d = Dec::new(&bytes);
+        let back = get_lookup(&mut d).unwrap();
+        d.end("test").unwrap();
+        assert_eq!(back.excluded, scan.excluded);
+        assert!(back.failures.is_empty());
+        // An older client reads failures: the paths are left out as well.
+        let mut e = Enc::new();
+        put_lookup(&mut e, &scan, false);
+        let bytes = e.finish();
+        let mut d = Dec::new(&bytes);
+        let back = get_side_scan(&mut d).unwrap();
+        d.end("test").unwrap();
+        let failed: Vec<_> = back.failures.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(failed, scan.excluded);
+        // Out of order: refused.
+        let mut e = Enc::new();
+        put_side_scan(&mut e, &SideScan::default());
+        put_paths(&mut e, &[path("b"), path("a")]);
+        let bytes = e.finish();
+        assert!(get_lookup(&mut Dec::new(&bytes)).is_err());
     }
 }

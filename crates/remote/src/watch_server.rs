@@ -10,6 +10,7 @@
 //! What happened between two requests is kept as one piece of news, the
 //! most serious: a client that asks again later still hears of it.
 
+use accord_fsys::watch::WatchRules;
 use accord_fsys::watch::{canonical_prefix, watch_tree, OwnFiles, Seen, TreeWatch, WatchFailure};
 use accord_proto::WatchNews;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,9 @@ pub(crate) struct RootWatch {
     /// The watches, once started; dropped when lost, so the next request
     /// watches the root again.
     watch: Mutex<Option<TreeWatch>>,
+    /// A sync's ignore rules (patterns, read `.accordignore` files): their
+    /// paths' changes are no news.
+    rules: Mutex<Option<(Vec<String>, bool)>>,
 }
 
 impl RootWatch {
@@ -72,7 +76,18 @@ impl RootWatch {
             archive_dir: archive_dir.map(Path::to_path_buf),
             inbox: Arc::new(Inbox::default()),
             watch: Mutex::new(None),
+            rules: Mutex::new(None),
         }
+    }
+
+    /// What the sync leaves out; a watch already started starts again
+    /// with them at the next wait (a client sends them before its first).
+    pub(crate) fn set_rules(&self, excludes: &[String], ignore_files: bool) {
+        // The sync never takes its backup directory as part of the tree.
+        let mut patterns = vec!["/.accord-backup".to_string()];
+        patterns.extend(excludes.iter().cloned());
+        *self.rules.lock().unwrap_or_else(|e| e.into_inner()) = Some((patterns, ignore_files));
+        *self.watch.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Answer a `WaitChange`: the news since the last answer, waiting up
@@ -120,8 +135,17 @@ impl RootWatch {
             Seen::Lost => inbox.add(WatchNews::Lost),
             Seen::Limit => inbox.add(WatchNews::Limit),
         };
-        let own = OwnFiles::new(self.archive_dir.as_deref());
-        match watch_tree(&canonical_prefix(&self.root), own, on_seen) {
+        let root = canonical_prefix(&self.root);
+        let mut own = OwnFiles::new(self.archive_dir.as_deref());
+        let rules = self.rules.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some((patterns, ignore_files)) = rules {
+            // Patterns that do not build were refused to the sync already:
+            // every change is news then.
+            if let Ok(excluded) = WatchRules::new(&root, &patterns, ignore_files) {
+                own = own.excluding(excluded);
+            }
+        }
+        match watch_tree(&root, own, on_seen) {
             Ok(w) => {
                 *watch = Some(w);
                 Ok(())
@@ -155,6 +179,20 @@ mod tests {
         assert_eq!(w.wait(Duration::ZERO), WatchNews::Quiet);
         std::fs::write(tmp.path().join(".accord-tmp-x1"), "x").unwrap();
         assert_eq!(w.wait(Duration::from_millis(300)), WatchNews::Quiet);
+    }
+
+    #[test]
+    fn changes_the_sync_excludes_are_not_news() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("build")).unwrap();
+        let w = RootWatch::new(tmp.path(), None);
+        w.set_rules(&["build/".into()], true);
+        assert_eq!(w.wait(Duration::ZERO), WatchNews::Quiet);
+        std::fs::write(tmp.path().join("build/x.o"), "x").unwrap();
+        std::fs::write(tmp.path().join(".accord-backup"), "x").unwrap();
+        assert_eq!(w.wait(Duration::from_millis(300)), WatchNews::Quiet);
+        std::fs::write(tmp.path().join("f"), "x").unwrap();
+        assert_eq!(w.wait(Duration::from_secs(10)), WatchNews::Changed);
     }
 
     #[test]

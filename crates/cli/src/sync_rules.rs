@@ -1,0 +1,100 @@
+//! `accord sync`'s ignore rules from its arguments: `--exclude` patterns,
+//! the lines of `--exclude-from` files and `--no-ignore-files`, checked
+//! here (a bad pattern is a usage error before anything runs; patterns
+//! travel to a remote root's server, which takes only so many and so
+//! long).
+
+use accord_engine::SyncRules;
+use accord_fsys::{IgnoreRules, MAX_PATTERN, MAX_PATTERNS};
+use std::io::Read;
+use std::path::PathBuf;
+
+/// The largest `--exclude-from` file read.
+const MAX_EXCLUDE_FILE: u64 = 16 << 20;
+
+/// The rules of a run, or what is wrong with them (for a usage error).
+pub fn rules_of(
+    excludes: &[String],
+    exclude_from: &[PathBuf],
+    no_ignore_files: bool,
+) -> Result<SyncRules, String> {
+    let mut patterns = excludes.to_vec();
+    for file in exclude_from {
+        let text = read_bounded(file)
+            .map_err(|e| format!("cannot read --exclude-from {}: {e}", file.display()))?;
+        patterns.extend(pattern_lines(&text));
+    }
+    check(&patterns)?;
+    Ok(SyncRules {
+        excludes: patterns,
+        ignore_files: !no_ignore_files,
+    })
+}
+
+/// A file's lines that are patterns: blank lines and comments are not
+/// (as in a `.gitignore`; `\#` starts a pattern).
+fn pattern_lines(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.lines()
+        .map(|line| line.strip_suffix('\r').unwrap_or(line))
+        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
+        .map(str::to_string)
+}
+
+fn read_bounded(file: &PathBuf) -> std::io::Result<String> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)?
+        .take(MAX_EXCLUDE_FILE + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_EXCLUDE_FILE {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB",
+            MAX_EXCLUDE_FILE >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| std::io::Error::other("not UTF-8"))
+}
+
+fn check(patterns: &[String]) -> Result<(), String> {
+    if patterns.len() as u64 > MAX_PATTERNS {
+        return Err(format!("more than {MAX_PATTERNS} exclude patterns"));
+    }
+    if let Some(long) = patterns.iter().find(|p| p.len() > MAX_PATTERN) {
+        let start: String = long.chars().take(40).collect();
+        return Err(format!(
+            "an exclude pattern longer than {MAX_PATTERN} bytes ({start}...)"
+        ));
+    }
+    IgnoreRules::new(patterns)
+        .map(|_| ())
+        .map_err(|e| format!("bad exclude pattern: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_come_from_arguments_then_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ignore");
+        std::fs::write(&file, "# comment\n\n*.log\r\n\\#hash\ncache/\n").unwrap();
+        let rules = rules_of(&["*.o".into()], &[file], false).unwrap();
+        assert_eq!(rules.excludes, ["*.o", "*.log", "\\#hash", "cache/"]);
+        assert!(rules.ignore_files);
+        assert!(!rules_of(&[], &[], true).unwrap().ignore_files);
+    }
+
+    #[test]
+    fn bad_rules_are_refused() {
+        let e = rules_of(&["a{b,c".into()], &[], false).unwrap_err();
+        assert!(e.contains("bad exclude pattern"), "{e}");
+        let e = rules_of(&["x".repeat(MAX_PATTERN + 1)], &[], false).unwrap_err();
+        assert!(e.contains("longer than"), "{e}");
+        let e = rules_of(&[], &["/nonexistent/file".into()], false).unwrap_err();
+        assert!(e.contains("/nonexistent/file"), "{e}");
+        let many = vec!["x".to_string(); MAX_PATTERNS as usize + 1];
+        assert!(rules_of(&many, &[], false)
+            .unwrap_err()
+            .contains("more than"));
+    }
+}
