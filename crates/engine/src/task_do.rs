@@ -178,11 +178,14 @@ fn dir_meta(ctx: &Ctx, dir: &RelPath) -> TaskResult {
 
 /// Set `dir`'s own properties to the source's (its subtree is done).
 pub(crate) fn set_dir_props(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
-    let opts = |source| crate::task_scan::options(ctx, source);
-    let (s, _) = ctx.src().list_dir(dir, &ctx.rules, &opts(true));
-    let (d, _) = ctx.dst().list_dir(dir, &ctx.rules, &opts(false));
-    let own = |l: &Option<accord_fsys::Listing>| l.as_ref().map(|l| l.entries[0].clone());
-    let (s_me, d_me) = (own(&s), own(&d));
+    // The directory's own entry on each side, read now (its files were
+    // written since it was listed, which moved its times), without
+    // listing it again: that would stat every entry for nothing.
+    let own = |r: &crate::LocalReplica, source| {
+        let opts = crate::task_scan::options(ctx, source);
+        accord_fsys::dir_entry(r.root(), dir, &ctx.rules, &opts).0
+    };
+    let (s_me, d_me) = (own(ctx.src, true), own(ctx.dst, false));
     let planner = MirrorPlanner::new(&ctx.cfg.plan);
     planner.plan_dir(&DirInput {
         path: dir,

@@ -23,7 +23,9 @@ pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
 pub use mapped::Mapped;
 pub use memo::DigestMemo;
 pub use rules::{IgnoreRules, IGNORE_FILE};
-pub use scan::{list_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan, ScanOptions};
+pub use scan::{
+    dir_entry, list_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan, ScanOptions,
+};
 pub use xattr::XattrFilter;
 
 use accord_model::{validate_name, Kind, Props, RelPath, Time, Xattr};
