@@ -42,13 +42,19 @@ pub(crate) struct Done {
 }
 
 /// Carry out `plan` with the mirror's executor. `flush`: make the written
-/// files durable before they are renamed (a task is acknowledged only
-/// when what it did survives a crash); directories and deletions need
-/// no flush of the whole file system per task.
+/// files durable before they are renamed (a file has its old contents or
+/// its new ones whatever happens), and, on a remote queue, make the
+/// renames durable before the task is acknowledged: a task acknowledged
+/// is never done again. A queue in this process dies with it (a crash
+/// starts the run again, from a new scan), so there the run's end
+/// flushes once for all tasks (`task_local::run_workers`), as the walk
+/// does. Directories and deletions need no flush of the whole file system
+/// per task.
 pub(crate) fn carry_out(ctx: &Ctx, plan: &MirrorPlan, flush: bool) -> Done {
     let mut cfg = ctx.cfg.clone();
     cfg.fsync = flush && ctx.spec.fsync;
-    let exec = Exec::new(ctx.src(), ctx.dst(), &cfg, ctx.progress);
+    let mut exec = Exec::new(ctx.src(), ctx.dst(), &cfg, ctx.progress);
+    exec.final_flush = ctx.queue.call_cost() == accord_queue::CallCost::Remote;
     if let Some(p) = run_plan(&exec, plan) {
         if let Err(e) = p.wait() {
             exec.fatal_error(crate::Fatal::Sync(e));
