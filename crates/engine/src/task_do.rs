@@ -35,8 +35,13 @@ pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
 }
 
 /// What carrying out part of a plan did.
+#[derive(Default)]
 pub(crate) struct Done {
     pub problems: Vec<String>,
+    /// The paths that failed, and whether something failed that no path
+    /// names (a fatal error: nothing can be taken as done).
+    pub failed: Vec<RelPath>,
+    pub fatal: bool,
     pub files: u64,
     pub bytes: u64,
 }
@@ -60,18 +65,19 @@ pub(crate) fn carry_out(ctx: &Ctx, plan: &MirrorPlan, flush: bool) -> Done {
             exec.fatal_error(crate::Fatal::Sync(e));
         }
     }
-    let mut problems: Vec<String> = exec
-        .failures
-        .into_inner()
-        .unwrap()
+    let failures = exec.failures.into_inner().unwrap();
+    let mut problems: Vec<String> = failures
         .iter()
         .map(|f| format!("{}: {}", f.path.display(), f.error))
         .collect();
-    if let Some(f) = exec.fatal.into_inner().unwrap() {
+    let fatal = exec.fatal.into_inner().unwrap();
+    if let Some(f) = &fatal {
         problems.push(f.to_string());
     }
     Done {
         problems,
+        failed: failures.into_iter().map(|f| f.path).collect(),
+        fatal: fatal.is_some(),
         files: exec.counters.files.load(Ordering::Relaxed),
         bytes: exec.counters.written.load(Ordering::Relaxed),
     }
