@@ -3,6 +3,7 @@
 //! (a `RedisQueue` each).
 
 use crate::replica::Replica;
+use crate::task_memo::TaskMemos;
 use crate::task_run::{open_task_roots, work, WorkerEnd, WorkerOptions};
 use crate::task_spec::RunSpec;
 use crate::Progress;
@@ -27,16 +28,20 @@ pub fn run_workers(
     stop: &AtomicBool,
 ) -> Vec<WorkerEnd> {
     let (src, dst) = match open_task_roots(spec) {
-        Ok(r) => r,
+        Ok((s, d)) => (
+            s.with_state_dir(opts.memo_dir.clone()),
+            d.with_state_dir(opts.memo_dir.clone()),
+        ),
         Err(f) => return vec![WorkerEnd::Fatal(f.to_string())],
     };
+    let memos = (opts.memo_dir.is_some() && spec.xattrs.any()).then(|| TaskMemos::load(&src, &dst));
     let per_thread = pool_threads(queues.len());
     let mut ends = std::thread::scope(|s| {
         let threads: Vec<_> = queues
             .iter()
             .enumerate()
             .map(|(i, q)| {
-                let (src, dst) = (&src, &dst);
+                let (src, dst, memos) = (&src, &dst, memos.as_ref());
                 let thread = format!("{}/{i}", opts.name);
                 s.spawn(move || {
                     let pool = rayon::ThreadPoolBuilder::new()
@@ -46,7 +51,8 @@ pub fn run_workers(
                         .map_err(|e| {
                             WorkerEnd::Fatal(format!("cannot start a thread pool: {e}"))
                         })?;
-                    Ok(pool.install(|| work(*q, (src, dst), spec, opts, &thread, progress, stop)))
+                    let run = || work(*q, (src, dst), spec, opts, &thread, progress, memos, stop);
+                    Ok(pool.install(run))
                 })
             })
             .collect();
@@ -58,6 +64,9 @@ pub fn run_workers(
             })
             .collect::<Vec<_>>()
     });
+    if let Some(m) = memos {
+        m.save(&src, &dst);
+    }
     if let Some(end) = final_flush(queues, spec, &dst) {
         ends.push(end);
     }

@@ -56,10 +56,10 @@ fn encoded_weight(it: &Item) -> usize {
     entry(it.src.as_ref()) + entry(it.dst.as_ref()) + 8
 }
 
-pub(crate) fn options(ctx: &Ctx, source: bool) -> ScanOptions<'static> {
+pub(crate) fn options<'a>(ctx: &Ctx<'a>, source: bool) -> ScanOptions<'a> {
     ScanOptions {
         xattrs: ctx.cfg.xattrs,
-        xattr_memo: None,
+        xattr_memo: ctx.memos.map(|m| m.memo(source)),
         listing_memo: None,
         read_ignore_files: false,
         source,
@@ -111,8 +111,12 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
 /// Scan one directory: its problems, or `None` when the deletion guard
 /// paused the run before it.
 fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
-    let (s, s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
-    let (d, d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let (s, mut s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
+    let (d, mut d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    if let Some(m) = ctx.memos {
+        m.keep(true, &mut s_scan.xattr_free);
+        m.keep(false, &mut d_scan.xattr_free);
+    }
     let Some(d) = d else {
         let why = d_scan.errors.first().map(|e| e.message.clone());
         return Err(TaskError::Failed(format!(
