@@ -275,6 +275,15 @@ fn step(ctx: &Ctx, thread: &str, until_done: bool) -> Result<Option<WorkerEnd>, 
     for l in leases {
         run_lease(ctx, &l)?;
     }
+    // In this process a look at the queue costs nothing: when this was the
+    // last task, see at once whether the run is over, rather than after a
+    // wait for a task that cannot come.
+    if ctx.queue.call_cost() == CallCost::InProcess {
+        let s = ctx.queue.stats()?;
+        if s.waiting == 0 && s.leased == 0 {
+            return idle(ctx, until_done);
+        }
+    }
     Ok(None)
 }
 
