@@ -921,6 +921,43 @@ mod tests {
     }
 
     #[test]
+    fn dir_entry_is_the_first_entry_of_the_listing_without_the_listing() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("d/sub")).unwrap();
+        std::fs::write(tmp.path().join("d/f"), b"x").unwrap();
+        set_xattr(&tmp.path().join("d"), "user.dir", b"v");
+        let root = Root::open(tmp.path()).unwrap();
+        let rules = IgnoreRules::new(&[]).unwrap();
+        let opts = ScanOptions {
+            xattrs: XattrFilter {
+                xattrs: true,
+                acls: true,
+            },
+            xattr_memo: None,
+            listing_memo: None,
+            read_ignore_files: false,
+            source: true,
+        };
+        let d = RelPath::new(b"d").unwrap();
+        let (listing, _) = list_dir(&root, &d, &rules, &opts);
+        let (me, scan) = dir_entry(&root, &d, &rules, &opts);
+        assert_eq!(me.as_ref(), Some(&listing.unwrap().entries[0]));
+        assert_eq!(
+            xattrs_of_entry(me.as_ref().unwrap()),
+            [(b"user.dir".to_vec(), b"v".to_vec())]
+        );
+        assert!(scan.errors.is_empty() && scan.entries.is_empty());
+        let (gone, scan) = dir_entry(&root, &RelPath::new(b"nope").unwrap(), &rules, &opts);
+        assert!(gone.is_none() && scan.errors.is_empty());
+        let (file, _) = dir_entry(&root, &RelPath::new(b"d/f").unwrap(), &rules, &opts);
+        assert!(file.is_none());
+    }
+
+    fn xattrs_of_entry(e: &Entry) -> Vec<(Vec<u8>, Vec<u8>)> {
+        e.props.xattrs.clone().unwrap_or_default()
+    }
+
+    #[test]
     fn xattr_memo_skips_only_unchanged_entries() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("p")).unwrap();
