@@ -344,6 +344,48 @@ fn a_local_task_run_keeps_xattr_memos_that_miss_no_change() {
     assert_same(&src, &dst);
 }
 
+/// A local task run that would delete more than `--max-delete` pauses
+/// itself before deleting; nothing can resume it in that process, so it
+/// ends (it used to wait forever), in error, saying why, nothing deleted.
+#[test]
+fn a_local_task_run_past_max_delete_ends_without_deleting() {
+    let (_t, src, dst, state) = roots();
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("kept"), b"k").unwrap();
+    std::fs::create_dir_all(&dst).unwrap();
+    for i in 0..10 {
+        std::fs::write(dst.join(format!("extra{i}")), b"x").unwrap();
+    }
+    let mut child = Command::new(bin())
+        .args([
+            "mirror",
+            "--executor",
+            "tasks",
+            "-j",
+            "2",
+            "--max-delete",
+            "2",
+        ])
+        .args([&src, &dst])
+        .env("ACCORD_STATE_DIR", &state)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the run did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--max-delete"), "{err}");
+    assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 10);
+}
+
 /// A destination with extras (files, a nested extra tree, an extra
 /// symlink) and kind changes both ways (a directory where the source has
 /// a file, a file where it has a directory) ends as the source.

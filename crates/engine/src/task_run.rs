@@ -289,7 +289,14 @@ fn step(ctx: &Ctx, thread: &str, until_done: bool) -> Result<Option<WorkerEnd>, 
 
 /// Nothing was handed out: is it time to leave?
 fn idle(ctx: &Ctx, until_done: bool) -> Result<Option<WorkerEnd>, QueueError> {
-    if ctx.queue.state()? == RunState::Stopped {
+    let state = ctx.queue.state()?;
+    if state == RunState::Stopped {
+        return Ok(Some(WorkerEnd::Stopped));
+    }
+    // Nothing can resume a paused run of a queue in this process (`accord
+    // cluster resume` reaches runs in Redis): the deletion guard's pause
+    // ends it, and the summary says why.
+    if state == RunState::Paused && ctx.queue.call_cost() == CallCost::InProcess {
         return Ok(Some(WorkerEnd::Stopped));
     }
     if until_done && run_over(ctx.queue)? {
