@@ -145,12 +145,19 @@ pub fn mirror(
     spec.verify = args.verify;
     match (&args.cluster, &args.run) {
         (Some(url), Some(run)) => cluster_mirror(url, run, &spec, args.detach, queue_args),
-        _ => local_mirror(&spec, threads(cfg.jobs), queue_args),
+        _ => local_mirror(&spec, threads(cfg.jobs), queue_args, &cfg.state_dir),
     }
 }
 
 /// The local executor: threads of this process over an in-memory queue.
-fn local_mirror(spec: &RunSpec, jobs: usize, queue_args: &QueueArgs) -> i32 {
+/// `memo_dir`: where the roots' memos are kept (the mirror's state
+/// directory).
+fn local_mirror(
+    spec: &RunSpec,
+    jobs: usize,
+    queue_args: &QueueArgs,
+    memo_dir: &Option<PathBuf>,
+) -> i32 {
     let _lock = match accord_engine::lock_destination(spec) {
         Ok(l) => l,
         Err(f) => {
@@ -167,6 +174,7 @@ fn local_mirror(spec: &RunSpec, jobs: usize, queue_args: &QueueArgs) -> i32 {
         name: "local".into(),
         until_done: true,
         max_backoff: Duration::from_secs(1),
+        memo_dir: memo_dir.clone(),
     };
     let queues: Vec<&dyn TaskQueue> = vec![&queue; jobs];
     let stop = AtomicBool::new(false);

@@ -76,6 +76,7 @@ pub fn run(args: WorkerArgs) -> i32 {
         name,
         until_done: true,
         max_backoff: Duration::from_secs(10),
+        memo_dir: None,
     };
     let refs: Vec<&dyn TaskQueue> = queues.iter().map(|q| q as &dyn TaskQueue).collect();
     let ends = accord_engine::run_workers(&refs, &spec, &opts, &Progress::default(), &stop);

@@ -305,6 +305,87 @@ fn local_task_runs_at_1_and_4_threads_give_the_source_tree() {
     }
 }
 
+/// The local executor keeps the walk's extended-attribute memos (entries
+/// known to have none are not read again while unchanged): they are
+/// written, and an attribute added since the last run (which moves the
+/// file's ctime) is still copied, as is one removed.
+#[test]
+fn a_local_task_run_keeps_xattr_memos_that_miss_no_change() {
+    let (_t, src, dst, state) = roots();
+    leaves(&src, 4, 20);
+    set_xattr(&src.join("p1/leaf001/f003"), "user.early", b"e");
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let args = ["--executor", "tasks", "-j", "2", s, d];
+    assert_exit(&mirror(&state, &args), 0);
+    // Both sides older than the memo's settling time: the second run
+    // remembers them.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_exit(&mirror(&state, &args), 0);
+    let memos: Vec<u64> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("xattr-memo-"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    assert_eq!(memos.len(), 2, "a memo per root: {memos:?}");
+    assert!(memos.iter().all(|&n| n > 16), "memos with keys: {memos:?}");
+    set_xattr(&src.join("p0/leaf000/f005"), "user.late", b"1");
+    let early = std::ffi::CString::new(
+        src.join("p1/leaf001/f003")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .unwrap();
+    let gone = unsafe { libc::lremovexattr(early.as_ptr(), c"user.early".as_ptr()) };
+    assert_eq!(gone, 0, "{}", std::io::Error::last_os_error());
+    let out = mirror(&state, &args);
+    assert_exit(&out, 0);
+    assert_eq!(written(&out.stderr), 0);
+    assert_same(&src, &dst);
+}
+
+/// A local task run that would delete more than `--max-delete` pauses
+/// itself before deleting; nothing can resume it in that process, so it
+/// ends (it used to wait forever), in error, saying why, nothing deleted.
+#[test]
+fn a_local_task_run_past_max_delete_ends_without_deleting() {
+    let (_t, src, dst, state) = roots();
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("kept"), b"k").unwrap();
+    std::fs::create_dir_all(&dst).unwrap();
+    for i in 0..10 {
+        std::fs::write(dst.join(format!("extra{i}")), b"x").unwrap();
+    }
+    let mut child = Command::new(bin())
+        .args([
+            "mirror",
+            "--executor",
+            "tasks",
+            "-j",
+            "2",
+            "--max-delete",
+            "2",
+        ])
+        .args([&src, &dst])
+        .env("ACCORD_STATE_DIR", &state)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the run did not end");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--max-delete"), "{err}");
+    assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 10);
+}
+
 /// A destination with extras (files, a nested extra tree, an extra
 /// symlink) and kind changes both ways (a directory where the source has
 /// a file, a file where it has a directory) ends as the source.

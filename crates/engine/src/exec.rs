@@ -48,6 +48,10 @@ pub(crate) struct Exec<'a> {
     not_written: Mutex<HashSet<RelPath>>,
     pub changes: Mutex<Vec<(Change, RelPath)>>,
     pub counters: Counters,
+    /// Flush the destination once the plan is carried out (with
+    /// `cfg.fsync`): off for a part of a run whose end flushes once for
+    /// all its parts (the task runs of one process).
+    pub final_flush: bool,
 }
 
 impl<'a> Exec<'a> {
@@ -70,6 +74,7 @@ impl<'a> Exec<'a> {
             not_written: Mutex::new(HashSet::new()),
             changes: Mutex::new(Vec::new()),
             counters: Counters::default(),
+            final_flush: true,
         }
     }
 
@@ -264,7 +269,7 @@ fn start_tail<'a>(x: &Exec, plan: &'a MirrorPlan) -> Tail<'a> {
     // Even after a fatal error: a directory made by this run keeps mode 0700
     // until its properties are set, which would lock out other users.
     let props = start_dir_props(x, &plan.dir_meta);
-    let flush = (x.cfg.fsync && !plan.is_empty()).then(|| x.dst.start_sync_all());
+    let flush = (x.cfg.fsync && x.final_flush && !plan.is_empty()).then(|| x.dst.start_sync_all());
     (props, flush)
 }
 

@@ -27,6 +27,7 @@ mod task_do;
 mod task_group;
 mod task_link;
 mod task_local;
+mod task_memo;
 pub mod task_run;
 mod task_scan;
 pub mod task_spec;

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Names of the replicas' state files.
-const XATTR_MEMO: &str = "xattr-memo";
+pub(crate) const XATTR_MEMO: &str = "xattr-memo";
 const LISTING_MEMO: &str = "listing-memo";
 /// The deletion guard's memory of the source root, kept by the destination.
 const GUARD_STATE: &str = "mirror";

@@ -35,37 +35,49 @@ pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
 }
 
 /// What carrying out part of a plan did.
+#[derive(Default)]
 pub(crate) struct Done {
     pub problems: Vec<String>,
+    /// The paths that failed, and whether something failed that no path
+    /// names (a fatal error: nothing can be taken as done).
+    pub failed: Vec<RelPath>,
+    pub fatal: bool,
     pub files: u64,
     pub bytes: u64,
 }
 
 /// Carry out `plan` with the mirror's executor. `flush`: make the written
-/// files durable before they are renamed (a task is acknowledged only
-/// when what it did survives a crash); directories and deletions need
-/// no flush of the whole file system per task.
+/// files durable before they are renamed (a file has its old contents or
+/// its new ones whatever happens), and, on a remote queue, make the
+/// renames durable before the task is acknowledged: a task acknowledged
+/// is never done again. A queue in this process dies with it (a crash
+/// starts the run again, from a new scan), so there the run's end
+/// flushes once for all tasks (`task_local::run_workers`), as the walk
+/// does. Directories and deletions need no flush of the whole file system
+/// per task.
 pub(crate) fn carry_out(ctx: &Ctx, plan: &MirrorPlan, flush: bool) -> Done {
     let mut cfg = ctx.cfg.clone();
     cfg.fsync = flush && ctx.spec.fsync;
-    let exec = Exec::new(ctx.src(), ctx.dst(), &cfg, ctx.progress);
+    let mut exec = Exec::new(ctx.src(), ctx.dst(), &cfg, ctx.progress);
+    exec.final_flush = ctx.queue.call_cost() == accord_queue::CallCost::Remote;
     if let Some(p) = run_plan(&exec, plan) {
         if let Err(e) = p.wait() {
             exec.fatal_error(crate::Fatal::Sync(e));
         }
     }
-    let mut problems: Vec<String> = exec
-        .failures
-        .into_inner()
-        .unwrap()
+    let failures = exec.failures.into_inner().unwrap();
+    let mut problems: Vec<String> = failures
         .iter()
         .map(|f| format!("{}: {}", f.path.display(), f.error))
         .collect();
-    if let Some(f) = exec.fatal.into_inner().unwrap() {
+    let fatal = exec.fatal.into_inner().unwrap();
+    if let Some(f) = &fatal {
         problems.push(f.to_string());
     }
     Done {
         problems,
+        failed: failures.into_iter().map(|f| f.path).collect(),
+        fatal: fatal.is_some(),
         files: exec.counters.files.load(Ordering::Relaxed),
         bytes: exec.counters.written.load(Ordering::Relaxed),
     }
@@ -178,11 +190,14 @@ fn dir_meta(ctx: &Ctx, dir: &RelPath) -> TaskResult {
 
 /// Set `dir`'s own properties to the source's (its subtree is done).
 pub(crate) fn set_dir_props(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
-    let opts = |source| crate::task_scan::options(ctx, source);
-    let (s, _) = ctx.src().list_dir(dir, &ctx.rules, &opts(true));
-    let (d, _) = ctx.dst().list_dir(dir, &ctx.rules, &opts(false));
-    let own = |l: &Option<accord_fsys::Listing>| l.as_ref().map(|l| l.entries[0].clone());
-    let (s_me, d_me) = (own(&s), own(&d));
+    // The directory's own entry on each side, read now (its files were
+    // written since it was listed, which moved its times), without
+    // listing it again: that would stat every entry for nothing.
+    let own = |r: &crate::LocalReplica, source| {
+        let opts = crate::task_scan::options(ctx, source);
+        accord_fsys::dir_entry(r.root(), dir, &ctx.rules, &opts).0
+    };
+    let (s_me, d_me) = (own(ctx.src, true), own(ctx.dst, false));
     let planner = MirrorPlanner::new(&ctx.cfg.plan);
     planner.plan_dir(&DirInput {
         path: dir,

@@ -9,13 +9,19 @@
 //! a leaf that grew a subdirectory before the second run, counts once.
 //! What a task may write itself is bounded (`INLINE_FILES`,
 //! `INLINE_BYTES`): past that, leaves push their files as tasks.
+//!
+//! The leaves' files are written together when the task's counts are
+//! made (`Group::flush`): one plan for all of them, so one flush of the
+//! destination makes all their temps durable before their renames,
+//! instead of one flush per leaf. Each leaf's properties are set after
+//! its files, and it is counted only once its files and properties are.
 
 use crate::task::Task;
-use crate::task_do::{carry_out, failures_text, push_verify, set_dir_props};
+use crate::task_do::{carry_out, failures_text, push_verify, set_dir_props, Done};
 use crate::task_run::{keys, Ctx, TaskError};
 use accord_model::RelPath;
 use accord_plan::{Item, MirrorPlan, Op};
-use accord_queue::{Add, QueueError};
+use accord_queue::Add;
 
 /// Most files one task writes itself.
 const INLINE_FILES: usize = 4096;
@@ -31,6 +37,9 @@ pub(crate) struct Group {
     adds: Vec<Add>,
     /// Parents whose counters this task's adds move.
     parents: Vec<RelPath>,
+    /// Leaves taken and not yet written, and their files.
+    leaves: Vec<RelPath>,
+    items: Vec<Item>,
     files_left: usize,
     bytes_left: u64,
     written: u64,
@@ -43,6 +52,8 @@ impl Group {
             inline,
             adds: Vec::new(),
             parents: Vec::new(),
+            leaves: Vec::new(),
+            items: Vec::new(),
             files_left: INLINE_FILES,
             bytes_left: INLINE_BYTES,
             written: 0,
@@ -57,70 +68,108 @@ impl Group {
         self.adds.push(Add::once(mark, keys::DST_ENTRIES, seen));
     }
 
-    /// Finish `dir` here when it is a leaf whose `children` are at most
-    /// one batch of files that fits what this task may still write.
-    /// Whether it did (else the children are to be pushed).
-    pub fn finish_leaf(
-        &mut self,
-        ctx: &Ctx,
-        dir: &RelPath,
-        children: &[Task],
-    ) -> Result<bool, TaskError> {
+    /// Take `dir` to finish in this task when it is a leaf whose
+    /// `children` are at most one batch of files that fits what this task
+    /// may still write (written, and counted, by `flush`). Whether it did
+    /// (else the children are to be pushed).
+    pub fn finish_leaf(&mut self, dir: &RelPath, children: &[Task]) -> bool {
         let items: &[Item] = match children {
             [] => &[],
             [Task::Files { items, .. }] => items,
-            _ => return Ok(false),
+            _ => return false,
         };
-        let Some(parent) = dir.parent().filter(|_| self.inline) else {
-            return Ok(false);
-        };
+        if !self.inline || dir.parent().is_none() {
+            return false;
+        }
         let bytes: u64 = items
             .iter()
             .filter_map(|i| i.src.as_ref())
             .map(|e| e.size)
             .sum();
         if items.len() > self.files_left || bytes > self.bytes_left {
-            return Ok(false);
+            return false;
         }
         self.files_left -= items.len();
         self.bytes_left -= bytes;
-        self.write(ctx, items)?;
-        set_dir_props(ctx, dir)?;
+        self.leaves.push(dir.clone());
+        self.items.extend_from_slice(items);
+        true
+    }
+
+    /// Write the leaves taken so far (one plan, one flush before the
+    /// renames), then set the properties of each one whose files were all
+    /// written and count it done in its parent; a leaf with a failed file
+    /// is left to the task's next attempt (which finds the others written).
+    fn finish_leaves(&mut self, ctx: &Ctx) -> Result<(), TaskError> {
+        let leaves = std::mem::take(&mut self.leaves);
+        let items = std::mem::take(&mut self.items);
+        let written = self.write(ctx, items)?;
+        let mut problems = written.problems;
+        if written.fatal {
+            return Err(TaskError::Failed(failures_text(&problems)));
+        }
+        let failed_in: Vec<RelPath> = written.failed.iter().filter_map(|p| p.parent()).collect();
+        for dir in leaves.into_iter().filter(|d| !failed_in.contains(d)) {
+            match set_dir_props(ctx, &dir) {
+                Ok(()) => self.count_done(&dir),
+                Err(TaskError::Failed(m)) => problems.push(m),
+                Err(e) => return Err(e),
+            }
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(TaskError::Failed(failures_text(&problems))),
+        }
+    }
+
+    /// A leaf finished here counts done in its parent, with the mark its
+    /// `dir-meta` would use.
+    fn count_done(&mut self, dir: &RelPath) {
+        let parent = dir.parent().unwrap_or_default();
         let mark = keys::with("dm", dir);
         self.adds.push(Add::once(mark, &keys::pending(&parent), -1));
         if !self.parents.contains(&parent) {
             self.parents.push(parent);
         }
-        Ok(true)
     }
 
-    /// Write a leaf's files as a `files` task would (temps, one flush,
-    /// re-checked renames), counting what was written.
-    fn write(&mut self, ctx: &Ctx, items: &[Item]) -> Result<(), TaskError> {
+    /// Write leaves' files as a `files` task would (temps, one flush,
+    /// re-checked renames), counting what was written; the files written
+    /// are handed to `verify`.
+    fn write(&mut self, ctx: &Ctx, items: Vec<Item>) -> Result<Done, TaskError> {
         if items.is_empty() {
-            return Ok(());
+            return Ok(Done::default());
         }
+        let mut written: Vec<RelPath> = items
+            .iter()
+            .filter(|i| matches!(i.op, Op::Write(_)))
+            .map(|i| i.path.clone())
+            .collect();
         let plan = MirrorPlan {
-            files: items.to_vec(),
+            files: items,
             ..MirrorPlan::default()
         };
         let done = carry_out(ctx, &plan, true);
         self.written += done.files;
         self.bytes += done.bytes;
-        if !done.problems.is_empty() {
-            return Err(TaskError::Failed(failures_text(&done.problems)));
-        }
-        let written = items
-            .iter()
-            .filter(|i| matches!(i.op, Op::Write(_)))
-            .map(|i| i.path.clone())
-            .collect();
-        push_verify(ctx, written)
+        written.retain(|p| !done.failed.contains(p));
+        push_verify(ctx, written)?;
+        Ok(done)
     }
 
-    /// Make the counts gathered so far in one step; a parent whose last
-    /// child this was gets its `dir-meta`.
-    pub fn flush(&mut self, ctx: &Ctx) -> Result<(), QueueError> {
+    /// Finish the leaves taken, then make the counts gathered so far in
+    /// one step (what was written is counted even when a leaf failed); a
+    /// parent whose last child this was gets its `dir-meta`.
+    pub fn flush(&mut self, ctx: &Ctx) -> Result<(), TaskError> {
+        let finished = self.finish_leaves(ctx);
+        if let Err(TaskError::Queue(e)) = finished {
+            return Err(TaskError::Queue(e));
+        }
+        self.count(ctx)?;
+        finished
+    }
+
+    fn count(&mut self, ctx: &Ctx) -> Result<(), TaskError> {
         if self.written > 0 {
             self.adds
                 .push(Add::always(keys::WRITTEN, self.written as i64));

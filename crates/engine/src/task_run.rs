@@ -14,6 +14,7 @@ use crate::error::Fatal;
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::task::Task;
+use crate::task_memo::TaskMemos;
 use crate::task_spec::RunSpec;
 use crate::{MirrorConfig, Progress};
 use accord_fsys::IgnoreRules;
@@ -96,6 +97,8 @@ pub(crate) struct Ctx<'a> {
     /// The worker (process) that runs this thread: `verify` wants another.
     pub worker: &'a str,
     pub progress: &'a Progress,
+    /// The extended-attribute memos (the local executor's only).
+    pub memos: Option<&'a TaskMemos>,
 }
 
 impl Ctx<'_> {
@@ -135,6 +138,9 @@ pub struct WorkerOptions {
     pub until_done: bool,
     /// Longest back-off between attempts to reach a lost queue.
     pub max_backoff: Duration,
+    /// Where this process keeps the roots' extended-attribute memos
+    /// (`task_memo.rs`; the local executor's state directory), or `None`.
+    pub memo_dir: Option<std::path::PathBuf>,
 }
 
 /// How a worker thread ended.
@@ -213,13 +219,15 @@ pub fn run_over(queue: &dyn TaskQueue) -> Result<bool, QueueError> {
 
 /// Run tasks on this thread until the run is done or stopped. `stop`
 /// ends it early (a signal).
-pub fn work(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn work(
     queue: &dyn TaskQueue,
     (src, dst): (&LocalReplica, &LocalReplica),
     spec: &RunSpec,
     opts: &WorkerOptions,
     thread: &str,
     progress: &Progress,
+    memos: Option<&TaskMemos>,
     stop: &AtomicBool,
 ) -> WorkerEnd {
     let rules = match IgnoreRules::new(&spec.excludes) {
@@ -235,6 +243,7 @@ pub fn work(
         rules,
         worker: &opts.name,
         progress,
+        memos,
     };
     let mut backoff = Backoff::new(opts.max_backoff);
     while !stop.load(Ordering::Relaxed) {
@@ -266,12 +275,28 @@ fn step(ctx: &Ctx, thread: &str, until_done: bool) -> Result<Option<WorkerEnd>, 
     for l in leases {
         run_lease(ctx, &l)?;
     }
+    // In this process a look at the queue costs nothing: when this was the
+    // last task, see at once whether the run is over, rather than after a
+    // wait for a task that cannot come.
+    if ctx.queue.call_cost() == CallCost::InProcess {
+        let s = ctx.queue.stats()?;
+        if s.waiting == 0 && s.leased == 0 {
+            return idle(ctx, until_done);
+        }
+    }
     Ok(None)
 }
 
 /// Nothing was handed out: is it time to leave?
 fn idle(ctx: &Ctx, until_done: bool) -> Result<Option<WorkerEnd>, QueueError> {
-    if ctx.queue.state()? == RunState::Stopped {
+    let state = ctx.queue.state()?;
+    if state == RunState::Stopped {
+        return Ok(Some(WorkerEnd::Stopped));
+    }
+    // Nothing can resume a paused run of a queue in this process (`accord
+    // cluster resume` reaches runs in Redis): the deletion guard's pause
+    // ends it, and the summary says why.
+    if state == RunState::Paused && ctx.queue.call_cost() == CallCost::InProcess {
         return Ok(Some(WorkerEnd::Stopped));
     }
     if until_done && run_over(ctx.queue)? {

@@ -20,20 +20,23 @@ use accord_queue::CallCost;
 /// Most bytes to write in one `files` task (a task is one worker's work
 /// for a while, not a whole directory's).
 const BATCH_BYTES: u64 = 64 << 20;
-/// Most files in one `files` task, and sibling directories in one
-/// `scan-dirs` task, for a queue in this process (the finest spread of
-/// work) and for a remote one (a task costs about eight commands, lease
-/// and ack, however much it does).
+/// Most files in one `files` task, for a queue in this process (the
+/// finest spread of work) and for a remote one (a task costs about eight
+/// commands, lease and ack, however much it does).
 const BATCH_FILES: usize = 256;
 const REMOTE_BATCH_FILES: usize = MAX_BATCH;
-const REMOTE_DIRS_PER_TASK: usize = 16;
+/// Most sibling directories in one `scan-dirs` task, on any queue: the
+/// leaves among them are written together, with one flush of the
+/// destination before their renames (one per leaf costs more than the
+/// files of a small leaf); `SPREAD` still shares a wide directory out.
+const DIRS_PER_TASK: usize = 16;
 
 /// (files per `files` task, directories per `scan-dirs` task) on this
 /// run's queue.
 fn batching(ctx: &Ctx) -> (usize, usize) {
     match ctx.queue.call_cost() {
-        CallCost::InProcess => (BATCH_FILES, 1),
-        CallCost::Remote => (REMOTE_BATCH_FILES, REMOTE_DIRS_PER_TASK),
+        CallCost::InProcess => (BATCH_FILES, DIRS_PER_TASK),
+        CallCost::Remote => (REMOTE_BATCH_FILES, DIRS_PER_TASK),
     }
 }
 /// A bound on one `files` task's encoding, well under the queue's
@@ -53,10 +56,10 @@ fn encoded_weight(it: &Item) -> usize {
     entry(it.src.as_ref()) + entry(it.dst.as_ref()) + 8
 }
 
-pub(crate) fn options(ctx: &Ctx, source: bool) -> ScanOptions<'static> {
+pub(crate) fn options<'a>(ctx: &Ctx<'a>, source: bool) -> ScanOptions<'a> {
     ScanOptions {
         xattrs: ctx.cfg.xattrs,
-        xattr_memo: None,
+        xattr_memo: ctx.memos.map(|m| m.memo(source)),
         listing_memo: None,
         read_ignore_files: false,
         source,
@@ -95,7 +98,10 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
             Err(e) => return Err(e),
         }
     }
-    group.flush(ctx)?;
+    match group.flush(ctx) {
+        Err(TaskError::Failed(m)) => problems.push(m),
+        r => r?,
+    }
     match problems.is_empty() {
         true => Ok(outcome),
         false => Err(TaskError::Failed(failures_text(&problems))),
@@ -105,8 +111,12 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
 /// Scan one directory: its problems, or `None` when the deletion guard
 /// paused the run before it.
 fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
-    let (s, s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
-    let (d, d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let (s, mut s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
+    let (d, mut d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    if let Some(m) = ctx.memos {
+        m.keep(true, &mut s_scan.xattr_free);
+        m.keep(false, &mut d_scan.xattr_free);
+    }
     let Some(d) = d else {
         let why = d_scan.errors.first().map(|e| e.message.clone());
         return Err(TaskError::Failed(format!(
@@ -140,7 +150,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
     // A leaf is finished here only when all went well so far (else its
     // children go out as tasks, and this task is tried again).
     let leaf = s.is_some() && problems.is_empty();
-    if leaf && group.finish_leaf(ctx, dir, &children)? {
+    if leaf && group.finish_leaf(dir, &children) {
         return Ok(Some(problems));
     }
     push_children(ctx, dir, children)?;
@@ -426,10 +436,10 @@ mod tests {
 
     #[test]
     fn subdirectories_are_spread_over_tasks_as_the_queue_wants() {
-        // In this process: one directory per task.
+        // One directory per task when the queue wants it so.
         assert_eq!(dirs_per_task(100, 1), 1);
-        // A remote queue: at least SPREAD tasks while there are as many
-        // directories, at most what the queue wants per task.
+        // At least SPREAD tasks while there are as many directories, at
+        // most what the queue wants per task.
         assert_eq!(dirs_per_task(100, 16), 13);
         assert_eq!(dirs_per_task(1000, 16), 16);
         assert_eq!(dirs_per_task(5, 16), 1);

@@ -238,14 +238,17 @@ fn update_in_place(x: &Exec, sf: &File, ddir: &Dir, it: &Item) -> Result<Xfer, E
 
 /// Open the source file of `it`, checked against the plan.
 fn open_source(sdir: &Dir, it: &Item) -> Result<File, Error> {
-    let f = match sdir.open_read(it.path.file_name()) {
-        Ok(f) => f,
+    // The stat made by the open (of the file opened) is the one checked.
+    let (f, st) = match sdir.open_read_stat(it.path.file_name()) {
+        Ok(r) => r,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             return Err(Error::Changed(Side::Source))
         }
         Err(e) => return Err(Error::io(Action::OpenSource)(e)),
     };
-    check_open(&f, &it.expect_src(), Side::Source)?;
+    if !it.expect_src().still_holds(Some(&st.found())) {
+        return Err(Error::Changed(Side::Source));
+    }
     Ok(f)
 }
 

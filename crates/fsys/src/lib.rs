@@ -24,7 +24,9 @@ pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
 pub use mapped::Mapped;
 pub use memo::DigestMemo;
 pub use rules::{IgnoreRules, IGNORE_FILE, MAX_PATTERN, MAX_PATTERNS};
-pub use scan::{list_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan, ScanOptions};
+pub use scan::{
+    dir_entry, list_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan, ScanOptions,
+};
 pub use xattr::XattrFilter;
 
 use accord_model::{validate_name, Kind, Props, RelPath, Time, Xattr};
@@ -705,6 +707,12 @@ impl Dir {
     /// swapped in for the file cannot block the run; anything but a regular
     /// file is refused (on a regular file O_NONBLOCK changes nothing).
     pub fn open_read(&self, name: &[u8]) -> io::Result<File> {
+        self.open_read_stat(name).map(|(f, _)| f)
+    }
+
+    /// `open_read`, with the stat of the file opened (the one it checks
+    /// the kind with: a caller that checks more needs no second one).
+    pub fn open_read_stat(&self, name: &[u8]) -> io::Result<(File, Stat)> {
         let c = check_name(name)?;
         let fd = cvt_retry(|| unsafe {
             libc::openat(
@@ -718,10 +726,11 @@ impl Dir {
             )
         })?;
         let f = unsafe { File::from_raw_fd(fd) };
-        if fstat(f.as_fd())?.kind != Kind::File {
+        let st = fstat(f.as_fd())?;
+        if st.kind != Kind::File {
             return Err(io::Error::other("not a regular file"));
         }
-        Ok(f)
+        Ok((f, st))
     }
 
     /// Open an existing regular file for reading and writing (in-place updates).

@@ -166,6 +166,30 @@ pub fn list_dir(
     (listing, ctx.finish(None))
 }
 
+/// One directory's own entry, read as `list_dir` reads it (the first of
+/// its listing's entries) but without listing what it holds: `None` when
+/// it does not exist, is not a directory, or cannot be read (then the
+/// returned scan says so).
+pub fn dir_entry(
+    root: &Root,
+    rel: &RelPath,
+    rules: &IgnoreRules,
+    opts: &ScanOptions,
+) -> (Option<Entry>, Scan) {
+    let ctx = Ctx::new(rules, opts, now_s());
+    let mut free = Vec::new();
+    let me = match root.open_dir(rel) {
+        Ok(mut dir) => own_entry(&mut dir, rel, &ctx, &mut free).map(|(me, _)| me),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => None,
+        Err(e) => {
+            ctx.fail_dir(rel, format!("cannot open directory: {e}"));
+            None
+        }
+    };
+    ctx.xattr_free.lock().unwrap().append(&mut free);
+    (me, ctx.finish(None))
+}
+
 /// Scan a source and a destination together, directory by directory, so a
 /// destination directory's listing can be skipped when `d_opts.listing_memo`
 /// shows it unchanged and holding the source's names. The results are the
@@ -610,33 +634,8 @@ fn scan_dir_entries(
 ) -> Option<Listing> {
     let rel = rel.clone();
     let mut out = Vec::new();
-    // A destination directory we may open but not list or search is given
-    // u+rwx first (see `Dir::repairs`); its entry shows the mode after.
-    let stat = if ctx.opts.source {
-        dir.stat_self()
-    } else {
-        dir.stat_self_to_scan()
-    };
-    let st = match stat {
-        Ok(st) => st,
-        Err(e) => {
-            ctx.fail_dir(&rel, e);
-            return None;
-        }
-    };
     let mut free = Vec::new();
-    let mut me = entry_from(rel.clone(), &st);
-    if ctx.opts.xattrs.any() {
-        match ctx.xattrs_of(
-            &rel,
-            &st,
-            || xattr::list_fd(dir.raw(), ctx.opts.xattrs),
-            &mut free,
-        ) {
-            Ok(x) => me.props.xattrs = Some(x),
-            Err(e) => ctx.fail(&rel, format!("reading extended attributes: {e}")),
-        }
-    }
+    let (me, st) = own_entry(dir, &rel, ctx, &mut free)?;
     out.push(me);
     let mut ctimes = vec![st.ctime];
     let mut listing = Listing::default();
@@ -776,6 +775,43 @@ fn scan_dir_entries(
     Some(listing)
 }
 
+/// A directory's own entry (with its extended attributes when asked for)
+/// and its stat; `None` when it cannot be read (reported).
+fn own_entry(
+    dir: &mut Dir,
+    rel: &RelPath,
+    ctx: &Ctx,
+    free: &mut Vec<u64>,
+) -> Option<(Entry, Stat)> {
+    // A destination directory we may open but not list or search is given
+    // u+rwx first (see `Dir::repairs`); its entry shows the mode after.
+    let stat = if ctx.opts.source {
+        dir.stat_self()
+    } else {
+        dir.stat_self_to_scan()
+    };
+    let st = match stat {
+        Ok(st) => st,
+        Err(e) => {
+            ctx.fail_dir(rel, e);
+            return None;
+        }
+    };
+    let mut me = entry_from(rel.clone(), &st);
+    if ctx.opts.xattrs.any() {
+        match ctx.xattrs_of(
+            rel,
+            &st,
+            || xattr::list_fd(dir.raw(), ctx.opts.xattrs),
+            free,
+        ) {
+            Ok(x) => me.props.xattrs = Some(x),
+            Err(e) => ctx.fail(rel, format!("reading extended attributes: {e}")),
+        }
+    }
+    Some((me, st))
+}
+
 /// `entries` sorted by name, with the ctimes aligned with them.
 fn sorted_by_name(entries: Vec<Entry>, ctimes: Vec<Time>) -> (Vec<Entry>, Vec<Time>) {
     let mut both: Vec<(Entry, Time)> = entries.into_iter().zip(ctimes).collect();
@@ -883,6 +919,44 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(got.len(), 1 + 7 + 8, "root, seven directories, eight files");
         assert_eq!(got[..4], [&b""[..], b"a", b"a/w", b"a/x"]);
+    }
+
+    #[test]
+    fn dir_entry_is_the_first_entry_of_the_listing_without_the_listing() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("d/sub")).unwrap();
+        std::fs::write(tmp.path().join("d/f"), b"x").unwrap();
+        set_xattr(&tmp.path().join("d"), "user.dir", b"v");
+        let root = Root::open(tmp.path()).unwrap();
+        let rules = IgnoreRules::new(&[]).unwrap();
+        let opts = ScanOptions {
+            xattrs: XattrFilter {
+                xattrs: true,
+                acls: true,
+                user_only: false,
+            },
+            xattr_memo: None,
+            listing_memo: None,
+            read_ignore_files: false,
+            source: true,
+        };
+        let d = RelPath::new(b"d").unwrap();
+        let (listing, _) = list_dir(&root, &d, &rules, &opts);
+        let (me, scan) = dir_entry(&root, &d, &rules, &opts);
+        assert_eq!(me.as_ref(), Some(&listing.unwrap().entries[0]));
+        assert_eq!(
+            xattrs_of_entry(me.as_ref().unwrap()),
+            [(b"user.dir".to_vec(), b"v".to_vec())]
+        );
+        assert!(scan.errors.is_empty() && scan.entries.is_empty());
+        let (gone, scan) = dir_entry(&root, &RelPath::new(b"nope").unwrap(), &rules, &opts);
+        assert!(gone.is_none() && scan.errors.is_empty());
+        let (file, _) = dir_entry(&root, &RelPath::new(b"d/f").unwrap(), &rules, &opts);
+        assert!(file.is_none());
+    }
+
+    fn xattrs_of_entry(e: &Entry) -> Vec<(Vec<u8>, Vec<u8>)> {
+        e.props.xattrs.clone().unwrap_or_default()
     }
 
     #[test]

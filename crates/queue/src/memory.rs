@@ -163,6 +163,7 @@ impl TaskQueue for MemoryQueue {
         let max = max.clamp(1, MAX_LEASE);
         let deadline = Instant::now() + wait;
         let mut st = self.lock();
+        let mut woken = false;
         loop {
             let now = Instant::now();
             if st.run == RunState::Running {
@@ -171,9 +172,13 @@ impl TaskQueue for MemoryQueue {
                     return Ok(out);
                 }
             }
-            if now >= deadline {
+            // Drained while this call waited (the last lease acknowledged):
+            // nothing can come, the caller may see whether the run is over
+            // now rather than at the end of its wait.
+            if now >= deadline || (woken && st.waiting.is_empty() && st.leased.is_empty()) {
                 return Ok(Vec::new());
             }
+            woken = true;
             let until = match self.next_expiry(&st) {
                 Some(e) if st.run == RunState::Running => e.min(deadline),
                 _ => deadline,
@@ -197,6 +202,11 @@ impl TaskQueue for MemoryQueue {
             if st.leased.remove(id).is_some() {
                 st.done += 1;
             }
+        }
+        let drained = st.waiting.is_empty() && st.leased.is_empty();
+        drop(st);
+        if drained {
+            self.changed.notify_all();
         }
         Ok(())
     }

@@ -139,6 +139,28 @@ fn an_empty_queue_waits_then_hands_out_nothing() {
     });
 }
 
+/// In one process, a worker waiting for a task hears at once when the
+/// last lease is acknowledged (the run may be over), instead of at the
+/// end of its wait.
+#[test]
+fn a_wait_on_the_memory_queue_ends_when_the_queue_drains() {
+    let q = MemoryQueue::new(Policy::default());
+    q.push(&tasks(1)).unwrap();
+    let held = q.lease("w1", 1, NO_WAIT).unwrap();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| q.lease("w2", 1, Duration::from_secs(20)).unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        q.ack(&ids(&held)).unwrap();
+        assert!(waiter.join().unwrap().is_empty());
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 #[test]
 fn a_paused_run_hands_out_no_task_and_resumes_where_it_was() {
     on_both(Policy::default(), |q| {

@@ -1,0 +1,68 @@
+//! The extended-attribute memos of a task run in one process: the same
+//! memos the walk keeps (`run.rs`: entries and directories' groups of
+//! files known to have no extended attributes while their inode and
+//! ctime are unchanged), read once when the run starts, shared by its
+//! worker threads, and written with what the run's listings found when
+//! it ends. A no-change run then reads no attribute list of a file
+//! unchanged since the last run, as the walk does (`rsync -a` reads none).
+//!
+//! Only the local executor keeps them: workers of a cluster run would
+//! each see part of the tree, and the next run's memo would be the last
+//! worker's part.
+
+use crate::local::LocalReplica;
+use crate::replica::Replica;
+use accord_fsys::DigestMemo;
+use std::sync::Mutex;
+
+/// The memos of both roots, and the keys this run's listings found.
+pub struct TaskMemos {
+    src: DigestMemo,
+    dst: DigestMemo,
+    /// Keys found on (the source, the destination).
+    found: [Mutex<Vec<u64>>; 2],
+}
+
+impl TaskMemos {
+    /// Read both roots' memos (a memo missing or damaged is empty).
+    pub fn load(src: &LocalReplica, dst: &LocalReplica) -> TaskMemos {
+        let read = |r: &LocalReplica| {
+            r.read_state(crate::run::XATTR_MEMO)
+                .and_then(|b| DigestMemo::decode(&b))
+                .unwrap_or_default()
+        };
+        TaskMemos {
+            src: read(src),
+            dst: read(dst),
+            found: Default::default(),
+        }
+    }
+
+    /// The memo of the source's side or the destination's.
+    pub fn memo(&self, source: bool) -> &DigestMemo {
+        match source {
+            true => &self.src,
+            false => &self.dst,
+        }
+    }
+
+    /// Keep the keys one listing found (`Scan::xattr_free`).
+    pub fn keep(&self, source: bool, keys: &mut Vec<u64>) {
+        if !keys.is_empty() {
+            self.found[usize::from(!source)]
+                .lock()
+                .unwrap()
+                .append(keys);
+        }
+    }
+
+    /// Write what the run found as the roots' memos. Only an accelerator:
+    /// a memo that cannot be written costs speed next time.
+    pub fn save(self, src: &LocalReplica, dst: &LocalReplica) {
+        let [s, d] = self.found.map(|m| m.into_inner().unwrap());
+        for (r, keys) in [(src, s), (dst, d)] {
+            let memo = DigestMemo::from_keys(keys).encode();
+            let _ = r.write_state(crate::run::XATTR_MEMO, &memo, false);
+        }
+    }
+}
