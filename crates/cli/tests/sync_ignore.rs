@@ -11,34 +11,9 @@
 
 mod mirror_common;
 mod remote_common;
+#[macro_use]
 mod sync_common;
 use sync_common::*;
-
-macro_rules! local_and_remote {
-    ($scenario:ident: $local:ident, $ssh:ident, $daemon:ident) => {
-        #[test]
-        fn $local() {
-            $scenario(&Pair::new);
-        }
-
-        #[test]
-        fn $ssh() {
-            let Some(sshd) = remote_common::Sshd::start() else {
-                return;
-            };
-            let base = tempfile::tempdir().unwrap();
-            let remote = RemoteB::over_ssh(base.path(), &sshd.rsh());
-            $scenario(&|| Pair::with_remote_b(&remote));
-        }
-
-        #[test]
-        fn $daemon() {
-            let daemon = Daemon::start();
-            let remote = daemon.remote_b();
-            $scenario(&|| Pair::with_remote_b(&remote));
-        }
-    };
-}
 
 type MakePair<'a> = &'a dyn Fn() -> Pair;
 
