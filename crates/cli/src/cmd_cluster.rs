@@ -139,7 +139,11 @@ pub fn print_errors(q: &dyn TaskQueue, max: usize) -> usize {
             Err(e) => format!("a corrupt task ({e})"),
         };
         let error = escape_controls(&d.error);
-        eprintln!("failed after {} attempts: {what}: {error}", d.attempts);
+        match d.attempts {
+            // Found by a task that went on (`TaskQueue::report`).
+            0 => eprintln!("{what}: {error}"),
+            n => eprintln!("failed after {n} attempts: {what}: {error}"),
+        }
     }
     dead.len()
 }

@@ -188,7 +188,7 @@ pub fn run(args: MirrorArgs) -> i32 {
     if remote.0.is_some() && remote.1.is_some() {
         return usage("at most one root may be remote (run accord on one of the two hosts)");
     }
-    if args.tasks.wanted() {
+    if args.tasks.asked() {
         if remote.0.is_some() || remote.1.is_some() {
             return usage("task runs (--executor tasks, --cluster) take local roots only");
         }
@@ -269,8 +269,18 @@ pub fn run(args: MirrorArgs) -> i32 {
             .or_else(default_state_dir),
     };
 
-    if args.tasks.wanted() {
-        return crate::cmd_tasks::mirror(&args.src, &args.dst, &cfg, &args.tasks, &args.queue);
+    let walk_only =
+        remote.0.is_some() || remote.1.is_some() || args.itemize || args.json || args.dry_run;
+    if args.tasks.chosen(walk_only) {
+        let shown = !args.quiet && std::io::stderr().is_terminal();
+        return crate::cmd_tasks::mirror(
+            &args.src,
+            &args.dst,
+            &cfg,
+            &args.tasks,
+            &args.queue,
+            shown,
+        );
     }
     let progress = Progress::default();
     let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();

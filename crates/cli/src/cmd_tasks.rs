@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 /// all of `mirror --help` in its long form).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Executor {
+    Auto,
     Walk,
     Tasks,
 }
@@ -23,10 +24,11 @@ pub enum Executor {
 /// `accord mirror`'s options of a task run.
 #[derive(clap::Args, Debug)]
 pub struct TaskArgs {
-    /// How a local mirror runs: the parallel walk (every feature), or the
-    /// task model of cluster runs on threads of this process (local roots;
-    /// see the README).
-    #[arg(long, value_enum, default_value = "walk")]
+    /// How a mirror runs: the task model of cluster runs on threads of this
+    /// process (local roots), or the parallel walk (every feature). auto:
+    /// tasks for two local roots, the walk for a remote root, --dry-run,
+    /// --itemize and --json (see the README).
+    #[arg(long, value_enum, default_value = "auto")]
     pub executor: Executor,
     /// Create the run in this Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB],
     /// rediss:// for TLS) for `accord worker`s to do; needs --run.
@@ -51,8 +53,16 @@ pub struct TaskArgs {
 }
 
 impl TaskArgs {
-    pub fn wanted(&self) -> bool {
+    /// A task run was asked for by name (`--executor tasks`, `--cluster`).
+    pub fn asked(&self) -> bool {
         self.cluster.is_some() || self.executor == Executor::Tasks
+    }
+
+    /// Whether this mirror runs as tasks: asked for, or by default when
+    /// nothing of the run needs the walk (`walk_only`: a remote root,
+    /// --dry-run, --itemize or --json).
+    pub fn chosen(&self, walk_only: bool) -> bool {
+        self.asked() || (self.executor == Executor::Auto && !walk_only)
     }
 }
 
@@ -120,13 +130,15 @@ fn absolute(p: &Path, make: bool) -> Result<PathBuf, String> {
     std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// `accord mirror SRC DST` as a task run (see the module).
+/// `accord mirror SRC DST` as a task run (see the module). `terminal`:
+/// stderr is a terminal and not silenced, so progress is drawn.
 pub fn mirror(
     src: &Path,
     dst: &Path,
     cfg: &MirrorConfig,
     args: &TaskArgs,
     queue_args: &QueueArgs,
+    terminal: bool,
 ) -> i32 {
     if cfg.dry_run {
         eprintln!("accord mirror: --dry-run is not supported by task runs (use the walk)");
@@ -144,9 +156,26 @@ pub fn mirror(
     spec.range_size = args.range_size;
     spec.verify = args.verify;
     match (&args.cluster, &args.run) {
-        (Some(url), Some(run)) => cluster_mirror(url, run, &spec, args.detach, queue_args),
-        _ => local_mirror(&spec, threads(cfg.jobs), queue_args, &cfg.state_dir),
+        (Some(url), Some(run)) => {
+            cluster_mirror(url, run, &spec, args.detach, queue_args, &cfg.state_dir)
+        }
+        _ => {
+            // The default executor is as quiet as the walk; one asked for
+            // by name always says what it did.
+            let show = Show {
+                progress: terminal,
+                figures: terminal || args.asked(),
+            };
+            local_mirror(&spec, threads(cfg.jobs), queue_args, &cfg.state_dir, show)
+        }
     }
+}
+
+/// What a local task run shows on stderr.
+#[derive(Clone, Copy)]
+struct Show {
+    progress: bool,
+    figures: bool,
 }
 
 /// The local executor: threads of this process over an in-memory queue.
@@ -157,6 +186,7 @@ fn local_mirror(
     jobs: usize,
     queue_args: &QueueArgs,
     memo_dir: &Option<PathBuf>,
+    show: Show,
 ) -> i32 {
     let _lock = match accord_engine::lock_destination(spec) {
         Ok(l) => l,
@@ -166,7 +196,7 @@ fn local_mirror(
         }
     };
     let queue = MemoryQueue::new(queue_args.policy());
-    if let Err(e) = accord_engine::start_run(&queue, spec) {
+    if let Err(e) = check_and_start(&queue, spec, memo_dir) {
         eprintln!("accord mirror: {e}");
         return exit::FATAL;
     }
@@ -178,11 +208,30 @@ fn local_mirror(
     };
     let queues: Vec<&dyn TaskQueue> = vec![&queue; jobs];
     let stop = AtomicBool::new(false);
-    let ends = accord_engine::run_workers(&queues, spec, &opts, &Progress::default(), &stop);
+    let progress = Progress::default();
+    let shown = show.progress.then_some(&progress);
+    let ends = crate::progress::while_streaming(shown, || {
+        accord_engine::run_workers(&queues, spec, &opts, &progress, &stop)
+    });
     if let Some(code) = fatal_end(&ends, "accord mirror") {
         return code;
     }
-    summary(&queue, "accord mirror")
+    let code = summary_shown(&queue, "accord mirror", show.figures);
+    if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
+        accord_engine::task_guard::remember_source(spec, memo_dir.clone());
+    }
+    code
+}
+
+/// The deletion guard's checks of the whole run, then the run's start.
+fn check_and_start(
+    queue: &dyn TaskQueue,
+    spec: &RunSpec,
+    state_dir: &Option<PathBuf>,
+) -> Result<bool, String> {
+    accord_engine::task_guard::check_before_run(queue, spec, state_dir.clone())
+        .map_err(|e| e.to_string())?;
+    accord_engine::start_run(queue, spec).map_err(|e| e.to_string())
 }
 
 /// A worker end that stops the run, as an exit status.
@@ -198,12 +247,23 @@ pub fn fatal_end(ends: &[WorkerEnd], who: &str) -> Option<i32> {
 
 /// The run's figures, its failures, and the exit status they make.
 pub fn summary(queue: &dyn TaskQueue, who: &str) -> i32 {
-    let figures = crate::cmd_cluster::Figures::read(queue);
-    match figures {
+    summary_shown(queue, who, true)
+}
+
+/// As `summary`; the figures of a run that ended well only when `figures`.
+fn summary_shown(queue: &dyn TaskQueue, who: &str, figures: bool) -> i32 {
+    match crate::cmd_cluster::Figures::read(queue) {
         Ok(f) => {
-            eprintln!("{who}: {}", f.line());
+            if figures || !f.finished || f.stats.dead > 0 {
+                eprintln!("{who}: {}", f.line());
+            }
             let errors = crate::cmd_cluster::print_errors(queue, 20);
+            let fatal = queue
+                .add(accord_engine::task_run::keys::FATAL, 0)
+                .unwrap_or(0)
+                > 0;
             match (errors, f.finished) {
+                _ if fatal => exit::FATAL,
                 (0, true) => exit::OK,
                 (0, false) => exit::FATAL,
                 _ => exit::PARTIAL,
@@ -218,7 +278,14 @@ pub fn summary(queue: &dyn TaskQueue, who: &str) -> i32 {
 
 /// Create the run in Redis, then (unless `detach`) show its progress
 /// until it is over.
-fn cluster_mirror(url: &str, run: &str, spec: &RunSpec, detach: bool, qa: &QueueArgs) -> i32 {
+fn cluster_mirror(
+    url: &str,
+    run: &str,
+    spec: &RunSpec,
+    detach: bool,
+    qa: &QueueArgs,
+    state_dir: &Option<PathBuf>,
+) -> i32 {
     let queue = match open_redis(url, run, qa.policy()) {
         Ok(q) => q,
         Err(e) => {
@@ -226,18 +293,22 @@ fn cluster_mirror(url: &str, run: &str, spec: &RunSpec, detach: bool, qa: &Queue
             return exit::UNAVAILABLE;
         }
     };
-    match accord_engine::start_run(&queue, spec) {
+    match check_and_start(&queue, spec, state_dir) {
         Ok(true) => eprintln!("accord mirror: run {run} created; start `accord worker`s on it"),
         Ok(false) => eprintln!("accord mirror: run {run} exists already; following it"),
         Err(e) => {
             eprintln!("accord mirror: {e}");
-            return exit::UNAVAILABLE;
+            return exit::FATAL;
         }
     }
     if detach {
         return exit::OK;
     }
-    follow(&queue, run)
+    let code = follow(&queue, run);
+    if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
+        accord_engine::task_guard::remember_source(spec, state_dir.clone());
+    }
+    code
 }
 
 /// Wait for the run to be over, with a progress line on a terminal.

@@ -21,6 +21,37 @@ pub fn while_showing<T>(progress: Option<&Progress>, spinner: bool, work: impl F
     })
 }
 
+/// Run `work`, showing what a streamed run (no totals known in advance)
+/// has done so far, when `progress` is given.
+pub fn while_streaming<T>(progress: Option<&Progress>, work: impl FnOnce() -> T) -> T {
+    let Some(progress) = progress else {
+        return work();
+    };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| draw_streamed(progress, &done));
+        let result = work();
+        done.store(true, Ordering::SeqCst);
+        result
+    })
+}
+
+fn draw_streamed(p: &Progress, done: &AtomicBool) {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {bytes} {bytes_per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    while !done.load(Ordering::SeqCst) {
+        bar.set_position(p.bytes_done.load(Ordering::Relaxed));
+        bar.set_message(format!("files {}", p.files_done.load(Ordering::Relaxed)));
+        bar.tick();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+}
+
 fn draw(p: &Progress, spinner: bool, done: &AtomicBool) {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));

@@ -179,10 +179,13 @@ fn changes_after_a_memoised_run_are_mirrored() {
     let (_tmp, src, dst, state) = roots();
     write(&src.join("a"), b"one");
     write(&src.join("d/b"), b"two");
-    let run = || {
-        let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    let run_with = |executor: &str| {
+        let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+        let out = mirror(&state, &["--executor", executor, s, d]);
         assert_exit(&out, 0);
     };
+    // The xattr memos are kept by both executors.
+    let run = || run_with("tasks");
     run();
     // Entries are remembered only a while after their last change.
     std::thread::sleep(std::time::Duration::from_millis(3200));
@@ -216,9 +219,14 @@ fn changes_after_a_memoised_run_are_mirrored() {
         get_xattr(&dst.join("d/b"), "user.tag").as_deref(),
         Some(&b"v1"[..])
     );
-    // The listing memo: destination directory d was remembered holding the
-    // source's names, so runs stat its entries without listing it. Names
-    // planted there since must still be found and deleted.
+    // The listing memo (the walk's only): destination directory d was
+    // remembered holding the source's names, so runs stat its entries
+    // without listing it. Names planted there since must still be found
+    // and deleted.
+    let run = || run_with("walk");
+    run();
+    std::thread::sleep(std::time::Duration::from_millis(3200));
+    run();
     let listing = fs::read_dir(&state)
         .unwrap()
         .filter_map(|e| e.ok())

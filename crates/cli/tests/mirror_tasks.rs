@@ -652,3 +652,71 @@ fn a_run_goes_on_after_redis_restarts() {
     assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
     assert_same(&src, &dst);
 }
+
+/// `.accordignore` files at several levels: what they exclude is neither
+/// copied nor, in the destination, deleted; a deeper file re-includes. A
+/// cluster worker that plans a deep directory reads the files above it
+/// itself (no worker sees the whole walk).
+fn write(p: &Path, data: &[u8]) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, data).unwrap();
+}
+
+fn ignore_files_tree(src: &Path, dst: &Path) {
+    write(&src.join(".accordignore"), b"*.log\n/build/\n");
+    write(&src.join("a/.accordignore"), b"!keep.log\ncache/\n");
+    for d in ["a", "a/b", "a/b/c", "x"] {
+        write(&src.join(d).join("f"), b"file");
+        write(&src.join(d).join("noise.log"), b"log");
+    }
+    write(&src.join("a/b/keep.log"), b"kept");
+    write(&src.join("build/out"), b"o");
+    write(&src.join("a/b/cache/c1"), b"c");
+    // Excluded entries the destination has of its own stay.
+    write(&dst.join("a/b/c/mine.log"), b"mine");
+    write(&dst.join("build/mine"), b"mine");
+    write(&dst.join("a/b/cache/mine"), b"mine");
+}
+
+fn check_ignore_files_result(dst: &Path) {
+    for d in ["a", "a/b", "a/b/c", "x"] {
+        assert!(dst.join(d).join("f").exists(), "{d}/f not copied");
+        assert!(
+            !dst.join(d).join("noise.log").exists(),
+            "{d}/noise.log copied"
+        );
+    }
+    assert_eq!(std::fs::read(dst.join("a/b/keep.log")).unwrap(), b"kept");
+    assert!(!dst.join("build/out").exists());
+    assert!(!dst.join("a/b/cache/c1").exists());
+    for kept in ["a/b/c/mine.log", "build/mine", "a/b/cache/mine"] {
+        assert!(dst.join(kept).exists(), "{kept}: excluded, yet deleted");
+    }
+}
+
+#[test]
+fn a_local_task_run_reads_accordignore_files() {
+    let (_t, src, dst, state) = roots();
+    ignore_files_tree(&src, &dst);
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let out = mirror(&state, &["--executor", "tasks", "-j", "4", s, d]);
+    assert_exit(&out, 0);
+    check_ignore_files_result(&dst);
+}
+
+#[test]
+fn cluster_workers_read_the_accordignore_files_above_their_directory() {
+    let Some(redis) = Redis::start() else { return };
+    let (_t, src, dst, state) = roots();
+    ignore_files_tree(&src, &dst);
+    let run = Run {
+        redis: &redis,
+        name: "ignore",
+    };
+    run.create(&src, &dst, &state);
+    let mut workers: Vec<Child> = (0..3).map(|i| run.worker(&format!("w{i}"), 2)).collect();
+    wait_all(&mut workers);
+    let s = run.status();
+    assert_eq!((s.state.as_str(), s.failed), ("done", 0));
+    check_ignore_files_result(&dst);
+}

@@ -25,6 +25,8 @@ pub mod task;
 mod task_big;
 mod task_do;
 mod task_group;
+pub mod task_guard;
+mod task_ignore;
 mod task_link;
 mod task_local;
 mod task_memo;

@@ -22,7 +22,7 @@ use std::time::Instant;
 pub(crate) const XATTR_MEMO: &str = "xattr-memo";
 const LISTING_MEMO: &str = "listing-memo";
 /// The deletion guard's memory of the source root, kept by the destination.
-const GUARD_STATE: &str = "mirror";
+pub(crate) const GUARD_STATE: &str = "mirror";
 
 /// Why a run stopped before it was done.
 enum Stop {
@@ -204,7 +204,7 @@ fn lock(dst: &dyn Replica) -> Result<(), Fatal> {
 /// The roots are not the same directory, nor one inside the other by path
 /// (a mirror would delete the source, or copy itself into itself one level
 /// deeper on every run). Nesting through bind mounts is found by the scans.
-fn check_distinct(
+pub(crate) fn check_distinct(
     src: &LocalReplica,
     dst: &LocalReplica,
     src_path: &Path,
@@ -444,7 +444,7 @@ fn check_readable(
 
 /// The deletion guard's memory: is the source root another one than the
 /// last run's into this destination?
-fn source_root_changed(src: &dyn Replica, guard: Option<Vec<u8>>) -> bool {
+pub(crate) fn source_root_changed(src: &dyn Replica, guard: Option<Vec<u8>>) -> bool {
     let Some(bytes) = guard else {
         return false;
     };

@@ -151,6 +151,9 @@ fn files(ctx: &Ctx, dir: &RelPath, items: &[Item]) -> TaskResult {
     };
     let done = carry_out(ctx, &plan, true);
     count_written(ctx, done.files, done.bytes)?;
+    if done.fatal {
+        return Err(TaskError::Fatal(failures_text(&done.problems)));
+    }
     if !done.problems.is_empty() {
         return Err(TaskError::Failed(failures_text(&done.problems)));
     }

@@ -106,7 +106,12 @@ impl Group {
         let written = self.write(ctx, items)?;
         let mut problems = written.problems;
         if written.fatal {
-            return Err(TaskError::Failed(failures_text(&problems)));
+            // The directories get their properties all the same (as the
+            // walk's do), but none counts as done.
+            for dir in &leaves {
+                let _ = set_dir_props(ctx, dir);
+            }
+            return Err(TaskError::Fatal(failures_text(&problems)));
         }
         let failed_in: Vec<RelPath> = written.failed.iter().filter_map(|p| p.parent()).collect();
         for dir in leaves.into_iter().filter(|d| !failed_in.contains(d)) {

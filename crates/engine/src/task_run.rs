@@ -42,6 +42,12 @@ pub mod keys {
     pub const FORCE: &[u8] = b"force";
     /// Why the run paused itself.
     pub const PAUSED_WHY: &[u8] = b"paused-why";
+    /// Set by the starter when the source is another root than the last
+    /// run's into this destination: the first deletion pauses the run.
+    pub const ROOT_CHANGED: &[u8] = b"root-changed";
+    /// Tasks given up for an error another attempt cannot mend: the run
+    /// ends in error (as the walk's fatal errors).
+    pub const FATAL: &[u8] = b"fatal";
 
     pub fn with(tag: &str, path: &RelPath) -> Vec<u8> {
         let mut k = tag.as_bytes().to_vec();
@@ -74,6 +80,9 @@ pub(crate) enum Outcome {
 pub(crate) enum TaskError {
     /// Per path: the task is tried again, then set aside with this.
     Failed(String),
+    /// Another attempt cannot mend it (the destination is full, the roots
+    /// are nested): set aside at once, and the run ends in error.
+    Fatal(String),
     /// The queue could not be reached: nothing is acknowledged.
     Queue(QueueError),
 }
@@ -94,6 +103,8 @@ pub(crate) struct Ctx<'a> {
     pub spec: &'a RunSpec,
     pub cfg: MirrorConfig,
     pub rules: IgnoreRules,
+    /// The directories whose `.accordignore` is in `rules`.
+    pub ignore_files: crate::task_ignore::IgnoreFiles,
     /// The worker (process) that runs this thread: `verify` wants another.
     pub worker: &'a str,
     pub progress: &'a Progress,
@@ -241,6 +252,7 @@ pub(crate) fn work(
         spec,
         cfg: spec.config(),
         rules,
+        ignore_files: Default::default(),
         worker: &opts.name,
         progress,
         memos,
@@ -319,6 +331,10 @@ fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
             ctx.queue.ack(std::slice::from_ref(&lease.id))
         }
         Err(TaskError::Failed(m)) => ctx.queue.fail(lease, &describe(&task, &m)),
+        Err(TaskError::Fatal(m)) => {
+            ctx.queue.add(keys::FATAL, 1)?;
+            ctx.queue.give_up(lease, &describe(&task, &m))
+        }
         Err(TaskError::Queue(e)) => Err(e),
     }
 }

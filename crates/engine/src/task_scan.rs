@@ -111,6 +111,7 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
 /// Scan one directory: its problems, or `None` when the deletion guard
 /// paused the run before it.
 fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
+    crate::task_ignore::load_rules_for(ctx, dir)?;
     let (s, mut s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
     let (d, mut d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
     if let Some(m) = ctx.memos {
@@ -127,11 +128,15 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
     if s.is_none() && dir.is_root() {
         return Err(TaskError::Failed("the source root cannot be read".into()));
     }
-    let (plan, mut problems) = plan_dir(ctx, dir, s.as_ref(), &d, s_scan.incomplete)?;
-    problems.extend(s_scan.errors.iter().map(|e| {
-        let path = e.path.display();
-        format!("{path}: {}", e.message)
-    }));
+    let plan = plan_dir(ctx, dir, s.as_ref(), &d, s_scan.incomplete)?;
+    let mut problems: Vec<String> = s_scan
+        .errors
+        .iter()
+        .map(|e| {
+            let path = e.path.display();
+            format!("{path}: {}", e.message)
+        })
+        .collect();
     if !guard_allows(ctx, dir, &plan, &d, group)? {
         return Ok(None);
     }
@@ -145,6 +150,9 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
         ..MirrorPlan::default()
     };
     let done = carry_out(ctx, &phases, false);
+    if done.fatal {
+        return Err(TaskError::Fatal(failures_text(&done.problems)));
+    }
     problems.extend(done.problems);
     let children = children(ctx, dir, plan, s.as_ref(), &d);
     // A leaf is finished here only when all went well so far (else its
@@ -160,13 +168,16 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
 /// The mirror's plan of this one directory: the walk's settling (stale
 /// in-place updates, exclusions, fingerprints) and the planner's rules.
 /// The deletion guard is left to `guard_allows` (counted over the run).
+/// What the settling found (a half-updated file moved aside, a source
+/// entry that is not copied) is reported, as the walk reports it: another
+/// attempt would not find it again, or find it again every time.
 fn plan_dir(
     ctx: &Ctx,
     dir: &RelPath,
     s: Option<&Listing>,
     d: &Listing,
     src_incomplete: bool,
-) -> Result<(MirrorPlan, Vec<String>), TaskError> {
+) -> Result<MirrorPlan, TaskError> {
     let mut cfg = ctx.cfg.clone();
     cfg.plan.force = true;
     let walk = Walk::new(ctx.src(), ctx.dst(), &cfg, &ctx.rules);
@@ -177,7 +188,7 @@ fn plan_dir(
     });
     let found = walk.finish();
     if let Some(f) = found.nested {
-        return Err(TaskError::Failed(f.to_string()));
+        return Err(TaskError::Fatal(f.to_string()));
     }
     let facts = Facts {
         source_incomplete: src_incomplete || found.half_updated,
@@ -187,12 +198,14 @@ fn plan_dir(
         .planner
         .finish(&facts)
         .map_err(|r| TaskError::Failed(r.to_string()))?;
-    let problems = found
-        .failures
-        .iter()
-        .map(|f| format!("{}: {}", f.path.display(), f.error))
-        .collect();
-    Ok((plan, problems))
+    if !found.failures.is_empty() {
+        let task = Task::ScanDir { dir: dir.clone() }.encode();
+        for f in &found.failures {
+            ctx.queue
+                .report(&task, &format!("{}: {}", f.path.display(), f.error))?;
+        }
+    }
+    Ok(plan)
 }
 
 fn is_dir(e: Option<&Entry>) -> bool {
@@ -238,15 +251,23 @@ fn guard_allows(
         MaxDelete::Count(c) => c as i64,
         MaxDelete::Fraction(f) => (seen_total.max(0) as f64 * f).floor() as i64,
     };
-    if total <= limit || q.add(keys::FORCE, 0)? > 0 {
+    let root_changed = q.get(keys::ROOT_CHANGED)?.is_some();
+    if (total <= limit && !root_changed) || q.add(keys::FORCE, 0)? > 0 {
         return Ok(true);
     }
-    let why = format!(
-        "the mirror would delete {total} of the {seen_total} destination entries seen so far, \
-         more than the limit of {limit} (--max-delete); paused before deleting in {} \
-         (accord cluster resume --force goes on)",
-        dir.display()
-    );
+    let why = match root_changed {
+        true => format!(
+            "the source is a different file system root than last time and the mirror would \
+             delete {total} entries; paused before deleting in {} (use --force)",
+            dir.display()
+        ),
+        false => format!(
+            "the mirror would delete {total} of the {seen_total} destination entries seen so \
+             far, more than the limit of {limit} (--max-delete); paused before deleting in {} \
+             (accord cluster resume --force goes on)",
+            dir.display()
+        ),
+    };
     q.put(keys::PAUSED_WHY, why.as_bytes())?;
     q.set_state(accord_queue::RunState::Paused)?;
     Ok(false)

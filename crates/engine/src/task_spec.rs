@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// The settings' format version: bump it with any layout change.
-pub const SPEC_VERSION: u8 = 1;
+pub const SPEC_VERSION: u8 = 2;
 const MAX_ROOT: usize = 4096;
 const MAX_EXCLUDES: usize = 10_000;
 const MAX_PATTERN: usize = 4096;
@@ -29,6 +29,8 @@ pub struct RunSpec {
     pub plan: MirrorOptions,
     pub xattrs: XattrFilter,
     pub excludes: Vec<String>,
+    /// Read `.accordignore` files in the source (`task_ignore.rs`).
+    pub ignore_files: bool,
     pub fsync: bool,
     /// Files written whole above this size are split into ranges of it.
     pub range_size: u64,
@@ -45,15 +47,16 @@ impl RunSpec {
             plan: cfg.plan.clone(),
             xattrs: cfg.xattrs,
             excludes: cfg.excludes.clone(),
+            ignore_files: cfg.ignore_files,
             fsync: cfg.fsync,
             range_size: DEFAULT_RANGE_SIZE,
             verify: false,
         }
     }
 
-    /// The engine's configuration for one worker of this run (`.accordignore`
-    /// files are not read: a worker planning one directory would not see
-    /// the rules of the directories above it).
+    /// The engine's configuration for one worker of this run (its listings
+    /// read no `.accordignore` files: a worker planning one directory reads
+    /// its ancestors' too, before listing it; see `task_ignore.rs`).
     pub fn config(&self) -> MirrorConfig {
         MirrorConfig {
             plan: self.plan.clone(),
@@ -77,6 +80,7 @@ impl RunSpec {
         for x in &self.excludes {
             e.str(x);
         }
+        e.bool(self.ignore_files);
         e.bool(self.fsync).varint(self.range_size).bool(self.verify);
         e.finish()
     }
@@ -102,6 +106,7 @@ impl RunSpec {
         for _ in 0..n {
             excludes.push(d.string(MAX_PATTERN, "exclude")?);
         }
+        let ignore_files = d.bool("ignore files")?;
         let fsync = d.bool("fsync")?;
         let range_size = d.varint("range size")?;
         if range_size < MIN_RANGE_SIZE {
@@ -119,6 +124,7 @@ impl RunSpec {
             plan,
             xattrs,
             excludes,
+            ignore_files,
             fsync,
             range_size,
             verify,

@@ -219,6 +219,13 @@ pub trait TaskQueue: Send + Sync {
     /// Failed: waiting again, or dead (with `error`) once it has used all
     /// its attempts. Nothing when the lease is no longer this worker's.
     fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError>;
+    /// Failed in a way another attempt cannot mend (the destination is
+    /// full, the roots are nested): dead at once, with `error`.
+    fn give_up(&self, lease: &Lease, error: &str) -> Result<(), QueueError>;
+    /// A problem `task` found that no attempt of it can mend (a source
+    /// entry that is not copied, a half-updated file moved aside): listed
+    /// with the dead tasks, with no attempt counted, while the task goes on.
+    fn report(&self, task: &[u8], error: &str) -> Result<(), QueueError>;
     fn set_state(&self, state: RunState) -> Result<(), QueueError>;
     fn state(&self) -> Result<RunState, QueueError>;
     fn stats(&self) -> Result<Stats, QueueError>;

@@ -212,27 +212,20 @@ impl TaskQueue for MemoryQueue {
     }
 
     fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
-        let mut st = self.lock();
-        if st
-            .leased
-            .get(&lease.id)
-            .is_none_or(|l| l.worker != lease.worker)
-        {
-            return Ok(());
-        }
-        let l = st.leased.remove(&lease.id).expect("checked above");
-        let attempts = l.attempts + 1;
-        if attempts >= self.policy.max_attempts {
-            st.dead.push(DeadTask {
-                task: l.task,
-                attempts,
-                error: error.chars().take(MAX_ERROR).collect(),
-            });
-        } else {
-            st.waiting.push_back((lease.id.clone(), l.task, attempts));
-        }
-        drop(st);
-        self.changed.notify_all();
+        self.fail_with(lease, error, false)
+    }
+
+    fn give_up(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
+        self.fail_with(lease, error, true)
+    }
+
+    fn report(&self, task: &[u8], error: &str) -> Result<(), QueueError> {
+        check_tasks(&[task.to_vec()])?;
+        self.lock().dead.push(DeadTask {
+            task: task.to_vec(),
+            attempts: 0,
+            error: error.chars().take(MAX_ERROR).collect(),
+        });
         Ok(())
     }
 
@@ -329,5 +322,33 @@ impl TaskQueue for MemoryQueue {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, QueueError> {
         Ok(self.lock().values.get(key).cloned())
+    }
+}
+
+impl MemoryQueue {
+    /// `fail`, or `give_up` when `last`.
+    fn fail_with(&self, lease: &Lease, error: &str, last: bool) -> Result<(), QueueError> {
+        let mut st = self.lock();
+        if st
+            .leased
+            .get(&lease.id)
+            .is_none_or(|l| l.worker != lease.worker)
+        {
+            return Ok(());
+        }
+        let l = st.leased.remove(&lease.id).expect("checked above");
+        let attempts = l.attempts + 1;
+        if last || attempts >= self.policy.max_attempts {
+            st.dead.push(DeadTask {
+                task: l.task,
+                attempts,
+                error: error.chars().take(MAX_ERROR).collect(),
+            });
+        } else {
+            st.waiting.push_back((lease.id.clone(), l.task, attempts));
+        }
+        drop(st);
+        self.changed.notify_all();
+        Ok(())
     }
 }

@@ -115,8 +115,8 @@ return n
 ";
 
 /// A failed lease (ARGV[2], task ARGV[3]): waiting again with ARGV[4]
-/// attempts, or buried with error ARGV[6] once that reaches ARGV[5].
-/// Nothing when the lease is not held by worker ARGV[7] any more (it was
+/// attempts, or buried with error ARGV[6] once that reaches ARGV[5] (or
+/// at once when ARGV[8] is '1': it was given up). Nothing when the lease is not held by worker ARGV[7] any more (it was
 /// handed to another, or is done).
 const FAIL: &str = r"
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
@@ -124,7 +124,7 @@ if #p == 0 or p[1][2] ~= ARGV[7] then return 0 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[2])
-if tonumber(ARGV[4]) >= tonumber(ARGV[5]) then
+if ARGV[8] == '1' or tonumber(ARGV[4]) >= tonumber(ARGV[5]) then
   redis.call('XADD', KEYS[3], '*', 't', ARGV[3], 'n', ARGV[4], 'e', ARGV[6])
 else
   redis.call('XADD', KEYS[1], '*', 't', ARGV[3], 'a', ARGV[4])
@@ -355,21 +355,27 @@ impl TaskQueue for RedisQueue {
     }
 
     fn fail(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
+        self.fail_with(lease, error, false)
+    }
+
+    fn give_up(&self, lease: &Lease, error: &str) -> Result<(), QueueError> {
+        self.fail_with(lease, error, true)
+    }
+
+    fn report(&self, task: &[u8], error: &str) -> Result<(), QueueError> {
+        check_tasks(&[task.to_vec()])?;
         let error: String = error.chars().take(MAX_ERROR).collect();
         self.with_conn(|c| {
-            self.scripts
-                .fail
-                .key(self.key("tasks"))
-                .key(self.key("attempts"))
-                .key(self.key("dead"))
-                .arg(GROUP)
-                .arg(&lease.id.0)
-                .arg(&lease.task)
-                .arg(lease.attempts + 1)
-                .arg(self.policy.max_attempts)
+            redis::cmd("XADD")
+                .arg(self.key("dead"))
+                .arg("*")
+                .arg("t")
+                .arg(task)
+                .arg("n")
+                .arg(0)
+                .arg("e")
                 .arg(&error)
-                .arg(&lease.worker)
-                .invoke::<i64>(c)
+                .query::<String>(c)
                 .map(|_| ())
         })
     }
@@ -602,5 +608,29 @@ fn map_error(e: RedisError) -> QueueError {
         QueueError::Unavailable(e.to_string())
     } else {
         QueueError::Refused(e.to_string())
+    }
+}
+
+impl RedisQueue {
+    /// `fail`, or `give_up` when `last`.
+    fn fail_with(&self, lease: &Lease, error: &str, last: bool) -> Result<(), QueueError> {
+        let error: String = error.chars().take(MAX_ERROR).collect();
+        self.with_conn(|c| {
+            self.scripts
+                .fail
+                .key(self.key("tasks"))
+                .key(self.key("attempts"))
+                .key(self.key("dead"))
+                .arg(GROUP)
+                .arg(&lease.id.0)
+                .arg(&lease.task)
+                .arg(lease.attempts + 1)
+                .arg(self.policy.max_attempts)
+                .arg(&error)
+                .arg(&lease.worker)
+                .arg(if last { "1" } else { "0" })
+                .invoke::<i64>(c)
+                .map(|_| ())
+        })
     }
 }

@@ -272,6 +272,41 @@ fn a_task_that_keeps_failing_is_set_aside_with_its_error() {
 }
 
 #[test]
+fn a_task_given_up_is_set_aside_at_once_and_a_report_lists_beside_it() {
+    on_both(policy(60_000, 5), |q| {
+        q.push(&[b"full disk".to_vec(), b"fine".to_vec()]).unwrap();
+        let got = q.lease("w", 10, NO_WAIT).unwrap();
+        assert_eq!(got.len(), 2);
+        for l in got {
+            if l.task == b"full disk" {
+                q.give_up(&l, "no space left").unwrap();
+            } else {
+                q.report(&l.task, "a.tmp: not copied").unwrap();
+                q.ack(&[l.id]).unwrap();
+            }
+        }
+        assert!(
+            q.lease("w", 10, NO_WAIT).unwrap().is_empty(),
+            "given up, yet handed out again"
+        );
+        let dead = q.dead(10).unwrap();
+        assert_eq!(dead.len(), 2);
+        let given_up = dead.iter().find(|d| d.task == b"full disk").unwrap();
+        assert_eq!(
+            (given_up.attempts, given_up.error.as_str()),
+            (1, "no space left")
+        );
+        let report = dead.iter().find(|d| d.task == b"fine").unwrap();
+        assert_eq!(
+            (report.attempts, report.error.as_str()),
+            (0, "a.tmp: not copied")
+        );
+        let s = q.stats().unwrap();
+        assert_eq!((s.waiting, s.leased, s.done, s.dead), (0, 0, 1, 2));
+    });
+}
+
+#[test]
 fn a_claim_is_taken_once_and_counters_add_up() {
     on_both(Policy::default(), |q| {
         assert_eq!(q.claim(b"inode 7:42", "w1").unwrap(), None);
