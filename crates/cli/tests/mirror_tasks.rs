@@ -720,3 +720,38 @@ fn cluster_workers_read_the_accordignore_files_above_their_directory() {
     assert_eq!((s.state.as_str(), s.failed), ("done", 0));
     check_ignore_files_result(&dst);
 }
+
+/// A percentage `--max-delete` is of the whole destination, as the walk's
+/// is: extras planned early (here all of `a`, before `b`'s entries are
+/// seen) are held until every directory is counted, then deleted when
+/// within the limit, and kept, with the run ended in error, when past it.
+fn percentage_guard(extras: usize, kept: usize) -> (Output, std::path::PathBuf, tempfile::TempDir) {
+    let (t, src, dst, state) = roots();
+    for i in 0..kept {
+        write(&src.join(format!("b/f{i}")), b"k");
+        write(&dst.join(format!("b/f{i}")), b"k");
+    }
+    write(&src.join("a/kept"), b"k");
+    write(&dst.join("a/kept"), b"k");
+    for i in 0..extras {
+        write(&dst.join(format!("a/extra{i}")), b"x");
+    }
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    let out = mirror(&state, &["-j", "2", s, d]);
+    (out, dst, t)
+}
+
+#[test]
+fn a_percentage_max_delete_is_of_the_whole_destination() {
+    // 10 of 113 entries: within 50%, though 10 of the 13 seen when `a`
+    // is planned are not.
+    let (out, dst, _t) = percentage_guard(10, 100);
+    assert_exit(&out, 0);
+    assert_eq!(std::fs::read_dir(dst.join("a")).unwrap().count(), 1);
+    // 60 of 103 (the walk says the same): past it; nothing deleted.
+    let (out, dst, _t) = percentage_guard(60, 40);
+    assert_exit(&out, 3);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("60 of the destination's 103 entries"), "{err}");
+    assert_eq!(std::fs::read_dir(dst.join("a")).unwrap().count(), 61);
+}

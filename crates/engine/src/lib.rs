@@ -23,6 +23,7 @@ mod sync_side;
 mod sync_transfer;
 pub mod task;
 mod task_big;
+mod task_defer;
 mod task_do;
 mod task_group;
 pub mod task_guard;

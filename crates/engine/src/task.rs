@@ -87,6 +87,11 @@ pub enum Task {
     DirMeta {
         dir: RelPath,
     },
+    /// The extras of `dir`, deleted once the whole destination is seen
+    /// (`task_defer.rs`).
+    DeleteExtras {
+        dir: RelPath,
+    },
     /// Check these files, written by worker `by` (another worker reads
     /// them, so the check reads what reached the disk); `handed_back`: the
     /// copier had it once and gave it back.
@@ -107,6 +112,7 @@ impl Task {
             Task::Range { .. } => "range",
             Task::Hardlink { .. } => "hardlink",
             Task::DirMeta { .. } => "dir-meta",
+            Task::DeleteExtras { .. } => "delete-extras",
             Task::Verify { .. } => "verify",
         }
     }
@@ -114,7 +120,9 @@ impl Task {
     /// The paths the task is about, for messages.
     pub fn paths(&self) -> Vec<&RelPath> {
         match self {
-            Task::ScanDir { dir } | Task::DirMeta { dir } => vec![dir],
+            Task::ScanDir { dir } | Task::DirMeta { dir } | Task::DeleteExtras { dir } => {
+                vec![dir]
+            }
             Task::Files { items, .. } => items.iter().map(|i| &i.path).collect(),
             Task::BigFile { item } | Task::Range { item, .. } => vec![&item.path],
             Task::Hardlink { src, .. } => vec![&src.path],
@@ -166,6 +174,7 @@ impl Task {
                 e.u8(7).varint(dirs.len() as u64);
                 dirs.iter().for_each(|p| put_path(&mut e, p));
             }
+            Task::DeleteExtras { dir } => put_tagged_path(&mut e, 8, dir),
         }
         e.finish()
     }
@@ -194,6 +203,9 @@ impl Task {
             },
             6 => get_verify(&mut d)?,
             7 => get_scan_dirs(&mut d)?,
+            8 => Task::DeleteExtras {
+                dir: get_path(&mut d, "directory")?,
+            },
             k => return Err(invalid(format!("unknown task kind {k}"))),
         };
         if d.remaining() != 0 {

@@ -26,6 +26,7 @@ pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
         } => crate::task_big::range(ctx, item, temp, *index, *count),
         Task::Hardlink { src, dst } => crate::task_link::hardlink(ctx, src, dst.as_ref()),
         Task::DirMeta { dir } => dir_meta(ctx, dir),
+        Task::DeleteExtras { dir } => crate::task_defer::delete_extras(ctx, dir),
         Task::Verify {
             paths,
             by,

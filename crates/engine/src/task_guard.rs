@@ -5,17 +5,21 @@
 //! source that is another root than the last run's into this destination
 //! (its state kept in the starter's state directory) deletes nothing
 //! unless forced. The last is known only as directories are planned: the
-//! starter records it in the queue and `task_scan::guard_allows` pauses
-//! the run before the first deletion.
+//! starter records it in the queue and `check_dir` pauses the run before
+//! the first deletion.
+//!
+//! Then the guard of each directory as it is planned (`check_dir`).
 
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::run::{check_distinct, source_root_changed, GUARD_STATE};
-use crate::task_run::{keys, open_task_roots};
+use crate::task_group::Group;
+use crate::task_run::{keys, open_task_roots, Ctx, TaskError};
+use crate::task_scan::{entries_under, is_dir};
 use crate::task_spec::RunSpec;
-use accord_fsys::{IgnoreRules, ScanOptions};
+use accord_fsys::{IgnoreRules, Listing, ScanOptions};
 use accord_model::RelPath;
-use accord_plan::Refusal;
+use accord_plan::{Item, MaxDelete, MirrorPlan, Refusal};
 use accord_queue::TaskQueue;
 use std::path::PathBuf;
 
@@ -111,4 +115,101 @@ pub fn remember_source(spec: &RunSpec, state_dir: Option<PathBuf>) {
         // Durable: the deletion guard's memory must not come back torn.
         let _ = dst.write_state(GUARD_STATE, &mirrored_from, true);
     }
+}
+
+/// What the deletion guard says of one directory's extras.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// Delete them now.
+    Go,
+    /// Hold them until the whole destination is counted (`task_defer.rs`).
+    Defer,
+    /// The run paused itself before deleting them.
+    Paused,
+}
+
+/// The deletion guard over a streamed run: extras (with the entries under
+/// extra directories) and destination entries are counted as directories
+/// are planned; a run that would pass `--max-delete` pauses itself and
+/// says why (`accord cluster resume --force` goes on).
+///
+/// A limit in entries is passed for good once the extras counted pass it.
+/// A percentage is of the whole destination, as the walk's is: extras
+/// past the percentage of the entries seen so far are held (the rest of
+/// the directory goes on) and decided once every directory is counted.
+///
+/// A directory without extras deletes nothing: its entries are counted
+/// with the task's other counts at its end.
+pub(crate) fn check_dir(
+    ctx: &Ctx,
+    dir: &RelPath,
+    plan: &MirrorPlan,
+    d: &Listing,
+    group: &mut Group,
+) -> Result<Guard, TaskError> {
+    let o = &ctx.spec.plan;
+    if !o.delete || o.force {
+        return Ok(Guard::Go);
+    }
+    let q = ctx.queue;
+    let seen = (d.entries.len() - 1 + d.subdirs.len()) as i64;
+    let extras: Vec<&Item> = plan.deletes.iter().filter(|i| i.src.is_none()).collect();
+    if extras.is_empty() {
+        group.count_seen(dir, seen);
+        return Ok(Guard::Go);
+    }
+    group.flush(ctx)?;
+    // Entries under an extra directory are the destination's too (the
+    // walk counts them as it visits the directory).
+    let under: usize = extras
+        .iter()
+        .filter(|i| is_dir(i.dst.as_ref()))
+        .map(|i| entries_under(ctx, &i.path))
+        .sum();
+    let (seen_total, _) = q.add_once(
+        &keys::with("e", dir),
+        keys::DST_ENTRIES,
+        seen + under as i64,
+        &[],
+    )?;
+    let n = (extras.len() + under) as i64;
+    let (total, _) = q.add_once(&keys::with("g", dir), keys::DELETES, n, &[])?;
+    let root_changed = q.get(keys::ROOT_CHANGED)?.is_some();
+    let limit = limit(o.max_delete, seen_total);
+    if (total <= limit && !root_changed) || q.add(keys::FORCE, 0)? > 0 {
+        return Ok(Guard::Go);
+    }
+    if matches!(o.max_delete, MaxDelete::Fraction(_)) && !root_changed {
+        return Ok(Guard::Defer);
+    }
+    let why = match root_changed {
+        true => format!(
+            "the source is a different file system root than last time and the mirror would \
+             delete {total} entries; paused before deleting in {} (use --force)",
+            dir.display()
+        ),
+        false => format!(
+            "the mirror would delete {total} destination entries, more than the limit of \
+             {limit} (--max-delete); paused before deleting in {} (accord cluster resume \
+             --force goes on)",
+            dir.display()
+        ),
+    };
+    pause(ctx, &why)?;
+    Ok(Guard::Paused)
+}
+
+/// Deletions allowed out of `dst_entries` destination entries.
+pub(crate) fn limit(max: MaxDelete, dst_entries: i64) -> i64 {
+    match max {
+        MaxDelete::Count(c) => c as i64,
+        MaxDelete::Fraction(f) => (dst_entries.max(0) as f64 * f).floor() as i64,
+    }
+}
+
+/// Pause the run, saying why.
+pub(crate) fn pause(ctx: &Ctx, why: &str) -> Result<(), TaskError> {
+    ctx.queue.put(keys::PAUSED_WHY, why.as_bytes())?;
+    ctx.queue.set_state(accord_queue::RunState::Paused)?;
+    Ok(())
 }

@@ -48,6 +48,8 @@ pub mod keys {
     /// Tasks given up for an error another attempt cannot mend: the run
     /// ends in error (as the walk's fatal errors).
     pub const FATAL: &[u8] = b"fatal";
+    /// `delete-extras` tasks pushed and not yet done (`task_defer.rs`).
+    pub const DEFERRED_OPEN: &[u8] = b"deferred-open";
 
     pub fn with(tag: &str, path: &RelPath) -> Vec<u8> {
         let mut k = tag.as_bytes().to_vec();

@@ -10,11 +10,12 @@
 use crate::task::{Task, MAX_BATCH, MAX_SCAN_DIRS};
 use crate::task_do::{carry_out, failures_text};
 use crate::task_group::Group;
+use crate::task_guard::Guard;
 use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
 use crate::walk::Walk;
 use accord_fsys::{DirVisit, Listing, ScanOptions};
 use accord_model::{Entry, Expect, Kind, RelPath};
-use accord_plan::{Facts, Item, MaxDelete, Method, MirrorPlan, Op};
+use accord_plan::{Facts, Item, Method, MirrorPlan, Op};
 use accord_queue::CallCost;
 
 /// Most bytes to write in one `files` task (a task is one worker's work
@@ -128,7 +129,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
     if s.is_none() && dir.is_root() {
         return Err(TaskError::Failed("the source root cannot be read".into()));
     }
-    let plan = plan_dir(ctx, dir, s.as_ref(), &d, s_scan.incomplete)?;
+    let plan = plan_dir(ctx, dir, (s.as_ref(), &d), s_scan.incomplete, true)?;
     let mut problems: Vec<String> = s_scan
         .errors
         .iter()
@@ -137,15 +138,25 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
             format!("{path}: {}", e.message)
         })
         .collect();
-    if !guard_allows(ctx, dir, &plan, &d, group)? {
-        return Ok(None);
-    }
-    for it in plan.deletes.iter().filter(|i| is_dir(i.dst.as_ref())) {
+    let deferred = match crate::task_guard::check_dir(ctx, dir, &plan, &d, group)? {
+        Guard::Go => false,
+        Guard::Defer => true,
+        Guard::Paused => return Ok(None),
+    };
+    // Held extras wait for their `delete-extras` task; a name whose kind
+    // changes is replaced now.
+    let deletes: Vec<Item> = plan
+        .deletes
+        .iter()
+        .filter(|i| !deferred || i.src.is_some())
+        .cloned()
+        .collect();
+    for it in deletes.iter().filter(|i| is_dir(i.dst.as_ref())) {
         empty_extra_dir(ctx, &it.path, &mut problems);
     }
     let phases = MirrorPlan {
         cleanup: plan.cleanup.clone(),
-        deletes: plan.deletes.clone(),
+        deletes,
         mkdirs: plan.mkdirs.clone(),
         ..MirrorPlan::default()
     };
@@ -154,7 +165,10 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
         return Err(TaskError::Fatal(failures_text(&done.problems)));
     }
     problems.extend(done.problems);
-    let children = children(ctx, dir, plan, s.as_ref(), &d);
+    let mut children = children(ctx, dir, plan, s.as_ref(), &d);
+    if deferred {
+        children.push(crate::task_defer::held(ctx, dir)?);
+    }
     // A leaf is finished here only when all went well so far (else its
     // children go out as tasks, and this task is tried again).
     let leaf = s.is_some() && problems.is_empty();
@@ -170,13 +184,14 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
 /// The deletion guard is left to `guard_allows` (counted over the run).
 /// What the settling found (a half-updated file moved aside, a source
 /// entry that is not copied) is reported, as the walk reports it: another
-/// attempt would not find it again, or find it again every time.
-fn plan_dir(
+/// attempt would not find it again, or find it again every time (`report`:
+/// this is the directory's scan, not a later look at it).
+pub(crate) fn plan_dir(
     ctx: &Ctx,
     dir: &RelPath,
-    s: Option<&Listing>,
-    d: &Listing,
+    (s, d): (Option<&Listing>, &Listing),
     src_incomplete: bool,
+    report: bool,
 ) -> Result<MirrorPlan, TaskError> {
     let mut cfg = ctx.cfg.clone();
     cfg.plan.force = true;
@@ -198,7 +213,7 @@ fn plan_dir(
         .planner
         .finish(&facts)
         .map_err(|r| TaskError::Failed(r.to_string()))?;
-    if !found.failures.is_empty() {
+    if report && !found.failures.is_empty() {
         let task = Task::ScanDir { dir: dir.clone() }.encode();
         for f in &found.failures {
             ctx.queue
@@ -208,74 +223,13 @@ fn plan_dir(
     Ok(plan)
 }
 
-fn is_dir(e: Option<&Entry>) -> bool {
+pub(crate) fn is_dir(e: Option<&Entry>) -> bool {
     e.is_some_and(|e| e.kind == Kind::Dir)
-}
-
-/// The deletion guard over a streamed run: extras (with the entries under
-/// extra directories) and destination entries are counted as directories
-/// are planned; a run that would pass `--max-delete` pauses itself and
-/// says why (`accord cluster resume --force` goes on).
-///
-/// A directory without extras deletes nothing: its entries are counted
-/// with the task's other counts at its end (a later check sees fewer
-/// entries meanwhile, which only makes it stricter).
-fn guard_allows(
-    ctx: &Ctx,
-    dir: &RelPath,
-    plan: &MirrorPlan,
-    d: &Listing,
-    group: &mut Group,
-) -> Result<bool, TaskError> {
-    let o = &ctx.spec.plan;
-    if !o.delete || o.force {
-        return Ok(true);
-    }
-    let q = ctx.queue;
-    let seen = (d.entries.len() - 1 + d.subdirs.len()) as i64;
-    let extras: Vec<&Item> = plan.deletes.iter().filter(|i| i.src.is_none()).collect();
-    if extras.is_empty() {
-        group.count_seen(dir, seen);
-        return Ok(true);
-    }
-    group.flush(ctx)?;
-    let (seen_total, _) = q.add_once(&keys::with("e", dir), keys::DST_ENTRIES, seen, &[])?;
-    let under: usize = extras
-        .iter()
-        .filter(|i| is_dir(i.dst.as_ref()))
-        .map(|i| entries_under(ctx, &i.path))
-        .sum();
-    let n = (extras.len() + under) as i64;
-    let (total, _) = q.add_once(&keys::with("g", dir), keys::DELETES, n, &[])?;
-    let limit = match o.max_delete {
-        MaxDelete::Count(c) => c as i64,
-        MaxDelete::Fraction(f) => (seen_total.max(0) as f64 * f).floor() as i64,
-    };
-    let root_changed = q.get(keys::ROOT_CHANGED)?.is_some();
-    if (total <= limit && !root_changed) || q.add(keys::FORCE, 0)? > 0 {
-        return Ok(true);
-    }
-    let why = match root_changed {
-        true => format!(
-            "the source is a different file system root than last time and the mirror would \
-             delete {total} entries; paused before deleting in {} (use --force)",
-            dir.display()
-        ),
-        false => format!(
-            "the mirror would delete {total} of the {seen_total} destination entries seen so \
-             far, more than the limit of {limit} (--max-delete); paused before deleting in {} \
-             (accord cluster resume --force goes on)",
-            dir.display()
-        ),
-    };
-    q.put(keys::PAUSED_WHY, why.as_bytes())?;
-    q.set_state(accord_queue::RunState::Paused)?;
-    Ok(false)
 }
 
 /// Entries under a destination directory (depth first: memory holds one
 /// listing per level).
-fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
+pub(crate) fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
     let (l, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
     let Some(l) = l else { return 0 };
     let subs: usize = l.subdirs.iter().map(|e| entries_under(ctx, &e.path)).sum();
@@ -286,7 +240,7 @@ fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
 /// goes with the plan's deletions): the whole-tree walk visits such a
 /// directory as a pair of its own, a task run empties it here. Excluded
 /// entries are not listed, so they and their directories stay.
-fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Vec<String>) {
+pub(crate) fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Vec<String>) {
     let (l, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
     let Some(l) = l else { return };
     for sub in &l.subdirs {

@@ -80,6 +80,7 @@ fn every_kind() -> Vec<Task> {
             dst: None,
         },
         Task::DirMeta { dir: path("d/e") },
+        Task::DeleteExtras { dir: path("d/x") },
         Task::ScanDirs {
             dirs: vec![path("d/a"), path("d/b"), path("d/c")],
         },

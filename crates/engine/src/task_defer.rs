@@ -1,0 +1,110 @@
+//! Extras held by the deletion guard until the whole destination is
+//! counted. With a percentage `--max-delete`, the walk compares all its
+//! deletions with all the destination's entries before it changes
+//! anything; a task run sees the destination a directory at a time. A
+//! directory whose extras pass the percentage of the entries seen so far
+//! does everything else at once and hands its extras to a `delete-extras`
+//! task (`task_guard::check_dir`). That task waits until nothing but such
+//! tasks is left in the queue (every directory is then planned and
+//! counted), then checks the limit against the whole destination, as the
+//! walk does: within it, it deletes; past it, the run pauses before
+//! deleting (`accord cluster resume --force` goes on).
+
+use crate::task::Task;
+use crate::task_do::{carry_out, failures_text};
+use crate::task_guard::{limit, pause};
+use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::task_scan::{empty_extra_dir, is_dir, options, plan_dir};
+use accord_model::RelPath;
+use accord_plan::{Item, MirrorPlan};
+use accord_queue::CallCost;
+use std::time::Duration;
+
+/// Hold `dir`'s extras: the `delete-extras` task to push with the
+/// directory's other children, counted open once however often the
+/// directory is scanned.
+pub(crate) fn held(ctx: &Ctx, dir: &RelPath) -> Result<Task, TaskError> {
+    ctx.queue
+        .add_once(&keys::with("h", dir), keys::DEFERRED_OPEN, 1, &[])?;
+    Ok(Task::DeleteExtras { dir: dir.clone() })
+}
+
+/// The `delete-extras` task of `dir` (see the module).
+pub(crate) fn delete_extras(ctx: &Ctx, dir: &RelPath) -> TaskResult {
+    let q = ctx.queue;
+    if !only_held_left(ctx)? {
+        // Back in the queue behind the work still to do; the pause keeps
+        // a run of many held directories from spinning on them.
+        std::thread::sleep(match q.call_cost() {
+            CallCost::InProcess => Duration::from_millis(20),
+            CallCost::Remote => Duration::from_millis(500),
+        });
+        return Ok(Outcome::Later);
+    }
+    let total = q.add(keys::DELETES, 0)?;
+    let entries = q.add(keys::DST_ENTRIES, 0)?;
+    let limit = limit(ctx.spec.plan.max_delete, entries);
+    if total > limit && q.add(keys::FORCE, 0)? == 0 {
+        let why = format!(
+            "the mirror would delete {total} of the destination's {entries} entries, more \
+             than the limit of {limit} (--max-delete); paused before deleting in {} \
+             (accord cluster resume --force goes on)",
+            dir.display()
+        );
+        pause(ctx, &why)?;
+        return Ok(Outcome::Later);
+    }
+    delete_now(ctx, dir)?;
+    q.add_once(&keys::with("hd", dir), keys::DEFERRED_OPEN, -1, &[])?;
+    ctx.child_done(dir, &keys::with("x", dir))?;
+    Ok(Outcome::Done)
+}
+
+/// Is every task left a held one (this one among them)?
+fn only_held_left(ctx: &Ctx) -> Result<bool, TaskError> {
+    let s = ctx.queue.stats()?;
+    let open = ctx.queue.add(keys::DEFERRED_OPEN, 0)?;
+    Ok(s.waiting + s.leased <= open.max(0) as u64)
+}
+
+/// Delete what is extra in `dir` now (planned again: the destination may
+/// have changed since its scan, and each deletion checks what it removes).
+fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
+    crate::task_ignore::load_rules_for(ctx, dir)?;
+    let (s, s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
+    let (d, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let Some(d) = d else {
+        return Err(TaskError::Failed(
+            "the destination directory cannot be read".into(),
+        ));
+    };
+    if s_scan.incomplete {
+        // The plan would delete nothing: say so rather than finish.
+        return Err(TaskError::Failed(
+            "the source directory could not be read whole; its extras are kept".into(),
+        ));
+    }
+    let plan = plan_dir(ctx, dir, (s.as_ref(), &d), false, false)?;
+    let extras: Vec<Item> = plan
+        .deletes
+        .into_iter()
+        .filter(|i| i.src.is_none())
+        .collect();
+    let mut problems = Vec::new();
+    for it in extras.iter().filter(|i| is_dir(i.dst.as_ref())) {
+        empty_extra_dir(ctx, &it.path, &mut problems);
+    }
+    let deletes = MirrorPlan {
+        deletes: extras,
+        ..MirrorPlan::default()
+    };
+    let done = carry_out(ctx, &deletes, false);
+    if done.fatal {
+        return Err(TaskError::Fatal(failures_text(&done.problems)));
+    }
+    problems.extend(done.problems);
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(TaskError::Failed(failures_text(&problems))),
+    }
+}
