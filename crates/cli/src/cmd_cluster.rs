@@ -126,6 +126,12 @@ fn act(q: &dyn TaskQueue, args: &ClusterArgs) -> Result<i32, QueueError> {
 
 /// Print up to `max` tasks set aside (on stderr); how many there were.
 pub fn print_errors(q: &dyn TaskQueue, max: usize) -> usize {
+    print_errors_as(q, max, None)
+}
+
+/// `print_errors`, each line led by `who` as the walk's errors are (the
+/// default executor of `accord mirror`) when it is given.
+pub fn print_errors_as(q: &dyn TaskQueue, max: usize, who: Option<&str>) -> usize {
     let dead = match q.dead(max) {
         Ok(d) => d,
         Err(e) => {
@@ -139,10 +145,12 @@ pub fn print_errors(q: &dyn TaskQueue, max: usize) -> usize {
             Err(e) => format!("a corrupt task ({e})"),
         };
         let error = escape_controls(&d.error);
-        match d.attempts {
+        match (who, d.attempts) {
             // Found by a task that went on (`TaskQueue::report`).
-            0 => eprintln!("{what}: {error}"),
-            n => eprintln!("failed after {n} attempts: {what}: {error}"),
+            (Some(who), 0) => eprintln!("{who}: {error}"),
+            (Some(who), n) => eprintln!("{who}: {error} (set aside after {n} attempts)"),
+            (None, 0) => eprintln!("{what}: {error}"),
+            (None, n) => eprintln!("failed after {n} attempts: {what}: {error}"),
         }
     }
     dead.len()

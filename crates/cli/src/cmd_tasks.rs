@@ -254,10 +254,16 @@ pub fn summary(queue: &dyn TaskQueue, who: &str) -> i32 {
 fn summary_shown(queue: &dyn TaskQueue, who: &str, figures: bool) -> i32 {
     match crate::cmd_cluster::Figures::read(queue) {
         Ok(f) => {
-            if figures || !f.finished || f.stats.dead > 0 {
+            // Quiet as the walk unless asked: its errors say what went
+            // wrong, and a run that stopped short says why.
+            let stopped_short = !f.finished && f.stats.dead == 0;
+            if figures || stopped_short || f.state == accord_queue::RunState::Paused {
                 eprintln!("{who}: {}", f.line());
             }
-            let errors = crate::cmd_cluster::print_errors(queue, 20);
+            let errors = match figures {
+                true => crate::cmd_cluster::print_errors(queue, 20),
+                false => crate::cmd_cluster::print_errors_as(queue, 10_000, Some(who)),
+            };
             let fatal = queue
                 .add(accord_engine::task_run::keys::FATAL, 0)
                 .unwrap_or(0)
