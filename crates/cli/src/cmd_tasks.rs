@@ -299,7 +299,13 @@ fn cluster_mirror(
             return exit::UNAVAILABLE;
         }
     };
-    match check_and_start(&queue, spec, state_dir) {
+    let started = check_and_start(&queue, spec, state_dir).and_then(|made| {
+        queue
+            .set_listed(true)
+            .map(|_| made)
+            .map_err(|e| e.to_string())
+    });
+    match started {
         Ok(true) => eprintln!("accord mirror: run {run} created; start `accord worker`s on it"),
         Ok(false) => eprintln!("accord mirror: run {run} exists already; following it"),
         Err(e) => {

@@ -1,14 +1,16 @@
-//! `accord worker --cluster URL --run NAME [--jobs N] [--map SRC=LOCAL]`:
+//! `accord worker --cluster URL [--run NAME] [--jobs N] [--map SRC=LOCAL]`:
 //! run a cluster run's tasks on this machine, which mounts its roots.
+//! Without `--run`, serve every run created in that Redis, one after the
+//! other, and wait for new ones until stopped (SIGINT, SIGTERM).
 
-use crate::cmd_tasks::{fatal_end, open_redis, threads, QueueArgs};
+use crate::cmd_tasks::{fatal_end, open_redis, redact, threads, QueueArgs};
 use crate::exit;
 use accord_engine::{Progress, RunSpec, WorkerEnd, WorkerOptions};
 use accord_queue::TaskQueue;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,9 +19,10 @@ pub struct WorkerArgs {
     /// The run's Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss:// for TLS).
     #[arg(long, value_name = "URL")]
     cluster: String,
-    /// The run to work on.
+    /// The run to work on, then leave (default: every run of the Redis, as
+    /// they are created, until stopped).
     #[arg(long, value_name = "NAME")]
-    run: String,
+    run: Option<String>,
     /// Worker threads (0: twice the cores, at least 4).
     #[arg(short = 'j', long, default_value_t = 0, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=crate::cmd_mirror::MAX_JOBS))]
@@ -49,47 +52,134 @@ pub fn run(args: WorkerArgs) -> i32 {
     if let Err(e) = accord_engine::task::check_worker_name(&name) {
         return usage(&format!("--name: {e}"));
     }
-    let n = threads(args.jobs);
-    let mut queues = Vec::with_capacity(n);
-    for _ in 0..n {
-        match open_redis(&args.cluster, &args.run, args.queue.policy()) {
-            Ok(q) => queues.push(q),
-            Err(e) => {
-                eprintln!("accord worker: {e}");
-                return exit::UNAVAILABLE;
-            }
-        }
-    }
-    let mut spec = match accord_engine::read_spec(&queues[0]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("accord worker: run {}: {e}", args.run);
-            return exit::UNAVAILABLE;
-        }
-    };
-    apply_maps(&mut spec, &maps);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
-    let opts = WorkerOptions {
+    let worker = Worker {
+        args: &args,
+        maps: &maps,
         name,
-        until_done: true,
-        max_backoff: Duration::from_secs(10),
-        memo_dir: None,
+        stop: &stop,
     };
-    let refs: Vec<&dyn TaskQueue> = queues.iter().map(|q| q as &dyn TaskQueue).collect();
-    let ends = accord_engine::run_workers(&refs, &spec, &opts, &Progress::default(), &stop);
-    if let Some(code) = fatal_end(&ends, "accord worker") {
-        return code;
+    match &args.run {
+        Some(run) => worker.serve(run),
+        None => worker.serve_all(),
     }
-    let done = ends.iter().all(|e| matches!(e, WorkerEnd::Done));
-    eprintln!(
-        "accord worker {}: {}",
-        opts.name,
-        if done { "the run is over" } else { "stopped" }
-    );
-    exit::OK
+}
+
+/// One `accord worker` process.
+struct Worker<'a> {
+    args: &'a WorkerArgs,
+    maps: &'a [(PathBuf, PathBuf)],
+    name: String,
+    stop: &'a AtomicBool,
+}
+
+/// How long a worker without `--run` waits before it looks for runs again.
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
+
+impl Worker<'_> {
+    /// Work on `run` until it is over or stopped.
+    fn serve(&self, run: &str) -> i32 {
+        let args = self.args;
+        let n = threads(args.jobs);
+        let mut queues = Vec::with_capacity(n);
+        for _ in 0..n {
+            match open_redis(&args.cluster, run, args.queue.policy()) {
+                Ok(q) => queues.push(q),
+                Err(e) => {
+                    eprintln!("accord worker: {e}");
+                    return exit::UNAVAILABLE;
+                }
+            }
+        }
+        let mut spec = match accord_engine::read_spec(&queues[0]) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("accord worker: run {run}: {e}");
+                return exit::UNAVAILABLE;
+            }
+        };
+        apply_maps(&mut spec, self.maps);
+        let opts = WorkerOptions {
+            name: self.name.clone(),
+            until_done: true,
+            max_backoff: Duration::from_secs(10),
+            memo_dir: None,
+        };
+        let refs: Vec<&dyn TaskQueue> = queues.iter().map(|q| q as &dyn TaskQueue).collect();
+        let ends = accord_engine::run_workers(&refs, &spec, &opts, &Progress::default(), self.stop);
+        if let Some(code) = fatal_end(&ends, "accord worker") {
+            return code;
+        }
+        let done = ends.iter().all(|e| matches!(e, WorkerEnd::Done));
+        if done {
+            // Workers looking for runs need not look at this one again.
+            let _ = queues[0].set_listed(false);
+        }
+        eprintln!(
+            "accord worker {}: run {run}: {}",
+            opts.name,
+            if done { "the run is over" } else { "stopped" }
+        );
+        exit::OK
+    }
+
+    /// Serve the runs of the Redis as they come, until stopped. A run this
+    /// machine could not serve (its roots are not mounted here, say) is
+    /// passed over while others are there.
+    fn serve_all(&self) -> i32 {
+        let url = &self.args.cluster;
+        let mut passed_over = std::collections::HashSet::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            let runs = match accord_queue::list_runs(url) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("accord worker: {}: {e} (trying again)", redact(url));
+                    self.wait(LOOK_AGAIN);
+                    continue;
+                }
+            };
+            let next = runs
+                .into_iter()
+                .filter(|r| !passed_over.contains(r))
+                .find(|r| self.runnable(r));
+            match next {
+                Some(run) => {
+                    if self.serve(&run) != exit::OK {
+                        passed_over.insert(run);
+                    }
+                }
+                None => {
+                    passed_over.clear();
+                    self.wait(LOOK_AGAIN);
+                }
+            }
+        }
+        exit::OK
+    }
+
+    /// A run that hands out tasks now (running, not over); one that is
+    /// over is taken off the list.
+    fn runnable(&self, run: &str) -> bool {
+        let Ok(q) = open_redis(&self.args.cluster, run, self.args.queue.policy()) else {
+            return false;
+        };
+        if accord_engine::run_over(&q).unwrap_or(false) {
+            let _ = q.set_listed(false);
+            return false;
+        }
+        matches!(q.state(), Ok(accord_queue::RunState::Running))
+    }
+
+    /// Sleep `d`, or less when stopped meanwhile.
+    fn wait(&self, d: Duration) {
+        let until = std::time::Instant::now() + d;
+        while !self.stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 fn usage(msg: &str) -> i32 {

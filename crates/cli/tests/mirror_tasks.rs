@@ -755,3 +755,43 @@ fn a_percentage_max_delete_is_of_the_whole_destination() {
     assert!(err.contains("60 of the destination's 103 entries"), "{err}");
     assert_eq!(std::fs::read_dir(dst.join("a")).unwrap().count(), 61);
 }
+
+/// `accord worker` without `--run` serves the runs of its Redis as they
+/// are created, one after the other, and leaves on SIGTERM.
+#[test]
+fn a_worker_without_a_run_serves_each_run_created() {
+    let Some(redis) = Redis::start() else { return };
+    let mut worker = Command::new(bin())
+        .args(["worker", "--cluster", &redis.url(), "--jobs", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = tempfile::tempdir().unwrap();
+    for name in ["first", "second"] {
+        let (src, dst) = (t.path().join(name), t.path().join(format!("{name}-copy")));
+        tree(&src, 3, 50);
+        let run = Run {
+            redis: &redis,
+            name,
+        };
+        run.create(&src, &dst, &t.path().join("state"));
+        let s = run.wait_for("the run done by the worker", |s| s.state == "done");
+        assert_eq!(s.failed, 0);
+        assert_same(&src, &dst);
+    }
+    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while worker.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not leave on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = worker.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("run first: the run is over"), "{err}");
+    assert!(err.contains("run second: the run is over"), "{err}");
+}

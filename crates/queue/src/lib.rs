@@ -15,7 +15,7 @@ mod memory;
 mod redis_queue;
 
 pub use memory::MemoryQueue;
-pub use redis_queue::{RedisQueue, RedisTarget};
+pub use redis_queue::{list_runs, RedisQueue, RedisTarget};
 
 use std::fmt;
 use std::time::Duration;

@@ -13,6 +13,10 @@
 //! - `marks`: a hash of the marks `add_once` set.
 //! - `values`: a hash for `put` and `get` (the run's settings).
 //!
+//! And one key of all runs, `accord:runs`: a set of the names of runs
+//! created and not yet seen over, where `accord worker` without `--run`
+//! looks for work.
+//!
 //! Every step that must not be split (check the state and hand out; take a
 //! lease back and re-add or bury it) is one Lua script, so a paused run
 //! hands out nothing, and a task is never both waiting and dead.
@@ -26,6 +30,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const GROUP: &str = "workers";
+/// The set of the runs to look at (see the module).
+const RUNS: &str = "accord:runs";
+/// Most run names read from `RUNS` (a store anybody may write to).
+const MAX_RUNS_LISTED: usize = 10_000;
 
 /// Where a run's queue lives: a Redis URL (`redis://[:PASSWORD@]HOST[:PORT][/DB]`,
 /// or with a user, `redis://USER:PASSWORD@…`) and the run's name.
@@ -38,6 +46,7 @@ pub struct RedisTarget {
 /// A [`TaskQueue`] in Redis.
 pub struct RedisQueue {
     client: redis::Client,
+    run: String,
     prefix: String,
     policy: Policy,
     /// One connection, made again after it fails.
@@ -193,6 +202,7 @@ impl RedisQueue {
             .map_err(|e| QueueError::Refused(format!("{}: {e}", target.url)))?;
         let q = RedisQueue {
             client,
+            run: target.run.clone(),
             prefix: format!("accord:{{{}}}:", target.run),
             policy,
             conn: Mutex::new(None),
@@ -223,6 +233,13 @@ impl RedisQueue {
 
     fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
+    }
+
+    /// List the run where workers look for runs (`list_runs`), or take it
+    /// off (`listed` false: the run is over).
+    pub fn set_listed(&self, listed: bool) -> Result<(), QueueError> {
+        let cmd = if listed { "SADD" } else { "SREM" };
+        self.with_conn(|c| redis::cmd(cmd).arg(RUNS).arg(&self.run).query::<()>(c))
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Connection>> {
@@ -578,6 +595,29 @@ fn dead_task(id: &str, fields: &[(String, Vec<u8>)]) -> Result<DeadTask, QueueEr
 }
 
 /// A run's name goes into key names: letters, digits, `-`, `_`, `.`.
+/// The runs listed in the Redis at `url` (see the module), sorted; names
+/// that cannot be runs' are left out.
+pub fn list_runs(url: &str) -> Result<Vec<String>, QueueError> {
+    let client =
+        redis::Client::open(url).map_err(|e| QueueError::Refused(format!("{url}: {e}")))?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(10))
+        .map_err(map_error)?;
+    conn.set_read_timeout(Some(IO_TIMEOUT)).map_err(map_error)?;
+    let names: Vec<Vec<u8>> = redis::cmd("SRANDMEMBER")
+        .arg(RUNS)
+        .arg(MAX_RUNS_LISTED)
+        .query(&mut conn)
+        .map_err(map_error)?;
+    let mut runs: Vec<String> = names
+        .into_iter()
+        .filter_map(|n| String::from_utf8(n).ok())
+        .filter(|n| check_run_name(n).is_ok())
+        .collect();
+    runs.sort();
+    Ok(runs)
+}
+
 fn check_run_name(run: &str) -> Result<(), QueueError> {
     let ok = !run.is_empty()
         && run.len() <= 64
