@@ -5,6 +5,7 @@ use crate::cmd_tasks::{open_redis, QueueArgs};
 use crate::exit;
 use accord_engine::task::Task;
 use accord_engine::task_run::keys;
+use accord_engine::WorkerFigures;
 use accord_queue::{QueueError, RunState, Stats, TaskQueue};
 
 #[derive(clap::Args, Debug)]
@@ -108,7 +109,7 @@ pub fn run(args: ClusterArgs) -> i32 {
 fn act(q: &dyn TaskQueue, args: &ClusterArgs) -> Result<i32, QueueError> {
     let set = |state| q.set_state(state);
     match args.action {
-        Action::Status => println!("{}: {}", args.run, Figures::read(q)?.line()),
+        Action::Status => status(q, &args.run)?,
         Action::Pause => set(RunState::Paused)?,
         Action::Stop => set(RunState::Stopped)?,
         Action::Resume | Action::Restart => {
@@ -122,6 +123,64 @@ fn act(q: &dyn TaskQueue, args: &ClusterArgs) -> Result<i32, QueueError> {
         }
     }
     Ok(exit::OK)
+}
+
+/// The run's figures and each worker's, once; on a terminal, again every
+/// second (with each worker's rate over that second) until the run is
+/// over or the user interrupts.
+fn status(q: &dyn TaskQueue, run: &str) -> Result<(), QueueError> {
+    use std::io::IsTerminal;
+    let live = std::io::stdout().is_terminal();
+    let mut last: Option<(std::time::Instant, Vec<WorkerFigures>)> = None;
+    loop {
+        let f = Figures::read(q)?;
+        let workers = accord_engine::task_run::workers(q)?;
+        let now = std::time::Instant::now();
+        if live {
+            print!("\x1b[H\x1b[2J");
+        }
+        println!("{run}: {}", f.line());
+        for w in &workers {
+            let before = last.as_ref().and_then(|(t, ws)| {
+                let prev = ws.iter().find(|p| p.name == w.name)?;
+                Some((now.duration_since(*t).as_secs_f64(), prev.files, prev.bytes))
+            });
+            println!("  {}", worker_line(w, before));
+        }
+        let over = accord_engine::run_over(q)?;
+        if !live || over {
+            return Ok(());
+        }
+        last = Some((now, workers));
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// One worker's figures: its files and bytes, and its rate (over the last
+/// `(seconds, files, bytes)` when given, else since it joined).
+fn worker_line(w: &WorkerFigures, since_last: Option<(f64, i64, i64)>) -> String {
+    let (secs, files, bytes) = match (since_last, w.joined) {
+        (Some((s, f, b)), _) => (s, w.files - f, w.bytes - b),
+        (None, Some(joined)) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            (now.saturating_sub(joined).max(1) as f64, w.files, w.bytes)
+        }
+        (None, None) => (0.0, 0, 0),
+    };
+    let rate = |n: i64| match secs > 0.0 {
+        true => format!("{:.0}", n.max(0) as f64 / secs),
+        false => "?".into(),
+    };
+    format!(
+        "worker {}: {} files written ({} bytes); {} files/s, {} bytes/s",
+        escape_controls(&w.name),
+        w.files,
+        w.bytes,
+        rate(files),
+        rate(bytes)
+    )
 }
 
 /// Print up to `max` tasks set aside (on stderr); how many there were.

@@ -515,6 +515,19 @@ fn three_cluster_workers_give_the_source_tree() {
     let s = run.status();
     assert_eq!((s.state.as_str(), s.failed), ("done", 0));
     assert_eq!(s.written, inodes(&src));
+    // `status` shows each worker's share and rate.
+    let out = String::from_utf8_lossy(&run.cluster("status").stdout).into_owned();
+    let shares: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("worker w"))
+        .map(|l| {
+            assert!(l.contains(" files/s, "), "{l}");
+            let after = l.split_once(": ").unwrap().1;
+            after.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert_eq!(shares.len(), 3, "{out}");
+    assert_eq!(shares.iter().sum::<u64>(), s.written, "{out}");
 }
 
 #[test]

@@ -62,7 +62,9 @@ pub use sync_side::{
     SideSession,
 };
 pub use task_local::run_workers;
-pub use task_run::{lock_destination, read_spec, run_over, start_run, WorkerEnd, WorkerOptions};
+pub use task_run::{
+    lock_destination, read_spec, run_over, start_run, WorkerEnd, WorkerFigures, WorkerOptions,
+};
 pub use task_spec::RunSpec;
 
 use accord_model::RelPath;

@@ -108,6 +108,7 @@ pub(crate) fn count_written(ctx: &Ctx, files: u64, bytes: u64) -> Result<(), Tas
     q.add(keys::WRITTEN, files as i64)?;
     q.add(keys::BYTES, bytes as i64)?;
     q.add(&keys::written_by(ctx.worker), files as i64)?;
+    q.add(&keys::bytes_by(ctx.worker), bytes as i64)?;
     Ok(())
 }
 

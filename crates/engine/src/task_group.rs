@@ -181,6 +181,8 @@ impl Group {
             self.adds.push(Add::always(keys::BYTES, self.bytes as i64));
             let by = keys::written_by(ctx.worker);
             self.adds.push(Add::always(&by, self.written as i64));
+            let by = keys::bytes_by(ctx.worker);
+            self.adds.push(Add::always(&by, self.bytes as i64));
             (self.written, self.bytes) = (0, 0);
         }
         if self.adds.is_empty() {

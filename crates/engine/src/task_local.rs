@@ -34,6 +34,10 @@ pub fn run_workers(
         ),
         Err(f) => return vec![WorkerEnd::Fatal(f.to_string())],
     };
+    if let Some(q) = queues.first() {
+        // Only for `accord cluster status`: a run goes on without it.
+        let _ = crate::task_run::join_run(*q, &opts.name);
+    }
     let memos = (opts.memo_dir.is_some() && spec.xattrs.any()).then(|| TaskMemos::load(&src, &dst));
     let per_thread = pool_threads(queues.len());
     let mut ends = std::thread::scope(|s| {

@@ -67,6 +67,71 @@ pub mod keys {
     pub fn written_by(worker: &str) -> Vec<u8> {
         format!("w\0{worker}").into_bytes()
     }
+
+    /// Bytes written by one worker.
+    pub fn bytes_by(worker: &str) -> Vec<u8> {
+        format!("wb\0{worker}").into_bytes()
+    }
+
+    /// How many workers joined the run; the name of the `n`th (from 1);
+    /// when a worker first joined (seconds since the epoch).
+    pub const WORKERS: &[u8] = b"workers";
+    pub fn worker(n: i64) -> Vec<u8> {
+        format!("wk\0{n}").into_bytes()
+    }
+    pub fn joined(worker: &str) -> Vec<u8> {
+        format!("wj\0{worker}").into_bytes()
+    }
+}
+
+/// Most workers `workers` lists (the store is anybody's to write).
+const MAX_WORKERS_LISTED: i64 = 10_000;
+
+/// What one worker did in a run (`accord cluster status`).
+#[derive(Debug, Clone)]
+pub struct WorkerFigures {
+    pub name: String,
+    pub files: i64,
+    pub bytes: i64,
+    /// When it first joined the run (seconds since the epoch), if known.
+    pub joined: Option<u64>,
+}
+
+/// Enter `worker` in the run's list of workers (once, however often it
+/// joins).
+pub fn join_run(queue: &dyn TaskQueue, worker: &str) -> Result<(), QueueError> {
+    let mark = format!("wm\0{worker}").into_bytes();
+    let (n, first) = queue.add_once(&mark, keys::WORKERS, 1, &[])?;
+    if first {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        queue.put(&keys::joined(worker), now.to_string().as_bytes())?;
+        queue.put(&keys::worker(n), worker.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The run's workers and what each wrote.
+pub fn workers(queue: &dyn TaskQueue) -> Result<Vec<WorkerFigures>, QueueError> {
+    let n = queue.add(keys::WORKERS, 0)?.clamp(0, MAX_WORKERS_LISTED);
+    let mut out = Vec::new();
+    for i in 1..=n {
+        let Some(name) = queue.get(&keys::worker(i))? else {
+            continue;
+        };
+        let name = String::from_utf8_lossy(&name).into_owned();
+        let joined = queue
+            .get(&keys::joined(&name))?
+            .and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok());
+        out.push(WorkerFigures {
+            files: queue.add(&keys::written_by(&name), 0)?,
+            bytes: queue.add(&keys::bytes_by(&name), 0)?,
+            joined,
+            name,
+        });
+    }
+    Ok(out)
 }
 
 /// How a task ended.
