@@ -124,7 +124,7 @@ pub fn serve(
         temps: Mutex::new(HashMap::new()),
         failed_flush: Mutex::new(None),
         rules: Mutex::new(None),
-        sync: SyncServer::new(&replica, cfg.archive_dir.clone()),
+        sync: SyncServer::new(&replica, cfg.archive_dir.clone(), cfg.restrict.is_some()),
         watch: RootWatch::new(replica.root().path(), cfg.archive_dir.as_deref()),
     };
     session.run();
@@ -698,6 +698,7 @@ impl Session<'_> {
             | Request::SyncScan { .. }
             | Request::SyncLookup { .. }
             | Request::SyncRecord
+            | Request::SyncFollow { .. }
             | Request::SyncRules { .. } => {
                 if let Request::SyncRules {
                     excludes,

@@ -19,6 +19,8 @@ pub(crate) struct RemoteSide {
     can_ignore: bool,
     /// The rules were sent: lookups ask to be told what they exclude.
     rules_sent: bool,
+    /// The server agreed to `FEATURE_SYNC_FOLLOW`.
+    can_follow: bool,
 }
 
 impl RemoteSide {
@@ -28,6 +30,7 @@ impl RemoteSide {
         conn: Arc<Conn>,
         other: &[u8],
         can_ignore: bool,
+        can_follow: bool,
     ) -> Result<RemoteSide, SideFailure> {
         let req = Request::SyncOpen {
             other: other.to_vec(),
@@ -38,6 +41,7 @@ impl RemoteSide {
             created,
             can_ignore,
             rules_sent: false,
+            can_follow,
         })
     }
 }
@@ -100,6 +104,14 @@ impl SideSession for RemoteSide {
     }
 
     fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
+        let follows = self.can_ignore && self.can_follow;
+        if !rules.follow.is_empty() && !follows {
+            return Err(SideFailure::Failed(
+                "its accord server is too old to follow links for --follow; upgrade accord \
+                 there, or sync without --follow"
+                    .into(),
+            ));
+        }
         if !self.can_ignore {
             return too_old_for(rules);
         }
@@ -109,6 +121,12 @@ impl SideSession for RemoteSide {
         };
         call(&self.conn, &req, None, |_| Ok(()))?;
         self.rules_sent = true;
+        if self.can_follow {
+            let req = Request::SyncFollow {
+                patterns: rules.follow.clone(),
+            };
+            call(&self.conn, &req, None, |_| Ok(()))?;
+        }
         Ok(())
     }
 

@@ -17,15 +17,22 @@ pub(crate) struct SyncServer<'a> {
     side: Mutex<Option<LocalSide<'a>>>,
     /// The client's ignore rules, for every side this session opens.
     rules: Mutex<Option<SyncRules>>,
+    /// The server confines its roots (`ServerConfig::restrict`).
+    confined: bool,
 }
 
 impl<'a> SyncServer<'a> {
-    pub(crate) fn new(replica: &'a LocalReplica, archive_dir: Option<PathBuf>) -> Self {
+    pub(crate) fn new(
+        replica: &'a LocalReplica,
+        archive_dir: Option<PathBuf>,
+        confined: bool,
+    ) -> Self {
         SyncServer {
             replica,
             archive_dir,
             side: Mutex::new(None),
             rules: Mutex::new(None),
+            confined,
         }
     }
 
@@ -67,11 +74,22 @@ impl<'a> SyncServer<'a> {
                 excludes,
                 ignore_files,
             } => {
+                let follow = self
+                    .rules
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .map(|r| r.follow.clone());
                 let rules = SyncRules {
                     excludes: excludes.clone(),
                     ignore_files: *ignore_files,
+                    follow: follow.unwrap_or_default(),
                 };
                 let done = self.set_rules(rules);
+                put_outcome(&mut e, &done, |_, _| {});
+            }
+            Request::SyncFollow { patterns } => {
+                let done = self.set_follow(patterns);
                 put_outcome(&mut e, &done, |_, _| {});
             }
             Request::SyncRecord => {
@@ -114,6 +132,21 @@ impl<'a> SyncServer<'a> {
         }
         *self.rules.lock().unwrap() = Some(rules);
         Ok(())
+    }
+
+    /// Follow the links `patterns` name from now on, kept with the rules.
+    /// A server that confines its roots (a daemon module, a restricted
+    /// key) follows none: a link the client put there could lead anywhere.
+    fn set_follow(&self, patterns: &[String]) -> Result<(), SideFailure> {
+        if self.confined && !patterns.is_empty() {
+            return Err(SideFailure::Failed(
+                "this server confines its roots to a directory: it follows no link (--follow)"
+                    .into(),
+            ));
+        }
+        let mut rules = self.rules.lock().unwrap().clone().unwrap_or_default();
+        rules.follow = patterns.to_vec();
+        self.set_rules(rules)
     }
 
     fn with_side<T>(
