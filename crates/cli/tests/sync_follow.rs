@@ -116,7 +116,11 @@ fn a_followed_directory_link_is_walked(make_pair: MakePair) {
 
     // New and changed entries on A land inside the link's target.
     pair.write('a', "pics/2024/three.jpg", "three");
-    rewrite(&pair.path('a', "pics/one.jpg"), "one, edited", 2_000_000_000);
+    rewrite(
+        &pair.path('a', "pics/one.jpg"),
+        "one, edited",
+        2_000_000_000,
+    );
     let report = pair.sync_json(&["--follow", "/pics"], 0);
     assert_eq!(
         paths_of(&report, "changes"),
@@ -277,3 +281,22 @@ local_and_remote!(switching_follow_off_and_on_changes_nothing:
     switch_local, switch_ssh, switch_daemon);
 local_and_remote!(a_link_retargeted_during_the_run_is_not_written_through:
     retarget_local, retarget_ssh, retarget_daemon);
+
+/// A daemon module's server follows no link out of the module: a client
+/// could have put any link there. The path is an error; nothing is read.
+#[test]
+fn a_link_out_of_a_daemon_module_is_not_followed() {
+    let daemon = Daemon::start();
+    let pair = Pair::with_remote_b(&daemon.remote_b());
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("secret"), "not served").unwrap();
+    let target = elsewhere.path().join("secret").display().to_string();
+    link(&target, &pair.path('b', "lf"));
+    link("/", &pair.path('b', "top"));
+    pair.write('b', "plain", "served");
+    let report = pair.sync_json(&["--follow", "lf", "--follow", "top"], 2);
+    assert_eq!(paths_of(&report, "errors"), ["lf", "top"]);
+    assert_eq!(paths_of(&report, "changes"), ["plain"]);
+    assert!(!pair.exists('a', "lf"));
+    assert!(!pair.exists('a', "top"));
+}

@@ -30,6 +30,9 @@ use std::sync::{Arc, Mutex, RwLock};
 pub(crate) struct FollowState {
     rules: RwLock<Option<Arc<FollowRules>>>,
     temps: Mutex<HashMap<Vec<u8>, Dir>>,
+    /// Follow only links leading inside this directory (a server's
+    /// confined tree).
+    fence: Option<std::path::PathBuf>,
 }
 
 impl FollowState {
@@ -47,12 +50,20 @@ impl FollowState {
 }
 
 impl LocalReplica {
+    /// Follow only links that lead inside `base` (a server confined to a
+    /// tree, into which a client may have put any link).
+    pub fn with_follow_fence(mut self, base: &std::path::Path) -> LocalReplica {
+        self.follow.fence = Some(base.to_path_buf());
+        self
+    }
+
     /// Follow the links `patterns` name from now on (none: follow none).
     pub fn set_follow(&self, patterns: &[String]) -> io::Result<()> {
         let rules = if patterns.is_empty() {
             None
         } else {
-            Some(Arc::new(FollowRules::new(patterns)?))
+            let rules = FollowRules::new(patterns)?.fenced(self.follow.fence.as_deref());
+            Some(Arc::new(rules))
         };
         *self.follow.rules.write().unwrap() = rules;
         Ok(())
@@ -86,7 +97,7 @@ impl LocalReplica {
         let name = path.file_name();
         let is_link = dir.stat(name).is_ok_and(|st| st.kind == Kind::Symlink);
         if is_link && follow.follows(path, false) {
-            let target = accord_fsys::resolve_link(&dir, name)?;
+            let target = follow.resolve(&dir, name)?;
             return target.dir.open_read(&target.name);
         }
         dir.open_read(name)
@@ -139,7 +150,7 @@ impl<'a> LocalDir<'a> {
         if !self.dir.stat(name).is_ok_and(|st| st.kind == Kind::Symlink) {
             return Ok(None);
         }
-        let target = accord_fsys::resolve_link(&self.dir, name)?;
+        let target = follow.resolve(&self.dir, name)?;
         if !follow.follows(&path, target.stat.kind == Kind::Dir) {
             return Ok(None);
         }

@@ -17,6 +17,7 @@ use crate::{check_name, cvt_retry, Dir, Listing, Root, Scan, ScanOptions, Stat};
 use accord_model::{Entry, Kind, PathFailure, Props, RelPath, Time};
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 
 /// Most links followed one after another from one followed link (the
 /// kernel's own limit for a path).
@@ -25,13 +26,41 @@ const MAX_HOPS: usize = 40;
 /// The links a sync follows: gitignore-syntax patterns, as `--exclude`.
 pub struct FollowRules {
     rules: IgnoreRules,
+    /// Follow only links that lead inside this directory (canonical): a
+    /// server confined to a tree (a daemon module, a restricted key).
+    fence: Option<PathBuf>,
 }
 
 impl FollowRules {
     pub fn new(patterns: &[String]) -> io::Result<FollowRules> {
         Ok(FollowRules {
             rules: IgnoreRules::new(patterns)?,
+            fence: None,
         })
+    }
+
+    /// Follow only the links that lead inside `base` (a client may have
+    /// put any link in a confined tree: one out of it is refused).
+    pub fn fenced(mut self, base: Option<&Path>) -> FollowRules {
+        self.fence = base.map(crate::canonical);
+        self
+    }
+
+    /// Resolve the followed link `name` in `dir` (`resolve_link`), refused
+    /// when it leads out of the fence.
+    pub fn resolve(&self, dir: &Dir, name: &[u8]) -> io::Result<Followed> {
+        let target = resolve_link(dir, name)?;
+        if let Some(fence) = &self.fence {
+            // The directory the kernel opened, by the path it knows it by:
+            // what is used from here on is beneath it, by name, unfollowed.
+            let at = std::fs::read_link(format!("/proc/self/fd/{}", target.dir.raw()))?;
+            if !at.starts_with(fence) {
+                return Err(io::Error::other(
+                    "the followed link leads out of the tree this server serves",
+                ));
+            }
+        }
+        Ok(target)
     }
 
     /// The patterns, as given.
@@ -137,7 +166,7 @@ fn split_target(target: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// Resolve the link `name` in `dir` to its final target, through links
 /// to links (at most `MAX_HOPS`). An error when it dangles or loops.
-pub fn resolve_link(dir: &Dir, name: &[u8]) -> io::Result<Followed> {
+fn resolve_link(dir: &Dir, name: &[u8]) -> io::Result<Followed> {
     let first = dir.read_link(name)?;
     let mut base = dir.try_clone()?;
     base.repair = false;
@@ -215,7 +244,7 @@ fn enter_link(
     if !is_link || !follow.follows(at, true) {
         return None;
     }
-    Some(resolve_link(dir, name).and_then(|target| {
+    Some(follow.resolve(dir, name).and_then(|target| {
         if target.stat.kind != Kind::Dir {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
@@ -321,7 +350,7 @@ fn follow_one(
     chain: &[(u64, u64)],
     follow: &FollowRules,
 ) -> io::Result<Option<(Entry, Time)>> {
-    let target = resolve_link(dir, path.file_name())?;
+    let target = follow.resolve(dir, path.file_name())?;
     let to_dir = target.stat.kind == Kind::Dir;
     if !follow.follows(path, to_dir) {
         return Ok(None);

@@ -23,8 +23,8 @@ mod xattr;
 
 pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
 pub use follow::{
-    flush_file, list_dir_following, open_dir_following, resolve_link, same_dir, FollowListing,
-    FollowRules, Followed,
+    flush_file, list_dir_following, open_dir_following, same_dir, FollowListing, FollowRules,
+    Followed,
 };
 pub use mapped::Mapped;
 pub use memo::DigestMemo;

@@ -124,7 +124,7 @@ pub fn serve(
         temps: Mutex::new(HashMap::new()),
         failed_flush: Mutex::new(None),
         rules: Mutex::new(None),
-        sync: SyncServer::new(&replica, cfg.archive_dir.clone(), cfg.restrict.is_some()),
+        sync: SyncServer::new(&replica, cfg.archive_dir.clone()),
         watch: RootWatch::new(replica.root().path(), cfg.archive_dir.as_deref()),
     };
     session.run();
@@ -183,7 +183,8 @@ fn open_root(
     }
     let rel = RelPath::new(&rel)
         .map_err(|e| format!("{}: {e}", accord_model::escape_for_display(asked)))?;
-    Ok(accord_fsys::Root::open_beneath(base, &rel, create).map(LocalReplica::from_root))
+    Ok(accord_fsys::Root::open_beneath(base, &rel, create)
+        .map(|root| LocalReplica::from_root(root).with_follow_fence(base)))
 }
 
 struct Session<'a> {

@@ -17,22 +17,15 @@ pub(crate) struct SyncServer<'a> {
     side: Mutex<Option<LocalSide<'a>>>,
     /// The client's ignore rules, for every side this session opens.
     rules: Mutex<Option<SyncRules>>,
-    /// The server confines its roots (`ServerConfig::restrict`).
-    confined: bool,
 }
 
 impl<'a> SyncServer<'a> {
-    pub(crate) fn new(
-        replica: &'a LocalReplica,
-        archive_dir: Option<PathBuf>,
-        confined: bool,
-    ) -> Self {
+    pub(crate) fn new(replica: &'a LocalReplica, archive_dir: Option<PathBuf>) -> Self {
         SyncServer {
             replica,
             archive_dir,
             side: Mutex::new(None),
             rules: Mutex::new(None),
-            confined,
         }
     }
 
@@ -134,16 +127,10 @@ impl<'a> SyncServer<'a> {
         Ok(())
     }
 
-    /// Follow the links `patterns` name from now on, kept with the rules.
-    /// A server that confines its roots (a daemon module, a restricted
-    /// key) follows none: a link the client put there could lead anywhere.
+    /// Follow the links `patterns` name from now on, kept with the rules
+    /// (a server confined to a tree follows only links that stay in it:
+    /// `LocalReplica::with_follow_fence`).
     fn set_follow(&self, patterns: &[String]) -> Result<(), SideFailure> {
-        if self.confined && !patterns.is_empty() {
-            return Err(SideFailure::Failed(
-                "this server confines its roots to a directory: it follows no link (--follow)"
-                    .into(),
-            ));
-        }
         let mut rules = self.rules.lock().unwrap().clone().unwrap_or_default();
         rules.follow = patterns.to_vec();
         self.set_rules(rules)
