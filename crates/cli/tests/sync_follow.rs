@@ -300,3 +300,31 @@ fn a_link_out_of_a_daemon_module_is_not_followed() {
     assert!(!pair.exists('a', "lf"));
     assert!(!pair.exists('a', "top"));
 }
+
+/// A profile's `follow = [...]` is `--follow` once per pattern.
+#[test]
+fn a_profile_names_the_links_to_follow() {
+    let pair = Pair::new();
+    let outside = outside_b(&pair);
+    std::fs::write(outside.join("notes"), "from the profile").unwrap();
+    link("../outside/notes", &pair.path('b', "notes"));
+    link("../outside/notes", &pair.path('b', "opaque"));
+    let config = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(config.path().join("accord")).unwrap();
+    let profile = format!(
+        "roots = [{:?}, {:?}]\nfollow = [\"/notes\"]\n",
+        pair.a.display().to_string(),
+        pair.b.display().to_string()
+    );
+    std::fs::write(config.path().join("accord/both.toml"), profile).unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["sync", "both", "--batch", "--json"])
+        .env("XDG_CONFIG_HOME", config.path())
+        .env("ACCORD_STATE_DIR", &pair.state)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(is_plain_file(&pair.path('a', "notes")));
+    assert_eq!(pair.read('a', "notes").as_deref(), Some("from the profile"));
+    assert!(is_link_to(&pair.path('a', "opaque"), "../outside/notes"));
+}

@@ -62,6 +62,20 @@ fn too_old_for(rules: &SyncRules) -> Result<(), SideFailure> {
     ))
 }
 
+/// A server that did not agree to `FEATURE_SYNC_FOLLOW` would walk its
+/// followed links as links (and their targets' copies on the other side
+/// would look like updates): a run with `--follow` is refused.
+fn too_old_to_follow(rules: &SyncRules, server_follows: bool) -> Result<(), SideFailure> {
+    if rules.follow.is_empty() || server_follows {
+        return Ok(());
+    }
+    Err(SideFailure::Failed(
+        "its accord server is too old to follow links for --follow; upgrade accord there, \
+         or sync without --follow"
+            .into(),
+    ))
+}
+
 /// Send `req` (with `body`), and decode its outcome with `get`.
 fn call<T>(
     conn: &Arc<Conn>,
@@ -104,14 +118,7 @@ impl SideSession for RemoteSide {
     }
 
     fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
-        let follows = self.can_ignore && self.can_follow;
-        if !rules.follow.is_empty() && !follows {
-            return Err(SideFailure::Failed(
-                "its accord server is too old to follow links for --follow; upgrade accord \
-                 there, or sync without --follow"
-                    .into(),
-            ));
-        }
+        too_old_to_follow(rules, self.can_ignore && self.can_follow)?;
         if !self.can_ignore {
             return too_old_for(rules);
         }
@@ -168,5 +175,15 @@ mod tests {
         rules.excludes.push("*.o".into());
         let refused = too_old_for(&rules).unwrap_err().to_string();
         assert!(refused.contains("too old to apply --exclude"), "{refused}");
+    }
+
+    #[test]
+    fn a_server_that_does_not_follow_is_refused_only_for_follow_patterns() {
+        let mut rules = SyncRules::default();
+        assert!(too_old_to_follow(&rules, false).is_ok());
+        rules.follow.push("notes".into());
+        assert!(too_old_to_follow(&rules, true).is_ok());
+        let refused = too_old_to_follow(&rules, false).unwrap_err().to_string();
+        assert!(refused.contains("too old to follow links"), "{refused}");
     }
 }
