@@ -388,3 +388,124 @@ pub fn same_dir(a: &Dir, b: &Dir) -> io::Result<bool> {
     let (x, y) = (a.stat_self()?, b.stat_self()?);
     Ok((x.dev, x.ino) == (y.dev, y.ino))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn rel(path: &str) -> RelPath {
+        RelPath::new(path.as_bytes()).unwrap()
+    }
+
+    fn opts() -> ScanOptions<'static> {
+        ScanOptions {
+            xattrs: crate::XattrFilter {
+                xattrs: false,
+                acls: false,
+                user_only: false,
+            },
+            xattr_memo: None,
+            listing_memo: None,
+            read_ignore_files: false,
+            source: false,
+        }
+    }
+
+    fn rules(patterns: &[&str]) -> FollowRules {
+        let patterns: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
+        FollowRules::new(&patterns).unwrap()
+    }
+
+    #[test]
+    fn a_target_splits_at_its_last_name_unless_it_names_a_directory() {
+        assert_eq!(split_target(b"f"), Some((&b""[..], &b"f"[..])));
+        assert_eq!(split_target(b"../x/f"), Some((&b"../x"[..], &b"f"[..])));
+        assert_eq!(split_target(b"/f"), Some((&b"/"[..], &b"f"[..])));
+        for whole in [&b"/"[..], b"..", b".", b"a/..", b"d/"] {
+            assert_eq!(split_target(whole), None, "{whole:?}");
+        }
+    }
+
+    #[test]
+    fn a_link_to_a_link_resolves_to_the_last_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root_path = tmp.path().join("root");
+        std::fs::create_dir_all(tmp.path().join("out/d")).unwrap();
+        std::fs::create_dir_all(&root_path).unwrap();
+        std::fs::write(tmp.path().join("out/d/f"), "x").unwrap();
+        symlink("d/f", tmp.path().join("out/second")).unwrap();
+        symlink("../out/second", root_path.join("first")).unwrap();
+        symlink("nowhere", root_path.join("dangling")).unwrap();
+        symlink("loop", root_path.join("loop")).unwrap();
+        let root = Root::open(&root_path).unwrap();
+        let target = resolve_link(root.dir(), b"first").unwrap();
+        assert_eq!(target.link, b"../out/second");
+        assert_eq!(target.name, b"f");
+        assert_eq!(target.stat.kind, Kind::File);
+        let dangling = resolve_link(root.dir(), b"dangling").unwrap_err();
+        assert_eq!(dangling.raw_os_error(), Some(libc::ENOENT));
+        let looping = resolve_link(root.dir(), b"loop").unwrap_err();
+        assert_eq!(looping.raw_os_error(), Some(libc::ELOOP));
+    }
+
+    #[test]
+    fn only_named_links_are_entered_and_never_an_ancestor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root_path = tmp.path().join("root");
+        std::fs::create_dir_all(root_path.join("a/b")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("out/inner")).unwrap();
+        symlink("../out", root_path.join("followed")).unwrap();
+        symlink("../out", root_path.join("other")).unwrap();
+        symlink("../..", root_path.join("a/b/up")).unwrap();
+        let root = Root::open(&root_path).unwrap();
+        let follow = rules(&["followed", "up"]);
+        let (_, chain) = open_dir_following(&root, &rel("followed/inner"), &follow).unwrap();
+        assert_eq!(chain.len(), 3);
+        assert!(open_dir_following(&root, &rel("other/inner"), &follow).is_err());
+        let up = open_dir_following(&root, &rel("a/b/up"), &follow).unwrap_err();
+        assert!(up.to_string().contains("loops back"), "{up}");
+        // Listed: the followed link as a directory with its target, the
+        // other as a link, the loop as broken.
+        let listed = list_dir_following(
+            &root,
+            &rel("a/b"),
+            &IgnoreRules::default(),
+            &opts(),
+            &follow,
+        );
+        assert_eq!(listed.broken.len(), 1);
+        assert_eq!(listed.broken[0].path, rel("a/b/up"));
+        let top = list_dir_following(
+            &root,
+            &RelPath::root(),
+            &IgnoreRules::default(),
+            &opts(),
+            &follow,
+        );
+        let listing = top.listing.unwrap();
+        let followed = listing.subdirs.iter().find(|e| e.path == rel("followed"));
+        assert_eq!(
+            followed.and_then(|e| e.link_target.clone()),
+            Some(b"../out".to_vec())
+        );
+        let other = listing.entries.iter().find(|e| e.path == rel("other"));
+        assert_eq!(other.map(|e| e.kind), Some(Kind::Symlink));
+        assert_eq!(listing.ctimes().map(<[Time]>::len), Some(4));
+    }
+
+    #[test]
+    fn a_fenced_rule_refuses_a_link_out_of_its_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let served = tmp.path().join("served");
+        std::fs::create_dir_all(served.join("root/d")).unwrap();
+        std::fs::write(tmp.path().join("secret"), "x").unwrap();
+        symlink("../../secret", served.join("root/out")).unwrap();
+        symlink("d", served.join("root/in")).unwrap();
+        let root = Root::open(&served.join("root")).unwrap();
+        let follow = rules(&["out", "in"]).fenced(Some(&served));
+        let refused = follow.resolve(root.dir(), b"out").unwrap_err();
+        assert!(refused.to_string().contains("out of the tree"), "{refused}");
+        assert!(follow.resolve(root.dir(), b"in").is_ok());
+    }
+}
