@@ -95,6 +95,17 @@ fn a_followed_file_link_syncs_both_ways(make_pair: MakePair) {
 
     let report = pair.sync_json(&["--follow", "notes"], 0);
     assert!(paths_of(&report, "changes").is_empty(), "{report}");
+
+    // Deleted on A: B's link goes, what it pointed to stays.
+    std::fs::remove_file(pair.path('a', "notes")).unwrap();
+    pair.write('a', "keep", "so that A is not empty");
+    let report = pair.sync_json(&["--follow", "notes", "--max-delete", "100%"], 0);
+    assert_eq!(paths_of(&report, "changes"), ["keep", "notes"]);
+    assert!(!pair.exists('b', "notes"));
+    assert_eq!(
+        std::fs::read_to_string(outside.join("notes")).unwrap(),
+        "edited through B"
+    );
 }
 
 fn a_followed_directory_link_is_walked(make_pair: MakePair) {
@@ -142,6 +153,18 @@ fn a_followed_directory_link_is_walked(make_pair: MakePair) {
     assert_eq!(paths_of(&report, "changes"), ["pics/2024/three.jpg"]);
     assert!(!outside.join("photos/2024/three.jpg").exists());
     assert!(outside.join("photos/2024/two.jpg").exists());
+
+    // The whole directory deleted on A: its entries go inside the target
+    // (as any directory's), then B's link; the target directory stays.
+    std::fs::remove_dir_all(pair.path('a', "pics")).unwrap();
+    pair.write('a', "keep", "so that A is not empty");
+    pair.sync_json(&["--follow", "/pics", "--max-delete", "100%"], 0);
+    assert!(!pair.exists('b', "pics"));
+    assert!(outside.join("photos").is_dir());
+    assert_eq!(
+        std::fs::read_dir(outside.join("photos")).unwrap().count(),
+        0
+    );
 }
 
 fn an_unmatched_link_stays_a_link(make_pair: MakePair) {
