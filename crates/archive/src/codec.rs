@@ -125,14 +125,18 @@ fn check_time(what: &str, time: Time) -> Result<(), String> {
 
 fn check_link_target(entry: &Entry) -> Result<(), String> {
     match (&entry.link_target, entry.kind) {
-        (Some(target), Kind::Symlink) => {
+        // A file or directory seen through a link a sync follows keeps
+        // the link's target: the archive says what the path was seen as.
+        (Some(target), Kind::Symlink | Kind::File | Kind::Dir) => {
             if target.is_empty() || target.len() > MAX_PATH_LEN || target.contains(&0) {
                 return Err("a link target is empty, too long or holds a NUL".into());
             }
             Ok(())
         }
         (None, Kind::Symlink) => Err("a symlink is recorded without its target".into()),
-        (Some(_), _) => Err("only a symlink has a link target".into()),
+        (Some(_), _) => {
+            Err("only a symlink, or what a followed one leads to, has a link target".into())
+        }
         (None, _) => Ok(()),
     }
 }

@@ -283,8 +283,19 @@ fn an_entry_out_of_bounds_is_not_stored_and_the_batch_goes_on() {
     ]);
     let mut bad_time = observed(b"t", Kind::Dir);
     bad_time.ctime.nsec = 1_000_000_000;
+    // Only a symlink, or a file or directory seen through a followed one,
+    // has a link target.
+    let mut fifo_target = observed(b"p", Kind::Fifo);
+    fifo_target.entry.link_target = Some(b"../elsewhere".to_vec());
     let mut batch = archive.batch().unwrap();
-    for bad in [no_fingerprint, bad_mode, no_target, unsorted, bad_time] {
+    for bad in [
+        no_fingerprint,
+        bad_mode,
+        no_target,
+        unsorted,
+        bad_time,
+        fifo_target,
+    ] {
         let error = batch.put(&bad).unwrap_err();
         assert!(matches!(error, ArchiveError::Unstorable { .. }), "{error}");
     }
@@ -446,7 +457,8 @@ const HOSTILE_EDITS: &[&str] = &[
     "UPDATE entries SET gid = 4294967296",
     "UPDATE entries SET mtime_ns = 1000000000",
     "UPDATE entries SET ctime_ns = -1",
-    "UPDATE entries SET link_target = X'2F'",
+    // A file may carry a followed link's target, never one with a NUL.
+    "UPDATE entries SET link_target = X'2F00'",
     "UPDATE entries SET xattrs = X'FFFFFFFF'",
     "UPDATE entries SET xattrs = X'01000000FFFF'",
     "UPDATE entries SET xattrs = X'0100000001006100000100'",
@@ -656,4 +668,19 @@ proptest! {
             prop_assert_eq!(got, want);
         }
     }
+}
+
+#[test]
+fn what_a_followed_link_led_to_keeps_the_links_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut archive = open(dir.path());
+    let mut file = observed(b"l", Kind::File);
+    file.entry.link_target = Some(b"../outside/f".to_vec());
+    let mut dir_entry = observed(b"m", Kind::Dir);
+    dir_entry.entry.link_target = Some(b"/elsewhere".to_vec());
+    put_all(&mut archive, &[file.clone(), dir_entry.clone()]);
+    drop(archive);
+    let archive = open(dir.path());
+    assert_eq!(archive.get(&path(b"l")).unwrap(), Some(file));
+    assert_eq!(archive.get(&path(b"m")).unwrap(), Some(dir_entry));
 }

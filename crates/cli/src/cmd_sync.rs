@@ -51,7 +51,8 @@ Profiles: accord sync NAME reads the roots and options of $XDG_CONFIG_HOME/accor
 Options on the command line win (a list adds to the profile's).\n\n\
 Ignore rules: --exclude, --exclude-from and .accordignore files (gitignore syntax, as for \
 accord mirror) leave paths out of the sync on both sides; a path excluded by either side's \
-rules is left alone on both."
+rules is left alone on both.\n\n\
+Symlinks are synced as links unless --follow names them (as Unison's follow preference)."
 )]
 pub struct SyncArgs {
     /// The first root (A): an existing directory, local or remote (alone:
@@ -133,6 +134,14 @@ pub struct SyncArgs {
     /// gitignore syntax, exclude on both sides what they match).
     #[arg(long)]
     no_ignore_files: bool,
+    /// Treat the symlinks whose paths match PATTERN (gitignore syntax, as
+    /// --exclude; repeatable) as what they point to: a link to a file is
+    /// synced as that file (an update is written through the link into
+    /// its target), a link to a directory is walked as a directory. Other
+    /// links stay links. A followed link that dangles or loops is an
+    /// error for its path, never a deletion.
+    #[arg(long, value_name = "PATTERN")]
+    follow: Vec<String>,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -226,6 +235,7 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.rules =
         crate::sync_rules::rules_of(&args.exclude, &args.exclude_from, args.no_ignore_files)
             .map_err(|e| usage(&e))?;
+    cfg.rules.follow = crate::sync_rules::follow_of(&args.follow).map_err(|e| usage(&e))?;
     cfg.checksum = args.checksum;
     cfg.times = args.times;
     cfg.max_delete = max_delete;

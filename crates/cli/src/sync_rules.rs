@@ -24,10 +24,11 @@ pub fn rules_of(
             .map_err(|e| format!("cannot read --exclude-from {}: {e}", file.display()))?;
         patterns.extend(pattern_lines(&text));
     }
-    check(&patterns)?;
+    check(&patterns, "exclude")?;
     Ok(SyncRules {
         excludes: patterns,
         ignore_files: !no_ignore_files,
+        follow: Vec::new(),
     })
 }
 
@@ -54,19 +55,27 @@ fn read_bounded(file: &PathBuf) -> std::io::Result<String> {
     String::from_utf8(bytes).map_err(|_| std::io::Error::other("not UTF-8"))
 }
 
-fn check(patterns: &[String]) -> Result<(), String> {
+/// `--follow` patterns, checked as `--exclude`'s (the same syntax and
+/// matcher, and they travel to a server the same way).
+pub fn follow_of(patterns: &[String]) -> Result<Vec<String>, String> {
+    check(patterns, "follow")?;
+    Ok(patterns.to_vec())
+}
+
+fn check(patterns: &[String], what: &str) -> Result<(), String> {
     if patterns.len() as u64 > MAX_PATTERNS {
-        return Err(format!("more than {MAX_PATTERNS} exclude patterns"));
+        return Err(format!("more than {MAX_PATTERNS} {what} patterns"));
     }
     if let Some(long) = patterns.iter().find(|p| p.len() > MAX_PATTERN) {
         let start: String = long.chars().take(40).collect();
         return Err(format!(
-            "an exclude pattern longer than {MAX_PATTERN} bytes ({start}...)"
+            "a{} {what} pattern longer than {MAX_PATTERN} bytes ({start}...)",
+            if what.starts_with('e') { "n" } else { "" }
         ));
     }
     IgnoreRules::new(patterns)
         .map(|_| ())
-        .map_err(|e| format!("bad exclude pattern: {e}"))
+        .map_err(|e| format!("bad {what} pattern: {e}"))
 }
 
 #[cfg(test)]

@@ -30,6 +30,16 @@
 //! holds excluded entries on the other is not deleted there, since that
 //! would delete what is excluded (the path fails, as rsync's `--delete`
 //! does); Unison deletes it with them.
+//!
+//! Follow rules: the scenarios of `follow_scenarios` run `--follow`
+//! against Unison's `-follow` (`Path link` is `/link`, `Name link` is
+//! `link`): a followed link to a file or a directory, an update written
+//! through it, and follow turned on between the syncs. Deliberately
+//! different (not in this matrix; `sync_follow.rs` checks it): follow
+//! turned off after a sync that followed a link is no change by itself
+//! (Accord's archive records that the path was seen through the link);
+//! Unison takes the link for a new update and replaces the other side's
+//! copy with the link.
 
 mod mirror_common;
 mod remote_common;
@@ -64,11 +74,13 @@ fn base_tree(root: &Path) {
 }
 
 /// Run unison on the pair; returns the paths it skipped as conflicts.
-fn unison(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
+/// `follow`: the rules are `-follow` preferences, not `-ignore` ones.
+fn unison(pair: &Pair, rules: &[&str], follow: bool) -> BTreeSet<String> {
     fs::create_dir_all(pair.state.join("unison")).unwrap();
+    let option = if follow { "-follow" } else { "-ignore" };
     let out = Command::new("unison")
         .args(["-batch", "-auto", "-times=false", "-confirmbigdel=false"])
-        .args(rules.iter().flat_map(|rule| ["-ignore", rule]))
+        .args(rules.iter().flat_map(|rule| [option, rule]))
         .arg(&pair.a)
         .arg(&pair.b)
         .env("UNISON", pair.state.join("unison"))
@@ -86,9 +98,11 @@ fn unison(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
         .collect()
 }
 
-fn accord(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
+/// `follow`: the rules are `--follow` patterns, not `--exclude` ones.
+fn accord(pair: &Pair, rules: &[&str], follow: bool) -> BTreeSet<String> {
     let mut args = vec!["--json", "--max-delete", "100%"];
-    args.extend(rules.iter().flat_map(|rule| ["--exclude", rule]));
+    let option = if follow { "--follow" } else { "--exclude" };
+    args.extend(rules.iter().flat_map(|rule| [option, rule]));
     let out = pair.sync(&args);
     assert!(
         matches!(out.status.code(), Some(0) | Some(1)),
@@ -294,6 +308,8 @@ struct Rules {
     unison: &'static [&'static str],
     in_first_sync: bool,
     in_second_sync: bool,
+    /// The rules are follow rules (`--follow`, `-follow`).
+    follow: bool,
 }
 
 impl Rules {
@@ -326,7 +342,68 @@ fn rules(
         unison: both.1,
         in_first_sync: first,
         in_second_sync: second,
+        follow: false,
     }
+}
+
+fn follow(
+    both: (&'static [&'static str], &'static [&'static str]),
+    first: bool,
+    second: bool,
+) -> Rules {
+    Rules {
+        follow: true,
+        ..rules(both, first, second)
+    }
+}
+
+const LINK_BY_PATH: (&[&str], &[&str]) = (&["/link"], &["Path link"]);
+const LINK_BY_NAME: (&[&str], &[&str]) = (&["link"], &["Name link"]);
+const DIR_LINK: (&[&str], &[&str]) = (&["/dlink"], &["Path dlink"]);
+
+/// Scenarios with follow rules, Unison's and ours meaning the same
+/// (the base tree's `link` points to `f`).
+fn follow_scenarios() -> Vec<(&'static str, Rules, Change)> {
+    vec![
+        (
+            "a followed link: its target edited on a",
+            follow(LINK_BY_PATH, true, true),
+            |a, _| write(a, "f", "f edited on a, so is the link"),
+        ),
+        (
+            "a followed link by name: a new file beside it on b",
+            follow(LINK_BY_NAME, true, true),
+            |_, b| write(b, "dir/new", "new on b"),
+        ),
+        (
+            "a followed link to a directory, made on a",
+            follow(DIR_LINK, true, true),
+            |a, _| symlink("dir", a.join("dlink")).unwrap(),
+        ),
+        (
+            "a followed link to a directory, made on a, a file beneath it on b",
+            follow(DIR_LINK, true, true),
+            |a, b| {
+                symlink("dir", a.join("dlink")).unwrap();
+                write(b, "dir/sub/z", "new on b");
+            },
+        ),
+        (
+            "a followed link: the file on b edited, written through a's link",
+            follow(LINK_BY_PATH, true, true),
+            |_, b| write(b, "link", "edited on b, longer"),
+        ),
+        (
+            "follow turned on: both links lead to equal files",
+            follow(LINK_BY_PATH, false, true),
+            |_, _| {},
+        ),
+        (
+            "follow turned on: the target edited on a",
+            follow(LINK_BY_PATH, false, true),
+            |a, _| write(a, "f", "f edited on a"),
+        ),
+    ]
 }
 
 /// Scenarios with ignore rules, Unison's and ours meaning the same.
@@ -411,8 +488,8 @@ fn run_scenario(
         base_tree(&pair.a);
     }
     let (accord_rules, unison_rules) = rules.of_sync(false);
-    accord(&with_accord, accord_rules);
-    unison(&with_unison, unison_rules);
+    accord(&with_accord, accord_rules, rules.follow);
+    unison(&with_unison, unison_rules, rules.follow);
     for pair in [&with_accord, &with_unison] {
         change(&pair.a, &pair.b);
         if lose_archives {
@@ -420,8 +497,8 @@ fn run_scenario(
         }
     }
     let (accord_rules, unison_rules) = rules.of_sync(true);
-    let accord_conflicts = accord(&with_accord, accord_rules);
-    let unison_conflicts = unison(&with_unison, unison_rules);
+    let accord_conflicts = accord(&with_accord, accord_rules, rules.follow);
+    let unison_conflicts = unison(&with_unison, unison_rules, rules.follow);
     eprintln!("{name} (archives lost: {lose_archives}): conflicts {accord_conflicts:?}");
     let mut problems = Vec::new();
     if accord_conflicts != unison_conflicts {
@@ -453,7 +530,8 @@ fn run_matrix(remote: Option<&RemoteB>) {
     let plain = scenarios()
         .into_iter()
         .map(|(name, change)| (name, Rules::default(), change));
-    for (name, rules, change) in plain.chain(ignore_scenarios()) {
+    let all = plain.chain(ignore_scenarios()).chain(follow_scenarios());
+    for (name, rules, change) in all {
         for lose_archives in [false, true] {
             ran += 1;
             if let Err(problem) = run_scenario(name, (change, rules), lose_archives, remote) {

@@ -42,6 +42,9 @@ pub struct LocalReplica {
     /// The state files' key: a digest of the canonical root path.
     state_key: String,
     opts: LocalOptions,
+    /// The links a sync follows (`--follow`), and the temps written
+    /// through them (`local_follow.rs`).
+    pub(crate) follow: crate::local_follow::FollowState,
 }
 
 impl LocalReplica {
@@ -69,6 +72,7 @@ impl LocalReplica {
             state_dir: None,
             state_key: key.as_str()[..24].to_string(),
             opts: LocalOptions::default(),
+            follow: Default::default(),
         }
     }
 
@@ -119,16 +123,17 @@ impl Replica for LocalReplica {
 
     fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {
         let f = self
-            .root
-            .open_file(path)
+            .open_file_following(path)
             .map_err(Error::io(Action::OpenSource))?;
         accord_fsys::hash_file(&f).map_err(Error::io(Action::Fingerprint))
     }
 
     fn open_dir(&self, path: &RelPath) -> io::Result<Box<dyn ReplicaDir + '_>> {
         Ok(Box::new(LocalDir {
-            dir: self.root.open_dir(path)?,
+            dir: self.open_dir_following(path)?,
             replica: self,
+            rel: self.follows().then(|| path.clone()),
+            beyond_link: false,
         }))
     }
 
@@ -174,8 +179,14 @@ impl Replica for LocalReplica {
 
 /// A directory of a [`LocalReplica`].
 pub struct LocalDir<'a> {
-    dir: Dir,
-    replica: &'a LocalReplica,
+    pub(crate) dir: Dir,
+    pub(crate) replica: &'a LocalReplica,
+    /// The directory's path, kept only while the replica follows links
+    /// (`local_follow.rs`); None for a followed link's target directory.
+    pub(crate) rel: Option<RelPath>,
+    /// A followed link's target directory (`LocalDir::beyond`), where no
+    /// partial file of ours is kept.
+    pub(crate) beyond_link: bool,
 }
 
 fn stat_now(dir: &Dir, name: &[u8]) -> io::Result<Option<Found>> {
@@ -244,6 +255,9 @@ impl LocalDir<'_> {
             Side::Source => Action::OpenSource,
             Side::Destination => Action::OpenDestination,
         };
+        if let Some((target, name)) = self.beyond(name).map_err(Error::io(action))? {
+            return target.open_checked(&name, expect, side);
+        }
         let f = match self.dir.open_read(name) {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(Error::Changed(side)),
@@ -279,6 +293,9 @@ impl LocalDir<'_> {
             .dir
             .create_temp(name)
             .map_err(Error::io(Action::WriteTemp))?;
+        // No partial file beside a followed link's target: nothing of ours
+        // lingers outside the root.
+        let keep = || !self.beyond_link && keep();
         let r = fill(&tf).and_then(|()| {
             accord_fsys::set_props_fd(tf.as_fd(), props, mask).map_err(Error::io(Action::SetProps))
         });
@@ -455,6 +472,9 @@ fn delta_err(action: Action) -> impl Fn(accord_delta::DeltaError) -> Error {
 
 impl ReplicaDir for LocalDir<'_> {
     fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
+        if let Some(target) = self.through(name)? {
+            return Ok(Some(target.stat.found()));
+        }
         stat_now(&self.dir, name)
     }
 
@@ -468,6 +488,9 @@ impl ReplicaDir for LocalDir<'_> {
     }
 
     fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        if self.beyond_link || self.follows(name) {
+            return Ok(None);
+        }
         let Some(partial) = accord_model::partial_name(name) else {
             return Ok(None);
         };
@@ -486,6 +509,9 @@ impl ReplicaDir for LocalDir<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Result<Vec<u8>, Error> {
+        if let Some((target, name)) = self.beyond(name).map_err(Error::io(Action::WriteTemp))? {
+            return self.receive_through(target, &name, incoming, props, mask);
+        }
         match incoming {
             // Zero blocks become holes: a sparse file that comes as a
             // stream (from a replica across a wire) stays sparse.
@@ -528,6 +554,12 @@ impl ReplicaDir for LocalDir<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Result<(), Error> {
+        if let Some((target, name)) = self
+            .beyond(name)
+            .map_err(Error::io(Action::UpdateInPlace))?
+        {
+            return target.patch_in_place(&name, expect, delta, props, mask);
+        }
         let delta = Delta::parse(delta).map_err(delta_err(Action::UpdateInPlace))?;
         let mut target = self
             .dir
@@ -573,9 +605,9 @@ impl ReplicaDir for LocalDir<'_> {
     }
 
     fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
-        let root = &self.replica.root;
-        let ldir = root
-            .open_dir(&leader.parent().unwrap_or_default())
+        let ldir = self
+            .replica
+            .open_dir_following(&leader.parent().unwrap_or_default())
             .map_err(Error::io(Action::MakeLink))?;
         let lst = ldir
             .stat(leader.file_name())
@@ -589,6 +621,9 @@ impl ReplicaDir for LocalDir<'_> {
     }
 
     fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
+        if let Some(dir) = self.replica.follow.take_temp(temp) {
+            return self.commit_through(dir, temp, name, expect);
+        }
         recheck(self, name, expect, Side::Destination)?;
         self.dir
             .rename(temp, name)
@@ -596,6 +631,10 @@ impl ReplicaDir for LocalDir<'_> {
     }
 
     fn discard(&self, temp: &[u8]) {
+        if let Some(dir) = self.replica.follow.take_temp(temp) {
+            let _ = dir.unlink(temp);
+            return;
+        }
         let _ = self.dir.unlink(temp);
     }
 
@@ -608,6 +647,11 @@ impl ReplicaDir for LocalDir<'_> {
         mask: PropsMask,
     ) -> Result<(), Error> {
         recheck(self, name, expect, Side::Destination)?;
+        if let Some(target) = self.through(name).map_err(Error::io(Action::SetProps))? {
+            return target
+                .set_props(props, mask)
+                .map_err(Error::io(Action::SetProps));
+        }
         self.dir
             .set_props_at(name, kind, props, mask)
             .map_err(Error::io(Action::SetProps))
@@ -624,15 +668,20 @@ impl ReplicaDir for LocalDir<'_> {
 
     fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
         match self.dir.mkdir(name, 0o700) {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => match self.dir.stat(name) {
-                Ok(st) if st.kind == Kind::Dir => Ok(()),
-                _ => Err(Error::io(Action::MakeDir)(e)),
-            },
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                match ReplicaDir::stat(self, name) {
+                    Ok(Some(st)) if st.kind == Kind::Dir => Ok(()),
+                    _ => Err(Error::io(Action::MakeDir)(e)),
+                }
+            }
             r => r.map_err(Error::io(Action::MakeDir)),
         }
     }
 
     fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
+        if let Some(target) = self.through(name).map_err(Error::io(Action::Delete))? {
+            return self.delete_link(name, &target, expect);
+        }
         let now = match stat_now(&self.dir, name).map_err(Error::io(Action::Delete))? {
             None => return Ok(Deleted::Gone),
             Some(f) => f,
@@ -659,8 +708,7 @@ impl ReplicaDir for LocalDir<'_> {
         let (parent, from_name) = (from.parent().unwrap_or_default(), from.file_name());
         let source = self
             .replica
-            .root
-            .open_dir(&parent)
+            .open_dir_following(&parent)
             .map_err(Error::io(Action::Rename))?;
         let now = stat_now(&source, from_name).map_err(Error::io(Action::Rename))?;
         if !expect.still_holds(now.as_ref()) {

@@ -734,7 +734,8 @@ impl<'a> Propagation<'a> {
 
     /// Record a path whose `to` side now holds `recorded` and whose `from`
     /// side is as scanned.
-    fn done_with(&mut self, item: &SyncItem, from: Side, to: Side, recorded: Observed) {
+    fn done_with(&mut self, item: &SyncItem, from: Side, to: Side, mut recorded: Observed) {
+        crate::sync_follow::seen_as_written(&mut recorded.entry, item.entry(to));
         let mut records = [
             Record::Remove(item.path.clone()),
             Record::Remove(item.path.clone()),

@@ -30,6 +30,9 @@ pub struct SyncRules {
     pub excludes: Vec<String>,
     /// Read each side's `.accordignore` files (`--no-ignore-files`: not).
     pub ignore_files: bool,
+    /// `--follow` patterns: the symlinks each side treats as what they
+    /// point to (`local_follow.rs`; same syntax as `excludes`).
+    pub follow: Vec<String>,
 }
 
 impl Default for SyncRules {
@@ -37,6 +40,7 @@ impl Default for SyncRules {
         SyncRules {
             excludes: Vec::new(),
             ignore_files: true,
+            follow: Vec::new(),
         }
     }
 }
@@ -108,7 +112,7 @@ pub(crate) fn child_excluded(
 /// nothing to take as deleted)?
 fn present_here(replica: &LocalReplica, path: &RelPath) -> bool {
     let parent = path.parent().unwrap_or_default();
-    match replica.root().open_dir(&parent) {
+    match replica.open_dir_following(&parent) {
         Ok(dir) => match dir.stat(path.file_name()) {
             Ok(_) => true,
             Err(e) => e.raw_os_error() != Some(libc::ENOENT),
@@ -120,7 +124,7 @@ fn present_here(replica: &LocalReplica, path: &RelPath) -> bool {
 /// The kind of what is at `path` on this side now, if anything.
 fn kind_here(replica: &LocalReplica, path: &RelPath) -> Option<Kind> {
     let parent = path.parent().unwrap_or_default();
-    let dir = replica.root().open_dir(&parent).ok()?;
+    let dir = replica.open_dir_following(&parent).ok()?;
     dir.stat(path.file_name()).ok().map(|st| st.kind)
 }
 
@@ -236,6 +240,7 @@ mod tests {
         let rules = side_matcher(Some(&SyncRules {
             excludes: vec!["*.o".into()],
             ignore_files: true,
+            follow: Vec::new(),
         }))
         .unwrap();
         assert!(rules.is_excluded(&path(".accord-backup"), true));
@@ -250,6 +255,7 @@ mod tests {
         let rules = side_matcher(Some(&SyncRules {
             excludes: vec!["cache/".into()],
             ignore_files: true,
+            follow: Vec::new(),
         }))
         .unwrap();
         let archived = observed("cache", Kind::Dir);
@@ -298,6 +304,7 @@ mod tests {
         let rules = side_matcher(Some(&SyncRules {
             excludes: vec!["build/".into()],
             ignore_files: true,
+            follow: Vec::new(),
         }))
         .unwrap();
         // Archived as a file, a directory now (excluded, so not listed).

@@ -176,6 +176,10 @@ pub struct LocalSide<'a> {
     /// The last scan's matcher, with the `.accordignore` files it read:
     /// the lookups that follow the scan judge by it.
     matcher: IgnoreRules,
+    /// Links the last scan found no longer followed where the archive
+    /// recorded what they led to (`sync_follow.rs`): the lookups fail the
+    /// paths beneath them.
+    unfollowed: std::cell::RefCell<Vec<RelPath>>,
 }
 
 impl<'a> LocalSide<'a> {
@@ -199,6 +203,7 @@ impl<'a> LocalSide<'a> {
             created,
             rules: None,
             matcher: side_matcher(None)?,
+            unfollowed: Default::default(),
         })
     }
 }
@@ -216,6 +221,9 @@ impl SideSession for LocalSide<'_> {
     }
 
     fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
+        self.replica
+            .set_follow(&rules.follow)
+            .map_err(|e| SideFailure::Failed(format!("a --follow pattern is not valid: {e}")))?;
         self.matcher = side_matcher(Some(rules))?;
         self.rules = Some(rules.clone());
         Ok(())
@@ -231,6 +239,8 @@ impl SideSession for LocalSide<'_> {
             self.walk_rules(),
         );
         walker.stream = walker.archive.map(ArchiveStream::new);
+        self.unfollowed.borrow_mut().clear();
+        walker.unfollowed = Some(&self.unfollowed);
         walker.walk()
     }
 
@@ -248,6 +258,11 @@ impl SideSession for LocalSide<'_> {
                 Some(archive) => archive.get(path)?,
                 None => None,
             };
+            if self.beneath_unfollowed(path) {
+                // As the archive recorded it: this run cannot see it.
+                walker.judge(path, archived.clone(), archived, true);
+                continue;
+            }
             // Paths come in order: one beneath `path` follows it at once,
             // and then `path` is a directory on the other side.
             let asked_beneath = paths
@@ -259,6 +274,9 @@ impl SideSession for LocalSide<'_> {
                 continue;
             }
             let current = walker.current_at(path, &mut lookups)?;
+            if walker.fails_followed(path) {
+                continue;
+            }
             if current.is_none() && excluded.hidden(path) {
                 walker.out.excluded.push(path.clone());
                 continue;
@@ -284,6 +302,14 @@ impl SideSession for LocalSide<'_> {
 }
 
 impl LocalSide<'_> {
+    /// Does `path` lie beneath a link no longer followed?
+    fn beneath_unfollowed(&self, path: &RelPath) -> bool {
+        let unfollowed = self.unfollowed.borrow();
+        unfollowed
+            .iter()
+            .any(|link| path.starts_with(link) && path != link)
+    }
+
     fn walk_rules(&self) -> WalkRules<'_> {
         WalkRules {
             matcher: &self.matcher,
@@ -386,6 +412,11 @@ struct Walker<'a> {
     /// The directory whose entries' extended attributes were read last
     /// (entries of one directory come one after another).
     xattr_dir: Option<(RelPath, accord_fsys::Dir)>,
+    /// Followed links found leading nowhere, by path, until the walk or a
+    /// lookup meets them (`sync_follow.rs`).
+    broken: std::cell::RefCell<HashMap<RelPath, String>>,
+    /// Where the walk notes the links no longer followed (see `LocalSide`).
+    unfollowed: Option<&'a std::cell::RefCell<Vec<RelPath>>>,
 }
 
 fn now_s() -> i64 {
@@ -433,6 +464,8 @@ impl<'a> Walker<'a> {
             scan_start_s: now_s(),
             out: SideScan::default(),
             xattr_dir: None,
+            broken: Default::default(),
+            unfollowed: None,
         }
     }
 
@@ -464,9 +497,12 @@ impl<'a> Walker<'a> {
 
     /// The root, which must be a readable directory.
     fn root_entry(&self) -> Result<Observed, SideFailure> {
-        let (listing, scan) =
-            self.replica
-                .list_dir(&RelPath::root(), self.rules.matcher, &self.scan_options());
+        let listed = self.replica.list_dir_for_sync(
+            &RelPath::root(),
+            self.rules.matcher,
+            &self.scan_options(),
+        );
+        let (listing, scan) = self.keep_broken(listed);
         match listing.map(observed_children) {
             Some(mut all) if scan.errors.is_empty() => Ok(all.swap_remove(0)),
             _ => Err(self.unreadable(scan_detail(&scan))),
@@ -489,6 +525,15 @@ impl<'a> Walker<'a> {
             self.out.counts.scanned += current.is_some() as usize;
             self.out.counts.archived += archived.is_some() as usize;
         }
+        if crate::sync_follow::unfollowed(archived.as_ref(), current.as_ref()) {
+            // Unchanged as seen before; what the archive holds beneath it
+            // is kept, not taken as deleted.
+            if let Some(unfollowed) = self.unfollowed {
+                unfollowed.borrow_mut().push(path.clone());
+            }
+            self.judge(path, archived, current, false);
+            return Ok(());
+        }
         let current_dir = is_dir(&current);
         let descend = current_dir || is_dir(&archived) || self.archived_beneath(path)?;
         if !self.judge(path, archived, current, false) {
@@ -509,9 +554,10 @@ impl<'a> Walker<'a> {
         &mut self,
         path: &RelPath,
         archived: Option<Observed>,
-        mut current: Option<Observed>,
+        current: Option<Observed>,
         always: bool,
     ) -> bool {
+        let mut current = crate::sync_follow::seen_either_way(archived.as_ref(), current);
         if let Some(now) = current.as_mut() {
             self.read_xattrs(path, archived.as_ref(), now);
         }
@@ -557,7 +603,7 @@ impl<'a> Walker<'a> {
     /// without them has none.
     fn read_xattrs(&mut self, path: &RelPath, archived: Option<&Observed>, now: &mut Observed) {
         let filter = xattr_filter(&self.detect.props);
-        if !filter.any() || path.is_root() || now.entry.kind == Kind::Symlink {
+        if !filter.any() || path.is_root() || now.entry.link_target.is_some() {
             return;
         }
         if let Some(was) = archived.filter(|was| ctime_vouches(was, now)) {
@@ -569,7 +615,7 @@ impl<'a> Walker<'a> {
         let parent = path.parent().unwrap_or_default();
         if self.xattr_dir.as_ref().map(|(at, _)| at) != Some(&parent) {
             self.xattr_dir = None;
-            match self.replica.root().open_dir(&parent) {
+            match self.replica.open_dir_following(&parent) {
                 Ok(dir) => self.xattr_dir = Some((parent, dir)),
                 Err(_) => return,
             }
@@ -623,7 +669,9 @@ impl<'a> Walker<'a> {
                 None => None,
             };
             let current = listed.next_if(|o| o.entry.path.file_name() == name.as_slice());
-            if self.excluded(&child, current.as_ref(), archived.as_ref())? {
+            if self.fails_followed(&child)
+                || self.excluded(&child, current.as_ref(), archived.as_ref())?
+            {
                 // Left alone, and its archive entries kept for the day
                 // the rule goes.
                 if let Some(stream) = self.stream.as_mut() {
@@ -670,9 +718,10 @@ impl<'a> Walker<'a> {
 
     /// The entries directly in `path` (None: it is not a directory).
     fn listing(&self, path: &RelPath) -> Result<Option<Vec<Observed>>, SideFailure> {
-        let (listing, scan) = self
+        let listed = self
             .replica
-            .list_dir(path, self.rules.matcher, &self.scan_options());
+            .list_dir_for_sync(path, self.rules.matcher, &self.scan_options());
+        let (listing, scan) = self.keep_broken(listed);
         if !scan.errors.is_empty() || scan.incomplete {
             return Err(self.unreadable(scan_detail(&scan)));
         }
@@ -734,8 +783,34 @@ impl<'a> Walker<'a> {
         }))
     }
 
+    /// Keep the followed links a listing found leading nowhere, for the
+    /// walk or the lookup that meets them.
+    fn keep_broken(
+        &self,
+        listed: accord_fsys::FollowListing,
+    ) -> (Option<accord_fsys::Listing>, accord_fsys::Scan) {
+        let mut broken = self.broken.borrow_mut();
+        for failure in listed.broken {
+            broken.insert(failure.path, failure.message);
+        }
+        (listed.listing, listed.scan)
+    }
+
+    /// Is `path` a followed link that leads nowhere? Then it fails (with
+    /// its subtree: never taken as deleted) and the caller passes it over.
+    fn fails_followed(&mut self, path: &RelPath) -> bool {
+        let Some(message) = self.broken.borrow_mut().remove(path) else {
+            return false;
+        };
+        self.out.failures.push(PathFailure {
+            path: path.clone(),
+            message,
+        });
+        true
+    }
+
     fn is_dir_here(&self, path: &RelPath) -> bool {
-        self.replica.root().open_dir(path).is_ok()
+        self.replica.open_dir_following(path).is_ok()
     }
 }
 

@@ -12,6 +12,7 @@
 //! renamed over the target ([`Dir::rename`]).
 
 mod copy;
+mod follow;
 mod mapped;
 mod memo;
 mod rules;
@@ -21,11 +22,16 @@ mod watch_rules;
 mod xattr;
 
 pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
+pub use follow::{
+    flush_file, list_dir_following, open_dir_following, same_dir, FollowListing, FollowRules,
+    Followed,
+};
 pub use mapped::Mapped;
 pub use memo::DigestMemo;
 pub use rules::{IgnoreRules, IGNORE_FILE, MAX_PATTERN, MAX_PATTERNS};
 pub use scan::{
-    dir_entry, list_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan, ScanOptions,
+    dir_entry, list_dir, list_opened_dir, scan, scan_pair, walk_pair, DirVisit, Listing, Scan,
+    ScanOptions,
 };
 pub use xattr::XattrFilter;
 

@@ -9,7 +9,7 @@ use crate::xattr::{self, XattrFilter};
 use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, PARTIAL_PREFIX, TEMP_PREFIX};
 use accord_model::{Entry, Kind, PathFailure, Props, RelPath, Time};
 use rayon::prelude::*;
-use std::io::Read;
+use std::io::{self, Read};
 use std::sync::Mutex;
 
 /// What a scan reads.
@@ -113,7 +113,7 @@ impl Ctx<'_> {
 /// Largest `.accordignore` read; a larger one is an error, not silently cut.
 const MAX_IGNORE_FILE: u64 = 1 << 20;
 
-fn entry_from(path: RelPath, st: &Stat) -> Entry {
+pub(crate) fn entry_from(path: RelPath, st: &Stat) -> Entry {
     Entry {
         path,
         kind: st.kind,
@@ -154,9 +154,20 @@ pub fn list_dir(
     rules: &IgnoreRules,
     opts: &ScanOptions,
 ) -> (Option<Listing>, Scan) {
+    list_opened_dir(root.open_dir(rel).as_mut(), rel, rules, opts)
+}
+
+/// `list_dir` of a directory the caller opened (`Err`: as its open
+/// failed), e.g. through the links a sync follows (`follow.rs`).
+pub fn list_opened_dir(
+    opened: Result<&mut Dir, &mut io::Error>,
+    rel: &RelPath,
+    rules: &IgnoreRules,
+    opts: &ScanOptions,
+) -> (Option<Listing>, Scan) {
     let ctx = Ctx::new(rules, opts, now_s());
-    let listing = match root.open_dir(rel) {
-        Ok(mut dir) => scan_dir_entries(&mut dir, rel, &ctx, None, None),
+    let listing = match opened {
+        Ok(dir) => scan_dir_entries(dir, rel, &ctx, None, None),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => None,
         Err(e) => {
             ctx.fail_dir(rel, format!("cannot open directory: {e}"));

@@ -160,9 +160,14 @@ pub fn get_entry(d: &mut Dec) -> Result<Entry, ProtoError> {
     } else {
         None
     };
-    if (kind == Kind::Symlink) != link_target.is_some() {
+    // A file or directory seen through a followed link (`sync --follow`)
+    // carries the link's target too; nothing else does.
+    let may_have_target = matches!(kind, Kind::Symlink | Kind::File | Kind::Dir);
+    if (kind == Kind::Symlink && link_target.is_none())
+        || (!may_have_target && link_target.is_some())
+    {
         return Err(ProtoError::Invalid(
-            "a link target on a non-symlink, or none on a symlink".into(),
+            "a link target on a node, or none on a symlink".into(),
         ));
     }
     let hash = if d.bool("hash present")? {

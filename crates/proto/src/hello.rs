@@ -21,8 +21,12 @@ pub const FEATURE_WATCH: u64 = 4;
 /// Feature bit: the server applies a sync's ignore rules to its side
 /// (request 32, `SyncRules`, and lookups that answer "excluded").
 pub const FEATURE_SYNC_IGNORE: u64 = 8;
+/// Feature bit: the server follows the links a sync's `--follow` patterns
+/// name on its side (request 33, `SyncFollow`).
+pub const FEATURE_SYNC_FOLLOW: u64 = 16;
 /// Every feature this build knows.
-pub const FEATURES: u64 = FEATURE_ZSTD | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE;
+pub const FEATURES: u64 =
+    FEATURE_ZSTD | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE | FEATURE_SYNC_FOLLOW;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -190,6 +190,13 @@ pub enum Request {
         excludes: Vec<String>,
         ignore_files: bool,
     },
+    /// Two-way sync: the `--follow` patterns of this side's scans, lookups
+    /// and writes from now on (the symlinks they name are treated as what
+    /// they point to). Sent only to a server that agreed to
+    /// `FEATURE_SYNC_FOLLOW`.
+    SyncFollow {
+        patterns: Vec<String>,
+    },
 }
 
 /// The longest a `WaitChange` may be asked to wait: a client that wants
@@ -301,6 +308,7 @@ impl Request {
                 | Request::SyncLookup { .. }
                 | Request::WaitChange { .. }
                 | Request::SyncRules { .. }
+                | Request::SyncFollow { .. }
         )
     }
 
@@ -337,6 +345,7 @@ impl Request {
             Request::SyncLookup { .. } => "look up",
             Request::SyncRecord => "record in archive",
             Request::SyncRules { .. } => "set ignore rules",
+            Request::SyncFollow { .. } => "set follow rules",
             Request::RenameFrom { .. } => "rename",
             Request::WaitChange { .. } => "wait for a change",
         }
@@ -557,6 +566,10 @@ impl Request {
                 put_patterns(&mut e, excludes);
                 e.bool(*ignore_files);
             }
+            Request::SyncFollow { patterns } => {
+                e.u8(33);
+                put_patterns(&mut e, patterns);
+            }
         }
         e.finish()
     }
@@ -720,6 +733,9 @@ impl Request {
             32 => Request::SyncRules {
                 excludes: get_patterns(&mut d)?,
                 ignore_files: d.bool("read ignore files")?,
+            },
+            33 => Request::SyncFollow {
+                patterns: get_patterns(&mut d)?,
             },
             op => return Err(ProtoError::Invalid(format!("unknown operation {op}"))),
         };

@@ -247,7 +247,13 @@ fn entry_at(
                 nlink,
                 rdev,
                 blocks,
-                link_target: (kind == Kind::Symlink).then_some(target),
+                // A file or directory seen through a followed link
+                // carries the link's target too (`sync --follow`).
+                link_target: match kind {
+                    Kind::Symlink => Some(target),
+                    Kind::File | Kind::Dir if target[0] % 2 == 0 => Some(target),
+                    _ => None,
+                },
                 hash,
             },
         )
@@ -385,6 +391,8 @@ fn request() -> impl Strategy<Value = Request> {
                 excludes,
                 ignore_files
             }),
+        proptest::collection::vec("[ -~]{0,20}", 0..4)
+            .prop_map(|patterns| Request::SyncFollow { patterns }),
     ]
 }
 

@@ -12,8 +12,8 @@ use accord_engine::{SideFailure, SideSession};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
-use accord_proto::hello::FEATURE_SYNC_IGNORE;
 use accord_proto::hello::{FEATURES, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION};
+use accord_proto::hello::{FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE};
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
     Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
@@ -81,6 +81,9 @@ pub struct RemoteReplica {
     /// The server applies a sync's ignore rules to its side: it agreed to
     /// the feature.
     sync_ignore: bool,
+    /// The server follows a sync's `--follow` links on its side: it agreed
+    /// to the feature.
+    sync_follow: bool,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -124,7 +127,8 @@ impl RemoteReplica {
         compress: Option<i32>,
     ) -> Result<RemoteReplica, ConnectError> {
         let zstd = if compress.is_some() { FEATURE_ZSTD } else { 0 };
-        let asked = zstd | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE;
+        let asked =
+            zstd | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE | FEATURE_SYNC_FOLLOW;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -180,6 +184,7 @@ impl RemoteReplica {
             renames: features & FEATURE_RENAME != 0,
             watches: features & FEATURE_WATCH != 0,
             sync_ignore: features & FEATURE_SYNC_IGNORE != 0,
+            sync_follow: features & FEATURE_SYNC_FOLLOW != 0,
         };
         if mode == RootMode::Write {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
@@ -661,6 +666,7 @@ impl Replica for RemoteReplica {
             self.conn.clone(),
             other,
             self.sync_ignore,
+            self.sync_follow,
         )?))
     }
 

@@ -183,7 +183,8 @@ fn open_root(
     }
     let rel = RelPath::new(&rel)
         .map_err(|e| format!("{}: {e}", accord_model::escape_for_display(asked)))?;
-    Ok(accord_fsys::Root::open_beneath(base, &rel, create).map(LocalReplica::from_root))
+    Ok(accord_fsys::Root::open_beneath(base, &rel, create)
+        .map(|root| LocalReplica::from_root(root).with_follow_fence(base)))
 }
 
 struct Session<'a> {
@@ -698,6 +699,7 @@ impl Session<'_> {
             | Request::SyncScan { .. }
             | Request::SyncLookup { .. }
             | Request::SyncRecord
+            | Request::SyncFollow { .. }
             | Request::SyncRules { .. } => {
                 if let Request::SyncRules {
                     excludes,

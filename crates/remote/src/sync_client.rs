@@ -19,6 +19,8 @@ pub(crate) struct RemoteSide {
     can_ignore: bool,
     /// The rules were sent: lookups ask to be told what they exclude.
     rules_sent: bool,
+    /// The server agreed to `FEATURE_SYNC_FOLLOW`.
+    can_follow: bool,
 }
 
 impl RemoteSide {
@@ -28,6 +30,7 @@ impl RemoteSide {
         conn: Arc<Conn>,
         other: &[u8],
         can_ignore: bool,
+        can_follow: bool,
     ) -> Result<RemoteSide, SideFailure> {
         let req = Request::SyncOpen {
             other: other.to_vec(),
@@ -38,6 +41,7 @@ impl RemoteSide {
             created,
             can_ignore,
             rules_sent: false,
+            can_follow,
         })
     }
 }
@@ -54,6 +58,20 @@ fn too_old_for(rules: &SyncRules) -> Result<(), SideFailure> {
     Err(SideFailure::Failed(
         "its accord server is too old to apply --exclude to a sync; upgrade accord there, \
          or sync without --exclude"
+            .into(),
+    ))
+}
+
+/// A server that did not agree to `FEATURE_SYNC_FOLLOW` would walk its
+/// followed links as links (and their targets' copies on the other side
+/// would look like updates): a run with `--follow` is refused.
+fn too_old_to_follow(rules: &SyncRules, server_follows: bool) -> Result<(), SideFailure> {
+    if rules.follow.is_empty() || server_follows {
+        return Ok(());
+    }
+    Err(SideFailure::Failed(
+        "its accord server is too old to follow links for --follow; upgrade accord there, \
+         or sync without --follow"
             .into(),
     ))
 }
@@ -100,6 +118,7 @@ impl SideSession for RemoteSide {
     }
 
     fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
+        too_old_to_follow(rules, self.can_ignore && self.can_follow)?;
         if !self.can_ignore {
             return too_old_for(rules);
         }
@@ -109,6 +128,12 @@ impl SideSession for RemoteSide {
         };
         call(&self.conn, &req, None, |_| Ok(()))?;
         self.rules_sent = true;
+        if self.can_follow {
+            let req = Request::SyncFollow {
+                patterns: rules.follow.clone(),
+            };
+            call(&self.conn, &req, None, |_| Ok(()))?;
+        }
         Ok(())
     }
 
@@ -150,5 +175,15 @@ mod tests {
         rules.excludes.push("*.o".into());
         let refused = too_old_for(&rules).unwrap_err().to_string();
         assert!(refused.contains("too old to apply --exclude"), "{refused}");
+    }
+
+    #[test]
+    fn a_server_that_does_not_follow_is_refused_only_for_follow_patterns() {
+        let mut rules = SyncRules::default();
+        assert!(too_old_to_follow(&rules, false).is_ok());
+        rules.follow.push("notes".into());
+        assert!(too_old_to_follow(&rules, true).is_ok());
+        let refused = too_old_to_follow(&rules, false).unwrap_err().to_string();
+        assert!(refused.contains("too old to follow links"), "{refused}");
     }
 }

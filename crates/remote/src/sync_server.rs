@@ -67,11 +67,22 @@ impl<'a> SyncServer<'a> {
                 excludes,
                 ignore_files,
             } => {
+                let follow = self
+                    .rules
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .map(|r| r.follow.clone());
                 let rules = SyncRules {
                     excludes: excludes.clone(),
                     ignore_files: *ignore_files,
+                    follow: follow.unwrap_or_default(),
                 };
                 let done = self.set_rules(rules);
+                put_outcome(&mut e, &done, |_, _| {});
+            }
+            Request::SyncFollow { patterns } => {
+                let done = self.set_follow(patterns);
                 put_outcome(&mut e, &done, |_, _| {});
             }
             Request::SyncRecord => {
@@ -114,6 +125,15 @@ impl<'a> SyncServer<'a> {
         }
         *self.rules.lock().unwrap() = Some(rules);
         Ok(())
+    }
+
+    /// Follow the links `patterns` name from now on, kept with the rules
+    /// (a server confined to a tree follows only links that stay in it:
+    /// `LocalReplica::with_follow_fence`).
+    fn set_follow(&self, patterns: &[String]) -> Result<(), SideFailure> {
+        let mut rules = self.rules.lock().unwrap().clone().unwrap_or_default();
+        rules.follow = patterns.to_vec();
+        self.set_rules(rules)
     }
 
     fn with_side<T>(
