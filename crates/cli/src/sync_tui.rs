@@ -15,6 +15,7 @@ use crate::sync_tui_view::{draw, is_shown};
 use accord_engine::{PlanEdit, SyncAction, SyncSide};
 use accord_model::RelPath;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -37,6 +38,11 @@ pub(crate) struct Interactive {
     /// diff cannot open; it shows what the plan knows of them).
     roots: [Option<PathBuf>; 2],
     outcome: Mutex<Outcome>,
+    /// A merge program was given (`--merge`): 'm' marks conflicts for it.
+    can_merge: bool,
+    /// The conflicts marked with 'm' (the engine merges those still
+    /// conflicts once the plan is confirmed).
+    merges: Mutex<BTreeSet<RelPath>>,
 }
 
 impl Interactive {
@@ -57,7 +63,20 @@ impl Interactive {
         Some(Interactive {
             roots: [local(a, remote[0]), local(b, remote[1])],
             outcome: Mutex::new(Outcome::NotAsked),
+            can_merge: false,
+            merges: Mutex::new(BTreeSet::new()),
         })
+    }
+
+    /// `--merge` was given: the key 'm' marks conflicts for the program.
+    pub(crate) fn with_merge(self, can_merge: bool) -> Self {
+        Interactive { can_merge, ..self }
+    }
+
+    /// The engine's `merge_chosen` hook: was `path` marked with 'm'?
+    pub(crate) fn merge_chosen(&self, path: &RelPath) -> bool {
+        let merges = self.merges.lock().unwrap_or_else(|e| e.into_inner());
+        merges.contains(path)
     }
 
     /// The engine's `edit_plan` hook.
@@ -65,7 +84,9 @@ impl Interactive {
         if !edit.items().iter().any(is_shown) {
             return;
         }
-        let outcome = match ask(edit, &self.roots) {
+        let mut merges = self.merges.lock().unwrap_or_else(|e| e.into_inner());
+        let merging = self.can_merge.then_some(&mut *merges);
+        let outcome = match ask(edit, &self.roots, merging) {
             Ok(outcome) => outcome,
             Err(e) => {
                 // The plan is left as reconciled: conflicts are skipped, as
@@ -76,6 +97,7 @@ impl Interactive {
         };
         if let Outcome::Quit { .. } = outcome {
             edit.leave_all_alone();
+            merges.clear();
         }
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
     }
@@ -142,9 +164,46 @@ pub(crate) struct App<'e, 'u> {
     /// A line for the person: why a key did nothing, ...
     pub(crate) message: String,
     pub(crate) diff: Option<DiffView>,
+    /// The conflicts marked for the merge program (None: no `--merge`).
+    pub(crate) merges: Option<&'e mut BTreeSet<RelPath>>,
 }
 
 impl App<'_, '_> {
+    /// Is `item` a conflict marked for the merge program?
+    pub(crate) fn merging(&self, item: &accord_engine::SyncItem) -> bool {
+        matches!(item.action, SyncAction::Conflict(_))
+            && self
+                .merges
+                .as_ref()
+                .is_some_and(|merges| merges.contains(&item.path))
+    }
+
+    /// The key 'm': mark the selected conflict for the merge program, or
+    /// take the mark back.
+    fn toggle_merge(&mut self) {
+        let Some(&index) = self.rows.get(self.selected) else {
+            return;
+        };
+        let item = &self.edit.items()[index];
+        let path = item.path.clone();
+        let mergeable = is_mergeable(item);
+        let Some(merges) = self.merges.as_mut() else {
+            self.message = "no merge program: run with --merge CMD".into();
+            return;
+        };
+        self.message = if !mergeable {
+            format!(
+                "{}: only a conflict between two regular files can be merged",
+                path.display()
+            )
+        } else if merges.remove(&path) {
+            format!("{}: not merged", path.display())
+        } else {
+            merges.insert(path.clone());
+            format!("{}: merged by the program on g", path.display())
+        };
+    }
+
     fn selected_path(&self) -> Option<RelPath> {
         let index = *self.rows.get(self.selected)?;
         Some(self.edit.items()[index].path.clone())
@@ -187,7 +246,11 @@ impl App<'_, '_> {
 }
 
 /// Show the plan until the person confirms or quits.
-fn ask(edit: &mut PlanEdit, roots: &[Option<PathBuf>; 2]) -> std::io::Result<Outcome> {
+fn ask(
+    edit: &mut PlanEdit,
+    roots: &[Option<PathBuf>; 2],
+    merges: Option<&mut BTreeSet<RelPath>>,
+) -> std::io::Result<Outcome> {
     let mut screen = Screen::open()?;
     let mut app = App {
         edit,
@@ -196,6 +259,7 @@ fn ask(edit: &mut PlanEdit, roots: &[Option<PathBuf>; 2]) -> std::io::Result<Out
         top: 0,
         message: String::new(),
         diff: None,
+        merges,
     };
     app.refresh(None);
     loop {
@@ -242,11 +306,22 @@ fn on_list_key(app: &mut App, key: KeyEvent, roots: &[Option<PathBuf>; 2]) -> Op
                 app.diff = Some(DiffView::of(&app.edit.items()[index], roots));
             }
         }
+        KeyCode::Char('m') => app.toggle_merge(),
         KeyCode::Char('g') => return Some(confirm(app)),
         KeyCode::Char('q') | KeyCode::Esc => return Some(quit(app)),
         _ => {}
     }
     None
+}
+
+/// A conflict the merge program may be given: two regular files (whether
+/// their properties agree the engine checks, and says).
+fn is_mergeable(item: &accord_engine::SyncItem) -> bool {
+    let file = |side| {
+        item.entry(side)
+            .is_some_and(|e| e.kind == accord_model::Kind::File)
+    };
+    matches!(item.action, SyncAction::Conflict(_)) && file(SyncSide::A) && file(SyncSide::B)
 }
 
 fn on_diff_key(app: &mut App, key: KeyEvent) {

@@ -13,7 +13,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 pub(crate) const HELP: &str = "up/down j/k move  > or a: A wins  < or b: B wins  f flip  \
-s skip  r revert  d diff  g go (propagate)  q quit";
+s skip  r revert  d diff  m merge  g go (propagate)  q quit";
 
 /// Rows the list shows: every path with something to decide (agreements
 /// only update the archives; what moves with a renamed directory is
@@ -117,12 +117,21 @@ fn mark(app: &App, item: &SyncItem) -> char {
     }
 }
 
+/// What the row of `item` says it does: a conflict marked with 'm' is
+/// merged by the program.
+fn row_what(app: &App, item: &SyncItem) -> (&'static str, String) {
+    if app.merging(item) {
+        ("A <-M-> B", "MERGE (merge program)".into())
+    } else {
+        (arrow(item.action), what(item))
+    }
+}
+
 fn row_text(app: &App, item: &SyncItem) -> String {
+    let (arrow, what) = row_what(app, item);
     format!(
-        "{} {}  {:<26} {}",
+        "{} {arrow}  {what:<26} {}",
         mark(app, item),
-        arrow(item.action),
-        what(item),
         path_text(item)
     )
 }
@@ -141,11 +150,13 @@ fn summary(app: &App) -> String {
     let count =
         |wanted: fn(&SyncAction) -> bool| items.iter().filter(|i| wanted(&i.action)).count();
     let conflicts = count(|a| matches!(a, SyncAction::Conflict(_)));
+    let merges = items.iter().filter(|item| app.merging(item)).count();
     let skipped = count(|a| *a == SyncAction::Nothing);
     let changes = app.rows.len() - conflicts - skipped;
+    let conflicts = conflicts - merges;
     format!(
-        "accord sync: {changes} change(s), {conflicts} conflict(s), {skipped} skipped; \
-         nothing is changed before g"
+        "accord sync: {changes} change(s), {merges} to merge, {conflicts} conflict(s), \
+         {skipped} skipped; nothing is changed before g"
     )
 }
 
@@ -162,7 +173,7 @@ pub(crate) fn draw(frame: &mut Frame, app: &mut App) {
     let selected = app.rows.get(app.selected).map(|&i| &app.edit.items()[i]);
     let status_line = match selected {
         _ if !app.message.is_empty() => app.message.clone(),
-        Some(item) => format!("{}: {}", item.path.display(), what(item)),
+        Some(item) => format!("{}: {}", item.path.display(), row_what(app, item).1),
         None => String::new(),
     };
     frame.render_widget(Paragraph::new(status_line), status);

@@ -18,6 +18,7 @@ mod sync;
 mod sync_exec;
 mod sync_ignore;
 mod sync_keep;
+mod sync_merge;
 mod sync_scan;
 mod sync_side;
 mod sync_transfer;
@@ -54,6 +55,7 @@ pub use sync::{
     SyncHooks, SyncReport,
 };
 pub use sync_ignore::SyncRules;
+pub use sync_merge::{MergeFailure, MergeProgram, MERGE_WORDS};
 pub use sync_side::{
     local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
     SideSession,

@@ -64,6 +64,9 @@ pub struct SyncConfig {
     pub backups: Option<u32>,
     /// What is left out of the sync on both sides (`sync_ignore.rs`).
     pub rules: crate::SyncRules,
+    /// `--merge CMD`: conflicts between two regular files are given to
+    /// this program, run on this host (`sync_merge.rs`).
+    pub merge: Option<crate::MergeProgram>,
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
     pub state_dir: PathBuf,
@@ -86,6 +89,7 @@ impl SyncConfig {
             acls: true,
             backups: None,
             rules: crate::SyncRules::default(),
+            merge: None,
             state_dir,
         }
     }
@@ -141,6 +145,9 @@ pub struct SyncHooks<'a> {
     /// Counters for a progress display: the files to copy and their bytes
     /// once the plan is final, then those that arrived.
     pub progress: Option<&'a crate::Progress>,
+    /// With `SyncConfig::merge`: the conflicts to give to the program
+    /// (the interactive mode's choices); `None`: every one it can merge.
+    pub merge_chosen: Option<&'a (dyn Fn(&RelPath) -> bool + Sync)>,
 }
 
 /// Why one path failed in a sync (the run went on without it).
@@ -160,6 +167,13 @@ pub enum SyncError {
     /// Its update could not be detected (a file that could not be read to
     /// fingerprint it): left out of this run, with its subtree.
     Detect(String),
+    /// A merge replaced `written`'s version, then the other side's failed
+    /// its re-check (written in that moment) or its rename: the two sides
+    /// now hold the merge and that write, a conflict for the next run.
+    MergedOnOneSide {
+        written: accord_plan::Side,
+        cause: Box<crate::Error>,
+    },
 }
 
 impl fmt::Display for SyncError {
@@ -175,6 +189,18 @@ impl fmt::Display for SyncError {
             SyncError::DirectoryNotEmpty => f.write_str("directory not empty; left alone"),
             SyncError::Archive(e) => write!(f, "recording the agreement failed: {e}"),
             SyncError::Detect(e) => write!(f, "cannot tell whether it changed: {e}"),
+            SyncError::MergedOnOneSide { written, cause } => {
+                let side = |side| match side {
+                    accord_plan::Side::A => "A",
+                    accord_plan::Side::B => "B",
+                };
+                write!(
+                    f,
+                    "merged on {} only; {}: {cause}",
+                    side(*written),
+                    side(written.other())
+                )
+            }
         }
     }
 }
@@ -243,6 +269,9 @@ pub struct Propagated {
     pub linked_to: Option<RelPath>,
     /// For `KeepBoth`: where the losing version is kept (on both sides).
     pub kept_as: Option<RelPath>,
+    /// A conflict resolved by `--merge`'s program: both sides now hold
+    /// its result (`action` is the conflict it was).
+    pub merged: bool,
 }
 
 /// What a sync run did.
@@ -252,6 +281,9 @@ pub struct SyncReport {
     pub propagated: Vec<Propagated>,
     /// Conflicts left alone, in path order.
     pub conflicts: Vec<(RelPath, ConflictReason)>,
+    /// Conflicts `--merge` was to merge and did not, with why (the
+    /// program's exit status and first lines of output, ...).
+    pub not_merged: Vec<(RelPath, String)>,
     /// Paths that failed; the run went on without them.
     pub errors: Vec<SyncFailure>,
     /// Paths where both sides already agreed and only the archives learnt it.

@@ -39,6 +39,7 @@ mod backup;
 mod keep;
 #[path = "sync_links.rs"]
 mod links;
+mod merge;
 
 pub(crate) use backup::{in_backup_dir, BACKUP_DIR};
 
@@ -159,12 +160,24 @@ pub(crate) fn propagate(
     run.entries_in_order(items, archives, report);
     run.links(items, archives, hooks.before_links, report);
     run.keep_both(items, kept);
+    if let Some(program) = &cfg.merge {
+        let chosen = hooks.merge_chosen.unwrap_or(&|_| true);
+        report.not_merged = run.merge_conflicts(items, program, chosen);
+    }
     run.flush(archives, report);
     run.directory_props(items);
     run.deletions(items, true);
     run.flush(archives, report);
     report.errors.append(&mut run.failures);
     report.errors.sort_by(|x, y| x.path.cmp(&y.path));
+    let merged: HashSet<&RelPath> = report
+        .propagated
+        .iter()
+        .filter_map(|change| change.merged.then_some(&change.path))
+        .collect();
+    if !merged.is_empty() {
+        report.conflicts.retain(|(path, _)| !merged.contains(path));
+    }
     report.propagated.sort_by(|x, y| x.path.cmp(&y.path));
 }
 
@@ -980,6 +993,7 @@ impl<'a> Propagation<'a> {
                     from: None,
                     linked_to: None,
                     kept_as: one.from,
+                    merged: false,
                 }),
                 action => {
                     let (from, linked_to) = match action {
@@ -992,6 +1006,8 @@ impl<'a> Propagation<'a> {
                         from,
                         linked_to,
                         kept_as: None,
+                        // A conflict is carried out only by a merge.
+                        merged: matches!(action, Action::Conflict(_)),
                     })
                 }
             }
