@@ -404,3 +404,99 @@ fn a_batch_run_on_a_terminal_shows_its_progress() {
     // Cleared at the end; nothing of it is printed with --json or -q.
     pair.assert_equal();
 }
+
+/// `--merge`: 'm' marks the selected conflict for the merge program (the
+/// list says so), a change that is no conflict is refused, an unmarked
+/// conflict stays one; on g the marked one is merged on both sides.
+#[test]
+fn tui_m_merges_the_selected_conflict() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = Pair::new();
+    pair.write('a', "left.txt", "left base\n");
+    pair.sync_json(&[], 0);
+    pair.write('a', "left.txt", "left from a\n");
+    pair.write('b', "left.txt", "left from b\n");
+    // pair_with_changes's paths on top, without a sync between.
+    pair.write('a', "both.txt", "base\n");
+    pair.write('a', "one.txt", "one base\n");
+    pair.write('a', "skip.txt", "skip base\n");
+    let report = pair.sync_json(&["--prefer", "A"], 0);
+    assert_eq!(
+        pair.read('b', "left.txt").as_deref(),
+        Some("left from a\n"),
+        "{report}"
+    );
+    pair.write('a', "left.txt", "left from a again\n");
+    pair.write('b', "left.txt", "left from b\n");
+    pair.write('a', "both.txt", "from a\n");
+    pair.write('b', "both.txt", "from b\n");
+    pair.write('a', "one.txt", "one new\n");
+    pair.write('b', "skip.txt", "skip new\n");
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync_with(&pair, &status, "--merge 'cat CURRENT1 CURRENT2 > NEW'");
+    wait_for_plan(&tmux);
+    assert!(tmux.screen().contains("m merge"), "the help line");
+
+    // The first row, both.txt, marked; the summary counts it.
+    tmux.type_text("m");
+    let screen = tmux.wait_for_row("both.txt", "A <-M-> B");
+    assert!(
+        row(&screen, "both.txt").unwrap().contains("MERGE"),
+        "{screen}"
+    );
+    assert!(screen.contains("1 to merge"), "{screen}");
+    // one.txt (third row) is a change, not a conflict.
+    tmux.keys(&["Down", "Down"]);
+    tmux.type_text("m");
+    tmux.wait_for("the refusal", |s| {
+        s.contains("only a conflict between two regular files can be merged")
+    });
+    tmux.type_text("g");
+
+    // left.txt stays a conflict: status 1.
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    let screen = tmux.screen();
+    assert!(screen.contains("merged         both.txt"), "{screen}");
+    for side in ['a', 'b'] {
+        assert_eq!(
+            pair.read(side, "both.txt").as_deref(),
+            Some("from a\nfrom b\n")
+        );
+    }
+    assert_eq!(
+        pair.read('a', "left.txt").as_deref(),
+        Some("left from a again\n")
+    );
+    assert_eq!(pair.read('b', "left.txt").as_deref(), Some("left from b\n"));
+    assert_eq!(pair.read('b', "one.txt").as_deref(), Some("one new\n"));
+    // Only left.txt is left.
+    let report = pair.sync_json(&[], 1);
+    assert_eq!(report["propagated"], 0, "{report}");
+    assert_eq!(report["conflicts"][0]["path"], "left.txt", "{report}");
+}
+
+/// Without `--merge`, 'm' says how to get one and changes nothing.
+#[test]
+fn tui_m_without_a_merge_program_says_so() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    wait_for_plan(&tmux);
+    tmux.type_text("m");
+    tmux.wait_for("the message", |s| {
+        s.contains("no merge program: run with --merge CMD")
+    });
+    let screen = tmux.screen();
+    assert!(
+        row(&screen, "both.txt").unwrap().contains("A <-?-> B"),
+        "{screen}"
+    );
+    tmux.type_text("q");
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from a\n"));
+}
