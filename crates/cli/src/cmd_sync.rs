@@ -100,8 +100,9 @@ pub struct SyncArgs {
     /// shell-quoted paths: CURRENT1 (a read-only copy of A's version),
     /// CURRENT2 (of B's), NEW (the file CMD must write) and PATH (the
     /// path in the roots, for messages). A word is replaced only where
-    /// it stands alone. Exit 0 with NEW written: NEW becomes the file on
-    /// both sides; anything else leaves the conflict. Unison's
+    /// it stands alone. CMD runs unattended: stdin /dev/null, in a
+    /// private temp directory. Exit 0 with NEW written: NEW becomes the
+    /// file on both sides; anything else leaves the conflict. Unison's
     /// CURRENTARCH is not offered. In the interactive mode only the
     /// conflicts marked with 'm' are merged.
     #[arg(long, value_name = "CMD")]

@@ -16,7 +16,8 @@
 //! command naming it is refused ([`MergeProgram::new`]).
 //!
 //! The files live in a private directory (0700) under the system's temp
-//! directory, removed with everything in it when the merge is done. The
+//! directory, which is also the program's working directory, removed with
+//! everything in it when the merge is done. The
 //! program's stdin is /dev/null (a batch run is unattended) and its
 //! stdout and stderr go to a file there, whose first lines are reported
 //! when it fails. A program that runs past its time limit is killed with
@@ -41,6 +42,9 @@ pub const MERGE_WORDS: [&str; 4] = ["CURRENT1", "CURRENT2", "NEW", "PATH"];
 const REPORTED_LINES: usize = 5;
 /// At most this many bytes of them.
 const REPORTED_BYTES: usize = 2000;
+/// The bytes of a file's name its versions' names keep (a name is at most
+/// 255 bytes, and a label goes before it).
+const NAME_KEPT: usize = 200;
 
 /// A merge program, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,10 +223,12 @@ impl MergeDir {
     }
 
     /// Where a version (`label`: A, B or NEW) of the file `name` goes: the
-    /// file's own name kept last, so a program sees its extension.
+    /// file's own name kept last, so a program sees its extension (only
+    /// its end when long, so the label still fits in a name).
     pub(crate) fn file(&self, label: &str, name: &[u8]) -> PathBuf {
+        let kept = &name[name.len().saturating_sub(NAME_KEPT)..];
         let mut file = format!("{label}-").into_bytes();
-        file.extend_from_slice(name);
+        file.extend_from_slice(kept);
         self.dir.join(OsStr::from_bytes(&file))
     }
 
@@ -271,6 +277,8 @@ pub(crate) fn run_program(
         .stdin(Stdio::null())
         .stdout(output.try_clone().map_err(setup)?)
         .stderr(output)
+        // Scratch files it makes without a path land in its own directory.
+        .current_dir(&dir.dir)
         // Its own process group, so a time limit kills what it started.
         .process_group(0)
         .spawn()
@@ -445,6 +453,17 @@ mod tests {
         );
         assert!(matches!(slow.unwrap_err(), MergeFailure::TimedOut { .. }));
         assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_long_name_keeps_its_end() {
+        let dir = MergeDir::new().unwrap();
+        let name = [b"x".repeat(250), b".txt".to_vec()].concat();
+        let file = dir.file("NEW", &name);
+        let file_name = file.file_name().unwrap().as_bytes();
+        assert!(file_name.len() <= 255);
+        assert!(file_name.starts_with(b"NEW-x") && file_name.ends_with(b"x.txt"));
+        fs::write(&file, b"fits").unwrap();
     }
 
     #[test]
