@@ -353,3 +353,51 @@ fn receive_one(
     }
     Ok(temp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::SyncConfig;
+
+    fn file(mode: u32, uid: u32, xattrs: Option<Vec<(Vec<u8>, Vec<u8>)>>) -> Entry {
+        Entry {
+            path: RelPath::new(b"f").unwrap(),
+            kind: Kind::File,
+            size: 3,
+            props: Props {
+                mode: 0o100000 | mode,
+                uid,
+                xattrs,
+                mtime: Time { sec: 7, nsec: 0 },
+                ..Props::default()
+            },
+            dev: 1,
+            ino: 2,
+            nlink: 1,
+            rdev: 0,
+            blocks: 0,
+            link_target: None,
+            hash: None,
+        }
+    }
+
+    #[test]
+    fn properties_agree_on_what_a_sync_keeps_in_agreement() {
+        let mut cfg = SyncConfig::new("/nowhere".into());
+        let plain = file(0o644, 1, None);
+        assert!(props_agree(&plain, &file(0o644, 1, Some(Vec::new())), &cfg));
+        assert!(props_agree(&plain, &file(0o644, 2, None), &cfg));
+        // The mtime is the merge's own.
+        let mut later = plain.clone();
+        later.props.mtime = Time { sec: 9, nsec: 0 };
+        assert!(props_agree(&plain, &later, &cfg));
+        assert!(!props_agree(&plain, &file(0o600, 1, None), &cfg));
+        let tagged = file(0o644, 1, Some(vec![(b"user.tag".to_vec(), b"x".to_vec())]));
+        assert!(!props_agree(&plain, &tagged, &cfg));
+        cfg.xattrs = false;
+        cfg.acls = false;
+        assert!(props_agree(&plain, &tagged, &cfg));
+        cfg.owner = true;
+        assert!(!props_agree(&plain, &file(0o644, 2, None), &cfg));
+    }
+}
