@@ -460,3 +460,74 @@ fn several_conflicts_are_merged_and_one_failure_keeps_its_own() {
     assert_eq!(pair.read('a', "bad").as_deref(), Some("bad on A\n"));
     assert_eq!(pair.read('b', "bad").as_deref(), Some("bad on B\n"));
 }
+
+// ---- a run killed during a merge --------------------------------------------
+
+fn process_gone(pid: i32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// accord killed (SIGKILL) while its program runs: the program dies with
+/// it, neither side changed, and the next merge removes the copies the
+/// killed run left in the temp directory, then merges.
+#[test]
+fn a_run_killed_during_a_merge_changes_nothing_and_its_program_dies() {
+    let pair = synced(&Pair::new);
+    conflict_on_f(&pair);
+    let before = state_of(&pair, "f");
+    let tmp = tempfile::tempdir().unwrap();
+    let pid_file = tmp.path().join("program.pid");
+    let program = format!("echo $$ > {}; exec sleep 60 # NEW", shell_quoted(&pid_file));
+    let mut run = pair
+        .command(&["--merge", &program])
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let pid = loop {
+        let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+        if let Ok(pid) = text.trim().parse::<i32>() {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    run.kill().unwrap();
+    run.wait().unwrap();
+    while !process_gone(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the merge program outlived accord"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(state_of(&pair, "f"), before);
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("accord-merge-"))
+        .collect();
+    assert_eq!(left.len(), 1, "the killed run's copies: {left:?}");
+
+    let out = pair
+        .command(&["--json", "--merge", CONCAT])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert_eq!(pair.read('b', "f").as_deref(), Some("from A\nfrom B\n"));
+    let left = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("accord-merge-")
+        })
+        .count();
+    assert_eq!(left, 0, "stale merge directories were not removed");
+    assert_no_op(&pair);
+}

@@ -17,11 +17,13 @@
 //!
 //! The files live in a private directory (0700) under the system's temp
 //! directory, which is also the program's working directory, removed with
-//! everything in it when the merge is done. The
+//! everything in it when the merge is done (one a killed run left behind
+//! is removed by the next merge, once its process is gone). The
 //! program's stdin is /dev/null (a batch run is unattended) and its
 //! stdout and stderr go to a file there, whose first lines are reported
 //! when it fails. A program that runs past its time limit is killed with
-//! its whole process group (a shell's children too) and the merge fails.
+//! its whole process group (a shell's children too) and the merge fails;
+//! should this process die first, the program (the shell) is killed too.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -206,6 +208,7 @@ impl MergeDir {
     pub(crate) fn new() -> io::Result<MergeDir> {
         let base = std::env::temp_dir();
         let pid = std::process::id();
+        remove_stale_dirs(&base);
         // Another process may have left a name behind: try a few.
         for _ in 0..100 {
             let n = MERGE_DIRS.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +245,45 @@ impl Drop for MergeDir {
         // The program may have made the copies writable or added files.
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Remove the merge directories a killed run left in `base`: ours (by
+/// owner), named `accord-merge-PID-N`, whose process is gone. Anything
+/// else, or a directory of a live process, is left alone.
+fn remove_stale_dirs(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: geteuid(2) cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = stale_dir_pid(name.as_bytes()) else {
+            continue;
+        };
+        let ours = entry
+            .path()
+            .symlink_metadata()
+            .is_ok_and(|meta| meta.is_dir() && std::os::unix::fs::MetadataExt::uid(&meta) == uid);
+        if ours && !process_alive(pid) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The PID in a merge directory's name `accord-merge-PID-N`.
+fn stale_dir_pid(name: &[u8]) -> Option<libc::pid_t> {
+    let rest = name.strip_prefix(b"accord-merge-")?;
+    let text = std::str::from_utf8(rest).ok()?;
+    let (pid, n) = text.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse::<libc::pid_t>().ok().filter(|pid| *pid > 0)
+}
+
+fn process_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let sent = unsafe { libc::kill(pid, 0) };
+    sent == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Make `path` a new file (never following or replacing anything) for a
@@ -281,7 +323,7 @@ pub(crate) fn run_program(
         .current_dir(&dir.dir)
         // Its own process group, so a time limit kills what it started.
         .process_group(0)
-        .spawn()
+        .spawn_dying_with_us()
         .map_err(setup)?;
     let status = wait_within(&mut child, program.time_limit);
     let output = first_lines(&output_path);
@@ -296,6 +338,29 @@ pub(crate) fn run_program(
             output,
         }),
         Ok(Some(_)) => open_result(words.new).ok_or(MergeFailure::NoResult { output }),
+    }
+}
+
+trait SpawnDyingWithUs {
+    /// Spawn a child that is killed should this process die first (the
+    /// program is in a process group of its own, so a Ctrl-C at the
+    /// terminal does not reach it).
+    fn spawn_dying_with_us(&mut self) -> io::Result<std::process::Child>;
+}
+
+impl SpawnDyingWithUs for Command {
+    fn spawn_dying_with_us(&mut self) -> io::Result<std::process::Child> {
+        // SAFETY: prctl(2) is async-signal-safe; nothing is allocated
+        // between fork and exec.
+        unsafe {
+            self.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self.spawn()
     }
 }
 
@@ -453,6 +518,27 @@ mod tests {
         );
         assert!(matches!(slow.unwrap_err(), MergeFailure::TimedOut { .. }));
         assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_dead_process_s_directory_is_removed_and_others_kept() {
+        let base = tempfile::tempdir().unwrap();
+        // A pid above the kernel's largest (4194304) is never alive.
+        let dead = base.path().join("accord-merge-999999999-0");
+        let alive = base
+            .path()
+            .join(format!("accord-merge-{}-7", std::process::id()));
+        let other = base.path().join("accord-merge-notes");
+        for dir in [&dead, &alive, &other] {
+            fs::create_dir(dir).unwrap();
+            fs::write(dir.join("A-f"), b"x").unwrap();
+        }
+        remove_stale_dirs(base.path());
+        assert!(!dead.exists());
+        assert!(alive.exists() && other.exists());
+        assert_eq!(stale_dir_pid(b"accord-merge-12-3"), Some(12));
+        assert_eq!(stale_dir_pid(b"accord-merge-12"), None);
+        assert_eq!(stale_dir_pid(b"accord-merge-0-1"), None);
     }
 
     #[test]
