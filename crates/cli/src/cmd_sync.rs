@@ -294,11 +294,10 @@ pub fn run(args: SyncArgs) -> i32 {
         &args.a,
         &args.b,
         remote,
-    )
-    .map(|ui| ui.with_merge(cfg.merge.is_some()));
-    let edit_plan = interactive
-        .as_ref()
-        .map(|ui| move |edit: &mut PlanEdit<'_>| ui.edit(edit));
+    );
+    let edit_plan = interactive.as_ref().map(|ui| {
+        move |edit: &mut PlanEdit<'_>, merger: &dyn accord_engine::MergeNow| ui.edit(edit, merger)
+    });
     let merge_chosen = interactive
         .as_ref()
         .map(|ui| move |path: &RelPath| ui.merge_chosen(path));
@@ -306,9 +305,10 @@ pub fn run(args: SyncArgs) -> i32 {
     let pause_links = test_pause_hook("ACCORD_TEST_SYNC_PAUSE_LINKS");
     let hooks = SyncHooks {
         before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
-        edit_plan: edit_plan
+        edit_plan: None,
+        edit_plan_merging: edit_plan
             .as_ref()
-            .map(|hook| hook as &(dyn Fn(&mut PlanEdit) + Sync)),
+            .map(|hook| hook as &accord_engine::EditPlanMerging),
         before_links: pause_links.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
         progress: None,
         merge_chosen: merge_chosen

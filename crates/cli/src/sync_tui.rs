@@ -12,10 +12,10 @@
 use crate::exit;
 use crate::sync_tui_diff::DiffView;
 use crate::sync_tui_view::{draw, is_shown};
-use accord_engine::{PlanEdit, SyncAction, SyncSide};
+use accord_engine::{MergeNow, PlanEdit, SyncAction, SyncSide};
 use accord_model::RelPath;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -38,12 +38,14 @@ pub(crate) struct Interactive {
     /// diff cannot open; it shows what the plan knows of them).
     roots: [Option<PathBuf>; 2],
     outcome: Mutex<Outcome>,
-    /// A merge program was given (`--merge`): 'm' marks conflicts for it.
-    can_merge: bool,
-    /// The conflicts marked with 'm' (the engine merges those still
-    /// conflicts once the plan is confirmed).
-    merges: Mutex<BTreeSet<RelPath>>,
+    /// What the merge program made of the conflicts given to it with 'm'
+    /// (the size of its result, or why it failed); the engine writes the
+    /// results of those still conflicts once the plan is confirmed.
+    merges: Mutex<Merges>,
 }
+
+/// The outcome of 'm' by path: the merge's size, or why there is none.
+pub(crate) type Merges = BTreeMap<RelPath, Result<u64, String>>;
 
 impl Interactive {
     /// The interactive mode, when the run is one: not `--batch` or
@@ -63,30 +65,23 @@ impl Interactive {
         Some(Interactive {
             roots: [local(a, remote[0]), local(b, remote[1])],
             outcome: Mutex::new(Outcome::NotAsked),
-            can_merge: false,
-            merges: Mutex::new(BTreeSet::new()),
+            merges: Mutex::new(Merges::new()),
         })
     }
 
-    /// `--merge` was given: the key 'm' marks conflicts for the program.
-    pub(crate) fn with_merge(self, can_merge: bool) -> Self {
-        Interactive { can_merge, ..self }
-    }
-
-    /// The engine's `merge_chosen` hook: was `path` marked with 'm'?
+    /// The engine's `merge_chosen` hook: did 'm' merge `path`?
     pub(crate) fn merge_chosen(&self, path: &RelPath) -> bool {
         let merges = self.merges.lock().unwrap_or_else(|e| e.into_inner());
-        merges.contains(path)
+        matches!(merges.get(path), Some(Ok(_)))
     }
 
-    /// The engine's `edit_plan` hook.
-    pub(crate) fn edit(&self, edit: &mut PlanEdit) {
+    /// The engine's `edit_plan_merging` hook.
+    pub(crate) fn edit(&self, edit: &mut PlanEdit, merger: &dyn MergeNow) {
         if !edit.items().iter().any(is_shown) {
             return;
         }
         let mut merges = self.merges.lock().unwrap_or_else(|e| e.into_inner());
-        let merging = self.can_merge.then_some(&mut *merges);
-        let outcome = match ask(edit, &self.roots, merging) {
+        let outcome = match ask(edit, &self.roots, merger, &mut merges) {
             Ok(outcome) => outcome,
             Err(e) => {
                 // The plan is left as reconciled: conflicts are skipped, as
@@ -164,44 +159,47 @@ pub(crate) struct App<'e, 'u> {
     /// A line for the person: why a key did nothing, ...
     pub(crate) message: String,
     pub(crate) diff: Option<DiffView>,
-    /// The conflicts marked for the merge program (None: no `--merge`).
-    pub(crate) merges: Option<&'e mut BTreeSet<RelPath>>,
+    /// Runs the merge program on a conflict ('m').
+    pub(crate) merger: &'e dyn MergeNow,
+    /// What 'm' made of each conflict given to it.
+    pub(crate) merges: &'e mut Merges,
 }
 
 impl App<'_, '_> {
-    /// Is `item` a conflict marked for the merge program?
-    pub(crate) fn merging(&self, item: &accord_engine::SyncItem) -> bool {
-        matches!(item.action, SyncAction::Conflict(_))
-            && self
-                .merges
-                .as_ref()
-                .is_some_and(|merges| merges.contains(&item.path))
+    /// What 'm' made of `item`, while it is still a conflict.
+    pub(crate) fn merge_of(&self, item: &accord_engine::SyncItem) -> Option<&Result<u64, String>> {
+        if !matches!(item.action, SyncAction::Conflict(_)) {
+            return None;
+        }
+        self.merges.get(&item.path)
     }
 
-    /// The key 'm': mark the selected conflict for the merge program, or
-    /// take the mark back.
+    /// The key 'm': run the merge program on the selected conflict now
+    /// (nothing is written before g), or drop the merge it made.
     fn toggle_merge(&mut self) {
         let Some(&index) = self.rows.get(self.selected) else {
             return;
         };
         let item = &self.edit.items()[index];
         let path = item.path.clone();
-        let mergeable = is_mergeable(item);
-        let Some(merges) = self.merges.as_mut() else {
-            self.message = "no merge program: run with --merge CMD".into();
+        if !matches!(item.action, SyncAction::Conflict(_)) {
+            self.message = format!("{}: not a conflict; nothing to merge", path.display());
             return;
-        };
-        self.message = if !mergeable {
-            format!(
-                "{}: only a conflict between two regular files can be merged",
+        }
+        if let Some(Ok(_)) = self.merges.remove(&path) {
+            self.merger.forget(&path);
+            self.message = format!("{}: merge dropped; still a conflict", path.display());
+            return;
+        }
+        let outcome = self.merger.merge_now(item);
+        self.message = match &outcome {
+            Ok(size) => format!(
+                "{}: merged ({size} bytes); written to both sides on g",
                 path.display()
-            )
-        } else if merges.remove(&path) {
-            format!("{}: not merged", path.display())
-        } else {
-            merges.insert(path.clone());
-            format!("{}: merged by the program on g", path.display())
+            ),
+            Err(why) => format!("{}: {why}", path.display()),
         };
+        self.merges.insert(path, outcome);
     }
 
     fn selected_path(&self) -> Option<RelPath> {
@@ -249,7 +247,8 @@ impl App<'_, '_> {
 fn ask(
     edit: &mut PlanEdit,
     roots: &[Option<PathBuf>; 2],
-    merges: Option<&mut BTreeSet<RelPath>>,
+    merger: &dyn MergeNow,
+    merges: &mut Merges,
 ) -> std::io::Result<Outcome> {
     let mut screen = Screen::open()?;
     let mut app = App {
@@ -259,6 +258,7 @@ fn ask(
         top: 0,
         message: String::new(),
         diff: None,
+        merger,
         merges,
     };
     app.refresh(None);
@@ -312,16 +312,6 @@ fn on_list_key(app: &mut App, key: KeyEvent, roots: &[Option<PathBuf>; 2]) -> Op
         _ => {}
     }
     None
-}
-
-/// A conflict the merge program may be given: two regular files (whether
-/// their properties agree the engine checks, and says).
-fn is_mergeable(item: &accord_engine::SyncItem) -> bool {
-    let file = |side| {
-        item.entry(side)
-            .is_some_and(|e| e.kind == accord_model::Kind::File)
-    };
-    matches!(item.action, SyncAction::Conflict(_)) && file(SyncSide::A) && file(SyncSide::B)
 }
 
 fn on_diff_key(app: &mut App, key: KeyEvent) {

@@ -51,9 +51,10 @@ pub use local::{LocalOptions, LocalReplica};
 pub use replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 pub use run::{mirror, mirror_replicas, open_local_root};
 pub use sync::{
-    sync, sync_local, sync_with_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal,
-    SyncHooks, SyncReport,
+    sync, sync_local, sync_with_local, EditPlanMerging, Propagated, SyncConfig, SyncError,
+    SyncFailure, SyncFatal, SyncHooks, SyncReport,
 };
+pub use sync_exec::MergeNow;
 pub use sync_ignore::SyncRules;
 pub use sync_merge::{MergeFailure, MergeProgram, MERGE_WORDS};
 pub use sync_side::{

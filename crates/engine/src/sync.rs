@@ -127,6 +127,9 @@ impl SyncConfig {
     }
 }
 
+/// The interactive mode's edit of a plan, with the merge program at hand.
+pub type EditPlanMerging<'a> = dyn Fn(&mut PlanEdit, &dyn crate::MergeNow) + Sync + 'a;
+
 /// Calls the caller may want between the steps of a run.
 #[derive(Clone, Copy, Default)]
 pub struct SyncHooks<'a> {
@@ -138,6 +141,10 @@ pub struct SyncHooks<'a> {
     /// resolve conflicts, turn propagations around or skip paths (the
     /// interactive mode). The guard checks the edited plan again.
     pub edit_plan: Option<&'a (dyn Fn(&mut PlanEdit) + Sync)>,
+    /// `edit_plan` with a way to run the merge program on a conflict at
+    /// once (`--merge`; without it every merge says so), its result kept
+    /// for propagation: the interactive mode's 'm'.
+    pub edit_plan_merging: Option<&'a EditPlanMerging<'a>>,
     /// Called once every file is in place, before the copies planned as
     /// hard links are made (only when there are some). Tests use it to stop
     /// a run between a group's leader and its links.
@@ -448,9 +455,15 @@ fn run(
         report.refusal = Some(refusal);
         return Ok(());
     }
-    if let Some(edit_plan) = hooks.edit_plan {
+    let premerger = crate::sync_exec::Premerger::new(replicas, cfg);
+    if hooks.edit_plan.is_some() || hooks.edit_plan_merging.is_some() {
         let mut edit = PlanEdit::new(&scanned.updates, options, items);
-        edit_plan(&mut edit);
+        if let Some(edit_plan) = hooks.edit_plan {
+            edit_plan(&mut edit);
+        }
+        if let Some(edit_plan) = hooks.edit_plan_merging {
+            edit_plan(&mut edit, &premerger);
+        }
         items = edit.into_items();
         // A propagation turned around may delete what the plan did not.
         if let Err(refusal) = guard(&items, &scanned, cfg) {
@@ -468,6 +481,7 @@ fn run(
     let plan = crate::sync_exec::Plan {
         items: &items,
         kept: &kept,
+        premerged: &premerger,
     };
     propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
     Ok(())

@@ -40,8 +40,11 @@ mod keep;
 #[path = "sync_links.rs"]
 mod links;
 mod merge;
+mod premerge;
 
 pub(crate) use backup::{in_backup_dir, BACKUP_DIR};
+pub use premerge::MergeNow;
+pub(crate) use premerge::Premerger;
 
 /// Files (and other entries) received before the chunk is flushed and
 /// committed, and their bytes at most: one flush of each replica per chunk,
@@ -125,6 +128,8 @@ struct InFlight<'i> {
 pub(crate) struct Plan<'p> {
     pub items: &'p [SyncItem],
     pub kept: &'p crate::sync_keep::KeptCopies,
+    /// Merges made while the plan was edited (`--merge`, the key 'm').
+    pub premerged: &'p Premerger<'p>,
 }
 
 /// Carry out the plan and record what succeeded in both archives.
@@ -137,7 +142,11 @@ pub(crate) fn propagate(
     hooks: &crate::sync::SyncHooks,
     report: &mut SyncReport,
 ) {
-    let Plan { items, kept } = plan;
+    let Plan {
+        items,
+        kept,
+        premerged,
+    } = plan;
     let mut run = Propagation {
         replicas,
         cfg,
@@ -162,7 +171,7 @@ pub(crate) fn propagate(
     run.keep_both(items, kept);
     if let Some(program) = &cfg.merge {
         let chosen = hooks.merge_chosen.unwrap_or(&|_| true);
-        report.not_merged = run.merge_conflicts(items, program, chosen);
+        report.not_merged = run.merge_conflicts(items, program, chosen, premerged);
     }
     run.flush(archives, report);
     run.directory_props(items);

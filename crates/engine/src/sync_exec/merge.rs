@@ -60,12 +60,19 @@ impl From<crate::Error> for NotMerged {
     }
 }
 
-/// The merged contents, in a sealed local file.
-struct Merged {
+/// The merged contents, in a sealed local file (an open handle: the
+/// file's directory may be gone).
+pub(crate) struct Merged {
     file: File,
     hash: Fingerprint,
     size: u64,
     mtime: Time,
+}
+
+impl Merged {
+    pub(super) fn size(&self) -> u64 {
+        self.size
+    }
 }
 
 impl<'a> Propagation<'a> {
@@ -76,13 +83,14 @@ impl<'a> Propagation<'a> {
         items: &'a [SyncItem],
         program: &MergeProgram,
         chosen: &dyn Fn(&RelPath) -> bool,
+        premerged: &super::Premerger,
     ) -> Vec<(RelPath, String)> {
         let mut not_merged = Vec::new();
         let conflicts = items
             .iter()
             .filter(|item| matches!(item.action, Action::Conflict(_)) && chosen(&item.path));
         for item in conflicts {
-            match self.merge_one(item, program) {
+            match self.merge_one(item, program, premerged.take(&item.path)) {
                 Ok(()) => {}
                 Err(NotMerged::Ineligible(None)) => {}
                 Err(NotMerged::Ineligible(Some(why))) => {
@@ -100,14 +108,24 @@ impl<'a> Propagation<'a> {
         not_merged
     }
 
-    fn merge_one(&mut self, item: &SyncItem, program: &MergeProgram) -> Result<(), NotMerged> {
-        let [a, b] = self.mergeable(item)?;
+    /// `premerged`: the program's result made before the plan was
+    /// confirmed (the interactive mode's 'm'), else it is run now.
+    fn merge_one(
+        &mut self,
+        item: &SyncItem,
+        program: &MergeProgram,
+        premerged: Option<Merged>,
+    ) -> Result<(), NotMerged> {
+        let [a, b] = mergeable(item, self.cfg)?;
         let (parent, name) = split(&item.path);
         let dirs = [
             self.dir(Side::A, &parent, Step::OpenDestination)?,
             self.dir(Side::B, &parent, Step::OpenDestination)?,
         ];
-        let merged = self.run_merge(item, [a, b], &dirs, program)?;
+        let merged = match premerged {
+            Some(merged) => merged,
+            None => run_merge(item, [a, b], &dirs, program)?,
+        };
         let temps = self.receive_merged(item, [a, b], &dirs, merged)?;
         self.commit_merged(item, [a, b], &dirs, &temps)?;
         let records = [Side::A, Side::B].map(|side| {
@@ -123,55 +141,6 @@ impl<'a> Propagation<'a> {
             from: None,
         });
         Ok(())
-    }
-
-    /// Both versions, when the program may merge them: two regular files
-    /// whose synced properties (but the mtime) agree, since the merge
-    /// gives both sides the same contents and nothing else.
-    fn mergeable<'i>(&self, item: &'i SyncItem) -> Result<[&'i Entry; 2], NotMerged> {
-        let (Some(a), Some(b)) = (item.entry(Side::A), item.entry(Side::B)) else {
-            return Err(NotMerged::Ineligible(None));
-        };
-        if a.kind != Kind::File || b.kind != Kind::File {
-            return Err(NotMerged::Ineligible(None));
-        }
-        if !props_agree(a, b, self.cfg) {
-            return Err(NotMerged::Ineligible(Some(
-                "the two sides' permissions, owners, extended attributes or ACLs differ",
-            )));
-        }
-        Ok([a, b])
-    }
-
-    /// Steps 1 and 2: both versions fetched, the program run.
-    fn run_merge(
-        &self,
-        item: &SyncItem,
-        versions: [&Entry; 2],
-        dirs: &[Box<dyn ReplicaDir + 'a>; 2],
-        program: &MergeProgram,
-    ) -> Result<Merged, NotMerged> {
-        let setup = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e.to_string()));
-        let work = MergeDir::new().map_err(setup)?;
-        let name = item.path.file_name();
-        let files: [PathBuf; 3] = [
-            work.file("A", name),
-            work.file("B", name),
-            work.file("NEW", name),
-        ];
-        for (side, version) in [Side::A, Side::B].into_iter().zip(versions) {
-            fetch(dirs[index(side)].as_ref(), version, &files[index(side)])?;
-        }
-        let words = MergeWords {
-            current1: &files[0],
-            current2: &files[1],
-            new: &files[2],
-            path: item.path.as_bytes(),
-        };
-        let new = run_program(program, &work, &words).map_err(NotMerged::Program)?;
-        // Taken into a file of ours, so nothing the program left running
-        // can change what is sent after it was fingerprinted.
-        seal_merged(new, &work.file("MERGED", name)).map_err(setup)
     }
 
     /// Step 3: the merge received into a temp for the path on each side.
@@ -264,6 +233,57 @@ impl<'a> Propagation<'a> {
         }
         Ok(())
     }
+}
+
+/// Both versions, when the program may merge them: two regular files
+/// whose synced properties (but the mtime) agree, since the merge
+/// gives both sides the same contents and nothing else.
+pub(super) fn mergeable<'i>(
+    item: &'i SyncItem,
+    cfg: &crate::sync::SyncConfig,
+) -> Result<[&'i Entry; 2], NotMerged> {
+    let (Some(a), Some(b)) = (item.entry(Side::A), item.entry(Side::B)) else {
+        return Err(NotMerged::Ineligible(None));
+    };
+    if a.kind != Kind::File || b.kind != Kind::File {
+        return Err(NotMerged::Ineligible(None));
+    }
+    if !props_agree(a, b, cfg) {
+        return Err(NotMerged::Ineligible(Some(
+            "the two sides' permissions, owners, extended attributes or ACLs differ",
+        )));
+    }
+    Ok([a, b])
+}
+
+/// Steps 1 and 2: both versions fetched, the program run.
+pub(super) fn run_merge(
+    item: &SyncItem,
+    versions: [&Entry; 2],
+    dirs: &[Box<dyn ReplicaDir + '_>; 2],
+    program: &MergeProgram,
+) -> Result<Merged, NotMerged> {
+    let setup = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e.to_string()));
+    let work = MergeDir::new().map_err(setup)?;
+    let name = item.path.file_name();
+    let files: [PathBuf; 3] = [
+        work.file("A", name),
+        work.file("B", name),
+        work.file("NEW", name),
+    ];
+    for (side, version) in [Side::A, Side::B].into_iter().zip(versions) {
+        fetch(dirs[index(side)].as_ref(), version, &files[index(side)])?;
+    }
+    let words = MergeWords {
+        current1: &files[0],
+        current2: &files[1],
+        new: &files[2],
+        path: item.path.as_bytes(),
+    };
+    let new = run_program(program, &work, &words).map_err(NotMerged::Program)?;
+    // Taken into a file of ours, so nothing the program left running
+    // can change what is sent after it was fingerprinted.
+    seal_merged(new, &work.file("MERGED", name)).map_err(setup)
 }
 
 /// The temps holding the merge on each side, and what they hold.
