@@ -56,7 +56,7 @@ pub use sync::{
 };
 pub use sync_exec::MergeNow;
 pub use sync_ignore::SyncRules;
-pub use sync_merge::{MergeFailure, MergeProgram, MERGE_WORDS};
+pub use sync_merge::{MergeFailure, MergeProgram};
 pub use sync_side::{
     local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
     SideSession,

@@ -37,9 +37,6 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The words a merge command may use.
-pub const MERGE_WORDS: [&str; 4] = ["CURRENT1", "CURRENT2", "NEW", "PATH"];
-
 /// How many lines of the program's output a failure reports.
 const REPORTED_LINES: usize = 5;
 /// At most this many bytes of them.
