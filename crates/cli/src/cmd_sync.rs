@@ -5,8 +5,8 @@
 
 use crate::exit;
 use accord_engine::{
-    ConflictReason, MaxDelete, PlanEdit, Preference, SyncAction, SyncConfig, SyncFatal, SyncHooks,
-    SyncReport, SyncSide,
+    ConflictReason, MaxDelete, MergeProgram, PlanEdit, Preference, SyncAction, SyncConfig,
+    SyncFatal, SyncHooks, SyncReport, SyncSide,
 };
 use accord_model::RelPath;
 use accord_remote::{RemoteSpec, RootMode};
@@ -95,6 +95,29 @@ pub struct SyncArgs {
     /// .accord-backup is never synced.
     #[arg(long)]
     backup: bool,
+    /// Give each conflict between two regular files (changed on both
+    /// sides, permissions and other synced properties alike) to the
+    /// program CMD, run here by sh -c with these words replaced by
+    /// shell-quoted paths: CURRENT1 (a read-only copy of A's version),
+    /// CURRENT2 (of B's), NEW (the file CMD must write) and PATH (the
+    /// path in the roots, for messages). A word is replaced only where
+    /// it stands alone. CMD runs unattended: stdin /dev/null, in a
+    /// private temp directory. Exit 0 with NEW written: NEW becomes the
+    /// file on both sides; anything else leaves the conflict. Unison's
+    /// CURRENTARCH is not offered. In the interactive mode only the
+    /// conflicts marked with 'm' are merged.
+    #[arg(long, value_name = "CMD")]
+    merge: Option<String>,
+    /// With --merge: kill the program (and what it started) after this
+    /// many seconds; the conflict stays. 0: no limit.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 600,
+        requires = "merge",
+        value_parser = clap::value_parser!(u64).range(0..=604_800)
+    )]
+    merge_timeout: u64,
     /// With --backup: how many backups to keep per path (the newest).
     #[arg(
         long,
@@ -246,6 +269,11 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.acls = !args.no_acls;
     cfg.keep_both = args.keep_both;
     cfg.backups = args.backup.then_some(args.max_backups);
+    if let Some(command) = &args.merge {
+        let limit =
+            (args.merge_timeout > 0).then(|| std::time::Duration::from_secs(args.merge_timeout));
+        cfg.merge = Some(MergeProgram::new(command, limit).map_err(|e| usage(&e))?);
+    }
     cfg.force = args.force.map(side_of);
     cfg.prefer = args.prefer.map(|prefer| match prefer {
         PreferArg::A => Preference::Side(SyncSide::A),
@@ -277,18 +305,25 @@ pub fn run(args: SyncArgs) -> i32 {
         &args.b,
         remote,
     );
-    let edit_plan = interactive
+    let edit_plan = interactive.as_ref().map(|ui| {
+        move |edit: &mut PlanEdit<'_>, merger: &dyn accord_engine::MergeNow| ui.edit(edit, merger)
+    });
+    let merge_chosen = interactive
         .as_ref()
-        .map(|ui| move |edit: &mut PlanEdit<'_>| ui.edit(edit));
+        .map(|ui| move |path: &RelPath| ui.merge_chosen(path));
     let pause = test_pause_hook("ACCORD_TEST_SYNC_PAUSE");
     let pause_links = test_pause_hook("ACCORD_TEST_SYNC_PAUSE_LINKS");
     let hooks = SyncHooks {
         before_propagating: pause.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
-        edit_plan: edit_plan
+        edit_plan: None,
+        edit_plan_merging: edit_plan
             .as_ref()
-            .map(|hook| hook as &(dyn Fn(&mut PlanEdit) + Sync)),
+            .map(|hook| hook as &accord_engine::EditPlanMerging),
         before_links: pause_links.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
         progress: None,
+        merge_chosen: merge_chosen
+            .as_ref()
+            .map(|hook| hook as &(dyn Fn(&RelPath) -> bool + Sync)),
     };
     let mut cycle = || {
         let report = sync_once(&args, &specs, &cfg, &hooks);
@@ -425,6 +460,15 @@ fn side_name(side: SyncSide) -> &'static str {
     }
 }
 
+/// What was done at a changed path.
+fn change_text(change: &accord_engine::Propagated) -> String {
+    if change.merged {
+        "merged".into()
+    } else {
+        action_text(change.action)
+    }
+}
+
 /// A short word for a plan's action, with its direction.
 fn action_text(action: SyncAction) -> String {
     match action {
@@ -457,6 +501,9 @@ fn action_text(action: SyncAction) -> String {
 /// `new => the name it was linked to`, a keep-both's with where the other
 /// version was kept.
 fn change_path(change: &accord_engine::Propagated) -> String {
+    if change.merged {
+        return change.path.display();
+    }
     match (&change.from, &change.linked_to, &change.kept_as) {
         (Some(from), _, _) => format!("{} -> {}", from.display(), change.path.display()),
         (None, Some(leader), _) => {
@@ -485,6 +532,23 @@ fn kept_both(report: &SyncReport) -> usize {
         .iter()
         .filter(|change| change.kept_as.is_some())
         .count()
+}
+
+fn merged(report: &SyncReport) -> usize {
+    report
+        .propagated
+        .iter()
+        .filter(|change| change.merged)
+        .count()
+}
+
+/// Why `--merge` left the conflict at `path`, if it was given to it.
+fn not_merged<'r>(report: &'r SyncReport, path: &RelPath) -> Option<&'r str> {
+    report
+        .not_merged
+        .iter()
+        .find(|(at, _)| at == path)
+        .map(|(_, why)| why.as_str())
 }
 
 fn renamed(report: &SyncReport) -> usize {
@@ -541,12 +605,13 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         for change in &report.propagated {
-            println!("{:<14} {}", action_text(change.action), change_path(change));
+            println!("{:<14} {}", change_text(change), change_path(change));
         }
     }
     for (path, reason) in &report.conflicts {
+        let merge = not_merged(report, path).map_or(String::new(), |why| format!("; {why}"));
         println!(
-            "conflict       {} ({})",
+            "conflict       {} ({}{merge})",
             path.display(),
             reason_text(*reason)
         );
@@ -556,11 +621,12 @@ fn print_text(report: &SyncReport, quiet: bool) {
     }
     if !quiet {
         eprintln!(
-            "{} propagated ({} renamed, {} linked, {} kept both), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
+            "{} propagated ({} renamed, {} linked, {} kept both, {} merged), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
             report.propagated.len(),
             renamed(report),
             linked(report),
             kept_both(report),
+            merged(report),
             report.agreed,
             report.conflicts.len(),
             report.errors.len(),
@@ -581,6 +647,8 @@ struct JsonReport {
     linked: usize,
     /// Of those, conflicts resolved by --keep-both.
     kept_both: usize,
+    /// Of those, conflicts resolved by --merge's program.
+    merged: usize,
     changes: Vec<JsonChange>,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
@@ -616,6 +684,9 @@ struct JsonConflict {
     path: String,
     reason: &'static str,
     detail: String,
+    /// Why --merge did not merge it (given to the program, or tried).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_merged: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -630,12 +701,13 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
         renamed: renamed(report),
         linked: linked(report),
         kept_both: kept_both(report),
+        merged: merged(report),
         changes: report
             .propagated
             .iter()
             .map(|change| JsonChange {
                 path: change.path.display(),
-                action: action_text(change.action),
+                action: change_text(change),
                 from: change.from.as_ref().map(RelPath::display),
                 linked_to: change.linked_to.as_ref().map(RelPath::display),
                 kept_as: change.kept_as.as_ref().map(RelPath::display),
@@ -648,6 +720,7 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
                 path: path.display(),
                 reason: reason_code(*reason),
                 detail: reason_text(*reason),
+                not_merged: not_merged(report, path).map(str::to_owned),
             })
             .collect(),
         errors: report

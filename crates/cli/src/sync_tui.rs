@@ -12,9 +12,10 @@
 use crate::exit;
 use crate::sync_tui_diff::DiffView;
 use crate::sync_tui_view::{draw, is_shown};
-use accord_engine::{PlanEdit, SyncAction, SyncSide};
+use accord_engine::{MergeNow, PlanEdit, SyncAction, SyncSide};
 use accord_model::RelPath;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -37,7 +38,14 @@ pub(crate) struct Interactive {
     /// diff cannot open; it shows what the plan knows of them).
     roots: [Option<PathBuf>; 2],
     outcome: Mutex<Outcome>,
+    /// What the merge program made of the conflicts given to it with 'm'
+    /// (the size of its result, or why it failed); the engine writes the
+    /// results of those still conflicts once the plan is confirmed.
+    merges: Mutex<Merges>,
 }
+
+/// The outcome of 'm' by path: the merge's size, or why there is none.
+pub(crate) type Merges = BTreeMap<RelPath, Result<u64, String>>;
 
 impl Interactive {
     /// The interactive mode, when the run is one: not `--batch` or
@@ -57,15 +65,23 @@ impl Interactive {
         Some(Interactive {
             roots: [local(a, remote[0]), local(b, remote[1])],
             outcome: Mutex::new(Outcome::NotAsked),
+            merges: Mutex::new(Merges::new()),
         })
     }
 
-    /// The engine's `edit_plan` hook.
-    pub(crate) fn edit(&self, edit: &mut PlanEdit) {
+    /// The engine's `merge_chosen` hook: did 'm' merge `path`?
+    pub(crate) fn merge_chosen(&self, path: &RelPath) -> bool {
+        let merges = self.merges.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(merges.get(path), Some(Ok(_)))
+    }
+
+    /// The engine's `edit_plan_merging` hook.
+    pub(crate) fn edit(&self, edit: &mut PlanEdit, merger: &dyn MergeNow) {
         if !edit.items().iter().any(is_shown) {
             return;
         }
-        let outcome = match ask(edit, &self.roots) {
+        let mut merges = self.merges.lock().unwrap_or_else(|e| e.into_inner());
+        let outcome = match ask(edit, &self.roots, merger, &mut merges) {
             Ok(outcome) => outcome,
             Err(e) => {
                 // The plan is left as reconciled: conflicts are skipped, as
@@ -76,6 +92,7 @@ impl Interactive {
         };
         if let Outcome::Quit { .. } = outcome {
             edit.leave_all_alone();
+            merges.clear();
         }
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
     }
@@ -142,9 +159,49 @@ pub(crate) struct App<'e, 'u> {
     /// A line for the person: why a key did nothing, ...
     pub(crate) message: String,
     pub(crate) diff: Option<DiffView>,
+    /// Runs the merge program on a conflict ('m').
+    pub(crate) merger: &'e dyn MergeNow,
+    /// What 'm' made of each conflict given to it.
+    pub(crate) merges: &'e mut Merges,
 }
 
 impl App<'_, '_> {
+    /// What 'm' made of `item`, while it is still a conflict.
+    pub(crate) fn merge_of(&self, item: &accord_engine::SyncItem) -> Option<&Result<u64, String>> {
+        if !matches!(item.action, SyncAction::Conflict(_)) {
+            return None;
+        }
+        self.merges.get(&item.path)
+    }
+
+    /// The key 'm': run the merge program on the selected conflict now
+    /// (nothing is written before g), or drop the merge it made.
+    fn toggle_merge(&mut self) {
+        let Some(&index) = self.rows.get(self.selected) else {
+            return;
+        };
+        let item = &self.edit.items()[index];
+        let path = item.path.clone();
+        if !matches!(item.action, SyncAction::Conflict(_)) {
+            self.message = format!("{}: not a conflict; nothing to merge", path.display());
+            return;
+        }
+        if let Some(Ok(_)) = self.merges.remove(&path) {
+            self.merger.forget(&path);
+            self.message = format!("{}: merge dropped; still a conflict", path.display());
+            return;
+        }
+        let outcome = self.merger.merge_now(item);
+        self.message = match &outcome {
+            Ok(size) => format!(
+                "{}: merged ({size} bytes); written to both sides on g",
+                path.display()
+            ),
+            Err(why) => format!("{}: {why}", path.display()),
+        };
+        self.merges.insert(path, outcome);
+    }
+
     fn selected_path(&self) -> Option<RelPath> {
         let index = *self.rows.get(self.selected)?;
         Some(self.edit.items()[index].path.clone())
@@ -187,7 +244,12 @@ impl App<'_, '_> {
 }
 
 /// Show the plan until the person confirms or quits.
-fn ask(edit: &mut PlanEdit, roots: &[Option<PathBuf>; 2]) -> std::io::Result<Outcome> {
+fn ask(
+    edit: &mut PlanEdit,
+    roots: &[Option<PathBuf>; 2],
+    merger: &dyn MergeNow,
+    merges: &mut Merges,
+) -> std::io::Result<Outcome> {
     let mut screen = Screen::open()?;
     let mut app = App {
         edit,
@@ -196,6 +258,8 @@ fn ask(edit: &mut PlanEdit, roots: &[Option<PathBuf>; 2]) -> std::io::Result<Out
         top: 0,
         message: String::new(),
         diff: None,
+        merger,
+        merges,
     };
     app.refresh(None);
     loop {
@@ -242,6 +306,7 @@ fn on_list_key(app: &mut App, key: KeyEvent, roots: &[Option<PathBuf>; 2]) -> Op
                 app.diff = Some(DiffView::of(&app.edit.items()[index], roots));
             }
         }
+        KeyCode::Char('m') => app.toggle_merge(),
         KeyCode::Char('g') => return Some(confirm(app)),
         KeyCode::Char('q') | KeyCode::Esc => return Some(quit(app)),
         _ => {}

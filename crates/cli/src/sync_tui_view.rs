@@ -13,7 +13,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 pub(crate) const HELP: &str = "up/down j/k move  > or a: A wins  < or b: B wins  f flip  \
-s skip  r revert  d diff  g go (propagate)  q quit";
+s skip  r revert  d diff  m merge  g go (propagate)  q quit";
 
 /// Rows the list shows: every path with something to decide (agreements
 /// only update the archives; what moves with a renamed directory is
@@ -117,12 +117,29 @@ fn mark(app: &App, item: &SyncItem) -> char {
     }
 }
 
+/// What the row of `item` says it does: a conflict the program merged
+/// ('m') takes its result on both sides; one it failed on stays.
+fn row_what(app: &App, item: &SyncItem) -> (&'static str, String) {
+    match app.merge_of(item) {
+        Some(Ok(size)) => ("A <-M-> B", format!("MERGED ({size} bytes)")),
+        Some(Err(_)) => (arrow(item.action), "conflict: MERGE FAILED".into()),
+        None => (arrow(item.action), what(item)),
+    }
+}
+
+/// The status line for the selected item: a failed merge says why.
+fn status_of(app: &App, item: &SyncItem) -> String {
+    match app.merge_of(item) {
+        Some(Err(why)) => format!("{}: {why}", item.path.display()),
+        _ => format!("{}: {}", item.path.display(), row_what(app, item).1),
+    }
+}
+
 fn row_text(app: &App, item: &SyncItem) -> String {
+    let (arrow, what) = row_what(app, item);
     format!(
-        "{} {}  {:<26} {}",
+        "{} {arrow}  {what:<26} {}",
         mark(app, item),
-        arrow(item.action),
-        what(item),
         path_text(item)
     )
 }
@@ -141,11 +158,16 @@ fn summary(app: &App) -> String {
     let count =
         |wanted: fn(&SyncAction) -> bool| items.iter().filter(|i| wanted(&i.action)).count();
     let conflicts = count(|a| matches!(a, SyncAction::Conflict(_)));
+    let merges = items
+        .iter()
+        .filter(|item| matches!(app.merge_of(item), Some(Ok(_))))
+        .count();
     let skipped = count(|a| *a == SyncAction::Nothing);
     let changes = app.rows.len() - conflicts - skipped;
+    let conflicts = conflicts - merges;
     format!(
-        "accord sync: {changes} change(s), {conflicts} conflict(s), {skipped} skipped; \
-         nothing is changed before g"
+        "accord sync: {changes} change(s), {merges} merged, {conflicts} conflict(s), \
+         {skipped} skipped; nothing is changed before g"
     )
 }
 
@@ -162,7 +184,7 @@ pub(crate) fn draw(frame: &mut Frame, app: &mut App) {
     let selected = app.rows.get(app.selected).map(|&i| &app.edit.items()[i]);
     let status_line = match selected {
         _ if !app.message.is_empty() => app.message.clone(),
-        Some(item) => format!("{}: {}", item.path.display(), what(item)),
+        Some(item) => status_of(app, item),
         None => String::new(),
     };
     frame.render_widget(Paragraph::new(status_line), status);

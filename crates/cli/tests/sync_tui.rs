@@ -404,3 +404,149 @@ fn a_batch_run_on_a_terminal_shows_its_progress() {
     // Cleared at the end; nothing of it is printed with --json or -q.
     pair.assert_equal();
 }
+
+/// A pair with two conflicts (`both.txt`, `left.txt`), a change on A
+/// (`one.txt`) and one on B (`skip.txt`).
+fn pair_with_two_conflicts() -> Pair {
+    let pair = Pair::new();
+    for (name, text) in [
+        ("both.txt", "base\n"),
+        ("left.txt", "left base\n"),
+        ("one.txt", "one base\n"),
+        ("skip.txt", "skip base\n"),
+    ] {
+        pair.write('a', name, text);
+    }
+    pair.sync_json(&[], 0);
+    pair.write('a', "both.txt", "from a\n");
+    pair.write('b', "both.txt", "from b\n");
+    pair.write('a', "left.txt", "left from a\n");
+    pair.write('b', "left.txt", "left from b\n");
+    pair.write('a', "one.txt", "one new\n");
+    pair.write('b', "skip.txt", "skip new\n");
+    pair
+}
+
+/// The merge program of the 'm' tests: fails on left.txt.
+const PICKY_MERGE: &str =
+    "--merge 'case PATH in left.txt) echo cannot merge this >&2; exit 3;; esac; \
+                           cat CURRENT1 CURRENT2 > NEW'";
+
+/// `--merge`: 'm' runs the program on the selected conflict at once and
+/// the list shows what came of it (merged and its size, or failed and
+/// why); a change that is no conflict is refused; on g the merged one is
+/// written on both sides, the failed one stays a conflict.
+#[test]
+fn tui_m_merges_the_selected_conflict() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_two_conflicts();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync_with(&pair, &status, PICKY_MERGE);
+    wait_for_plan(&tmux);
+    assert!(tmux.screen().contains("m merge"), "the help line");
+
+    // The first row, both.txt: merged now, nothing written yet.
+    tmux.type_text("m");
+    let screen = tmux.wait_for_row("both.txt", "MERGED (14 bytes)");
+    assert!(
+        row(&screen, "both.txt").unwrap().contains("A <-M-> B"),
+        "{screen}"
+    );
+    assert!(screen.contains("1 merged"), "{screen}");
+    assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from a\n"));
+    assert_eq!(pair.read('b', "both.txt").as_deref(), Some("from b\n"));
+    // left.txt (second row): the program fails; the row and the status
+    // line say so.
+    tmux.keys(&["Down"]);
+    tmux.type_text("m");
+    let screen = tmux.wait_for_row("left.txt", "MERGE FAILED");
+    assert!(
+        screen.contains("left.txt: merge program exited with status 3: cannot merge this"),
+        "{screen}"
+    );
+    // one.txt (third row) is a change, not a conflict.
+    tmux.keys(&["Down"]);
+    tmux.type_text("m");
+    tmux.wait_for("the refusal", |s| {
+        s.contains("one.txt: not a conflict; nothing to merge")
+    });
+    tmux.type_text("g");
+
+    // left.txt stays a conflict: status 1.
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    let screen = tmux.screen();
+    assert!(screen.contains("merged         both.txt"), "{screen}");
+    for side in ['a', 'b'] {
+        assert_eq!(
+            pair.read(side, "both.txt").as_deref(),
+            Some("from a\nfrom b\n")
+        );
+    }
+    assert_eq!(pair.read('a', "left.txt").as_deref(), Some("left from a\n"));
+    assert_eq!(pair.read('b', "left.txt").as_deref(), Some("left from b\n"));
+    assert_eq!(pair.read('b', "one.txt").as_deref(), Some("one new\n"));
+    // Only left.txt is left.
+    let report = pair.sync_json(&[], 1);
+    assert_eq!(report["propagated"], 0, "{report}");
+    assert_eq!(report["conflicts"][0]["path"], "left.txt", "{report}");
+}
+
+/// 'm' again drops the merge (still a conflict); a side written after
+/// 'm' and before g is not overwritten by the merge made before.
+#[test]
+fn tui_m_twice_drops_the_merge_and_a_later_write_is_kept() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_two_conflicts();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync_with(&pair, &status, PICKY_MERGE);
+    wait_for_plan(&tmux);
+    tmux.type_text("m");
+    tmux.wait_for_row("both.txt", "MERGED");
+    tmux.type_text("m");
+    let screen = tmux.wait_for_row("both.txt", "A <-?-> B");
+    assert!(
+        screen.contains("both.txt: merge dropped; still a conflict"),
+        "{screen}"
+    );
+    tmux.type_text("m");
+    tmux.wait_for_row("both.txt", "MERGED");
+    // Written on B between the merge and g.
+    pair.write('b', "both.txt", "written on b after m\n");
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&status), 2, "{}", tmux.screen());
+    let screen = tmux.screen();
+    assert!(screen.contains("changed during sync"), "{screen}");
+    assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from a\n"));
+    assert_eq!(
+        pair.read('b', "both.txt").as_deref(),
+        Some("written on b after m\n")
+    );
+}
+
+/// Without `--merge`, 'm' says how to get one and changes nothing.
+#[test]
+fn tui_m_without_a_merge_program_says_so() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    wait_for_plan(&tmux);
+    tmux.type_text("m");
+    tmux.wait_for("the message", |s| {
+        s.contains("no merge program: run with --merge CMD")
+    });
+    let screen = tmux.screen();
+    assert!(
+        row(&screen, "both.txt").unwrap().contains("A <-?-> B"),
+        "{screen}"
+    );
+    tmux.type_text("q");
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from a\n"));
+}

@@ -575,3 +575,183 @@ fn with_b_from_the_daemon_accord_sync_ends_where_unison_does() {
     let daemon = Daemon::start();
     run_matrix(Some(&daemon.remote_b()));
 }
+
+// ---- --merge against Unison's `merge` preference ---------------------------
+//
+// Unison 2.52 runs its `merge` program in batch mode (`-batch -auto`), so
+// the same conflicts go to the same program in both tools: `-merge "Name *
+// -> CMD"` and `--merge CMD`, CURRENT1 being A's version in both. A merge
+// that fails is a "failed" path to Unison and a conflict left to Accord:
+// both leave the path as it was, so the sets compared are Unison's
+// skipped and failed paths against Accord's conflicts. Deliberately
+// different (not in this matrix; `sync_merge.rs` checks them): files
+// whose permissions differ are not merged (Unison merges them and leaves
+// each side its own permissions, so the replicas never agree), and an
+// empty NEW is taken as the merge (Unison 2.52 then took B's version).
+
+const CONCAT: &str = "cat CURRENT1 CURRENT2 > NEW";
+
+/// Unison with `-merge` on every name; its skipped and failed paths.
+fn unison_merging(pair: &Pair, command: &str) -> BTreeSet<String> {
+    fs::create_dir_all(pair.state.join("unison")).unwrap();
+    let out = Command::new("unison")
+        .args(["-batch", "-auto", "-times=false", "-confirmbigdel=false"])
+        .arg("-merge")
+        .arg(format!("Name * -> {command}"))
+        .arg(&pair.a)
+        .arg(&pair.b)
+        .env("UNISON", pair.state.join("unison"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0..=2)),
+        "unison failed: {text}"
+    );
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            line.strip_prefix("skipped: ")
+                .or_else(|| line.strip_prefix("failed: "))
+        })
+        .map(|rest| rest.split(" (").next().unwrap().to_string())
+        .collect()
+}
+
+fn accord_merging(pair: &Pair, command: &str) -> BTreeSet<String> {
+    let out = pair.sync(&["--json", "--max-delete", "100%", "--merge", command]);
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(1)),
+        "{:?}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    conflict_paths(&report).into_iter().collect()
+}
+
+/// Scenarios for a merge program: the change, and the program.
+fn merge_scenarios() -> Vec<(&'static str, &'static str, Change)> {
+    vec![
+        ("merge: f edited on both", CONCAT, |a, b| {
+            write(a, "f", "a's f\n");
+            write(b, "f", "b's f\n");
+        }),
+        ("merge: two files edited on both", CONCAT, |a, b| {
+            write(a, "f", "a's f\n");
+            write(b, "f", "b's f, longer\n");
+            write(a, "dir/sub/y", "a's y\n");
+            write(b, "dir/sub/y", "b's y\n");
+        }),
+        ("merge: created on both, different", CONCAT, |a, b| {
+            write(a, "new", "a's new\n");
+            write(b, "new", "b's new\n");
+        }),
+        ("merge: equal edits need no merge", CONCAT, |a, b| {
+            write(a, "f", "the same edit\n");
+            write(b, "f", "the same edit\n");
+        }),
+        ("merge: the program fails", "exit 1; : NEW", |a, b| {
+            write(a, "f", "a's f\n");
+            write(b, "f", "b's f\n");
+        }),
+        ("merge: the program writes no NEW", "true NEW", |a, b| {
+            write(a, "f", "a's f\n");
+            write(b, "f", "b's f\n");
+        }),
+        ("merge: deleted on a, edited on b", CONCAT, |a, b| {
+            fs::remove_file(a.join("g")).unwrap();
+            write(b, "g", "b's g\n");
+        }),
+        ("merge: symlinks changed on both", CONCAT, |a, b| {
+            for (root, target) in [(a, "a-target"), (b, "b-target")] {
+                fs::remove_file(root.join("link")).unwrap();
+                symlink(target, root.join("link")).unwrap();
+            }
+        }),
+        ("merge: a directory against a file", CONCAT, |a, b| {
+            fs::remove_dir_all(b.join("dir/sub")).unwrap();
+            write(b, "dir/sub", "now a file\n");
+            write(a, "dir/sub/y", "a's y\n");
+        }),
+        (
+            "merge: edited on both, same permissions changed",
+            CONCAT,
+            |a, b| {
+                write(a, "f", "a's f\n");
+                write(b, "f", "b's f\n");
+                for root in [a, b] {
+                    fs::set_permissions(root.join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+                }
+            },
+        ),
+    ]
+}
+
+fn run_merge_scenario(
+    name: &str,
+    command: &str,
+    change: Change,
+    lose_archives: bool,
+) -> Result<(), String> {
+    let (with_accord, with_unison) = (Pair::new(), Pair::new());
+    for pair in [&with_accord, &with_unison] {
+        base_tree(&pair.a);
+    }
+    accord(&with_accord, &[]);
+    unison(&with_unison, &[]);
+    for pair in [&with_accord, &with_unison] {
+        change(&pair.a, &pair.b);
+        if lose_archives {
+            forget_archives(pair);
+        }
+    }
+    let ours = accord_merging(&with_accord, command);
+    let theirs = unison_merging(&with_unison, command);
+    eprintln!("{name} (archives lost: {lose_archives}): unresolved {ours:?}");
+    let mut problems = Vec::new();
+    if ours != theirs {
+        problems.push(format!("unresolved: accord {ours:?}, unison {theirs:?}"));
+    }
+    for side in ['a', 'b'] {
+        let (ours, theirs) = (
+            snapshot(with_accord.root(side)),
+            snapshot(with_unison.root(side)),
+        );
+        if ours != theirs {
+            problems.push(format!(
+                "replica {side}: accord {ours:?}\n unison {theirs:?}"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{name}: {}", problems.join("\n")))
+    }
+}
+
+#[test]
+fn accord_merge_ends_where_unison_merge_does() {
+    if !have_unison() {
+        eprintln!("SKIPPED: unison is not installed; the differential test did not run");
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (name, command, change) in merge_scenarios() {
+        for lose_archives in [false, true] {
+            ran += 1;
+            if let Err(problem) = run_merge_scenario(name, command, change, lose_archives) {
+                failures.push(format!("[archives lost: {lose_archives}] {problem}"));
+            }
+        }
+    }
+    eprintln!(
+        "{ran} merge scenarios against unison, {} differ",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -20,6 +20,7 @@ mod sync_exec;
 mod sync_follow;
 mod sync_ignore;
 mod sync_keep;
+mod sync_merge;
 mod sync_scan;
 mod sync_side;
 mod sync_transfer;
@@ -55,10 +56,12 @@ pub use local::{LocalOptions, LocalReplica};
 pub use replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 pub use run::{mirror, mirror_replicas, open_local_root};
 pub use sync::{
-    sync, sync_local, sync_with_local, Propagated, SyncConfig, SyncError, SyncFailure, SyncFatal,
-    SyncHooks, SyncReport,
+    sync, sync_local, sync_with_local, EditPlanMerging, Propagated, SyncConfig, SyncError,
+    SyncFailure, SyncFatal, SyncHooks, SyncReport,
 };
+pub use sync_exec::MergeNow;
 pub use sync_ignore::SyncRules;
+pub use sync_merge::{MergeFailure, MergeProgram};
 pub use sync_side::{
     local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
     SideSession,

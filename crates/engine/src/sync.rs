@@ -64,6 +64,9 @@ pub struct SyncConfig {
     pub backups: Option<u32>,
     /// What is left out of the sync on both sides (`sync_ignore.rs`).
     pub rules: crate::SyncRules,
+    /// `--merge CMD`: conflicts between two regular files are given to
+    /// this program, run on this host (`sync_merge.rs`).
+    pub merge: Option<crate::MergeProgram>,
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
     pub state_dir: PathBuf,
@@ -86,6 +89,7 @@ impl SyncConfig {
             acls: true,
             backups: None,
             rules: crate::SyncRules::default(),
+            merge: None,
             state_dir,
         }
     }
@@ -123,6 +127,9 @@ impl SyncConfig {
     }
 }
 
+/// The interactive mode's edit of a plan, with the merge program at hand.
+pub type EditPlanMerging<'a> = dyn Fn(&mut PlanEdit, &dyn crate::MergeNow) + Sync + 'a;
+
 /// Calls the caller may want between the steps of a run.
 #[derive(Clone, Copy, Default)]
 pub struct SyncHooks<'a> {
@@ -134,6 +141,10 @@ pub struct SyncHooks<'a> {
     /// resolve conflicts, turn propagations around or skip paths (the
     /// interactive mode). The guard checks the edited plan again.
     pub edit_plan: Option<&'a (dyn Fn(&mut PlanEdit) + Sync)>,
+    /// `edit_plan` with a way to run the merge program on a conflict at
+    /// once (`--merge`; without it every merge says so), its result kept
+    /// for propagation: the interactive mode's 'm'.
+    pub edit_plan_merging: Option<&'a EditPlanMerging<'a>>,
     /// Called once every file is in place, before the copies planned as
     /// hard links are made (only when there are some). Tests use it to stop
     /// a run between a group's leader and its links.
@@ -141,6 +152,9 @@ pub struct SyncHooks<'a> {
     /// Counters for a progress display: the files to copy and their bytes
     /// once the plan is final, then those that arrived.
     pub progress: Option<&'a crate::Progress>,
+    /// With `SyncConfig::merge`: the conflicts to give to the program
+    /// (the interactive mode's choices); `None`: every one it can merge.
+    pub merge_chosen: Option<&'a (dyn Fn(&RelPath) -> bool + Sync)>,
 }
 
 /// Why one path failed in a sync (the run went on without it).
@@ -160,6 +174,13 @@ pub enum SyncError {
     /// Its update could not be detected (a file that could not be read to
     /// fingerprint it): left out of this run, with its subtree.
     Detect(String),
+    /// A merge replaced `written`'s version, then the other side's failed
+    /// its re-check (written in that moment) or its rename: the two sides
+    /// now hold the merge and that write, a conflict for the next run.
+    MergedOnOneSide {
+        written: accord_plan::Side,
+        cause: Box<crate::Error>,
+    },
 }
 
 impl fmt::Display for SyncError {
@@ -175,6 +196,18 @@ impl fmt::Display for SyncError {
             SyncError::DirectoryNotEmpty => f.write_str("directory not empty; left alone"),
             SyncError::Archive(e) => write!(f, "recording the agreement failed: {e}"),
             SyncError::Detect(e) => write!(f, "cannot tell whether it changed: {e}"),
+            SyncError::MergedOnOneSide { written, cause } => {
+                let side = |side| match side {
+                    accord_plan::Side::A => "A",
+                    accord_plan::Side::B => "B",
+                };
+                write!(
+                    f,
+                    "merged on {} only; {}: {cause}",
+                    side(*written),
+                    side(written.other())
+                )
+            }
         }
     }
 }
@@ -243,6 +276,9 @@ pub struct Propagated {
     pub linked_to: Option<RelPath>,
     /// For `KeepBoth`: where the losing version is kept (on both sides).
     pub kept_as: Option<RelPath>,
+    /// A conflict resolved by `--merge`'s program: both sides now hold
+    /// its result (`action` is the conflict it was).
+    pub merged: bool,
 }
 
 /// What a sync run did.
@@ -252,6 +288,9 @@ pub struct SyncReport {
     pub propagated: Vec<Propagated>,
     /// Conflicts left alone, in path order.
     pub conflicts: Vec<(RelPath, ConflictReason)>,
+    /// Conflicts `--merge` was to merge and did not, with why (the
+    /// program's exit status and first lines of output, ...).
+    pub not_merged: Vec<(RelPath, String)>,
     /// Paths that failed; the run went on without them.
     pub errors: Vec<SyncFailure>,
     /// Paths where both sides already agreed and only the archives learnt it.
@@ -416,9 +455,15 @@ fn run(
         report.refusal = Some(refusal);
         return Ok(());
     }
-    if let Some(edit_plan) = hooks.edit_plan {
+    let premerger = crate::sync_exec::Premerger::new(replicas, cfg);
+    if hooks.edit_plan.is_some() || hooks.edit_plan_merging.is_some() {
         let mut edit = PlanEdit::new(&scanned.updates, options, items);
-        edit_plan(&mut edit);
+        if let Some(edit_plan) = hooks.edit_plan {
+            edit_plan(&mut edit);
+        }
+        if let Some(edit_plan) = hooks.edit_plan_merging {
+            edit_plan(&mut edit, &premerger);
+        }
         items = edit.into_items();
         // A propagation turned around may delete what the plan did not.
         if let Err(refusal) = guard(&items, &scanned, cfg) {
@@ -436,6 +481,7 @@ fn run(
     let plan = crate::sync_exec::Plan {
         items: &items,
         kept: &kept,
+        premerged: &premerger,
     };
     propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
     Ok(())

@@ -39,8 +39,12 @@ mod backup;
 mod keep;
 #[path = "sync_links.rs"]
 mod links;
+mod merge;
+mod premerge;
 
 pub(crate) use backup::{in_backup_dir, BACKUP_DIR};
+pub use premerge::MergeNow;
+pub(crate) use premerge::Premerger;
 
 /// Files (and other entries) received before the chunk is flushed and
 /// committed, and their bytes at most: one flush of each replica per chunk,
@@ -124,6 +128,8 @@ struct InFlight<'i> {
 pub(crate) struct Plan<'p> {
     pub items: &'p [SyncItem],
     pub kept: &'p crate::sync_keep::KeptCopies,
+    /// Merges made while the plan was edited (`--merge`, the key 'm').
+    pub premerged: &'p Premerger<'p>,
 }
 
 /// Carry out the plan and record what succeeded in both archives.
@@ -136,7 +142,11 @@ pub(crate) fn propagate(
     hooks: &crate::sync::SyncHooks,
     report: &mut SyncReport,
 ) {
-    let Plan { items, kept } = plan;
+    let Plan {
+        items,
+        kept,
+        premerged,
+    } = plan;
     let mut run = Propagation {
         replicas,
         cfg,
@@ -159,12 +169,24 @@ pub(crate) fn propagate(
     run.entries_in_order(items, archives, report);
     run.links(items, archives, hooks.before_links, report);
     run.keep_both(items, kept);
+    if let Some(program) = &cfg.merge {
+        let chosen = hooks.merge_chosen.unwrap_or(&|_| true);
+        report.not_merged = run.merge_conflicts(items, program, chosen, premerged);
+    }
     run.flush(archives, report);
     run.directory_props(items);
     run.deletions(items, true);
     run.flush(archives, report);
     report.errors.append(&mut run.failures);
     report.errors.sort_by(|x, y| x.path.cmp(&y.path));
+    let merged: HashSet<&RelPath> = report
+        .propagated
+        .iter()
+        .filter_map(|change| change.merged.then_some(&change.path))
+        .collect();
+    if !merged.is_empty() {
+        report.conflicts.retain(|(path, _)| !merged.contains(path));
+    }
     report.propagated.sort_by(|x, y| x.path.cmp(&y.path));
 }
 
@@ -981,6 +1003,7 @@ impl<'a> Propagation<'a> {
                     from: None,
                     linked_to: None,
                     kept_as: one.from,
+                    merged: false,
                 }),
                 action => {
                     let (from, linked_to) = match action {
@@ -993,6 +1016,8 @@ impl<'a> Propagation<'a> {
                         from,
                         linked_to,
                         kept_as: None,
+                        // A conflict is carried out only by a merge.
+                        merged: matches!(action, Action::Conflict(_)),
                     })
                 }
             }

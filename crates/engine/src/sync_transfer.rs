@@ -254,20 +254,20 @@ fn landed(copy: &FileCopy, started: Started, targets: &[Dirs; 2]) -> Result<Vec<
 
 /// A reader that fingerprints (BLAKE3, as `fsys::hash_file` does) what
 /// passes through it.
-struct Fingerprinting<'r> {
+pub(crate) struct Fingerprinting<'r> {
     inner: &'r mut dyn Read,
     hasher: blake3::Hasher,
 }
 
 impl<'r> Fingerprinting<'r> {
-    fn new(inner: &'r mut dyn Read) -> Self {
+    pub(crate) fn new(inner: &'r mut dyn Read) -> Self {
         Fingerprinting {
             inner,
             hasher: blake3::Hasher::new(),
         }
     }
 
-    fn finish(&self) -> Fingerprint {
+    pub(crate) fn finish(&self) -> Fingerprint {
         *self.hasher.finalize().as_bytes()
     }
 }
