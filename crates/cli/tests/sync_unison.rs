@@ -30,6 +30,17 @@
 //! holds excluded entries on the other is not deleted there, since that
 //! would delete what is excluded (the path fails, as rsync's `--delete`
 //! does); Unison deletes it with them.
+//!
+//! Case: the scenarios of `case_scenarios` run both syncs with accord's
+//! `--ignorecase true` and Unison's `-ignorecase true` on these
+//! case-sensitive roots (`Readme` on one side and `README` on the other
+//! are one path; a change reaches the other side's own name; a change of
+//! case only is not propagated; names on one side that differ only by
+//! case are skipped, each tool naming one of them: compared folded).
+//! Deliberately different (not in this matrix; `sync_case.rs` checks it):
+//! accord reports such a clash as a failed path (exit 2), Unison as a
+//! skipped one; and accord folds Unicode case, Unison 2.52 ASCII and
+//! Latin-1 only.
 
 mod mirror_common;
 mod remote_common;
@@ -64,11 +75,16 @@ fn base_tree(root: &Path) {
 }
 
 /// Run unison on the pair; returns the paths it skipped as conflicts.
-fn unison(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
+fn unison(pair: &Pair, rules: &[&str], ignorecase: bool) -> BTreeSet<String> {
     fs::create_dir_all(pair.state.join("unison")).unwrap();
     let out = Command::new("unison")
         .args(["-batch", "-auto", "-times=false", "-confirmbigdel=false"])
         .args(rules.iter().flat_map(|rule| ["-ignore", rule]))
+        .args(if ignorecase {
+            &["-ignorecase", "true"][..]
+        } else {
+            &[]
+        })
         .arg(&pair.a)
         .arg(&pair.b)
         .env("UNISON", pair.state.join("unison"))
@@ -80,25 +96,52 @@ fn unison(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
         matches!(out.status.code(), Some(0) | Some(1)),
         "unison failed: {text}"
     );
-    text.lines()
+    let skipped = text
+        .lines()
         .filter_map(|line| line.trim_start().strip_prefix("skipped: "))
-        .map(|rest| rest.split(" (").next().unwrap().to_string())
+        .map(|rest| rest.split(" (").next().unwrap().to_string());
+    fold_if(ignorecase, skipped)
+}
+
+/// Paths as compared: folded when case is ignored (each tool names one
+/// of the names of a clash, or of a path spelled two ways).
+fn fold_if(ignorecase: bool, paths: impl Iterator<Item = String>) -> BTreeSet<String> {
+    paths
+        .map(|p| if ignorecase { p.to_lowercase() } else { p })
         .collect()
 }
 
-fn accord(pair: &Pair, rules: &[&str]) -> BTreeSet<String> {
+fn accord(pair: &Pair, rules: &[&str], ignorecase: bool) -> BTreeSet<String> {
     let mut args = vec!["--json", "--max-delete", "100%"];
     args.extend(rules.iter().flat_map(|rule| ["--exclude", rule]));
+    if ignorecase {
+        args.extend(["--ignorecase", "true"]);
+    }
     let out = pair.sync(&args);
+    // A clash of names is a failed path for accord, a skipped one for
+    // Unison: both are compared as the paths left alone.
+    let clash_ok = ignorecase && out.status.code() == Some(2);
     assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
+        matches!(out.status.code(), Some(0) | Some(1)) || clash_ok,
         "{:?}: {}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    conflict_paths(&report).into_iter().collect()
+    let mut left_alone = conflict_paths(&report);
+    for error in report["errors"].as_array().unwrap() {
+        assert!(
+            ignorecase
+                && error["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("differ only by case"),
+            "{error}"
+        );
+        left_alone.push(error["path"].as_str().unwrap().to_string());
+    }
+    fold_if(ignorecase, left_alone.into_iter())
 }
 
 type Change = fn(&Path, &Path);
@@ -294,6 +337,8 @@ struct Rules {
     unison: &'static [&'static str],
     in_first_sync: bool,
     in_second_sync: bool,
+    /// Both syncs ignore case (`--ignorecase true`, `-ignorecase true`).
+    ignorecase: bool,
 }
 
 impl Rules {
@@ -326,7 +371,93 @@ fn rules(
         unison: both.1,
         in_first_sync: first,
         in_second_sync: second,
+        ignorecase: false,
     }
+}
+
+const IGNORE_CASE: Rules = Rules {
+    accord: &[],
+    unison: &[],
+    in_first_sync: false,
+    in_second_sync: false,
+    ignorecase: true,
+};
+
+fn rename(root: &Path, from: &str, to: &str) {
+    fs::rename(root.join(from), root.join(to)).unwrap();
+}
+
+/// Scenarios ignoring case, on these case-sensitive roots.
+fn case_scenarios() -> Vec<(&'static str, Rules, Change)> {
+    vec![
+        (
+            "case: created under names differing by case, equal",
+            IGNORE_CASE,
+            |a, b| {
+                write(a, "Note", "the same note");
+                write(b, "NOTE", "the same note");
+            },
+        ),
+        (
+            "case: created under names differing by case, different",
+            IGNORE_CASE,
+            |a, b| {
+                write(a, "Note", "a's note");
+                write(b, "NOTE", "b's note, longer");
+            },
+        ),
+        ("case: a change of case only on b", IGNORE_CASE, |_, b| {
+            rename(b, "f", "F")
+        }),
+        (
+            "case: b changes the case, a edits: the edit reaches b's name",
+            IGNORE_CASE,
+            |a, b| {
+                rename(b, "g", "G");
+                write(a, "g", "edited on a");
+            },
+        ),
+        (
+            "case: b changes the case and edits, a leaves it",
+            IGNORE_CASE,
+            |_, b| {
+                rename(b, "g", "G");
+                write(b, "G", "edited on b");
+            },
+        ),
+        (
+            "case: b changes the case, a deletes it",
+            IGNORE_CASE,
+            |a, b| {
+                rename(b, "g", "G");
+                fs::remove_file(a.join("g")).unwrap();
+            },
+        ),
+        (
+            "case: a directory's case changed on b, a file created in it on a",
+            IGNORE_CASE,
+            |a, b| {
+                rename(b, "dir/sub", "dir/SUB");
+                write(a, "dir/sub/new", "new on a");
+                write(a, "dir/sub/y", "edited on a");
+            },
+        ),
+        (
+            "case: names differing by case only on a, the rest synced",
+            IGNORE_CASE,
+            |a, b| {
+                write(a, "Clash", "one");
+                write(a, "clash", "two, longer");
+                write(a, "dir/fine", "synced");
+                write(b, "keep/other", "synced too");
+            },
+        ),
+        (
+            "case: a name created on a beside its twin that was synced",
+            IGNORE_CASE,
+            |a, _| write(a, "F", "a twin of f"),
+        ),
+    ]
 }
 
 /// Scenarios with ignore rules, Unison's and ours meaning the same.
@@ -411,8 +542,8 @@ fn run_scenario(
         base_tree(&pair.a);
     }
     let (accord_rules, unison_rules) = rules.of_sync(false);
-    accord(&with_accord, accord_rules);
-    unison(&with_unison, unison_rules);
+    accord(&with_accord, accord_rules, rules.ignorecase);
+    unison(&with_unison, unison_rules, rules.ignorecase);
     for pair in [&with_accord, &with_unison] {
         change(&pair.a, &pair.b);
         if lose_archives {
@@ -420,8 +551,8 @@ fn run_scenario(
         }
     }
     let (accord_rules, unison_rules) = rules.of_sync(true);
-    let accord_conflicts = accord(&with_accord, accord_rules);
-    let unison_conflicts = unison(&with_unison, unison_rules);
+    let accord_conflicts = accord(&with_accord, accord_rules, rules.ignorecase);
+    let unison_conflicts = unison(&with_unison, unison_rules, rules.ignorecase);
     eprintln!("{name} (archives lost: {lose_archives}): conflicts {accord_conflicts:?}");
     let mut problems = Vec::new();
     if accord_conflicts != unison_conflicts {
@@ -453,7 +584,8 @@ fn run_matrix(remote: Option<&RemoteB>) {
     let plain = scenarios()
         .into_iter()
         .map(|(name, change)| (name, Rules::default(), change));
-    for (name, rules, change) in plain.chain(ignore_scenarios()) {
+    let all = plain.chain(ignore_scenarios()).chain(case_scenarios());
+    for (name, rules, change) in all {
         for lose_archives in [false, true] {
             ran += 1;
             if let Err(problem) = run_scenario(name, (change, rules), lose_archives, remote) {
