@@ -18,15 +18,16 @@
 //! without writing: a name in the root with an ASCII letter, whose
 //! case-swapped twin is not listed, is looked up under that twin (found:
 //! case-insensitive). A root with no such name (empty, or names without
-//! letters) gets a symbolic link made under one of our temp names, looked
+//! letters) gets an empty file made under one of our temp names, looked
 //! up the same way and discarded at once (a run killed in between leaves a
-//! temp the next scan removes; the root's mtime moves). Only seam calls
+//! temp the next scan removes; the root's mtime moves); a remote root
+//! with no such name counts as case-sensitive until it has one. Only seam calls
 //! already on the wire are used, so any server answers; the probe looks
 //! at the root directory only (ext4's casefold is per directory).
 
 use crate::replica::Replica;
 use accord_fsys::PropsMask;
-use accord_model::{Entry, Kind, Props, RelPath};
+use accord_model::{Kind, Props, RelPath};
 
 /// `--ignorecase`: forced on or off, or `None` for detection.
 pub type IgnoreCase = Option<bool>;
@@ -93,7 +94,15 @@ pub fn probe(replica: &dyn Replica) -> Result<bool, String> {
             .map_err(|e| format!("cannot look a name up: {e}"))?;
         return Ok(found.is_some());
     }
-    probe_by_link(root.as_ref())
+    if replica.local().is_none() {
+        // A remote replica's temps are known by handle, not by name: an
+        // empty remote root counts as case-sensitive this run (then two
+        // names a case-insensitive one cannot hold both fail their
+        // re-check there, nothing is overwritten), and is probed again by
+        // its names on the next.
+        return Ok(false);
+    }
+    probe_by_temp(root.as_ref())
 }
 
 /// A name in the root whose case-swapped twin is another name and is not
@@ -135,40 +144,25 @@ fn probe_name(replica: &dyn Replica) -> Result<Option<Vec<u8>>, String> {
         .cloned())
 }
 
-/// The probe of a root with no name to look up: a link of ours, made
-/// and discarded.
-fn probe_by_link(root: &dyn crate::replica::ReplicaDir) -> Result<bool, String> {
-    let link = Entry {
-        path: RelPath::root(),
-        kind: Kind::Symlink,
-        size: PROBE_TARGET.len() as u64,
-        props: Props::default(),
-        dev: 0,
-        ino: 0,
-        nlink: 1,
-        rdev: 0,
-        blocks: 0,
-        link_target: Some(PROBE_TARGET.to_vec()),
-        hash: None,
-    };
+/// The probe of a root with no name to look up: an empty temp file of
+/// ours (any file system takes one), made and discarded.
+fn probe_by_temp(root: &dyn crate::replica::ReplicaDir) -> Result<bool, String> {
     let mask = PropsMask {
         perms: false,
         owner: false,
         times: false,
         xattrs: None,
     };
+    let mut empty = std::io::empty();
+    let incoming = crate::replica::Incoming::Whole(&mut empty);
     let temp = root
-        .make_node(b"case-probe", &link, mask)
-        .map_err(|e| format!("cannot make a probe link in the root: {e}"))?;
-    let swapped = swap_case(&temp);
-    let found = root.stat(&swapped);
+        .receive(b"case-probe", incoming, &Props::default(), mask)
+        .map_err(|e| format!("cannot make a probe file in the root: {e}"))?;
+    let found = root.stat(&swap_case(&temp));
     root.discard(&temp);
-    let found = found.map_err(|e| format!("cannot look the probe link up: {e}"))?;
-    Ok(found.is_some_and(|f| f.kind == Kind::Symlink))
+    let found = found.map_err(|e| format!("cannot look the probe file up: {e}"))?;
+    Ok(found.is_some_and(|f| f.kind == Kind::File))
 }
-
-/// What the probe link points to (never followed).
-const PROBE_TARGET: &[u8] = b"accord-case-probe";
 
 /// Why the mode could not be settled: a root's probe failed under
 /// detection.
