@@ -403,7 +403,7 @@ impl FoldedMerge {
             if self.is_left_out(&folded) {
                 continue;
             }
-            let combined = match self.combine(&folded, changes, names) {
+            let combined = match self.combine(&folded, changes, names)? {
                 Some(combined) => combined,
                 None => continue,
             };
@@ -448,9 +448,15 @@ impl FoldedMerge {
         folded: &RelPath,
         changes: [Vec<SideChange>; 2],
         names: &[String; 2],
-    ) -> Option<[SideChange; 2]> {
+    ) -> Result<Option<[SideChange; 2]>, ScanStop> {
         let mut out: [Option<SideChange>; 2] = [None, None];
         for (side, list) in changes.into_iter().enumerate() {
+            if list.is_empty() {
+                // Every side was asked what it holds of a reported path,
+                // and its answers checked: only a side that broke that.
+                let what = format!("nothing for {}", folded.display());
+                return Err(misreported(&names[side], what));
+            }
             let present: Vec<RelPath> = list
                 .iter()
                 .filter(|c| c.current.is_some())
@@ -459,14 +465,14 @@ impl FoldedMerge {
             if present.len() > 1 {
                 self.left_out.insert(folded.clone());
                 self.failures.push(clash(&present, &names[side]));
-                return None;
+                return Ok(None);
             }
             out[side] = Some(combine_side(list));
         }
         let [Some(a), Some(b)] = out else {
             unreachable!("both sides combined")
         };
-        Some([a, b])
+        Ok(Some([a, b]))
     }
 
     /// The plan path of `folded`'s parent: the plan path given to it as a
