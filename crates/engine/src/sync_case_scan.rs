@@ -678,3 +678,94 @@ fn clash(paths: &[RelPath], replica: &str) -> SyncFailure {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_model::{Entry, Props, Time};
+
+    fn path(p: &str) -> RelPath {
+        RelPath::new(p.as_bytes()).unwrap()
+    }
+
+    fn put(p: &str, kind: Kind) -> ArchiveRecord {
+        ArchiveRecord::Put(Observed {
+            entry: Entry {
+                path: path(p),
+                kind,
+                size: 0,
+                props: Props::default(),
+                dev: 1,
+                ino: 2,
+                nlink: 1,
+                rdev: 0,
+                blocks: 0,
+                link_target: None,
+                hash: None,
+            },
+            ctime: Time { sec: 5, nsec: 0 },
+        })
+    }
+
+    fn at(record: &ArchiveRecord) -> (&'static str, String) {
+        match record {
+            ArchiveRecord::Put(o) => ("put", o.entry.path.display()),
+            ArchiveRecord::Remove(p) => ("remove", p.display()),
+        }
+    }
+
+    #[test]
+    fn records_take_the_sides_spelling_and_drop_the_old_one() {
+        let mut facts = CaseFacts::default();
+        // B holds `README`, archived under `Readme`; the plan says `Readme`.
+        facts.respell[1].insert(
+            path("readme"),
+            Respelled {
+                key: path("README"),
+                archived: Some((path("Readme"), Kind::File)),
+            },
+        );
+        let records = vec![
+            put("Readme", Kind::File),
+            put("other", Kind::File),
+            ArchiveRecord::Remove(path("README")),
+        ];
+        let a: Vec<_> = facts.respell(0, records.clone()).iter().map(at).collect();
+        assert_eq!(a.len(), 3, "side A has nothing respelled");
+        let b: Vec<_> = facts.respell(1, records).iter().map(at).collect();
+        let want = [
+            ("remove", "Readme".to_string()),
+            ("put", "README".to_string()),
+            ("put", "other".to_string()),
+            ("remove", "Readme".to_string()),
+        ];
+        assert_eq!(b, want);
+    }
+
+    #[test]
+    fn a_side_with_one_change_at_most_present_is_combined() {
+        let observed = |p: &str| {
+            let ArchiveRecord::Put(o) = put(p, Kind::File) else {
+                unreachable!()
+            };
+            Box::new(o)
+        };
+        let deleted = SideChange {
+            path: path("foo"),
+            archived: Some(observed("foo")),
+            current: None,
+            record_ctime: UNKNOWN_CTIME,
+        };
+        let created = SideChange {
+            path: path("Foo"),
+            archived: None,
+            current: Some(observed("Foo")),
+            record_ctime: Time { sec: 9, nsec: 0 },
+        };
+        let combined = combine_side(vec![created, deleted]);
+        assert_eq!(combined.path, path("Foo"));
+        assert_eq!(combined.archived.unwrap().entry.path, path("foo"));
+        assert_eq!(combined.current.unwrap().entry.path, path("Foo"));
+        assert_eq!(combined.record_ctime, Time { sec: 9, nsec: 0 });
+    }
+}
