@@ -484,7 +484,8 @@ fn settle_case(
         crate::sync_case::settle(replicas, cfg.ignorecase).map_err(|failure| SyncFatal::Side {
             replica: failure.replica,
             failure: SideFailure::Failed(format!(
-                "cannot tell whether it ignores case ({}); say --ignorecase true or false",
+                "cannot tell whether it ignores case ({}); nothing was changed \
+                 (--ignorecase true or false settles it without the probe's answer)",
                 failure.why
             )),
         })?;
