@@ -24,6 +24,14 @@ pub enum PreferArg {
     Older,
 }
 
+/// `--ignorecase`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IgnoreCaseArg {
+    True,
+    False,
+    Auto,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SideArg {
     #[value(name = "A", alias = "a")]
@@ -165,6 +173,19 @@ pub struct SyncArgs {
     /// error for its path, never a deletion.
     #[arg(long, value_name = "PATTERN")]
     follow: Vec<String>,
+    /// Match names ignoring case (true), exactly (false), or ignoring case
+    /// when either root is on a case-insensitive file system (auto, found
+    /// by a probe in each root). Ignoring case, `Readme` and `README` are
+    /// one path; names on one side that differ only by case are refused
+    /// (left alone, nothing deleted) until all but one are renamed; a
+    /// change of case only is not propagated (as Unison does).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "true|false|auto",
+        default_value = "auto"
+    )]
+    ignorecase: IgnoreCaseArg,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -268,6 +289,11 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.xattrs = !args.no_xattrs;
     cfg.acls = !args.no_acls;
     cfg.keep_both = args.keep_both;
+    cfg.ignorecase = match args.ignorecase {
+        IgnoreCaseArg::True => Some(true),
+        IgnoreCaseArg::False => Some(false),
+        IgnoreCaseArg::Auto => None,
+    };
     cfg.backups = args.backup.then_some(args.max_backups);
     if let Some(command) = &args.merge {
         let limit =
@@ -654,6 +680,10 @@ struct JsonReport {
     errors: Vec<JsonError>,
     agreed: u64,
     archives_lost: bool,
+    /// Names were matched ignoring case.
+    ignorecase: bool,
+    /// Each root (A, B) was found case-insensitive by its probe.
+    case_insensitive: [bool; 2],
     refused: Option<String>,
     fatal: Option<String>,
     elapsed_s: f64,
@@ -733,6 +763,8 @@ fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
             .collect(),
         agreed: report.agreed,
         archives_lost: report.archives_lost,
+        ignorecase: report.ignore_case,
+        case_insensitive: report.case_insensitive,
         refused: report.refusal.as_ref().map(|r| r.to_string()),
         fatal: report.fatal.as_ref().map(|f| f.to_string()),
         elapsed_s: report.elapsed_s,

@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Each key is a long option of `accord sync` (`max-delete` or
-//! `max_delete`); `true` gives a flag, `false` leaves it out, a string or a
-//! number gives its value, a list of strings the option once per string
+//! `max_delete`); `true` gives a flag, `false` leaves it out (for an
+//! option whose value is true or false, such as `ignorecase`, either is
+//! its value), a string or a number gives its value, a list of strings the option once per string
 //! (`--exclude=*.o --exclude=cache/`). The profile's options come first on the command
 //! line that is then parsed, so an option given by hand overrides the
 //! profile's.
@@ -174,10 +175,20 @@ fn option_of(key: &str) -> Result<String, String> {
     }
 }
 
+/// Does the option `--long` take a value (rather than being a switch)?
+fn takes_value(long: &str) -> bool {
+    sync_command()
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .is_some_and(|a| a.get_action().takes_values())
+}
+
 /// The command-line words of `--long` set to `value`.
 fn words(long: &str, value: &toml::Value, out: &mut Vec<OsString>) -> Result<(), String> {
     let flag = OsString::from(format!("--{long}"));
     match value {
+        // An option whose value is true or false itself (`ignorecase`).
+        toml::Value::Boolean(b) if takes_value(long) => out.push(format!("--{long}={b}").into()),
         toml::Value::Boolean(true) => out.push(flag),
         toml::Value::Boolean(false) => {}
         toml::Value::String(s) => out.extend([flag, s.into()]),
@@ -253,6 +264,22 @@ mod tests {
         ] {
             assert_eq!(expand_from(words(args), dir.clone()).unwrap(), words(want));
         }
+    }
+
+    #[test]
+    fn ignorecase_takes_true_and_false_as_its_value() {
+        for (value, word) in [
+            ("true", "--ignorecase=true"),
+            ("false", "--ignorecase=false"),
+        ] {
+            let (_tmp, dir) =
+                with_profile(&format!("roots = [\"/a\", \"/b\"]\nignorecase = {value}\n"));
+            let out = expand_from(words(&["accord", "sync", "home"]), dir).unwrap();
+            assert!(out.contains(&OsString::from(word)), "{out:?}");
+        }
+        let (_tmp, dir) = with_profile("roots = [\"/a\", \"/b\"]\nignorecase = \"auto\"\n");
+        let out = expand_from(words(&["accord", "sync", "home"]), dir).unwrap();
+        assert!(out.contains(&OsString::from("auto")), "{out:?}");
     }
 
     #[test]

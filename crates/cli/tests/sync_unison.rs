@@ -40,6 +40,17 @@
 //! (Accord's archive records that the path was seen through the link);
 //! Unison takes the link for a new update and replaces the other side's
 //! copy with the link.
+//!
+//! Case: the scenarios of `case_scenarios` run both syncs with accord's
+//! `--ignorecase true` and Unison's `-ignorecase true` on these
+//! case-sensitive roots (`Readme` on one side and `README` on the other
+//! are one path; a change reaches the other side's own name; a change of
+//! case only is not propagated; names on one side that differ only by
+//! case are skipped, each tool naming one of them: compared folded).
+//! Deliberately different (not in this matrix; `sync_case.rs` checks it):
+//! accord reports such a clash as a failed path (exit 2), Unison as a
+//! skipped one; and accord folds Unicode case, Unison 2.52 ASCII and
+//! Latin-1 only.
 
 mod mirror_common;
 mod remote_common;
@@ -74,13 +85,19 @@ fn base_tree(root: &Path) {
 }
 
 /// Run unison on the pair; returns the paths it skipped as conflicts.
-/// `follow`: the rules are `-follow` preferences, not `-ignore` ones.
-fn unison(pair: &Pair, rules: &[&str], follow: bool) -> BTreeSet<String> {
+/// `follow`: the rules are `-follow` preferences, not `-ignore` ones;
+/// `ignorecase`: with `-ignorecase true`.
+fn unison(pair: &Pair, rules: &[&str], (follow, ignorecase): (bool, bool)) -> BTreeSet<String> {
     fs::create_dir_all(pair.state.join("unison")).unwrap();
     let option = if follow { "-follow" } else { "-ignore" };
     let out = Command::new("unison")
         .args(["-batch", "-auto", "-times=false", "-confirmbigdel=false"])
         .args(rules.iter().flat_map(|rule| [option, rule]))
+        .args(if ignorecase {
+            &["-ignorecase", "true"][..]
+        } else {
+            &[]
+        })
         .arg(&pair.a)
         .arg(&pair.b)
         .env("UNISON", pair.state.join("unison"))
@@ -92,27 +109,55 @@ fn unison(pair: &Pair, rules: &[&str], follow: bool) -> BTreeSet<String> {
         matches!(out.status.code(), Some(0) | Some(1)),
         "unison failed: {text}"
     );
-    text.lines()
+    let skipped = text
+        .lines()
         .filter_map(|line| line.trim_start().strip_prefix("skipped: "))
-        .map(|rest| rest.split(" (").next().unwrap().to_string())
+        .map(|rest| rest.split(" (").next().unwrap().to_string());
+    fold_if(ignorecase, skipped)
+}
+
+/// Paths as compared: folded when case is ignored (each tool names one
+/// of the names of a clash, or of a path spelled two ways).
+fn fold_if(ignorecase: bool, paths: impl Iterator<Item = String>) -> BTreeSet<String> {
+    paths
+        .map(|p| if ignorecase { p.to_lowercase() } else { p })
         .collect()
 }
 
-/// `follow`: the rules are `--follow` patterns, not `--exclude` ones.
-fn accord(pair: &Pair, rules: &[&str], follow: bool) -> BTreeSet<String> {
+/// `follow`: the rules are `--follow` patterns, not `--exclude` ones;
+/// `ignorecase`: with `--ignorecase true`.
+fn accord(pair: &Pair, rules: &[&str], (follow, ignorecase): (bool, bool)) -> BTreeSet<String> {
     let mut args = vec!["--json", "--max-delete", "100%"];
     let option = if follow { "--follow" } else { "--exclude" };
     args.extend(rules.iter().flat_map(|rule| [option, rule]));
+    if ignorecase {
+        args.extend(["--ignorecase", "true"]);
+    }
     let out = pair.sync(&args);
+    // A clash of names is a failed path for accord, a skipped one for
+    // Unison: both are compared as the paths left alone.
+    let clash_ok = ignorecase && out.status.code() == Some(2);
     assert!(
-        matches!(out.status.code(), Some(0) | Some(1)),
+        matches!(out.status.code(), Some(0) | Some(1)) || clash_ok,
         "{:?}: {}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    conflict_paths(&report).into_iter().collect()
+    let mut left_alone = conflict_paths(&report);
+    for error in report["errors"].as_array().unwrap() {
+        assert!(
+            ignorecase
+                && error["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("differ only by case"),
+            "{error}"
+        );
+        left_alone.push(error["path"].as_str().unwrap().to_string());
+    }
+    fold_if(ignorecase, left_alone.into_iter())
 }
 
 type Change = fn(&Path, &Path);
@@ -310,6 +355,8 @@ struct Rules {
     in_second_sync: bool,
     /// The rules are follow rules (`--follow`, `-follow`).
     follow: bool,
+    /// Both syncs ignore case (`--ignorecase true`, `-ignorecase true`).
+    ignorecase: bool,
 }
 
 impl Rules {
@@ -343,6 +390,7 @@ fn rules(
         in_first_sync: first,
         in_second_sync: second,
         follow: false,
+        ignorecase: false,
     }
 }
 
@@ -402,6 +450,92 @@ fn follow_scenarios() -> Vec<(&'static str, Rules, Change)> {
             "follow turned on: the target edited on a",
             follow(LINK_BY_PATH, false, true),
             |a, _| write(a, "f", "f edited on a"),
+        ),
+    ]
+}
+
+const IGNORE_CASE: Rules = Rules {
+    accord: &[],
+    unison: &[],
+    in_first_sync: false,
+    in_second_sync: false,
+    follow: false,
+    ignorecase: true,
+};
+
+fn rename(root: &Path, from: &str, to: &str) {
+    fs::rename(root.join(from), root.join(to)).unwrap();
+}
+
+/// Scenarios ignoring case, on these case-sensitive roots.
+fn case_scenarios() -> Vec<(&'static str, Rules, Change)> {
+    vec![
+        (
+            "case: created under names differing by case, equal",
+            IGNORE_CASE,
+            |a, b| {
+                write(a, "Note", "the same note");
+                write(b, "NOTE", "the same note");
+            },
+        ),
+        (
+            "case: created under names differing by case, different",
+            IGNORE_CASE,
+            |a, b| {
+                write(a, "Note", "a's note");
+                write(b, "NOTE", "b's note, longer");
+            },
+        ),
+        ("case: a change of case only on b", IGNORE_CASE, |_, b| {
+            rename(b, "f", "F")
+        }),
+        (
+            "case: b changes the case, a edits: the edit reaches b's name",
+            IGNORE_CASE,
+            |a, b| {
+                rename(b, "g", "G");
+                write(a, "g", "edited on a");
+            },
+        ),
+        (
+            "case: b changes the case and edits, a leaves it",
+            IGNORE_CASE,
+            |_, b| {
+                rename(b, "g", "G");
+                write(b, "G", "edited on b");
+            },
+        ),
+        (
+            "case: b changes the case, a deletes it",
+            IGNORE_CASE,
+            |a, b| {
+                rename(b, "g", "G");
+                fs::remove_file(a.join("g")).unwrap();
+            },
+        ),
+        (
+            "case: a directory's case changed on b, a file created in it on a",
+            IGNORE_CASE,
+            |a, b| {
+                rename(b, "dir/sub", "dir/SUB");
+                write(a, "dir/sub/new", "new on a");
+                write(a, "dir/sub/y", "edited on a");
+            },
+        ),
+        (
+            "case: names differing by case only on a, the rest synced",
+            IGNORE_CASE,
+            |a, b| {
+                write(a, "Clash", "one");
+                write(a, "clash", "two, longer");
+                write(a, "dir/fine", "synced");
+                write(b, "keep/other", "synced too");
+            },
+        ),
+        (
+            "case: a name created on a beside its twin that was synced",
+            IGNORE_CASE,
+            |a, _| write(a, "F", "a twin of f"),
         ),
     ]
 }
@@ -488,8 +622,8 @@ fn run_scenario(
         base_tree(&pair.a);
     }
     let (accord_rules, unison_rules) = rules.of_sync(false);
-    accord(&with_accord, accord_rules, rules.follow);
-    unison(&with_unison, unison_rules, rules.follow);
+    accord(&with_accord, accord_rules, (rules.follow, rules.ignorecase));
+    unison(&with_unison, unison_rules, (rules.follow, rules.ignorecase));
     for pair in [&with_accord, &with_unison] {
         change(&pair.a, &pair.b);
         if lose_archives {
@@ -497,8 +631,8 @@ fn run_scenario(
         }
     }
     let (accord_rules, unison_rules) = rules.of_sync(true);
-    let accord_conflicts = accord(&with_accord, accord_rules, rules.follow);
-    let unison_conflicts = unison(&with_unison, unison_rules, rules.follow);
+    let accord_conflicts = accord(&with_accord, accord_rules, (rules.follow, rules.ignorecase));
+    let unison_conflicts = unison(&with_unison, unison_rules, (rules.follow, rules.ignorecase));
     eprintln!("{name} (archives lost: {lose_archives}): conflicts {accord_conflicts:?}");
     let mut problems = Vec::new();
     if accord_conflicts != unison_conflicts {
@@ -530,7 +664,10 @@ fn run_matrix(remote: Option<&RemoteB>) {
     let plain = scenarios()
         .into_iter()
         .map(|(name, change)| (name, Rules::default(), change));
-    let all = plain.chain(ignore_scenarios()).chain(follow_scenarios());
+    let all = plain
+        .chain(ignore_scenarios())
+        .chain(follow_scenarios())
+        .chain(case_scenarios());
     for (name, rules, change) in all {
         for lose_archives in [false, true] {
             ran += 1;
@@ -700,8 +837,8 @@ fn run_merge_scenario(
     for pair in [&with_accord, &with_unison] {
         base_tree(&pair.a);
     }
-    accord(&with_accord, &[]);
-    unison(&with_unison, &[]);
+    accord(&with_accord, &[], (false, false));
+    unison(&with_unison, &[], (false, false));
     for pair in [&with_accord, &with_unison] {
         change(&pair.a, &pair.b);
         if lose_archives {

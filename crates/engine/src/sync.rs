@@ -67,6 +67,10 @@ pub struct SyncConfig {
     /// `--merge CMD`: conflicts between two regular files are given to
     /// this program, run on this host (`sync_merge.rs`).
     pub merge: Option<crate::MergeProgram>,
+    /// `--ignorecase`: match names by their case-folded form (`Some(true)`),
+    /// exactly (`Some(false)`), or as detected: folded when either root is
+    /// case-insensitive (`None`; `sync_case.rs`).
+    pub ignorecase: Option<bool>,
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
     pub state_dir: PathBuf,
@@ -90,6 +94,7 @@ impl SyncConfig {
             backups: None,
             rules: crate::SyncRules::default(),
             merge: None,
+            ignorecase: None,
             state_dir,
         }
     }
@@ -181,6 +186,10 @@ pub enum SyncError {
         written: accord_plan::Side,
         cause: Box<crate::Error>,
     },
+    /// Case is ignored and its name cannot be synced: names on one side
+    /// that differ only by case, or a case-sensitive side that spells it
+    /// otherwise (`sync_case_scan.rs`); left alone on both sides.
+    CaseClash(String),
 }
 
 impl fmt::Display for SyncError {
@@ -208,6 +217,7 @@ impl fmt::Display for SyncError {
                     side(written.other())
                 )
             }
+            SyncError::CaseClash(e) => f.write_str(e),
         }
     }
 }
@@ -301,6 +311,10 @@ pub struct SyncReport {
     pub refusal: Option<SyncRefusal>,
     pub fatal: Option<SyncFatal>,
     pub elapsed_s: f64,
+    /// Names were matched by their case-folded form.
+    pub ignore_case: bool,
+    /// Each root (A, B) was found case-insensitive by its probe.
+    pub case_insensitive: [bool; 2],
 }
 
 impl SyncReport {
@@ -430,13 +444,14 @@ fn run(
         return Err(SyncFatal::SameRoot);
     }
     lock_both(replicas, &identities)?;
+    let case = settle_case(replicas, cfg, report)?;
     let mut sides = open_sides(replicas, &identities, &cfg.state_dir)?;
     crate::sync_ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
     let lost = sides.iter().any(|side| side.created());
     if lost {
         forget_both(&mut sides, &names)?;
     }
-    let mut scanned = scan_with_archives(&mut sides, &names, cfg, lost)?;
+    let mut scanned = scan_with_archives(&mut sides, replicas, case, &names, cfg, lost)?;
     // Never part of the tree, even where a side (an older server) says so.
     scanned
         .updates
@@ -448,6 +463,12 @@ fn run(
     if options.renames && moves_unread_paths(&items, &scanned.failures) {
         // A tree with a path this run could not read is not known whole:
         // moving it could carry that path along where the plan never saw it.
+        options.renames = false;
+        items = reconcile_tree(&scanned.updates, &options).expect("as above");
+    }
+    if options.renames && scanned.case.as_ref().is_some_and(|c| c.any_difference) {
+        // A rename's records move a subtree by path: not where a side
+        // spells a path otherwise.
         options.renames = false;
         items = reconcile_tree(&scanned.updates, &options).expect("as above");
     }
@@ -477,6 +498,18 @@ fn run(
         hook();
     }
     scanned.forget_updates();
+    // Ignoring case, each side is written under its own spellings.
+    let spelled = scanned.case.as_ref().map(|case| {
+        let [sa, sb] = case.spellings.clone();
+        [
+            crate::sync_case_replica::Spelled::new(a, sa),
+            crate::sync_case_replica::Spelled::new(b, sb),
+        ]
+    });
+    let replicas: [&dyn Replica; 2] = match &spelled {
+        Some([sa, sb]) => [sa, sb],
+        None => replicas,
+    };
     let kept = crate::sync_keep::name_kept_copies(replicas, &mut items);
     let plan = crate::sync_exec::Plan {
         items: &items,
@@ -485,6 +518,26 @@ fn run(
     };
     propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
     Ok(())
+}
+
+/// How names are matched this run (`sync_case.rs`): forced, or probed.
+fn settle_case(
+    replicas: [&dyn Replica; 2],
+    cfg: &SyncConfig,
+    report: &mut SyncReport,
+) -> Result<crate::sync_case::CaseMode, SyncFatal> {
+    let mode =
+        crate::sync_case::settle(replicas, cfg.ignorecase).map_err(|failure| SyncFatal::Side {
+            replica: failure.replica,
+            failure: SideFailure::Failed(format!(
+                "cannot tell whether it ignores case ({}); nothing was changed \
+                 (--ignorecase true or false settles it without the probe's answer)",
+                failure.why
+            )),
+        })?;
+    report.ignore_case = mode.ignore;
+    report.case_insensitive = mode.insensitive;
+    Ok(mode)
 }
 
 /// Does a planned directory rename move or land on a path whose update
@@ -599,16 +652,25 @@ fn forget_both(
 /// opening it again moves it aside).
 fn scan_with_archives(
     sides: &mut [Box<dyn SideSession + '_>; 2],
+    replicas: [&dyn Replica; 2],
+    case: crate::sync_case::CaseMode,
     names: &[String; 2],
     cfg: &SyncConfig,
     lost: bool,
 ) -> Result<Scanned, SyncFatal> {
+    let scan_pair = |sides: &mut [Box<dyn SideSession + '_>; 2], opts: &SideOptions| {
+        if case.ignore {
+            crate::sync_case_scan::scan_pair_folded(sides, replicas, case, names, opts)
+        } else {
+            scan_pair(sides, names, opts)
+        }
+    };
     let mut opts = SideOptions {
         detect: cfg.detect_options(),
         use_archive: !lost,
     };
     if !lost {
-        match scan_pair(sides, names, &opts) {
+        match scan_pair(sides, &opts) {
             Err(ScanStop::ArchiveDamaged) => {}
             Err(ScanStop::Fatal(fatal)) => return Err(fatal),
             Ok(scanned) => return Ok(scanned),
@@ -616,7 +678,7 @@ fn scan_with_archives(
         forget_both(sides, names)?;
         opts.use_archive = false;
     }
-    match scan_pair(sides, names, &opts) {
+    match scan_pair(sides, &opts) {
         Ok(mut scanned) => {
             scanned.archives_lost = true;
             Ok(scanned)

@@ -984,7 +984,12 @@ impl<'a> Propagation<'a> {
         self.flush_replicas();
         let done = std::mem::take(&mut self.done);
         for (side, archive) in archives.iter_mut().enumerate() {
-            let records: Vec<Record> = done.iter().map(|one| one.records[side].clone()).collect();
+            let mut records: Vec<Record> =
+                done.iter().map(|one| one.records[side].clone()).collect();
+            if let Some(case) = &self.scanned.case {
+                // Each side's archive keeps its own spelling of a path.
+                records = case.respell(side, records);
+            }
             if let Err(e) = archive.record(&records) {
                 let path = done[0].path.clone();
                 self.fail(&path, SyncError::Archive(e.to_string()));

@@ -36,6 +36,9 @@ pub(crate) struct Scanned {
     /// Paths left out of the plan (a file that could not be fingerprinted).
     pub failures: Vec<SyncFailure>,
     pub archives_lost: bool,
+    /// What a run that ignores case learnt of spellings
+    /// (`sync_case_scan.rs`); None when names are matched exactly.
+    pub case: Option<crate::sync_case_scan::CaseFacts>,
 }
 
 impl Scanned {
@@ -54,7 +57,7 @@ impl Scanned {
     }
 }
 
-type Sides<'s, 'r> = &'s mut [Box<dyn SideSession + 'r>; 2];
+pub(crate) type Sides<'s, 'r> = &'s mut [Box<dyn SideSession + 'r>; 2];
 
 /// Scan both sides, look up on each what only the other reported, and
 /// merge.
@@ -90,7 +93,7 @@ pub(crate) fn scan_pair(
 }
 
 /// Run `f` on both sides at once (side B on this thread).
-fn both<T: Send>(
+pub(crate) fn both<T: Send>(
     sides: Sides<'_, '_>,
     f: impl Fn(usize, &mut dyn SideSession) -> T + Sync,
 ) -> [T; 2] {
@@ -105,7 +108,7 @@ fn both<T: Send>(
     })
 }
 
-fn side_result<T>(result: Result<T, SideFailure>, name: &str) -> Result<T, ScanStop> {
+pub(crate) fn side_result<T>(result: Result<T, SideFailure>, name: &str) -> Result<T, ScanStop> {
     result.map_err(|failure| match failure {
         SideFailure::Damaged(_) => ScanStop::ArchiveDamaged,
         failure => ScanStop::Fatal(SyncFatal::Side {
@@ -115,7 +118,7 @@ fn side_result<T>(result: Result<T, SideFailure>, name: &str) -> Result<T, ScanS
     })
 }
 
-fn misreported(name: &str, what: String) -> ScanStop {
+pub(crate) fn misreported(name: &str, what: String) -> ScanStop {
     ScanStop::Fatal(SyncFatal::Side {
         replica: name.to_string(),
         failure: SideFailure::Failed(format!("its update detection misreported: {what}")),
@@ -123,7 +126,7 @@ fn misreported(name: &str, what: String) -> ScanStop {
 }
 
 /// Paths in strictly increasing order, and each entry at its own path.
-fn check_changes(changes: &[SideChange], name: &str) -> Result<(), ScanStop> {
+pub(crate) fn check_changes(changes: &[SideChange], name: &str) -> Result<(), ScanStop> {
     for pair in changes.windows(2) {
         if pair[0].path >= pair[1].path {
             return Err(misreported(
@@ -245,6 +248,7 @@ impl Merge {
             counts: self.counts,
             failures: Vec::new(),
             archives_lost: false,
+            case: None,
         };
         let [scan_a, scan_b] = std::mem::take(&mut self.scans);
         let [answers_a, answers_b] = std::mem::take(&mut self.answers);
@@ -300,7 +304,11 @@ impl Merge {
 }
 
 /// A side answered every path it was asked for, or said why not.
-fn check_answered(asked: &[RelPath], answer: &SideScan, name: &str) -> Result<(), ScanStop> {
+pub(crate) fn check_answered(
+    asked: &[RelPath],
+    answer: &SideScan,
+    name: &str,
+) -> Result<(), ScanStop> {
     let mut answered: Vec<&RelPath> = answer.changes.iter().map(|c| &c.path).collect();
     answered.extend(answer.failures.iter().map(|f| &f.path));
     answered.extend(&answer.excluded);
@@ -354,7 +362,7 @@ fn next_path(sides: &mut [SideStream; 2]) -> Option<RelPath> {
 
 /// A side's state for reconciliation, its current entry moved out of the
 /// side's report (a first sync has one per path: no copies).
-fn side_state(update: Update, change: SideChange) -> SideState {
+pub(crate) fn side_state(update: Update, change: SideChange) -> SideState {
     let current = change.current.map(|observed| observed.entry);
     SideState::new(update, change.archived.as_deref(), current)
 }
