@@ -219,15 +219,21 @@ fn changes_after_a_memoised_run_are_mirrored() {
         get_xattr(&dst.join("d/b"), "user.tag").as_deref(),
         Some(&b"v1"[..])
     );
-    // The listing memo (the walk's only): destination directory d was
-    // remembered holding the source's names, so runs stat its entries
+    // The listing memo (both executors keep it): destination directory d
+    // was remembered holding the source's names, so runs stat its entries
     // without listing it. Names planted there since must still be found
-    // and deleted.
-    let run = || run_with("walk");
+    // and deleted, by either executor.
+    for executor in ["walk", "tasks"] {
+        listing_memo_misses_no_planted_name(&state, &dst, || run_with(executor));
+    }
+}
+
+fn listing_memo_misses_no_planted_name(state: &Path, dst: &Path, run: impl Fn()) {
+    let _ = fs::remove_dir_all(state);
     run();
     std::thread::sleep(std::time::Duration::from_millis(3200));
     run();
-    let listing = fs::read_dir(&state)
+    let listing = fs::read_dir(state)
         .unwrap()
         .filter_map(|e| e.ok())
         .find(|e| e.file_name().to_string_lossy().starts_with("listing-memo-"))

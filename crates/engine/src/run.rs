@@ -20,7 +20,7 @@ use std::time::Instant;
 
 /// Names of the replicas' state files.
 pub(crate) const XATTR_MEMO: &str = "xattr-memo";
-const LISTING_MEMO: &str = "listing-memo";
+pub(crate) const LISTING_MEMO: &str = "listing-memo";
 /// The deletion guard's memory of the source root, kept by the destination.
 pub(crate) const GUARD_STATE: &str = "mirror";
 

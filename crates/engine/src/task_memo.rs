@@ -21,6 +21,10 @@ pub struct TaskMemos {
     dst: DigestMemo,
     /// Keys found on (the source, the destination).
     found: [Mutex<Vec<u64>>; 2],
+    /// The walk's listing memo of the destination (only where directory
+    /// ctimes are kept by the local kernel), and the listings found.
+    pub(crate) listing: Option<DigestMemo>,
+    listings: Mutex<Vec<u64>>,
 }
 
 impl TaskMemos {
@@ -31,10 +35,25 @@ impl TaskMemos {
                 .and_then(|b| DigestMemo::decode(&b))
                 .unwrap_or_default()
         };
+        let listing = dst.root().is_local_disk_fs().then(|| {
+            dst.read_state(crate::run::LISTING_MEMO)
+                .and_then(|b| DigestMemo::decode(&b))
+                .unwrap_or_default()
+        });
         TaskMemos {
             src: read(src),
             dst: read(dst),
             found: Default::default(),
+            listing,
+            listings: Mutex::default(),
+        }
+    }
+
+    /// Keep the listing digests one destination listing found
+    /// (`Scan::listings`).
+    pub fn keep_listings(&self, keys: &mut Vec<u64>) {
+        if self.listing.is_some() && !keys.is_empty() {
+            self.listings.lock().unwrap().append(keys);
         }
     }
 
@@ -63,6 +82,11 @@ impl TaskMemos {
         for (r, keys) in [(src, s), (dst, d)] {
             let memo = DigestMemo::from_keys(keys).encode();
             let _ = r.write_state(crate::run::XATTR_MEMO, &memo, false);
+        }
+        if self.listing.is_some() {
+            let keys = self.listings.into_inner().unwrap();
+            let memo = DigestMemo::from_keys(keys).encode();
+            let _ = dst.write_state(crate::run::LISTING_MEMO, &memo, false);
         }
     }
 }

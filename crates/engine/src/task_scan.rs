@@ -57,6 +57,29 @@ fn encoded_weight(it: &Item) -> usize {
     entry(it.src.as_ref()) + entry(it.dst.as_ref()) + 8
 }
 
+type Listed = (Option<Listing>, accord_fsys::Scan);
+
+/// Both sides' listings of `dir`: as a pair where the local executor keeps
+/// the destination's listing memo (a directory unchanged since it held
+/// the source's names is not listed again), else one after the other.
+fn list_both(ctx: &Ctx, dir: &RelPath) -> (Listed, Listed) {
+    let (s_opts, mut d_opts) = (options(ctx, true), options(ctx, false));
+    match ctx.memos.and_then(|m| m.listing.as_ref()) {
+        Some(memo) => {
+            d_opts.listing_memo = Some(memo);
+            accord_fsys::list_dir_pair(
+                (ctx.src.root(), &ctx.rules, &s_opts),
+                (ctx.dst.root(), &ctx.rules, &d_opts),
+                dir,
+            )
+        }
+        None => (
+            ctx.src().list_dir(dir, &ctx.rules, &s_opts),
+            ctx.dst().list_dir(dir, &ctx.rules, &d_opts),
+        ),
+    }
+}
+
 pub(crate) fn options<'a>(ctx: &Ctx<'a>, source: bool) -> ScanOptions<'a> {
     ScanOptions {
         xattrs: ctx.cfg.xattrs,
@@ -113,11 +136,11 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
 /// paused the run before it.
 fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
     crate::task_ignore::load_rules_for(ctx, dir)?;
-    let (s, mut s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
-    let (d, mut d_scan) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let ((s, mut s_scan), (d, mut d_scan)) = list_both(ctx, dir);
     if let Some(m) = ctx.memos {
         m.keep(true, &mut s_scan.xattr_free);
         m.keep(false, &mut d_scan.xattr_free);
+        m.keep_listings(&mut d_scan.listings);
     }
     let Some(d) = d else {
         let why = d_scan.errors.first().map(|e| e.message.clone());

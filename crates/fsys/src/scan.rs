@@ -166,15 +166,48 @@ pub fn list_opened_dir(
     opts: &ScanOptions,
 ) -> (Option<Listing>, Scan) {
     let ctx = Ctx::new(rules, opts, now_s());
-    let listing = match opened {
-        Ok(dir) => scan_dir_entries(dir, rel, &ctx, None, None),
+    let listing = listing_of(opened, rel, &ctx, None, None);
+    (listing, ctx.finish(None))
+}
+
+/// `list_dir` of one directory in a source and in a destination, as the
+/// paired walk lists a pair: the destination's listing is spared when
+/// `d_opts.listing_memo` shows the directory unchanged since it held
+/// exactly the source's names.
+pub fn list_dir_pair(
+    (s_root, s_rules, s_opts): (&Root, &IgnoreRules, &ScanOptions),
+    (d_root, d_rules, d_opts): (&Root, &IgnoreRules, &ScanOptions),
+    rel: &RelPath,
+) -> ((Option<Listing>, Scan), (Option<Listing>, Scan)) {
+    let now = now_s();
+    let (sc, dc) = (
+        Ctx::new(s_rules, s_opts, now),
+        Ctx::new(d_rules, d_opts, now),
+    );
+    let mut d_dir = d_root.open_dir(rel);
+    let mut peer = None;
+    let share = (d_dir.is_ok() && d_opts.listing_memo.is_some()).then_some(&mut peer);
+    let s_list = listing_of(s_root.open_dir(rel).as_mut(), rel, &sc, None, share);
+    let d_list = listing_of(d_dir.as_mut(), rel, &dc, peer, None);
+    ((s_list, sc.finish(None)), (d_list, dc.finish(None)))
+}
+
+/// The listing of a directory opened (or not) for `ctx`, as `list_dir`.
+fn listing_of(
+    opened: Result<&mut Dir, &mut io::Error>,
+    rel: &RelPath,
+    ctx: &Ctx,
+    peer: Option<Names>,
+    share: Option<&mut Option<Names>>,
+) -> Option<Listing> {
+    match opened {
+        Ok(dir) => scan_dir_entries(dir, rel, ctx, peer, share),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => None,
         Err(e) => {
             ctx.fail_dir(rel, format!("cannot open directory: {e}"));
             None
         }
-    };
-    (listing, ctx.finish(None))
+    }
 }
 
 /// One directory's own entry, read as `list_dir` reads it (the first of
