@@ -71,8 +71,12 @@ fn only_held_left(ctx: &Ctx) -> Result<bool, TaskError> {
 /// have changed since its scan, and each deletion checks what it removes).
 fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
     crate::task_ignore::load_rules_for(ctx, dir)?;
-    let (s, s_scan) = ctx.src().list_dir(dir, &ctx.rules, &options(ctx, true));
-    let (d, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let (s, s_scan) = ctx
+        .src()
+        .list_dir(dir, &ctx.ignore.rules, &options(ctx, true));
+    let (d, _) = ctx
+        .dst()
+        .list_dir(dir, &ctx.ignore.rules, &options(ctx, false));
     let Some(d) = d else {
         return Err(TaskError::Failed(
             "the destination directory cannot be read".into(),

@@ -182,7 +182,7 @@ pub(crate) fn push_verify(ctx: &Ctx, paths: Vec<RelPath>) -> Result<(), TaskErro
 /// A directory's own properties, once its whole subtree is done; then its
 /// parent counts it (the root's ends the run).
 fn dir_meta(ctx: &Ctx, dir: &RelPath) -> TaskResult {
-    set_dir_props(ctx, dir)?;
+    set_dir_props(ctx, dir, None)?;
     match dir.parent() {
         None => {
             ctx.queue
@@ -193,16 +193,27 @@ fn dir_meta(ctx: &Ctx, dir: &RelPath) -> TaskResult {
     Ok(Outcome::Done)
 }
 
-/// Set `dir`'s own properties to the source's (its subtree is done).
-pub(crate) fn set_dir_props(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
-    // The directory's own entry on each side, read now (its files were
-    // written since it was listed, which moved its times), without
+/// A directory's own entries in the source and the destination.
+pub(crate) type OwnEntries = (Entry, Entry);
+
+/// Set `dir`'s own properties to the source's (its subtree is done),
+/// from `known` when its listings' own entries still hold.
+pub(crate) fn set_dir_props(
+    ctx: &Ctx,
+    dir: &RelPath,
+    known: Option<&OwnEntries>,
+) -> Result<(), TaskError> {
+    // Else the directory's own entry on each side, read now (its files
+    // were written since it was listed, which moved its times), without
     // listing it again: that would stat every entry for nothing.
     let own = |r: &crate::LocalReplica, source| {
         let opts = crate::task_scan::options(ctx, source);
-        accord_fsys::dir_entry(r.root(), dir, &ctx.rules, &opts).0
+        accord_fsys::dir_entry(r.root(), dir, &ctx.ignore.rules, &opts).0
     };
-    let (s_me, d_me) = (own(ctx.src, true), own(ctx.dst, false));
+    let (s_me, d_me) = match known {
+        Some((s, d)) => (Some(s.clone()), Some(d.clone())),
+        None => (own(ctx.src, true), own(ctx.dst, false)),
+    };
     let planner = MirrorPlanner::new(&ctx.cfg.plan);
     planner.plan_dir(&DirInput {
         path: dir,

@@ -17,7 +17,7 @@
 //! its files, and it is counted only once its files and properties are.
 
 use crate::task::Task;
-use crate::task_do::{carry_out, failures_text, push_verify, set_dir_props, Done};
+use crate::task_do::{carry_out, failures_text, push_verify, set_dir_props, Done, OwnEntries};
 use crate::task_run::{keys, Ctx, TaskError};
 use accord_model::RelPath;
 use accord_plan::{Item, MirrorPlan, Op};
@@ -37,8 +37,9 @@ pub(crate) struct Group {
     adds: Vec<Add>,
     /// Parents whose counters this task's adds move.
     parents: Vec<RelPath>,
-    /// Leaves taken and not yet written, and their files.
-    leaves: Vec<RelPath>,
+    /// Leaves taken and not yet written (with their own entries on both
+    /// sides while their listings still hold), and their files.
+    leaves: Vec<(RelPath, Option<OwnEntries>)>,
     items: Vec<Item>,
     files_left: usize,
     bytes_left: u64,
@@ -72,7 +73,12 @@ impl Group {
     /// `children` are at most one batch of files that fits what this task
     /// may still write (written, and counted, by `flush`). Whether it did
     /// (else the children are to be pushed).
-    pub fn finish_leaf(&mut self, dir: &RelPath, children: &[Task]) -> bool {
+    pub fn finish_leaf(
+        &mut self,
+        dir: &RelPath,
+        children: &[Task],
+        own: Option<OwnEntries>,
+    ) -> bool {
         let items: &[Item] = match children {
             [] => &[],
             [Task::Files { items, .. }] => items,
@@ -91,7 +97,7 @@ impl Group {
         }
         self.files_left -= items.len();
         self.bytes_left -= bytes;
-        self.leaves.push(dir.clone());
+        self.leaves.push((dir.clone(), own));
         self.items.extend_from_slice(items);
         true
     }
@@ -108,14 +114,14 @@ impl Group {
         if written.fatal {
             // The directories get their properties all the same (as the
             // walk's do), but none counts as done.
-            for dir in &leaves {
-                let _ = set_dir_props(ctx, dir);
+            for (dir, own) in &leaves {
+                let _ = set_dir_props(ctx, dir, own.as_ref());
             }
             return Err(TaskError::Fatal(failures_text(&problems)));
         }
         let failed_in: Vec<RelPath> = written.failed.iter().filter_map(|p| p.parent()).collect();
-        for dir in leaves.into_iter().filter(|d| !failed_in.contains(d)) {
-            match set_dir_props(ctx, &dir) {
+        for (dir, own) in leaves.into_iter().filter(|(d, _)| !failed_in.contains(d)) {
+            match set_dir_props(ctx, &dir, own.as_ref()) {
                 Ok(()) => self.count_done(&dir),
                 Err(TaskError::Failed(m)) => problems.push(m),
                 Err(e) => return Err(e),

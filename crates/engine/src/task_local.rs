@@ -3,8 +3,9 @@
 //! (a `RedisQueue` each).
 
 use crate::replica::Replica;
+use crate::task_ignore::TaskIgnore;
 use crate::task_memo::TaskMemos;
-use crate::task_run::{open_task_roots, work, WorkerEnd, WorkerOptions};
+use crate::task_run::{open_task_roots, work, Shared, WorkerEnd, WorkerOptions};
 use crate::task_spec::RunSpec;
 use crate::Progress;
 use accord_queue::{CallCost, TaskQueue};
@@ -39,13 +40,22 @@ pub fn run_workers(
         let _ = crate::task_run::join_run(*q, &opts.name);
     }
     let memos = (opts.memo_dir.is_some() && spec.xattrs.any()).then(|| TaskMemos::load(&src, &dst));
+    let ignore = match TaskIgnore::new(spec) {
+        Ok(i) => i,
+        Err(e) => return vec![WorkerEnd::Fatal(e)],
+    };
+    let shared = Shared {
+        progress,
+        memos: memos.as_ref(),
+        ignore: &ignore,
+    };
     let per_thread = pool_threads(queues.len());
     let mut ends = std::thread::scope(|s| {
         let threads: Vec<_> = queues
             .iter()
             .enumerate()
             .map(|(i, q)| {
-                let (src, dst, memos) = (&src, &dst, memos.as_ref());
+                let (src, dst) = (&src, &dst);
                 let thread = format!("{}/{i}", opts.name);
                 s.spawn(move || {
                     let pool = rayon::ThreadPoolBuilder::new()
@@ -55,7 +65,7 @@ pub fn run_workers(
                         .map_err(|e| {
                             WorkerEnd::Fatal(format!("cannot start a thread pool: {e}"))
                         })?;
-                    let run = || work(*q, (src, dst), spec, opts, &thread, progress, memos, stop);
+                    let run = || work(*q, (src, dst), spec, opts, &thread, shared, stop);
                     Ok(pool.install(run))
                 })
             })

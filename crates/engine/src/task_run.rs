@@ -14,10 +14,10 @@ use crate::error::Fatal;
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::task::Task;
+use crate::task_ignore::TaskIgnore;
 use crate::task_memo::TaskMemos;
 use crate::task_spec::RunSpec;
 use crate::{MirrorConfig, Progress};
-use accord_fsys::IgnoreRules;
 use accord_model::RelPath;
 use accord_queue::{CallCost, Lease, QueueError, RunState, TaskQueue};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -169,14 +169,21 @@ pub(crate) struct Ctx<'a> {
     pub dst: &'a LocalReplica,
     pub spec: &'a RunSpec,
     pub cfg: MirrorConfig,
-    pub rules: IgnoreRules,
-    /// The directories whose `.accordignore` is in `rules`.
-    pub ignore_files: crate::task_ignore::IgnoreFiles,
+    /// The exclusion rules, `.accordignore` files included.
+    pub ignore: &'a TaskIgnore,
     /// The worker (process) that runs this thread: `verify` wants another.
     pub worker: &'a str,
     pub progress: &'a Progress,
     /// The extended-attribute memos (the local executor's only).
     pub memos: Option<&'a TaskMemos>,
+}
+
+/// What the threads of one worker process share.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared<'a> {
+    pub progress: &'a Progress,
+    pub memos: Option<&'a TaskMemos>,
+    pub ignore: &'a TaskIgnore,
 }
 
 impl Ctx<'_> {
@@ -297,32 +304,25 @@ pub fn run_over(queue: &dyn TaskQueue) -> Result<bool, QueueError> {
 
 /// Run tasks on this thread until the run is done or stopped. `stop`
 /// ends it early (a signal).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn work(
     queue: &dyn TaskQueue,
     (src, dst): (&LocalReplica, &LocalReplica),
     spec: &RunSpec,
     opts: &WorkerOptions,
     thread: &str,
-    progress: &Progress,
-    memos: Option<&TaskMemos>,
+    shared: Shared,
     stop: &AtomicBool,
 ) -> WorkerEnd {
-    let rules = match IgnoreRules::new(&spec.excludes) {
-        Ok(r) => r,
-        Err(e) => return WorkerEnd::Fatal(format!("the run's excludes: {e}")),
-    };
     let ctx = Ctx {
         queue,
         src,
         dst,
         spec,
         cfg: spec.config(),
-        rules,
-        ignore_files: Default::default(),
+        ignore: shared.ignore,
         worker: &opts.name,
-        progress,
-        memos,
+        progress: shared.progress,
+        memos: shared.memos,
     };
     let mut backoff = Backoff::new(opts.max_backoff);
     while !stop.load(Ordering::Relaxed) {

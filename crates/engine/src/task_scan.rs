@@ -63,19 +63,20 @@ type Listed = (Option<Listing>, accord_fsys::Scan);
 /// the destination's listing memo (a directory unchanged since it held
 /// the source's names is not listed again), else one after the other.
 fn list_both(ctx: &Ctx, dir: &RelPath) -> (Listed, Listed) {
-    let (s_opts, mut d_opts) = (options(ctx, true), options(ctx, false));
+    let (mut s_opts, mut d_opts) = (options(ctx, true), options(ctx, false));
+    s_opts.read_ignore_files = crate::task_ignore::reads_own(ctx);
     match ctx.memos.and_then(|m| m.listing.as_ref()) {
         Some(memo) => {
             d_opts.listing_memo = Some(memo);
             accord_fsys::list_dir_pair(
-                (ctx.src.root(), &ctx.rules, &s_opts),
-                (ctx.dst.root(), &ctx.rules, &d_opts),
+                (ctx.src.root(), &ctx.ignore.rules, &s_opts),
+                (ctx.dst.root(), &ctx.ignore.rules, &d_opts),
                 dir,
             )
         }
         None => (
-            ctx.src().list_dir(dir, &ctx.rules, &s_opts),
-            ctx.dst().list_dir(dir, &ctx.rules, &d_opts),
+            ctx.src().list_dir(dir, &ctx.ignore.rules, &s_opts),
+            ctx.dst().list_dir(dir, &ctx.ignore.rules, &d_opts),
         ),
     }
 }
@@ -135,8 +136,9 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
 /// Scan one directory: its problems, or `None` when the deletion guard
 /// paused the run before it.
 fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
-    crate::task_ignore::load_rules_for(ctx, dir)?;
+    crate::task_ignore::load_rules_above(ctx, dir)?;
     let ((s, mut s_scan), (d, mut d_scan)) = list_both(ctx, dir);
+    crate::task_ignore::listed(ctx, dir, &s_scan)?;
     if let Some(m) = ctx.memos {
         m.keep(true, &mut s_scan.xattr_free);
         m.keep(false, &mut d_scan.xattr_free);
@@ -194,12 +196,29 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
     }
     // A leaf is finished here only when all went well so far (else its
     // children go out as tasks, and this task is tried again).
-    let leaf = s.is_some() && problems.is_empty();
-    if leaf && group.finish_leaf(dir, &children) {
+    let Some(s) = s.filter(|_| problems.is_empty()) else {
+        push_children(ctx, dir, children)?;
+        return Ok(Some(problems));
+    };
+    let own = untouched(&phases, &children).then(|| (s.entries[0].clone(), d.entries[0].clone()));
+    if group.finish_leaf(dir, &children, own) {
         return Ok(Some(problems));
     }
     push_children(ctx, dir, children)?;
     Ok(Some(problems))
+}
+
+/// Whether finishing a directory leaves its entries as listed: nothing
+/// removed or created in it, only properties set. Its own entries from
+/// the listings are then still its own (only a change of its entries
+/// moves a directory's times).
+fn untouched(phases: &MirrorPlan, children: &[Task]) -> bool {
+    let only_meta = match children {
+        [] => true,
+        [Task::Files { items, .. }] => items.iter().all(|i| i.op == Op::Meta),
+        _ => false,
+    };
+    only_meta && phases.cleanup.is_empty() && phases.deletes.is_empty() && phases.mkdirs.is_empty()
 }
 
 /// The mirror's plan of this one directory: the walk's settling (stale
@@ -218,7 +237,7 @@ pub(crate) fn plan_dir(
 ) -> Result<MirrorPlan, TaskError> {
     let mut cfg = ctx.cfg.clone();
     cfg.plan.force = true;
-    let walk = Walk::new(ctx.src(), ctx.dst(), &cfg, &ctx.rules);
+    let walk = Walk::new(ctx.src(), ctx.dst(), &cfg, &ctx.ignore.rules);
     walk.visit(DirVisit {
         path: dir,
         src: s,
@@ -253,7 +272,9 @@ pub(crate) fn is_dir(e: Option<&Entry>) -> bool {
 /// Entries under a destination directory (depth first: memory holds one
 /// listing per level).
 pub(crate) fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
-    let (l, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let (l, _) = ctx
+        .dst()
+        .list_dir(dir, &ctx.ignore.rules, &options(ctx, false));
     let Some(l) = l else { return 0 };
     let subs: usize = l.subdirs.iter().map(|e| entries_under(ctx, &e.path)).sum();
     l.entries.len() - 1 + l.subdirs.len() + subs
@@ -264,7 +285,9 @@ pub(crate) fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
 /// directory as a pair of its own, a task run empties it here. Excluded
 /// entries are not listed, so they and their directories stay.
 pub(crate) fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Vec<String>) {
-    let (l, _) = ctx.dst().list_dir(dir, &ctx.rules, &options(ctx, false));
+    let (l, _) = ctx
+        .dst()
+        .list_dir(dir, &ctx.ignore.rules, &options(ctx, false));
     let Some(l) = l else { return };
     for sub in &l.subdirs {
         empty_extra_dir(ctx, &sub.path, problems);

@@ -702,7 +702,10 @@ fn scan_dir_entries(
         match read {
             Ok(buf) => ctx.rules.add_dir_file(&rel, &buf),
             Err(e) => {
-                ctx.fail_dir(&rel, format!("reading .accordignore: {e}"));
+                // Named by the file, so a task run can tell this failure
+                // from the directory's others.
+                let file = rel.join(IGNORE_FILE).unwrap_or_else(|_| rel.clone());
+                ctx.fail_dir(&file, format!("cannot be read: {e}"));
             }
         }
     }

@@ -172,10 +172,15 @@ impl TaskQueue for MemoryQueue {
                     return Ok(out);
                 }
             }
-            // Drained while this call waited (the last lease acknowledged):
-            // nothing can come, the caller may see whether the run is over
-            // now rather than at the end of its wait.
-            if now >= deadline || (woken && st.waiting.is_empty() && st.leased.is_empty()) {
+            // Drained while this call waited (the last lease acknowledged),
+            // or before it came when tasks were done already (the last one
+            // acknowledged between the caller's look at the queue and this
+            // call, whose wake-up it then missed): nothing can come, the
+            // caller may see whether the run is over now rather than at
+            // the end of its wait. A queue not started yet is waited on.
+            let drained = st.waiting.is_empty() && st.leased.is_empty();
+            let started = st.done > 0 || !st.dead.is_empty();
+            if now >= deadline || (drained && (woken || started)) {
                 return Ok(Vec::new());
             }
             woken = true;

@@ -161,6 +161,33 @@ fn a_wait_on_the_memory_queue_ends_when_the_queue_drains() {
     );
 }
 
+/// A wait that starts after the last acknowledgement (which woke no one:
+/// the worker was between its look at the queue and this call) ends at
+/// once as well; a queue where nothing was done yet is still waited on.
+#[test]
+fn a_wait_on_a_drained_memory_queue_ends_at_once() {
+    let q = MemoryQueue::new(Policy::default());
+    let start = Instant::now();
+    assert!(q
+        .lease("w", 1, Duration::from_millis(150))
+        .unwrap()
+        .is_empty());
+    assert!(start.elapsed() >= Duration::from_millis(150));
+    q.push(&tasks(1)).unwrap();
+    let held = q.lease("w1", 1, NO_WAIT).unwrap();
+    q.ack(&ids(&held)).unwrap();
+    let start = Instant::now();
+    assert!(q
+        .lease("w2", 1, Duration::from_secs(20))
+        .unwrap()
+        .is_empty());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 #[test]
 fn a_paused_run_hands_out_no_task_and_resumes_where_it_was() {
     on_both(Policy::default(), |q| {
