@@ -16,11 +16,9 @@ use crate::RunSpec;
 use accord_fsys::{IgnoreRules, IGNORE_FILE};
 use accord_model::RelPath;
 use std::collections::HashSet;
-use std::io::{self, Read};
+use std::io;
 use std::sync::Mutex;
 
-/// Largest `.accordignore` read (as the walk's scanner).
-const MAX_IGNORE_FILE: u64 = 1 << 20;
 /// Directories remembered as read: past this the memory starts again
 /// (a worker's memory stays flat; a re-read only costs an `openat`).
 const MAX_CHECKED: usize = 65_536;
@@ -129,20 +127,9 @@ fn load_chain(ctx: &Ctx, mut chain: Vec<RelPath>) -> Result<(), TaskError> {
 /// The contents of `dir/.accordignore` in the source, `None` when it has
 /// none (or `dir` itself is gone: its task will say so).
 fn read_ignore_file(ctx: &Ctx, dir: &RelPath) -> io::Result<Option<Vec<u8>>> {
-    let d = match ctx.src.root().open_dir(dir) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let f = match d.open_read(IGNORE_FILE) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut buf = Vec::new();
-    f.take(MAX_IGNORE_FILE + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > MAX_IGNORE_FILE {
-        return Err(io::Error::other("larger than 1 MiB"));
+    match ctx.src.root().open_dir(dir) {
+        Ok(d) => accord_fsys::read_ignore_file(&d),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(Some(buf))
 }

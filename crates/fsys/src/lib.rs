@@ -30,8 +30,8 @@ pub use mapped::Mapped;
 pub use memo::DigestMemo;
 pub use rules::{IgnoreRules, IGNORE_FILE, MAX_PATTERN, MAX_PATTERNS};
 pub use scan::{
-    dir_entry, list_dir, list_dir_pair, list_opened_dir, scan, scan_pair, walk_pair, DirVisit,
-    Listing, Scan, ScanOptions,
+    dir_entry, list_dir, list_dir_pair, list_opened_dir, read_ignore_file, scan, scan_pair,
+    walk_pair, DirVisit, Listing, Scan, ScanOptions,
 };
 pub use xattr::XattrFilter;
 

@@ -113,6 +113,22 @@ impl Ctx<'_> {
 /// Largest `.accordignore` read; a larger one is an error, not silently cut.
 const MAX_IGNORE_FILE: u64 = 1 << 20;
 
+/// The contents of `dir`'s `.accordignore` (`None`: it has none), read
+/// without following a symlink; one above 1 MiB is an error, not cut.
+pub fn read_ignore_file(dir: &Dir) -> std::io::Result<Option<Vec<u8>>> {
+    let f = match dir.open_read(IGNORE_FILE) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut buf = Vec::new();
+    f.take(MAX_IGNORE_FILE + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_IGNORE_FILE {
+        return Err(std::io::Error::other("larger than 1 MiB"));
+    }
+    Ok(Some(buf))
+}
+
 pub(crate) fn entry_from(path: RelPath, st: &Stat) -> Entry {
     Entry {
         path,
@@ -691,22 +707,13 @@ fn scan_dir_entries(
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
         // Rules that cannot be read would leave excluded DST entries looking
         // like extras: any failure here suspends deletions for the run.
-        let read = dir.open_read(IGNORE_FILE).and_then(|f| {
-            let mut buf = Vec::new();
-            f.take(MAX_IGNORE_FILE + 1).read_to_end(&mut buf)?;
-            if buf.len() as u64 > MAX_IGNORE_FILE {
-                return Err(std::io::Error::other("larger than 1 MiB"));
-            }
-            Ok(buf)
-        });
-        match read {
-            Ok(buf) => ctx.rules.add_dir_file(&rel, &buf),
-            Err(e) => {
-                // Named by the file, so a task run can tell this failure
-                // from the directory's others.
-                let file = rel.join(IGNORE_FILE).unwrap_or_else(|_| rel.clone());
-                ctx.fail_dir(&file, format!("cannot be read: {e}"));
-            }
+        // A failure is named by the file, so a task run can tell it from
+        // the directory's others.
+        let file = || rel.join(IGNORE_FILE).unwrap_or_else(|_| rel.clone());
+        match read_ignore_file(dir) {
+            Ok(Some(buf)) => ctx.rules.add_dir_file(&rel, &buf),
+            Ok(None) => ctx.fail_dir(&file(), "vanished while its directory was listed"),
+            Err(e) => ctx.fail_dir(&file(), format!("cannot be read: {e}")),
         }
     }
     let mut subdirs = Vec::new();
