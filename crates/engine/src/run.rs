@@ -343,6 +343,7 @@ impl Memos {
             xattr_memo: Some(&self.src_xattr),
             listing_memo: None,
             read_ignore_files: cfg.ignore_files,
+            only_names: None,
             source: true,
         }
     }
@@ -353,6 +354,7 @@ impl Memos {
             xattr_memo: Some(&self.dst_xattr),
             listing_memo: self.listing.as_ref(),
             read_ignore_files: false,
+            only_names: None,
             source: false,
         }
     }

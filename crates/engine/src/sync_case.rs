@@ -117,6 +117,7 @@ fn probe_name(replica: &dyn Replica) -> Result<Option<Vec<u8>>, String> {
         xattr_memo: None,
         listing_memo: None,
         read_ignore_files: false,
+        only_names: None,
         source: false,
     };
     let rules = accord_fsys::IgnoreRules::default();

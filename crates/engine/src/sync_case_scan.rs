@@ -211,6 +211,7 @@ impl<'r> Listings<'r> {
             xattr_memo: None,
             listing_memo: None,
             read_ignore_files: false,
+            only_names: None,
             source: false,
         };
         let (listing, scan) = self.replicas[side].list_dir(&spelling, &self.rules, &opts);

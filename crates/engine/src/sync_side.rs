@@ -251,7 +251,7 @@ impl SideSession for LocalSide<'_> {
             opts,
             self.walk_rules(),
         );
-        let mut lookups = Lookups::default();
+        let mut lookups = Lookups::new(paths);
         let mut excluded = LookupRules::new(&self.matcher, self.replica);
         for (index, path) in paths.iter().enumerate() {
             let archived = match walker.archive {
@@ -331,6 +331,31 @@ struct WalkRules<'a> {
 #[derive(Default)]
 struct Lookups {
     listed: HashMap<RelPath, Option<BTreeMap<Vec<u8>, Observed>>>,
+    /// The names looked up in each parent, sorted: only those are stat'ed
+    /// (a lookup of a few files does not stat their whole directories).
+    asked: HashMap<RelPath, Vec<Vec<u8>>>,
+}
+
+impl Lookups {
+    fn new(paths: &[RelPath]) -> Lookups {
+        let mut asked: HashMap<RelPath, Vec<Vec<u8>>> = HashMap::new();
+        for path in paths {
+            if let Some(parent) = path.parent() {
+                asked
+                    .entry(parent)
+                    .or_default()
+                    .push(path.file_name().to_vec());
+            }
+        }
+        for names in asked.values_mut() {
+            names.sort_unstable();
+            names.dedup();
+        }
+        Lookups {
+            listed: HashMap::new(),
+            asked,
+        }
+    }
 }
 
 /// Parents' listings kept at most (a lookup's paths come in tree order,
@@ -490,6 +515,7 @@ impl<'a> Walker<'a> {
             xattr_memo: None,
             listing_memo: None,
             read_ignore_files: self.rules.read_ignore_files,
+            only_names: None,
             // Our temp names are listed as stale temps, not as entries.
             source: false,
         }
@@ -708,7 +734,7 @@ impl<'a> Walker<'a> {
     /// The entries directly in `path`, with their ctimes, in order; stale
     /// temps of an interrupted run there are removed (we hold the lock).
     fn list_children(&self, path: &RelPath) -> Result<Vec<Observed>, SideFailure> {
-        match self.listing(path)? {
+        match self.listing(path, None)? {
             Some(children) => Ok(children),
             // Listed by its parent a moment ago: something is moving the
             // tree under us, and its entries must not look deleted.
@@ -716,11 +742,20 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// The entries directly in `path` (None: it is not a directory).
-    fn listing(&self, path: &RelPath) -> Result<Option<Vec<Observed>>, SideFailure> {
+    /// The entries directly in `path` (None: it is not a directory), or
+    /// those of them named in `only` (sorted).
+    fn listing(
+        &self,
+        path: &RelPath,
+        only: Option<&[Vec<u8>]>,
+    ) -> Result<Option<Vec<Observed>>, SideFailure> {
+        let opts = ScanOptions {
+            only_names: only,
+            ..self.scan_options()
+        };
         let listed = self
             .replica
-            .list_dir_for_sync(path, self.rules.matcher, &self.scan_options());
+            .list_dir_for_sync(path, self.rules.matcher, &opts);
         let (listing, scan) = self.keep_broken(listed);
         if !scan.errors.is_empty() || scan.incomplete {
             return Err(self.unreadable(scan_detail(&scan)));
@@ -754,7 +789,8 @@ impl<'a> Walker<'a> {
             if lookups.listed.len() >= MAX_LISTINGS_KEPT {
                 lookups.listed.clear();
             }
-            let children = self.parent_listing(&parent)?;
+            let only = lookups.asked.get(&parent).map(Vec::as_slice);
+            let children = self.parent_listing(&parent, only)?;
             lookups.listed.insert(parent.clone(), children);
         }
         Ok(lookups.listed[&parent]
@@ -767,8 +803,9 @@ impl<'a> Walker<'a> {
     fn parent_listing(
         &self,
         parent: &RelPath,
+        only: Option<&[Vec<u8>]>,
     ) -> Result<Option<BTreeMap<Vec<u8>, Observed>>, SideFailure> {
-        let listed = match self.listing(parent) {
+        let listed = match self.listing(parent, only) {
             Ok(listed) => listed,
             // A missing ancestor fails the open with ENOENT or ENOTDIR,
             // which the listing reports as an error: nothing is there.

@@ -87,6 +87,7 @@ fn root_entries(
         xattr_memo: None,
         listing_memo: None,
         read_ignore_files: source && spec.ignore_files,
+        only_names: None,
         source,
     };
     match r.list_dir(&RelPath::root(), rules, &opts) {

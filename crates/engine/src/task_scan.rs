@@ -87,6 +87,7 @@ pub(crate) fn options<'a>(ctx: &Ctx<'a>, source: bool) -> ScanOptions<'a> {
         xattr_memo: ctx.memos.map(|m| m.memo(source)),
         listing_memo: None,
         read_ignore_files: false,
+        only_names: None,
         source,
     }
 }

@@ -421,6 +421,7 @@ fn a_subtree_is_scanned_in_path_order_in_bounded_batches() {
         xattr_memo: None,
         listing_memo: None,
         read_ignore_files: false,
+        only_names: None,
         source: true,
     };
     for replica in [&local as &dyn Replica, &mem] {

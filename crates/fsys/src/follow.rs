@@ -408,6 +408,7 @@ mod tests {
             xattr_memo: None,
             listing_memo: None,
             read_ignore_files: false,
+            only_names: None,
             source: false,
         }
     }

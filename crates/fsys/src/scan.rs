@@ -24,6 +24,9 @@ pub struct ScanOptions<'a> {
     pub listing_memo: Option<&'a DigestMemo>,
     /// Read `.accordignore` files into the rules (source side).
     pub read_ignore_files: bool,
+    /// Only these names of each directory listed (sorted; a lookup of a
+    /// few paths: the others are not stat'ed). Not with `listing_memo`.
+    pub only_names: Option<&'a [Vec<u8>]>,
     /// This is the source: its entries with names reserved for our own temp
     /// and recovery files are reported, since they are not copied.
     pub source: bool,
@@ -396,9 +399,16 @@ impl<'a> Ctx<'a> {
     }
 
     fn list(&self, dir: &mut Dir, rel: &RelPath) -> Option<Names> {
-        dir.list_mut()
+        let mut names = dir
+            .list_mut()
             .map_err(|e| self.fail_dir(rel, format!("cannot read directory: {e}")))
-            .ok()
+            .ok()?;
+        if let Some(only) = self.opts.only_names {
+            debug_assert!(self.opts.listing_memo.is_none());
+            // The rules' own file stays, to be read as a full listing would.
+            names.retain(|(n, _, _)| n == IGNORE_FILE || only.binary_search(n).is_ok());
+        }
+        Some(names)
     }
 }
 
@@ -964,6 +974,7 @@ mod tests {
                 xattr_memo: None,
                 listing_memo: None,
                 read_ignore_files: false,
+                only_names: None,
                 source: true,
             },
         );
@@ -973,6 +984,46 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(got.len(), 1 + 7 + 8, "root, seven directories, eight files");
         assert_eq!(got[..4], [&b""[..], b"a", b"a/w", b"a/x"]);
+    }
+
+    /// A listing of some names holds exactly those of them that exist
+    /// (by exact name), the directory's own entry first, as a full one.
+    #[test]
+    fn a_listing_of_some_names_holds_those_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("d/sub")).unwrap();
+        for f in ["a", "b", "c", "B"] {
+            std::fs::write(tmp.path().join("d").join(f), f).unwrap();
+        }
+        let root = Root::open(tmp.path()).unwrap();
+        let rules = IgnoreRules::new(&[]).unwrap();
+        let only: Vec<Vec<u8>> = [&b"b"[..], b"gone", b"sub"].map(<[u8]>::to_vec).into();
+        let mut opts = ScanOptions {
+            xattrs: XattrFilter {
+                xattrs: false,
+                acls: false,
+                user_only: false,
+            },
+            xattr_memo: None,
+            listing_memo: None,
+            read_ignore_files: false,
+            only_names: Some(&only),
+            source: false,
+        };
+        let d = RelPath::new(b"d").unwrap();
+        let (some, scan) = list_dir(&root, &d, &rules, &opts);
+        assert!(scan.errors.is_empty() && !scan.incomplete);
+        let some = some.unwrap();
+        opts.only_names = None;
+        let (all, _) = list_dir(&root, &d, &rules, &opts);
+        let all = all.unwrap();
+        let names = |l: &Listing| -> Vec<String> {
+            let files = l.entries.iter().skip(1).chain(&l.subdirs);
+            files.map(|e| e.path.display()).collect()
+        };
+        assert_eq!(names(&some), ["d/b", "d/sub"]);
+        assert_eq!(names(&all), ["d/B", "d/a", "d/b", "d/c", "d/sub"]);
+        assert_eq!(some.entries[0], all.entries[0]);
     }
 
     #[test]
@@ -992,6 +1043,7 @@ mod tests {
             xattr_memo: None,
             listing_memo: None,
             read_ignore_files: false,
+            only_names: None,
             source: true,
         };
         let d = RelPath::new(b"d").unwrap();
@@ -1033,6 +1085,7 @@ mod tests {
             xattr_memo: memo,
             listing_memo: None,
             read_ignore_files: false,
+            only_names: None,
             source: true,
         };
         let later = std::time::SystemTime::now()
@@ -1077,6 +1130,7 @@ mod tests {
             xattr_memo: None,
             listing_memo,
             read_ignore_files: false,
+            only_names: None,
             source: listing_memo.is_none(),
         }
     }

@@ -73,6 +73,7 @@ fn scan_lists_kinds_skips_reserved_and_excluded() {
             xattr_memo: None,
             listing_memo: None,
             read_ignore_files: true,
+            only_names: None,
             source: true,
         },
     );

@@ -752,6 +752,7 @@ impl Session<'_> {
             xattr_memo: None,
             listing_memo: None,
             read_ignore_files: opts.read_ignore_files,
+            only_names: None,
             source: opts.source,
         };
         let (listing, found) = self.replica.list_dir(dir, &rules, &sopts);

@@ -159,6 +159,7 @@ impl<'a> Propagation<'a> {
             xattr_memo: None,
             listing_memo: None,
             read_ignore_files: false,
+            only_names: None,
             source: false,
         };
         let (listing, _) = self.replicas[index(side)].list_dir(dir_path, &rules, &options);
