@@ -12,7 +12,9 @@
 #
 # 1. first sync: A holds the tree, B is empty, no archives (made anew
 #    before every round).
-# 2. no-change re-sync of the synced pair.
+# 2. no-change re-sync of the synced pair; then its floor on this machine:
+#    two GNU finds at once stat'ing every entry of both replicas (what any
+#    update detection by metadata must do), and that time's ratio to Unison's.
 # 3. 1% of the files changed on each side (different files; a line
 #    appended), then a re-sync: the round before each timed one changes a
 #    new 1% on both tools' pairs alike.
@@ -89,6 +91,7 @@ row() {
     printf '  accord sync  median %8.3f s   peak %7d KiB   runs: %s\n' "$a" "${PEAK[accord]}" "${TIMES[accord]}"
     printf '  unison       median %8.3f s   peak %7d KiB   runs: %s\n' "$u" "${PEAK[unison]}" "${TIMES[unison]}"
     echo "  ratio accord/unison: time $(ratio "$a" "$u"), peak memory $(ratio "${PEAK[accord]}" "${PEAK[unison]}")"
+    LAST_UNISON=$u
 }
 
 fresh_pairs() {
@@ -104,6 +107,22 @@ fresh_pairs
 accord_sync >/dev/null 2>&1
 unison_sync >/dev/null 2>&1 || true
 row "2. no-change re-sync" ':'
+
+# The floor of a re-sync on this machine: one stat of every entry of both
+# replicas (what update detection needs: size, times, inode), made by two
+# GNU finds at once, one per replica, with nothing else done.
+floor_scan() {
+    find "$W/acc-a" -printf '%s %T@ %C@ %i\n' >/dev/null &
+    find "$W/acc-b" -printf '%s %T@ %C@ %i\n' >/dev/null
+    wait
+}
+export -f floor_scan
+TIMES[floor]=""
+floor_scan
+for _ in $(seq "$RUNS"); do measure floor floor_scan; done
+f=$(printf '%s\n' ${TIMES[floor]} | median)
+printf '  floor: stat of both replicas (two finds at once)  median %8.3f s   runs: %s\n' "$f" "${TIMES[floor]}"
+echo "  ratio floor/unison: $(ratio "$f" "$LAST_UNISON")"
 
 ROUND=0
 # A new 1% of the files on each side (A's and B's sets differ), the same
