@@ -396,11 +396,12 @@ impl<'a> ArchiveStream<'a> {
         Ok(None)
     }
 
-    /// The name of the child of `dir` that holds the next entry, or None
-    /// when the next entry lies outside `dir`. The child itself need not
-    /// be recorded: a directory left in conflict is not, while the
-    /// entries beneath it that were synced are.
-    fn next_child_of(&mut self, dir: &RelPath) -> Result<Option<Vec<u8>>, ArchiveError> {
+    /// The child of `dir` that holds the next entry (that entry's own path
+    /// when it is the child, which is the rule), or None when the next
+    /// entry lies outside `dir`. The child itself need not be recorded: a
+    /// directory left in conflict is not, while the entries beneath it
+    /// that were synced are.
+    fn next_child_of(&mut self, dir: &RelPath) -> Result<Option<RelPath>, ArchiveError> {
         let Some(next) = self.peek()? else {
             return Ok(None);
         };
@@ -408,7 +409,26 @@ impl<'a> ArchiveStream<'a> {
         if !path.starts_with(dir) || path == dir {
             return Ok(None);
         }
-        Ok(path.components().nth(dir.depth()).map(<[u8]>::to_vec))
+        let skip = if dir.is_root() {
+            0
+        } else {
+            dir.as_bytes().len() + 1
+        };
+        let rest = &path.as_bytes()[skip..];
+        Ok(Some(match rest.iter().position(|b| *b == b'/') {
+            None => path.clone(),
+            Some(end) => dir
+                .join(&rest[..end])
+                .expect("a component of a valid path is a valid name"),
+        }))
+    }
+
+    /// Does the next entry lie strictly beneath `dir`? (`next_child_of`
+    /// without its name.)
+    fn holds_beneath(&mut self, dir: &RelPath) -> Result<bool, ArchiveError> {
+        Ok(self
+            .peek()?
+            .is_some_and(|next| next.entry.path.starts_with(dir) && next.entry.path != *dir))
     }
 
     /// Pass over every entry strictly beneath `path` (a subtree the walk
@@ -660,7 +680,7 @@ impl<'a> Walker<'a> {
     /// even where `path` is no directory now nor in the archive.)
     fn archived_beneath(&mut self, path: &RelPath) -> Result<bool, SideFailure> {
         match self.stream.as_mut() {
-            Some(stream) => Ok(stream.next_child_of(path)?.is_some()),
+            Some(stream) => Ok(stream.holds_beneath(path)?),
             None => Ok(false),
         }
     }
@@ -676,25 +696,22 @@ impl<'a> Walker<'a> {
         };
         let mut listed = listed.into_iter().peekable();
         loop {
-            let archived_name = match self.stream.as_mut() {
+            let archived_child = match self.stream.as_mut() {
                 Some(stream) => stream.next_child_of(path)?,
                 None => None,
             };
-            let listed_name = listed.peek().map(|o| o.entry.path.file_name().to_vec());
-            let name = match (archived_name, listed_name) {
+            // Children of one directory: path order is name order.
+            let child = match (archived_child, listed.peek()) {
                 (None, None) => return Ok(()),
-                (Some(a), Some(l)) => a.min(l),
-                (Some(a), None) => a,
-                (None, Some(l)) => l,
+                (Some(a), Some(l)) if l.entry.path < a => l.entry.path.clone(),
+                (Some(a), _) => a,
+                (None, Some(l)) => l.entry.path.clone(),
             };
-            let child = path
-                .join(&name)
-                .expect("names come from listings and archives, both validated");
             let archived = match self.stream.as_mut() {
                 Some(stream) => stream.take_at(&child)?,
                 None => None,
             };
-            let current = listed.next_if(|o| o.entry.path.file_name() == name.as_slice());
+            let current = listed.next_if(|o| o.entry.path == child);
             if self.fails_followed(&child)
                 || self.excluded(&child, current.as_ref(), archived.as_ref())?
             {
@@ -836,6 +853,10 @@ impl<'a> Walker<'a> {
     /// Is `path` a followed link that leads nowhere? Then it fails (with
     /// its subtree: never taken as deleted) and the caller passes it over.
     fn fails_followed(&mut self, path: &RelPath) -> bool {
+        // Most walks meet none: no path is hashed for them.
+        if self.broken.borrow().is_empty() {
+            return false;
+        }
         let Some(message) = self.broken.borrow_mut().remove(path) else {
             return false;
         };

@@ -879,7 +879,9 @@ fn own_entry(
 /// `entries` sorted by name, with the ctimes aligned with them.
 fn sorted_by_name(entries: Vec<Entry>, ctimes: Vec<Time>) -> (Vec<Entry>, Vec<Time>) {
     let mut both: Vec<(Entry, Time)> = entries.into_iter().zip(ctimes).collect();
-    both.sort_unstable_by(|a, b| a.0.path.file_name().cmp(b.0.path.file_name()));
+    // Entries of one directory: their paths share all but the name, so
+    // path order is name order, without looking for each name's start.
+    both.sort_unstable_by(|a, b| a.0.path.cmp(&b.0.path));
     both.into_iter().unzip()
 }
 
