@@ -108,18 +108,7 @@ pub fn probe(replica: &dyn Replica) -> Result<bool, String> {
 /// A name in the root whose case-swapped twin is another name and is not
 /// listed there (None: the root has none).
 fn probe_name(replica: &dyn Replica) -> Result<Option<Vec<u8>>, String> {
-    let opts = accord_fsys::ScanOptions {
-        xattrs: accord_fsys::XattrFilter {
-            xattrs: false,
-            acls: false,
-            user_only: false,
-        },
-        xattr_memo: None,
-        listing_memo: None,
-        read_ignore_files: false,
-        only_names: None,
-        source: false,
-    };
+    let opts = accord_fsys::ScanOptions::plain(accord_fsys::XattrFilter::NONE, false);
     let rules = accord_fsys::IgnoreRules::default();
     let (listing, scan) = replica.list_dir(&RelPath::root(), &rules, &opts);
     let Some(listing) = listing.filter(|_| scan.errors.is_empty()) else {

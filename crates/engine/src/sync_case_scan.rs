@@ -202,18 +202,7 @@ impl<'r> Listings<'r> {
     }
 
     fn list(&self, side: usize, spelling: RelPath) -> Result<Option<Listed>, ScanStop> {
-        let opts = ScanOptions {
-            xattrs: XattrFilter {
-                xattrs: false,
-                acls: false,
-                user_only: false,
-            },
-            xattr_memo: None,
-            listing_memo: None,
-            read_ignore_files: false,
-            only_names: None,
-            source: false,
-        };
+        let opts = ScanOptions::plain(XattrFilter::NONE, false);
         let (listing, scan) = self.replicas[side].list_dir(&spelling, &self.rules, &opts);
         if !scan.errors.is_empty() || scan.incomplete {
             let why = scan

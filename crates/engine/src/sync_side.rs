@@ -527,17 +527,10 @@ impl<'a> Walker<'a> {
 
     fn scan_options(&self) -> ScanOptions<'static> {
         ScanOptions {
-            xattrs: XattrFilter {
-                xattrs: false,
-                acls: false,
-                user_only: false,
-            },
-            xattr_memo: None,
-            listing_memo: None,
             read_ignore_files: self.rules.read_ignore_files,
-            only_names: None,
-            // Our temp names are listed as stale temps, not as entries.
-            source: false,
+            // Not a source: our temp names are listed as stale temps, not
+            // as entries.
+            ..ScanOptions::plain(XattrFilter::NONE, false)
         }
     }
 

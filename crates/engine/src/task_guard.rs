@@ -79,16 +79,8 @@ fn root_entries(
     source: bool,
 ) -> Result<usize, NotStarted> {
     let opts = ScanOptions {
-        xattrs: accord_fsys::XattrFilter {
-            xattrs: false,
-            acls: false,
-            user_only: false,
-        },
-        xattr_memo: None,
-        listing_memo: None,
         read_ignore_files: source && spec.ignore_files,
-        only_names: None,
-        source,
+        ..ScanOptions::plain(accord_fsys::XattrFilter::NONE, source)
     };
     match r.list_dir(&RelPath::root(), rules, &opts) {
         (Some(l), _) => Ok(l.entries.len().saturating_sub(1) + l.subdirs.len()),

@@ -412,18 +412,7 @@ fn a_subtree_is_scanned_in_path_order_in_bounded_batches() {
     let mem = MemReplica::new(1);
     every_kind(&mem);
     let rules = IgnoreRules::new(&[]).unwrap();
-    let opts = ScanOptions {
-        xattrs: XattrFilter {
-            xattrs: false,
-            acls: false,
-            user_only: false,
-        },
-        xattr_memo: None,
-        listing_memo: None,
-        read_ignore_files: false,
-        only_names: None,
-        source: true,
-    };
+    let opts = ScanOptions::plain(XattrFilter::NONE, true);
     for replica in [&local as &dyn Replica, &mem] {
         let whole: Vec<RelPath> = {
             let mut v = Vec::new();

@@ -399,18 +399,7 @@ mod tests {
     }
 
     fn opts() -> ScanOptions<'static> {
-        ScanOptions {
-            xattrs: crate::XattrFilter {
-                xattrs: false,
-                acls: false,
-                user_only: false,
-            },
-            xattr_memo: None,
-            listing_memo: None,
-            read_ignore_files: false,
-            only_names: None,
-            source: false,
-        }
+        ScanOptions::plain(crate::XattrFilter::NONE, false)
     }
 
     fn rules(patterns: &[&str]) -> FollowRules {

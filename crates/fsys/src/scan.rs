@@ -32,6 +32,21 @@ pub struct ScanOptions<'a> {
     pub source: bool,
 }
 
+impl<'a> ScanOptions<'a> {
+    /// A scan that reads the `xattrs` named and nothing more: no memo, no
+    /// `.accordignore` file, every name listed.
+    pub fn plain(xattrs: XattrFilter, source: bool) -> ScanOptions<'a> {
+        ScanOptions {
+            xattrs,
+            xattr_memo: None,
+            listing_memo: None,
+            read_ignore_files: false,
+            only_names: None,
+            source,
+        }
+    }
+}
+
 /// The result of scanning a replica.
 #[derive(Debug, Default)]
 pub struct Scan {
@@ -967,18 +982,7 @@ mod tests {
         let s = scan(
             &root,
             &IgnoreRules::new(&[]).unwrap(),
-            &ScanOptions {
-                xattrs: XattrFilter {
-                    xattrs: false,
-                    acls: false,
-                    user_only: false,
-                },
-                xattr_memo: None,
-                listing_memo: None,
-                read_ignore_files: false,
-                only_names: None,
-                source: true,
-            },
+            &ScanOptions::plain(XattrFilter::NONE, true),
         );
         let got: Vec<&[u8]> = s.entries.iter().map(|e| e.path.as_bytes()).collect();
         let mut want = got.clone();
@@ -1001,16 +1005,8 @@ mod tests {
         let rules = IgnoreRules::new(&[]).unwrap();
         let only: Vec<Vec<u8>> = [&b"b"[..], b"gone", b"sub"].map(<[u8]>::to_vec).into();
         let mut opts = ScanOptions {
-            xattrs: XattrFilter {
-                xattrs: false,
-                acls: false,
-                user_only: false,
-            },
-            xattr_memo: None,
-            listing_memo: None,
-            read_ignore_files: false,
             only_names: Some(&only),
-            source: false,
+            ..ScanOptions::plain(XattrFilter::NONE, false)
         };
         let d = RelPath::new(b"d").unwrap();
         let (some, scan) = list_dir(&root, &d, &rules, &opts);

@@ -24,6 +24,13 @@ pub struct XattrFilter {
 }
 
 impl XattrFilter {
+    /// No attribute at all.
+    pub const NONE: XattrFilter = XattrFilter {
+        xattrs: false,
+        acls: false,
+        user_only: false,
+    };
+
     pub fn any(&self) -> bool {
         self.xattrs || self.acls
     }

@@ -150,18 +150,7 @@ impl<'a> Propagation<'a> {
     /// first (a directory that cannot be listed has none we know of).
     fn backups_of(&self, side: Side, dir_path: &RelPath, name: &[u8]) -> Vec<Found> {
         let rules = IgnoreRules::new(&[]).expect("no patterns");
-        let options = ScanOptions {
-            xattrs: XattrFilter {
-                xattrs: false,
-                acls: false,
-                user_only: false,
-            },
-            xattr_memo: None,
-            listing_memo: None,
-            read_ignore_files: false,
-            only_names: None,
-            source: false,
-        };
+        let options = ScanOptions::plain(XattrFilter::NONE, false);
         let (listing, _) = self.replicas[index(side)].list_dir(dir_path, &rules, &options);
         let Some(listing) = listing else {
             return Vec::new();
