@@ -808,3 +808,42 @@ fn a_worker_without_a_run_serves_each_run_created() {
     assert!(err.contains("run first: the run is over"), "{err}");
     assert!(err.contains("run second: the run is over"), "{err}");
 }
+
+/// A destination file linked to a name in another directory, where the
+/// source has two separate files with the same contents and times: each
+/// executor leaves them separate, as in the source (a task sees one
+/// directory: it rewrites a file whose inode has names out of its sight).
+#[test]
+fn destination_links_across_directories_that_the_source_lacks_are_broken() {
+    for executor in ["tasks", "walk"] {
+        let (_tmp, src, dst, state) = roots();
+        for root in [&src, &dst] {
+            std::fs::create_dir_all(root.join("x")).unwrap();
+            std::fs::create_dir_all(root.join("y")).unwrap();
+        }
+        for p in ["x/f", "y/g"] {
+            std::fs::write(src.join(p), b"same contents").unwrap();
+            set_mtime(&src.join(p), 1_600_000_000, 0);
+        }
+        std::fs::write(dst.join("x/f"), b"same contents").unwrap();
+        set_mtime(&dst.join("x/f"), 1_600_000_000, 0);
+        std::fs::hard_link(dst.join("x/f"), dst.join("y/g")).unwrap();
+        let args = [
+            "--executor",
+            executor,
+            src.to_str().unwrap(),
+            dst.to_str().unwrap(),
+        ];
+        assert_exit(&mirror(&state, &args), 0);
+        let ino = |p: &str| std::fs::metadata(dst.join(p)).unwrap().ino();
+        assert_ne!(
+            ino("x/f"),
+            ino("y/g"),
+            "{executor}: the destination's link was kept"
+        );
+        assert_eq!(
+            differences(&snapshot(&src), &snapshot(&dst)),
+            Vec::<String>::new()
+        );
+    }
+}

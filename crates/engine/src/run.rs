@@ -257,6 +257,7 @@ fn run(
     let facts = Facts {
         source_incomplete: s_scan.incomplete || found.half_updated,
         source_root_changed: source_root_changed(src, guard.clone()),
+        one_directory: false,
     };
     report.deletions_suspended = facts.source_incomplete && cfg.plan.delete;
     memos.save(src, dst, cfg, &s_scan, &d_scan);

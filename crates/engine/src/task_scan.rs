@@ -251,6 +251,7 @@ pub(crate) fn plan_dir(
     let facts = Facts {
         source_incomplete: src_incomplete || found.half_updated,
         source_root_changed: false,
+        one_directory: true,
     };
     let plan = found
         .planner

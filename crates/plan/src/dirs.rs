@@ -104,7 +104,7 @@ impl MirrorPlanner {
             }
             acc.plan.deletes.push(it);
         }
-        plan_deferred(&mut acc, &o);
+        plan_deferred(&mut acc, &o, facts.one_directory);
         let mut plan = acc.plan;
         resume_partials(&mut plan);
         order(&mut plan);
@@ -331,8 +331,10 @@ fn guard(acc: &Acc, o: &MirrorOptions, facts: &Facts, deleting: bool) -> Result<
 /// source led by their first path (one the destination already has as a
 /// file of the group, if any), and files whose destination inode is shared
 /// with a name outside their source group (rewritten, not changed through
-/// the other name).
-fn plan_deferred(acc: &mut Acc, o: &MirrorOptions) {
+/// the other name). Seeing `one_directory`, a file whose destination inode
+/// has names out of sight is rewritten unless the source links it too:
+/// they may be names the source has as other files.
+fn plan_deferred(acc: &mut Acc, o: &MirrorOptions, one_directory: bool) {
     let mut deferred = std::mem::take(&mut acc.deferred);
     deferred.sort_by(|a, b| a.0.path.cmp(&b.0.path));
     let dst_linked = std::mem::take(&mut acc.dst_linked);
@@ -379,9 +381,11 @@ fn plan_deferred(acc: &mut Acc, o: &MirrorOptions) {
         let Some(others) = dst_sharing.get(&(d.dev, d.ino)) else {
             return false;
         };
-        let group = (o.hard_links && s.nlink > 1)
-            .then(|| group_of.get(&(s.dev, s.ino)))
-            .flatten();
+        let grouped = o.hard_links && s.nlink > 1;
+        if one_directory && !grouped && (others.len() as u64) < d.nlink {
+            return true;
+        }
+        let group = grouped.then(|| group_of.get(&(s.dev, s.ino))).flatten();
         others.iter().any(|q| {
             **q != s.path
                 && src_at

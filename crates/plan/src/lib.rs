@@ -133,6 +133,9 @@ pub struct Facts {
     pub source_incomplete: bool,
     /// The source root is not the one seen last time (device or inode).
     pub source_root_changed: bool,
+    /// The plan sees one directory of the tree (a task run's): other names
+    /// of a destination inode may lie outside it, unseen.
+    pub one_directory: bool,
 }
 
 impl Default for MirrorOptions {
