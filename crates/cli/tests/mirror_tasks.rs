@@ -562,7 +562,13 @@ fn killed_mid_run(make: impl Fn(&Path)) {
     assert_ne!(at_kill.state, "done", "the run ended before the kill");
     wait_all(&mut others);
     let s = run.status();
-    assert_eq!((s.state.as_str(), s.failed), ("done", 0), "{s:?}");
+    let errors = run.cluster("errors");
+    assert_eq!(
+        (s.state.as_str(), s.failed),
+        ("done", 0),
+        "{s:?}\n{}",
+        String::from_utf8_lossy(&errors.stderr)
+    );
     assert_same(&src, &dst);
 }
 

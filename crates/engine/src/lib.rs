@@ -33,6 +33,7 @@ mod task_defer;
 mod task_do;
 mod task_group;
 pub mod task_guard;
+mod task_held;
 mod task_ignore;
 mod task_link;
 mod task_local;

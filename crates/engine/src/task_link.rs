@@ -1,38 +1,41 @@
 //! Hard links without a serial queue: each name of a source hard-link
 //! group is a task; the first to claim the group's inode in the queue's
 //! store leads it (its name gets the contents, planned as a lone file by
-//! the mirror's rules, and the group is marked done in the store), and the
-//! others link to the leader's name once the group is marked done (until
-//! then they are pushed back and wait). The mark, not the copy's look, is
-//! what they wait for: an old copy can look finished (`--no-times`, or
-//! `--checksum`) and be replaced after a name was linked to it.
+//! the mirror's rules, and the group's mark is set in the store), and the
+//! others link to the leader's name once the mark is set (until then they
+//! are parked in the queue, and the leader wakes them). The mark, not the
+//! copy's look, is what they wait for: an old copy can look finished
+//! (`--no-times`, or `--checksum`) and be replaced after a name was linked
+//! to it. A leader whose worker is lost is led again by the worker its
+//! task is handed to (the claim names the path, not the worker).
 
+use crate::task::Task;
 use crate::task_do::{already_done, carry_out, count_written, failures_text, stat};
 use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
 use accord_model::{Entry, Found, Kind, RelPath};
 use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
-use std::time::Duration;
-
-/// How often a name waits for its leader's copy before it fails (it is
-/// then tried again, and set aside if the leader never gets its copy).
-const MAX_WAITS: i64 = 2000;
 
 pub(crate) fn hardlink(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
     let group = format!("{}:{}", src.dev, src.ino);
     let me = hex(src.path.as_bytes());
-    let leader = match ctx.queue.claim(format!("i\0{group}").as_bytes(), &me)? {
-        None => None,
-        Some(owner) => Some(leader_path(&owner)?),
-    };
-    let done_key = format!("id\0{group}").into_bytes();
-    let outcome = match leader {
+    let led = format!("id\0{group}").into_bytes();
+    let outcome = match ctx.queue.claim(format!("i\0{group}").as_bytes(), &me)? {
         None => {
-            let led = lead(ctx, src, dst)?;
-            ctx.queue.add_once(&done_key, &done_key, 1, &[])?;
-            led
+            let outcome = lead(ctx, src, dst)?;
+            ctx.queue.wake(&led)?;
+            outcome
         }
-        Some(leader) if ctx.queue.add(&done_key, 0)? > 0 => follow(ctx, src, dst, &leader)?,
-        Some(leader) => wait_for_leader(ctx, src, &leader)?,
+        Some(owner) => {
+            let leader = leader_path(&owner)?;
+            let again = Task::Hardlink {
+                src: src.clone(),
+                dst: dst.cloned(),
+            };
+            match ctx.queue.park(&led, &again.encode())? {
+                true => Outcome::Parked,
+                false => follow(ctx, src, dst, &leader)?,
+            }
+        }
     };
     if let Outcome::Done = outcome {
         let parent = src.path.parent().unwrap_or_default();
@@ -112,20 +115,6 @@ fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> Task
         true => Ok(Outcome::Done),
         false => Err(TaskError::Failed(failures_text(&done.problems))),
     }
-}
-
-/// The leader is not done yet: wait a little, then go back in the queue
-/// (a bounded number of times).
-fn wait_for_leader(ctx: &Ctx, src: &Entry, leader: &RelPath) -> TaskResult {
-    let waits = ctx.queue.add(&keys::with("hw", &src.path), 1)?;
-    if waits > MAX_WAITS {
-        return Err(TaskError::Failed(format!(
-            "the first name of its hard-link group, {}, never got its copy",
-            leader.display()
-        )));
-    }
-    std::thread::sleep(Duration::from_millis(20));
-    Ok(Outcome::Later)
 }
 
 /// Is the destination's `f` a finished copy of the group's inode `src`?

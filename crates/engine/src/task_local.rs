@@ -3,13 +3,14 @@
 //! (a `RedisQueue` each).
 
 use crate::replica::Replica;
+use crate::task_held::{renew_until, Held};
 use crate::task_ignore::TaskIgnore;
 use crate::task_memo::TaskMemos;
 use crate::task_run::{open_task_roots, work, Shared, WorkerEnd, WorkerOptions};
 use crate::task_spec::RunSpec;
 use crate::Progress;
 use accord_queue::{CallCost, TaskQueue};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Run one worker thread per queue (each thread its own connection when
 /// the queue is remote) until the run is done or stopped; how each ended.
@@ -44,13 +45,20 @@ pub fn run_workers(
         Ok(i) => i,
         Err(e) => return vec![WorkerEnd::Fatal(e)],
     };
+    let held = Held::default();
     let shared = Shared {
         progress,
         memos: memos.as_ref(),
         ignore: &ignore,
+        held: &held,
     };
+    let over = AtomicBool::new(false);
     let per_thread = pool_threads(queues.len());
     let mut ends = std::thread::scope(|s| {
+        if let Some(q) = queues.first() {
+            let (held, over) = (&held, &over);
+            s.spawn(move || renew_until(*q, held, over));
+        }
         let threads: Vec<_> = queues
             .iter()
             .enumerate()
@@ -70,13 +78,15 @@ pub fn run_workers(
                 })
             })
             .collect();
-        threads
+        let ends = threads
             .into_iter()
             .map(|t| match t.join() {
                 Ok(Ok(end)) | Ok(Err(end)) => end,
                 Err(_) => WorkerEnd::Fatal("a worker thread panicked".into()),
             })
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        over.store(true, Ordering::Relaxed);
+        ends
     });
     if let Some(m) = memos {
         m.save(&src, &dst);

@@ -14,6 +14,7 @@ use crate::error::Fatal;
 use crate::local::LocalReplica;
 use crate::replica::Replica;
 use crate::task::Task;
+use crate::task_held::Held;
 use crate::task_ignore::TaskIgnore;
 use crate::task_memo::TaskMemos;
 use crate::task_spec::RunSpec;
@@ -137,9 +138,12 @@ pub fn workers(queue: &dyn TaskQueue) -> Result<Vec<WorkerFigures>, QueueError> 
 /// How a task ended.
 pub(crate) enum Outcome {
     Done,
-    /// Not yet possible (a hard link whose first copy is not made): push
-    /// it again and go on.
+    /// Not yet possible (the deletion guard's held extras): push it again
+    /// and go on.
     Later,
+    /// Parked in the queue until another task wakes it (a hard link whose
+    /// first copy is not made): done with for now.
+    Parked,
 }
 
 /// Why a task did not end.
@@ -176,6 +180,8 @@ pub(crate) struct Ctx<'a> {
     pub progress: &'a Progress,
     /// The extended-attribute memos (the local executor's only).
     pub memos: Option<&'a TaskMemos>,
+    /// The leases this process is at work on (renewed by another thread).
+    pub held: &'a Held,
 }
 
 /// What the threads of one worker process share.
@@ -184,6 +190,7 @@ pub(crate) struct Shared<'a> {
     pub progress: &'a Progress,
     pub memos: Option<&'a TaskMemos>,
     pub ignore: &'a TaskIgnore,
+    pub held: &'a Held,
 }
 
 impl Ctx<'_> {
@@ -323,6 +330,7 @@ pub(crate) fn work(
         worker: &opts.name,
         progress: shared.progress,
         memos: shared.memos,
+        held: shared.held,
     };
     let mut backoff = Backoff::new(opts.max_backoff);
     while !stop.load(Ordering::Relaxed) {
@@ -352,7 +360,10 @@ fn step(ctx: &Ctx, thread: &str, until_done: bool) -> Result<Option<WorkerEnd>, 
         return idle(ctx, until_done);
     }
     for l in leases {
-        run_lease(ctx, &l)?;
+        ctx.held.hold(&l);
+        let ran = run_lease(ctx, &l);
+        ctx.held.release(&l.id);
+        ran?;
     }
     // In this process a look at the queue costs nothing: when this was the
     // last task, see at once whether the run is over, rather than after a
@@ -392,7 +403,7 @@ fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
         Err(e) => return ctx.queue.fail(lease, &format!("a corrupt task: {e}")),
     };
     match crate::task_do::run_task(ctx, &task) {
-        Ok(Outcome::Done) => ctx.queue.ack(std::slice::from_ref(&lease.id)),
+        Ok(Outcome::Done | Outcome::Parked) => ctx.queue.ack(std::slice::from_ref(&lease.id)),
         Ok(Outcome::Later) => {
             ctx.queue.push(std::slice::from_ref(&lease.task))?;
             ctx.queue.ack(std::slice::from_ref(&lease.id))

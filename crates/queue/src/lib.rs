@@ -214,6 +214,13 @@ pub trait TaskQueue: Send + Sync {
     /// waiting tasks first, else tasks whose lease passed the claim
     /// timeout. None while the run is paused or stopped.
     fn lease(&self, worker: &str, max: usize, wait: Duration) -> Result<Vec<Lease>, QueueError>;
+    /// The workers of `leases` are alive and at work on them: each one's
+    /// claim timeout starts again, so a task that takes longer than the
+    /// timeout is not handed to another. A lease handed to another worker
+    /// meanwhile stays the other's.
+    fn renew(&self, leases: &[Lease]) -> Result<(), QueueError>;
+    /// How long a lease lasts unless renewed.
+    fn claim_timeout(&self) -> Duration;
     /// Done: never handed out again.
     fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError>;
     /// Failed: waiting again, or dead (with `error`) once it has used all
@@ -248,6 +255,16 @@ pub trait TaskQueue: Send + Sync {
         delta: i64,
         tasks: &[Vec<u8>],
     ) -> Result<(i64, bool), QueueError>;
+    /// Unless `mark` is set (by `add_once`, `add_many` or `wake`), keep
+    /// `task` aside, neither waiting nor leased, until `wake(mark)`: true
+    /// when it was kept, false when the mark is set already (the caller
+    /// may go on now). A task waits so on another's work without a worker
+    /// spinning on it. Tasks kept under a mark that is never set never
+    /// run: the task that should set it is then set aside, and the run
+    /// ends with it.
+    fn park(&self, mark: &[u8], task: &[u8]) -> Result<bool, QueueError>;
+    /// Set `mark` and push every task parked under it, in one step.
+    fn wake(&self, mark: &[u8]) -> Result<(), QueueError>;
     /// Several additions in one step that cannot be split (each as
     /// `add_once` without tasks, or as `add` when it has no mark): one
     /// round trip for the counts of a whole task. Returns each addition's

@@ -25,6 +25,8 @@ struct State {
     claims: HashMap<Vec<u8>, String>,
     counters: HashMap<Vec<u8>, i64>,
     marks: HashSet<Vec<u8>>,
+    /// Tasks parked under a mark not set yet.
+    parked: HashMap<Vec<u8>, Vec<Vec<u8>>>,
     values: HashMap<Vec<u8>, Vec<u8>>,
     next_id: u64,
 }
@@ -49,6 +51,7 @@ impl MemoryQueue {
                 claims: HashMap::new(),
                 counters: HashMap::new(),
                 marks: HashSet::new(),
+                parked: HashMap::new(),
                 values: HashMap::new(),
                 next_id: 1,
             }),
@@ -60,9 +63,13 @@ impl MemoryQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Take up to `max` tasks now: waiting ones, else expired leases.
+    /// Take up to `max` tasks now: expired leases, then waiting ones.
     fn take(&self, st: &mut State, worker: &str, max: usize, now: Instant) -> Vec<Lease> {
+        // Lost leases first: tasks pushed again and again (a task waiting
+        // on others goes back in the queue) must not keep a lost task from
+        // ever being handed out.
         let mut out = Vec::new();
+        self.reclaim(st, worker, max, now, &mut out);
         while out.len() < max {
             let Some((id, task, attempts)) = st.waiting.pop_front() else {
                 break;
@@ -73,9 +80,6 @@ impl MemoryQueue {
                 attempts,
                 worker: worker.to_string(),
             });
-        }
-        if out.is_empty() {
-            self.reclaim(st, worker, max, now, &mut out);
         }
         for l in &out {
             st.leased.insert(
@@ -199,6 +203,23 @@ impl TaskQueue for MemoryQueue {
         }
     }
 
+    fn renew(&self, leases: &[Lease]) -> Result<(), QueueError> {
+        let mut st = self.lock();
+        let now = Instant::now();
+        for lease in leases {
+            if let Some(l) = st.leased.get_mut(&lease.id) {
+                if l.worker == lease.worker {
+                    l.since = now;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn claim_timeout(&self) -> Duration {
+        self.policy.claim_timeout
+    }
+
     fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError> {
         let mut st = self.lock();
         for id in ids {
@@ -298,6 +319,29 @@ impl TaskQueue for MemoryQueue {
         drop(st);
         self.changed.notify_all();
         Ok((value, applied))
+    }
+
+    fn park(&self, mark: &[u8], task: &[u8]) -> Result<bool, QueueError> {
+        check_tasks(&[task.to_vec()])?;
+        let mut st = self.lock();
+        if st.marks.contains(mark) {
+            return Ok(false);
+        }
+        st.parked
+            .entry(mark.to_vec())
+            .or_default()
+            .push(task.to_vec());
+        Ok(true)
+    }
+
+    fn wake(&self, mark: &[u8]) -> Result<(), QueueError> {
+        let mut st = self.lock();
+        st.marks.insert(mark.to_vec());
+        let tasks = st.parked.remove(mark).unwrap_or_default();
+        st.push(&tasks);
+        drop(st);
+        self.changed.notify_all();
+        Ok(())
     }
 
     fn add_many(&self, adds: &[Add]) -> Result<Vec<i64>, QueueError> {

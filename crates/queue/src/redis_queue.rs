@@ -10,7 +10,8 @@
 //! - `state`: `running`, `paused` or `stopped` (absent: running).
 //! - `done`: how many tasks were acknowledged.
 //! - `claims`, `counters`: hashes for `claim` and `add`.
-//! - `marks`: a hash of the marks `add_once` set.
+//! - `marks`: a hash of the marks `add_once`, `add_many` and `wake` set.
+//! - `parked:MARK`: a list of the tasks parked until `MARK` is set.
 //! - `values`: a hash for `put` and `get` (the run's settings).
 //!
 //! And one key of all runs, `accord:runs`: a set of the names of runs
@@ -56,6 +57,9 @@ pub struct RedisQueue {
     /// consecutive empty polls, across `lease` calls, and is reset by a
     /// lease that found work (idle workers cost the server little).
     idle_pause: Mutex<Duration>,
+    /// When this process last looked at lost leases before new tasks
+    /// (`LEASE`).
+    last_reclaim: Mutex<Instant>,
 }
 
 /// First and longest pause between polls of an empty queue.
@@ -68,14 +72,23 @@ struct Scripts {
     fail: Script,
     add_once: Script,
     add_many: Script,
+    park: Script,
+    wake: Script,
+    renew: Script,
 }
 
 /// Hand out up to ARGV[3] tasks unless the run is not running: new ones,
-/// else leases idle for ARGV[4] ms (a lost worker's), each counted as an
-/// attempt, buried once it reaches ARGV[5]. Returns {id, task, attempts}.
+/// and leases idle for ARGV[4] ms (a lost worker's), each counted as an
+/// attempt, buried once it reaches ARGV[5]. Lost leases come first when
+/// ARGV[6] is '1', else only when there is no new task: tasks pushed
+/// again and again (one that waits on others goes back in the queue) must
+/// not keep a lost lease from ever being handed out, and a look at the
+/// lost ones costs commands that most calls need not make. Returns
+/// {id, task, attempts}.
 const LEASE: &str = r"
 local st = redis.call('GET', KEYS[2])
 if st and st ~= 'running' then return {} end
+local max = tonumber(ARGV[3])
 local function field(fields, name)
   for i = 1, #fields, 2 do
     if fields[i] == name then return fields[i + 1] end
@@ -83,31 +96,37 @@ local function field(fields, name)
   return nil
 end
 local out = {}
-local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
-if r then
-  for _, e in ipairs(r[1][2]) do
-    table.insert(out, {e[1], field(e[2], 't') or '', tonumber(field(e[2], 'a') or '0')})
+local function read_new()
+  local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', max - #out, 'STREAMS', KEYS[1], '>')
+  if r then
+    for _, e in ipairs(r[1][2]) do
+      table.insert(out, {e[1], field(e[2], 't') or '', tonumber(field(e[2], 'a') or '0')})
+    end
   end
 end
-if #out > 0 then return out end
--- Lost workers' leases: the scan goes on where the last one stopped, so a
--- lease far down the pending list is reached however many are younger.
-local from = redis.call('GET', KEYS[5]) or '0-0'
-local c = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], from, 'COUNT', ARGV[3])
-redis.call('SET', KEYS[5], c[1])
-for _, e in ipairs(c[2]) do
-  local id, fields = e[1], e[2]
-  local t = field(fields, 't') or ''
-  local n = tonumber(field(fields, 'a') or '0') + redis.call('HINCRBY', KEYS[3], id, 1)
-  if n >= tonumber(ARGV[5]) then
-    redis.call('XADD', KEYS[4], '*', 't', t, 'n', n, 'e', 'its worker was lost ' .. n .. ' times')
-    redis.call('XACK', KEYS[1], ARGV[1], id)
-    redis.call('XDEL', KEYS[1], id)
-    redis.call('HDEL', KEYS[3], id)
-  else
-    table.insert(out, {id, t, n})
+-- The scan goes on where the last one stopped, so a lease far down the
+-- pending list is reached however many are younger.
+local function reclaim()
+  local from = redis.call('GET', KEYS[5]) or '0-0'
+  local c = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], from, 'COUNT', max - #out)
+  if c[1] ~= from then redis.call('SET', KEYS[5], c[1]) end
+  for _, e in ipairs(c[2]) do
+    local id, fields = e[1], e[2]
+    local t = field(fields, 't') or ''
+    local n = tonumber(field(fields, 'a') or '0') + redis.call('HINCRBY', KEYS[3], id, 1)
+    if n >= tonumber(ARGV[5]) then
+      redis.call('XADD', KEYS[4], '*', 't', t, 'n', n, 'e', 'its worker was lost ' .. n .. ' times')
+      redis.call('XACK', KEYS[1], ARGV[1], id)
+      redis.call('XDEL', KEYS[1], id)
+      redis.call('HDEL', KEYS[3], id)
+    else
+      table.insert(out, {id, t, n})
+    end
   end
 end
+if ARGV[6] == '1' then reclaim() end
+if #out < max then read_new() end
+if #out == 0 and ARGV[6] ~= '1' then reclaim() end
 return out
 ";
 
@@ -180,6 +199,39 @@ for i = 1, #ARGV, 3 do out[#out + 1] = values[ARGV[i + 1]] end
 return out
 ";
 
+/// Restart the idle time of each lease in ARGV[2..] (pairs of an id and
+/// its worker) still held by that worker.
+const RENEW: &str = r"
+for i = 2, #ARGV, 2 do
+  local id, w = ARGV[i], ARGV[i + 1]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if #p > 0 and p[1][2] == w then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], w, 0, id, 'JUSTID')
+  end
+end
+return 0
+";
+
+/// Unless mark ARGV[1] is set in KEYS[1], keep task ARGV[2] in the list
+/// KEYS[2]. Returns 1 when it was kept.
+const PARK: &str = r"
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 1
+";
+
+/// Set mark ARGV[1] in KEYS[1] and move the tasks kept in the list KEYS[2]
+/// to the stream KEYS[3].
+const WAKE: &str = r"
+redis.call('HSETNX', KEYS[1], ARGV[1], 1)
+local parked = redis.call('LRANGE', KEYS[2], 0, -1)
+for _, t in ipairs(parked) do
+  redis.call('XADD', KEYS[3], '*', 't', t, 'a', 0)
+end
+if #parked > 0 then redis.call('DEL', KEYS[2]) end
+return #parked
+";
+
 /// Most tasks pushed by one `add_once` (the script walks its arguments
 /// one by one, so Lua's stack does not bound them; this bounds one call's
 /// size).
@@ -213,7 +265,11 @@ impl RedisQueue {
                 fail: Script::new(FAIL),
                 add_once: Script::new(ADD_ONCE),
                 add_many: Script::new(ADD_MANY),
+                park: Script::new(PARK),
+                wake: Script::new(WAKE),
+                renew: Script::new(RENEW),
             },
+            last_reclaim: Mutex::new(Instant::now()),
         };
         q.with_conn(|c| {
             let made: Result<(), RedisError> = redis::cmd("XGROUP")
@@ -271,7 +327,28 @@ impl RedisQueue {
         r.map_err(map_error)
     }
 
+    /// Is it time to look at lost leases before new tasks? A few times
+    /// per claim timeout: a lost lease is then handed out within about
+    /// 1.25 claim timeouts however busy the queue is.
+    fn reclaim_due(&self) -> bool {
+        let mut last = self.last_reclaim.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let due = now.duration_since(*last) >= self.policy.claim_timeout / 4;
+        if due {
+            *last = now;
+        }
+        due
+    }
+
+    /// The list where tasks parked under `mark` wait.
+    fn parked_key(&self, mark: &[u8]) -> Vec<u8> {
+        let mut k = self.key("parked:").into_bytes();
+        k.extend_from_slice(mark);
+        k
+    }
+
     fn lease_now(&self, worker: &str, max: usize) -> Result<Vec<Lease>, QueueError> {
+        let reclaim_first = self.reclaim_due();
         let rows: Vec<(String, Vec<u8>, i64)> = self.with_conn(|c| {
             self.scripts
                 .lease
@@ -285,6 +362,7 @@ impl RedisQueue {
                 .arg(max)
                 .arg(self.policy.claim_timeout.as_millis() as u64)
                 .arg(self.policy.max_attempts)
+                .arg(if reclaim_first { "1" } else { "0" })
                 .invoke(c)
         })?;
         rows.into_iter()
@@ -352,6 +430,24 @@ impl TaskQueue for RedisQueue {
             drop(pause);
             std::thread::sleep(sleep);
         }
+    }
+
+    fn renew(&self, leases: &[Lease]) -> Result<(), QueueError> {
+        for chunk in leases.chunks(ACK_CHUNK / 2) {
+            self.with_conn(|c| {
+                let mut inv = self.scripts.renew.prepare_invoke();
+                inv.key(self.key("tasks")).arg(GROUP);
+                for l in chunk {
+                    inv.arg(&l.id.0).arg(&l.worker);
+                }
+                inv.invoke::<i64>(c).map(|_| ())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn claim_timeout(&self) -> Duration {
+        self.policy.claim_timeout
     }
 
     fn ack(&self, ids: &[TaskId]) -> Result<(), QueueError> {
@@ -519,6 +615,33 @@ impl TaskQueue for RedisQueue {
             call.invoke(c)
         })?;
         Ok((value, did == 1))
+    }
+
+    fn park(&self, mark: &[u8], task: &[u8]) -> Result<bool, QueueError> {
+        check_tasks(&[task.to_vec()])?;
+        let kept: i64 = self.with_conn(|c| {
+            self.scripts
+                .park
+                .key(self.key("marks"))
+                .key(self.parked_key(mark))
+                .arg(mark)
+                .arg(task)
+                .invoke(c)
+        })?;
+        Ok(kept == 1)
+    }
+
+    fn wake(&self, mark: &[u8]) -> Result<(), QueueError> {
+        self.with_conn(|c| {
+            self.scripts
+                .wake
+                .key(self.key("marks"))
+                .key(self.parked_key(mark))
+                .key(self.key("tasks"))
+                .arg(mark)
+                .invoke::<i64>(c)
+                .map(|_| ())
+        })
     }
 
     fn add_many(&self, adds: &[Add]) -> Result<Vec<i64>, QueueError> {

@@ -232,6 +232,97 @@ fn a_lost_workers_tasks_go_to_another_after_the_claim_timeout() {
 }
 
 #[test]
+fn a_renewed_lease_stays_with_its_worker_past_the_claim_timeout() {
+    on_both(policy(300, 5), |q| {
+        q.push(&tasks(1)).unwrap();
+        let slow = q.lease("w-slow", 1, NO_WAIT).unwrap();
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(150));
+            q.renew(&slow).unwrap();
+            assert!(
+                q.lease("w-other", 1, NO_WAIT).unwrap().is_empty(),
+                "a renewed lease was handed to another"
+            );
+        }
+        // Not renewed any more: its worker is lost.
+        std::thread::sleep(Duration::from_millis(350));
+        let taken = q.lease("w-other", 1, Duration::from_millis(100)).unwrap();
+        assert_eq!(ids(&taken), ids(&slow));
+        // The lost worker's late renewal does not restart the new lease.
+        std::thread::sleep(Duration::from_millis(200));
+        q.renew(&slow).unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        let again = q.lease("w-third", 1, Duration::from_millis(50)).unwrap();
+        assert_eq!(ids(&again), ids(&slow), "a stale renewal kept the lease");
+        assert_eq!(again[0].attempts, 2);
+    });
+}
+
+/// A task that waits on others goes back in the queue again and again;
+/// that stream of new tasks must not hide a lost lease for ever.
+#[test]
+fn a_lost_lease_is_handed_out_while_new_tasks_keep_coming() {
+    on_both(policy(200, 5), |q| {
+        q.push(&tasks(1)).unwrap();
+        let lost = q.lease("w-lost", 1, NO_WAIT).unwrap();
+        let start = Instant::now();
+        loop {
+            q.push(&[b"again".to_vec()]).unwrap();
+            let got = q.lease("w-busy", 1, NO_WAIT).unwrap();
+            assert_eq!(got.len(), 1);
+            q.ack(&ids(&got)).unwrap();
+            if got[0].id == lost[0].id {
+                assert_eq!(got[0].attempts, 1);
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "a lost lease was never handed out while new tasks came"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+}
+
+#[test]
+fn a_parked_task_waits_for_its_mark_and_is_pushed_when_woken() {
+    on_both(Policy::default(), |q| {
+        assert!(q.park(b"leader a", b"follower 1").unwrap());
+        assert!(q.park(b"leader a", b"follower 2").unwrap());
+        assert!(q.park(b"leader b", b"follower 3").unwrap());
+        let s = q.stats().unwrap();
+        assert_eq!(
+            (s.waiting, s.leased),
+            (0, 0),
+            "parked tasks are not waiting"
+        );
+        assert!(q.lease("w", 10, NO_WAIT).unwrap().is_empty());
+        q.wake(b"leader a").unwrap();
+        let woken = q.lease("w", 10, NO_WAIT).unwrap();
+        let mut got: Vec<&[u8]> = woken.iter().map(|l| l.task.as_slice()).collect();
+        got.sort();
+        assert_eq!(got, [&b"follower 1"[..], b"follower 2"]);
+        assert!(woken.iter().all(|l| l.attempts == 0));
+        q.ack(&ids(&woken)).unwrap();
+        // Once the mark is set, nothing is parked under it; waking again
+        // pushes nothing.
+        assert!(!q.park(b"leader a", b"follower 4").unwrap());
+        q.wake(b"leader a").unwrap();
+        assert!(q.lease("w", 10, NO_WAIT).unwrap().is_empty());
+        // The marks are `add_once`'s.
+        assert_eq!(q.add_once(b"leader a", b"c", 1, &[]).unwrap(), (0, false));
+        q.add_once(b"leader c", b"c", 1, &[]).unwrap();
+        assert!(!q.park(b"leader c", b"follower 5").unwrap());
+        // The other mark's task still waits.
+        assert_eq!(q.stats().unwrap().waiting, 0);
+        q.wake(b"leader b").unwrap();
+        let last = q.lease("w", 10, NO_WAIT).unwrap();
+        assert_eq!(last.len(), 1);
+        assert_eq!(last[0].task, b"follower 3");
+    });
+}
+
+#[test]
 fn a_failure_from_a_worker_whose_lease_went_to_another_changes_nothing() {
     on_both(policy(200, 5), |q| {
         q.push(&tasks(1)).unwrap();
