@@ -8,7 +8,7 @@ use accord_queue::{Lease, TaskId, TaskQueue};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The leases held now, by id (their tasks' bytes are not kept: a renewal
 /// names a lease by its id and worker).
@@ -43,18 +43,21 @@ impl Held {
     }
 }
 
-/// Renew `held` on `queue` every third of its claim timeout until `over`.
-/// A renewal that fails is not retried early: at worst a lease goes to
-/// another worker, and tasks are idempotent.
+/// Renew `held` on `queue` every third of its claim timeout until `over`
+/// (whoever sets it unparks this thread, so a run's end does not wait for
+/// it). A renewal that fails is not retried early: at worst a lease goes
+/// to another worker, and tasks are idempotent.
 pub(crate) fn renew_until(queue: &dyn TaskQueue, held: &Held, over: &AtomicBool) {
     let every = queue.claim_timeout() / 3;
     let mut last = Instant::now();
-    while !over.load(Ordering::Relaxed) {
-        std::thread::sleep(every.min(Duration::from_millis(100)));
-        if last.elapsed() < every {
+    while !over.load(Ordering::Acquire) {
+        let now = Instant::now();
+        let next = last + every;
+        if now < next {
+            std::thread::park_timeout(next - now);
             continue;
         }
-        last = Instant::now();
+        last = now;
         let leases = held.list();
         if !leases.is_empty() {
             let _ = queue.renew(&leases);

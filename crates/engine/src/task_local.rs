@@ -55,10 +55,10 @@ pub fn run_workers(
     let over = AtomicBool::new(false);
     let per_thread = pool_threads(queues.len());
     let mut ends = std::thread::scope(|s| {
-        if let Some(q) = queues.first() {
+        let renewer = queues.first().map(|q| {
             let (held, over) = (&held, &over);
-            s.spawn(move || renew_until(*q, held, over));
-        }
+            s.spawn(move || renew_until(*q, held, over))
+        });
         let threads: Vec<_> = queues
             .iter()
             .enumerate()
@@ -85,7 +85,10 @@ pub fn run_workers(
                 Err(_) => WorkerEnd::Fatal("a worker thread panicked".into()),
             })
             .collect::<Vec<_>>();
-        over.store(true, Ordering::Relaxed);
+        over.store(true, Ordering::Release);
+        if let Some(r) = &renewer {
+            r.thread().unpark();
+        }
         ends
     });
     if let Some(m) = memos {
