@@ -138,8 +138,8 @@ pub fn workers(queue: &dyn TaskQueue) -> Result<Vec<WorkerFigures>, QueueError> 
 /// How a task ended.
 pub(crate) enum Outcome {
     Done,
-    /// Not yet possible (the deletion guard's held extras): push it again
-    /// and go on.
+    /// Not yet possible (the deletion guard's held extras, or a run the
+    /// guard paused): push it again and go on.
     Later,
     /// Parked in the queue until another task wakes it (a hard link whose
     /// first copy is not made): done with for now.
