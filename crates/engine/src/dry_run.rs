@@ -3,10 +3,10 @@
 //! engine runs exactly as it would and its report says what it would do.
 //! No contents are read for it ([`ReplicaDir::takes_contents`]).
 
-use crate::error::Error;
-use crate::replica::{Deleted, Incoming, Replica, ReplicaDir};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
+use accord_replica::Error;
+use accord_replica::{Deleted, Incoming, Replica, ReplicaDir};
 use std::io;
 
 /// A destination that changes nothing: `inner` is the replica as it is

@@ -1,13 +1,14 @@
 //! Carrying out a mirror plan over two replicas, phase by phase; inside a
 //! phase every item is an independent task on the rayon pool.
 
-use crate::error::{Action, Error, Failure, Fatal};
-use crate::replica::{Deleted, Pending, Replica};
+use crate::error::{Failure, Fatal};
 use crate::transfer::{self, Xfer};
 use crate::{MirrorConfig, Progress};
 use accord_fsys::PropsMask;
 use accord_model::{Kind, RelPath};
 use accord_plan::{Change, Item, MirrorPlan, Op};
+use accord_replica::{Action, Error};
+use accord_replica::{Deleted, Pending, Replica};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -11,21 +11,16 @@
 mod dry_run;
 mod error;
 mod exec;
-mod local;
-mod local_follow;
-mod replica;
 mod run;
 mod sync;
 mod sync_case;
 mod sync_case_replica;
 mod sync_case_scan;
 mod sync_exec;
-mod sync_follow;
 mod sync_ignore;
 mod sync_keep;
 mod sync_merge;
 mod sync_scan;
-mod sync_side;
 mod sync_transfer;
 pub mod task;
 mod task_big;
@@ -54,22 +49,20 @@ pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,
     MirrorPlan, Op, Refusal, TransferOptions,
 };
+pub use accord_replica::{
+    local_identity, Action, ArchiveRecord, Deleted, Error, Incoming, LocalOptions, LocalReplica,
+    LocalSide, Pending, PendingTemp, Replica, ReplicaDir, Side, SideChange, SideFailure,
+    SideOptions, SideScan, SideSession, SyncRules,
+};
 pub use dry_run::DryRun;
-pub use error::{Action, Error, Failure, Fatal, Side};
-pub use local::{LocalOptions, LocalReplica};
-pub use replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
+pub use error::{Failure, Fatal};
 pub use run::{mirror, mirror_replicas, open_local_root};
 pub use sync::{
     sync, sync_local, sync_with_local, EditPlanMerging, Propagated, SyncConfig, SyncError,
     SyncFailure, SyncFatal, SyncHooks, SyncReport,
 };
 pub use sync_exec::MergeNow;
-pub use sync_ignore::SyncRules;
 pub use sync_merge::{MergeFailure, MergeProgram};
-pub use sync_side::{
-    local_identity, ArchiveRecord, LocalSide, SideChange, SideFailure, SideOptions, SideScan,
-    SideSession,
-};
 pub use task_local::run_workers;
 pub use task_run::{
     lock_destination, read_spec, run_over, start_run, WorkerEnd, WorkerFigures, WorkerOptions,

@@ -4,15 +4,16 @@
 //! checksums), find the facts the plan depends on, plan, carry it out.
 
 use crate::dry_run::DryRun;
-use crate::error::{Error, Failure, Fatal};
+use crate::error::{Failure, Fatal};
 use crate::exec::{run_plan, Exec};
-use crate::local::LocalReplica;
-use crate::replica::{Pending, Replica};
 use crate::walk::{walk_replicas, Found, Walk};
 use crate::{MirrorConfig, Progress, Report};
 use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
 use accord_model::RelPath;
 use accord_plan::{Facts, MirrorPlan, Refusal};
+use accord_replica::Error;
+use accord_replica::LocalReplica;
+use accord_replica::{Pending, Replica};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -66,7 +67,9 @@ pub fn mirror_replicas(
 ) -> Report {
     in_pool(cfg, |report| {
         if let Some(d) = dst {
-            if src.identity() == d.identity() && src.local().is_some() == d.local().is_some() {
+            if src.identity() == d.identity()
+                && src.local_root().is_some() == d.local_root().is_some()
+            {
                 return Err(Fatal::SameDirectory.into());
             }
         }
@@ -329,7 +332,7 @@ impl MemosAsked {
 impl Memos {
     /// Ask for the memos (all before any is waited for).
     fn start(src: &dyn Replica, dst: &dyn Replica, cfg: &MirrorConfig) -> MemosAsked {
-        let listing_kept = dst.local().is_some_and(|l| l.root().is_local_disk_fs());
+        let listing_kept = dst.local_root().is_some_and(|root| root.is_local_disk_fs());
         let on = cfg.xattrs.any();
         MemosAsked {
             src_xattr: start_memo(src, XATTR_MEMO, on),
@@ -400,12 +403,8 @@ fn walk_both(
 ) -> (Scan, Scan) {
     let (s_opts, d_opts) = (memos.src_options(cfg), memos.dst_options(cfg));
     let visit = |v: accord_fsys::DirVisit| walk.visit(v);
-    if let (Some(s), Some(d)) = (src.local(), dst.local()) {
-        return accord_fsys::walk_pair(
-            (s.root(), s_rules, &s_opts),
-            (d.root(), d_rules, &d_opts),
-            &visit,
-        );
+    if let (Some(s), Some(d)) = (src.local_root(), dst.local_root()) {
+        return accord_fsys::walk_pair((s, s_rules, &s_opts), (d, d_rules, &d_opts), &visit);
     }
     walk_replicas((src, s_rules, &s_opts), (dst, d_rules, &d_opts), &visit)
 }

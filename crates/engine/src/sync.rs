@@ -11,16 +11,16 @@
 //! remote replica's is kept by its `accord server`.
 
 use crate::error::Fatal;
-use crate::local::LocalReplica;
-use crate::replica::Replica;
 use crate::sync_exec::propagate;
 use crate::sync_scan::{scan_pair, ScanStop, Scanned};
-use crate::sync_side::{SideFailure, SideOptions, SideSession};
-use accord_model::{RelPath, Time};
+use accord_model::RelPath;
 use accord_plan::{
     check_deletions, reconcile_tree, ConflictReason, DetectOptions, MaxDelete, PlanEdit,
     Preference, ReconcileOptions, Side, SyncItem, SyncRefusal, SyncedProps,
 };
+use accord_replica::LocalReplica;
+use accord_replica::Replica;
+use accord_replica::{SideFailure, SideOptions, SideSession};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -327,31 +327,6 @@ impl SyncReport {
     }
 }
 
-/// A ctime recorded when the real one cannot vouch for the contents: it
-/// matches no file's, so the next run fingerprints the file.
-pub(crate) const UNKNOWN_CTIME: Time = Time { sec: 0, nsec: 0 };
-
-/// The ctime a scan reports when it could not read the real one: it
-/// matches no recorded ctime (not even [`UNKNOWN_CTIME`]), so metadata
-/// never vouches for the file and it is fingerprinted.
-pub(crate) const UNSEEN_CTIME: Time = Time { sec: 0, nsec: 1 };
-
-/// A ctime younger than this (in seconds, against the scan's start) is not
-/// recorded: a write in the same clock tick as our stat would leave it
-/// unchanged (file system timestamps are coarse), so it cannot vouch.
-const CTIME_SETTLE_S: i64 = 2;
-
-/// The ctime to record for an entry observed during a scan that began at
-/// `scan_start_s`.
-pub(crate) fn ctime_to_record(ctime: Time, scan_start_s: i64) -> Time {
-    // A ctime of the epoch is one of ours: unknown or unseen.
-    if ctime.sec > 0 && ctime.sec < scan_start_s - CTIME_SETTLE_S {
-        ctime
-    } else {
-        UNKNOWN_CTIME
-    }
-}
-
 /// Sync two local directories.
 pub fn sync_local(a: &Path, b: &Path, cfg: &SyncConfig, hooks: &SyncHooks) -> SyncReport {
     let start = Instant::now();
@@ -439,7 +414,8 @@ fn run(
     let replicas = [a, b];
     let names = [a.describe(), b.describe()];
     let identities = [root_identity(a)?, root_identity(b)?];
-    let same_inode = a.local().is_some() && b.local().is_some() && a.identity() == b.identity();
+    let same_inode =
+        a.local_root().is_some() && b.local_root().is_some() && a.identity() == b.identity();
     if identities[0] == identities[1] || same_inode {
         return Err(SyncFatal::SameRoot);
     }
@@ -736,21 +712,5 @@ mod tests {
         assert!(moves_unread_paths(&items, &[failed("new/f")]));
         assert!(!moves_unread_paths(&items, &[failed("older/f")]));
         assert!(!moves_unread_paths(&items, &[]));
-    }
-
-    #[test]
-    fn only_a_settled_ctime_is_recorded() {
-        let scan_start_s = 1_000_000;
-        let old = Time {
-            sec: scan_start_s - 3,
-            nsec: 5,
-        };
-        assert_eq!(ctime_to_record(old, scan_start_s), old);
-        assert_eq!(ctime_to_record(UNSEEN_CTIME, scan_start_s), UNKNOWN_CTIME);
-        assert_ne!(UNSEEN_CTIME, UNKNOWN_CTIME);
-        for sec in [scan_start_s - 2, scan_start_s, scan_start_s + 10] {
-            let young = Time { sec, nsec: 0 };
-            assert_eq!(ctime_to_record(young, scan_start_s), UNKNOWN_CTIME);
-        }
     }
 }

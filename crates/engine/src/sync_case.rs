@@ -25,9 +25,9 @@
 //! already on the wire are used, so any server answers; the probe looks
 //! at the root directory only (ext4's casefold is per directory).
 
-use crate::replica::Replica;
 use accord_fsys::PropsMask;
 use accord_model::{Kind, Props, RelPath};
+use accord_replica::Replica;
 
 /// `--ignorecase`: forced on or off, or `None` for detection.
 pub type IgnoreCase = Option<bool>;
@@ -94,7 +94,7 @@ pub fn probe(replica: &dyn Replica) -> Result<bool, String> {
             .map_err(|e| format!("cannot look a name up: {e}"))?;
         return Ok(found.is_some());
     }
-    if replica.local().is_none() {
+    if replica.local_root().is_none() {
         // A remote replica's temps are known by handle, not by name: an
         // empty remote root counts as case-sensitive this run (then two
         // names a case-insensitive one cannot hold both fail their
@@ -136,7 +136,7 @@ fn probe_name(replica: &dyn Replica) -> Result<Option<Vec<u8>>, String> {
 
 /// The probe of a root with no name to look up: an empty temp file of
 /// ours (any file system takes one), made and discarded.
-fn probe_by_temp(root: &dyn crate::replica::ReplicaDir) -> Result<bool, String> {
+fn probe_by_temp(root: &dyn accord_replica::ReplicaDir) -> Result<bool, String> {
     let mask = PropsMask {
         perms: false,
         owner: false,
@@ -144,7 +144,7 @@ fn probe_by_temp(root: &dyn crate::replica::ReplicaDir) -> Result<bool, String> 
         xattrs: None,
     };
     let mut empty = std::io::empty();
-    let incoming = crate::replica::Incoming::Whole(&mut empty);
+    let incoming = accord_replica::Incoming::Whole(&mut empty);
     let temp = root
         .receive(b"case-probe", incoming, &Props::default(), mask)
         .map_err(|e| format!("cannot make a probe file in the root: {e}"))?;

@@ -7,11 +7,11 @@
 //! and never beside it. Only the paths spelled otherwise are in its map
 //! (directories included), and a path beneath one takes its spelling.
 
-use crate::error::Error;
-use crate::replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 use accord_delta::DeltaStats;
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
+use accord_replica::Error;
+use accord_replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;

@@ -27,18 +27,19 @@
 //! first sync reports every path, as the plain merge's lists do), and the
 //! listings of the directories holding them are kept for the merge.
 
-use crate::replica::Replica;
-use crate::sync::{SyncError, SyncFailure, UNKNOWN_CTIME};
+use crate::sync::{SyncError, SyncFailure};
 use crate::sync_case::{fold_name, fold_path, CaseMode};
 use crate::sync_case_replica::Spellings;
 use crate::sync_scan::{
     both, check_answered, check_changes, misreported, side_result, side_state, ScanStop, Scanned,
     Sides,
 };
-use crate::sync_side::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Kind, Observed, RelPath};
 use accord_plan::{PathUpdate, Update};
+use accord_replica::side::UNKNOWN_CTIME;
+use accord_replica::Replica;
+use accord_replica::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 

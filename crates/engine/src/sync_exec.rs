@@ -23,15 +23,16 @@
 //! properties. Whole files only for now: no delta against the other side's
 //! old version yet.
 
-use crate::replica::{Deleted, Pending, Replica, ReplicaDir};
-use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport, UNKNOWN_CTIME};
+use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport};
 use crate::sync_scan::Scanned;
-use crate::sync_side::{ArchiveRecord as Record, SideSession};
 use crate::sync_transfer::{receive_all, FileCopy};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem, UNKNOWN_OWNER};
+use accord_replica::side::UNKNOWN_CTIME;
+use accord_replica::{ArchiveRecord as Record, SideSession};
+use accord_replica::{Deleted, Pending, Replica, ReplicaDir};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
@@ -42,7 +43,7 @@ mod links;
 mod merge;
 mod premerge;
 
-pub(crate) use backup::{in_backup_dir, BACKUP_DIR};
+pub(crate) use backup::in_backup_dir;
 pub use premerge::MergeNow;
 pub(crate) use premerge::Premerger;
 
@@ -217,7 +218,7 @@ pub(crate) fn split(path: &RelPath) -> (RelPath, &[u8]) {
 /// `--times` (regular files only).
 fn synced_props(entry: &Entry, cfg: &SyncConfig) -> (Props, PropsMask) {
     let has_mode = entry.kind != Kind::Symlink;
-    let filter = crate::sync_side::xattr_filter(&cfg.synced_props());
+    let filter = accord_replica::side::xattr_filter(&cfg.synced_props());
     let xattrs = entry
         .props
         .xattrs
@@ -288,7 +289,7 @@ impl<'a> Propagation<'a> {
         &self,
         side: Side,
         dir: &RelPath,
-        action: crate::error::Action,
+        action: accord_replica::Action,
     ) -> Result<Box<dyn ReplicaDir + 'a>, SyncError> {
         let opened = self.replicas[index(side)].open_dir(dir);
         Ok(opened.map_err(crate::Error::io(action))?)
@@ -363,7 +364,7 @@ impl<'a> Propagation<'a> {
         on: Side,
     ) -> Result<Pending<Result<Deleted, crate::Error>>, SyncError> {
         let (parent, name) = split(&item.path);
-        let dir = self.dir(on, &parent, crate::error::Action::Delete)?;
+        let dir = self.dir(on, &parent, accord_replica::Action::Delete)?;
         Ok(dir.start_delete(name, &Expect::of(item.entry(on))))
     }
 
@@ -449,7 +450,7 @@ impl<'a> Propagation<'a> {
     fn start_rename(&mut self, item: &'a SyncItem, on: Side, beneath: &'a [SyncItem]) {
         let moved = item.moved.as_ref().expect("a rename has a source");
         let (parent, name) = split(&item.path);
-        match self.dir(on, &parent, crate::error::Action::Rename) {
+        match self.dir(on, &parent, accord_replica::Action::Rename) {
             Ok(dir) => {
                 let pending =
                     dir.start_rename_from(name, &moved.from, &Expect::entry(&moved.entry));
@@ -674,7 +675,7 @@ impl<'a> Propagation<'a> {
         to: Side,
     ) -> Result<InFlight<'a>, SyncError> {
         let (parent, name) = split(&item.path);
-        let dir = self.dir(to, &parent, crate::error::Action::MakeDir)?;
+        let dir = self.dir(to, &parent, accord_replica::Action::MakeDir)?;
         if let Some(old) = item.entry(to).filter(|e| e.kind != Kind::Dir) {
             self.back_up(to, Some(old))?;
             self.flush_backups(to)?;
@@ -704,7 +705,7 @@ impl<'a> Propagation<'a> {
         mode: Option<u32>,
     ) -> Result<Staged<'a>, SyncError> {
         let (parent, name) = split(&item.path);
-        let dir = self.dir(to, &parent, crate::error::Action::MakeNode)?;
+        let dir = self.dir(to, &parent, accord_replica::Action::MakeNode)?;
         let (mut props, mask) = synced_props(source, self.cfg);
         props.mode = mode.unwrap_or(props.mode);
         let node = Entry {
@@ -733,7 +734,7 @@ impl<'a> Propagation<'a> {
         let (parent, name) = split(&item.path);
         let source = item.entry(from).expect("props come from an entry");
         let target = item.entry(to).expect("props go to an entry");
-        let dir = self.dir(to, &parent, crate::error::Action::SetProps)?;
+        let dir = self.dir(to, &parent, accord_replica::Action::SetProps)?;
         let (props, mask) = synced_props(source, self.cfg);
         let set = dir.start_set_props(name, &Expect::entry(target), target.kind, &props, mask);
         let mut taken = target.clone();
@@ -757,7 +758,7 @@ impl<'a> Propagation<'a> {
     /// Record a path whose `to` side now holds `recorded` and whose `from`
     /// side is as scanned.
     fn done_with(&mut self, item: &SyncItem, from: Side, to: Side, mut recorded: Observed) {
-        crate::sync_follow::seen_as_written(&mut recorded.entry, item.entry(to));
+        accord_replica::side::follow::seen_as_written(&mut recorded.entry, item.entry(to));
         let mut records = [
             Record::Remove(item.path.clone()),
             Record::Remove(item.path.clone()),
@@ -817,7 +818,7 @@ impl<'a> Propagation<'a> {
         staged: &Staged,
     ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
         let (parent, name) = split(&staged.item.path);
-        let dir = self.dir(staged.to, &parent, crate::error::Action::Replace)?;
+        let dir = self.dir(staged.to, &parent, accord_replica::Action::Replace)?;
         match staged.item.entry(staged.to) {
             Some(old) if old.kind == Kind::Dir => match dir.delete(name, &Expect::entry(old))? {
                 Deleted::Done | Deleted::Gone => {
@@ -848,7 +849,7 @@ impl<'a> Propagation<'a> {
             if let Err(e) = replica.sync_all() {
                 // Nothing may be recorded that might not survive a crash.
                 let error = crate::Error::Io {
-                    action: crate::error::Action::Flush,
+                    action: accord_replica::Action::Flush,
                     source: e,
                 };
                 self.fail(&RelPath::root(), SyncError::Replica(error));
@@ -867,7 +868,7 @@ impl<'a> Propagation<'a> {
         // The side the contents came from takes the other's permissions.
         let source = item.entry(from).expect("contents came from an entry");
         let (parent, name) = split(&item.path);
-        let filter = crate::sync_side::xattr_filter(&self.cfg.synced_props());
+        let filter = accord_replica::side::xattr_filter(&self.cfg.synced_props());
         let mask = PropsMask {
             perms: true,
             owner: self.cfg.owner,
@@ -876,7 +877,7 @@ impl<'a> Propagation<'a> {
         };
         let set_back = self.replicas[index(from)]
             .open_dir(&parent)
-            .map_err(crate::Error::io(crate::error::Action::SetProps))
+            .map_err(crate::Error::io(accord_replica::Action::SetProps))
             .and_then(|dir| {
                 dir.set_props(name, &Expect::entry(source), Kind::File, props_back, mask)
             });
@@ -960,7 +961,7 @@ impl<'a> Propagation<'a> {
         to: Side,
     ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
         let source = item.entry(from).expect("a directory to copy");
-        let dir = self.dir(to, &item.path, crate::error::Action::SetProps)?;
+        let dir = self.dir(to, &item.path, accord_replica::Action::SetProps)?;
         // A directory this run made has no scanned entry to expect.
         let expect = match item.entry(to) {
             Some(old) if old.kind == Kind::Dir => Expect::entry(old),

@@ -12,10 +12,10 @@
 //! the losing side, is folded into the keep-both) instead of being kept a
 //! second time as `-2`.
 
-use crate::replica::Replica;
 use crate::sync_exec::{index, split};
 use accord_model::{Expect, Found, RelPath};
 use accord_plan::{conflict_name, utc_stamp, Action, ConflictReason, Side, SyncItem};
+use accord_replica::Replica;
 use std::collections::{HashMap, HashSet};
 
 /// Names tried before the conflict is left to the user.

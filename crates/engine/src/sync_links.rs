@@ -25,11 +25,11 @@
 //! leader's own changes, which the next run sees on the whole group.
 
 use super::{changed_entry, index, split, Done, Propagation, CHUNK_FILES};
-use crate::replica::{Pending, PendingTemp, ReplicaDir};
 use crate::sync::{SyncError, SyncReport};
-use crate::sync_side::SideSession;
 use accord_model::{Expect, Found, RelPath};
 use accord_plan::{Action, LinkTo, Side, SyncItem};
+use accord_replica::SideSession;
+use accord_replica::{Pending, PendingTemp, ReplicaDir};
 use std::collections::HashMap;
 
 /// The sides of a copy to be made as a link, and where it links to.
@@ -165,7 +165,7 @@ impl<'a> Propagation<'a> {
         }
         let expect = self.leaders.expected(to, link).ok_or_else(not_written)?;
         let (parent, name) = split(&item.path);
-        let dir = self.dir(to, &parent, crate::error::Action::MakeLink)?;
+        let dir = self.dir(to, &parent, accord_replica::Action::MakeLink)?;
         let temp = dir.start_link_temp(name, &link.leader);
         let leader_now = self.start_stat_at(to, &link.leader);
         Ok(Started {
@@ -192,7 +192,7 @@ impl<'a> Propagation<'a> {
         let leader_now = one.leader_now.wait().ok().flatten();
         if !one.expect.still_holds(leader_now.as_ref()) {
             dir.discard(&temp);
-            let changed = crate::Error::Changed(crate::error::Side::Destination);
+            let changed = crate::Error::Changed(accord_replica::Side::Destination);
             self.fail(&one.item.path, changed.into());
             return None;
         }
@@ -219,7 +219,7 @@ impl<'a> Propagation<'a> {
                 self.as_scanned(item, Side::A),
                 self.as_scanned(item, Side::B),
             ];
-            records[index(to)] = crate::sync_side::ArchiveRecord::Put(recorded);
+            records[index(to)] = accord_replica::ArchiveRecord::Put(recorded);
             self.done.push(Done {
                 path: item.path.clone(),
                 action: item.action,

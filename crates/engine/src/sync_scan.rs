@@ -9,10 +9,11 @@
 //! host's word): paths in strictly increasing order, each entry at its own
 //! path, every update decided, an answer for every path asked.
 
-use crate::sync::{SyncError, SyncFailure, SyncFatal, UNKNOWN_CTIME};
-use crate::sync_side::{SideChange, SideFailure, SideOptions, SideScan, SideSession};
+use crate::sync::{SyncError, SyncFailure, SyncFatal};
 use accord_model::{PathFailure, RelPath, Time};
 use accord_plan::{PathUpdate, SideCounts, SideState, Update};
+use accord_replica::side::UNKNOWN_CTIME;
+use accord_replica::{SideChange, SideFailure, SideOptions, SideScan, SideSession};
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
@@ -372,9 +373,9 @@ mod tests {
     //! A side is another host's word: these feed the merge with in-memory
     //! sides that report what a broken or hostile server might.
     use super::*;
-    use crate::sync_side::ArchiveRecord;
     use accord_model::{Entry, Kind, Observed, Props};
     use accord_plan::DetectOptions;
+    use accord_replica::ArchiveRecord;
 
     /// A side that answers from canned reports.
     #[derive(Default)]

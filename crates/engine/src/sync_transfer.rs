@@ -17,14 +17,14 @@
 //! file against it, and a false match of the signature's short sums is
 //! sent again whole.
 
-use crate::error::Action;
-use crate::replica::{Incoming, PendingTemp, Replica, ReplicaDir};
 use crate::sync::SyncError;
 use crate::sync_exec::{index, split};
 use accord_delta::{Delta, DeltaError};
 use accord_fsys::PropsMask;
 use accord_model::{Expect, Fingerprint, Kind, Props, RelPath};
 use accord_plan::{Side, SyncItem, DELTA_AUTO_MIN_SIZE};
+use accord_replica::Action;
+use accord_replica::{Incoming, PendingTemp, Replica, ReplicaDir};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 
@@ -102,7 +102,7 @@ pub(crate) fn receive_all<'i>(
 ) -> Vec<Received<'i>> {
     let sources = dirs_of(replicas, &copies, |c| c.from, Action::OpenSource);
     let targets = dirs_of(replicas, &copies, |c| c.to, Action::OpenDestination);
-    let remote = replicas.iter().any(|r| r.local().is_none());
+    let remote = replicas.iter().any(|r| r.local_root().is_none());
     let (deltas, wholes): (Vec<_>, Vec<_>) = copies
         .into_iter()
         .enumerate()
@@ -190,7 +190,7 @@ fn delta_temp(
         // The source was written after detection, behind its metadata.
         return Err(SyncError::ContentsChanged);
     }
-    let incoming = crate::replica::Incoming::Delta {
+    let incoming = accord_replica::Incoming::Delta {
         basis,
         delta: &delta,
     };

@@ -4,13 +4,13 @@
 //! temp its properties and renames it over the target (the same re-check
 //! as every commit of the mirror).
 
-use crate::error::Error;
 use crate::task::{Task, MAX_RANGES};
 use crate::task_do::{already_done, count_written, push_verify, stat};
 use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::Item;
+use accord_replica::Error;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;

@@ -10,8 +10,6 @@
 //!
 //! Then the guard of each directory as it is planned (`check_dir`).
 
-use crate::local::LocalReplica;
-use crate::replica::Replica;
 use crate::run::{check_distinct, source_root_changed, GUARD_STATE};
 use crate::task_group::Group;
 use crate::task_run::{keys, open_task_roots, Ctx, TaskError};
@@ -21,6 +19,8 @@ use accord_fsys::{IgnoreRules, Listing, ScanOptions};
 use accord_model::RelPath;
 use accord_plan::{Item, MaxDelete, MirrorPlan, Refusal};
 use accord_queue::TaskQueue;
+use accord_replica::LocalReplica;
+use accord_replica::Replica;
 use std::path::PathBuf;
 
 /// Why a task run is not started.

@@ -2,7 +2,6 @@
 //! (`MemoryQueue`, N threads) and the threads of one `accord worker`
 //! (a `RedisQueue` each).
 
-use crate::replica::Replica;
 use crate::task_held::{renew_until, Held};
 use crate::task_ignore::TaskIgnore;
 use crate::task_memo::TaskMemos;
@@ -10,6 +9,7 @@ use crate::task_run::{open_task_roots, work, Shared, WorkerEnd, WorkerOptions};
 use crate::task_spec::RunSpec;
 use crate::Progress;
 use accord_queue::{CallCost, TaskQueue};
+use accord_replica::Replica;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Run one worker thread per queue (each thread its own connection when

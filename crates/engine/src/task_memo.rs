@@ -10,9 +10,9 @@
 //! each see part of the tree, and the next run's memo would be the last
 //! worker's part.
 
-use crate::local::LocalReplica;
-use crate::replica::Replica;
 use accord_fsys::DigestMemo;
+use accord_replica::LocalReplica;
+use accord_replica::Replica;
 use std::sync::Mutex;
 
 /// The memos of both roots, and the keys this run's listings found.

@@ -11,8 +11,6 @@
 //! worker lost after the count) counts once.
 
 use crate::error::Fatal;
-use crate::local::LocalReplica;
-use crate::replica::Replica;
 use crate::task::Task;
 use crate::task_held::Held;
 use crate::task_ignore::TaskIgnore;
@@ -21,6 +19,8 @@ use crate::task_spec::RunSpec;
 use crate::{MirrorConfig, Progress};
 use accord_model::RelPath;
 use accord_queue::{CallCost, Lease, QueueError, RunState, TaskQueue};
+use accord_replica::LocalReplica;
+use accord_replica::Replica;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 

@@ -6,12 +6,12 @@
 //! is staged is committed (which frees the old versions) and the rest goes
 //! file by file; what still does not fit is reported at the end.
 
-use crate::error::{Action, Error};
 use crate::exec::{parent_of, Exec};
-use crate::replica::{Incoming, Pending, PendingTemp, ReplicaDir, STREAM_DELTA_MAX};
 use crate::Side;
 use accord_model::{Expect, Found, RelPath};
 use accord_plan::{Item, Method, Op};
+use accord_replica::{Action, Error};
+use accord_replica::{Incoming, Pending, PendingTemp, ReplicaDir, STREAM_DELTA_MAX};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
@@ -741,8 +741,8 @@ fn redo_whole(
 fn changed_side(sdir: &dyn ReplicaDir, ddir: &dyn ReplicaDir, it: &Item) -> Option<Error> {
     let name = it.path.file_name();
     let (src, dst) = (it.expect_src(), it.expect_dst());
-    crate::replica::recheck(sdir, name, &src, Side::Source)
-        .and_then(|()| crate::replica::recheck(ddir, name, &dst, Side::Destination))
+    accord_replica::recheck(sdir, name, &src, Side::Source)
+        .and_then(|()| accord_replica::recheck(ddir, name, &dst, Side::Destination))
         .err()
 }
 
@@ -839,7 +839,7 @@ fn write_generic(
             };
             if in_place {
                 ddir.patch_in_place(name, &expect_dst, &delta, &s.props, x.mask())?;
-                crate::replica::recheck(sdir, name, &expect_src, Side::Source)?;
+                accord_replica::recheck(sdir, name, &expect_src, Side::Source)?;
                 x.count_done(it, xfer);
                 x.progress.bytes_done.fetch_add(s.size, Ordering::Relaxed);
                 return Ok(None);

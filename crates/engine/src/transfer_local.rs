@@ -8,9 +8,7 @@
 //! written). When data moved, the delta engine's in-place planner rebuilds
 //! the file in its own storage.
 
-use crate::error::{Action, Error};
 use crate::exec::Exec;
-use crate::local::{check_open, guarded_in_place, map};
 use crate::transfer::Xfer;
 use crate::{DeltaMode, Side};
 use accord_delta::{
@@ -20,6 +18,8 @@ use accord_delta::{
 use accord_fsys::{Dir, Mapped};
 use accord_model::Entry;
 use accord_plan::{Item, Method};
+use accord_replica::local_io::{check_open, guarded_in_place, map};
+use accord_replica::{Action, Error};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;

@@ -6,12 +6,13 @@
 //! (`accord_fsys::walk_pair`, with the listing memo); other replicas
 //! through `Replica::list_dir`, the same pairs in the same order.
 
-use crate::error::{Error, Failure, Fatal};
-use crate::replica::Replica;
+use crate::error::{Failure, Fatal};
 use crate::MirrorConfig;
 use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, Scan, ScanOptions};
 use accord_model::{Entry, Kind, RelPath};
 use accord_plan::{DirInput, MirrorPlanner};
+use accord_replica::Error;
+use accord_replica::Replica;
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,7 +183,7 @@ impl<'a> Walk<'a> {
     /// is beside it) holds neither version: never copy it as user data, and
     /// keep the destination's copy (deletions are suspended).
     fn half_updated_sources(&self, l: &Listing) -> HashSet<RelPath> {
-        let Some(root) = self.src.local().map(|r| r.root()) else {
+        let Some(root) = self.src.local_root() else {
             return HashSet::new();
         };
         let mut out = HashSet::new();
@@ -205,7 +206,7 @@ impl<'a> Walk<'a> {
     /// report it. Returns the paths moved.
     fn recover_half_updated(&self, l: &Listing) -> HashSet<RelPath> {
         let mut out = HashSet::new();
-        let root = self.dst.local().map(|r| r.root());
+        let root = self.dst.local_root();
         // A dry run's destination is not local: nothing is moved.
         let Some(root) = root else {
             return out;

@@ -7,8 +7,6 @@ use crate::errors::from_wire;
 use crate::mux::{Conn, Role};
 use crate::sync_client::RemoteSide;
 use accord_delta::DeltaStats;
-use accord_engine::{Action, Deleted, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
-use accord_engine::{SideFailure, SideSession};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
@@ -18,6 +16,8 @@ use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
     Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
 };
+use accord_replica::{Action, Deleted, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
+use accord_replica::{SideFailure, SideSession};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -234,7 +234,7 @@ impl RemoteReplica {
     /// Tell the server's watch (on this connection) what a sync leaves
     /// out, so changes there are no news. An older server, which cannot
     /// take them, reports every change: nothing is sent.
-    pub fn watch_rules(&self, rules: &accord_engine::SyncRules) -> Result<(), String> {
+    pub fn watch_rules(&self, rules: &accord_replica::SyncRules) -> Result<(), String> {
         if !self.sync_ignore || !self.watches {
             return Ok(());
         }

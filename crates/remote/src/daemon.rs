@@ -8,9 +8,9 @@
 use crate::keys::{AuthorizedKeys, KeyPair, PublicKey};
 use crate::noise::{self, HandshakeError, NoiseWriter};
 use crate::server::{serve, ServerConfig};
-use accord_engine::LocalOptions;
 use accord_proto::hello::VERSION;
 use accord_proto::{Hello, Refusal, Welcome};
+use accord_replica::LocalOptions;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

@@ -1,8 +1,8 @@
 //! The engine's per-path errors as they cross the wire, and back. The
 //! numbers are part of the protocol: add, never renumber.
 
-use accord_engine::{Action, Error, Side};
 use accord_proto::msg::{WireError, CODE_DENIED, CODE_PROTOCOL};
+use accord_replica::{Action, Error, Side};
 use std::io;
 
 const ACTIONS: [Action; 16] = [

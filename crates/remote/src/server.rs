@@ -13,13 +13,13 @@ use crate::errors::{denied, io_error, protocol, to_wire};
 use crate::mux::{Conn, Opened, Role};
 use crate::sync_server::SyncServer;
 use crate::watch_server::RootWatch;
-use accord_engine::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica, ReplicaDir};
 use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
 use accord_model::{Kind, RelPath};
 use accord_proto::codec::{put_failures, put_listing};
 use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{encode_found, ListOptions};
 use accord_proto::{Basis, Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
+use accord_replica::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica, ReplicaDir};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
@@ -688,9 +688,9 @@ impl Session<'_> {
                 let d = self.dir(dir, Action::Delete)?;
                 let done = d.delete(name, expect).map_err(w)?;
                 Ok(vec![match done {
-                    accord_engine::Deleted::Done => 0,
-                    accord_engine::Deleted::Gone => 1,
-                    accord_engine::Deleted::NotEmpty => 2,
+                    accord_replica::Deleted::Done => 0,
+                    accord_replica::Deleted::Gone => 1,
+                    accord_replica::Deleted::NotEmpty => 2,
                 }])
             }
             Request::SyncIdentity

@@ -7,9 +7,9 @@ use crate::client::{start_on, CallError};
 use crate::mux::Conn;
 use crate::sync_wire::{encode_paths, encode_records, flags_of, get_lookup, get_outcome};
 use crate::sync_wire::{get_side_scan, TELLS_EXCLUDED};
-use accord_engine::{ArchiveRecord, SideFailure, SideOptions, SideScan, SideSession, SyncRules};
 use accord_model::RelPath;
 use accord_proto::{Dec, ProtoError, Request};
+use accord_replica::{ArchiveRecord, SideFailure, SideOptions, SideScan, SideSession, SyncRules};
 use std::sync::Arc;
 
 pub(crate) struct RemoteSide {

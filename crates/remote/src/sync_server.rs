@@ -5,8 +5,8 @@
 use crate::errors::protocol;
 use crate::sync_wire::{decode_paths, decode_records, lookup_options_of, options_of};
 use crate::sync_wire::{put_lookup, put_outcome, put_side_scan};
-use accord_engine::{LocalReplica, LocalSide, Replica, SideFailure, SideSession, SyncRules};
 use accord_proto::{Enc, Request, WireError};
+use accord_replica::{LocalReplica, LocalSide, Replica, SideFailure, SideSession, SyncRules};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -35,7 +35,7 @@ impl<'a> SyncServer<'a> {
         match req {
             Request::SyncIdentity => {
                 let identity = self.replica.sync_identity().map_err(|e| {
-                    crate::errors::io_error(accord_engine::Action::OpenDestination, &e)
+                    crate::errors::io_error(accord_replica::Action::OpenDestination, &e)
                 })?;
                 return Ok(identity);
             }

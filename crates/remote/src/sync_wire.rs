@@ -5,12 +5,12 @@
 //! Every decoder bounds every count by what the message holds, checks
 //! every path, and ends with the message: a reply is the other host's word.
 
-use accord_engine::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan};
 use accord_model::{Observed, PathFailure, RelPath};
 use accord_plan::{DetectOptions, SideCounts, SyncedProps};
 use accord_proto::codec::{get_entry, get_failures, get_path, get_time, put_entry, put_time};
 use accord_proto::codec::{put_failures, put_path};
 use accord_proto::{Dec, Enc, ProtoError};
+use accord_replica::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan};
 
 /// Most changes, paths or records in one message (each takes bytes too,
 /// which bound them further).

@@ -20,16 +20,15 @@
 //! backup (same inode, size and mtime) and does not make it again.
 
 use super::{index, split, synced_props, Propagation, Staged};
-use crate::error::Action as Step;
-use crate::replica::ReplicaDir;
 use crate::sync::SyncError;
 use crate::sync_keep::expect_found;
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::{Side, SyncItem};
+use accord_replica::Action as Step;
+use accord_replica::ReplicaDir;
 
-/// The directory at the top of each root where backups are kept.
-pub(crate) const BACKUP_DIR: &[u8] = b".accord-backup";
+pub(crate) use accord_replica::BACKUP_DIR;
 
 /// Is `path` the backup directory at the top of a root, or beneath it?
 /// (A side's walk never reports one; an older `accord server` would.)
@@ -200,7 +199,7 @@ impl<'a> Propagation<'a> {
         // plan would overwrite, and its overwrite will be refused.
         dir.delete(backup_name, &expect_found(now))?;
         Err(SyncError::Replica(crate::Error::Changed(
-            crate::error::Side::Destination,
+            accord_replica::Side::Destination,
         )))
     }
 }

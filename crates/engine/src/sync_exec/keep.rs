@@ -21,13 +21,13 @@
 //! created on L only (a plain copy next time).
 
 use super::{changed_entry, index, split, synced_props, Done, Propagation, Record};
-use crate::error::Action as Step;
-use crate::replica::ReplicaDir;
 use crate::sync::SyncError;
 use crate::sync_keep::{expect_found, KeptCopies, KeptCopy};
 use crate::sync_transfer::{receive_all, FileCopy};
 use accord_model::{Entry, Expect, Kind, Props};
 use accord_plan::{Action, Side, SyncItem};
+use accord_replica::Action as Step;
+use accord_replica::ReplicaDir;
 
 /// The temps of one keep-both, once received: for P on the loser's side,
 /// for C on the winner's.
@@ -115,7 +115,7 @@ impl<'a> Propagation<'a> {
         }
         dir.delete(name, &expect_found(found))?;
         Err(SyncError::Replica(crate::Error::Changed(
-            crate::error::Side::Destination,
+            accord_replica::Side::Destination,
         )))
     }
 

@@ -22,8 +22,6 @@
 //!    is a no-op.
 
 use super::{changed_entry, index, split, synced_props, Done, Propagation, Record};
-use crate::error::Action as Step;
-use crate::replica::{Incoming, ReplicaDir};
 use crate::sync::SyncError;
 use crate::sync_merge::{
     create_version, run_program, seal_version, MergeDir, MergeFailure, MergeProgram, MergeWords,
@@ -31,6 +29,8 @@ use crate::sync_merge::{
 use crate::sync_transfer::Fingerprinting;
 use accord_model::{Entry, Expect, Fingerprint, Kind, Props, RelPath, Time};
 use accord_plan::{Action, Side, SyncItem};
+use accord_replica::Action as Step;
+use accord_replica::{Incoming, ReplicaDir};
 use std::fs::File;
 use std::io::{self, Seek};
 use std::os::unix::fs::MetadataExt;
@@ -216,7 +216,7 @@ impl<'a> Propagation<'a> {
                 .map_err(crate::Error::io(Step::Replace))?;
             if !Expect::entry(versions[index(side)]).still_holds(found.as_ref()) {
                 return Err(SyncError::Replica(crate::Error::Changed(
-                    crate::error::Side::Destination,
+                    accord_replica::Side::Destination,
                 )));
             }
         }

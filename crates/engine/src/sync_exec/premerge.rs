@@ -6,11 +6,11 @@
 //! side written since the program read it is never overwritten.
 
 use super::merge::{mergeable, run_merge, Merged, NotMerged};
-use crate::error::Action as Step;
-use crate::replica::{Replica, ReplicaDir};
 use crate::sync::SyncConfig;
 use accord_model::RelPath;
 use accord_plan::{Side, SyncItem};
+use accord_replica::Action as Step;
+use accord_replica::{Replica, ReplicaDir};
 use std::collections::HashMap;
 use std::sync::Mutex;
 

@@ -1,13 +1,17 @@
 //! `LocalReplica`: a replica on this host's file system, confined under its
 //! root handle (`fsys`), with its state files in a host state directory.
 
-use crate::error::{Action, Error};
-use crate::replica::{recheck, Deleted, Incoming, Replica, ReplicaDir};
-use crate::sync_side::{LocalSide, SideFailure, SideSession};
-use crate::Side;
+pub(crate) mod follow;
+pub(crate) mod side;
+
+use crate::error::{Action, Error, Side};
+use crate::pending::{Deleted, Incoming};
+use crate::seam::{recheck, Replica, ReplicaDir};
+use crate::side::{SideFailure, SideSession};
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
 use accord_fsys::{fstat, Dir, IgnoreRules, Listing, Mapped, PropsMask, Root, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
+use side::LocalSide;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
@@ -44,7 +48,7 @@ pub struct LocalReplica {
     opts: LocalOptions,
     /// The links a sync follows (`--follow`), and the temps written
     /// through them (`local_follow.rs`).
-    pub(crate) follow: crate::local_follow::FollowState,
+    pub(crate) follow: follow::FollowState,
 }
 
 impl LocalReplica {
@@ -157,7 +161,7 @@ impl Replica for LocalReplica {
     }
 
     fn sync_identity(&self) -> io::Result<Vec<u8>> {
-        Ok(crate::sync_side::local_identity(self.root.path()))
+        Ok(crate::side::local_identity(self.root.path()))
     }
 
     fn open_sync_side(
@@ -172,8 +176,8 @@ impl Replica for LocalReplica {
         true
     }
 
-    fn local(&self) -> Option<&LocalReplica> {
-        Some(self)
+    fn local_root(&self) -> Option<&Root> {
+        Some(&self.root)
     }
 }
 
@@ -198,7 +202,7 @@ fn stat_now(dir: &Dir, name: &[u8]) -> io::Result<Option<Found>> {
 }
 
 /// Safety rule 3 for an open file: `f` is what `expect` says.
-pub(crate) fn check_open(f: &File, expect: &Expect, side: Side) -> Result<(), Error> {
+pub fn check_open(f: &File, expect: &Expect, side: Side) -> Result<(), Error> {
     let st = fstat(f.as_fd()).map_err(Error::io(match side {
         Side::Source => Action::ReadSource,
         Side::Destination => Action::OpenDestination,
@@ -211,7 +215,7 @@ pub(crate) fn check_open(f: &File, expect: &Expect, side: Side) -> Result<(), Er
 }
 
 /// A mapping that a truncation by another process cannot crash the run with.
-pub(crate) fn map(f: &File, len: u64) -> io::Result<Option<Mapped>> {
+pub fn map(f: &File, len: u64) -> io::Result<Option<Mapped>> {
     if len == 0 {
         return Ok(None);
     }
@@ -221,7 +225,7 @@ pub(crate) fn map(f: &File, len: u64) -> io::Result<Option<Mapped>> {
 /// Run `update` on the file `name` in place, behind an in-place marker: if
 /// it fails (or this process dies) after writing began, the file holds
 /// neither version and is moved to a hidden recovery name beside it.
-pub(crate) fn guarded_in_place<T>(
+pub fn guarded_in_place<T>(
     dir: &Dir,
     name: &[u8],
     fsync: bool,

@@ -8,12 +8,12 @@
 //! as a hostile server (`fake_server_main`, which does nothing unless
 //! `HOSTILE_FAKE` is set).
 
-mod common;
+mod hostile_common;
 
 use accord_model::Kind;
 use accord_proto::frame::{read_frame, write_frame, FrameKind};
 use accord_proto::{Hello, Refusal, Request, Welcome, WireError};
-use common::*;
+use hostile_common::*;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;

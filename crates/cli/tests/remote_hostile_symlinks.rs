@@ -9,13 +9,13 @@
 //! after, its modes too, and an inotify watch on `outside/secret` sees any
 //! open of it.
 
-mod common;
+mod hostile_common;
 
 use accord_delta::{DeltaOptions, InPlaceOptions, Signature, SignatureOptions};
 use accord_model::{Expect, Kind};
 use accord_proto::RootMode;
 use accord_remote::ServerConfig;
-use common::*;
+use hostile_common::*;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

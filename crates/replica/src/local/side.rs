@@ -1,171 +1,19 @@
-//! One replica's side of a two-way sync, run on the replica's own host:
-//! its archive (kept on that host, keyed by both roots' identities), the
-//! walk of its tree against that archive (update detection, fingerprinting
-//! where metadata cannot decide), the lookups the other side's updates ask
-//! for, and the archive's writes. The engine holds two [`SideSession`]s and
-//! merges what they report (`sync_scan.rs`); a replica of this host gives
-//! a [`LocalSide`], a remote one a proxy whose host runs a `LocalSide`.
-//!
-//! Detection is local to each host because only that host can do it well:
-//! its own clock says which ctimes have settled, and a file whose metadata
-//! is in doubt is fingerprinted where it lies instead of being sent.
+//! This host's side of a sync ([`LocalSide`]): its archive opened and
+//! locked here, the walk of its tree against that archive, the lookups the
+//! other side's updates ask for, and the archive's writes.
 
-use crate::local::LocalReplica;
-use crate::replica::Replica;
-use crate::sync::{ctime_to_record, UNKNOWN_CTIME, UNSEEN_CTIME};
-use crate::sync_ignore::{child_excluded, side_matcher, LookupRules, SyncRules};
+use super::LocalReplica;
+use crate::seam::Replica;
+use crate::side::follow;
+use crate::side::rules::{child_excluded, side_matcher, LookupRules, SyncRules};
+use crate::side::{ctime_to_record, local_identity, xattr_filter, UNKNOWN_CTIME, UNSEEN_CTIME};
+use crate::side::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan, SideSession};
 use accord_archive::{Archive, ArchiveError, Cursor};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Kind, Observed, PathFailure, RelPath, Time};
-use accord_plan::{detect, DetectOptions, Detection, SideCounts, Update};
+use accord_plan::{detect, DetectOptions, Detection, Update};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::path::Path;
-
-/// What one side holds at one path, and what its archive recorded there.
-/// The entries are boxed: one of the two is often absent (every path of a
-/// first sync, every path the other side alone reported), and a first
-/// sync holds one of these per path on each side.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SideChange {
-    pub path: RelPath,
-    pub archived: Option<Box<Observed>>,
-    /// A regular file carries its fingerprint when detection needed it.
-    pub current: Option<Box<Observed>>,
-    /// The ctime the archive may record for `current` (see
-    /// `ctime_to_record`: judged by the clock of the replica's host).
-    pub record_ctime: Time,
-}
-
-impl SideChange {
-    /// Detection's answer for this side, which must be decided: a side
-    /// fingerprints every file whose metadata leaves it in doubt.
-    pub fn update(&self, opts: &DetectOptions) -> Option<Update> {
-        match detect(self.archived.as_deref(), self.current.as_deref(), opts) {
-            Detection::Decided(update) => Some(update),
-            Detection::NeedsFingerprint => None,
-        }
-    }
-}
-
-/// What a side's walk (or a batch of lookups) found.
-#[derive(Debug, Default)]
-pub struct SideScan {
-    /// Paths with an update or a touch (for lookups: every path asked for
-    /// that did not fail), in `RelPath` order.
-    pub changes: Vec<SideChange>,
-    /// Entries the archive held and the walk found (the root excluded).
-    pub counts: SideCounts,
-    /// Paths that could not be judged (a file that could not be
-    /// fingerprinted): left out of the run with their subtrees.
-    pub failures: Vec<PathFailure>,
-    /// Lookups only: paths asked for that this side's ignore rules
-    /// exclude, left out of the run on both sides with their subtrees
-    /// (`sync_ignore.rs`).
-    pub excluded: Vec<RelPath>,
-}
-
-/// How a side detects updates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SideOptions {
-    pub detect: DetectOptions,
-    /// False when the archives are lost: every path is new.
-    pub use_archive: bool,
-}
-
-/// What the archive learns about one path once it is propagated.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ArchiveRecord {
-    Put(Observed),
-    /// The path and its subtree are gone from this side.
-    Remove(RelPath),
-}
-
-/// Why a side could not go on.
-#[derive(Debug)]
-pub enum SideFailure {
-    /// Another run holds this side's archive (its pid, when known).
-    Locked { holder: Option<u32> },
-    /// The archive turned out damaged: to be treated as lost.
-    Damaged(String),
-    /// A directory could not be read: its entries would look deleted.
-    Unreadable(String),
-    /// The archive could not be used, or the side is gone.
-    Failed(String),
-}
-
-impl fmt::Display for SideFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SideFailure::Locked { holder } => {
-                f.write_str("another accord sync of these roots is running")?;
-                if let Some(pid) = holder {
-                    write!(f, " (pid {pid})")?;
-                }
-                f.write_str("; try again when it is done")
-            }
-            SideFailure::Damaged(why) => write!(f, "the archive is damaged: {why}"),
-            SideFailure::Unreadable(why) => f.write_str(why),
-            SideFailure::Failed(why) => f.write_str(why),
-        }
-    }
-}
-
-impl From<ArchiveError> for SideFailure {
-    fn from(e: ArchiveError) -> SideFailure {
-        match e {
-            ArchiveError::Locked { holder, .. } => SideFailure::Locked { holder },
-            e if e.is_damaged() => SideFailure::Damaged(e.to_string()),
-            e => SideFailure::Failed(e.to_string()),
-        }
-    }
-}
-
-/// One replica's side of a sync run, with its archive open and locked.
-pub trait SideSession: Send {
-    /// The archive was made by this open (none before, or a damaged one
-    /// set aside): the pair's agreement is lost.
-    fn created(&self) -> bool;
-    /// Forget every recorded entry, in one transaction.
-    fn forget(&mut self) -> Result<(), SideFailure>;
-    /// The ignore rules of this run's scans and lookups (a side never
-    /// told leaves out its backup directory only).
-    fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure>;
-    /// Walk the replica against its archive and report every path with an
-    /// update or a touch.
-    fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure>;
-    /// The state at each of `paths` (in `RelPath` order), judged now: one
-    /// change per path, or a failure.
-    fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure>;
-    /// Apply `records` in one transaction.
-    fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure>;
-}
-
-/// The bytes that name a root of this host in archives: a name of the
-/// host, then the root's canonical path. Two hosts must never share one,
-/// or a server would take one client's archive for another's.
-pub fn local_identity(root: &Path) -> Vec<u8> {
-    let mut identity = b"accord root 1\0".to_vec();
-    identity.extend_from_slice(&host_name());
-    identity.push(0);
-    identity.extend_from_slice(accord_fsys::canonical(root).as_os_str().as_encoded_bytes());
-    identity
-}
-
-/// The machine id (stable across renames of the host) and the host name.
-fn host_name() -> Vec<u8> {
-    let mut name = std::fs::read("/etc/machine-id").unwrap_or_default();
-    name.truncate(name.trim_ascii_end().len());
-    name.push(b'/');
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at
-    // most that many bytes.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
-        let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        name.extend_from_slice(&buf[..len]);
-    }
-    name
-}
 
 /// A replica of this host's side of a sync.
 pub struct LocalSide<'a> {
@@ -471,15 +319,6 @@ fn now_s() -> i64 {
         .unwrap_or(0)
 }
 
-/// The extended attributes a sync reads, compares and writes.
-pub(crate) fn xattr_filter(props: &accord_plan::SyncedProps) -> XattrFilter {
-    XattrFilter {
-        xattrs: props.xattrs,
-        acls: props.acls,
-        user_only: true,
-    }
-}
-
 /// Is `now` the very entry `was` recorded, unchanged in any property
 /// (same inode, same ctime; a recorded ctime of ours matches none)?
 fn ctime_vouches(was: &Observed, now: &Observed) -> bool {
@@ -564,7 +403,7 @@ impl<'a> Walker<'a> {
             self.out.counts.scanned += current.is_some() as usize;
             self.out.counts.archived += archived.is_some() as usize;
         }
-        if crate::sync_follow::unfollowed(archived.as_ref(), current.as_ref()) {
+        if follow::unfollowed(archived.as_ref(), current.as_ref()) {
             // Unchanged as seen before; what the archive holds beneath it
             // is kept, not taken as deleted.
             if let Some(unfollowed) = self.unfollowed {
@@ -596,7 +435,7 @@ impl<'a> Walker<'a> {
         current: Option<Observed>,
         always: bool,
     ) -> bool {
-        let mut current = crate::sync_follow::seen_either_way(archived.as_ref(), current);
+        let mut current = follow::seen_either_way(archived.as_ref(), current);
         if let Some(now) = current.as_mut() {
             self.read_xattrs(path, archived.as_ref(), now);
         }

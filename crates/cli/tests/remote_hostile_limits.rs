@@ -8,14 +8,14 @@
 //! panics in any thread (the server's, the connection readers', the
 //! engine's). The tests run one at a time, so what is counted is theirs.
 
-mod common;
+mod hostile_common;
 
 use accord_engine::Replica;
 use accord_model::{Expect, Kind};
 use accord_proto::frame::FrameKind;
 use accord_proto::{Enc, Request, RootMode};
 use accord_remote::ServerConfig;
-use common::*;
+use hostile_common::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::io::Write;

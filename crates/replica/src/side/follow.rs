@@ -21,10 +21,7 @@ use accord_model::{Entry, Kind, Observed};
 /// What this side holds at a path, for detection and the archive:
 /// what the archive recorded when `current` is the symlink it recorded as
 /// followed (the same link target, not followed now), else `current`.
-pub(crate) fn seen_either_way(
-    archived: Option<&Observed>,
-    current: Option<Observed>,
-) -> Option<Observed> {
+pub fn seen_either_way(archived: Option<&Observed>, current: Option<Observed>) -> Option<Observed> {
     if unfollowed(archived, current.as_ref()) {
         return archived.cloned();
     }
@@ -33,7 +30,7 @@ pub(crate) fn seen_either_way(
 
 /// Is `current` the symlink the archive recorded as followed, not
 /// followed now? (Its archived subtree is then kept, not walked.)
-pub(crate) fn unfollowed(archived: Option<&Observed>, current: Option<&Observed>) -> bool {
+pub fn unfollowed(archived: Option<&Observed>, current: Option<&Observed>) -> bool {
     match (archived, current) {
         (Some(was), Some(now)) => unfollowed_since(&was.entry, &now.entry),
         _ => false,
@@ -52,7 +49,7 @@ fn unfollowed_since(was: &Entry, now: &Entry) -> bool {
 /// written file or directory is seen through a link there only when that
 /// side held it through one (`held`, its entry as scanned, of the same
 /// kind); the source's own link, if any, is not the written side's.
-pub(crate) fn seen_as_written(recorded: &mut Entry, held: Option<&Entry>) {
+pub fn seen_as_written(recorded: &mut Entry, held: Option<&Entry>) {
     if recorded.kind == Kind::Symlink {
         return;
     }

@@ -9,9 +9,9 @@
 //! one can batch them. Every call that replaces, changes or deletes takes the
 //! [`Expect`] the plan was made on and re-checks it first (safety rule 3).
 
-use crate::error::Error;
-use crate::local::LocalReplica;
-use crate::sync_side::{SideFailure, SideSession};
+use crate::error::{Action, Error, Side};
+use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
+use crate::side::{SideFailure, SideSession};
 use accord_delta::{make_delta, DeltaOptions, DeltaStats, InPlaceOptions, Signature};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
@@ -92,11 +92,8 @@ pub trait Replica: Send + Sync {
         Pending::ready(self.read_state(name))
     }
     fn write_state(&self, name: &str, data: &[u8], durable: bool) -> io::Result<()>;
-    /// `Some` for a replica on this host's file system: the engine then
-    /// copies between two of them with its local fast paths
-    /// (`copy_file_range`, reflinks, the paired scan, local deltas).
     /// The bytes that name this root in sync archives: its host and its
-    /// path there (see `sync_side::local_identity`).
+    /// path there (see `side::local_identity`).
     fn sync_identity(&self) -> io::Result<Vec<u8>> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
@@ -117,7 +114,12 @@ pub trait Replica: Send + Sync {
         ))
     }
 
-    fn local(&self) -> Option<&LocalReplica> {
+    /// The root directory on this host's file system, for a replica
+    /// that is one (a local root, or a view of one such as `--follow`'s):
+    /// the jobs then copy between two of them with their local fast paths
+    /// (`copy_file_range`, reflinks, the paired scan, local deltas).
+    /// `None` for a replica across a wire or one that keeps no contents.
+    fn local_root(&self) -> Option<&accord_fsys::Root> {
         None
     }
 
@@ -126,105 +128,6 @@ pub trait Replica: Send + Sync {
     fn can_rename(&self) -> bool {
         false
     }
-}
-
-/// The result of a call that may still be on its way (a remote replica
-/// sends the request and returns; the reply is waited for only when the
-/// engine needs it, so many requests are in flight at once and a run's
-/// time does not grow with round trips times files). A local replica's
-/// calls are done when they return: their results are ready.
-#[must_use = "a pending result must be waited for"]
-pub struct Pending<T>(PendingInner<T>);
-
-enum PendingInner<T> {
-    Ready(T),
-    Later(Box<dyn FnOnce() -> T + Send>),
-}
-
-impl<T> Pending<T> {
-    pub fn ready(value: T) -> Pending<T> {
-        Pending(PendingInner::Ready(value))
-    }
-
-    /// A result that `wait` computes (by waiting for a reply).
-    pub fn later(f: impl FnOnce() -> T + Send + 'static) -> Pending<T> {
-        Pending(PendingInner::Later(Box::new(f)))
-    }
-
-    /// Whether `wait` returns at once (a local replica's result).
-    pub fn is_ready(&self) -> bool {
-        matches!(self.0, PendingInner::Ready(_))
-    }
-
-    pub fn wait(self) -> T {
-        match self.0 {
-            PendingInner::Ready(v) => v,
-            PendingInner::Later(f) => f(),
-        }
-    }
-}
-
-/// A temp file on its way (from `start_receive`, `start_make_node` or
-/// `start_link_temp`). A replica that carries out calls in the order they
-/// were sent (one across a wire) gives it a handle at once: a commit or
-/// discard of the handle may then be started before the temp is known to
-/// exist, and the replica refuses it if the temp was never made. This
-/// saves a round trip per batch (the commits travel with the receives).
-#[must_use = "a pending temp must be waited for"]
-pub struct PendingTemp {
-    handle: Option<Vec<u8>>,
-    made: Pending<Result<Vec<u8>, Error>>,
-}
-
-impl PendingTemp {
-    /// A temp already made, or a call that failed (a local replica's).
-    pub fn ready(made: Result<Vec<u8>, Error>) -> PendingTemp {
-        PendingTemp {
-            handle: None,
-            made: Pending::ready(made),
-        }
-    }
-
-    /// A temp whose making is on its way, named by `handle` from now on;
-    /// `made` gives the same handle back once it exists.
-    pub fn named(handle: Vec<u8>, made: Pending<Result<Vec<u8>, Error>>) -> PendingTemp {
-        PendingTemp {
-            handle: Some(handle),
-            made,
-        }
-    }
-
-    /// The temp's name, usable before `wait` (see the type's comment).
-    pub fn handle(&self) -> Option<&[u8]> {
-        self.handle.as_deref()
-    }
-
-    /// The temp's name once it exists, or why it could not be made.
-    pub fn wait(self) -> Result<Vec<u8>, Error> {
-        self.made.wait()
-    }
-}
-
-/// New contents for [`ReplicaDir::receive`].
-pub enum Incoming<'a> {
-    /// The whole file as a stream.
-    Whole(&'a mut dyn io::Read),
-    /// An encoded delta against the file now at the same name, which must
-    /// still be what `basis` says.
-    Delta { basis: Expect, delta: &'a [u8] },
-    /// An encoded delta against this name's partial file (what arrived in
-    /// an interrupted transfer; see `ReplicaDir::partial_signature`).
-    Resume { delta: &'a [u8] },
-}
-
-/// How a deletion ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deleted {
-    Done,
-    /// Nothing was there any more.
-    Gone,
-    /// A directory that still holds entries (excluded ones, say).
-    NotEmpty,
 }
 
 /// One directory of a replica; every name is a single validated component.
@@ -318,7 +221,7 @@ pub trait ReplicaDir: Send + Sync {
     /// symlink is followed on the way to either. The default: a replica
     /// that cannot, which the engine reports for that path.
     fn rename_from(&self, _name: &[u8], _from: &RelPath, _expect: &Expect) -> Result<(), Error> {
-        Err(Error::io(crate::error::Action::Rename)(io::Error::new(
+        Err(Error::io(Action::Rename)(io::Error::new(
             io::ErrorKind::Unsupported,
             "this replica cannot rename",
         )))
@@ -424,34 +327,34 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
 ) -> Result<(Vec<u8>, DeltaStats), Error> {
     let size = match expect {
         Expect::Entry(f) if f.kind == Kind::File => f.size,
-        _ => return Err(Error::Changed(crate::Side::Source)),
+        _ => return Err(Error::Changed(Side::Source)),
     };
     if size > STREAM_DELTA_MAX {
-        return Err(Error::io(crate::error::Action::ReadSource)(
-            io::Error::other("too large for a delta made from a stream"),
-        ));
+        return Err(Error::io(Action::ReadSource)(io::Error::other(
+            "too large for a delta made from a stream",
+        )));
     }
     let sig = Signature::decode(signature).map_err(|source| Error::Delta {
-        action: crate::error::Action::OpenDestination,
+        action: Action::OpenDestination,
         source,
     })?;
     let mut new = Vec::with_capacity(size as usize);
     dir.open_read(name, expect)?
         .take(size + 1)
         .read_to_end(&mut new)
-        .map_err(Error::io(crate::error::Action::ReadSource))?;
+        .map_err(Error::io(Action::ReadSource))?;
     // What was read is the planned version, whole (an in-place patch
     // cannot be taken back once it began).
     if new.len() as u64 != size {
-        return Err(Error::Changed(crate::Side::Source));
+        return Err(Error::Changed(Side::Source));
     }
-    recheck(dir, name, expect, crate::Side::Source)?;
+    recheck(dir, name, expect, Side::Source)?;
     let opts = DeltaOptions {
         in_place: in_place.then(InPlaceOptions::default),
     };
     let mut delta = Vec::new();
     let stats = make_delta(&sig, &new, &opts, &mut delta).map_err(|source| Error::Delta {
-        action: crate::error::Action::ReadSource,
+        action: Action::ReadSource,
         source,
     })?;
     Ok((delta, stats))
@@ -462,11 +365,11 @@ pub fn recheck<D: ReplicaDir + ?Sized>(
     dir: &D,
     name: &[u8],
     expect: &Expect,
-    side: crate::Side,
+    side: Side,
 ) -> Result<(), Error> {
     let action = match side {
-        crate::Side::Source => crate::error::Action::ReadSource,
-        crate::Side::Destination => crate::error::Action::OpenDestination,
+        Side::Source => Action::ReadSource,
+        Side::Destination => Action::OpenDestination,
     };
     let now = dir.stat(name).map_err(Error::io(action))?;
     if expect.still_holds(now.as_ref()) {

@@ -13,10 +13,10 @@
 //! entries were deleted inside it first, as any directory's. The link
 //! itself is never replaced by a write of contents.
 
-use crate::error::{Action, Error};
-use crate::local::{LocalDir, LocalReplica};
-use crate::replica::{Deleted, Incoming, ReplicaDir};
-use crate::Side;
+use super::{LocalDir, LocalReplica};
+use crate::error::{Action, Error, Side};
+use crate::pending::{Deleted, Incoming};
+use crate::seam::ReplicaDir;
 use accord_fsys::{Dir, FollowListing, FollowRules, Followed, IgnoreRules, PropsMask, ScanOptions};
 use accord_model::{Expect, Kind, Props, RelPath};
 use std::collections::HashMap;

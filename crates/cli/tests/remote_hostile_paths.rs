@@ -6,14 +6,14 @@
 //! 2. A name that was not asked for, or that the receiver's own filters
 //!    exclude: rejected.
 
-mod common;
+mod hostile_common;
 
 use accord_engine::{Incoming, Replica};
 use accord_model::{Expect, Kind, RelPath};
 use accord_proto::frame::FrameKind;
 use accord_proto::{Hello, Request, RootMode, Welcome};
 use accord_remote::ServerConfig;
-use common::*;
+use hostile_common::*;
 use std::collections::HashMap;
 
 /// Paths no `RelPath` may be, each with why.

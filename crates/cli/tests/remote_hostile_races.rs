@@ -9,13 +9,13 @@
 //! the real server shows each frame to the test before passing it on
 //! (`tapped_pair`), or the raw client pauses in the middle of a body.
 
-mod common;
+mod hostile_common;
 
 use accord_model::Expect;
 use accord_proto::frame::FrameKind;
 use accord_proto::{Request, RootMode};
 use accord_remote::ServerConfig;
-use common::*;
+use hostile_common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,0 +1,206 @@
+//! Typed errors that keep their cause: per-path failures (the run goes on)
+//! and fatal ones (the run stops). The cli maps them to messages, exit codes
+//! and JSON fields without parsing text.
+
+use accord_model::RelPath;
+use std::fmt;
+use std::io;
+
+/// What the engine was doing when an operation failed (so a permission error
+/// says which operation it refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    OpenSource,
+    ReadSource,
+    OpenDestination,
+    WriteTemp,
+    Flush,
+    Replace,
+    SetProps,
+    MakeDir,
+    MakeLink,
+    MakeNode,
+    Delete,
+    ListDir,
+    UpdateInPlace,
+    Fingerprint,
+    Scan,
+    Rename,
+}
+
+impl Action {
+    fn doing(self) -> &'static str {
+        match self {
+            Action::OpenSource => "opening the source file",
+            Action::ReadSource => "reading the source file",
+            Action::OpenDestination => "opening the destination",
+            Action::WriteTemp => "writing the temp file",
+            Action::Flush => "flushing to disk",
+            Action::Replace => "renaming the new version into place",
+            Action::SetProps => "setting properties",
+            Action::MakeDir => "making the directory",
+            Action::MakeLink => "making the hard link",
+            Action::MakeNode => "making the entry",
+            Action::Delete => "deleting",
+            Action::ListDir => "listing the directory",
+            Action::UpdateInPlace => "updating in place",
+            Action::Fingerprint => "computing the fingerprint",
+            Action::Scan => "scanning",
+            Action::Rename => "renaming",
+        }
+    }
+}
+
+/// Which replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Destination,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Source => "the source",
+            Side::Destination => "the destination",
+        }
+    }
+}
+
+/// Why one path failed.
+#[derive(Debug)]
+pub enum Error {
+    /// An operating-system error during an action.
+    Io { action: Action, source: io::Error },
+    /// Safety rule 3: the entry is not what the plan was made on.
+    Changed(Side),
+    /// The delta engine refused (a damaged basis, an inconsistent delta).
+    Delta {
+        action: Action,
+        source: accord_delta::DeltaError,
+    },
+    /// An in-place update failed after it began writing: the file holds
+    /// neither version and was moved to `recovery` (or could not be moved).
+    InPlaceFailed {
+        cause: Box<Error>,
+        recovery: Result<Vec<u8>, io::Error>,
+    },
+    /// A source file holds a half-finished in-place update of an earlier run.
+    HalfUpdated,
+    /// A destination file was being updated in place when an earlier run
+    /// stopped: it held a mix of both versions and was moved to `recovery`
+    /// (or could not be moved); this run copies it again.
+    InterruptedInPlace {
+        recovery: Result<Vec<u8>, io::Error>,
+    },
+    /// A hard link's leader is not a regular file.
+    LeaderNotFile(RelPath),
+    /// A hard link's leader could not be given its new contents: linking to
+    /// it would give this name neither its old nor its new contents.
+    LeaderNotWritten(RelPath),
+    /// A scan could not read the entry (the scanner's own message).
+    Scan(String),
+}
+
+impl Error {
+    pub fn io(action: Action) -> impl FnOnce(io::Error) -> Error {
+        move |source| Error::Io { action, source }
+    }
+
+    /// True when the disk (or a quota) is full: fatal for a run.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => accord_fsys::is_no_space(source),
+            Error::Delta {
+                source: accord_delta::DeltaError::Io(e),
+                ..
+            } => accord_fsys::is_no_space(e),
+            Error::InPlaceFailed { cause, .. } => cause.is_no_space(),
+            _ => false,
+        }
+    }
+
+    /// True when the connection to a remote replica is gone: fatal for a
+    /// run (every later call would fail the same way).
+    pub fn is_lost(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.kind() == io::ErrorKind::ConnectionAborted,
+            Error::InPlaceFailed { cause, .. } => cause.is_lost(),
+            _ => false,
+        }
+    }
+
+    /// The OS error number, if the cause is an OS error.
+    pub fn os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { action, source } => write!(f, "{}: {source}", action.doing()),
+            Error::Changed(side) => write!(
+                f,
+                "{} changed since it was scanned; left alone",
+                side.name()
+            ),
+            Error::Delta { action, source } => write!(f, "{}: {source}", action.doing()),
+            Error::InPlaceFailed { cause, recovery } => {
+                match cause.as_ref() {
+                    Error::Changed(side) => write!(f, "{} changed during the update", side.name())?,
+                    cause => write!(f, "{cause}")?,
+                }
+                match recovery {
+                    Ok(rec) => write!(
+                        f,
+                        "; the partly updated file was moved to {}",
+                        accord_model::escape_for_display(rec)
+                    ),
+                    Err(e) => write!(f, "; moving the partly updated file aside failed: {e}"),
+                }
+            }
+            Error::HalfUpdated => f.write_str(
+                "the source holds a half-finished in-place update (an earlier run stopped); \
+                 not copied",
+            ),
+            Error::InterruptedInPlace { recovery } => {
+                f.write_str(
+                    "was being updated in place when an earlier run stopped, \
+                     so it held a mix of old and new data; ",
+                )?;
+                match recovery {
+                    Ok(rec) => write!(
+                        f,
+                        "it was moved to {} and is copied again",
+                        accord_model::escape_for_display(rec)
+                    ),
+                    Err(e) => write!(f, "moving it aside failed: {e}"),
+                }
+            }
+            Error::LeaderNotFile(leader) => {
+                write!(f, "cannot link to {}: not a file", leader.display())
+            }
+            Error::LeaderNotWritten(leader) => write!(
+                f,
+                "not linked: the first file of its hard-link group, {}, was not updated",
+                leader.display()
+            ),
+            Error::Scan(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            Error::Delta { source, .. } => Some(source),
+            Error::InPlaceFailed { cause, .. } => Some(cause.as_ref()),
+            _ => None,
+        }
+    }
+}
