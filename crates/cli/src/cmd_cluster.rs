@@ -3,8 +3,8 @@
 
 use crate::cmd_tasks::{open_redis, QueueArgs};
 use crate::exit;
-use accord_engine::task::Task;
-use accord_engine::task_run::keys;
+use accord_engine::tasks::keys;
+use accord_engine::tasks::Task;
 use accord_engine::WorkerFigures;
 use accord_queue::{QueueError, RunState, Stats, TaskQueue};
 
@@ -134,7 +134,7 @@ fn status(q: &dyn TaskQueue, run: &str) -> Result<(), QueueError> {
     let mut last: Option<(std::time::Instant, Vec<WorkerFigures>)> = None;
     loop {
         let f = Figures::read(q)?;
-        let workers = accord_engine::task_run::workers(q)?;
+        let workers = accord_engine::tasks::workers(q)?;
         let now = std::time::Instant::now();
         if live {
             print!("\x1b[H\x1b[2J");

@@ -42,9 +42,9 @@ pub struct TaskArgs {
     pub detach: bool,
     /// Files above this size are copied in ranges of it by several workers
     /// (bytes; at least 4096).
-    #[arg(long, value_name = "BYTES", default_value_t = accord_engine::task_spec::DEFAULT_RANGE_SIZE,
+    #[arg(long, value_name = "BYTES", default_value_t = accord_engine::tasks::DEFAULT_RANGE_SIZE,
           value_parser = clap::builder::RangedU64ValueParser::<u64>::new()
-              .range(accord_engine::task_spec::MIN_RANGE_SIZE..))]
+              .range(accord_engine::tasks::MIN_RANGE_SIZE..))]
     pub range_size: u64,
     /// Re-read each written file (by another worker than its writer, when
     /// there is one) and compare BLAKE3.
@@ -218,7 +218,7 @@ fn local_mirror(
     }
     let code = summary_shown(&queue, "accord mirror", show.figures);
     if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
-        accord_engine::task_guard::remember_source(spec, memo_dir.clone());
+        accord_engine::tasks::remember_source(spec, memo_dir.clone());
     }
     code
 }
@@ -229,7 +229,7 @@ fn check_and_start(
     spec: &RunSpec,
     state_dir: &Option<PathBuf>,
 ) -> Result<bool, String> {
-    accord_engine::task_guard::check_before_run(queue, spec, state_dir.clone())
+    accord_engine::tasks::check_before_run(queue, spec, state_dir.clone())
         .map_err(|e| e.to_string())?;
     accord_engine::start_run(queue, spec).map_err(|e| e.to_string())
 }
@@ -264,10 +264,7 @@ fn summary_shown(queue: &dyn TaskQueue, who: &str, figures: bool) -> i32 {
                 true => crate::cmd_cluster::print_errors(queue, 20),
                 false => crate::cmd_cluster::print_errors_as(queue, 10_000, Some(who)),
             };
-            let fatal = queue
-                .add(accord_engine::task_run::keys::FATAL, 0)
-                .unwrap_or(0)
-                > 0;
+            let fatal = queue.add(accord_engine::tasks::keys::FATAL, 0).unwrap_or(0) > 0;
             match (errors, f.finished) {
                 _ if fatal => exit::FATAL,
                 (0, true) => exit::OK,
@@ -318,7 +315,7 @@ fn cluster_mirror(
     }
     let code = follow(&queue, run);
     if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
-        accord_engine::task_guard::remember_source(spec, state_dir.clone());
+        accord_engine::tasks::remember_source(spec, state_dir.clone());
     }
     code
 }

@@ -49,7 +49,7 @@ pub fn run(args: WorkerArgs) -> i32 {
         Err(e) => return usage(&e),
     };
     let name = args.name.clone().unwrap_or_else(default_name);
-    if let Err(e) = accord_engine::task::check_worker_name(&name) {
+    if let Err(e) = accord_engine::tasks::check_worker_name(&name) {
         return usage(&format!("--name: {e}"));
     }
     let stop = Arc::new(AtomicBool::new(false));

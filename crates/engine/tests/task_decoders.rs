@@ -5,7 +5,7 @@
 
 mod task_bodies;
 
-use accord_engine::task::{Task, MAX_BATCH, TASK_VERSION};
+use accord_engine::tasks::{Task, MAX_BATCH, TASK_VERSION};
 use accord_engine::{MirrorConfig, RunSpec};
 use accord_model::{Entry, Kind, Props, RelPath, Time};
 use accord_plan::{Item, Method, Op};
@@ -150,7 +150,7 @@ fn scan_dirs_of_other_parents_twice_or_out_of_order_are_refused() {
         assert!(Task::decode(&t.encode()).is_err(), "{bad:?}");
     }
     let many = Task::ScanDirs {
-        dirs: (0..accord_engine::task::MAX_SCAN_DIRS + 1)
+        dirs: (0..accord_engine::tasks::MAX_SCAN_DIRS + 1)
             .map(|i| path(&format!("p/d{i:03}")))
             .collect(),
     };

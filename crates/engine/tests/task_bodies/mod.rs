@@ -6,7 +6,7 @@
 //! panic, and whatever decodes survives being encoded and decoded again.
 #![allow(dead_code)]
 
-use accord_engine::task::Task;
+use accord_engine::tasks::Task;
 use accord_engine::RunSpec;
 
 pub fn task(data: &[u8]) {

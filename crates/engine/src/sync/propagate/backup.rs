@@ -20,8 +20,8 @@
 //! backup (same inode, size and mtime) and does not make it again.
 
 use super::{index, split, synced_props, Propagation, Staged};
+use crate::sync::propagate::keep_name::expect_found;
 use crate::sync::SyncError;
-use crate::sync_keep::expect_found;
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::{Side, SyncItem};

@@ -10,11 +10,11 @@
 //!
 //! Then the guard of each directory as it is planned (`check_dir`).
 
-use crate::run::{check_distinct, source_root_changed, GUARD_STATE};
-use crate::task_group::Group;
-use crate::task_run::{keys, open_task_roots, Ctx, TaskError};
-use crate::task_scan::{entries_under, is_dir};
-use crate::task_spec::RunSpec;
+use crate::mirror::run::{check_distinct, source_root_changed, GUARD_STATE};
+use crate::tasks::leaves::Group;
+use crate::tasks::run::{keys, open_task_roots, Ctx, TaskError};
+use crate::tasks::scan_dir::{entries_under, is_dir};
+use crate::tasks::spec::RunSpec;
 use accord_fsys::{IgnoreRules, Listing, ScanOptions};
 use accord_model::RelPath;
 use accord_plan::{Item, MaxDelete, MirrorPlan, Refusal};

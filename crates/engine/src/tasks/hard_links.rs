@@ -9,9 +9,9 @@
 //! to it. A leader whose worker is lost is led again by the worker its
 //! task is handed to (the claim names the path, not the worker).
 
-use crate::task::Task;
-use crate::task_do::{already_done, carry_out, count_written, failures_text, stat};
-use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::execute::{already_done, carry_out, count_written, failures_text, stat};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::Task;
 use accord_model::{Entry, Found, Kind, RelPath};
 use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
 

@@ -10,12 +10,12 @@
 //! `TaskQueue::add_once` with a mark of its own, so a task run twice (its
 //! worker lost after the count) counts once.
 
-use crate::error::Fatal;
-use crate::task::Task;
-use crate::task_held::Held;
-use crate::task_ignore::TaskIgnore;
-use crate::task_memo::TaskMemos;
-use crate::task_spec::RunSpec;
+use crate::mirror::error::Fatal;
+use crate::tasks::ignore_files::TaskIgnore;
+use crate::tasks::leases::Held;
+use crate::tasks::memos::TaskMemos;
+use crate::tasks::spec::RunSpec;
+use crate::tasks::Task;
 use crate::{MirrorConfig, Progress};
 use accord_model::RelPath;
 use accord_queue::{CallCost, Lease, QueueError, RunState, TaskQueue};
@@ -402,7 +402,7 @@ fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
         Ok(t) => t,
         Err(e) => return ctx.queue.fail(lease, &format!("a corrupt task: {e}")),
     };
-    match crate::task_do::run_task(ctx, &task) {
+    match crate::tasks::execute::run_task(ctx, &task) {
         Ok(Outcome::Done | Outcome::Parked) => ctx.queue.ack(std::slice::from_ref(&lease.id)),
         Ok(Outcome::Later) => {
             ctx.queue.push(std::slice::from_ref(&lease.task))?;

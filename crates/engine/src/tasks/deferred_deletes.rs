@@ -10,11 +10,11 @@
 //! walk does: within it, it deletes; past it, the run pauses before
 //! deleting (`accord cluster resume --force` goes on).
 
-use crate::task::Task;
-use crate::task_do::{carry_out, failures_text};
-use crate::task_guard::{limit, pause};
-use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
-use crate::task_scan::{empty_extra_dir, is_dir, options, plan_dir};
+use crate::tasks::execute::{carry_out, failures_text};
+use crate::tasks::guard::{limit, pause};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::scan_dir::{empty_extra_dir, is_dir, options, plan_dir};
+use crate::tasks::Task;
 use accord_model::RelPath;
 use accord_plan::{Item, MirrorPlan};
 use accord_queue::CallCost;
@@ -70,7 +70,7 @@ fn only_held_left(ctx: &Ctx) -> Result<bool, TaskError> {
 /// Delete what is extra in `dir` now (planned again: the destination may
 /// have changed since its scan, and each deletion checks what it removes).
 fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
-    crate::task_ignore::load_rules_for(ctx, dir)?;
+    crate::tasks::ignore_files::load_rules_for(ctx, dir)?;
     let (s, s_scan) = ctx
         .src()
         .list_dir(dir, &ctx.ignore.rules, &options(ctx, true));

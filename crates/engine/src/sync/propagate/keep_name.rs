@@ -12,7 +12,7 @@
 //! the losing side, is folded into the keep-both) instead of being kept a
 //! second time as `-2`.
 
-use crate::sync_exec::{index, split};
+use crate::sync::propagate::{index, split};
 use accord_model::{Expect, Found, RelPath};
 use accord_plan::{conflict_name, utc_stamp, Action, ConflictReason, Side, SyncItem};
 use accord_replica::Replica;

@@ -16,9 +16,11 @@
 //! instead of one flush per leaf. Each leaf's properties are set after
 //! its files, and it is counted only once its files and properties are.
 
-use crate::task::Task;
-use crate::task_do::{carry_out, failures_text, push_verify, set_dir_props, Done, OwnEntries};
-use crate::task_run::{keys, Ctx, TaskError};
+use crate::tasks::execute::{
+    carry_out, failures_text, push_verify, set_dir_props, Done, OwnEntries,
+};
+use crate::tasks::run::{keys, Ctx, TaskError};
+use crate::tasks::Task;
 use accord_model::RelPath;
 use accord_plan::{Item, MirrorPlan, Op};
 use accord_queue::Add;

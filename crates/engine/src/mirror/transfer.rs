@@ -6,7 +6,7 @@
 //! is staged is committed (which frees the old versions) and the rest goes
 //! file by file; what still does not fit is reported at the end.
 
-use crate::exec::{parent_of, Exec};
+use crate::mirror::exec::{parent_of, Exec};
 use crate::Side;
 use accord_model::{Expect, Found, RelPath};
 use accord_plan::{Item, Method, Op};
@@ -698,7 +698,7 @@ fn write(
         return Ok(Some(Started::new(temp, Xfer::default())));
     }
     let r = match (sdir.local(), ddir.local()) {
-        (Some(s), Some(d)) => crate::transfer_local::write(x, s, d, it, method)
+        (Some(s), Some(d)) => crate::mirror::transfer_local::write(x, s, d, it, method)
             .map(|r| r.map(|(temp, xfer)| Started::ready(temp, xfer))),
         _ => write_generic(x, sdir, ddir, it, method, pre),
     };

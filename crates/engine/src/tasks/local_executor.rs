@@ -2,11 +2,11 @@
 //! (`MemoryQueue`, N threads) and the threads of one `accord worker`
 //! (a `RedisQueue` each).
 
-use crate::task_held::{renew_until, Held};
-use crate::task_ignore::TaskIgnore;
-use crate::task_memo::TaskMemos;
-use crate::task_run::{open_task_roots, work, Shared, WorkerEnd, WorkerOptions};
-use crate::task_spec::RunSpec;
+use crate::tasks::ignore_files::TaskIgnore;
+use crate::tasks::leases::{renew_until, Held};
+use crate::tasks::memos::TaskMemos;
+use crate::tasks::run::{open_task_roots, work, Shared, WorkerEnd, WorkerOptions};
+use crate::tasks::spec::RunSpec;
 use crate::Progress;
 use accord_queue::{CallCost, TaskQueue};
 use accord_replica::Replica;
@@ -38,7 +38,7 @@ pub fn run_workers(
     };
     if let Some(q) = queues.first() {
         // Only for `accord cluster status`: a run goes on without it.
-        let _ = crate::task_run::join_run(*q, &opts.name);
+        let _ = crate::tasks::run::join_run(*q, &opts.name);
     }
     let memos = (opts.memo_dir.is_some() && spec.xattrs.any()).then(|| TaskMemos::load(&src, &dst));
     let ignore = match TaskIgnore::new(spec) {

@@ -11,7 +11,7 @@
 //! (tried again, then set aside): without its rules, excluded destination
 //! entries there would look like extras and be deleted.
 
-use crate::task_run::{Ctx, TaskError};
+use crate::tasks::run::{Ctx, TaskError};
 use crate::RunSpec;
 use accord_fsys::{IgnoreRules, IGNORE_FILE};
 use accord_model::RelPath;

@@ -17,8 +17,8 @@
 //! file against it, and a false match of the signature's short sums is
 //! sent again whole.
 
+use crate::sync::propagate::{index, split};
 use crate::sync::SyncError;
-use crate::sync_exec::{index, split};
 use accord_delta::{Delta, DeltaError};
 use accord_fsys::PropsMask;
 use accord_model::{Expect, Fingerprint, Kind, Props, RelPath};

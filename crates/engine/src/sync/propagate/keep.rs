@@ -21,9 +21,9 @@
 //! created on L only (a plain copy next time).
 
 use super::{changed_entry, index, split, synced_props, Done, Propagation, Record};
+use crate::sync::propagate::keep_name::{expect_found, KeptCopies, KeptCopy};
+use crate::sync::propagate::transfer::{receive_all, FileCopy};
 use crate::sync::SyncError;
-use crate::sync_keep::{expect_found, KeptCopies, KeptCopy};
-use crate::sync_transfer::{receive_all, FileCopy};
 use accord_model::{Entry, Expect, Kind, Props};
 use accord_plan::{Action, Side, SyncItem};
 use accord_replica::Action as Step;

@@ -23,9 +23,9 @@
 //! properties. Whole files only for now: no delta against the other side's
 //! old version yet.
 
+use crate::sync::propagate::transfer::{receive_all, FileCopy};
+use crate::sync::scan::Scanned;
 use crate::sync::{Propagated, SyncConfig, SyncError, SyncFailure, SyncReport};
-use crate::sync_scan::Scanned;
-use crate::sync_transfer::{receive_all, FileCopy};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Found, Kind, Observed, Props, RelPath};
 use accord_plan::detect::SYNCED_MODE_BITS;
@@ -38,10 +38,11 @@ use std::sync::atomic::Ordering;
 
 mod backup;
 mod keep;
-#[path = "sync_links.rs"]
+pub(crate) mod keep_name;
 mod links;
 mod merge;
 mod premerge;
+pub(crate) mod transfer;
 
 pub(crate) use backup::in_backup_dir;
 pub use premerge::MergeNow;
@@ -128,7 +129,7 @@ struct InFlight<'i> {
 /// chose for the versions it keeps aside.
 pub(crate) struct Plan<'p> {
     pub items: &'p [SyncItem],
-    pub kept: &'p crate::sync_keep::KeptCopies,
+    pub kept: &'p crate::sync::propagate::keep_name::KeptCopies,
     /// Merges made while the plan was edited (`--merge`, the key 'm').
     pub premerged: &'p Premerger<'p>,
 }

@@ -25,6 +25,9 @@
 //! already on the wire are used, so any server answers; the probe looks
 //! at the root directory only (ext4's casefold is per directory).
 
+pub(crate) mod replica;
+pub(crate) mod scan;
+
 use accord_fsys::PropsMask;
 use accord_model::{Kind, Props, RelPath};
 use accord_replica::Replica;

@@ -8,8 +8,8 @@
 //! written). When data moved, the delta engine's in-place planner rebuilds
 //! the file in its own storage.
 
-use crate::exec::Exec;
-use crate::transfer::Xfer;
+use crate::mirror::exec::Exec;
+use crate::mirror::transfer::Xfer;
 use crate::{DeltaMode, Side};
 use accord_delta::{
     make_delta, patch_in_place, Command, Delta, DeltaOptions, InPlaceOptions, PatchOptions,

@@ -10,9 +10,14 @@
 //! Each side's archive lives on that side's host (`sync_side.rs`): a
 //! remote replica's is kept by its `accord server`.
 
-use crate::error::Fatal;
-use crate::sync_exec::propagate;
-use crate::sync_scan::{scan_pair, ScanStop, Scanned};
+pub(crate) mod case;
+pub(crate) mod ignore;
+pub(crate) mod merge_program;
+pub(crate) mod propagate;
+pub(crate) mod scan;
+
+use crate::sync::propagate::propagate;
+use crate::sync::scan::{scan_pair, ScanStop, Scanned};
 use accord_model::RelPath;
 use accord_plan::{
     check_deletions, reconcile_tree, ConflictReason, DetectOptions, MaxDelete, PlanEdit,
@@ -238,8 +243,21 @@ pub struct SyncFailure {
 /// Why a sync stopped before any change, or in the middle.
 #[derive(Debug)]
 pub enum SyncFatal {
-    /// A root could not be opened or locked (the mirror's reasons).
-    Root(Fatal),
+    /// One root inside the other (why, naming both).
+    Nested(String),
+    /// A local root could not be opened (a missing root is never taken
+    /// as everything deleted).
+    OpenRoot {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Another run holds a replica's lock.
+    Busy(String),
+    /// A replica's lock could not be taken.
+    Lock {
+        replica: String,
+        source: std::io::Error,
+    },
     /// Both names lead to one directory.
     SameRoot,
     /// A remote root could not be reached (why, in one line).
@@ -256,7 +274,17 @@ pub enum SyncFatal {
 impl fmt::Display for SyncFatal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SyncFatal::Root(fatal) => write!(f, "{fatal}"),
+            SyncFatal::Nested(why) => f.write_str(why),
+            SyncFatal::OpenRoot { path, source } => write!(
+                f,
+                "cannot open root {}: {source}; nothing was changed",
+                path.display()
+            ),
+            SyncFatal::Busy(replica) => write!(
+                f,
+                "another accord run is writing into {replica}; try again when it is done"
+            ),
+            SyncFatal::Lock { replica, source } => write!(f, "cannot lock {replica}: {source}"),
             SyncFatal::SameRoot => f.write_str("both roots are the same directory"),
             SyncFatal::Unreachable(why) => write!(f, "{why}; nothing was changed"),
             SyncFatal::Side {
@@ -333,7 +361,7 @@ pub fn sync_local(a: &Path, b: &Path, cfg: &SyncConfig, hooks: &SyncHooks) -> Sy
     // One root inside the other would copy itself into itself, one level
     // deeper on every run.
     let opened = match nested(a, b) {
-        Some(why) => Err(SyncFatal::Root(Fatal::Nested(why))),
+        Some(why) => Err(SyncFatal::Nested(why)),
         None => open_local(a).and_then(|ra| Ok((ra, open_local(b)?))),
     };
     let mut report = match opened {
@@ -385,11 +413,9 @@ fn nested(a: &Path, b: &Path) -> Option<String> {
 
 /// A root must exist: a missing one is never "everything was deleted".
 fn open_local(path: &Path) -> Result<LocalReplica, SyncFatal> {
-    LocalReplica::open(path).map_err(|source| {
-        SyncFatal::Root(Fatal::OpenSource {
-            path: path.to_path_buf(),
-            source,
-        })
+    LocalReplica::open(path).map_err(|source| SyncFatal::OpenRoot {
+        path: path.to_path_buf(),
+        source,
     })
 }
 
@@ -422,7 +448,7 @@ fn run(
     lock_both(replicas, &identities)?;
     let case = settle_case(replicas, cfg, report)?;
     let mut sides = open_sides(replicas, &identities, &cfg.state_dir)?;
-    crate::sync_ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
+    crate::sync::ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
     let lost = sides.iter().any(|side| side.created());
     if lost {
         forget_both(&mut sides, &names)?;
@@ -431,7 +457,7 @@ fn run(
     // Never part of the tree, even where a side (an older server) says so.
     scanned
         .updates
-        .retain(|update| !crate::sync_exec::in_backup_dir(&update.path));
+        .retain(|update| !crate::sync::propagate::in_backup_dir(&update.path));
     report.archives_lost = scanned.archives_lost;
     let mut options = cfg.reconcile_options(a.can_rename() && b.can_rename());
     let mut items =
@@ -452,7 +478,7 @@ fn run(
         report.refusal = Some(refusal);
         return Ok(());
     }
-    let premerger = crate::sync_exec::Premerger::new(replicas, cfg);
+    let premerger = crate::sync::propagate::Premerger::new(replicas, cfg);
     if hooks.edit_plan.is_some() || hooks.edit_plan_merging.is_some() {
         let mut edit = PlanEdit::new(&scanned.updates, options, items);
         if let Some(edit_plan) = hooks.edit_plan {
@@ -478,16 +504,16 @@ fn run(
     let spelled = scanned.case.as_ref().map(|case| {
         let [sa, sb] = case.spellings.clone();
         [
-            crate::sync_case_replica::Spelled::new(a, sa),
-            crate::sync_case_replica::Spelled::new(b, sb),
+            crate::sync::case::replica::Spelled::new(a, sa),
+            crate::sync::case::replica::Spelled::new(b, sb),
         ]
     });
     let replicas: [&dyn Replica; 2] = match &spelled {
         Some([sa, sb]) => [sa, sb],
         None => replicas,
     };
-    let kept = crate::sync_keep::name_kept_copies(replicas, &mut items);
-    let plan = crate::sync_exec::Plan {
+    let kept = crate::sync::propagate::keep_name::name_kept_copies(replicas, &mut items);
+    let plan = crate::sync::propagate::Plan {
         items: &items,
         kept: &kept,
         premerged: &premerger,
@@ -501,9 +527,9 @@ fn settle_case(
     replicas: [&dyn Replica; 2],
     cfg: &SyncConfig,
     report: &mut SyncReport,
-) -> Result<crate::sync_case::CaseMode, SyncFatal> {
+) -> Result<crate::sync::case::CaseMode, SyncFatal> {
     let mode =
-        crate::sync_case::settle(replicas, cfg.ignorecase).map_err(|failure| SyncFatal::Side {
+        crate::sync::case::settle(replicas, cfg.ignorecase).map_err(|failure| SyncFatal::Side {
             replica: failure.replica,
             failure: SideFailure::Failed(format!(
                 "cannot tell whether it ignores case ({}); nothing was changed \
@@ -564,12 +590,12 @@ fn lock_both(replicas: [&dyn Replica; 2], identities: &[Vec<u8>; 2]) -> Result<(
         let replica = replicas[index];
         match replica.try_lock() {
             Ok(true) => {}
-            Ok(false) => return Err(SyncFatal::Root(Fatal::Busy(replica.describe().into()))),
+            Ok(false) => return Err(SyncFatal::Busy(replica.describe())),
             Err(source) => {
-                return Err(SyncFatal::Root(Fatal::Lock {
-                    path: replica.describe().into(),
+                return Err(SyncFatal::Lock {
+                    replica: replica.describe(),
                     source,
-                }))
+                })
             }
         }
     }
@@ -629,14 +655,14 @@ fn forget_both(
 fn scan_with_archives(
     sides: &mut [Box<dyn SideSession + '_>; 2],
     replicas: [&dyn Replica; 2],
-    case: crate::sync_case::CaseMode,
+    case: crate::sync::case::CaseMode,
     names: &[String; 2],
     cfg: &SyncConfig,
     lost: bool,
 ) -> Result<Scanned, SyncFatal> {
     let scan_pair = |sides: &mut [Box<dyn SideSession + '_>; 2], opts: &SideOptions| {
         if case.ignore {
-            crate::sync_case_scan::scan_pair_folded(sides, replicas, case, names, opts)
+            crate::sync::case::scan::scan_pair_folded(sides, replicas, case, names, opts)
         } else {
             scan_pair(sides, names, opts)
         }

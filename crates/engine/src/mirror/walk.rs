@@ -6,7 +6,7 @@
 //! (`accord_fsys::walk_pair`, with the listing memo); other replicas
 //! through `Replica::list_dir`, the same pairs in the same order.
 
-use crate::error::{Failure, Fatal};
+use crate::mirror::error::{Failure, Fatal};
 use crate::MirrorConfig;
 use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, Scan, ScanOptions};
 use accord_model::{Entry, Kind, RelPath};

@@ -1,9 +1,9 @@
 //! Carrying out a mirror plan over two replicas, phase by phase; inside a
 //! phase every item is an independent task on the rayon pool.
 
-use crate::error::{Failure, Fatal};
-use crate::transfer::{self, Xfer};
-use crate::{MirrorConfig, Progress};
+use super::{MirrorConfig, Progress};
+use crate::mirror::error::{Failure, Fatal};
+use crate::mirror::transfer::{self, Xfer};
 use accord_fsys::PropsMask;
 use accord_model::{Kind, RelPath};
 use accord_plan::{Change, Item, MirrorPlan, Op};

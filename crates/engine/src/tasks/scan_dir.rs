@@ -7,12 +7,12 @@
 //! leaf whose files fit one batch is finished where it is scanned
 //! (`task_group.rs`): a small directory costs no task of its own.
 
-use crate::task::{Task, MAX_BATCH, MAX_SCAN_DIRS};
-use crate::task_do::{carry_out, failures_text};
-use crate::task_group::Group;
-use crate::task_guard::Guard;
-use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
-use crate::walk::Walk;
+use crate::mirror::walk::Walk;
+use crate::tasks::execute::{carry_out, failures_text};
+use crate::tasks::guard::Guard;
+use crate::tasks::leaves::Group;
+use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::{Task, MAX_BATCH, MAX_SCAN_DIRS};
 use accord_fsys::{DirVisit, Listing, ScanOptions};
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::{Facts, Item, Method, MirrorPlan, Op};
@@ -64,7 +64,7 @@ type Listed = (Option<Listing>, accord_fsys::Scan);
 /// the source's names is not listed again), else one after the other.
 fn list_both(ctx: &Ctx, dir: &RelPath) -> (Listed, Listed) {
     let (mut s_opts, mut d_opts) = (options(ctx, true), options(ctx, false));
-    s_opts.read_ignore_files = crate::task_ignore::reads_own(ctx);
+    s_opts.read_ignore_files = crate::tasks::ignore_files::reads_own(ctx);
     match ctx.memos.and_then(|m| m.listing.as_ref()) {
         Some(memo) => {
             d_opts.listing_memo = Some(memo);
@@ -137,9 +137,9 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
 /// Scan one directory: its problems, or `None` when the deletion guard
 /// paused the run before it.
 fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
-    crate::task_ignore::load_rules_above(ctx, dir)?;
+    crate::tasks::ignore_files::load_rules_above(ctx, dir)?;
     let ((s, mut s_scan), (d, mut d_scan)) = list_both(ctx, dir);
-    crate::task_ignore::listed(ctx, dir, &s_scan)?;
+    crate::tasks::ignore_files::listed(ctx, dir, &s_scan)?;
     if let Some(m) = ctx.memos {
         m.keep(true, &mut s_scan.xattr_free);
         m.keep(false, &mut d_scan.xattr_free);
@@ -164,7 +164,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
             format!("{path}: {}", e.message)
         })
         .collect();
-    let deferred = match crate::task_guard::check_dir(ctx, dir, &plan, &d, group)? {
+    let deferred = match crate::tasks::guard::check_dir(ctx, dir, &plan, &d, group)? {
         Guard::Go => false,
         Guard::Defer => true,
         Guard::Paused => return Ok(None),
@@ -193,7 +193,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
     problems.extend(done.problems);
     let mut children = children(ctx, dir, plan, s.as_ref(), &d);
     if deferred {
-        children.push(crate::task_defer::held(ctx, dir)?);
+        children.push(crate::tasks::deferred_deletes::held(ctx, dir)?);
     }
     // A leaf is finished here only when all went well so far (else its
     // children go out as tasks, and this task is tried again).

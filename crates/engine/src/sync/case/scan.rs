@@ -27,13 +27,13 @@
 //! first sync reports every path, as the plain merge's lists do), and the
 //! listings of the directories holding them are kept for the merge.
 
-use crate::sync::{SyncError, SyncFailure};
-use crate::sync_case::{fold_name, fold_path, CaseMode};
-use crate::sync_case_replica::Spellings;
-use crate::sync_scan::{
+use crate::sync::case::replica::Spellings;
+use crate::sync::case::{fold_name, fold_path, CaseMode};
+use crate::sync::scan::{
     both, check_answered, check_changes, misreported, side_result, side_state, ScanStop, Scanned,
     Sides,
 };
+use crate::sync::{SyncError, SyncFailure};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Kind, Observed, RelPath};
 use accord_plan::{PathUpdate, Update};

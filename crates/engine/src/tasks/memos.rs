@@ -31,12 +31,12 @@ impl TaskMemos {
     /// Read both roots' memos (a memo missing or damaged is empty).
     pub fn load(src: &LocalReplica, dst: &LocalReplica) -> TaskMemos {
         let read = |r: &LocalReplica| {
-            r.read_state(crate::run::XATTR_MEMO)
+            r.read_state(crate::mirror::run::XATTR_MEMO)
                 .and_then(|b| DigestMemo::decode(&b))
                 .unwrap_or_default()
         };
         let listing = dst.root().is_local_disk_fs().then(|| {
-            dst.read_state(crate::run::LISTING_MEMO)
+            dst.read_state(crate::mirror::run::LISTING_MEMO)
                 .and_then(|b| DigestMemo::decode(&b))
                 .unwrap_or_default()
         });
@@ -81,12 +81,12 @@ impl TaskMemos {
         let [s, d] = self.found.map(|m| m.into_inner().unwrap());
         for (r, keys) in [(src, s), (dst, d)] {
             let memo = DigestMemo::from_keys(keys).encode();
-            let _ = r.write_state(crate::run::XATTR_MEMO, &memo, false);
+            let _ = r.write_state(crate::mirror::run::XATTR_MEMO, &memo, false);
         }
         if self.listing.is_some() {
             let keys = self.listings.into_inner().unwrap();
             let memo = DigestMemo::from_keys(keys).encode();
-            let _ = dst.write_state(crate::run::LISTING_MEMO, &memo, false);
+            let _ = dst.write_state(crate::mirror::run::LISTING_MEMO, &memo, false);
         }
     }
 }

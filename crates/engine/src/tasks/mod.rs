@@ -15,6 +15,24 @@
 //! (paths through `RelPath`), the format carries a version byte, and
 //! trailing bytes are refused.
 
+pub(crate) mod big_file;
+pub(crate) mod deferred_deletes;
+pub(crate) mod execute;
+pub(crate) mod guard;
+pub(crate) mod hard_links;
+pub(crate) mod ignore_files;
+pub(crate) mod leases;
+pub(crate) mod leaves;
+pub(crate) mod local_executor;
+pub(crate) mod memos;
+pub(crate) mod run;
+pub(crate) mod scan_dir;
+pub(crate) mod spec;
+
+pub use guard::{check_before_run, remember_source};
+pub use run::{keys, workers};
+pub use spec::{DEFAULT_RANGE_SIZE, MIN_RANGE_SIZE};
+
 use accord_model::{validate_name, Entry, Kind, RelPath};
 use accord_plan::{Item, Method, Op};
 use accord_proto::codec::{get_entry, get_path, put_entry, put_path};

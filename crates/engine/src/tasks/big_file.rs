@@ -4,9 +4,9 @@
 //! temp its properties and renames it over the target (the same re-check
 //! as every commit of the mirror).
 
-use crate::task::{Task, MAX_RANGES};
-use crate::task_do::{already_done, count_written, push_verify, stat};
-use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::execute::{already_done, count_written, push_verify, stat};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::{Task, MAX_RANGES};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::Item;

@@ -4,9 +4,9 @@
 //! whole-tree mirror's own `exec::run_plan`, so a task writes, checks and
 //! commits exactly as `accord mirror` does.
 
-use crate::exec::{run_plan, Exec};
-use crate::task::Task;
-use crate::task_run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::mirror::exec::{run_plan, Exec};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::Task;
 use crate::Replica;
 use accord_model::{Entry, Found, Kind, RelPath};
 use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
@@ -14,19 +14,19 @@ use std::sync::atomic::Ordering;
 
 pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
     match task {
-        Task::ScanDir { dir } => crate::task_scan::scan_dir(ctx, dir),
-        Task::ScanDirs { dirs } => crate::task_scan::scan_dirs(ctx, dirs),
+        Task::ScanDir { dir } => crate::tasks::scan_dir::scan_dir(ctx, dir),
+        Task::ScanDirs { dirs } => crate::tasks::scan_dir::scan_dirs(ctx, dirs),
         Task::Files { dir, items } => files(ctx, dir, items),
-        Task::BigFile { item } => crate::task_big::big_file(ctx, item),
+        Task::BigFile { item } => crate::tasks::big_file::big_file(ctx, item),
         Task::Range {
             item,
             temp,
             index,
             count,
-        } => crate::task_big::range(ctx, item, temp, *index, *count),
-        Task::Hardlink { src, dst } => crate::task_link::hardlink(ctx, src, dst.as_ref()),
+        } => crate::tasks::big_file::range(ctx, item, temp, *index, *count),
+        Task::Hardlink { src, dst } => crate::tasks::hard_links::hardlink(ctx, src, dst.as_ref()),
         Task::DirMeta { dir } => dir_meta(ctx, dir),
-        Task::DeleteExtras { dir } => crate::task_defer::delete_extras(ctx, dir),
+        Task::DeleteExtras { dir } => crate::tasks::deferred_deletes::delete_extras(ctx, dir),
         Task::Verify {
             paths,
             by,
@@ -207,7 +207,7 @@ pub(crate) fn set_dir_props(
     // were written since it was listed, which moved its times), without
     // listing it again: that would stat every entry for nothing.
     let own = |r: &crate::LocalReplica, source| {
-        let opts = crate::task_scan::options(ctx, source);
+        let opts = crate::tasks::scan_dir::options(ctx, source);
         accord_fsys::dir_entry(r.root(), dir, &ctx.ignore.rules, &opts).0
     };
     let (s_me, d_me) = match known {

@@ -1,0 +1,116 @@
+//! The one-way mirror: make a destination equal a source. [`run::mirror`]
+//! walks both trees a directory pair at a time (`walk.rs`), plans each pair
+//! with `accord_plan`'s mirror planner and carries the plan out
+//! (`exec.rs`, `transfer.rs`; `transfer_local.rs` when both roots are on
+//! this host); `dry_run.rs` is the destination of `-n`.
+
+pub(crate) mod dry_run;
+pub(crate) mod error;
+pub(crate) mod exec;
+pub(crate) mod run;
+pub(crate) mod transfer;
+pub(crate) mod transfer_local;
+pub(crate) mod walk;
+
+use crate::{Change, MirrorOptions, MirrorPlan, Reflink, Refusal, XattrFilter};
+use accord_model::RelPath;
+use error::{Failure, Fatal};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// Everything a mirror run is told.
+#[derive(Clone, Debug)]
+pub struct MirrorConfig {
+    pub plan: MirrorOptions,
+    pub xattrs: XattrFilter,
+    /// `--exclude` patterns and `--exclude-from` lines (gitignore syntax).
+    pub excludes: Vec<String>,
+    /// Read `.accordignore` files in the source.
+    pub ignore_files: bool,
+    pub reflink: Reflink,
+    pub fsync: bool,
+    pub dry_run: bool,
+    /// Worker threads (0: twice the cores, at least 4).
+    pub jobs: usize,
+    /// Where the replicas keep their state: the deletion guard's memory of
+    /// the source root and the memos (None: nowhere).
+    pub state_dir: Option<PathBuf>,
+}
+
+impl Default for MirrorConfig {
+    fn default() -> Self {
+        MirrorConfig {
+            plan: MirrorOptions::default(),
+            xattrs: XattrFilter {
+                xattrs: true,
+                acls: true,
+                user_only: false,
+            },
+            excludes: Vec::new(),
+            ignore_files: true,
+            reflink: Reflink::Auto,
+            fsync: true,
+            dry_run: false,
+            jobs: 0,
+            state_dir: None,
+        }
+    }
+}
+
+/// Live counters for a progress display (read from another thread). They
+/// count regular files whose contents are written, as `Report` does.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub planned: AtomicBool,
+    pub files_total: AtomicU64,
+    pub bytes_total: AtomicU64,
+    pub files_done: AtomicU64,
+    pub bytes_done: AtomicU64,
+}
+
+/// What a run did. Every count is of the same things in the plan's summary,
+/// the progress display and these totals (see the README).
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The plan (always set once planning succeeded).
+    pub plan: Option<MirrorPlan>,
+    /// The deletion guard stopped the run before any change.
+    pub refusal: Option<Refusal>,
+    /// The run stopped (disk full, root unusable, ...).
+    pub fatal: Option<Fatal>,
+    /// Paths that failed; the run went on without them.
+    pub errors: Vec<Failure>,
+    /// Changes made, in path order, for `--itemize`.
+    pub changes: Vec<(Change, RelPath)>,
+    /// Regular files in the source, and their bytes.
+    pub files_total: u64,
+    pub bytes_total: u64,
+    /// Regular files whose contents were written (whole, delta or in place).
+    pub files_transferred: u64,
+    /// Symlinks, fifos, sockets and device nodes made.
+    pub others_created: u64,
+    /// Hard links made.
+    pub links_created: u64,
+    /// Directories made.
+    pub dirs_created: u64,
+    /// Entries whose properties alone were changed.
+    pub metadata_updated: u64,
+    /// Entries deleted from the destination (directories included).
+    pub files_deleted: u64,
+    pub bytes_written: u64,
+    pub literal_bytes: u64,
+    pub matched_bytes: u64,
+    /// Deletions were suspended because a source directory could not be read.
+    pub deletions_suspended: bool,
+    pub elapsed_s: f64,
+    /// Seconds spent scanning both sides, planning, and carrying out the plan.
+    pub scan_s: f64,
+    pub plan_s: f64,
+    pub execute_s: f64,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.fatal.is_none() && self.refusal.is_none() && self.errors.is_empty()
+    }
+}
