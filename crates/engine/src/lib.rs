@@ -15,6 +15,7 @@
 //! arguments or prints: it returns reports.
 
 mod mirror;
+mod progress;
 mod sync;
 pub mod tasks;
 
@@ -35,7 +36,8 @@ pub use accord_replica::{
 pub use mirror::dry_run::DryRun;
 pub use mirror::error::{Failure, Fatal};
 pub use mirror::run::{mirror, mirror_replicas, open_local_root};
-pub use mirror::{MirrorConfig, Progress, Report};
+pub use mirror::{MirrorConfig, Report};
+pub use progress::Progress;
 pub use sync::merge_program::{MergeFailure, MergeProgram};
 pub use sync::propagate::MergeNow;
 pub use sync::{

@@ -149,7 +149,10 @@ fn the_checker_sees_a_forbidden_import() {
     // The rules above pass only if the checker can fail: a mirror file
     // that imports the sync job, inline or grouped, is caught.
     let planted = [
-        ("mirror/x.rs".to_string(), "use crate::sync::scan;".to_string()),
+        (
+            "mirror/x.rs".to_string(),
+            "use crate::sync::scan;".to_string(),
+        ),
         (
             "sync/y.rs".to_string(),
             "let r = crate::mirror::run::mirror(a);".to_string(),

@@ -1,9 +1,10 @@
 //! Carrying out a mirror plan over two replicas, phase by phase; inside a
 //! phase every item is an independent task on the rayon pool.
 
-use super::{MirrorConfig, Progress};
+use super::MirrorConfig;
 use crate::mirror::error::{Failure, Fatal};
 use crate::mirror::transfer::{self, Xfer};
+use crate::Progress;
 use accord_fsys::PropsMask;
 use accord_model::{Kind, RelPath};
 use accord_plan::{Change, Item, MirrorPlan, Op};

@@ -16,7 +16,6 @@ use crate::{Change, MirrorOptions, MirrorPlan, Reflink, Refusal, XattrFilter};
 use accord_model::RelPath;
 use error::{Failure, Fatal};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Everything a mirror run is told.
 #[derive(Clone, Debug)]
@@ -55,17 +54,6 @@ impl Default for MirrorConfig {
             state_dir: None,
         }
     }
-}
-
-/// Live counters for a progress display (read from another thread). They
-/// count regular files whose contents are written, as `Report` does.
-#[derive(Debug, Default)]
-pub struct Progress {
-    pub planned: AtomicBool,
-    pub files_total: AtomicU64,
-    pub bytes_total: AtomicU64,
-    pub files_done: AtomicU64,
-    pub bytes_done: AtomicU64,
 }
 
 /// What a run did. Every count is of the same things in the plan's summary,

@@ -3,11 +3,12 @@
 //! what the scans found (half-finished in-place updates, exclusions,
 //! checksums), find the facts the plan depends on, plan, carry it out.
 
-use super::{MirrorConfig, Progress, Report};
+use super::{MirrorConfig, Report};
 use crate::mirror::dry_run::DryRun;
 use crate::mirror::error::{Failure, Fatal};
 use crate::mirror::exec::{run_plan, Exec};
 use crate::mirror::walk::{walk_replicas, Found, Walk};
+use crate::Progress;
 use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
 use accord_model::RelPath;
 use accord_plan::{Facts, MirrorPlan, Refusal};

@@ -2,7 +2,7 @@
 //! its original or its final contents at every moment. New contents go to
 //! a temp file in the target directory through the seam
 //! (`ReplicaDir::receive`), fingerprinted as they pass and compared with
-//! what update detection saw (`sync_transfer.rs`: a chunk's files at once,
+//! what update detection saw (`transfer.rs`: a chunk's files at once,
 //! its sources read ahead), made durable, and renamed over the target by
 //! `ReplicaDir::commit`, which re-checks first that the target is still
 //! what detection saw (else the path fails with "changed during sync" and
@@ -19,7 +19,7 @@
 //! and before its source's directories are deleted; the replica re-checks
 //! its source and never replaces anything at its target.
 //! Copies made as hard links to another name of their group
-//! (`sync_links.rs`) come after all files, before the directories'
+//! (`links.rs`) come after all files, before the directories'
 //! properties. Whole files only for now: no delta against the other side's
 //! old version yet.
 
@@ -37,11 +37,13 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 mod backup;
+mod commit;
 mod keep;
 pub(crate) mod keep_name;
 mod links;
 mod merge;
 mod premerge;
+mod renames;
 pub(crate) mod transfer;
 
 pub(crate) use backup::in_backup_dir;
@@ -68,7 +70,7 @@ struct Done {
     action: Action,
     records: [Record; 2],
     /// A rename's source, the leader a copy was linked to
-    /// (`sync_links.rs`), or for `KeepBoth` where the loser was kept.
+    /// (`links.rs`), or for `KeepBoth` where the loser was kept.
     from: Option<RelPath>,
 }
 
@@ -104,7 +106,7 @@ struct Propagation<'a> {
     /// The sources of renames that failed: their directories stay.
     unmoved: Vec<(Side, RelPath)>,
     /// Hard links' leaders copied by this run, and what their copies put
-    /// there (`sync_links.rs`).
+    /// there (`links.rs`).
     leaders: links::Leaders,
     progress: Option<&'a crate::Progress>,
 }
@@ -445,95 +447,8 @@ impl<'a> Propagation<'a> {
 
     // ---- renames ----
 
-    /// Start renaming on `on` what it holds at the item's source to the
-    /// item's path (a directory with its subtree: the items `beneath`).
-    /// The replica re-checks the source and the absence of the target.
-    fn start_rename(&mut self, item: &'a SyncItem, on: Side, beneath: &'a [SyncItem]) {
-        let moved = item.moved.as_ref().expect("a rename has a source");
-        let (parent, name) = split(&item.path);
-        match self.dir(on, &parent, accord_replica::Action::Rename) {
-            Ok(dir) => {
-                let pending =
-                    dir.start_rename_from(name, &moved.from, &Expect::entry(&moved.entry));
-                self.renames.push((item, beneath, pending));
-            }
-            Err(error) => {
-                self.unmoved.push((on, moved.from.clone()));
-                self.fail(&item.path, error);
-            }
-        }
-    }
-
-    fn settle_renames(&mut self) {
-        for (item, beneath, pending) in std::mem::take(&mut self.renames) {
-            let Action::Rename { on } = item.action else {
-                unreachable!("only renames are started as renames")
-            };
-            let moved = item.moved.as_ref().expect("a rename has a source");
-            match pending.wait() {
-                Ok(()) => self.renamed(item, on, beneath),
-                Err(error) => {
-                    self.unmoved.push((on, moved.from.clone()));
-                    self.fail(&item.path, error.into());
-                }
-            }
-        }
-    }
-
-    /// Record a rename that succeeded: its source is gone from both
-    /// archives, and every moved path is recorded where it is now.
-    fn renamed(&mut self, item: &SyncItem, on: Side, beneath: &[SyncItem]) {
-        let from = item
-            .moved
-            .as_ref()
-            .expect("a rename has a source")
-            .from
-            .clone();
-        self.done.push(Done {
-            path: from.clone(),
-            action: Action::Nothing,
-            records: [Record::Remove(from.clone()), Record::Remove(from.clone())],
-            from: None,
-        });
-        // The renamed entry's own ctime moved with the rename; those
-        // beneath it did not.
-        let top = self.moved_done(item, on, UNKNOWN_CTIME, Some(from));
-        self.done.push(top);
-        for below in beneath {
-            let source = &below.moved.as_ref().expect("moved with its directory").from;
-            let ctime = self.scanned.ctimes_of(source)[index(on)];
-            let done = self.moved_done(below, on, ctime, None);
-            self.done.push(done);
-        }
-    }
-
-    /// The records of a moved path: what `on` moved there, and the other
-    /// side's entry as scanned.
-    fn moved_done(
-        &self,
-        item: &SyncItem,
-        on: Side,
-        ctime: accord_model::Time,
-        from: Option<RelPath>,
-    ) -> Done {
-        let mut entry = item.moved.as_ref().expect("a moved path").entry.clone();
-        entry.path = item.path.clone();
-        let mut records = [
-            Record::Remove(item.path.clone()),
-            Record::Remove(item.path.clone()),
-        ];
-        records[index(on)] = Record::Put(Observed { entry, ctime });
-        records[index(on.other())] = self.as_scanned(item, on.other());
-        Done {
-            path: item.path.clone(),
-            action: item.action,
-            records,
-            from,
-        }
-    }
-
     /// A regular file whose contents go to the other side: received with
-    /// its chunk (`sync_transfer.rs`). Its temp takes the source's synced
+    /// its chunk (`transfer.rs`). Its temp takes the source's synced
     /// properties, or for `CopyContentsAndPropsBack` the target's own mode.
     fn file_copy(&self, item: &'a SyncItem) -> Option<FileCopy<'a>> {
         let (from, to, keep_mode) = match item.action {
@@ -774,262 +689,9 @@ impl<'a> Propagation<'a> {
         });
     }
 
-    /// Make the chunk's temps durable, then rename each over its target
-    /// after its re-check (`flush` makes the renames durable before any is
-    /// recorded). The renames are all started before any is waited for,
-    /// then the stats of the committed names, so a remote side answers
-    /// each in one round trip.
-    fn commit_chunk(&mut self, staged: Vec<Staged<'a>>) {
-        if staged.is_empty() {
-            return;
-        }
-        // Backups are made durable with the temps, before any overwrite.
-        let staged = self.back_up_staged(staged);
-        self.flush_replicas();
-        let started: Vec<_> = staged
-            .into_iter()
-            .map(|one| {
-                let commit = self.start_commit(&one);
-                (one, commit)
-            })
-            .collect();
-        let mut committed = Vec::new();
-        for (one, commit) in started {
-            match commit.and_then(|pending| Ok(pending.wait()?)) {
-                Ok(()) => committed.push(one),
-                Err(error) => {
-                    self.discard(&one);
-                    self.fail(&one.item.path, error);
-                }
-            }
-        }
-        let stats: Vec<_> = committed.iter().map(|one| self.start_stat(one)).collect();
-        for (one, found) in committed.into_iter().zip(stats) {
-            let found = found.wait().ok().flatten();
-            self.leaders.written(one.to, &one.item.path, found);
-            let recorded = changed_entry(&one.taken, found, self.cfg);
-            self.after_commit(&one, recorded);
-        }
-    }
-
-    /// Start renaming a staged temp over its target. A directory that the
-    /// new entry replaces (its entries were deleted before) goes first.
-    fn start_commit(
-        &self,
-        staged: &Staged,
-    ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
-        let (parent, name) = split(&staged.item.path);
-        let dir = self.dir(staged.to, &parent, accord_replica::Action::Replace)?;
-        match staged.item.entry(staged.to) {
-            Some(old) if old.kind == Kind::Dir => match dir.delete(name, &Expect::entry(old))? {
-                Deleted::Done | Deleted::Gone => {
-                    Ok(dir.start_commit(&staged.temp, name, &Expect::Absent))
-                }
-                Deleted::NotEmpty => Err(SyncError::DirectoryNotEmpty),
-            },
-            old => Ok(dir.start_commit(&staged.temp, name, &Expect::of(old))),
-        }
-    }
-
-    fn start_stat(&self, staged: &Staged) -> Pending<std::io::Result<Option<Found>>> {
-        self.start_stat_at(staged.to, &staged.item.path)
-    }
-
-    fn discard(&self, staged: &Staged) {
-        let (parent, _) = split(&staged.item.path);
-        if let Ok(dir) = self.replicas[index(staged.to)].open_dir(&parent) {
-            dir.discard(&staged.temp);
-        }
-    }
-
-    fn flush_replicas(&mut self) {
-        if !self.cfg.fsync {
-            return;
-        }
-        for replica in self.replicas {
-            if let Err(e) = replica.sync_all() {
-                // Nothing may be recorded that might not survive a crash.
-                let error = crate::Error::Io {
-                    action: accord_replica::Action::Flush,
-                    source: e,
-                };
-                self.fail(&RelPath::root(), SyncError::Replica(error));
-                self.done.clear();
-            }
-        }
-    }
-
-    fn after_commit(&mut self, staged: &Staged, recorded: Observed) {
-        let item = staged.item;
-        let from = staged.to.other();
-        let Some(props_back) = &staged.props_back else {
-            self.done_with(item, from, staged.to, recorded);
-            return;
-        };
-        // The side the contents came from takes the other's permissions.
-        let source = item.entry(from).expect("contents came from an entry");
-        let (parent, name) = split(&item.path);
-        let filter = accord_replica::side::xattr_filter(&self.cfg.synced_props());
-        let mask = PropsMask {
-            perms: true,
-            owner: self.cfg.owner,
-            times: false,
-            xattrs: props_back.xattrs.is_some().then_some(filter),
-        };
-        let set_back = self.replicas[index(from)]
-            .open_dir(&parent)
-            .map_err(crate::Error::io(accord_replica::Action::SetProps))
-            .and_then(|dir| {
-                dir.set_props(name, &Expect::entry(source), Kind::File, props_back, mask)
-            });
-        match set_back {
-            Ok(()) => {
-                let taken = Entry {
-                    props: Props {
-                        mode: props_back.mode,
-                        uid: props_back.uid,
-                        gid: props_back.gid,
-                        xattrs: props_back.xattrs.clone(),
-                        ..source.props.clone()
-                    },
-                    ..source.clone()
-                };
-                let back = changed_entry(&taken, self.stat(from, &item.path), self.cfg);
-                let mut records = [Record::Put(recorded), Record::Put(back)];
-                if from == Side::A {
-                    records.swap(0, 1);
-                }
-                self.done.push(Done {
-                    path: item.path.clone(),
-                    action: item.action,
-                    records,
-                    from: None,
-                });
-            }
-            Err(e) => self.fail(&item.path, SyncError::Replica(e)),
-        }
-    }
-
     // ---- directories' properties, deepest first ----
 
-    fn directory_props(&mut self, items: &'a [SyncItem]) {
-        let started: Vec<_> = items
-            .iter()
-            .rev()
-            .filter_map(|item| {
-                let (from, to) = self.directory_props_of(item)?;
-                Some((item, from, to, self.start_directory_props(item, from, to)))
-            })
-            .collect();
-        let mut set = Vec::new();
-        for (item, from, to, pending) in started {
-            match pending.and_then(|p| Ok(p.wait()?)) {
-                Ok(()) => set.push((item, from, to)),
-                Err(error) => self.fail(&item.path, error),
-            }
-        }
-        let stats: Vec<_> = set
-            .iter()
-            .map(|(item, _, to)| self.start_stat_at(*to, &item.path))
-            .collect();
-        for ((item, from, to), found) in set.into_iter().zip(stats) {
-            let source = item.entry(from).expect("a directory to copy");
-            let recorded = changed_entry(source, found.wait().ok().flatten(), self.cfg);
-            self.done_with(item, from, to, recorded);
-        }
-    }
-
-    /// The sides of a directory whose properties go across, if `item` is one.
-    fn directory_props_of(&self, item: &SyncItem) -> Option<(Side, Side)> {
-        let (from, to) = match item.action {
-            Action::Copy { from, to } | Action::CopyProps { from, to }
-                if is_dir(item.entry(from)) =>
-            {
-                (from, to)
-            }
-            _ => return None,
-        };
-        if matches!(item.action, Action::CopyProps { .. }) && !is_dir(item.entry(to)) {
-            return None;
-        }
-        (!self.failed_paths.contains(&item.path)).then_some((from, to))
-    }
-
-    fn start_directory_props(
-        &self,
-        item: &SyncItem,
-        from: Side,
-        to: Side,
-    ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
-        let source = item.entry(from).expect("a directory to copy");
-        let dir = self.dir(to, &item.path, accord_replica::Action::SetProps)?;
-        // A directory this run made has no scanned entry to expect.
-        let expect = match item.entry(to) {
-            Some(old) if old.kind == Kind::Dir => Expect::entry(old),
-            _ => Expect::Made(Kind::Dir),
-        };
-        let (props, mask) = synced_props(source, self.cfg);
-        Ok(dir.start_set_own_props(&expect, &props, mask))
-    }
-
     // ---- the archives ----
-
-    /// Record every finished path in both archives (A's transaction, then
-    /// B's). A crash between the two leaves one side recording the new
-    /// state and the other the old: the next run sees the path changed on
-    /// one side to what the other holds, and agrees.
-    fn flush(&mut self, archives: &mut [Box<dyn SideSession + '_>; 2], report: &mut SyncReport) {
-        if self.done.is_empty() {
-            return;
-        }
-        // Nothing is recorded that a crash could still take back.
-        self.flush_replicas();
-        let done = std::mem::take(&mut self.done);
-        for (side, archive) in archives.iter_mut().enumerate() {
-            let mut records: Vec<Record> =
-                done.iter().map(|one| one.records[side].clone()).collect();
-            if let Some(case) = &self.scanned.case {
-                // Each side's archive keeps its own spelling of a path.
-                records = case.respell(side, records);
-            }
-            if let Err(e) = archive.record(&records) {
-                let path = done[0].path.clone();
-                self.fail(&path, SyncError::Archive(e.to_string()));
-                return;
-            }
-        }
-        for one in done {
-            match one.action {
-                Action::Agree => report.agreed += 1,
-                // A rename's source, and what moved with a directory: the
-                // rename itself is the change reported.
-                Action::Nothing | Action::MovedWith { .. } => {}
-                action @ Action::KeepBoth { .. } => report.propagated.push(Propagated {
-                    path: one.path,
-                    action,
-                    from: None,
-                    linked_to: None,
-                    kept_as: one.from,
-                    merged: false,
-                }),
-                action => {
-                    let (from, linked_to) = match action {
-                        Action::Rename { .. } => (one.from, None),
-                        _ => (None, one.from),
-                    };
-                    report.propagated.push(Propagated {
-                        path: one.path,
-                        action,
-                        from,
-                        linked_to,
-                        kept_as: None,
-                        // A conflict is carried out only by a merge.
-                        merged: matches!(action, Action::Conflict(_)),
-                    })
-                }
-            }
-        }
-    }
 }
 
 /// The items that follow a renamed directory at `top` and move with it.

@@ -1,0 +1,265 @@
+//! The end of each chunk and of the run: staged temps committed over their
+//! targets (re-checked first), both replicas flushed, what succeeded on
+//! both sides recorded in both archives; directories' properties set
+//! deepest first once their contents are in place.
+
+use super::*;
+
+impl<'a> Propagation<'a> {
+    /// Make the chunk's temps durable, then rename each over its target
+    /// after its re-check (`flush` makes the renames durable before any is
+    /// recorded). The renames are all started before any is waited for,
+    /// then the stats of the committed names, so a remote side answers
+    /// each in one round trip.
+    pub(super) fn commit_chunk(&mut self, staged: Vec<Staged<'a>>) {
+        if staged.is_empty() {
+            return;
+        }
+        // Backups are made durable with the temps, before any overwrite.
+        let staged = self.back_up_staged(staged);
+        self.flush_replicas();
+        let started: Vec<_> = staged
+            .into_iter()
+            .map(|one| {
+                let commit = self.start_commit(&one);
+                (one, commit)
+            })
+            .collect();
+        let mut committed = Vec::new();
+        for (one, commit) in started {
+            match commit.and_then(|pending| Ok(pending.wait()?)) {
+                Ok(()) => committed.push(one),
+                Err(error) => {
+                    self.discard(&one);
+                    self.fail(&one.item.path, error);
+                }
+            }
+        }
+        let stats: Vec<_> = committed.iter().map(|one| self.start_stat(one)).collect();
+        for (one, found) in committed.into_iter().zip(stats) {
+            let found = found.wait().ok().flatten();
+            self.leaders.written(one.to, &one.item.path, found);
+            let recorded = changed_entry(&one.taken, found, self.cfg);
+            self.after_commit(&one, recorded);
+        }
+    }
+
+    /// Start renaming a staged temp over its target. A directory that the
+    /// new entry replaces (its entries were deleted before) goes first.
+    pub(super) fn start_commit(
+        &self,
+        staged: &Staged,
+    ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
+        let (parent, name) = split(&staged.item.path);
+        let dir = self.dir(staged.to, &parent, accord_replica::Action::Replace)?;
+        match staged.item.entry(staged.to) {
+            Some(old) if old.kind == Kind::Dir => match dir.delete(name, &Expect::entry(old))? {
+                Deleted::Done | Deleted::Gone => {
+                    Ok(dir.start_commit(&staged.temp, name, &Expect::Absent))
+                }
+                Deleted::NotEmpty => Err(SyncError::DirectoryNotEmpty),
+            },
+            old => Ok(dir.start_commit(&staged.temp, name, &Expect::of(old))),
+        }
+    }
+
+    pub(super) fn start_stat(&self, staged: &Staged) -> Pending<std::io::Result<Option<Found>>> {
+        self.start_stat_at(staged.to, &staged.item.path)
+    }
+
+    pub(super) fn discard(&self, staged: &Staged) {
+        let (parent, _) = split(&staged.item.path);
+        if let Ok(dir) = self.replicas[index(staged.to)].open_dir(&parent) {
+            dir.discard(&staged.temp);
+        }
+    }
+
+    pub(super) fn flush_replicas(&mut self) {
+        if !self.cfg.fsync {
+            return;
+        }
+        for replica in self.replicas {
+            if let Err(e) = replica.sync_all() {
+                // Nothing may be recorded that might not survive a crash.
+                let error = crate::Error::Io {
+                    action: accord_replica::Action::Flush,
+                    source: e,
+                };
+                self.fail(&RelPath::root(), SyncError::Replica(error));
+                self.done.clear();
+            }
+        }
+    }
+
+    pub(super) fn after_commit(&mut self, staged: &Staged, recorded: Observed) {
+        let item = staged.item;
+        let from = staged.to.other();
+        let Some(props_back) = &staged.props_back else {
+            self.done_with(item, from, staged.to, recorded);
+            return;
+        };
+        // The side the contents came from takes the other's permissions.
+        let source = item.entry(from).expect("contents came from an entry");
+        let (parent, name) = split(&item.path);
+        let filter = accord_replica::side::xattr_filter(&self.cfg.synced_props());
+        let mask = PropsMask {
+            perms: true,
+            owner: self.cfg.owner,
+            times: false,
+            xattrs: props_back.xattrs.is_some().then_some(filter),
+        };
+        let set_back = self.replicas[index(from)]
+            .open_dir(&parent)
+            .map_err(crate::Error::io(accord_replica::Action::SetProps))
+            .and_then(|dir| {
+                dir.set_props(name, &Expect::entry(source), Kind::File, props_back, mask)
+            });
+        match set_back {
+            Ok(()) => {
+                let taken = Entry {
+                    props: Props {
+                        mode: props_back.mode,
+                        uid: props_back.uid,
+                        gid: props_back.gid,
+                        xattrs: props_back.xattrs.clone(),
+                        ..source.props.clone()
+                    },
+                    ..source.clone()
+                };
+                let back = changed_entry(&taken, self.stat(from, &item.path), self.cfg);
+                let mut records = [Record::Put(recorded), Record::Put(back)];
+                if from == Side::A {
+                    records.swap(0, 1);
+                }
+                self.done.push(Done {
+                    path: item.path.clone(),
+                    action: item.action,
+                    records,
+                    from: None,
+                });
+            }
+            Err(e) => self.fail(&item.path, SyncError::Replica(e)),
+        }
+    }
+
+    pub(super) fn directory_props(&mut self, items: &'a [SyncItem]) {
+        let started: Vec<_> = items
+            .iter()
+            .rev()
+            .filter_map(|item| {
+                let (from, to) = self.directory_props_of(item)?;
+                Some((item, from, to, self.start_directory_props(item, from, to)))
+            })
+            .collect();
+        let mut set = Vec::new();
+        for (item, from, to, pending) in started {
+            match pending.and_then(|p| Ok(p.wait()?)) {
+                Ok(()) => set.push((item, from, to)),
+                Err(error) => self.fail(&item.path, error),
+            }
+        }
+        let stats: Vec<_> = set
+            .iter()
+            .map(|(item, _, to)| self.start_stat_at(*to, &item.path))
+            .collect();
+        for ((item, from, to), found) in set.into_iter().zip(stats) {
+            let source = item.entry(from).expect("a directory to copy");
+            let recorded = changed_entry(source, found.wait().ok().flatten(), self.cfg);
+            self.done_with(item, from, to, recorded);
+        }
+    }
+
+    /// The sides of a directory whose properties go across, if `item` is one.
+    pub(super) fn directory_props_of(&self, item: &SyncItem) -> Option<(Side, Side)> {
+        let (from, to) = match item.action {
+            Action::Copy { from, to } | Action::CopyProps { from, to }
+                if is_dir(item.entry(from)) =>
+            {
+                (from, to)
+            }
+            _ => return None,
+        };
+        if matches!(item.action, Action::CopyProps { .. }) && !is_dir(item.entry(to)) {
+            return None;
+        }
+        (!self.failed_paths.contains(&item.path)).then_some((from, to))
+    }
+
+    pub(super) fn start_directory_props(
+        &self,
+        item: &SyncItem,
+        from: Side,
+        to: Side,
+    ) -> Result<Pending<Result<(), crate::Error>>, SyncError> {
+        let source = item.entry(from).expect("a directory to copy");
+        let dir = self.dir(to, &item.path, accord_replica::Action::SetProps)?;
+        // A directory this run made has no scanned entry to expect.
+        let expect = match item.entry(to) {
+            Some(old) if old.kind == Kind::Dir => Expect::entry(old),
+            _ => Expect::Made(Kind::Dir),
+        };
+        let (props, mask) = synced_props(source, self.cfg);
+        Ok(dir.start_set_own_props(&expect, &props, mask))
+    }
+
+    /// Record every finished path in both archives (A's transaction, then
+    /// B's). A crash between the two leaves one side recording the new
+    /// state and the other the old: the next run sees the path changed on
+    /// one side to what the other holds, and agrees.
+    pub(super) fn flush(
+        &mut self,
+        archives: &mut [Box<dyn SideSession + '_>; 2],
+        report: &mut SyncReport,
+    ) {
+        if self.done.is_empty() {
+            return;
+        }
+        // Nothing is recorded that a crash could still take back.
+        self.flush_replicas();
+        let done = std::mem::take(&mut self.done);
+        for (side, archive) in archives.iter_mut().enumerate() {
+            let mut records: Vec<Record> =
+                done.iter().map(|one| one.records[side].clone()).collect();
+            if let Some(case) = &self.scanned.case {
+                // Each side's archive keeps its own spelling of a path.
+                records = case.respell(side, records);
+            }
+            if let Err(e) = archive.record(&records) {
+                let path = done[0].path.clone();
+                self.fail(&path, SyncError::Archive(e.to_string()));
+                return;
+            }
+        }
+        for one in done {
+            match one.action {
+                Action::Agree => report.agreed += 1,
+                // A rename's source, and what moved with a directory: the
+                // rename itself is the change reported.
+                Action::Nothing | Action::MovedWith { .. } => {}
+                action @ Action::KeepBoth { .. } => report.propagated.push(Propagated {
+                    path: one.path,
+                    action,
+                    from: None,
+                    linked_to: None,
+                    kept_as: one.from,
+                    merged: false,
+                }),
+                action => {
+                    let (from, linked_to) = match action {
+                        Action::Rename { .. } => (one.from, None),
+                        _ => (None, one.from),
+                    };
+                    report.propagated.push(Propagated {
+                        path: one.path,
+                        action,
+                        from,
+                        linked_to,
+                        kept_as: None,
+                        // A conflict is carried out only by a merge.
+                        merged: matches!(action, Action::Conflict(_)),
+                    })
+                }
+            }
+        }
+    }
+}
