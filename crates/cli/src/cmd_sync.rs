@@ -448,12 +448,14 @@ fn sync_remote(
     (report, Some(remote.wire_bytes()))
 }
 
-/// A test hook (no user feature): with `ACCORD_TEST_SYNC_PAUSE=FILE`, a
+/// A test hook, built only with the `test-hooks` feature (no user
+/// feature): with `ACCORD_TEST_SYNC_PAUSE=FILE`, a
 /// run that has made its plan creates FILE and waits (up to a minute) for
 /// it to be removed before it changes anything, so a test can change a
 /// file between update detection and propagation
 /// (`ACCORD_TEST_SYNC_PAUSE_LINKS`: the same once the files are in place,
 /// before the hard links are made).
+#[cfg(feature = "test-hooks")]
 fn test_pause_hook(variable: &str) -> Option<impl Fn() + Sync> {
     let file = std::env::var_os(variable).map(PathBuf::from)?;
     Some(move || {
@@ -465,6 +467,11 @@ fn test_pause_hook(variable: &str) -> Option<impl Fn() + Sync> {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     })
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn test_pause_hook(_variable: &str) -> Option<fn()> {
+    None
 }
 
 fn exit_code(report: &SyncReport) -> i32 {

@@ -12,7 +12,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A test hook (no user feature): with `ACCORD_TEST_WATCH_LIMIT=1` in the
+/// A test hook, built only with the `test-hooks` feature (no user
+/// feature): with `ACCORD_TEST_WATCH_LIMIT=1` in the
 /// environment of the process that watches, every attempt to watch fails
 /// as if the kernel's inotify watch limit had been reached (ENOSPC), so a
 /// test can see the fallback without lowering
@@ -139,6 +140,7 @@ pub fn watch_tree(
     own: OwnFiles,
     on_seen: impl Fn(Seen) + Send + 'static,
 ) -> Result<TreeWatch, WatchFailure> {
+    #[cfg(feature = "test-hooks")]
     if std::env::var_os(TEST_WATCH_LIMIT).is_some_and(|v| v == "1") {
         return Err(WatchFailure::Limit);
     }
