@@ -30,7 +30,7 @@ pub use accord_plan::{
 };
 pub use accord_replica::{
     local_identity, Action, ArchiveRecord, Deleted, Error, Incoming, LocalOptions, LocalReplica,
-    LocalSide, Pending, PendingTemp, Replica, ReplicaDir, Side, SideChange, SideFailure,
+    LocalSide, Pending, PendingTemp, Replica, ReplicaDir, Side, SideCause, SideChange, SideFailure,
     SideOptions, SideScan, SideSession, SyncRules,
 };
 pub use mirror::dry_run::DryRun;

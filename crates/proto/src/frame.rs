@@ -69,25 +69,12 @@ pub struct Frame {
 }
 
 /// Why reading a frame failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    Io(io::Error),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
     Proto(ProtoError),
-}
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::Io(e) => write!(f, "{e}"),
-            FrameError::Proto(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl From<io::Error> for FrameError {
-    fn from(e: io::Error) -> Self {
-        FrameError::Io(e)
-    }
 }
 
 /// Decode a frame header: (payload length, stream, kind).

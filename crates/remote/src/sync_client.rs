@@ -55,10 +55,9 @@ fn too_old_for(rules: &SyncRules) -> Result<(), SideFailure> {
     if rules.excludes.is_empty() {
         return Ok(());
     }
-    Err(SideFailure::Failed(
+    Err(SideFailure::said(
         "its accord server is too old to apply --exclude to a sync; upgrade accord there, \
-         or sync without --exclude"
-            .into(),
+         or sync without --exclude",
     ))
 }
 
@@ -69,10 +68,9 @@ fn too_old_to_follow(rules: &SyncRules, server_follows: bool) -> Result<(), Side
     if rules.follow.is_empty() || server_follows {
         return Ok(());
     }
-    Err(SideFailure::Failed(
+    Err(SideFailure::said(
         "its accord server is too old to follow links for --follow; upgrade accord there, \
-         or sync without --follow"
-            .into(),
+         or sync without --follow",
     ))
 }
 
@@ -90,13 +88,13 @@ fn call<T>(
         body.as_mut().map(|b| b as &mut dyn std::io::Read),
     )
     .and_then(|r| r.whole())
-    .map_err(|e| SideFailure::Failed(call_failure(e)))?;
+    .map_err(|e| SideFailure::said(call_failure(e)))?;
     match get_outcome(&reply, get) {
         Ok(outcome) => outcome,
         Err(e) => {
             let why = format!("a {} reply that does not decode: {e}", req.name());
             conn.close(&why);
-            Err(SideFailure::Failed(why))
+            Err(SideFailure::said(why))
         }
     }
 }

@@ -99,9 +99,8 @@ impl<'a> SyncServer<'a> {
     /// replacing one this session opened before.
     fn open(&self, other: &[u8]) -> Result<bool, SideFailure> {
         let Some(dir) = &self.archive_dir else {
-            return Err(SideFailure::Failed(
+            return Err(SideFailure::said(
                 "the server has no directory for archives (no HOME, XDG_DATA_HOME or ACCORD_STATE_DIR)"
-                    .into(),
             ));
         };
         let mut slot = self.side.lock().unwrap();
@@ -142,9 +141,7 @@ impl<'a> SyncServer<'a> {
     ) -> Result<T, SideFailure> {
         match self.side.lock().unwrap().as_mut() {
             Some(side) => f(side),
-            None => Err(SideFailure::Failed(
-                "no archive is open in this session".into(),
-            )),
+            None => Err(SideFailure::said("no archive is open in this session")),
         }
     }
 }

@@ -10,7 +10,7 @@ use accord_plan::{DetectOptions, SideCounts, SyncedProps};
 use accord_proto::codec::{get_entry, get_failures, get_path, get_time, put_entry, put_time};
 use accord_proto::codec::{put_failures, put_path};
 use accord_proto::{Dec, Enc, ProtoError};
-use accord_replica::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan};
+use accord_replica::{ArchiveRecord, SideCause, SideChange, SideFailure, SideOptions, SideScan};
 
 /// Most changes, paths or records in one message (each takes bytes too,
 /// which bound them further).
@@ -123,14 +123,14 @@ pub fn put_outcome<T>(
                 None => e.u8(0),
             };
         }
-        Err(SideFailure::Damaged(m)) => {
-            e.u8(2).str(cut(m));
+        Err(SideFailure::Damaged(cause)) => {
+            e.u8(2).str(cut(&cause.to_string()));
         }
-        Err(SideFailure::Unreadable(m)) => {
-            e.u8(3).str(cut(m));
+        Err(SideFailure::Unreadable(cause)) => {
+            e.u8(3).str(cut(&cause.to_string()));
         }
-        Err(SideFailure::Failed(m)) => {
-            e.u8(4).str(cut(m));
+        Err(SideFailure::Failed(cause)) => {
+            e.u8(4).str(cut(&cause.to_string()));
         }
     }
 }
@@ -161,9 +161,9 @@ pub fn get_outcome<T>(
             };
             Err(SideFailure::Locked { holder })
         }
-        2 => Err(SideFailure::Damaged(message(&mut d)?)),
-        3 => Err(SideFailure::Unreadable(message(&mut d)?)),
-        4 => Err(SideFailure::Failed(message(&mut d)?)),
+        2 => Err(SideFailure::Damaged(SideCause::Said(message(&mut d)?))),
+        3 => Err(SideFailure::Unreadable(SideCause::Said(message(&mut d)?))),
+        4 => Err(SideFailure::Failed(SideCause::Said(message(&mut d)?))),
         x => return Err(ProtoError::Invalid(format!("unknown outcome {x}"))),
     };
     d.end("the sync reply")?;
@@ -320,9 +320,9 @@ mod tests {
         let failures = [
             SideFailure::Locked { holder: Some(7) },
             SideFailure::Locked { holder: None },
-            SideFailure::Damaged("d".into()),
-            SideFailure::Unreadable("u".into()),
-            SideFailure::Failed("f".into()),
+            SideFailure::Damaged(SideCause::Said("d".into())),
+            SideFailure::Unreadable(SideCause::Said("u".into())),
+            SideFailure::said("f"),
         ];
         for failure in failures {
             let shown = failure.to_string();

@@ -28,7 +28,8 @@ pub use pending::{Deleted, Incoming, Pending, PendingTemp};
 pub use seam::{delta_from_stream, recheck, Replica, ReplicaDir, STREAM_DELTA_MAX};
 pub use side::rules::{SyncRules, BACKUP_DIR};
 pub use side::{
-    local_identity, ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan, SideSession,
+    local_identity, ArchiveRecord, SideCause, SideChange, SideFailure, SideOptions, SideScan,
+    SideSession,
 };
 
 /// The local fast paths' file checks, for a job that copies between two

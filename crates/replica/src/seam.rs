@@ -11,7 +11,7 @@
 
 use crate::error::{Action, Error, Side};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
-use crate::side::{SideFailure, SideSession};
+use crate::side::{SideCause, SideFailure, SideSession};
 use accord_delta::{make_delta, DeltaOptions, DeltaStats, InPlaceOptions, Signature};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
@@ -109,9 +109,7 @@ pub trait Replica: Send + Sync {
         _other: &[u8],
         _archive_dir: &Path,
     ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
-        Err(SideFailure::Failed(
-            "this replica cannot take part in a sync".into(),
-        ))
+        Err(SideFailure::Failed(SideCause::Unsupported))
     }
 
     /// The root directory on this host's file system, for a replica

@@ -36,7 +36,7 @@ pub enum Fatal {
         source: io::Error,
     },
     BadExclude(io::Error),
-    ThreadPool(String),
+    ThreadPool(rayon::ThreadPoolBuildError),
     /// The source root could not be read at all.
     SourceUnreadable(PathBuf),
     /// Some destination directory could not be read: what to delete or
@@ -61,8 +61,9 @@ pub enum Fatal {
         files: Vec<(RelPath, bool)>,
         source: Box<Error>,
     },
-    /// The connection to a remote replica was lost (why).
-    ConnectionLost(String),
+    /// The connection to a remote replica was lost (the call that found
+    /// out, and why).
+    ConnectionLost(Box<Error>),
 }
 
 impl fmt::Display for Fatal {
@@ -126,5 +127,38 @@ impl fmt::Display for Fatal {
                 Ok(())
             }
         }
+    }
+}
+
+impl std::error::Error for Fatal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Fatal::OpenSource { source, .. }
+            | Fatal::OpenDestination { source, .. }
+            | Fatal::Lock { source, .. } => Some(source),
+            Fatal::BadExclude(e) | Fatal::Sync(e) => Some(e),
+            Fatal::ThreadPool(e) => Some(e),
+            Fatal::DiskFull { source, .. } | Fatal::DidNotFit { source, .. } => {
+                Some(source.as_ref())
+            }
+            Fatal::ConnectionLost(e) => Some(e.as_ref()),
+            Fatal::SameDirectory
+            | Fatal::Nested(_)
+            | Fatal::Busy(_)
+            | Fatal::SourceUnreadable(_)
+            | Fatal::DestinationUnreadable { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.error)
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
     }
 }

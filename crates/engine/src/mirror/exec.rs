@@ -86,7 +86,7 @@ impl<'a> Exec<'a> {
             self.not_written.lock().unwrap().insert(it.path.clone());
         }
         if e.is_lost() {
-            self.fatal_error(Fatal::ConnectionLost(e.to_string()));
+            self.fatal_error(Fatal::ConnectionLost(Box::new(e)));
         } else if e.is_no_space() {
             // An in-place update that failed was moved to a recovery file
             // (its message says where), not left in place.

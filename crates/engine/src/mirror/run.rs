@@ -149,7 +149,7 @@ fn in_pool(
                 Err(Stop::Refused(r)) => report.refusal = Some(r),
             }
         }
-        Err(e) => report.fatal = Some(Fatal::ThreadPool(e.to_string())),
+        Err(e) => report.fatal = Some(Fatal::ThreadPool(e)),
     }
     report.elapsed_s = start.elapsed().as_secs_f64();
     report

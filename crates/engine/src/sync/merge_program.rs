@@ -167,6 +167,8 @@ pub enum MergeFailure {
     NoResult { output: String },
 }
 
+impl std::error::Error for MergeFailure {}
+
 impl fmt::Display for MergeFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let with_output = |f: &mut fmt::Formatter<'_>, output: &str| {

@@ -25,7 +25,7 @@ use accord_plan::{
 };
 use accord_replica::LocalReplica;
 use accord_replica::Replica;
-use accord_replica::{SideFailure, SideOptions, SideSession};
+use accord_replica::{SideCause, SideFailure, SideOptions, SideSession};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -180,7 +180,7 @@ pub enum SyncError {
     DirectoryNotEmpty,
     /// Propagated, but the archives could not record it: the next run
     /// sees it as changed on both sides with equal results and agrees.
-    Archive(String),
+    Archive(SideFailure),
     /// Its update could not be detected (a file that could not be read to
     /// fingerprint it): left out of this run, with its subtree.
     Detect(String),
@@ -240,6 +240,29 @@ pub struct SyncFailure {
     pub error: SyncError,
 }
 
+impl fmt::Display for SyncFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.error)
+    }
+}
+
+impl std::error::Error for SyncFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl std::error::Error for SyncError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SyncError::Replica(e) => Some(e),
+            SyncError::MergedOnOneSide { cause, .. } => Some(cause.as_ref()),
+            SyncError::Archive(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// Why a sync stopped before any change, or in the middle.
 #[derive(Debug)]
 pub enum SyncFatal {
@@ -296,6 +319,19 @@ impl fmt::Display for SyncFatal {
                 ..
             } => write!(f, "{failure}; nothing was changed"),
             SyncFatal::Side { replica, failure } => write!(f, "{replica}: {failure}"),
+        }
+    }
+}
+
+impl std::error::Error for SyncFatal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SyncFatal::OpenRoot { source, .. } | SyncFatal::Lock { source, .. } => Some(source),
+            SyncFatal::Side { failure, .. } => Some(failure),
+            SyncFatal::Nested(_)
+            | SyncFatal::SameRoot
+            | SyncFatal::Unreachable(_)
+            | SyncFatal::Busy(_) => None,
         }
     }
 }
@@ -531,7 +567,7 @@ fn settle_case(
     let mode =
         crate::sync::case::settle(replicas, cfg.ignorecase).map_err(|failure| SyncFatal::Side {
             replica: failure.replica,
-            failure: SideFailure::Failed(format!(
+            failure: SideFailure::said(format!(
                 "cannot tell whether it ignores case ({}); nothing was changed \
                  (--ignorecase true or false settles it without the probe's answer)",
                 failure.why
@@ -580,7 +616,7 @@ fn side_fatal(replica: &dyn Replica, failure: SideFailure) -> SyncFatal {
 fn root_identity(replica: &dyn Replica) -> Result<Vec<u8>, SyncFatal> {
     replica
         .sync_identity()
-        .map_err(|e| side_fatal(replica, SideFailure::Failed(e.to_string())))
+        .map_err(|e| side_fatal(replica, SideFailure::Failed(SideCause::Identity(e))))
 }
 
 /// Take both replicas' write locks in the order of their identities, so
@@ -688,7 +724,7 @@ fn scan_with_archives(
         Err(ScanStop::Fatal(fatal)) => Err(fatal),
         Err(ScanStop::ArchiveDamaged) => Err(SyncFatal::Side {
             replica: names.join(" and "),
-            failure: SideFailure::Damaged("found damaged while unused".into()),
+            failure: SideFailure::Damaged(SideCause::Said("found damaged while unused".into())),
         }),
     }
 }

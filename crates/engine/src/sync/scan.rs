@@ -122,7 +122,7 @@ pub(crate) fn side_result<T>(result: Result<T, SideFailure>, name: &str) -> Resu
 pub(crate) fn misreported(name: &str, what: String) -> ScanStop {
     ScanStop::Fatal(SyncFatal::Side {
         replica: name.to_string(),
-        failure: SideFailure::Failed(format!("its update detection misreported: {what}")),
+        failure: SideFailure::said(format!("its update detection misreported: {what}")),
     })
 }
 

@@ -6,6 +6,7 @@ use super::LocalReplica;
 use crate::seam::Replica;
 use crate::side::follow;
 use crate::side::rules::{child_excluded, side_matcher, LookupRules, SyncRules};
+use crate::side::SideCause;
 use crate::side::{ctime_to_record, local_identity, xattr_filter, UNKNOWN_CTIME, UNSEEN_CTIME};
 use crate::side::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan, SideSession};
 use accord_archive::{Archive, ArchiveError, Cursor};
@@ -71,7 +72,7 @@ impl SideSession for LocalSide<'_> {
     fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
         self.replica
             .set_follow(&rules.follow)
-            .map_err(|e| SideFailure::Failed(format!("a --follow pattern is not valid: {e}")))?;
+            .map_err(|e| SideFailure::Failed(SideCause::FollowPattern(e)))?;
         self.matcher = side_matcher(Some(rules))?;
         self.rules = Some(rules.clone());
         Ok(())
@@ -388,7 +389,10 @@ impl<'a> Walker<'a> {
     }
 
     fn unreadable(&self, detail: String) -> SideFailure {
-        SideFailure::Unreadable(format!("cannot read {}: {detail}", self.replica.describe()))
+        SideFailure::Unreadable(SideCause::Unreadable {
+            root: self.replica.describe(),
+            detail,
+        })
     }
 
     /// Judge `path`, then go down into it when it is a directory here or

@@ -17,7 +17,6 @@ use accord_archive::ArchiveError;
 use accord_model::{Observed, PathFailure, RelPath, Time};
 use accord_plan::{detect, DetectOptions, Detection, SideCounts, Update};
 use rules::SyncRules;
-use std::fmt;
 use std::path::Path;
 
 /// What one side holds at one path, and what its archive recorded there.
@@ -79,33 +78,55 @@ pub enum ArchiveRecord {
     Remove(RelPath),
 }
 
-/// Why a side could not go on.
-#[derive(Debug)]
+/// Why a side could not go on. The four kinds are what a remote side
+/// reports too (`accord_remote`'s sync replies carry the kind and the
+/// cause's text).
+#[derive(Debug, thiserror::Error)]
 pub enum SideFailure {
     /// Another run holds this side's archive (its pid, when known).
+    #[error("another accord sync of these roots is running{}; try again when it is done",
+        holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default())]
     Locked { holder: Option<u32> },
     /// The archive turned out damaged: to be treated as lost.
-    Damaged(String),
+    #[error("the archive is damaged: {0}")]
+    Damaged(#[source] SideCause),
     /// A directory could not be read: its entries would look deleted.
-    Unreadable(String),
+    #[error(transparent)]
+    Unreadable(SideCause),
     /// The archive could not be used, or the side is gone.
-    Failed(String),
+    #[error(transparent)]
+    Failed(SideCause),
 }
 
-impl fmt::Display for SideFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SideFailure::Locked { holder } => {
-                f.write_str("another accord sync of these roots is running")?;
-                if let Some(pid) = holder {
-                    write!(f, " (pid {pid})")?;
-                }
-                f.write_str("; try again when it is done")
-            }
-            SideFailure::Damaged(why) => write!(f, "the archive is damaged: {why}"),
-            SideFailure::Unreadable(why) => f.write_str(why),
-            SideFailure::Failed(why) => f.write_str(why),
-        }
+/// What made a side fail: typed where this host saw the cause; a remote
+/// side's cause arrives as its text ([`SideCause::Said`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SideCause {
+    #[error(transparent)]
+    Archive(ArchiveError),
+    #[error("an exclude pattern is not valid: {0}")]
+    ExcludePattern(#[source] std::io::Error),
+    #[error("a --follow pattern is not valid: {0}")]
+    FollowPattern(#[source] std::io::Error),
+    /// A directory of the side could not be read (`detail`: the scan's
+    /// account of what failed where).
+    #[error("cannot read {root}: {detail}")]
+    Unreadable { root: String, detail: String },
+    /// The root's name in archives could not be made.
+    #[error("cannot name the root in the archives: {0}")]
+    Identity(#[source] std::io::Error),
+    #[error("this replica cannot take part in a sync")]
+    Unsupported,
+    /// In words: what a remote side reported, or what a job found wrong
+    /// with a side's answers.
+    #[error("{0}")]
+    Said(String),
+}
+
+impl SideFailure {
+    /// A failure told in words (see [`SideCause::Said`]).
+    pub fn said(why: impl Into<String>) -> SideFailure {
+        SideFailure::Failed(SideCause::Said(why.into()))
     }
 }
 
@@ -113,8 +134,8 @@ impl From<ArchiveError> for SideFailure {
     fn from(e: ArchiveError) -> SideFailure {
         match e {
             ArchiveError::Locked { holder, .. } => SideFailure::Locked { holder },
-            e if e.is_damaged() => SideFailure::Damaged(e.to_string()),
-            e => SideFailure::Failed(e.to_string()),
+            e if e.is_damaged() => SideFailure::Damaged(SideCause::Archive(e)),
+            e => SideFailure::Failed(SideCause::Archive(e)),
         }
     }
 }

@@ -16,7 +16,7 @@
 //! would otherwise be copied to the ignoring side again on every run.
 
 use crate::local::LocalReplica;
-use crate::side::SideFailure;
+use crate::side::{SideCause, SideFailure};
 use accord_fsys::IgnoreRules;
 use accord_model::{Kind, Observed, RelPath};
 use std::collections::HashMap;
@@ -58,8 +58,7 @@ pub fn side_matcher(rules: Option<&SyncRules>) -> Result<IgnoreRules, SideFailur
     if let Some(rules) = rules {
         patterns.extend(rules.excludes.iter().cloned());
     }
-    IgnoreRules::new(&patterns)
-        .map_err(|e| SideFailure::Failed(format!("an exclude pattern is not valid: {e}")))
+    IgnoreRules::new(&patterns).map_err(|e| SideFailure::Failed(SideCause::ExcludePattern(e)))
 }
 
 fn is_dir(observed: Option<&Observed>) -> bool {

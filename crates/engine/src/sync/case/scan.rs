@@ -39,7 +39,7 @@ use accord_model::{Kind, Observed, RelPath};
 use accord_plan::{PathUpdate, Update};
 use accord_replica::side::UNKNOWN_CTIME;
 use accord_replica::Replica;
-use accord_replica::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan};
+use accord_replica::{ArchiveRecord, SideCause, SideChange, SideFailure, SideOptions, SideScan};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -213,7 +213,7 @@ impl<'r> Listings<'r> {
                 .unwrap_or_else(|| format!("{} cannot be listed", spelling.display()));
             return Err(ScanStop::Fatal(crate::sync::SyncFatal::Side {
                 replica: self.names[side].clone(),
-                failure: SideFailure::Unreadable(format!("cannot read it: {why}")),
+                failure: SideFailure::Unreadable(SideCause::Said(format!("cannot read it: {why}"))),
             }));
         }
         let Some(listing) = listing else {

@@ -226,7 +226,7 @@ impl<'a> Propagation<'a> {
             }
             if let Err(e) = archive.record(&records) {
                 let path = done[0].path.clone();
-                self.fail(&path, SyncError::Archive(e.to_string()));
+                self.fail(&path, SyncError::Archive(e));
                 return;
             }
         }
