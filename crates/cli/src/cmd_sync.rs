@@ -4,9 +4,10 @@
 //! the run whenever the roots change (`sync_watch`).
 
 use crate::exit;
+use accord_engine::sync_plan;
 use accord_engine::{
-    ConflictReason, MaxDelete, MergeProgram, PlanEdit, Preference, SyncAction, SyncConfig,
-    SyncFatal, SyncHooks, SyncReport, SyncSide,
+    ConflictReason, MaxDelete, MergeProgram, PlanEdit, Preference, SyncConfig, SyncFatal,
+    SyncHooks, SyncReport,
 };
 use accord_model::RelPath;
 use accord_remote::{RemoteSpec, RootMode};
@@ -250,10 +251,10 @@ fn remote_spec(root: &Path) -> Result<Option<RemoteSpec>, String> {
     }
 }
 
-fn side_of(arg: SideArg) -> SyncSide {
+fn side_of(arg: SideArg) -> sync_plan::Side {
     match arg {
-        SideArg::A => SyncSide::A,
-        SideArg::B => SyncSide::B,
+        SideArg::A => sync_plan::Side::A,
+        SideArg::B => sync_plan::Side::B,
     }
 }
 
@@ -302,8 +303,8 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     }
     cfg.force = args.force.map(side_of);
     cfg.prefer = args.prefer.map(|prefer| match prefer {
-        PreferArg::A => Preference::Side(SyncSide::A),
-        PreferArg::B => Preference::Side(SyncSide::B),
+        PreferArg::A => Preference::Side(sync_plan::Side::A),
+        PreferArg::B => Preference::Side(sync_plan::Side::B),
         PreferArg::Newer => Preference::Newer,
         PreferArg::Older => Preference::Older,
     });
@@ -486,10 +487,10 @@ fn exit_code(report: &SyncReport) -> i32 {
     }
 }
 
-fn side_name(side: SyncSide) -> &'static str {
+fn side_name(side: sync_plan::Side) -> &'static str {
     match side {
-        SyncSide::A => "A",
-        SyncSide::B => "B",
+        sync_plan::Side::A => "A",
+        sync_plan::Side::B => "B",
     }
 }
 
@@ -503,26 +504,26 @@ fn change_text(change: &accord_engine::Propagated) -> String {
 }
 
 /// A short word for a plan's action, with its direction.
-fn action_text(action: SyncAction) -> String {
+fn action_text(action: sync_plan::Action) -> String {
     match action {
-        SyncAction::Copy { from, to } => format!("{} -> {}", side_name(from), side_name(to)),
-        SyncAction::Delete { on } => format!("deleted on {}", side_name(on)),
-        SyncAction::CopyProps { from, to } => {
+        sync_plan::Action::Copy { from, to } => format!("{} -> {}", side_name(from), side_name(to)),
+        sync_plan::Action::Delete { on } => format!("deleted on {}", side_name(on)),
+        sync_plan::Action::CopyProps { from, to } => {
             format!("props {} -> {}", side_name(from), side_name(to))
         }
-        SyncAction::CopyContentsAndPropsBack { from, to } => format!(
+        sync_plan::Action::CopyContentsAndPropsBack { from, to } => format!(
             "{} -> {}, props {} -> {}",
             side_name(from),
             side_name(to),
             side_name(to),
             side_name(from)
         ),
-        SyncAction::Agree => "agreed".into(),
-        SyncAction::Nothing => "nothing".into(),
-        SyncAction::Conflict(reason) => format!("conflict: {}", reason_text(reason)),
-        SyncAction::Rename { on } => format!("renamed on {}", side_name(on)),
-        SyncAction::MovedWith { on } => format!("moved on {}", side_name(on)),
-        SyncAction::KeepBoth { winner } => format!(
+        sync_plan::Action::Agree => "agreed".into(),
+        sync_plan::Action::Nothing => "nothing".into(),
+        sync_plan::Action::Conflict(reason) => format!("conflict: {}", reason_text(reason)),
+        sync_plan::Action::Rename { on } => format!("renamed on {}", side_name(on)),
+        sync_plan::Action::MovedWith { on } => format!("moved on {}", side_name(on)),
+        sync_plan::Action::KeepBoth { winner } => format!(
             "kept both, {} -> {}",
             side_name(winner),
             side_name(winner.other())
@@ -588,7 +589,7 @@ fn renamed(report: &SyncReport) -> usize {
     report
         .propagated
         .iter()
-        .filter(|change| matches!(change.action, SyncAction::Rename { .. }))
+        .filter(|change| matches!(change.action, sync_plan::Action::Rename { .. }))
         .count()
 }
 

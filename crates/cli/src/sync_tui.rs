@@ -12,7 +12,8 @@
 use crate::exit;
 use crate::sync_tui_diff::DiffView;
 use crate::sync_tui_view::{draw, is_shown};
-use accord_engine::{MergeNow, PlanEdit, SyncAction, SyncSide};
+use accord_engine::sync_plan;
+use accord_engine::{MergeNow, PlanEdit};
 use accord_model::RelPath;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use std::collections::BTreeMap;
@@ -168,7 +169,7 @@ pub(crate) struct App<'e, 'u> {
 impl App<'_, '_> {
     /// What 'm' made of `item`, while it is still a conflict.
     pub(crate) fn merge_of(&self, item: &accord_engine::SyncItem) -> Option<&Result<u64, String>> {
-        if !matches!(item.action, SyncAction::Conflict(_)) {
+        if !matches!(item.action, sync_plan::Action::Conflict(_)) {
             return None;
         }
         self.merges.get(&item.path)
@@ -182,7 +183,7 @@ impl App<'_, '_> {
         };
         let item = &self.edit.items()[index];
         let path = item.path.clone();
-        if !matches!(item.action, SyncAction::Conflict(_)) {
+        if !matches!(item.action, sync_plan::Action::Conflict(_)) {
             self.message = format!("{}: not a conflict; nothing to merge", path.display());
             return;
         }
@@ -296,8 +297,8 @@ fn on_list_key(app: &mut App, key: KeyEvent, roots: &[Option<PathBuf>; 2]) -> Op
         KeyCode::PageDown => app.step(10),
         KeyCode::Home => app.selected = 0,
         KeyCode::End => app.step(isize::MAX / 2),
-        KeyCode::Char('>') | KeyCode::Char('a') => app.change(|e, p| e.take(p, SyncSide::A)),
-        KeyCode::Char('<') | KeyCode::Char('b') => app.change(|e, p| e.take(p, SyncSide::B)),
+        KeyCode::Char('>') | KeyCode::Char('a') => app.change(|e, p| e.take(p, sync_plan::Side::A)),
+        KeyCode::Char('<') | KeyCode::Char('b') => app.change(|e, p| e.take(p, sync_plan::Side::B)),
         KeyCode::Char('f') | KeyCode::Char(' ') => app.change(|e, p| e.flip(p)),
         KeyCode::Char('s') | KeyCode::Char('/') => app.change(|e, p| e.toggle_skip(p)),
         KeyCode::Char('r') => app.change(|e, p| e.choose(p, None)),
@@ -334,7 +335,7 @@ fn confirm(app: &App) -> Outcome {
         .edit
         .items()
         .iter()
-        .filter(|item| item.action == SyncAction::Nothing)
+        .filter(|item| item.action == sync_plan::Action::Nothing)
         .count();
     Outcome::Confirmed { skipped }
 }
@@ -347,7 +348,9 @@ fn quit(app: &App) -> Outcome {
         .filter(|item| {
             !matches!(
                 item.action,
-                SyncAction::Nothing | SyncAction::Agree | SyncAction::Conflict(_)
+                sync_plan::Action::Nothing
+                    | sync_plan::Action::Agree
+                    | sync_plan::Action::Conflict(_)
             )
         })
         .count();

@@ -6,7 +6,8 @@
 //! hold terminal escapes) and scrolls.
 
 use crate::sync_tui_view::pane;
-use accord_engine::{SyncItem, SyncSide};
+use accord_engine::sync_plan;
+use accord_engine::SyncItem;
 use accord_model::{escape_for_display, Entry, Kind, RelPath};
 use ratatui::layout::Rect;
 use ratatui::widgets::Paragraph;
@@ -28,8 +29,8 @@ pub(crate) struct DiffView {
 impl DiffView {
     pub(crate) fn of(item: &SyncItem, roots: &[Option<PathBuf>; 2]) -> DiffView {
         let mut lines = vec![
-            describe("A", item.entry(SyncSide::A)),
-            describe("B", item.entry(SyncSide::B)),
+            describe("A", item.entry(sync_plan::Side::A)),
+            describe("B", item.entry(sync_plan::Side::B)),
         ];
         // A rename's side holds nothing here yet: what it moves here.
         if let Some(moved) = &item.moved {
@@ -89,7 +90,7 @@ fn describe(side: &str, entry: Option<&Entry>) -> String {
 
 /// The lines of `diff -u A B`, or why there are none.
 fn contents_diff(item: &SyncItem, roots: &[Option<PathBuf>; 2]) -> Vec<String> {
-    let both_files = [SyncSide::A, SyncSide::B]
+    let both_files = [sync_plan::Side::A, sync_plan::Side::B]
         .iter()
         .all(|&side| item.entry(side).is_some_and(|e| e.kind == Kind::File));
     if !both_files {

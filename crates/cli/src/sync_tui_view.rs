@@ -4,7 +4,8 @@
 //! status line, the help line, and a diff over the list when asked.
 
 use crate::sync_tui::App;
-use accord_engine::{ConflictReason, SyncAction, SyncItem, SyncSide};
+use accord_engine::sync_plan;
+use accord_engine::{ConflictReason, SyncItem};
 use accord_model::{Entry, Kind};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -21,18 +22,18 @@ s skip  r revert  d diff  m merge  g go (propagate)  q quit";
 pub(crate) fn is_shown(item: &SyncItem) -> bool {
     !matches!(
         item.action,
-        SyncAction::Agree | SyncAction::MovedWith { .. }
+        sync_plan::Action::Agree | sync_plan::Action::MovedWith { .. }
     )
 }
 
 /// The direction of an item between the two roots' letters.
-pub(crate) fn arrow(action: SyncAction) -> &'static str {
-    match accord_engine::sync_winner(action) {
-        Some(SyncSide::A) => "A ----> B",
-        Some(SyncSide::B) => "A <---- B",
+pub(crate) fn arrow(action: sync_plan::Action) -> &'static str {
+    match sync_plan::winner(action) {
+        Some(sync_plan::Side::A) => "A ----> B",
+        Some(sync_plan::Side::B) => "A <---- B",
         None => match action {
-            SyncAction::Conflict(_) => "A <-?-> B",
-            SyncAction::Agree => "A ===== B",
+            sync_plan::Action::Conflict(_) => "A <-?-> B",
+            sync_plan::Action::Agree => "A ===== B",
             _ => "A ..... B",
         },
     }
@@ -49,10 +50,10 @@ fn kind_word(entry: &Entry) -> &'static str {
     }
 }
 
-fn side_letter(side: SyncSide) -> &'static str {
+fn side_letter(side: sync_plan::Side) -> &'static str {
     match side {
-        SyncSide::A => "A",
-        SyncSide::B => "B",
+        sync_plan::Side::A => "A",
+        sync_plan::Side::B => "B",
     }
 }
 
@@ -72,7 +73,7 @@ fn reason_words(reason: ConflictReason) -> String {
 /// What an item does, in a few words.
 pub(crate) fn what(item: &SyncItem) -> String {
     match item.action {
-        SyncAction::Copy { from, to } => {
+        sync_plan::Action::Copy { from, to } => {
             let source = item.entry(from).map_or("entry", kind_word);
             match item.entry(to) {
                 None => format!("new {source}"),
@@ -82,15 +83,15 @@ pub(crate) fn what(item: &SyncItem) -> String {
                 Some(old) => format!("{source} replaces {}", kind_word(old)),
             }
         }
-        SyncAction::Delete { on } => format!("DELETE on {}", side_letter(on)),
-        SyncAction::CopyProps { .. } => "permissions".into(),
-        SyncAction::CopyContentsAndPropsBack { .. } => "contents, perms back".into(),
-        SyncAction::Conflict(reason) => reason_words(reason),
-        SyncAction::Agree => "agreed".into(),
-        SyncAction::Nothing => "skipped".into(),
-        SyncAction::Rename { on } => format!("RENAME on {}", side_letter(on)),
-        SyncAction::MovedWith { on } => format!("moved on {}", side_letter(on)),
-        SyncAction::KeepBoth { winner } => {
+        sync_plan::Action::Delete { on } => format!("DELETE on {}", side_letter(on)),
+        sync_plan::Action::CopyProps { .. } => "permissions".into(),
+        sync_plan::Action::CopyContentsAndPropsBack { .. } => "contents, perms back".into(),
+        sync_plan::Action::Conflict(reason) => reason_words(reason),
+        sync_plan::Action::Agree => "agreed".into(),
+        sync_plan::Action::Nothing => "skipped".into(),
+        sync_plan::Action::Rename { on } => format!("RENAME on {}", side_letter(on)),
+        sync_plan::Action::MovedWith { on } => format!("moved on {}", side_letter(on)),
+        sync_plan::Action::KeepBoth { winner } => {
             format!("KEEP BOTH ({} kept aside)", side_letter(winner.other()))
         }
     }
@@ -99,7 +100,7 @@ pub(crate) fn what(item: &SyncItem) -> String {
 /// The item's path; a rename's as `old -> new`.
 fn path_text(item: &SyncItem) -> String {
     match &item.moved {
-        Some(moved) if matches!(item.action, SyncAction::Rename { .. }) => {
+        Some(moved) if matches!(item.action, sync_plan::Action::Rename { .. }) => {
             format!("{} -> {}", moved.from.display(), item.path.display())
         }
         _ => item.path.display(),
@@ -146,9 +147,9 @@ fn row_text(app: &App, item: &SyncItem) -> String {
 
 fn row_style(item: &SyncItem) -> Style {
     match item.action {
-        SyncAction::Conflict(_) => Style::new().add_modifier(Modifier::BOLD),
-        SyncAction::Delete { .. } => Style::new().add_modifier(Modifier::UNDERLINED),
-        SyncAction::Nothing => Style::new().add_modifier(Modifier::DIM),
+        sync_plan::Action::Conflict(_) => Style::new().add_modifier(Modifier::BOLD),
+        sync_plan::Action::Delete { .. } => Style::new().add_modifier(Modifier::UNDERLINED),
+        sync_plan::Action::Nothing => Style::new().add_modifier(Modifier::DIM),
         _ => Style::new(),
     }
 }
@@ -156,13 +157,13 @@ fn row_style(item: &SyncItem) -> Style {
 fn summary(app: &App) -> String {
     let items = app.edit.items();
     let count =
-        |wanted: fn(&SyncAction) -> bool| items.iter().filter(|i| wanted(&i.action)).count();
-    let conflicts = count(|a| matches!(a, SyncAction::Conflict(_)));
+        |wanted: fn(&sync_plan::Action) -> bool| items.iter().filter(|i| wanted(&i.action)).count();
+    let conflicts = count(|a| matches!(a, sync_plan::Action::Conflict(_)));
     let merges = items
         .iter()
         .filter(|item| matches!(app.merge_of(item), Some(Ok(_))))
         .count();
-    let skipped = count(|a| *a == SyncAction::Nothing);
+    let skipped = count(|a| *a == sync_plan::Action::Nothing);
     let changes = app.rows.len() - conflicts - skipped;
     let conflicts = conflicts - merges;
     format!(

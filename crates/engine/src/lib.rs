@@ -20,10 +20,13 @@ mod sync;
 pub mod tasks;
 
 pub use accord_fsys::{Reflink, XattrFilter};
-pub use accord_plan::{
-    winner as sync_winner, Action as SyncAction, Choice as SyncChoice, ConflictReason, EditRefused,
-    PlanEdit, Preference, Side as SyncSide, SyncItem, SyncRefusal,
-};
+pub use accord_plan::{ConflictReason, EditRefused, PlanEdit, Preference, SyncItem, SyncRefusal};
+
+/// A sync plan's words, under the names the plan crate gives them: its
+/// sides A and B, what each item does, a person's choice at a conflict.
+pub mod sync_plan {
+    pub use accord_plan::{winner, Action, Choice, Side};
+}
 pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,
     MirrorPlan, Op, Refusal, TransferOptions,

@@ -2,7 +2,8 @@
 //! made, a skipped conflict is still reported, and the deletion guard
 //! judges the edited plan, not only the reconciled one.
 
-use accord_engine::{sync_local, PlanEdit, SyncConfig, SyncHooks, SyncRefusal, SyncSide};
+use accord_engine::sync_plan::Side;
+use accord_engine::{sync_local, PlanEdit, SyncConfig, SyncHooks, SyncRefusal};
 use accord_model::RelPath;
 use std::path::Path;
 
@@ -58,10 +59,7 @@ fn a_plan_turned_into_deletions_meets_the_guard() {
     assert!(
         matches!(
             report.refusal,
-            Some(SyncRefusal::TooManyDeletes {
-                side: SyncSide::A,
-                ..
-            })
+            Some(SyncRefusal::TooManyDeletes { side: Side::A, .. })
         ),
         "{report:?}"
     );
