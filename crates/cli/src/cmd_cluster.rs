@@ -47,6 +47,8 @@ pub struct Figures {
     pub verified: i64,
     pub finished: bool,
     pub paused_why: Option<String>,
+    /// How to go on from a pause, for the command the user typed.
+    pub advice: Option<String>,
 }
 
 impl Figures {
@@ -60,6 +62,7 @@ impl Figures {
             verified: q.add(b"verified", 0)?,
             finished: q.add(keys::FINISHED, 0)? > 0,
             paused_why: why.map(|w| String::from_utf8_lossy(&w).into_owned()),
+            advice: None,
         })
     }
 
@@ -79,10 +82,21 @@ impl Figures {
         if self.state == RunState::Paused {
             if let Some(why) = &self.paused_why {
                 line.push_str(&format!("\n  paused: {why}"));
+                if let Some(advice) = &self.advice {
+                    line.push_str(&format!("; {advice}"));
+                }
             }
         }
         line
     }
+}
+
+/// How a paused cluster run goes on.
+pub fn resume_advice(url: &str, run: &str) -> String {
+    format!(
+        "`accord cluster resume --force --cluster {} --run {run}` goes on",
+        crate::cmd_tasks::redact(url)
+    )
 }
 
 pub fn run(args: ClusterArgs) -> i32 {
@@ -109,7 +123,7 @@ pub fn run(args: ClusterArgs) -> i32 {
 fn act(q: &dyn TaskQueue, args: &ClusterArgs) -> Result<i32, QueueError> {
     let set = |state| q.set_state(state);
     match args.action {
-        Action::Status => status(q, &args.run)?,
+        Action::Status => status(q, &args.run, &resume_advice(&args.cluster, &args.run))?,
         Action::Pause => set(RunState::Paused)?,
         Action::Stop => set(RunState::Stopped)?,
         Action::Resume | Action::Restart => {
@@ -128,12 +142,13 @@ fn act(q: &dyn TaskQueue, args: &ClusterArgs) -> Result<i32, QueueError> {
 /// The run's figures and each worker's, once; on a terminal, again every
 /// second (with each worker's rate over that second) until the run is
 /// over or the user interrupts.
-fn status(q: &dyn TaskQueue, run: &str) -> Result<(), QueueError> {
+fn status(q: &dyn TaskQueue, run: &str, advice: &str) -> Result<(), QueueError> {
     use std::io::IsTerminal;
     let live = std::io::stdout().is_terminal();
     let mut last: Option<(std::time::Instant, Vec<WorkerFigures>)> = None;
     loop {
-        let f = Figures::read(q)?;
+        let mut f = Figures::read(q)?;
+        f.advice = Some(advice.to_string());
         let workers = accord_engine::tasks::workers(q)?;
         let now = std::time::Instant::now();
         if live {

@@ -269,9 +269,7 @@ pub fn run(args: MirrorArgs) -> i32 {
             .or_else(default_state_dir),
     };
 
-    let walk_only =
-        remote.0.is_some() || remote.1.is_some() || args.itemize || args.json || args.dry_run;
-    if args.tasks.chosen(walk_only) {
+    if args.tasks.chosen() {
         let shown = !args.quiet && std::io::stderr().is_terminal();
         return crate::cmd_tasks::mirror(
             &args.src,

@@ -24,10 +24,10 @@ pub enum Executor {
 /// `accord mirror`'s options of a task run.
 #[derive(clap::Args, Debug)]
 pub struct TaskArgs {
-    /// How a mirror runs: the task model of cluster runs on threads of this
-    /// process (local roots), or the parallel walk (every feature). auto:
-    /// tasks for two local roots, the walk for a remote root, --dry-run,
-    /// --itemize and --json (see the README).
+    /// How a mirror runs: the parallel walk (auto, the default: every
+    /// feature, and the deletion guard refuses before any change), or the
+    /// task model of cluster runs on threads of this process (tasks: local
+    /// roots only; its guard may pause a run mid-way, see the README).
     #[arg(long, value_enum, default_value = "auto")]
     pub executor: Executor,
     /// Create the run in this Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB],
@@ -58,11 +58,11 @@ impl TaskArgs {
         self.cluster.is_some() || self.executor == Executor::Tasks
     }
 
-    /// Whether this mirror runs as tasks: asked for, or by default when
-    /// nothing of the run needs the walk (`walk_only`: a remote root,
-    /// --dry-run, --itemize or --json).
-    pub fn chosen(&self, walk_only: bool) -> bool {
-        self.asked() || (self.executor == Executor::Auto && !walk_only)
+    /// Whether this mirror runs as tasks: only when asked for. The walk is
+    /// the default, so that `-n`, `--itemize` and `--json` show what the
+    /// run does, and the deletion guard refuses before any change.
+    pub fn chosen(&self) -> bool {
+        self.asked()
     }
 }
 
@@ -216,7 +216,7 @@ fn local_mirror(
     if let Some(code) = fatal_end(&ends, "accord mirror") {
         return code;
     }
-    let code = summary_shown(&queue, "accord mirror", show.figures);
+    let code = summary_shown(&queue, "accord mirror", show.figures, LOCAL_ADVICE);
     if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
         accord_engine::tasks::remember_source(spec, memo_dir.clone());
     }
@@ -245,15 +245,22 @@ pub fn fatal_end(ends: &[WorkerEnd], who: &str) -> Option<i32> {
     })
 }
 
-/// The run's figures, its failures, and the exit status they make.
-pub fn summary(queue: &dyn TaskQueue, who: &str) -> i32 {
-    summary_shown(queue, who, true)
+/// How a paused local run goes on: its queue ended with the process, so
+/// the same command runs again, told to delete.
+const LOCAL_ADVICE: &str = "what was written stays and nothing was deleted there; run the same \
+     command with --force (or a higher --max-delete) to go on";
+
+/// The run's figures, its failures, and the exit status they make;
+/// `advice`: how a paused run goes on.
+pub fn summary(queue: &dyn TaskQueue, who: &str, advice: &str) -> i32 {
+    summary_shown(queue, who, true, advice)
 }
 
 /// As `summary`; the figures of a run that ended well only when `figures`.
-fn summary_shown(queue: &dyn TaskQueue, who: &str, figures: bool) -> i32 {
+fn summary_shown(queue: &dyn TaskQueue, who: &str, figures: bool, advice: &str) -> i32 {
     match crate::cmd_cluster::Figures::read(queue) {
-        Ok(f) => {
+        Ok(mut f) => {
+            f.advice = Some(advice.to_string());
             // Quiet as the walk unless asked: its errors say what went
             // wrong, and a run that stopped short says why.
             let stopped_short = !f.finished && f.stats.dead == 0;
@@ -313,7 +320,7 @@ fn cluster_mirror(
     if detach {
         return exit::OK;
     }
-    let code = follow(&queue, run);
+    let code = follow(&queue, run, &crate::cmd_cluster::resume_advice(url, run));
     if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
         accord_engine::tasks::remember_source(spec, state_dir.clone());
     }
@@ -321,7 +328,7 @@ fn cluster_mirror(
 }
 
 /// Wait for the run to be over, with a progress line on a terminal.
-fn follow(queue: &dyn TaskQueue, run: &str) -> i32 {
+fn follow(queue: &dyn TaskQueue, run: &str, advice: &str) -> i32 {
     let live = std::io::stderr().is_terminal();
     let start = Instant::now();
     loop {
@@ -341,5 +348,5 @@ fn follow(queue: &dyn TaskQueue, run: &str) -> i32 {
     if live {
         eprintln!();
     }
-    summary(queue, "accord mirror")
+    summary(queue, "accord mirror", advice)
 }

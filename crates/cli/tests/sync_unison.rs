@@ -19,14 +19,14 @@
 //! Hard-link groups likewise (the scenarios named "hard link"): the same
 //! contents at the same names as Unison's, but the names of a group on one
 //! side are one inode on the other too, made by links rather than copies,
-//! where Unison makes each name a separate file (`sync_links.rs` checks
+//! where Unison makes each name a separate file (`sync/propagate/links.rs` checks
 //! that).
 //!
 //! Ignore rules: the scenarios of `ignore_scenarios` run `--exclude`
 //! against Unison's `-ignore` where both mean the same (`Name *.o` is
 //! `*.o`, `Path dir/sub` is `/dir/sub`), added for the first sync, the
 //! second, or both. Deliberately different (not in this matrix;
-//! `sync_ignore.rs` checks it): a directory deleted on one side that
+//! `sync/ignore.rs and the replica crate's side/rules.rs` checks it): a directory deleted on one side that
 //! holds excluded entries on the other is not deleted there, since that
 //! would delete what is excluded (the path fails, as rsync's `--delete`
 //! does); Unison deletes it with them.
@@ -35,7 +35,7 @@
 //! against Unison's `-follow` (`Path link` is `/link`, `Name link` is
 //! `link`): a followed link to a file or a directory, an update written
 //! through it, and follow turned on between the syncs. Deliberately
-//! different (not in this matrix; `sync_follow.rs` checks it): follow
+//! different (not in this matrix; the replica crate's side/follow.rs checks it): follow
 //! turned off after a sync that followed a link is no change by itself
 //! (Accord's archive records that the path was seen through the link);
 //! Unison takes the link for a new update and replaces the other side's
@@ -47,7 +47,7 @@
 //! are one path; a change reaches the other side's own name; a change of
 //! case only is not propagated; names on one side that differ only by
 //! case are skipped, each tool naming one of them: compared folded).
-//! Deliberately different (not in this matrix; `sync_case.rs` checks it):
+//! Deliberately different (not in this matrix; `sync/case/mod.rs` checks it):
 //! accord reports such a clash as a failed path (exit 2), Unison as a
 //! skipped one; and accord folds Unicode case, Unison 2.52 ASCII and
 //! Latin-1 only.
@@ -721,7 +721,7 @@ fn with_b_from_the_daemon_accord_sync_ends_where_unison_does() {
 // that fails is a "failed" path to Unison and a conflict left to Accord:
 // both leave the path as it was, so the sets compared are Unison's
 // skipped and failed paths against Accord's conflicts. Deliberately
-// different (not in this matrix; `sync_merge.rs` checks them): files
+// different (not in this matrix; `sync/merge_program.rs` checks them): files
 // whose permissions differ are not merged (Unison merges them and leaves
 // each side its own permissions, so the replicas never agree), and an
 // empty NEW is taken as the merge (Unison 2.52 then took B's version).

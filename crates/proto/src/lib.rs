@@ -1,7 +1,7 @@
 //! The wire protocol between `accord` and `accord server` (see
 //! `docs/protocol.md`): the handshake, frames on numbered streams with
 //! credit-based flow control, and the messages, which are the calls of the
-//! engine's replica seam. Bytes in, bytes out: nothing here touches a file
+//! replica crate's seam (`accord_replica::Replica`). Bytes in, bytes out: nothing here touches a file
 //! or a socket; every decoder bounds what it reads before it allocates.
 
 pub mod codec;

@@ -1,7 +1,8 @@
-//! The `Replica` seam: every call the engine makes on a replica. The engine
-//! holds two `&dyn Replica` and nothing above this trait knows what is behind
-//! one: `LocalReplica` (a directory on this host, over `fsys`), the in-memory
-//! replica of the engine's tests, and later a replica across the wire.
+//! The `Replica` seam: every call a job makes on a replica. A job holds two
+//! `&dyn Replica` and nothing above this trait knows what is behind one:
+//! `LocalReplica` (a directory on this host, over `fsys`), a remote replica
+//! (`accord_remote`'s client, whose server runs a `LocalReplica`), and the
+//! in-memory replica of the engine's tests.
 //!
 //! Work on a replica happens a directory at a time: [`Replica::open_dir`]
 //! gives a [`ReplicaDir`] whose calls take one validated file name, so a
@@ -82,7 +83,7 @@ pub trait Replica: Send + Sync {
     fn start_sync_all(&self) -> Pending<io::Result<()>> {
         Pending::ready(self.sync_all())
     }
-    /// The replica's own state (memos; later the sync archive): `None` when
+    /// The replica's own state (memos): `None` when
     /// it has none under that name. `durable`: the write survives a crash
     /// whole (else a crash may leave it torn, which readers must detect).
     fn read_state(&self, name: &str) -> Option<Vec<u8>>;

@@ -2,12 +2,12 @@
 //! semantics, over the same `Replica` seam as the mirror. The steps, each a
 //! function returning a value or a typed reason to stop: lock both
 //! replicas and open both sides' archives (`open_archives`), walk both
-//! trees against them and detect each side's updates (`sync_scan.rs`),
+//! trees against them and detect each side's updates (`sync/scan.rs`),
 //! reconcile (`accord_plan::reconcile_tree`), check the deletion guard,
 //! then propagate, recording each path in both archives only after it
-//! succeeded on both sides (`sync_exec.rs`).
+//! succeeded on both sides (`sync/propagate/`).
 //!
-//! Each side's archive lives on that side's host (`sync_side.rs`): a
+//! Each side's archive lives on that side's host (the replica crate's side/): a
 //! remote replica's is kept by its `accord server`.
 
 pub(crate) mod case;
@@ -67,14 +67,14 @@ pub struct SyncConfig {
     /// deleted at a path are kept in `.accord-backup/` on that side
     /// (`--max-backups`); `None`: no backups.
     pub backups: Option<u32>,
-    /// What is left out of the sync on both sides (`sync_ignore.rs`).
+    /// What is left out of the sync on both sides (`sync/ignore.rs and the replica crate's side/rules.rs`).
     pub rules: crate::SyncRules,
     /// `--merge CMD`: conflicts between two regular files are given to
-    /// this program, run on this host (`sync_merge.rs`).
+    /// this program, run on this host (`sync/merge_program.rs`).
     pub merge: Option<crate::MergeProgram>,
     /// `--ignorecase`: match names by their case-folded form (`Some(true)`),
     /// exactly (`Some(false)`), or as detected: folded when either root is
-    /// case-insensitive (`None`; `sync_case.rs`).
+    /// case-insensitive (`None`; `sync/case/mod.rs`).
     pub ignorecase: Option<bool>,
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
@@ -193,7 +193,7 @@ pub enum SyncError {
     },
     /// Case is ignored and its name cannot be synced: names on one side
     /// that differ only by case, or a case-sensitive side that spells it
-    /// otherwise (`sync_case_scan.rs`); left alone on both sides.
+    /// otherwise (`sync/case/scan.rs`); left alone on both sides.
     CaseClash(String),
 }
 
@@ -558,7 +558,7 @@ fn run(
     Ok(())
 }
 
-/// How names are matched this run (`sync_case.rs`): forced, or probed.
+/// How names are matched this run (`sync/case/mod.rs`): forced, or probed.
 fn settle_case(
     replicas: [&dyn Replica; 2],
     cfg: &SyncConfig,

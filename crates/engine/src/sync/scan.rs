@@ -38,7 +38,7 @@ pub(crate) struct Scanned {
     pub failures: Vec<SyncFailure>,
     pub archives_lost: bool,
     /// What a run that ignores case learnt of spellings
-    /// (`sync_case_scan.rs`); None when names are matched exactly.
+    /// (`sync/case/scan.rs`); None when names are matched exactly.
     pub case: Option<crate::sync::case::scan::CaseFacts>,
 }
 
@@ -166,7 +166,7 @@ struct Merge {
     failed: BTreeSet<RelPath>,
     failures: Vec<PathFailure>,
     /// Paths a side's ignore rules exclude: left out with their subtrees,
-    /// on both sides (`sync_ignore.rs`).
+    /// on both sides (`sync/ignore.rs and the replica crate's side/rules.rs`).
     excluded: BTreeSet<RelPath>,
 }
 

@@ -47,8 +47,7 @@ pub(crate) fn delete_extras(ctx: &Ctx, dir: &RelPath) -> TaskResult {
     if total > limit && q.add(keys::FORCE, 0)? == 0 {
         let why = format!(
             "the mirror would delete {total} of the destination's {entries} entries, more \
-             than the limit of {limit} (--max-delete); paused before deleting in {} \
-             (accord cluster resume --force goes on)",
+             than the limit of {limit} (--max-delete); paused before deleting in {}",
             dir.display()
         );
         pause(ctx, &why)?;

@@ -1,6 +1,6 @@
 //! Carrying out one task: `files`, `dir-meta` and `verify` here; `scan-dir`
-//! in `task_scan.rs`, big files and their ranges in `task_big.rs`, hard
-//! links in `task_link.rs`. Each part of a plan is carried out by the
+//! in `tasks/scan_dir.rs`, big files and their ranges in `tasks/big_file.rs`, hard
+//! links in `tasks/hard_links.rs`. Each part of a plan is carried out by the
 //! whole-tree mirror's own `exec::run_plan`, so a task writes, checks and
 //! commits exactly as `accord mirror` does.
 

@@ -115,7 +115,7 @@ pub fn remember_source(spec: &RunSpec, state_dir: Option<PathBuf>) {
 pub(crate) enum Guard {
     /// Delete them now.
     Go,
-    /// Hold them until the whole destination is counted (`task_defer.rs`).
+    /// Hold them until the whole destination is counted (`tasks/deferred_deletes.rs`).
     Defer,
     /// The run paused itself before deleting them.
     Paused,
@@ -124,7 +124,7 @@ pub(crate) enum Guard {
 /// The deletion guard over a streamed run: extras (with the entries under
 /// extra directories) and destination entries are counted as directories
 /// are planned; a run that would pass `--max-delete` pauses itself and
-/// says why (`accord cluster resume --force` goes on).
+/// says why (the cli says how to go on: it knows the command typed).
 ///
 /// A limit in entries is passed for good once the extras counted pass it.
 /// A percentage is of the whole destination, as the walk's is: extras
@@ -178,13 +178,12 @@ pub(crate) fn check_dir(
     let why = match root_changed {
         true => format!(
             "the source is a different file system root than last time and the mirror would \
-             delete {total} entries; paused before deleting in {} (use --force)",
+             delete {total} entries; paused before deleting in {}",
             dir.display()
         ),
         false => format!(
             "the mirror would delete {total} destination entries, more than the limit of \
-             {limit} (--max-delete); paused before deleting in {} (accord cluster resume \
-             --force goes on)",
+             {limit} (--max-delete); paused before deleting in {}",
             dir.display()
         ),
     };

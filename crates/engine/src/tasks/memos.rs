@@ -1,5 +1,5 @@
 //! The extended-attribute memos of a task run in one process: the same
-//! memos the walk keeps (`run.rs`: entries and directories' groups of
+//! memos the walk keeps (`mirror/run.rs`: entries and directories' groups of
 //! files known to have no extended attributes while their inode and
 //! ctime are unchanged), read once when the run starts, shared by its
 //! worker threads, and written with what the run's listings found when

@@ -106,7 +106,7 @@ pub enum Task {
         dir: RelPath,
     },
     /// The extras of `dir`, deleted once the whole destination is seen
-    /// (`task_defer.rs`).
+    /// (`tasks/deferred_deletes.rs`).
     DeleteExtras {
         dir: RelPath,
     },
@@ -268,7 +268,7 @@ fn put_item(e: &mut Enc, it: &Item) {
         Op::Write(m) => 10 + method_code(m),
         Op::Create => 1,
         Op::Meta => 2,
-        // Only the three above are put in tasks (see `task_scan.rs`).
+        // Only the three above are put in tasks (see `tasks/scan_dir.rs`).
         _ => unreachable!("a task item is a write, a creation or a property change"),
     };
     e.u8(tag);

@@ -49,7 +49,7 @@ pub mod keys {
     /// Tasks given up for an error another attempt cannot mend: the run
     /// ends in error (as the walk's fatal errors).
     pub const FATAL: &[u8] = b"fatal";
-    /// `delete-extras` tasks pushed and not yet done (`task_defer.rs`).
+    /// `delete-extras` tasks pushed and not yet done (`tasks/deferred_deletes.rs`).
     pub const DEFERRED_OPEN: &[u8] = b"deferred-open";
 
     pub fn with(tag: &str, path: &RelPath) -> Vec<u8> {
@@ -231,7 +231,7 @@ pub struct WorkerOptions {
     /// Longest back-off between attempts to reach a lost queue.
     pub max_backoff: Duration,
     /// Where this process keeps the roots' extended-attribute memos
-    /// (`task_memo.rs`; the local executor's state directory), or `None`.
+    /// (`tasks/memos.rs`; the local executor's state directory), or `None`.
     pub memo_dir: Option<std::path::PathBuf>,
 }
 

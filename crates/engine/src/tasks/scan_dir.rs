@@ -1,11 +1,11 @@
 //! `scan-dir`: one directory pair listed, settled and planned by the
-//! whole-tree mirror's own code (`walk.rs`'s `Walk::visit`, then
+//! whole-tree mirror's own code (`mirror/walk.rs`'s `Walk::visit`, then
 //! `MirrorPlanner::finish` on that one directory), its extras deleted and
 //! its new subdirectories made here; its files, hard links and
 //! subdirectories pushed as tasks, counted for its `dir-meta`.
 //! Subdirectories travel in `scan-dirs` tasks of several siblings, and a
 //! leaf whose files fit one batch is finished where it is scanned
-//! (`task_group.rs`): a small directory costs no task of its own.
+//! (`tasks/leaves.rs`): a small directory costs no task of its own.
 
 use crate::mirror::walk::Walk;
 use crate::tasks::execute::{carry_out, failures_text};

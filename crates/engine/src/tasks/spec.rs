@@ -29,7 +29,7 @@ pub struct RunSpec {
     pub plan: MirrorOptions,
     pub xattrs: XattrFilter,
     pub excludes: Vec<String>,
-    /// Read `.accordignore` files in the source (`task_ignore.rs`).
+    /// Read `.accordignore` files in the source (`tasks/ignore_files.rs`).
     pub ignore_files: bool,
     pub fsync: bool,
     /// Files written whole above this size are split into ranges of it.
@@ -56,7 +56,7 @@ impl RunSpec {
 
     /// The engine's configuration for one worker of this run (its listings
     /// read no `.accordignore` files: a worker planning one directory reads
-    /// its ancestors' too, before listing it; see `task_ignore.rs`).
+    /// its ancestors' too, before listing it; see `tasks/ignore_files.rs`).
     pub fn config(&self) -> MirrorConfig {
         MirrorConfig {
             plan: self.plan.clone(),

@@ -47,7 +47,7 @@ pub struct LocalReplica {
     state_key: String,
     opts: LocalOptions,
     /// The links a sync follows (`--follow`), and the temps written
-    /// through them (`local_follow.rs`).
+    /// through them (the replica crate's local/follow.rs).
     pub(crate) follow: follow::FollowState,
 }
 
@@ -186,7 +186,7 @@ pub struct LocalDir<'a> {
     pub(crate) dir: Dir,
     pub(crate) replica: &'a LocalReplica,
     /// The directory's path, kept only while the replica follows links
-    /// (`local_follow.rs`); None for a followed link's target directory.
+    /// (the replica crate's local/follow.rs); None for a followed link's target directory.
     pub(crate) rel: Option<RelPath>,
     /// A followed link's target directory (`LocalDir::beyond`), where no
     /// partial file of ours is kept.

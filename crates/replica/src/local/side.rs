@@ -26,7 +26,7 @@ pub struct LocalSide<'a> {
     /// the lookups that follow the scan judge by it.
     matcher: IgnoreRules,
     /// Links the last scan found no longer followed where the archive
-    /// recorded what they led to (`sync_follow.rs`): the lookups fail the
+    /// recorded what they led to (the replica crate's side/follow.rs): the lookups fail the
     /// paths beneath them.
     unfollowed: std::cell::RefCell<Vec<RelPath>>,
 }
@@ -307,7 +307,7 @@ struct Walker<'a> {
     /// (entries of one directory come one after another).
     xattr_dir: Option<(RelPath, accord_fsys::Dir)>,
     /// Followed links found leading nowhere, by path, until the walk or a
-    /// lookup meets them (`sync_follow.rs`).
+    /// lookup meets them (the replica crate's side/follow.rs).
     broken: std::cell::RefCell<HashMap<RelPath, String>>,
     /// Where the walk notes the links no longer followed (see `LocalSide`).
     unfollowed: Option<&'a std::cell::RefCell<Vec<RelPath>>>,

@@ -3,7 +3,7 @@
 //! walk of its tree against that archive (update detection, fingerprinting
 //! where metadata cannot decide), the lookups the other side's updates ask
 //! for, and the archive's writes. The engine holds two [`SideSession`]s and
-//! merges what they report (`sync_scan.rs`); a replica of this host gives
+//! merges what they report (the engine's sync/scan.rs); a replica of this host gives
 //! a [`LocalSide`], a remote one a proxy whose host runs a `LocalSide`.
 //!
 //! Detection is local to each host because only that host can do it well:
@@ -58,7 +58,7 @@ pub struct SideScan {
     pub failures: Vec<PathFailure>,
     /// Lookups only: paths asked for that this side's ignore rules
     /// exclude, left out of the run on both sides with their subtrees
-    /// (`sync_ignore.rs`).
+    /// (the engine's sync/ignore.rs and the replica crate's side/rules.rs).
     pub excluded: Vec<RelPath>,
 }
 

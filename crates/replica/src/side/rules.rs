@@ -34,7 +34,7 @@ pub struct SyncRules {
     /// Read each side's `.accordignore` files (`--no-ignore-files`: not).
     pub ignore_files: bool,
     /// `--follow` patterns: the symlinks each side treats as what they
-    /// point to (`local_follow.rs`; same syntax as `excludes`).
+    /// point to (the replica crate's local/follow.rs; same syntax as `excludes`).
     pub follow: Vec<String>,
 }
 

@@ -1,4 +1,4 @@
-//! A replica seen under the plan's spellings (`sync_case_scan.rs`): when
+//! A replica seen under the plan's spellings (`sync/case/scan.rs`): when
 //! case is ignored, a path's plan spelling may differ from the one a side
 //! holds (`Readme` planned, `README` on a case-sensitive side). Propagation
 //! then goes through this decorator, which turns every plan path into the

@@ -1,5 +1,5 @@
 //! The scan of a sync whose names are matched by their folded form
-//! (`sync_case.rs`). Each side walks its tree against its archive as in
+//! (`sync/case/mod.rs`). Each side walks its tree against its archive as in
 //! any run (exact names, on its own host: no side needs to know the
 //! mode); the folding is done here, on what the sides report:
 //!
@@ -17,7 +17,7 @@
 //!   case-sensitive side that holds it (the paper: "use the target name"),
 //!   under the plan path of its parent;
 //! - propagation sees each side under the plan's spellings
-//!   (`sync_case_replica.rs`): a plan path a side spells otherwise is
+//!   (`sync/case/replica.rs`): a plan path a side spells otherwise is
 //!   turned into its own spelling there (`CaseFacts::spellings`), so a
 //!   change reaches the name the side has, never a new one beside it;
 //! - what each side's archive records is kept under that side's spelling,

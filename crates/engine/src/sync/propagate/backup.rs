@@ -4,7 +4,7 @@
 //! a suffix `.~N~` (the highest N the newest), as a hard link (a regular
 //! file: no data copied) or a copy of the node (a symlink, a fifo…); only
 //! the newest `--max-backups` per path are kept. `.accord-backup` itself is
-//! never scanned as part of the tree (`sync_side.rs`), with or without
+//! never scanned as part of the tree (the replica crate's side/), with or without
 //! `--backup`.
 //!
 //! Backups are made for a whole chunk of overwrites (or for all the

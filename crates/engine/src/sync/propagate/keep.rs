@@ -1,4 +1,4 @@
-//! `--keep-both` carried out (the name was chosen by `sync_keep.rs`). For
+//! `--keep-both` carried out (the name was chosen by `sync/propagate/keep_name.rs`). For
 //! a path P whose winner W keeps it and whose loser L is kept as C, one
 //! path at a time:
 //!
@@ -17,7 +17,7 @@
 //! At every moment each version exists under some name on its own side
 //! and P is never missing: L's P is replaced by a rename, after C holds
 //! the loser. An interrupted run leaves either L's link (found and used by
-//! the next run, see `sync_keep.rs`), or P agreed on both sides with C
+//! the next run, see `sync/propagate/keep_name.rs`), or P agreed on both sides with C
 //! created on L only (a plain copy next time).
 
 use super::{changed_entry, index, split, synced_props, Done, Propagation, Record};

@@ -1,5 +1,5 @@
 //! `--merge CMD` carried out: a conflict between two regular files is
-//! given to the merge program (`sync_merge.rs`, run on this host) and its
+//! given to the merge program (`sync/merge_program.rs`, run on this host) and its
 //! result becomes the path's contents on both sides. For a path P:
 //!
 //! 1. both versions are read through the seam (a remote one fetched) into

@@ -20,8 +20,8 @@
 //! its source and never replaces anything at its target.
 //! Copies made as hard links to another name of their group
 //! (`links.rs`) come after all files, before the directories'
-//! properties. Whole files only for now: no delta against the other side's
-//! old version yet.
+//! properties. A file the receiver holds an old version of may travel as
+//! a delta against it (`transfer.rs`).
 
 use crate::sync::propagate::transfer::{receive_all, FileCopy};
 use crate::sync::scan::Scanned;
