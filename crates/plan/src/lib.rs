@@ -310,6 +310,8 @@ pub enum Refusal {
     SourceRootChanged { would_delete: usize },
 }
 
+impl std::error::Error for Refusal {}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

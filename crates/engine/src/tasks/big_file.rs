@@ -4,8 +4,10 @@
 //! temp its properties and renames it over the target (the same re-check
 //! as every commit of the mirror).
 
+use crate::mirror::error::Failure;
+use crate::tasks::error::{Problem, TaskError};
 use crate::tasks::execute::{already_done, count_written, push_verify, stat};
-use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
 use crate::tasks::{Task, MAX_RANGES};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Kind, RelPath};
@@ -15,9 +17,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-fn failed(what: &str, path: &RelPath) -> impl FnOnce(io::Error) -> TaskError {
-    let what = format!("{what} {}", path.display());
-    move |e| TaskError::Failed(format!("{what}: {e}"))
+fn failed<'p>(what: &'p str, path: &'p RelPath) -> impl FnOnce(io::Error) -> TaskError + 'p {
+    move |e| TaskError::failed(Problem::io(what, path, e))
 }
 
 fn source(item: &Item) -> &Entry {
@@ -98,7 +99,7 @@ pub(crate) fn range(ctx: &Ctx, item: &Item, temp: &[u8], index: u32, count: u32)
         // Renamed over the target already: this range was counted before.
         None if already_done(item, stat(ctx.dst(), path).as_ref(), ctx.cfg.plan.times) => {}
         None => {
-            return Err(TaskError::Failed(format!(
+            return Err(TaskError::failed(format!(
                 "{}: its temp file is gone",
                 path.display()
             )))
@@ -143,11 +144,10 @@ fn copy_range(ctx: &Ctx, s: &Entry, to: &File, (start, end): (u64, u64)) -> Resu
         .map_err(failed("open", path))?;
     let st = accord_fsys::fstat(std::os::fd::AsFd::as_fd(&from)).map_err(failed("stat", path))?;
     if st.size != s.size || st.mtime != s.props.mtime {
-        return Err(TaskError::Failed(format!(
-            "{}: {}",
-            path.display(),
-            Error::Changed(crate::Side::Source)
-        )));
+        return Err(TaskError::failed(Failure {
+            path: path.clone(),
+            error: Error::Changed(crate::Side::Source),
+        }));
     }
     let mut buf = vec![0u8; 1 << 20];
     let mut at = start;
@@ -157,7 +157,7 @@ fn copy_range(ctx: &Ctx, s: &Entry, to: &File, (start, end): (u64, u64)) -> Resu
             .read_at(&mut buf[..want], at)
             .map_err(failed("read", path))?;
         if n == 0 {
-            return Err(TaskError::Failed(format!("{}: cut short", path.display())));
+            return Err(TaskError::failed(format!("{}: cut short", path.display())));
         }
         write_blocks(to, &buf[..n], at).map_err(failed("write the temp of", path))?;
         at += n as u64;
@@ -212,7 +212,10 @@ fn commit(ctx: &Ctx, item: &Item, temp: &[u8]) -> Result<(), TaskError> {
         {
             Ok(())
         }
-        Err(e) => Err(TaskError::Failed(format!("{}: {e}", path.display()))),
+        Err(error) => Err(TaskError::failed(Failure {
+            path: path.clone(),
+            error,
+        })),
     }
 }
 

@@ -10,9 +10,11 @@
 //! walk does: within it, it deletes; past it, the run pauses before
 //! deleting (`accord cluster resume --force` goes on).
 
-use crate::tasks::execute::{carry_out, failures_text};
+use crate::tasks::error::Problems;
+use crate::tasks::error::TaskError;
+use crate::tasks::execute::carry_out;
 use crate::tasks::guard::{limit, pause};
-use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
 use crate::tasks::scan_dir::{empty_extra_dir, is_dir, options, plan_dir};
 use crate::tasks::Task;
 use accord_model::RelPath;
@@ -77,14 +79,14 @@ fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
         .dst()
         .list_dir(dir, &ctx.ignore.rules, &options(ctx, false));
     let Some(d) = d else {
-        return Err(TaskError::Failed(
-            "the destination directory cannot be read".into(),
+        return Err(TaskError::failed(
+            "the destination directory cannot be read".to_string(),
         ));
     };
     if s_scan.incomplete {
         // The plan would delete nothing: say so rather than finish.
-        return Err(TaskError::Failed(
-            "the source directory could not be read whole; its extras are kept".into(),
+        return Err(TaskError::failed(
+            "the source directory could not be read whole; its extras are kept".to_string(),
         ));
     }
     let plan = plan_dir(ctx, dir, (s.as_ref(), &d), false, false)?;
@@ -93,7 +95,7 @@ fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
         .into_iter()
         .filter(|i| i.src.is_none())
         .collect();
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     for it in extras.iter().filter(|i| is_dir(i.dst.as_ref())) {
         empty_extra_dir(ctx, &it.path, &mut problems);
     }
@@ -103,11 +105,11 @@ fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
     };
     let done = carry_out(ctx, &deletes, false);
     if done.fatal {
-        return Err(TaskError::Fatal(failures_text(&done.problems)));
+        return Err(TaskError::Fatal(done.problems));
     }
     problems.extend(done.problems);
     match problems.is_empty() {
         true => Ok(()),
-        false => Err(TaskError::Failed(failures_text(&problems))),
+        false => Err(TaskError::Failed(problems)),
     }
 }

@@ -4,8 +4,10 @@
 //! whole-tree mirror's own `exec::run_plan`, so a task writes, checks and
 //! commits exactly as `accord mirror` does.
 
+use crate::mirror::error::Failure;
 use crate::mirror::exec::{run_plan, Exec};
-use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::error::{Problem, Problems, TaskError};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
 use crate::tasks::Task;
 use crate::Replica;
 use accord_model::{Entry, Found, Kind, RelPath};
@@ -38,7 +40,7 @@ pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
 /// What carrying out part of a plan did.
 #[derive(Default)]
 pub(crate) struct Done {
-    pub problems: Vec<String>,
+    pub problems: Problems,
     /// The paths that failed, and whether something failed that no path
     /// names (a fatal error: nothing can be taken as done).
     pub failed: Vec<RelPath>,
@@ -67,35 +69,20 @@ pub(crate) fn carry_out(ctx: &Ctx, plan: &MirrorPlan, flush: bool) -> Done {
         }
     }
     let failures = exec.failures.into_inner().unwrap();
-    let mut problems: Vec<String> = failures
-        .iter()
-        .map(|f| format!("{}: {}", f.path.display(), f.error))
-        .collect();
+    let failed = failures.iter().map(|f| f.path.clone()).collect();
+    let mut problems = Problems(failures.into_iter().map(Problem::Path).collect());
     let fatal = exec.fatal.into_inner().unwrap();
-    if let Some(f) = &fatal {
-        problems.push(f.to_string());
+    let stopped = fatal.is_some();
+    if let Some(f) = fatal {
+        problems.push(f);
     }
     Done {
         problems,
-        failed: failures.into_iter().map(|f| f.path).collect(),
-        fatal: fatal.is_some(),
+        failed,
+        fatal: stopped,
         files: exec.counters.files.load(Ordering::Relaxed),
         bytes: exec.counters.written.load(Ordering::Relaxed),
     }
-}
-
-/// Several problems as one error text.
-pub(crate) fn failures_text(problems: &[String]) -> String {
-    let mut out = problems
-        .iter()
-        .take(20)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("; ");
-    if problems.len() > 20 {
-        out.push_str(&format!("; and {} more", problems.len() - 20));
-    }
-    out
 }
 
 /// Count what a task wrote, for `status` and for the tests that check
@@ -154,10 +141,10 @@ fn files(ctx: &Ctx, dir: &RelPath, items: &[Item]) -> TaskResult {
     let done = carry_out(ctx, &plan, true);
     count_written(ctx, done.files, done.bytes)?;
     if done.fatal {
-        return Err(TaskError::Fatal(failures_text(&done.problems)));
+        return Err(TaskError::Fatal(done.problems));
     }
     if !done.problems.is_empty() {
-        return Err(TaskError::Failed(failures_text(&done.problems)));
+        return Err(TaskError::Failed(done.problems));
     }
     push_verify(ctx, written)?;
     let first = &items[0].path;
@@ -225,7 +212,7 @@ pub(crate) fn set_dir_props(
     });
     let mut plan = planner
         .finish(&Facts::default())
-        .map_err(|r| TaskError::Failed(r.to_string()))?;
+        .map_err(TaskError::failed)?;
     let plan = MirrorPlan {
         dir_meta: std::mem::take(&mut plan.dir_meta),
         ..MirrorPlan::default()
@@ -233,7 +220,7 @@ pub(crate) fn set_dir_props(
     let done = carry_out(ctx, &plan, false);
     match done.problems.is_empty() {
         true => Ok(()),
-        false => Err(TaskError::Failed(failures_text(&done.problems))),
+        false => Err(TaskError::Failed(done.problems)),
     }
 }
 
@@ -250,19 +237,22 @@ fn verify(ctx: &Ctx, paths: &[RelPath], by: &str, handed_back: bool) -> TaskResu
         ctx.queue.push(&[again.encode()])?;
         return Ok(Outcome::Done);
     }
-    let mut bad = Vec::new();
+    let mut bad = Problems::default();
     for p in paths {
         let (s, d) = (ctx.src().fingerprint(p), ctx.dst().fingerprint(p));
         match (s, d) {
             (Ok(a), Ok(b)) if a == b => {}
             (Ok(_), Ok(_)) => bad.push(format!("{}: the copy's BLAKE3 differs", p.display())),
-            (Err(e), _) | (_, Err(e)) => bad.push(format!("{}: {e}", p.display())),
+            (Err(error), _) | (_, Err(error)) => bad.push(Failure {
+                path: p.clone(),
+                error,
+            }),
         }
     }
     ctx.queue
-        .add(b"verified", (paths.len() - bad.len()) as i64)?;
+        .add(b"verified", (paths.len() - bad.0.len()) as i64)?;
     match bad.is_empty() {
         true => Ok(Outcome::Done),
-        false => Err(TaskError::Failed(failures_text(&bad))),
+        false => Err(TaskError::Failed(bad)),
     }
 }

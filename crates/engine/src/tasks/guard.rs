@@ -11,8 +11,9 @@
 //! Then the guard of each directory as it is planned (`check_dir`).
 
 use crate::mirror::run::{check_distinct, source_root_changed, GUARD_STATE};
+use crate::tasks::error::TaskError;
 use crate::tasks::leaves::Group;
-use crate::tasks::run::{keys, open_task_roots, Ctx, TaskError};
+use crate::tasks::run::{keys, open_task_roots, Ctx};
 use crate::tasks::scan_dir::{entries_under, is_dir};
 use crate::tasks::spec::RunSpec;
 use accord_fsys::{IgnoreRules, Listing, ScanOptions};

@@ -9,8 +9,9 @@
 //! to it. A leader whose worker is lost is led again by the worker its
 //! task is handed to (the claim names the path, not the worker).
 
-use crate::tasks::execute::{already_done, carry_out, count_written, failures_text, stat};
-use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::error::TaskError;
+use crate::tasks::execute::{already_done, carry_out, count_written, stat};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
 use crate::tasks::Task;
 use accord_model::{Entry, Found, Kind, RelPath};
 use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
@@ -61,7 +62,7 @@ fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
     });
     let plan = planner
         .finish(&Facts::default())
-        .map_err(|r| TaskError::Failed(r.to_string()))?;
+        .map_err(TaskError::failed)?;
     let now = stat(ctx.dst(), &src.path);
     let files: Vec<Item> = plan
         .files
@@ -79,7 +80,7 @@ fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
     count_written(ctx, done.files, done.bytes)?;
     match done.problems.is_empty() {
         true => Ok(Outcome::Done),
-        false => Err(TaskError::Failed(failures_text(&done.problems))),
+        false => Err(TaskError::Failed(done.problems)),
     }
 }
 
@@ -88,7 +89,7 @@ fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
 fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> TaskResult {
     let copy = stat(ctx.dst(), leader).filter(|f| is_copy_of(f, src, ctx.cfg.plan.times));
     let Some(copy) = copy else {
-        return Err(TaskError::Failed(format!(
+        return Err(TaskError::failed(format!(
             "the first name of its hard-link group, {}, is not its copy",
             leader.display()
         )));
@@ -113,7 +114,7 @@ fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> Task
     let done = carry_out(ctx, &plan, false);
     match done.problems.is_empty() {
         true => Ok(Outcome::Done),
-        false => Err(TaskError::Failed(failures_text(&done.problems))),
+        false => Err(TaskError::Failed(done.problems)),
     }
 }
 
@@ -129,7 +130,7 @@ fn hex(b: &[u8]) -> String {
 
 /// The leader's path from its claim (the store is hostile: checked).
 fn leader_path(owner: &str) -> Result<RelPath, TaskError> {
-    let bad = || TaskError::Failed(format!("a damaged hard-link claim {owner:.80}"));
+    let bad = || TaskError::failed(format!("a damaged hard-link claim {owner:.80}"));
     if !owner.len().is_multiple_of(2) || owner.len() > 2 * accord_model::MAX_PATH_LEN {
         return Err(bad());
     }

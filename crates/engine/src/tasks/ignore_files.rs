@@ -11,7 +11,8 @@
 //! (tried again, then set aside): without its rules, excluded destination
 //! entries there would look like extras and be deleted.
 
-use crate::tasks::run::{Ctx, TaskError};
+use crate::tasks::error::TaskError;
+use crate::tasks::run::Ctx;
 use crate::RunSpec;
 use accord_fsys::{IgnoreRules, IGNORE_FILE};
 use accord_model::RelPath;
@@ -81,7 +82,7 @@ pub(crate) fn listed(ctx: &Ctx, dir: &RelPath, scan: &accord_fsys::Scan) -> Resu
     if let Some(f) = scan.errors.iter().find(|e| Some(&e.path) == file.as_ref()) {
         let path = f.path.display();
         let why = &f.message;
-        return Err(TaskError::Failed(format!("{path}: {why}; {NOTHING_BELOW}")));
+        return Err(TaskError::failed(format!("{path}: {why}; {NOTHING_BELOW}")));
     }
     if !scan.incomplete {
         ctx.ignore.mark(dir);
@@ -96,7 +97,7 @@ fn unreadable(dir: &RelPath, why: &io::Error) -> TaskError {
         .join(IGNORE_FILE)
         .map(|p| p.display())
         .unwrap_or_default();
-    TaskError::Failed(format!("{path}: cannot be read: {why}; {NOTHING_BELOW}"))
+    TaskError::failed(format!("{path}: cannot be read: {why}; {NOTHING_BELOW}"))
 }
 
 /// Read the files of `chain`'s last directory's ancestors and of the

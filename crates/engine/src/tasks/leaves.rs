@@ -16,10 +16,9 @@
 //! instead of one flush per leaf. Each leaf's properties are set after
 //! its files, and it is counted only once its files and properties are.
 
-use crate::tasks::execute::{
-    carry_out, failures_text, push_verify, set_dir_props, Done, OwnEntries,
-};
-use crate::tasks::run::{keys, Ctx, TaskError};
+use crate::tasks::error::TaskError;
+use crate::tasks::execute::{carry_out, push_verify, set_dir_props, Done, OwnEntries};
+use crate::tasks::run::{keys, Ctx};
 use crate::tasks::Task;
 use accord_model::RelPath;
 use accord_plan::{Item, MirrorPlan, Op};
@@ -119,19 +118,19 @@ impl Group {
             for (dir, own) in &leaves {
                 let _ = set_dir_props(ctx, dir, own.as_ref());
             }
-            return Err(TaskError::Fatal(failures_text(&problems)));
+            return Err(TaskError::Fatal(problems));
         }
         let failed_in: Vec<RelPath> = written.failed.iter().filter_map(|p| p.parent()).collect();
         for (dir, own) in leaves.into_iter().filter(|(d, _)| !failed_in.contains(d)) {
             match set_dir_props(ctx, &dir, own.as_ref()) {
                 Ok(()) => self.count_done(&dir),
-                Err(TaskError::Failed(m)) => problems.push(m),
+                Err(TaskError::Failed(m)) => problems.extend(m),
                 Err(e) => return Err(e),
             }
         }
         match problems.is_empty() {
             true => Ok(()),
-            false => Err(TaskError::Failed(failures_text(&problems))),
+            false => Err(TaskError::Failed(problems)),
         }
     }
 

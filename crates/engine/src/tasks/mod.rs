@@ -17,6 +17,7 @@
 
 pub(crate) mod big_file;
 pub(crate) mod deferred_deletes;
+pub(crate) mod error;
 pub(crate) mod execute;
 pub(crate) mod guard;
 pub(crate) mod hard_links;

@@ -146,23 +146,7 @@ pub(crate) enum Outcome {
     Parked,
 }
 
-/// Why a task did not end.
-#[derive(Debug)]
-pub(crate) enum TaskError {
-    /// Per path: the task is tried again, then set aside with this.
-    Failed(String),
-    /// Another attempt cannot mend it (the destination is full, the roots
-    /// are nested): set aside at once, and the run ends in error.
-    Fatal(String),
-    /// The queue could not be reached: nothing is acknowledged.
-    Queue(QueueError),
-}
-
-impl From<QueueError> for TaskError {
-    fn from(e: QueueError) -> TaskError {
-        TaskError::Queue(e)
-    }
-}
+use crate::tasks::error::TaskError;
 
 pub(crate) type TaskResult = Result<Outcome, TaskError>;
 
@@ -408,10 +392,10 @@ fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
             ctx.queue.push(std::slice::from_ref(&lease.task))?;
             ctx.queue.ack(std::slice::from_ref(&lease.id))
         }
-        Err(TaskError::Failed(m)) => ctx.queue.fail(lease, &describe(&task, &m)),
+        Err(TaskError::Failed(m)) => ctx.queue.fail(lease, &describe(&task, &m.to_string())),
         Err(TaskError::Fatal(m)) => {
             ctx.queue.add(keys::FATAL, 1)?;
-            ctx.queue.give_up(lease, &describe(&task, &m))
+            ctx.queue.give_up(lease, &describe(&task, &m.to_string()))
         }
         Err(TaskError::Queue(e)) => Err(e),
     }

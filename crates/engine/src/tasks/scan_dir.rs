@@ -7,11 +7,14 @@
 //! leaf whose files fit one batch is finished where it is scanned
 //! (`tasks/leaves.rs`): a small directory costs no task of its own.
 
+use crate::mirror::error::Failure;
 use crate::mirror::walk::Walk;
-use crate::tasks::execute::{carry_out, failures_text};
+use crate::tasks::error::TaskError;
+use crate::tasks::error::{Problem, Problems};
+use crate::tasks::execute::carry_out;
 use crate::tasks::guard::Guard;
 use crate::tasks::leaves::Group;
-use crate::tasks::run::{keys, Ctx, Outcome, TaskError, TaskResult};
+use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
 use crate::tasks::{Task, MAX_BATCH, MAX_SCAN_DIRS};
 use accord_fsys::{DirVisit, Listing, ScanOptions};
 use accord_model::{Entry, Expect, Kind, RelPath};
@@ -111,7 +114,7 @@ pub(crate) fn scan_dirs(ctx: &Ctx, dirs: &[RelPath]) -> TaskResult {
 /// (tried again whole: each directory's work is done once, by its marks)
 /// once the others are done and everything finished is counted.
 fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     let mut outcome = Outcome::Done;
     for dir in dirs {
         match scan_one(ctx, dir, &mut group) {
@@ -120,23 +123,23 @@ fn scan_group(ctx: &Ctx, dirs: &[RelPath], mut group: Group) -> TaskResult {
                 outcome = Outcome::Later;
                 break;
             }
-            Err(TaskError::Failed(m)) => problems.push(m),
+            Err(TaskError::Failed(m)) => problems.extend(m),
             Err(e) => return Err(e),
         }
     }
     match group.flush(ctx) {
-        Err(TaskError::Failed(m)) => problems.push(m),
+        Err(TaskError::Failed(m)) => problems.extend(m),
         r => r?,
     }
     match problems.is_empty() {
         true => Ok(outcome),
-        false => Err(TaskError::Failed(failures_text(&problems))),
+        false => Err(TaskError::Failed(problems)),
     }
 }
 
 /// Scan one directory: its problems, or `None` when the deletion guard
 /// paused the run before it.
-fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<String>>, TaskError> {
+fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Problems>, TaskError> {
     crate::tasks::ignore_files::load_rules_above(ctx, dir)?;
     let ((s, mut s_scan), (d, mut d_scan)) = list_both(ctx, dir);
     crate::tasks::ignore_files::listed(ctx, dir, &s_scan)?;
@@ -147,23 +150,25 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
     }
     let Some(d) = d else {
         let why = d_scan.errors.first().map(|e| e.message.clone());
-        return Err(TaskError::Failed(format!(
+        return Err(TaskError::failed(format!(
             "the destination directory cannot be read: {}",
             why.unwrap_or_else(|| "it is missing".into())
         )));
     };
     if s.is_none() && dir.is_root() {
-        return Err(TaskError::Failed("the source root cannot be read".into()));
+        return Err(TaskError::failed(
+            "the source root cannot be read".to_string(),
+        ));
     }
     let plan = plan_dir(ctx, dir, (s.as_ref(), &d), s_scan.incomplete, true)?;
-    let mut problems: Vec<String> = s_scan
-        .errors
-        .iter()
-        .map(|e| {
-            let path = e.path.display();
-            format!("{path}: {}", e.message)
-        })
-        .collect();
+    // The scanner's own words (what it could not read, and why).
+    let mut problems = Problems(
+        s_scan
+            .errors
+            .iter()
+            .map(|e| Problem::Said(format!("{}: {}", e.path.display(), e.message)))
+            .collect(),
+    );
     let deferred = match crate::tasks::guard::check_dir(ctx, dir, &plan, &d, group)? {
         Guard::Go => false,
         Guard::Defer => true,
@@ -188,7 +193,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Vec<St
     };
     let done = carry_out(ctx, &phases, false);
     if done.fatal {
-        return Err(TaskError::Fatal(failures_text(&done.problems)));
+        return Err(TaskError::Fatal(done.problems));
     }
     problems.extend(done.problems);
     let mut children = children(ctx, dir, plan, s.as_ref(), &d);
@@ -246,17 +251,14 @@ pub(crate) fn plan_dir(
     });
     let found = walk.finish();
     if let Some(f) = found.nested {
-        return Err(TaskError::Fatal(f.to_string()));
+        return Err(TaskError::Fatal(Problems(vec![f.into()])));
     }
     let facts = Facts {
         source_incomplete: src_incomplete || found.half_updated,
         source_root_changed: false,
         one_directory: true,
     };
-    let plan = found
-        .planner
-        .finish(&facts)
-        .map_err(|r| TaskError::Failed(r.to_string()))?;
+    let plan = found.planner.finish(&facts).map_err(TaskError::failed)?;
     if report && !found.failures.is_empty() {
         let task = Task::ScanDir { dir: dir.clone() }.encode();
         for f in &found.failures {
@@ -286,7 +288,7 @@ pub(crate) fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
 /// goes with the plan's deletions): the whole-tree walk visits such a
 /// directory as a pair of its own, a task run empties it here. Excluded
 /// entries are not listed, so they and their directories stay.
-pub(crate) fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Vec<String>) {
+pub(crate) fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Problems) {
     let (l, _) = ctx
         .dst()
         .list_dir(dir, &ctx.ignore.rules, &options(ctx, false));
@@ -296,14 +298,17 @@ pub(crate) fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Vec<Strin
     }
     let handle = match ctx.dst().open_dir(dir) {
         Ok(h) => h,
-        Err(e) => return problems.push(format!("{}: {e}", dir.display())),
+        Err(e) => return problems.push(Problem::io("open", dir, e)),
     };
     for t in &l.stale_temps {
         handle.remove_stale_temp(t.file_name());
     }
     for e in l.entries[1..].iter().chain(&l.subdirs) {
         if let Err(err) = handle.delete(e.path.file_name(), &Expect::entry(e)) {
-            problems.push(format!("{}: {err}", e.path.display()));
+            problems.push(Failure {
+                path: e.path.clone(),
+                error: err,
+            });
         }
     }
 }

@@ -1,0 +1,127 @@
+//! Why a task did not end: its problems, each with its typed cause, kept
+//! until the queue takes them as text (a set-aside task's error is read by
+//! `accord cluster errors` from any machine).
+
+use crate::mirror::error::{Failure, Fatal};
+use accord_model::RelPath;
+use accord_plan::Refusal;
+use accord_queue::QueueError;
+use std::fmt;
+use std::io;
+
+/// Why a task did not end.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TaskError {
+    /// Per path: the task is tried again, then set aside with this.
+    #[error("{0}")]
+    Failed(Problems),
+    /// Another attempt cannot mend it (the destination is full, the roots
+    /// are nested): set aside at once, and the run ends in error.
+    #[error("{0}")]
+    Fatal(Problems),
+    /// The queue could not be reached: nothing is acknowledged.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl TaskError {
+    /// A task that failed for one reason.
+    pub(crate) fn failed(problem: impl Into<Problem>) -> TaskError {
+        TaskError::Failed(Problems(vec![problem.into()]))
+    }
+}
+
+/// One thing that went wrong in a task.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Problem {
+    /// A path the mirror's own code failed (its error keeps the cause).
+    #[error(transparent)]
+    Path(Failure),
+    /// What stopped the mirror's code (a full disk, a failed flush).
+    #[error(transparent)]
+    Stopped(Fatal),
+    /// The planner refused the directory (the deletion guard, nested roots).
+    #[error(transparent)]
+    Refused(Refusal),
+    /// An operation on a path failed (`what`: the operation and the path).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The task's own account: a check that found a copy wrong, a claim
+    /// in the queue's store that does not decode.
+    #[error("{0}")]
+    Said(String),
+}
+
+impl From<Failure> for Problem {
+    fn from(f: Failure) -> Problem {
+        Problem::Path(f)
+    }
+}
+
+impl From<Fatal> for Problem {
+    fn from(f: Fatal) -> Problem {
+        Problem::Stopped(f)
+    }
+}
+
+impl From<Refusal> for Problem {
+    fn from(r: Refusal) -> Problem {
+        Problem::Refused(r)
+    }
+}
+
+impl From<String> for Problem {
+    fn from(s: String) -> Problem {
+        Problem::Said(s)
+    }
+}
+
+impl Problem {
+    /// `source` while doing `what` to `path`.
+    pub(crate) fn io(what: &str, path: &RelPath, source: io::Error) -> Problem {
+        Problem::Io {
+            what: format!("{what} {}", path.display()),
+            source,
+        }
+    }
+}
+
+/// A task's problems, shown as one text: the first 20, then how many more.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(pub Vec<Problem>);
+
+/// Problems shown in one error text at most.
+const SHOWN: usize = 20;
+
+impl Problems {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn push(&mut self, problem: impl Into<Problem>) {
+        self.0.push(problem.into());
+    }
+
+    pub(crate) fn extend(&mut self, more: Problems) {
+        self.0.extend(more.0);
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.0.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{problem}")?;
+        }
+        if self.0.len() > SHOWN {
+            write!(f, "; and {} more", self.0.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
