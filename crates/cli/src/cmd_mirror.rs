@@ -174,101 +174,14 @@ pub fn default_state_dir() -> Option<PathBuf> {
 
 pub fn run(args: MirrorArgs) -> i32 {
     let is_root = unsafe { libc::geteuid() } == 0;
-    // --inplace applies a delta against the old version; `--delta never`
-    // forbids exactly that. (--inplace alone uses --delta's default.)
-    if args.inplace && args.delta == When::Never {
-        return usage(
-            "--inplace cannot be used with --delta never (an in-place update is a delta)",
-        );
-    }
-    let remote = match (remote_root(&args.src), remote_root(&args.dst)) {
-        (Ok(s), Ok(d)) => (s, d),
-        (Err(e), _) | (_, Err(e)) => return usage(&e),
+    let remote = match check_roots_and_flags(&args) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    if remote.0.is_some() && remote.1.is_some() {
-        return usage("at most one root may be remote (run accord on one of the two hosts)");
-    }
-    if args.tasks.asked() {
-        if remote.0.is_some() || remote.1.is_some() {
-            return usage("task runs (--executor tasks, --cluster) take local roots only");
-        }
-        if args.itemize || args.json || args.dry_run {
-            return usage(
-                "task runs (--executor tasks, --cluster) have no --itemize, --json or --dry-run",
-            );
-        }
-    }
-    let max_delete = {
-        let s = args.max_delete.trim();
-        let parsed = if let Some(p) = s.strip_suffix('%') {
-            p.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|p| (0.0..=100.0).contains(p))
-                .map(|p| MaxDelete::Fraction(p / 100.0))
-        } else {
-            s.parse::<usize>().ok().map(MaxDelete::Count)
-        };
-        match parsed {
-            Some(m) => m,
-            None => return usage(&format!("bad --max-delete value {s:?}: use N or P%")),
-        }
+    let cfg = match mirror_config(&args, is_root) {
+        Ok(cfg) => cfg,
+        Err(code) => return code,
     };
-    let mut excludes = args.exclude.clone();
-    for f in &args.exclude_from {
-        match std::fs::read(f) {
-            Ok(b) => excludes.extend(String::from_utf8_lossy(&b).lines().map(|l| l.to_string())),
-            Err(e) => return usage(&format!("cannot read --exclude-from {}: {e}", f.display())),
-        }
-    }
-    let plan = MirrorOptions {
-        delete: !args.keep_extra,
-        max_delete,
-        force: args.force,
-        checksum: args.checksum,
-        perms: !args.no_perms,
-        owner: !args.no_owner && (is_root || args.owner),
-        times: !args.no_times,
-        xattrs: !(args.no_xattrs && args.no_acls),
-        hard_links: !args.no_hard_links,
-        kinds: Kinds {
-            symlinks: !args.no_symlinks,
-            specials: !args.no_specials,
-            devices: !args.no_devices && is_root,
-        },
-        transfer: TransferOptions {
-            delta: match args.delta {
-                When::Auto => DeltaMode::Auto,
-                When::Always => DeltaMode::Always,
-                When::Never => DeltaMode::Never,
-            },
-            inplace: args.inplace,
-        },
-    };
-    let cfg = MirrorConfig {
-        plan,
-        xattrs: XattrFilter {
-            xattrs: !args.no_xattrs,
-            acls: !args.no_acls,
-            user_only: false,
-        },
-        excludes,
-        ignore_files: !args.no_ignore_files,
-        reflink: match args.reflink {
-            When::Auto => Reflink::Auto,
-            When::Always => Reflink::Always,
-            When::Never => Reflink::Never,
-        },
-        fsync: !args.no_fsync,
-        dry_run: args.dry_run,
-        jobs: args.jobs,
-        state_dir: args
-            .state_dir
-            .clone()
-            .or_else(|| std::env::var_os("ACCORD_STATE_DIR").map(PathBuf::from))
-            .or_else(default_state_dir),
-    };
-
     if args.tasks.chosen() {
         let shown = !args.quiet && std::io::stderr().is_terminal();
         return crate::cmd_tasks::mirror(
@@ -294,6 +207,125 @@ pub fn run(args: MirrorArgs) -> i32 {
         Err(code) => return code,
     };
     output(&args, &report, wire)
+}
+
+/// The roots (at most one remote) and the flags that cannot go together;
+/// a usage error's exit status otherwise.
+fn check_roots_and_flags(
+    args: &MirrorArgs,
+) -> Result<(Option<RemoteSpec>, Option<RemoteSpec>), i32> {
+    // --inplace applies a delta against the old version; `--delta never`
+    // forbids exactly that. (--inplace alone uses --delta's default.)
+    if args.inplace && args.delta == When::Never {
+        return Err(usage(
+            "--inplace cannot be used with --delta never (an in-place update is a delta)",
+        ));
+    }
+    let remote = match (remote_root(&args.src), remote_root(&args.dst)) {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(e), _) | (_, Err(e)) => return Err(usage(&e)),
+    };
+    if remote.0.is_some() && remote.1.is_some() {
+        return Err(usage(
+            "at most one root may be remote (run accord on one of the two hosts)",
+        ));
+    }
+    if args.tasks.asked() {
+        if remote.0.is_some() || remote.1.is_some() {
+            return Err(usage(
+                "task runs (--executor tasks, --cluster) take local roots only",
+            ));
+        }
+        if args.itemize || args.json || args.dry_run {
+            return Err(usage(
+                "task runs (--executor tasks, --cluster) have no --itemize, --json or --dry-run",
+            ));
+        }
+    }
+    Ok(remote)
+}
+
+/// `--max-delete N` or `P%`.
+fn parse_max_delete(text: &str) -> Result<MaxDelete, i32> {
+    let s = text.trim();
+    let parsed = if let Some(p) = s.strip_suffix('%') {
+        p.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|p| (0.0..=100.0).contains(p))
+            .map(|p| MaxDelete::Fraction(p / 100.0))
+    } else {
+        s.parse::<usize>().ok().map(MaxDelete::Count)
+    };
+    parsed.ok_or_else(|| usage(&format!("bad --max-delete value {s:?}: use N or P%")))
+}
+
+/// `--exclude` patterns, then the lines of each `--exclude-from` file.
+fn excludes(args: &MirrorArgs) -> Result<Vec<String>, i32> {
+    let mut excludes = args.exclude.clone();
+    for f in &args.exclude_from {
+        match std::fs::read(f) {
+            Ok(b) => excludes.extend(String::from_utf8_lossy(&b).lines().map(|l| l.to_string())),
+            Err(e) => {
+                return Err(usage(&format!(
+                    "cannot read --exclude-from {}: {e}",
+                    f.display()
+                )))
+            }
+        }
+    }
+    Ok(excludes)
+}
+
+/// What the engine is told, from the arguments.
+fn mirror_config(args: &MirrorArgs, is_root: bool) -> Result<MirrorConfig, i32> {
+    let plan = MirrorOptions {
+        delete: !args.keep_extra,
+        max_delete: parse_max_delete(&args.max_delete)?,
+        force: args.force,
+        checksum: args.checksum,
+        perms: !args.no_perms,
+        owner: !args.no_owner && (is_root || args.owner),
+        times: !args.no_times,
+        xattrs: !(args.no_xattrs && args.no_acls),
+        hard_links: !args.no_hard_links,
+        kinds: Kinds {
+            symlinks: !args.no_symlinks,
+            specials: !args.no_specials,
+            devices: !args.no_devices && is_root,
+        },
+        transfer: TransferOptions {
+            delta: match args.delta {
+                When::Auto => DeltaMode::Auto,
+                When::Always => DeltaMode::Always,
+                When::Never => DeltaMode::Never,
+            },
+            inplace: args.inplace,
+        },
+    };
+    Ok(MirrorConfig {
+        plan,
+        xattrs: XattrFilter {
+            xattrs: !args.no_xattrs,
+            acls: !args.no_acls,
+            user_only: false,
+        },
+        excludes: excludes(args)?,
+        ignore_files: !args.no_ignore_files,
+        reflink: match args.reflink {
+            When::Auto => Reflink::Auto,
+            When::Always => Reflink::Always,
+            When::Never => Reflink::Never,
+        },
+        fsync: !args.no_fsync,
+        dry_run: args.dry_run,
+        jobs: args.jobs,
+        state_dir: args
+            .state_dir
+            .clone()
+            .or_else(|| std::env::var_os("ACCORD_STATE_DIR").map(PathBuf::from))
+            .or_else(default_state_dir),
+    })
 }
 
 /// A mirror with one remote root: connect to it, open the local one, run.
