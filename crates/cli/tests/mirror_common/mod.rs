@@ -29,6 +29,25 @@ pub fn have(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A mount made by `mount(8)`, unmounted when dropped.
+pub struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `mount ARGS AT`; `None` when it fails.
+pub fn mount(args: &[&str], at: &Path) -> Option<Mounted> {
+    let ok = Command::new("mount")
+        .args(args)
+        .arg(at)
+        .status()
+        .is_ok_and(|st| st.success());
+    ok.then(|| Mounted(at.to_path_buf()))
+}
+
 /// A temp dir with the paths `src`, `dst` and `state` in it (not created).
 pub fn roots() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let t = tempfile::tempdir().unwrap();
