@@ -11,15 +11,14 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn nearly_full_disk_goes_on_file_by_file() {
-    if !is_root() {
-        eprintln!("SKIPPED: mounting a small tmpfs needs root");
+    if !need_root("mounting a small tmpfs") {
         return;
     }
     let (_t, src, dst, state) = roots();
     std::fs::create_dir_all(src.join("sub")).unwrap();
     std::fs::create_dir_all(&dst).unwrap();
     let Some(_m) = mount(&["-t", "tmpfs", "-o", "size=12m", "accord-test"], &dst) else {
-        eprintln!("SKIPPED: cannot mount tmpfs here");
+        skip_or_fail("mount -t tmpfs failed here");
         return;
     };
     let mut rng = Rng(7);

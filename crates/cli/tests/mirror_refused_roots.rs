@@ -23,8 +23,7 @@ fn write(p: &Path, data: &[u8]) {
 
 #[test]
 fn bind_mount_of_a_source_directory_as_destination_is_refused() {
-    if !is_root() {
-        eprintln!("SKIPPED: a bind mount needs root");
+    if !need_root("a bind mount") {
         return;
     }
     let (_t, src, dst, state) = roots();
@@ -33,7 +32,7 @@ fn bind_mount_of_a_source_directory_as_destination_is_refused() {
     std::fs::write(src.join("top"), b"top").unwrap();
     std::fs::create_dir_all(&dst).unwrap();
     let Some(_m) = mount(&["--bind", s(&src.join("sub"))], &dst) else {
-        eprintln!("SKIPPED: cannot bind-mount here");
+        skip_or_fail("mount --bind failed here");
         return;
     };
     let o = mirror(&state, &[s(&src), s(&dst)]);
@@ -51,6 +50,7 @@ fn bind_mount_of_a_source_directory_as_destination_is_refused() {
     std::fs::write(dst2.join("inner/keep"), b"keep").unwrap();
     std::fs::create_dir_all(&src2).unwrap();
     let Some(_m2) = mount(&["--bind", s(&dst2.join("inner"))], &src2) else {
+        skip_or_fail("mount --bind failed here: the source inside the destination is not tested");
         return;
     };
     let o = mirror(&state2, &[s(&src2), s(&dst2), "--force"]);
@@ -84,8 +84,7 @@ fn nested_roots_are_refused() {
 /// the destination's lock (here taken by flock(1) the same way).
 #[test]
 fn a_second_run_into_a_locked_destination_is_refused() {
-    if !have("flock") {
-        eprintln!("SKIPPED: flock(1) is not installed (util-linux)");
+    if !need("flock", "util-linux") {
         return;
     }
     let (_tmp, src, dst, state) = roots();

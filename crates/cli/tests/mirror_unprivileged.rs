@@ -26,12 +26,7 @@ fn mode(p: &Path) -> u32 {
 /// The temp dir of `roots()`, handed to user 65534 (nobody), with `src`
 /// created; `None` (after saying why) when that cannot be done here.
 fn nobody_roots() -> Option<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)> {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root to run the mirror as user 65534");
-        return None;
-    }
-    if !have("setpriv") {
-        eprintln!("SKIPPED: setpriv (util-linux) is not installed");
+    if !need_root("running the mirror as user 65534") || !need("setpriv", "util-linux") {
         return None;
     }
     let (t, src, dst, state) = roots();
@@ -194,8 +189,7 @@ fn nonroot_dry_run_leaves_an_unreadable_destination_directory_alone() {
 
 #[test]
 fn permission_errors_name_the_operation() {
-    if !is_root() || !have("setpriv") {
-        eprintln!("SKIPPED: needs root and setpriv to run as another user");
+    if !need_root("running the mirror as another user") || !need("setpriv", "util-linux") {
         return;
     }
     let (_t, src, dst, state) = roots();

@@ -304,7 +304,10 @@ fn lower_hard_links_agree_with_overlayfs_index_on() {
     let mut ovl = match mount_ovl() {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("SKIP lower_hard_links_agree_with_overlayfs_index_on: {e}; NOT TESTED");
+            skip_or_fail(
+                "lower_hard_links_agree_with_overlayfs_index_on",
+                &format!("cannot mount overlayfs here: {e}"),
+            );
             return;
         }
     };

@@ -30,9 +30,10 @@ fn cached_mode(p: &Path) -> String {
 /// kept for a writer outside the file's group.
 #[test]
 fn write_or_truncate_by_another_user_clears_set_id_at_once() {
-    if !fuse_ok("write_or_truncate_by_another_user_clears_set_id_at_once")
-        || !have("setpriv")
-        || !have("fallocate")
+    let test = "write_or_truncate_by_another_user_clears_set_id_at_once";
+    if !fuse_ok(test)
+        || !need(test, "setpriv", "util-linux")
+        || !need(test, "fallocate", "util-linux")
     {
         return;
     }
