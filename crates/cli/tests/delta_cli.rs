@@ -1,5 +1,8 @@
 //! End-to-end tests of `accord delta` on real files, with rdiff and rsync as
-//! reference tools where they are installed.
+//! reference tools where they are installed (where they are not, the tests
+//! that need them skip loudly, or fail in strict mode: `ACCORD_TEST_STRICT`).
+
+mod mirror_common;
 
 use accord_delta::format::{encode, Command, Header};
 use accord_delta::Layout;
@@ -80,9 +83,9 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!(
-            "SKIPPED: {tool} is not installed; run ./scripts/test to install the reference tools"
-        );
+        mirror_common::skip_or_fail(&format!(
+            "{tool} is not installed; run ./scripts/test to install the reference tools"
+        ));
     }
     found
 }

@@ -16,7 +16,9 @@ fn assert_same(src: &Path, dst: &Path) {
             "rsync -aHAXS would still change:\n{it}"
         );
     } else {
-        eprintln!("SKIPPED rsync comparison: rsync is not installed");
+        skip_or_fail(
+            "rsync is not installed (apt-get install rsync): no comparison with rsync -aHAXS",
+        );
     }
 }
 

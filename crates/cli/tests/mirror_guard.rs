@@ -259,7 +259,10 @@ fn unreadable_file_is_reported_and_run_goes_on() {
             .unwrap_or(false)
     };
     if !immutable {
-        eprintln!("SKIPPED: chattr +i not available here");
+        skip_or_fail(
+            "chattr +i is not available here (needs root, chattr from e2fsprogs and a file \
+             system that keeps the immutable flag)",
+        );
         return;
     }
     let o = mirror(&state, &[s(&src), s(&dst), "--json"]);
@@ -282,8 +285,7 @@ fn unreadable_file_is_reported_and_run_goes_on() {
 
 #[test]
 fn disk_full_is_fatal_and_leaves_no_temp() {
-    if !is_root() {
-        eprintln!("SKIPPED: mounting a small tmpfs needs root");
+    if !need_root("mounting a small tmpfs") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -300,7 +302,7 @@ fn disk_full_is_fatal_and_leaves_no_temp() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !mounted {
-        eprintln!("SKIPPED: cannot mount tmpfs here");
+        skip_or_fail("mount -t tmpfs failed here");
         return;
     }
     struct Unmount(std::path::PathBuf);

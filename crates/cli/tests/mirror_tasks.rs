@@ -28,10 +28,9 @@ struct Redis {
 }
 
 impl Redis {
-    /// `None` (said loudly) when redis-server is not installed.
+    /// `None` (after `skip_or_fail`) when redis-server is not installed.
     fn start() -> Option<Redis> {
-        if !have("redis-server") {
-            eprintln!("SKIP: redis-server is not installed (scripts/test installs it)");
+        if !need("redis-server", "redis-server") {
             return None;
         }
         let port = TcpListener::bind("127.0.0.1:0")

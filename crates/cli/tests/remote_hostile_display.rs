@@ -282,7 +282,7 @@ fn against_fake(mode: &str, pull: bool) -> Output {
 /// Issue 11: the messages of a hostile server (its error replies, the
 /// failures of its listings) reach the terminal escaped.
 #[test]
-fn issue_11_a_hostile_servers_messages_are_escaped() {
+fn a_hostile_servers_messages_are_escaped() {
     for pull in [true, false] {
         let what = if pull { "pull" } else { "push" };
         let out = against_fake("serve", pull);
@@ -300,7 +300,7 @@ fn issue_11_a_hostile_servers_messages_are_escaped() {
 
 /// Issue 11: a hostile server's refusal reaches the terminal escaped.
 #[test]
-fn issue_11_a_hostile_servers_refusal_is_escaped() {
+fn a_hostile_servers_refusal_is_escaped() {
     let out = against_fake("refuse", true);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -362,7 +362,7 @@ fn hostile_deltas_sent_to_a_server_fail_without_a_large_allocation() {
         assert_eq!(names(&sb.root), ["f"], "{what}: a temp was left");
         assert_eq!(std::fs::read(sb.root.join("f")).unwrap(), data, "{what}");
         // The file may be moved to a recovery name here: see
-        // `issue_11_an_in_place_delta_refused_before_writing_leaves_the_file`.
+        // `an_in_place_delta_refused_before_writing_leaves_the_file`.
         let out = c.call_body(&raw::patch_in_place(b"", b"f", &f), &d);
         assert!(out.is_refusal(), "patch in place, {what}: {out:?}");
         c.hang_up();
@@ -390,7 +390,7 @@ fn restore(root: &std::path::Path, data: &[u8]) {
 /// scratch than the server's) made the file vanish from its name. Those
 /// refusals now come before the guard.
 #[test]
-fn issue_11_an_in_place_delta_refused_before_writing_leaves_the_file() {
+fn an_in_place_delta_refused_before_writing_leaves_the_file() {
     let _g = begin();
     let sb = Sandbox::new();
     let mut moved = Vec::new();

@@ -397,7 +397,7 @@ fn names_not_asked_for_in_a_listing_are_rejected() {
 /// in order on its own) is refused, so the walk never descends into a
 /// directory that is also planned as a file or a symlink.
 #[test]
-fn issue_11_a_name_listed_both_as_a_file_and_a_directory_is_rejected() {
+fn a_name_listed_both_as_a_file_and_a_directory_is_rejected() {
     let d = |p: &str| entry_at(p, Kind::Dir, 0);
     let f = |p: &str| file_at(p, b"escaped\n");
     pull_refused(
@@ -450,7 +450,7 @@ fn a_listing_of_a_subdirectory_holding_another_directorys_names_is_rejected() {
 /// Issue 11: a hostile source may not slip in a name that the receiver's
 /// own filters (`--exclude`) exclude.
 #[test]
-fn issue_11_a_name_the_receivers_excludes_match_is_rejected() {
+fn a_name_the_receivers_excludes_match_is_rejected() {
     let sb = Sandbox::new();
     let mut listings = HashMap::new();
     listings.insert(
@@ -522,7 +522,7 @@ fn issue_11_a_name_the_receivers_excludes_match_is_rejected() {
 /// Issue 11: the same through an `.accordignore` the listing reply itself
 /// carries: the names it excludes may not be in the same listing.
 #[test]
-fn issue_11_a_name_the_listings_own_ignore_file_excludes_is_rejected() {
+fn a_name_the_listings_own_ignore_file_excludes_is_rejected() {
     let sb = Sandbox::new();
     let mut listings = HashMap::new();
     listings.insert(
@@ -705,7 +705,7 @@ fn a_body_for_a_request_that_takes_none_ends_the_session() {
 /// source with `--exclude` patterns and `.accordignore` files (a negated
 /// pattern included) mirrors without an error.
 #[test]
-fn issue_11_an_honest_source_with_excludes_and_ignore_files_is_not_refused() {
+fn an_honest_source_with_excludes_and_ignore_files_is_not_refused() {
     let sb = Sandbox::new();
     let src = sb.root.join("src");
     std::fs::create_dir_all(src.join("sub/deeper")).unwrap();

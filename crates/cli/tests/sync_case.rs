@@ -9,8 +9,9 @@
 //!
 //! The forced scenarios run with both roots local, with B over ssh and
 //! with B from the daemon. Detection runs on a real case-insensitive file
-//! system: exFAT (exfat-fuse over a loop device, as root), skipped loudly
-//! where it cannot be mounted.
+//! system: exFAT (exfat-fuse over a loop device, as root); where it cannot
+//! be mounted the test skips loudly, or fails in strict mode
+//! (`ACCORD_TEST_STRICT`).
 
 mod mirror_common;
 mod remote_common;
@@ -214,7 +215,9 @@ fn each_archive_holds_one_record_per_folded_path() {
     pair.sync_json(FORCED, 0);
     pair.sync_json(FORCED, 0);
     let Some(archives) = archive_keys(&pair.state) else {
-        eprintln!("SKIPPED: sqlite3 is not installed; the archives were not read");
+        mirror_common::skip_or_fail(
+            "sqlite3 is not installed (apt-get install sqlite3); the archives were not read",
+        );
         return;
     };
     assert_eq!(archives.len(), 2);
@@ -248,10 +251,12 @@ struct Exfat {
 }
 
 impl Exfat {
-    /// None (with the reason printed) where it cannot be made.
+    /// None (after `skip_or_fail` with the reason) where it cannot be made.
     fn mount() -> Option<Exfat> {
         let skip = |why: &str| {
-            eprintln!("SKIPPED: no case-insensitive file system to test on: {why}");
+            mirror_common::skip_or_fail(&format!(
+                "no case-insensitive file system to test on: {why}"
+            ));
             None
         };
         let uid = Command::new("id").arg("-u").output().unwrap().stdout;

@@ -685,8 +685,7 @@ fn env_number(name: &str, default: u64) -> u64 {
 fn random_operations_and_syncs_lose_no_change_and_converge() {
     let cases = env_number("ACCORD_SYNC_MODEL_CASES", 64);
     let first_seed = env_number("ACCORD_SYNC_MODEL_SEED", 0);
-    // SAFETY: geteuid has no preconditions.
-    let root_privileges = unsafe { libc::geteuid() } == 0;
+    let root_privileges = mirror_common::need_root("trying read-only modes in the model");
     let start = Instant::now();
     let mut tally = Tally::default();
     for seed in first_seed..first_seed + cases {
@@ -723,8 +722,7 @@ fn random_operations_and_syncs_lose_no_change_and_converge() {
 fn run_remote_cases(remote: &RemoteB, how: &str, default_cases: u64) {
     let cases = env_number("ACCORD_SYNC_MODEL_REMOTE_CASES", default_cases);
     let first_seed = env_number("ACCORD_SYNC_MODEL_SEED", 0);
-    // SAFETY: geteuid has no preconditions.
-    let root_privileges = unsafe { libc::geteuid() } == 0;
+    let root_privileges = mirror_common::need_root("trying read-only modes in the model");
     let start = Instant::now();
     let mut tally = Tally::default();
     for seed in first_seed..first_seed + cases {

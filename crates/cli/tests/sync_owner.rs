@@ -4,8 +4,9 @@
 //! each side's files belong to whoever made them, and a pair synced
 //! without it never has an owner carried back when `--owner` is first
 //! given. Giving a file away needs root: as another user these tests say
-//! so and skip. Each scenario runs with both roots local, with B over ssh
-//! and with B from the daemon.
+//! so and skip (or fail, in strict mode: `ACCORD_TEST_STRICT`). Each
+//! scenario runs with both roots local, with B over ssh and with B from
+//! the daemon.
 
 mod mirror_common;
 mod remote_common;
@@ -15,12 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use sync_common::*;
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIP: sync --owner tests need root (chown to another user)");
-    }
-    root
+    mirror_common::need_root("giving files to other owners (sync --owner)")
 }
 
 fn owner(pair: &Pair, side: char, rel: &str) -> (u32, u32) {

@@ -1,8 +1,9 @@
 //! The interactive `accord sync` driven like a person would, through tmux
 //! (issue 12, acceptance 8): the real binary in a 120x40 pane, keys sent
 //! with `send-keys`, the screen read with `capture-pane -p`. Skips loudly
-//! without tmux.
+//! without tmux (fails in strict mode: `ACCORD_TEST_STRICT`).
 
+mod mirror_common;
 mod sync_common;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -28,8 +29,8 @@ fn have_tmux() -> bool {
         .status()
         .is_ok_and(|status| status.success());
     if !found {
-        eprintln!(
-            "SKIPPED: tmux is not installed (apt-get install tmux); the terminal UI is not tested"
+        mirror_common::skip_or_fail(
+            "tmux is not installed (apt-get install tmux); the terminal UI is not tested",
         );
     }
     found

@@ -455,7 +455,7 @@ fn a_subtree_is_scanned_in_path_order_in_bounded_batches() {
 /// short strong sums looks the same), the file is sent again whole and ends
 /// right.
 #[test]
-fn issue10_a_failed_delta_blames_the_side_that_changed() {
+fn a_failed_delta_blames_the_side_that_changed() {
     let old = big(5, 300_000);
     let mut new = old.clone();
     new[200..300].copy_from_slice(&[1u8; 100]);

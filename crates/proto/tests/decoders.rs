@@ -489,7 +489,7 @@ proptest! {
 /// (Found by the listing_decode fuzz target: a listing with overlong
 /// varints decoded, and its re-encoding did not.)
 #[test]
-fn issue_11_a_listing_of_minimal_entries_decodes() {
+fn a_listing_of_minimal_entries_decodes() {
     let entry = |path: &[u8], kind| Entry {
         path: RelPath::new(path).unwrap(),
         kind,
@@ -521,7 +521,7 @@ fn issue_11_a_listing_of_minimal_entries_decodes() {
 /// The fuzz finding itself (crash-98af61a0…): decodes, and so does its
 /// re-encoding.
 #[test]
-fn issue_11_listing_fuzz_finding_round_trips() {
+fn overlong_varints_in_a_listing_round_trip() {
     let input = [
         0xb0, 0x01, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x01, 0x00, 0xff, 0xe0,

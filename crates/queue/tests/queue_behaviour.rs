@@ -12,6 +12,26 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// Strict mode: `ACCORD_TEST_STRICT` set (to 1; scripts/test sets it).
+/// Then a test that cannot run here fails, so that a missing package cannot
+/// turn coverage off while the suite stays green.
+fn strict() -> bool {
+    std::env::var_os("ACCORD_TEST_STRICT").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Something this test needs is missing here: `reason` says what, and how
+/// to get it. In strict mode the test fails with `reason`; otherwise a SKIP
+/// line goes to stderr and the caller returns.
+#[track_caller]
+fn skip_or_fail(reason: &str) {
+    if strict() {
+        panic!("{reason} (ACCORD_TEST_STRICT is set: a test that cannot run fails)");
+    }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("this test");
+    eprintln!("SKIP {test}: {reason}; NOT TESTED");
+}
+
 /// A `redis-server` of the test's own.
 struct Redis {
     child: Child,
@@ -20,14 +40,17 @@ struct Redis {
 }
 
 impl Redis {
-    /// `None` (said loudly) when redis-server is not installed.
+    /// `None` (after `skip_or_fail`) when redis-server is not installed.
     fn start(password: Option<&str>) -> Option<Redis> {
         if Command::new("redis-server")
             .arg("--version")
             .output()
             .is_err()
         {
-            eprintln!("SKIP: redis-server is not installed (scripts/test installs it)");
+            skip_or_fail(
+                "redis-server is not installed (apt-get install redis-server; scripts/test \
+                 installs it)",
+            );
             return None;
         }
         let port = TcpListener::bind("127.0.0.1:0")

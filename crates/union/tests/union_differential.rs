@@ -475,8 +475,9 @@ fn differential_redirect_dir_on() {
         acc: None,
     };
     if let Err(e) = run.mount() {
-        eprintln!(
-            "SKIP differential_redirect_dir_on: cannot mount overlayfs here: {e}; NOT TESTED"
+        skip_or_fail(
+            "differential_redirect_dir_on",
+            &format!("cannot mount overlayfs here: {e}"),
         );
         return;
     }
@@ -665,8 +666,9 @@ fn random_run(seed: u64, steps: usize) -> Result<(), String> {
         acc: None,
     };
     if let Err(e) = run.mount() {
-        eprintln!(
-            "SKIP differential_redirect_random: cannot mount overlayfs here: {e}; NOT TESTED"
+        skip_or_fail(
+            "differential_redirect_random",
+            &format!("cannot mount overlayfs here: {e}"),
         );
         return Ok(());
     }
@@ -739,8 +741,9 @@ fn differential_against_overlayfs() {
     ) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!(
-                "SKIP differential_against_overlayfs: cannot mount overlayfs here: {e}; NOT TESTED"
+            skip_or_fail(
+                "differential_against_overlayfs",
+                &format!("cannot mount overlayfs here: {e}"),
             );
             return;
         }

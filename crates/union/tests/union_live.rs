@@ -294,7 +294,8 @@ fn mmap_write_copies_up() {
 
 #[test]
 fn write_by_another_user_drops_setuid() {
-    if !fuse_ok("write_by_another_user_drops_setuid") || !have("setpriv") {
+    let test = "write_by_another_user_drops_setuid";
+    if !fuse_ok(test) || !need(test, "setpriv", "util-linux") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -330,7 +331,8 @@ fn write_by_another_user_drops_setuid() {
 /// the kernel does on a plain file system.
 #[test]
 fn truncate_by_another_user_drops_setuid() {
-    if !fuse_ok("truncate_by_another_user_drops_setuid") || !have("setpriv") {
+    let test = "truncate_by_another_user_drops_setuid";
+    if !fuse_ok(test) || !need(test, "setpriv", "util-linux") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -404,7 +406,8 @@ fn truncate_by_another_user_drops_setuid() {
 /// received the new name is synced after it (checked by tracing the daemon's system calls).
 #[test]
 fn copy_up_syncs_the_parent_directory() {
-    if !fuse_ok("copy_up_syncs_the_parent_directory") || !have("strace") {
+    let test = "copy_up_syncs_the_parent_directory";
+    if !fuse_ok(test) || !need(test, "strace", "strace") {
         return;
     }
     let t = tempfile::tempdir().unwrap();

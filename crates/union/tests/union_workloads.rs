@@ -19,8 +19,7 @@ fn postmark_completes_on_the_union() {
     if !fuse_ok("postmark_completes_on_the_union") {
         return;
     }
-    if !have("postmark") {
-        eprintln!("SKIP postmark_completes_on_the_union: postmark not installed; NOT TESTED");
+    if !need("postmark_completes_on_the_union", "postmark", "postmark") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -91,8 +90,9 @@ fn c_project_builds_the_same_on_the_union() {
     if !fuse_ok("c_project_builds_the_same_on_the_union") {
         return;
     }
-    if !have("make") || !have("cc") {
-        eprintln!("SKIP c_project_builds_the_same_on_the_union: make or cc missing; NOT TESTED");
+    if !need("c_project_builds_the_same_on_the_union", "make", "make")
+        || !need("c_project_builds_the_same_on_the_union", "cc", "gcc")
+    {
         return;
     }
     let t = tempfile::tempdir().unwrap();

@@ -20,6 +20,52 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Strict mode: `ACCORD_TEST_STRICT` set (to 1; scripts/test sets it).
+/// Then a test that cannot run here fails, so that a missing package or
+/// privilege cannot turn coverage off while the suite stays green.
+pub fn strict() -> bool {
+    std::env::var_os("ACCORD_TEST_STRICT").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Something this test needs is missing here: `reason` says what, and how
+/// to get it. In strict mode the test fails with `reason`; otherwise a SKIP
+/// line goes to stderr and the caller returns (or leaves out the part that
+/// needed it), so that `cargo test` still runs without root.
+#[track_caller]
+pub fn skip_or_fail(reason: &str) {
+    if strict() {
+        panic!("{reason} (ACCORD_TEST_STRICT is set: a test that cannot run fails)");
+    }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("this test");
+    eprintln!("SKIP {test}: {reason}; NOT TESTED");
+}
+
+/// Root? If not, `skip_or_fail` says that `what` needs it.
+#[track_caller]
+pub fn need_root(what: &str) -> bool {
+    let root = is_root();
+    if !root {
+        skip_or_fail(&format!(
+            "{what} needs root (run the tests as root, as CI does)"
+        ));
+    }
+    root
+}
+
+/// Is `tool` on PATH? If not, `skip_or_fail` names it and the Debian
+/// package that has it.
+#[track_caller]
+pub fn need(tool: &str, package: &str) -> bool {
+    let found = have(tool);
+    if !found {
+        skip_or_fail(&format!(
+            "{tool} is not installed (apt-get install {package}; scripts/test installs it)"
+        ));
+    }
+    found
+}
+
 pub fn have(tool: &str) -> bool {
     Command::new("sh")
         .arg("-c")
@@ -27,6 +73,25 @@ pub fn have(tool: &str) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// A mount made by `mount(8)`, unmounted when dropped.
+pub struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `mount ARGS AT`; `None` when it fails.
+pub fn mount(args: &[&str], at: &Path) -> Option<Mounted> {
+    let ok = Command::new("mount")
+        .args(args)
+        .arg(at)
+        .status()
+        .is_ok_and(|st| st.success());
+    ok.then(|| Mounted(at.to_path_buf()))
 }
 
 /// A temp dir with the paths `src`, `dst` and `state` in it (not created).
@@ -343,7 +408,7 @@ pub fn full_tree(root: &Path) {
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
     let _ = std::os::unix::net::UnixListener::bind(root.join("socket")).unwrap();
     // Devices (root only).
-    if is_root() {
+    if need_root("a tree with device nodes and files of other owners") {
         let dev = CString::new(root.join("null-dev").as_os_str().as_bytes()).unwrap();
         assert_eq!(
             unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o620, libc::makedev(1, 3)) },
@@ -373,6 +438,8 @@ pub fn full_tree(root: &Path) {
             "setfacl -m u:nobody:r-x -d -m g:nogroup:rwx '{}'",
             root.join("nested/deeper/deepest").display()
         ));
+    } else {
+        skip_or_fail("setfacl is not installed (apt-get install acl): the tree has no ACLs");
     }
     // Owners (root only).
     if is_root() {

@@ -28,8 +28,9 @@ pub struct Sshd {
     pub key: PathBuf,
 }
 
-/// Are sshd, ssh and ssh-keygen here? If not, say so loudly: the caller
-/// skips its test (CI installs them, see scripts/test).
+/// Are sshd, ssh and ssh-keygen here? If not, `skip_or_fail` says so: the
+/// caller skips its test, or in strict mode it fails (CI installs them, see
+/// scripts/test).
 pub fn ssh_tools_missing() -> bool {
     let missing: Vec<&str> = [
         (SSHD, Path::new(SSHD).exists()),
@@ -43,11 +44,11 @@ pub fn ssh_tools_missing() -> bool {
     if missing.is_empty() {
         return false;
     }
-    eprintln!(
-        "SKIPPED: {} not installed; the remote-root tests need a real sshd \
+    crate::mirror_common::skip_or_fail(&format!(
+        "{} not installed; the remote-root tests need a real sshd \
          (apt-get install openssh-server openssh-client)",
         missing.join(", ")
-    );
+    ));
     true
 }
 
@@ -68,7 +69,8 @@ fn keygen(path: &Path) {
 }
 
 impl Sshd {
-    /// Start one, or `None` (said loudly) when the tools are missing.
+    /// Start one, or `None` (after `skip_or_fail`) when the tools are
+    /// missing.
     pub fn start() -> Option<Sshd> {
         if ssh_tools_missing() {
             return None;

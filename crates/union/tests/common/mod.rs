@@ -26,14 +26,34 @@ pub fn accord() -> PathBuf {
     p
 }
 
-/// FUSE tests need root (overlayfs, chown, mknod) and /dev/fuse; say so loudly when missing.
+/// Strict mode: `ACCORD_TEST_STRICT` set (to 1; scripts/test sets it). Then a test that cannot
+/// run here fails, so that a missing package or privilege cannot turn coverage off while the
+/// suite stays green.
+pub fn strict() -> bool {
+    std::env::var_os("ACCORD_TEST_STRICT").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Something `test` needs is missing here: `reason` says what, and how to get it. In strict
+/// mode the test fails with `reason`; otherwise a SKIP line goes to stderr and the caller
+/// returns, so that `cargo test` still runs without root.
+#[track_caller]
+pub fn skip_or_fail(test: &str, reason: &str) {
+    if strict() {
+        panic!("{test}: {reason} (ACCORD_TEST_STRICT is set: a test that cannot run fails)");
+    }
+    eprintln!("SKIP {test}: {reason}; NOT TESTED");
+}
+
+/// FUSE tests need root (overlayfs, chown, mknod) and /dev/fuse; `skip_or_fail` when missing.
+#[track_caller]
 pub fn fuse_ok(test: &str) -> bool {
     // SAFETY: no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let dev = Path::new("/dev/fuse").exists();
     if !root || !dev {
-        eprintln!(
-            "SKIP {test}: needs root and /dev/fuse (root={root}, /dev/fuse={dev}); NOT TESTED"
+        skip_or_fail(
+            test,
+            &format!("needs root and /dev/fuse (root={root}, /dev/fuse={dev})"),
         );
         return false;
     }
@@ -47,6 +67,22 @@ pub fn have(tool: &str) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
+}
+
+/// Is `tool` on PATH? If not, `skip_or_fail` says so for `test`, naming the Debian package
+/// that has it.
+#[track_caller]
+pub fn need(test: &str, tool: &str, package: &str) -> bool {
+    let found = have(tool);
+    if !found {
+        skip_or_fail(
+            test,
+            &format!(
+                "{tool} is not installed (apt-get install {package}; scripts/test installs it)"
+            ),
+        );
+    }
+    found
 }
 
 pub fn accord_cmd(args: &[&OsStr]) -> (bool, String, String) {
