@@ -105,10 +105,38 @@ pub fn roots() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
 pub fn mirror(state: &Path, args: &[&str]) -> Output {
     Command::new(bin())
         .arg("mirror")
+        .args(executor_args(args))
         .args(args)
         .env("ACCORD_STATE_DIR", state)
         .output()
         .expect("run accord")
+}
+
+/// The executor the mirror tests run under: with
+/// `ACCORD_TEST_MIRROR_EXECUTOR=tasks` every run the task executor can
+/// take (no executor named, no -n, -i, --json, no remote root) is made with
+/// `--executor tasks`, so that scripts/test runs the same tests under both
+/// executors `accord mirror` has.
+fn executor_args(args: &[&str]) -> Vec<&'static str> {
+    let asked = std::env::var("ACCORD_TEST_MIRROR_EXECUTOR").unwrap_or_default();
+    if asked.is_empty() || asked == "walk" {
+        return Vec::new();
+    }
+    assert_eq!(
+        asked, "tasks",
+        "ACCORD_TEST_MIRROR_EXECUTOR is walk or tasks"
+    );
+    let walk_only = args.iter().any(|a| {
+        matches!(
+            *a,
+            "--dry-run" | "--itemize" | "--json" | "--executor" | "--cluster"
+        ) || (a.starts_with('-') && !a.starts_with("--") && (a.contains('n') || a.contains('i')))
+            || a.contains(':')
+    });
+    match walk_only {
+        true => Vec::new(),
+        false => vec!["--executor", "tasks"],
+    }
 }
 
 /// Assert a run's exit status, showing its stderr when it differs.
