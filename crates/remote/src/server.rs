@@ -25,6 +25,8 @@ use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
+mod requests;
+
 /// Threads that serve reads (listings, file contents, signatures, deltas).
 const READERS: usize = 4;
 /// Threads that write small whole files into their temps.
@@ -475,189 +477,67 @@ impl Session<'_> {
         }
     }
 
+    /// Carry out one request: each kind is handed to its own function
+    /// (in `requests.rs`), with the fields it needs.
     fn call(&self, stream: u32, req: &Request, body: Option<&mut dyn Read>) -> Reply {
-        let w = |e: Error| to_wire(&e);
         match req {
-            Request::Lock => {
-                let held = self
-                    .replica
-                    .try_lock()
-                    .map_err(|e| io_error(Action::OpenDestination, &e))?;
-                Ok(vec![held as u8])
-            }
+            Request::Lock => self.lock(),
             Request::ListDir { dir, opts } => self.list(dir, opts),
-            Request::Fingerprint { path } => {
-                Ok(self.replica.fingerprint(path).map_err(w)?.to_vec())
-            }
-            Request::OpenDir { dir } => self.dir(dir, Action::OpenDestination).map(|_| Vec::new()),
-            Request::SyncAll => {
-                if let Err(e) = self.replica.sync_all() {
-                    let mut failed = self.failed_flush.lock().unwrap();
-                    *failed = Some(failed.map_or(stream, |f| f.max(stream)));
-                    return Err(io_error(Action::Flush, &e));
-                }
-                Ok(Vec::new())
-            }
-            Request::ReadState { name } => {
-                let mut out = Vec::new();
-                match self.replica.read_state(name) {
-                    None => out.push(0),
-                    Some(data) => {
-                        out.push(1);
-                        out.extend_from_slice(&data);
-                    }
-                }
-                Ok(out)
-            }
-            Request::WriteState { name, durable } => {
-                let data = self.body_bytes(stream, Action::WriteTemp)?;
-                self.replica
-                    .write_state(name, &data, *durable)
-                    .map_err(|e| io_error(Action::WriteTemp, &e))?;
-                Ok(Vec::new())
-            }
-            Request::Stat { dir, name } => {
-                let found = self
-                    .dir(dir, Action::OpenDestination)?
-                    .stat(name)
-                    .map_err(|e| io_error(Action::OpenDestination, &e))?;
-                Ok(encode_found(found.as_ref()))
-            }
-            Request::OpenRead { dir, name, expect } => {
-                let d = self.dir(dir, Action::OpenSource)?;
-                let mut r = d.open_read(name, expect).map_err(w)?;
-                self.stream_out(stream, &mut *r)?;
-                Ok(Vec::new())
-            }
-            Request::PartialSignature { dir, name } => {
-                let d = self.dir(dir, Action::OpenDestination)?;
-                Ok(match d.partial_signature(name).map_err(w)? {
-                    Some(sig) => [&[1u8][..], &sig].concat(),
-                    None => vec![0],
-                })
-            }
+            Request::Fingerprint { path } => self.fingerprint(path),
+            Request::OpenDir { dir } => self.open_dir(dir),
+            Request::SyncAll => self.sync_all(stream),
+            Request::ReadState { name } => self.read_state(name),
+            Request::WriteState { name, durable } => self.write_state(stream, name, *durable),
+            Request::Stat { dir, name } => self.stat(dir, name),
+            Request::OpenRead { dir, name, expect } => self.open_read(stream, dir, name, expect),
+            Request::PartialSignature { dir, name } => self.partial_signature(dir, name),
             Request::Signature {
                 dir,
                 name,
                 expect,
                 in_place,
-            } => self
-                .dir(dir, Action::OpenDestination)?
-                .signature(name, expect, *in_place)
-                .map_err(w),
+            } => self.signature(dir, name, expect, *in_place),
             Request::MakeDelta {
                 dir,
                 name,
                 expect,
                 in_place,
-            } => {
-                let sig = self.body_bytes(stream, Action::ReadSource)?;
-                let d = self.dir(dir, Action::OpenSource)?;
-                let (delta, stats) = d.make_delta(name, expect, &sig, *in_place).map_err(w)?;
-                let mut e = Enc::new();
-                e.varint(stats.literal_bytes).varint(stats.matched_bytes);
-                e.raw(&delta);
-                Ok(e.finish())
-            }
+            } => self.make_delta(stream, dir, name, expect, *in_place),
             Request::Receive {
                 dir,
                 name,
                 basis,
                 props,
                 mask,
-            } => {
-                let d = self.dir(dir, Action::WriteTemp)?;
-                let temp = match basis {
-                    Basis::Nothing => match body {
-                        Some(body) => d.receive(name, Incoming::Whole(body), props, *mask),
-                        None => {
-                            let mut body = self.body(stream);
-                            d.receive(name, Incoming::Whole(&mut body), props, *mask)
-                        }
-                    },
-                    Basis::Entry(basis) => {
-                        let delta = self.body_bytes(stream, Action::WriteTemp)?;
-                        let incoming = Incoming::Delta {
-                            basis: *basis,
-                            delta: &delta,
-                        };
-                        d.receive(name, incoming, props, *mask)
-                    }
-                    Basis::Partial => {
-                        let delta = self.body_bytes(stream, Action::WriteTemp)?;
-                        d.receive(name, Incoming::Resume { delta: &delta }, props, *mask)
-                    }
-                }
-                .map_err(w)?;
-                Ok(self.issue_temp(stream, dir, temp))
-            }
+            } => self.receive(stream, dir, name, basis, props, *mask, body),
             Request::PatchInPlace {
                 dir,
                 name,
                 expect,
                 props,
                 mask,
-            } => {
-                let delta = self.body_bytes(stream, Action::UpdateInPlace)?;
-                let d = self.dir(dir, Action::UpdateInPlace)?;
-                d.patch_in_place(name, expect, &delta, props, *mask)
-                    .map_err(w)?;
-                Ok(Vec::new())
-            }
+            } => self.patch_in_place(stream, dir, name, expect, props, *mask),
             Request::MakeNode {
                 dir,
                 name,
                 entry,
                 mask,
-            } => {
-                if entry.kind == Kind::File || entry.kind == Kind::Dir {
-                    return Err(protocol("make node of a file or directory"));
-                }
-                let d = self.dir(dir, Action::MakeNode)?;
-                let temp = d.make_node(name, entry, *mask).map_err(w)?;
-                Ok(self.issue_temp(stream, dir, temp))
-            }
+            } => self.make_node(stream, dir, name, entry, *mask),
             Request::RenameFrom {
                 dir,
                 name,
                 from,
                 expect,
-            } => {
-                let d = self.dir(dir, Action::Rename)?;
-                d.rename_from(name, from, expect).map_err(w)?;
-                Ok(Vec::new())
-            }
-            Request::WaitChange { timeout_ms } => {
-                let timeout = std::time::Duration::from_millis(u64::from(*timeout_ms));
-                Ok(self.watch.wait(timeout).encode())
-            }
-            Request::LinkTemp { dir, name, leader } => {
-                let d = self.dir(dir, Action::MakeLink)?;
-                let temp = d.link_temp(name, leader).map_err(w)?;
-                Ok(self.issue_temp(stream, dir, temp))
-            }
+            } => self.rename_from(dir, name, from, expect),
+            Request::WaitChange { timeout_ms } => self.wait_change(*timeout_ms),
+            Request::LinkTemp { dir, name, leader } => self.link_temp(stream, dir, name, leader),
             Request::Commit {
                 dir,
                 made_by,
                 name,
                 expect,
-            } => {
-                let temp = self.take_temp(dir, *made_by)?;
-                let d = self.dir(dir, Action::Replace)?;
-                let r = self
-                    .check_flushed(*made_by)
-                    .and_then(|()| d.commit(&temp, name, expect).map_err(w));
-                if r.is_err() {
-                    d.discard(&temp);
-                }
-                r?;
-                Ok(Vec::new())
-            }
-            Request::Discard { dir, made_by } => {
-                let temp = self.take_temp(dir, *made_by)?;
-                self.dir(dir, Action::Replace)?.discard(&temp);
-                Ok(Vec::new())
-            }
+            } => self.commit(dir, *made_by, name, expect),
+            Request::Discard { dir, made_by } => self.discard(dir, *made_by),
             Request::SetProps {
                 dir,
                 name,
@@ -665,34 +545,15 @@ impl Session<'_> {
                 kind,
                 props,
                 mask,
-            } => {
-                let d = self.dir(dir, Action::SetProps)?;
-                d.set_props(name, expect, *kind, props, *mask).map_err(w)?;
-                Ok(Vec::new())
-            }
+            } => self.set_props(dir, name, expect, *kind, props, *mask),
             Request::SetOwnProps {
                 dir,
                 expect,
                 props,
                 mask,
-            } => {
-                let d = self.dir(dir, Action::SetProps)?;
-                d.set_own_props(expect, props, *mask).map_err(w)?;
-                Ok(Vec::new())
-            }
-            Request::Mkdir { dir, name } => {
-                self.dir(dir, Action::MakeDir)?.mkdir(name).map_err(w)?;
-                Ok(Vec::new())
-            }
-            Request::Delete { dir, name, expect } => {
-                let d = self.dir(dir, Action::Delete)?;
-                let done = d.delete(name, expect).map_err(w)?;
-                Ok(vec![match done {
-                    accord_replica::Deleted::Done => 0,
-                    accord_replica::Deleted::Gone => 1,
-                    accord_replica::Deleted::NotEmpty => 2,
-                }])
-            }
+            } => self.set_own_props(dir, expect, props, *mask),
+            Request::Mkdir { dir, name } => self.mkdir(dir, name),
+            Request::Delete { dir, name, expect } => self.delete(dir, name, expect),
             Request::SyncIdentity
             | Request::SyncOpen { .. }
             | Request::SyncForget
@@ -700,113 +561,8 @@ impl Session<'_> {
             | Request::SyncLookup { .. }
             | Request::SyncRecord
             | Request::SyncFollow { .. }
-            | Request::SyncRules { .. } => {
-                if let Request::SyncRules {
-                    excludes,
-                    ignore_files,
-                } = req
-                {
-                    // A watch connection sends them too, before its waits.
-                    self.watch.set_rules(excludes, *ignore_files);
-                }
-                // Never pooled: a sync request's body is on the wire.
-                let body = if req.has_body() {
-                    self.body_bytes(stream, Action::OpenDestination)?
-                } else {
-                    Vec::new()
-                };
-                self.sync.call(req, &body)
-            }
-            Request::RemoveStaleTemp { dir, name } => {
-                if !accord_fsys::is_reserved_name(name) {
-                    return Err(denied("removing a name that is not a temp"));
-                }
-                self.dir(dir, Action::Delete)?.remove_stale_temp(name);
-                Ok(Vec::new())
-            }
-        }
-    }
-
-    fn rules(&self, opts: &ListOptions) -> Result<Arc<IgnoreRules>, WireError> {
-        let mut slot = self.rules.lock().unwrap();
-        if let Some((patterns, rules)) = &*slot {
-            if *patterns == opts.excludes {
-                return Ok(rules.clone());
-            }
-        }
-        let rules = Arc::new(
-            IgnoreRules::new(&opts.excludes)
-                .map_err(|e| protocol(format!("a bad exclude pattern: {e}")))?,
-        );
-        *slot = Some((opts.excludes.clone(), rules.clone()));
-        Ok(rules)
-    }
-
-    /// A listing: present flag, the listing, the scan's failures, whether
-    /// it is incomplete, and the directory's `.accordignore` (when read),
-    /// so the client's rules exclude what this side's scan excluded.
-    fn list(&self, dir: &RelPath, opts: &ListOptions) -> Reply {
-        let rules = self.rules(opts)?;
-        let sopts = ScanOptions {
-            xattrs: opts.xattrs,
-            xattr_memo: None,
-            listing_memo: None,
-            read_ignore_files: opts.read_ignore_files,
-            only_names: None,
-            source: opts.source,
-        };
-        let (listing, found) = self.replica.list_dir(dir, &rules, &sopts);
-        let mut e = Enc::new();
-        match &listing {
-            None => e.u8(0),
-            Some(l) => {
-                e.u8(1);
-                put_listing(&mut e, l);
-                &mut e
-            }
-        };
-        put_failures(&mut e, &found.errors);
-        e.bool(found.incomplete);
-        let ignore = match &listing {
-            Some(l) if opts.read_ignore_files => self.ignore_file(dir, l),
-            _ => None,
-        };
-        match ignore {
-            None => e.u8(0),
-            Some(c) => e.u8(1).bytes(&c),
-        };
-        Ok(e.finish())
-    }
-
-    fn ignore_file(&self, dir: &RelPath, l: &accord_fsys::Listing) -> Option<Vec<u8>> {
-        let f = l
-            .entries
-            .iter()
-            .find(|x| x.path.file_name() == IGNORE_FILE && x.kind == Kind::File)?;
-        let d = self.replica.open_dir(dir).ok()?;
-        let mut out = Vec::new();
-        let expect = accord_model::Expect::entry(f);
-        d.open_read(IGNORE_FILE, &expect)
-            .ok()?
-            .take(MAX_IGNORE_FILE)
-            .read_to_end(&mut out)
-            .ok()?;
-        Some(out)
-    }
-
-    /// Send a file's contents as reply chunks (the END follows).
-    fn stream_out(&self, stream: u32, r: &mut dyn Read) -> Result<(), WireError> {
-        let mut buf = vec![0u8; accord_proto::frame::CHUNK];
-        loop {
-            let n = match r.read(&mut buf) {
-                Ok(0) => return Ok(()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(Action::ReadSource, &e)),
-            };
-            self.conn
-                .reply_part(stream, &buf[..n])
-                .map_err(|e| io_error(Action::ReadSource, &e))?;
+            | Request::SyncRules { .. } => self.sync_request(stream, req),
+            Request::RemoveStaleTemp { dir, name } => self.remove_stale_temp(dir, name),
         }
     }
 }
