@@ -2,7 +2,8 @@
 //!
 //! - [`Replica`] and [`ReplicaDir`] (`seam.rs`): every call a job makes on
 //!   a replica, a directory at a time; the pending handles of calls still on
-//!   their way (`pending.rs`); the side-neutral [`Error`] (`error.rs`).
+//!   their way (`pending.rs`); the seam's [`Error`] (`error.rs`; its
+//!   `Changed` still names a mirror's source or destination).
 //! - A replica host's half of a two-way sync (`side/`): [`SideSession`],
 //!   the ctime rules of what an archive may record, the side's ignore
 //!   matcher (`side/rules.rs`) and `--follow`'s record rules
