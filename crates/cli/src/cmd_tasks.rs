@@ -160,22 +160,17 @@ pub fn mirror(
             cluster_mirror(url, run, &spec, args.detach, queue_args, &cfg.state_dir)
         }
         _ => {
-            // The default executor is as quiet as the walk; one asked for
-            // by name always says what it did.
-            let show = Show {
-                progress: terminal,
-                figures: terminal || args.asked(),
-            };
-            local_mirror(&spec, threads(cfg.jobs), queue_args, &cfg.state_dir, show)
+            // A task run is only made when asked for by name: it always
+            // says what it did; its progress shows on a terminal.
+            local_mirror(
+                &spec,
+                threads(cfg.jobs),
+                queue_args,
+                &cfg.state_dir,
+                terminal,
+            )
         }
     }
-}
-
-/// What a local task run shows on stderr.
-#[derive(Clone, Copy)]
-struct Show {
-    progress: bool,
-    figures: bool,
 }
 
 /// The local executor: threads of this process over an in-memory queue.
@@ -186,7 +181,7 @@ fn local_mirror(
     jobs: usize,
     queue_args: &QueueArgs,
     memo_dir: &Option<PathBuf>,
-    show: Show,
+    show_progress: bool,
 ) -> i32 {
     let _lock = match accord_engine::lock_destination(spec) {
         Ok(l) => l,
@@ -209,14 +204,14 @@ fn local_mirror(
     let queues: Vec<&dyn TaskQueue> = vec![&queue; jobs];
     let stop = AtomicBool::new(false);
     let progress = Progress::default();
-    let shown = show.progress.then_some(&progress);
+    let shown = show_progress.then_some(&progress);
     let ends = crate::progress::while_streaming(shown, || {
         accord_engine::run_workers(&queues, spec, &opts, &progress, &stop)
     });
     if let Some(code) = fatal_end(&ends, "accord mirror") {
         return code;
     }
-    let code = summary_shown(&queue, "accord mirror", show.figures, LOCAL_ADVICE);
+    let code = summary(&queue, "accord mirror", LOCAL_ADVICE);
     if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
         accord_engine::tasks::remember_source(spec, memo_dir.clone());
     }
@@ -247,30 +242,17 @@ pub fn fatal_end(ends: &[WorkerEnd], who: &str) -> Option<i32> {
 
 /// How a paused local run goes on: its queue ended with the process, so
 /// the same command runs again, told to delete.
-const LOCAL_ADVICE: &str = "what was written stays and nothing was deleted there; run the same \
-     command with --force (or a higher --max-delete) to go on";
+const LOCAL_ADVICE: &str = "what the run did before the pause stays done; run the same command \
+     with --force (or a higher --max-delete) to go on";
 
 /// The run's figures, its failures, and the exit status they make;
 /// `advice`: how a paused run goes on.
 pub fn summary(queue: &dyn TaskQueue, who: &str, advice: &str) -> i32 {
-    summary_shown(queue, who, true, advice)
-}
-
-/// As `summary`; the figures of a run that ended well only when `figures`.
-fn summary_shown(queue: &dyn TaskQueue, who: &str, figures: bool, advice: &str) -> i32 {
     match crate::cmd_cluster::Figures::read(queue) {
         Ok(mut f) => {
             f.advice = Some(advice.to_string());
-            // Quiet as the walk unless asked: its errors say what went
-            // wrong, and a run that stopped short says why.
-            let stopped_short = !f.finished && f.stats.dead == 0;
-            if figures || stopped_short || f.state == accord_queue::RunState::Paused {
-                eprintln!("{who}: {}", f.line());
-            }
-            let errors = match figures {
-                true => crate::cmd_cluster::print_errors(queue, 20),
-                false => crate::cmd_cluster::print_errors_as(queue, 10_000, Some(who)),
-            };
+            eprintln!("{who}: {}", f.line());
+            let errors = crate::cmd_cluster::print_errors(queue, 20);
             let fatal = queue.add(accord_engine::tasks::keys::FATAL, 0).unwrap_or(0) > 0;
             match (errors, f.finished) {
                 _ if fatal => exit::FATAL,
