@@ -436,7 +436,7 @@ impl JsonReport {
                 .iter()
                 .map(|e| JsonError {
                     path: e.path.display(),
-                    message: e.error.to_string(),
+                    message: e.message().to_string(),
                 })
                 .collect(),
             elapsed_s: r.elapsed_s,
@@ -496,7 +496,7 @@ fn output(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) -> i32 {
         }
     }
     for e in &r.errors {
-        eprintln!("accord mirror: {}: {}", e.path.display(), e.error);
+        eprintln!("accord mirror: {e}");
     }
     if r.deletions_suspended {
         eprintln!(

@@ -205,7 +205,7 @@ fn local_mirror(
     let stop = AtomicBool::new(false);
     let progress = Progress::default();
     let shown = show_progress.then_some(&progress);
-    let ends = crate::progress::while_streaming(shown, || {
+    let ends = crate::progress::while_showing(shown, true, || {
         accord_engine::run_workers(&queues, spec, &opts, &progress, &stop)
     });
     if let Some(code) = fatal_end(&ends, "accord mirror") {

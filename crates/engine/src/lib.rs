@@ -37,7 +37,7 @@ pub use accord_replica::{
     SideOptions, SideScan, SideSession, SyncRules,
 };
 pub use mirror::dry_run::DryRun;
-pub use mirror::error::{Failure, Fatal};
+pub use mirror::error::{Failure, Fatal, MIRROR_WORDS};
 pub use mirror::run::{mirror, mirror_replicas, open_local_root};
 pub use mirror::{MirrorConfig, Report};
 pub use progress::Progress;

@@ -29,43 +29,33 @@ const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 const MAX_REPLY: u64 = 1 << 31;
 
 /// Why a connection could not be set up.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The server refused (with its reason).
-    Refused {
-        why: Refusal,
-        message: String,
-    },
+    #[error("the server refused: {message}")]
+    Refused { why: Refusal, message: String },
     /// Something else than `accord server` answered (what it said).
+    #[error("{}", not_accord(.0))]
     NotAccord(Vec<u8>),
-    Io(io::Error),
-    Protocol(String),
+    #[error("{0}")]
+    Io(#[source] io::Error),
+    /// The server's answer to the hello does not decode.
+    #[error("a handshake that does not decode: {0}")]
+    Handshake(#[source] accord_proto::ProtoError),
+    /// The server turned on features the client did not ask for.
+    #[error("the server turned on features not asked for ({0:#x})")]
+    UnaskedFeatures(u64),
 }
 
-impl std::error::Error for ConnectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConnectError::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ConnectError::Refused { message, .. } => write!(f, "the server refused: {message}"),
-            ConnectError::NotAccord(b) if b.is_empty() => {
-                f.write_str("the remote side closed the connection before answering")
-            }
-            ConnectError::NotAccord(b) => write!(
-                f,
-                "the remote side did not answer as accord server; it said: {}",
-                accord_model::escape_for_display(b.trim_ascii())
-            ),
-            ConnectError::Io(e) => write!(f, "{e}"),
-            ConnectError::Protocol(m) => f.write_str(m),
-        }
+/// What a peer that is not `accord server` said, for a message.
+fn not_accord(said: &[u8]) -> String {
+    if said.is_empty() {
+        "the remote side closed the connection before answering".to_string()
+    } else {
+        format!(
+            "the remote side did not answer as accord server; it said: {}",
+            accord_model::escape_for_display(said.trim_ascii())
+        )
     }
 }
 
@@ -152,9 +142,7 @@ impl RemoteReplica {
             }
             HelloError::Io(e) => ConnectError::Io(e),
             HelloError::NotAccord(b) => ConnectError::NotAccord(b),
-            HelloError::Proto(p) => {
-                ConnectError::Protocol(format!("a handshake that does not decode: {p}"))
-            }
+            HelloError::Proto(p) => ConnectError::Handshake(p),
         })?;
         let (identity, describe, features) = match welcome {
             Welcome::Accepted {
@@ -168,9 +156,7 @@ impl RemoteReplica {
             }
         };
         if features & !asked != 0 {
-            return Err(ConnectError::Protocol(format!(
-                "the server turned on features not asked for ({features:#x})"
-            )));
+            return Err(ConnectError::UnaskedFeatures(features));
         }
         let compress = compress.filter(|_| features & FEATURE_ZSTD != 0);
         let conn = Conn::start(Role::Client, reader, writer, compress).map_err(ConnectError::Io)?;

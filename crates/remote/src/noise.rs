@@ -45,57 +45,48 @@ fn builder(key: &KeyPair) -> snow::Builder<'_> {
 }
 
 /// How a handshake failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
     /// The peer's first bytes are not a Noise handshake (the bytes).
+    #[error(
+        "not an encrypted accord connection (it began with {})",
+        accord_model::escape_for_display(.0)
+    )]
     Plaintext(Vec<u8>),
     /// The server answered with a refusal (busy, …).
+    #[error("{0}")]
     Refused(String),
     /// The peer's key is not accepted (why, for the user).
+    #[error("{0}")]
     Untrusted(String),
-    Io(io::Error),
+    #[error("{}", io_during_handshake(.0))]
+    Io(#[from] io::Error),
     /// The peer's messages do not decrypt or verify.
-    Noise(String),
+    #[error("the handshake failed: {0}")]
+    Noise(#[source] snow::Error),
+    /// The server's answer to the first message does not decrypt: most
+    /// likely something else than an accord daemon listens there.
+    #[error("the handshake failed: {0} (is this an accord daemon?)")]
+    NotDaemon(#[source] snow::Error),
+    /// The handshake ended without the peer's static key (or one of
+    /// another size than an X25519 key).
+    #[error("the handshake failed: the peer sent no usable static key")]
+    NoStaticKey,
 }
 
-impl std::error::Error for HandshakeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            HandshakeError::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for HandshakeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HandshakeError::Plaintext(b) => write!(
-                f,
-                "not an encrypted accord connection (it began with {})",
-                accord_model::escape_for_display(b)
-            ),
-            HandshakeError::Refused(m) | HandshakeError::Untrusted(m) => f.write_str(m),
-            HandshakeError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                f.write_str("the connection was closed during the handshake")
-            }
-            HandshakeError::Io(e) if is_timeout(e) => {
-                f.write_str("no answer in time during the handshake")
-            }
-            HandshakeError::Io(e) => write!(f, "{e}"),
-            HandshakeError::Noise(m) => write!(f, "the handshake failed: {m}"),
-        }
-    }
-}
-
-impl From<io::Error> for HandshakeError {
-    fn from(e: io::Error) -> Self {
-        HandshakeError::Io(e)
+/// An I/O error during the handshake, as the user needs to hear it.
+fn io_during_handshake(e: &io::Error) -> String {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        "the connection was closed during the handshake".to_string()
+    } else if is_timeout(e) {
+        "no answer in time during the handshake".to_string()
+    } else {
+        e.to_string()
     }
 }
 
 fn noise_err(e: snow::Error) -> HandshakeError {
-    HandshakeError::Noise(e.to_string())
+    HandshakeError::Noise(e)
 }
 
 pub fn is_timeout(e: &io::Error) -> bool {
@@ -140,12 +131,8 @@ fn finish(hs: HandshakeState) -> Result<Session, HandshakeError> {
 }
 
 fn remote_static(hs: &HandshakeState) -> Result<PublicKey, HandshakeError> {
-    let rs = hs
-        .get_remote_static()
-        .ok_or_else(|| HandshakeError::Noise("no static key from the peer".into()))?;
-    let key: [u8; 32] = rs
-        .try_into()
-        .map_err(|_| HandshakeError::Noise("a static key of the wrong size".into()))?;
+    let rs = hs.get_remote_static().ok_or(HandshakeError::NoStaticKey)?;
+    let key: [u8; 32] = rs.try_into().map_err(|_| HandshakeError::NoStaticKey)?;
     Ok(PublicKey(key))
 }
 
@@ -165,7 +152,7 @@ pub fn client<S: Read + Write>(
     let mut payload = vec![0u8; MAX_MESSAGE];
     let n = hs
         .read_message(&answer, &mut payload)
-        .map_err(|e| HandshakeError::Noise(format!("{e} (is this an accord daemon?)")))?;
+        .map_err(HandshakeError::NotDaemon)?;
     check(&remote_static(&hs)?).map_err(HandshakeError::Untrusted)?;
     if n > 0 {
         // Authenticated by the server's key, checked just above.

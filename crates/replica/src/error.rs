@@ -29,11 +29,11 @@ pub enum Action {
 }
 
 impl Action {
-    fn doing(self) -> &'static str {
+    fn doing(self, words: &EndWords) -> &'static str {
         match self {
-            Action::OpenSource => "opening the source file",
-            Action::ReadSource => "reading the source file",
-            Action::OpenDestination => "opening the destination",
+            Action::OpenSource => words.opening_read,
+            Action::ReadSource => words.reading,
+            Action::OpenDestination => words.opening_written,
             Action::WriteTemp => "writing the temp file",
             Action::Flush => "flushing to disk",
             Action::Replace => "renaming the new version into place",
@@ -51,20 +51,49 @@ impl Action {
     }
 }
 
+/// The words a job gives the two ends of a copy in its messages. The seam
+/// knows only the end a copy reads from and the end it writes to; which
+/// replica each is, only the job knows: a mirror's source and destination,
+/// or, in a sync whose copies run either way between A and B, the file to
+/// copy and the entry it replaces ([`EndWords::NEUTRAL`], what `Display`
+/// of [`Error`] says).
+#[derive(Clone, Copy, Debug)]
+pub struct EndWords {
+    /// The end read from, as a subject: "the source".
+    pub read: &'static str,
+    /// The end written to: "the destination".
+    pub written: &'static str,
+    /// Opening the file to read: "opening the source file".
+    pub opening_read: &'static str,
+    /// Reading it: "reading the source file".
+    pub reading: &'static str,
+    /// Opening what is written to: "opening the destination".
+    pub opening_written: &'static str,
+}
+
+impl EndWords {
+    /// Words that name no replica.
+    pub const NEUTRAL: EndWords = EndWords {
+        read: "the file to copy",
+        written: "the entry to replace",
+        opening_read: "opening the file to copy",
+        reading: "reading the file to copy",
+        opening_written: "opening the entry to replace",
+    };
+
+    fn end(&self, side: Side) -> &'static str {
+        match side {
+            Side::Source => self.read,
+            Side::Destination => self.written,
+        }
+    }
+}
+
 /// Which replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
     Source,
     Destination,
-}
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Source => "the source",
-            Side::Destination => "the destination",
-        }
-    }
 }
 
 /// Why one path failed.
@@ -139,20 +168,43 @@ impl Error {
     }
 }
 
+impl Error {
+    /// This error in the words of a job that knows which replica each end
+    /// of a copy is (see [`EndWords`]).
+    pub fn in_words<'a>(&'a self, words: &'a EndWords) -> InWords<'a> {
+        InWords { error: self, words }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Io { action, source } => write!(f, "{}: {source}", action.doing()),
+        write!(f, "{}", self.in_words(&EndWords::NEUTRAL))
+    }
+}
+
+/// An [`Error`] shown in a job's words (from [`Error::in_words`]).
+pub struct InWords<'a> {
+    error: &'a Error,
+    words: &'a EndWords,
+}
+
+impl fmt::Display for InWords<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let words = self.words;
+        match self.error {
+            Error::Io { action, source } => write!(f, "{}: {source}", action.doing(words)),
             Error::Changed(side) => write!(
                 f,
                 "{} changed since it was scanned; left alone",
-                side.name()
+                words.end(*side)
             ),
-            Error::Delta { action, source } => write!(f, "{}: {source}", action.doing()),
+            Error::Delta { action, source } => write!(f, "{}: {source}", action.doing(words)),
             Error::InPlaceFailed { cause, recovery } => {
                 match cause.as_ref() {
-                    Error::Changed(side) => write!(f, "{} changed during the update", side.name())?,
-                    cause => write!(f, "{cause}")?,
+                    Error::Changed(side) => {
+                        write!(f, "{} changed during the update", words.end(*side))?
+                    }
+                    cause => write!(f, "{}", cause.in_words(words))?,
                 }
                 match recovery {
                     Ok(rec) => write!(
@@ -163,10 +215,20 @@ impl fmt::Display for Error {
                     Err(e) => write!(f, "; moving the partly updated file aside failed: {e}"),
                 }
             }
-            Error::HalfUpdated => f.write_str(
-                "the source holds a half-finished in-place update (an earlier run stopped); \
-                 not copied",
+            Error::HalfUpdated => write!(
+                f,
+                "{} holds a half-finished in-place update (an earlier run stopped); not copied",
+                words.read
             ),
+            other => other.fmt_same_in_every_job(f),
+        }
+    }
+}
+
+impl Error {
+    /// The messages that name no end of a copy.
+    fn fmt_same_in_every_job(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Error::InterruptedInPlace { recovery } => {
                 f.write_str(
                     "was being updated in place when an earlier run stopped, \
@@ -190,6 +252,8 @@ impl fmt::Display for Error {
                 leader.display()
             ),
             Error::Scan(msg) => f.write_str(msg),
+            // Named by `InWords`, which calls this only for the others.
+            _ => write!(f, "{}", self.in_words(&EndWords::NEUTRAL)),
         }
     }
 }

@@ -22,7 +22,7 @@ mod pending;
 mod seam;
 pub mod side;
 
-pub use error::{Action, Error, Side};
+pub use error::{Action, EndWords, Error, InWords, Side};
 pub use local::side::LocalSide;
 pub use local::{LocalOptions, LocalReplica};
 pub use pending::{Deleted, Incoming, Pending, PendingTemp};

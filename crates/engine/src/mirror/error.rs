@@ -3,7 +3,7 @@
 //! without parsing text.
 
 use accord_model::RelPath;
-use accord_replica::Error;
+use accord_replica::{EndWords, Error, InWords};
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -13,6 +13,23 @@ use std::path::PathBuf;
 pub struct Failure {
     pub path: RelPath,
     pub error: Error,
+}
+
+/// A mirror's words for the two ends of its copies: they always run from
+/// the source to the destination.
+pub const MIRROR_WORDS: EndWords = EndWords {
+    read: "the source",
+    written: "the destination",
+    opening_read: "opening the source file",
+    reading: "reading the source file",
+    opening_written: "opening the destination",
+};
+
+impl Failure {
+    /// Why the path failed, in a mirror's words.
+    pub fn message(&self) -> InWords<'_> {
+        self.error.in_words(&MIRROR_WORDS)
+    }
 }
 
 /// Why a run stopped.
@@ -81,7 +98,8 @@ impl fmt::Display for Fatal {
             ),
             Fatal::ConnectionLost(why) => write!(
                 f,
-                "connection lost: {why}; every file holds its old or its new contents"
+                "connection lost: {}; every file holds its old or its new contents",
+                why.in_words(&MIRROR_WORDS)
             ),
             Fatal::SameDirectory => f.write_str("source and destination are the same directory"),
             Fatal::Nested(why) => f.write_str(why),
@@ -102,7 +120,12 @@ impl fmt::Display for Fatal {
                 replaced,
                 source,
             } => {
-                write!(f, "disk full writing {}: {source}", path.display())?;
+                write!(
+                    f,
+                    "disk full writing {}: {}",
+                    path.display(),
+                    source.in_words(&MIRROR_WORDS)
+                )?;
                 if *replaced {
                     f.write_str("; the old file was left in place")?;
                 }
@@ -112,7 +135,8 @@ impl fmt::Display for Fatal {
             Fatal::DidNotFit { files, source } => {
                 write!(
                     f,
-                    "disk full ({source}): {} file(s) did not fit:",
+                    "disk full ({}): {} file(s) did not fit:",
+                    source.in_words(&MIRROR_WORDS),
                     files.len()
                 )?;
                 for (p, _) in files.iter().take(10) {
@@ -153,7 +177,7 @@ impl std::error::Error for Fatal {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.error)
+        write!(f, "{}: {}", self.path.display(), self.message())
     }
 }
 

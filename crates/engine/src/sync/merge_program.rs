@@ -26,7 +26,6 @@
 //! should this process die first, the program (the shell) is killed too.
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -155,44 +154,28 @@ pub(crate) fn substitute(command: &str, words: &MergeWords) -> Vec<u8> {
 }
 
 /// Why a merge left the conflict as it was.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum MergeFailure {
     /// The program could not be started, or its files not made.
-    Setup(String),
+    #[error("merge program not run: {0}")]
+    Setup(#[source] io::Error),
     /// It exited with a non-zero status or was killed by a signal.
+    #[error("merge program {status}{}", with_output(output))]
     Failed { status: String, output: String },
     /// It ran past the time limit and was killed.
+    #[error("merge program killed after {} s{}", after.as_secs(), with_output(output))]
     TimedOut { after: Duration, output: String },
     /// It exited 0 but wrote no regular file at NEW.
+    #[error("merge program exited 0 but wrote no NEW file{}", with_output(output))]
     NoResult { output: String },
 }
 
-impl std::error::Error for MergeFailure {}
-
-impl fmt::Display for MergeFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let with_output = |f: &mut fmt::Formatter<'_>, output: &str| {
-            if output.is_empty() {
-                Ok(())
-            } else {
-                write!(f, ": {output}")
-            }
-        };
-        match self {
-            MergeFailure::Setup(why) => write!(f, "merge program not run: {why}"),
-            MergeFailure::Failed { status, output } => {
-                write!(f, "merge program {status}")?;
-                with_output(f, output)
-            }
-            MergeFailure::TimedOut { after, output } => {
-                write!(f, "merge program killed after {} s", after.as_secs())?;
-                with_output(f, output)
-            }
-            MergeFailure::NoResult { output } => {
-                f.write_str("merge program exited 0 but wrote no NEW file")?;
-                with_output(f, output)
-            }
-        }
+/// The program's first lines of output after a message, when it wrote any.
+fn with_output(output: &str) -> String {
+    if output.is_empty() {
+        String::new()
+    } else {
+        format!(": {output}")
     }
 }
 
@@ -308,7 +291,7 @@ pub(crate) fn run_program(
     dir: &MergeDir,
     words: &MergeWords,
 ) -> Result<File, MergeFailure> {
-    let setup = |e: io::Error| MergeFailure::Setup(e.to_string());
+    let setup = |e: io::Error| MergeFailure::Setup(e);
     let output_path = dir.output();
     let output = create_version(&output_path).map_err(setup)?;
     let script = substitute(&program.command, words);
@@ -327,7 +310,7 @@ pub(crate) fn run_program(
     let status = wait_within(&mut child, program.time_limit);
     let output = first_lines(&output_path);
     match status {
-        Err(e) => Err(MergeFailure::Setup(e.to_string())),
+        Err(e) => Err(MergeFailure::Setup(e)),
         Ok(None) => Err(MergeFailure::TimedOut {
             after: program.time_limit.unwrap_or_default(),
             output,
@@ -495,12 +478,13 @@ mod tests {
             b"one\ntwo\n"
         );
         let failed = run("echo nope >&2; exit 3 # NEW", None).unwrap_err();
-        assert_eq!(
-            failed,
-            MergeFailure::Failed {
-                status: "exited with status 3".into(),
-                output: "nope".into()
-            }
+        assert!(
+            matches!(
+                &failed,
+                MergeFailure::Failed { status, output }
+                    if status == "exited with status 3" && output == "nope"
+            ),
+            "{failed:?}"
         );
         assert!(matches!(
             run("true NEW", None).unwrap_err(),

@@ -194,7 +194,11 @@ pub enum SyncError {
     /// Case is ignored and its name cannot be synced: names on one side
     /// that differ only by case, or a case-sensitive side that spells it
     /// otherwise (`sync/case/scan.rs`); left alone on both sides.
-    CaseClash(String),
+    /// `names`: those that clash, on the replica named `replica`.
+    CaseClash {
+        names: Vec<RelPath>,
+        replica: String,
+    },
 }
 
 impl fmt::Display for SyncError {
@@ -222,7 +226,16 @@ impl fmt::Display for SyncError {
                     side(written.other())
                 )
             }
-            SyncError::CaseClash(e) => f.write_str(e),
+            SyncError::CaseClash { names, replica } => {
+                let shown: Vec<String> =
+                    names.iter().map(|p| format!("'{}'", p.display())).collect();
+                write!(
+                    f,
+                    "{} in {replica} differ only by case, and case is ignored: none of them is \
+                     synced (nothing was changed or deleted) until all but one are renamed",
+                    shown.join(" and ")
+                )
+            }
         }
     }
 }

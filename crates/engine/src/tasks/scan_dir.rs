@@ -262,8 +262,7 @@ pub(crate) fn plan_dir(
     if report && !found.failures.is_empty() {
         let task = Task::ScanDir { dir: dir.clone() }.encode();
         for f in &found.failures {
-            ctx.queue
-                .report(&task, &format!("{}: {}", f.path.display(), f.error))?;
+            ctx.queue.report(&task, &f.to_string())?;
         }
     }
     Ok(plan)

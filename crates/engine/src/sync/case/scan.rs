@@ -659,14 +659,12 @@ fn plan_path(
 
 /// The failure of names that fold to one on one side.
 fn clash(paths: &[RelPath], replica: &str) -> SyncFailure {
-    let shown: Vec<String> = paths.iter().map(|p| format!("'{}'", p.display())).collect();
     SyncFailure {
         path: paths[0].clone(),
-        error: SyncError::CaseClash(format!(
-            "{} in {replica} differ only by case, and case is ignored: none of them is \
-             synced (nothing was changed or deleted) until all but one are renamed",
-            shown.join(" and ")
-        )),
+        error: SyncError::CaseClash {
+            names: paths.to_vec(),
+            replica: replica.to_string(),
+        },
     }
 }
 

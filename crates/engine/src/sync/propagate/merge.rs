@@ -263,7 +263,7 @@ pub(super) fn run_merge(
     dirs: &[Box<dyn ReplicaDir + '_>; 2],
     program: &MergeProgram,
 ) -> Result<Merged, NotMerged> {
-    let setup = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e.to_string()));
+    let setup = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e));
     let work = MergeDir::new().map_err(setup)?;
     let name = item.path.file_name();
     let files: [PathBuf; 3] = [
@@ -323,7 +323,7 @@ fn fetch(dir: &dyn ReplicaDir, version: &Entry, to: &Path) -> Result<(), NotMerg
     let name = version.path.file_name();
     let mut source = dir.open_read(name, &Expect::entry(version))?;
     let mut passing = Fingerprinting::new(&mut *source);
-    let write = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e.to_string()));
+    let write = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e));
     let mut file = create_version(to).map_err(write)?;
     io::copy(&mut passing, &mut file).map_err(crate::Error::io(Step::ReadSource))?;
     if version.hash.is_some_and(|hash| hash != passing.finish()) {
