@@ -383,11 +383,7 @@ fn no_hard_link_is_made_to_a_first_file_that_was_not_updated() {
         }
     }));
     let r = run(&src, &dst, &cfg());
-    let errors: Vec<String> = r
-        .errors
-        .iter()
-        .map(|f| format!("{}: {}", f.path, f.error))
-        .collect();
+    let errors: Vec<String> = r.errors.iter().map(|f| f.to_string()).collect();
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(
         errors[0].starts_with("a: the destination changed"),
