@@ -711,15 +711,6 @@ struct RemoteDir<'a> {
 }
 
 impl ReplicaDir for RemoteDir<'_> {
-    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
-        let req = Request::Stat {
-            dir: self.dir.clone(),
-            name: name.to_vec(),
-        };
-        let b = self.replica.call(&req, None).map_err(CallError::into_io)?;
-        decode_found(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-    }
-
     fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
         let req = Request::OpenRead {
             dir: self.dir.clone(),
@@ -731,22 +722,6 @@ impl ReplicaDir for RemoteDir<'_> {
             .start(&req, None)
             .map_err(|e| e.into_error(Action::OpenSource))?;
         Ok(Box::new(FileReader { inner }))
-    }
-
-    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        self.start_partial_signature(name).wait()
-    }
-
-    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
-        let req = Request::Signature {
-            dir: self.dir.clone(),
-            name: name.to_vec(),
-            expect: *expect,
-            in_place,
-        };
-        self.replica
-            .call(&req, None)
-            .map_err(|e| e.into_error(Action::OpenDestination))
     }
 
     fn make_delta(
@@ -779,16 +754,6 @@ impl ReplicaDir for RemoteDir<'_> {
             ..DeltaStats::default()
         };
         Ok((d.rest().to_vec(), stats))
-    }
-
-    fn receive(
-        &self,
-        name: &[u8],
-        incoming: Incoming<'_>,
-        props: &Props,
-        mask: PropsMask,
-    ) -> Result<Vec<u8>, Error> {
-        self.start_receive(name, incoming, props, mask).wait()
     }
 
     fn start_receive(
@@ -884,10 +849,6 @@ impl ReplicaDir for RemoteDir<'_> {
             .map_err(|e| e.into_error(Action::UpdateInPlace))
     }
 
-    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
-        self.start_make_node(name, entry, mask).wait()
-    }
-
     fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp {
         let req = Request::MakeNode {
             dir: self.dir.clone(),
@@ -898,10 +859,6 @@ impl ReplicaDir for RemoteDir<'_> {
         self.replica.temp_later(&req, None, Action::MakeNode)
     }
 
-    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
-        self.start_link_temp(name, leader).wait()
-    }
-
     fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp {
         let req = Request::LinkTemp {
             dir: self.dir.clone(),
@@ -909,14 +866,6 @@ impl ReplicaDir for RemoteDir<'_> {
             leader: leader.clone(),
         };
         self.replica.temp_later(&req, None, Action::MakeLink)
-    }
-
-    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
-        self.start_commit(temp, name, expect).wait()
-    }
-
-    fn rename_from(&self, name: &[u8], from: &RelPath, expect: &Expect) -> Result<(), Error> {
-        self.start_rename_from(name, from, expect).wait()
     }
 
     fn start_rename_from(
@@ -965,17 +914,6 @@ impl ReplicaDir for RemoteDir<'_> {
         drop(self.replica.call_later(&req, None));
     }
 
-    fn set_props(
-        &self,
-        name: &[u8],
-        expect: &Expect,
-        kind: Kind,
-        props: &Props,
-        mask: PropsMask,
-    ) -> Result<(), Error> {
-        self.start_set_props(name, expect, kind, props, mask).wait()
-    }
-
     fn start_set_props(
         &self,
         name: &[u8],
@@ -995,10 +933,6 @@ impl ReplicaDir for RemoteDir<'_> {
         self.replica.unit_later(&req, Action::SetProps)
     }
 
-    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error> {
-        self.start_set_own_props(expect, props, mask).wait()
-    }
-
     fn start_set_own_props(
         &self,
         expect: &Expect,
@@ -1014,20 +948,12 @@ impl ReplicaDir for RemoteDir<'_> {
         self.replica.unit_later(&req, Action::SetProps)
     }
 
-    fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
-        self.start_mkdir(name).wait()
-    }
-
     fn start_mkdir(&self, name: &[u8]) -> Pending<Result<(), Error>> {
         let req = Request::Mkdir {
             dir: self.dir.clone(),
             name: name.to_vec(),
         };
         self.replica.unit_later(&req, Action::MakeDir)
-    }
-
-    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
-        self.start_delete(name, expect).wait()
     }
 
     fn start_delete(&self, name: &[u8], expect: &Expect) -> Pending<Result<Deleted, Error>> {

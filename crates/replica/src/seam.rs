@@ -132,9 +132,24 @@ pub trait Replica: Send + Sync {
 /// One directory of a replica; every name is a single validated component.
 /// Temp names returned by one call are only given back to the same
 /// directory.
+///
+/// Each call that a replica across a wire can send without waiting comes
+/// in one form to implement, `start_*`, which returns its pending result
+/// (a replica across a wire sends the request and returns at once; a
+/// local one does the work and returns it ready), and a blocking form of
+/// the same name without `start_`, provided here as `start_*(..).wait()`.
+/// The blocking forms are not overridden: one definition per call means a
+/// decorator cannot do something in one form and forget it in the other,
+/// and every implementation writes each call once. They stay methods of
+/// this trait (not of an extension trait) so that `&dyn ReplicaDir` and
+/// generic `D: ReplicaDir + ?Sized` callers use them without an import.
 pub trait ReplicaDir: Send + Sync {
     /// What is at `name` now (`None`: nothing).
-    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>>;
+    fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>>;
+    /// `start_stat`, waited for. Not overridden: implement `start_stat`.
+    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
+        self.start_stat(name).wait()
+    }
     /// Read a regular file that must still be what `expect` says.
     fn open_read(
         &self,
@@ -146,11 +161,26 @@ pub trait ReplicaDir: Send + Sync {
     /// for a delta applied in place (strong sums that are never wrong);
     /// else for one applied to a temp file and checked whole before it is
     /// committed (rsync's shorter sums; a mismatch is redone whole).
-    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error>;
+    fn start_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        in_place: bool,
+    ) -> Pending<Result<Vec<u8>, Error>>;
+    /// `start_signature`, waited for. Not overridden: implement
+    /// `start_signature`.
+    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
+        self.start_signature(name, expect, in_place).wait()
+    }
     /// The encoded signature of `name`'s partial file, the basis of a
     /// resumed transfer (`None`: there is none). A whole-file receive cut
     /// off by its source (a lost connection) keeps what arrived there.
-    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error>;
+    fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>>;
+    /// `start_partial_signature`, waited for. Not overridden: implement
+    /// `start_partial_signature`.
+    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        self.start_partial_signature(name).wait()
+    }
     /// A delta from the receiver's encoded `signature` to the regular file
     /// at `name`, which must still be what `expect` says, made where that
     /// file is (so from a remote source only the delta crosses the wire);
@@ -165,14 +195,26 @@ pub trait ReplicaDir: Send + Sync {
         delta_from_stream(self, name, expect, signature, in_place)
     }
     /// Write new contents for `name` into a hidden temp file beside it, with
-    /// `props` applied; returns the temp's name.
+    /// `props` applied; the temp's name. `incoming` is read before this
+    /// returns (only the reply may still be on its way).
+    fn start_receive(
+        &self,
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> PendingTemp;
+    /// `start_receive`, waited for. Not overridden: implement
+    /// `start_receive`.
     fn receive(
         &self,
         name: &[u8],
         incoming: Incoming<'_>,
         props: &Props,
         mask: PropsMask,
-    ) -> Result<Vec<u8>, Error>;
+    ) -> Result<Vec<u8>, Error> {
+        self.start_receive(name, incoming, props, mask).wait()
+    }
     /// Rebuild the file at `name` in its own storage from an encoded
     /// in-place delta, using at most `max_scratch` bytes of memory; on a
     /// failure after writing began the file is moved to a recovery name.
@@ -185,87 +227,33 @@ pub trait ReplicaDir: Send + Sync {
         mask: PropsMask,
     ) -> Result<(), Error>;
     /// Make a symlink, fifo, socket or device node like `entry` under a temp
-    /// name, with its properties; returns the temp's name.
-    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error>;
+    /// name, with its properties; the temp's name.
+    fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp;
+    /// `start_make_node`, waited for. Not overridden: implement
+    /// `start_make_node`.
+    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
+        self.start_make_node(name, entry, mask).wait()
+    }
     /// Hard-link the regular file at `leader` (a path of the same replica)
     /// under a temp name for `name`.
-    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error>;
+    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp;
+    /// `start_link_temp`, waited for. Not overridden: implement
+    /// `start_link_temp`.
+    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
+        self.start_link_temp(name, leader).wait()
+    }
     /// Rename `temp` over `name` if `name` is still what `expect` says.
-    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error>;
+    fn start_commit(&self, temp: &[u8], name: &[u8], expect: &Expect)
+        -> Pending<Result<(), Error>>;
+    /// `start_commit`, waited for. Not overridden: implement
+    /// `start_commit`.
+    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
+        self.start_commit(temp, name, expect).wait()
+    }
     /// Remove a temp that will not be committed.
     fn discard(&self, temp: &[u8]);
     /// Set the properties of `name` (not a directory's own: see
-    /// `set_own_props`), if it is still what `expect` says.
-    fn set_props(
-        &self,
-        name: &[u8],
-        expect: &Expect,
-        kind: Kind,
-        props: &Props,
-        mask: PropsMask,
-    ) -> Result<(), Error>;
-    /// Set this directory's own properties, if it is still what `expect` says.
-    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error>;
-    /// Make a subdirectory (mode 0700 until its properties are set); an
-    /// existing directory is fine.
-    fn mkdir(&self, name: &[u8]) -> Result<(), Error>;
-    /// Delete `name` (an empty directory or anything else) if it is still
-    /// what `expect` says.
-    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error>;
-    /// Remove a stale temp file of an interrupted run (never anything else).
-    fn remove_stale_temp(&self, name: &[u8]);
-    /// Rename the entry at `from` (a path of the same replica, a directory
-    /// with its subtree) to `name` in this directory, if `from` is still
-    /// what `expect` says and nothing is at `name` (a sync's rename). No
-    /// symlink is followed on the way to either. The default: a replica
-    /// that cannot, which the engine reports for that path.
-    fn rename_from(&self, _name: &[u8], _from: &RelPath, _expect: &Expect) -> Result<(), Error> {
-        Err(Error::io(Action::Rename)(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "this replica cannot rename",
-        )))
-    }
-    // The calls below start a call and return its pending result; a
-    // replica across a wire sends the request and returns at once. The
-    // defaults run the call now.
-
-    fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
-        Pending::ready(self.stat(name))
-    }
-    fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
-        Pending::ready(self.partial_signature(name))
-    }
-    fn start_signature(
-        &self,
-        name: &[u8],
-        expect: &Expect,
-        in_place: bool,
-    ) -> Pending<Result<Vec<u8>, Error>> {
-        Pending::ready(self.signature(name, expect, in_place))
-    }
-    fn start_receive(
-        &self,
-        name: &[u8],
-        incoming: Incoming<'_>,
-        props: &Props,
-        mask: PropsMask,
-    ) -> PendingTemp {
-        PendingTemp::ready(self.receive(name, incoming, props, mask))
-    }
-    fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp {
-        PendingTemp::ready(self.make_node(name, entry, mask))
-    }
-    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp {
-        PendingTemp::ready(self.link_temp(name, leader))
-    }
-    fn start_commit(
-        &self,
-        temp: &[u8],
-        name: &[u8],
-        expect: &Expect,
-    ) -> Pending<Result<(), Error>> {
-        Pending::ready(self.commit(temp, name, expect))
-    }
+    /// `start_set_own_props`), if it is still what `expect` says.
     fn start_set_props(
         &self,
         name: &[u8],
@@ -273,30 +261,68 @@ pub trait ReplicaDir: Send + Sync {
         kind: Kind,
         props: &Props,
         mask: PropsMask,
-    ) -> Pending<Result<(), Error>> {
-        Pending::ready(self.set_props(name, expect, kind, props, mask))
+    ) -> Pending<Result<(), Error>>;
+    /// `start_set_props`, waited for. Not overridden: implement
+    /// `start_set_props`.
+    fn set_props(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error> {
+        self.start_set_props(name, expect, kind, props, mask).wait()
     }
+    /// Set this directory's own properties, if it is still what `expect` says.
     fn start_set_own_props(
         &self,
         expect: &Expect,
         props: &Props,
         mask: PropsMask,
-    ) -> Pending<Result<(), Error>> {
-        Pending::ready(self.set_own_props(expect, props, mask))
+    ) -> Pending<Result<(), Error>>;
+    /// `start_set_own_props`, waited for. Not overridden: implement
+    /// `start_set_own_props`.
+    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error> {
+        self.start_set_own_props(expect, props, mask).wait()
     }
-    fn start_mkdir(&self, name: &[u8]) -> Pending<Result<(), Error>> {
-        Pending::ready(self.mkdir(name))
+    /// Make a subdirectory (mode 0700 until its properties are set); an
+    /// existing directory is fine.
+    fn start_mkdir(&self, name: &[u8]) -> Pending<Result<(), Error>>;
+    /// `start_mkdir`, waited for. Not overridden: implement `start_mkdir`.
+    fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
+        self.start_mkdir(name).wait()
     }
-    fn start_delete(&self, name: &[u8], expect: &Expect) -> Pending<Result<Deleted, Error>> {
-        Pending::ready(self.delete(name, expect))
+    /// Delete `name` (an empty directory or anything else) if it is still
+    /// what `expect` says.
+    fn start_delete(&self, name: &[u8], expect: &Expect) -> Pending<Result<Deleted, Error>>;
+    /// `start_delete`, waited for. Not overridden: implement
+    /// `start_delete`.
+    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
+        self.start_delete(name, expect).wait()
     }
+    /// Remove a stale temp file of an interrupted run (never anything else).
+    fn remove_stale_temp(&self, name: &[u8]);
+    /// Rename the entry at `from` (a path of the same replica, a directory
+    /// with its subtree) to `name` in this directory, if `from` is still
+    /// what `expect` says and nothing is at `name` (a sync's rename). No
+    /// symlink is followed on the way to either. The default: a replica
+    /// that cannot, which the engine reports for that path.
     fn start_rename_from(
         &self,
-        name: &[u8],
-        from: &RelPath,
-        expect: &Expect,
+        _name: &[u8],
+        _from: &RelPath,
+        _expect: &Expect,
     ) -> Pending<Result<(), Error>> {
-        Pending::ready(self.rename_from(name, from, expect))
+        Pending::ready(Err(Error::io(Action::Rename)(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this replica cannot rename",
+        ))))
+    }
+    /// `start_rename_from`, waited for. Not overridden: implement
+    /// `start_rename_from`.
+    fn rename_from(&self, name: &[u8], from: &RelPath, expect: &Expect) -> Result<(), Error> {
+        self.start_rename_from(name, from, expect).wait()
     }
 
     /// False for a destination that keeps no contents (a dry run): the

@@ -6,7 +6,7 @@
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use accord_replica::Error;
-use accord_replica::{Deleted, Incoming, Replica, ReplicaDir};
+use accord_replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 use std::io;
 
 /// A destination that changes nothing: `inner` is the replica as it is
@@ -104,11 +104,16 @@ struct DryRunDir<'a> {
 }
 
 impl ReplicaDir for DryRunDir<'_> {
-    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
-        match &self.inner {
+    // The real replica's reads (`stat`, `signature`, `partial_signature`)
+    // are waited for here and handed out ready: every call of a dry run
+    // is done when it returns, whatever replica is behind it (the mirror
+    // reads `Pending::is_ready`, so forwarding the inner pending result
+    // would change when a dry run over a wire decides things).
+    fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
+        Pending::ready(match &self.inner {
             Some(d) => d.stat(name),
             None => Ok(None),
-        }
+        })
     }
 
     fn open_read(
@@ -122,32 +127,31 @@ impl ReplicaDir for DryRunDir<'_> {
         }
     }
 
-    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
-        match &self.inner {
+    fn start_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        in_place: bool,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(match &self.inner {
             Some(d) => d.signature(name, expect, in_place),
             None => Err(Error::Changed(crate::Side::Destination)),
-        }
+        })
     }
 
-    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        match &self.inner {
+    fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
+        Pending::ready(match &self.inner {
             Some(d) => d.partial_signature(name),
             None => Ok(None),
-        }
+        })
     }
 
     fn takes_contents(&self) -> bool {
         false
     }
 
-    fn receive(
-        &self,
-        _: &[u8],
-        _: Incoming<'_>,
-        _: &Props,
-        _: PropsMask,
-    ) -> Result<Vec<u8>, Error> {
-        Ok(PRETEND.to_vec())
+    fn start_receive(&self, _: &[u8], _: Incoming<'_>, _: &Props, _: PropsMask) -> PendingTemp {
+        PendingTemp::ready(Ok(PRETEND.to_vec()))
     }
 
     fn patch_in_place(
@@ -161,51 +165,56 @@ impl ReplicaDir for DryRunDir<'_> {
         Ok(())
     }
 
-    fn make_node(&self, _: &[u8], _: &Entry, _: PropsMask) -> Result<Vec<u8>, Error> {
-        Ok(PRETEND.to_vec())
+    fn start_make_node(&self, _: &[u8], _: &Entry, _: PropsMask) -> PendingTemp {
+        PendingTemp::ready(Ok(PRETEND.to_vec()))
     }
 
-    fn link_temp(&self, _: &[u8], _: &RelPath) -> Result<Vec<u8>, Error> {
-        Ok(PRETEND.to_vec())
+    fn start_link_temp(&self, _: &[u8], _: &RelPath) -> PendingTemp {
+        PendingTemp::ready(Ok(PRETEND.to_vec()))
     }
 
-    fn commit(&self, _: &[u8], _: &[u8], _: &Expect) -> Result<(), Error> {
-        Ok(())
+    fn start_commit(&self, _: &[u8], _: &[u8], _: &Expect) -> Pending<Result<(), Error>> {
+        Pending::ready(Ok(()))
     }
 
     fn discard(&self, _: &[u8]) {}
 
-    fn set_props(
+    fn start_set_props(
         &self,
         _: &[u8],
         _: &Expect,
         _: Kind,
         _: &Props,
         _: PropsMask,
-    ) -> Result<(), Error> {
-        Ok(())
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(Ok(()))
     }
 
-    fn set_own_props(&self, _: &Expect, _: &Props, _: PropsMask) -> Result<(), Error> {
-        Ok(())
+    fn start_set_own_props(
+        &self,
+        _: &Expect,
+        _: &Props,
+        _: PropsMask,
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(Ok(()))
     }
 
-    fn mkdir(&self, _: &[u8]) -> Result<(), Error> {
-        Ok(())
+    fn start_mkdir(&self, _: &[u8]) -> Pending<Result<(), Error>> {
+        Pending::ready(Ok(()))
     }
 
-    fn delete(&self, name: &[u8], _: &Expect) -> Result<Deleted, Error> {
+    fn start_delete(&self, name: &[u8], _: &Expect) -> Pending<Result<Deleted, Error>> {
         // A directory whose entries would all be deleted first counts as
         // deleted too; one holding excluded entries would stay, which only
         // the real run can tell.
-        Ok(match self.stat(name) {
+        Pending::ready(Ok(match self.stat(name) {
             Ok(Some(_)) => Deleted::Done,
             _ => Deleted::Gone,
-        })
+        }))
     }
 
-    fn rename_from(&self, _: &[u8], _: &RelPath, _: &Expect) -> Result<(), Error> {
-        Ok(())
+    fn start_rename_from(&self, _: &[u8], _: &RelPath, _: &Expect) -> Pending<Result<(), Error>> {
+        Pending::ready(Ok(()))
     }
 
     fn remove_stale_temp(&self, _: &[u8]) {}

@@ -502,8 +502,10 @@ impl MemDir<'_> {
     }
 }
 
-impl ReplicaDir for MemDir<'_> {
-    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
+/// The calls of `ReplicaDir` that have a `start_*` form, done now; the
+/// trait's `start_*` methods hand out their results.
+impl MemDir<'_> {
+    fn do_stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
         let path = self
             .path
             .join(name)
@@ -516,15 +518,7 @@ impl ReplicaDir for MemDir<'_> {
             .found(self.replica.dev, &path))
     }
 
-    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
-        let path = self.at(name)?;
-        let t = self.replica.call("read", &path);
-        self.check(&t, &path, expect, Side::Source)?;
-        let data = t.inodes[&t.names[&path]].data.clone();
-        Ok(Box::new(io::Cursor::new(data)))
-    }
-
-    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
+    fn do_signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let path = self.at(name)?;
         let t = self.replica.call("signature", &path);
         self.check(&t, &path, expect, Side::Destination)?;
@@ -541,11 +535,11 @@ impl ReplicaDir for MemDir<'_> {
         Ok(sig.encode())
     }
 
-    fn partial_signature(&self, _name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+    fn do_partial_signature(&self, _name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         Ok(None)
     }
 
-    fn receive(
+    fn do_receive(
         &self,
         name: &[u8],
         incoming: Incoming<'_>,
@@ -614,6 +608,179 @@ impl ReplicaDir for MemDir<'_> {
         Ok(self.temp(&mut t, inode))
     }
 
+    fn do_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
+        let path = self.at(name)?;
+        let mut t = self.replica.call("make-node", &path);
+        let mut inode = Inode {
+            kind: entry.kind,
+            props: new_props(0o600, 0),
+            data: Vec::new(),
+            link_target: entry.link_target.clone(),
+            rdev: entry.rdev,
+        };
+        if entry.kind == Kind::Symlink {
+            // Symlinks have no mode of their own on Linux.
+            inode.props.mode = 0o777;
+        }
+        inode.props.mtime = t.tick();
+        apply(&mut inode.props, &entry.props, mask, entry.kind);
+        Ok(self.temp(&mut t, inode))
+    }
+
+    fn do_link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
+        let path = self.at(name)?;
+        let mut t = self.replica.call("link", &path);
+        let ino = match t.names.get(leader) {
+            Some(i) if t.inodes[i].kind == Kind::File => *i,
+            _ => return Err(Error::LeaderNotFile(leader.clone())),
+        };
+        let temp = t.new_temp(&self.path);
+        t.names.insert(temp.clone(), ino);
+        Ok(temp.file_name().to_vec())
+    }
+
+    fn do_commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
+        let temp = match self.temp_of(temp) {
+            Ok(t) => t,
+            Err((made, e)) => {
+                if let Some(t) = made {
+                    self.discard_temp(&t);
+                }
+                return Err(e);
+            }
+        };
+        let path = self.at(name)?;
+        let mut t = self.replica.call("commit", &path);
+        self.check(&t, &path, expect, Side::Destination)?;
+        let temp = self.at(&temp)?;
+        let ino = t.names.remove(&temp).expect("a temp of this directory");
+        if t.names.get(&path) == Some(&ino) {
+            // rename(2) of a link over a name of the same inode does nothing.
+            t.names.insert(temp, ino);
+        } else {
+            t.names.insert(path.clone(), ino);
+        }
+        t.touch_parent(&path);
+        Ok(())
+    }
+
+    fn do_set_props(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        kind: Kind,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error> {
+        let path = self.at(name)?;
+        let mut t = self.replica.call("set-props", &path);
+        self.check(&t, &path, expect, Side::Destination)?;
+        let ino = t.names[&path];
+        apply(
+            &mut t.inodes.get_mut(&ino).unwrap().props,
+            props,
+            mask,
+            kind,
+        );
+        Ok(())
+    }
+
+    fn do_set_own_props(
+        &self,
+        expect: &Expect,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Result<(), Error> {
+        let mut t = self.replica.call("set-dir-props", &self.path);
+        self.check(&t, &self.path, expect, Side::Destination)?;
+        let ino = t.names[&self.path];
+        apply(
+            &mut t.inodes.get_mut(&ino).unwrap().props,
+            props,
+            mask,
+            Kind::Dir,
+        );
+        Ok(())
+    }
+
+    fn do_mkdir(&self, name: &[u8]) -> Result<(), Error> {
+        let path = self.at(name)?;
+        let mut t = self.replica.call("mkdir", &path);
+        if t.names.contains_key(&path) {
+            return Ok(());
+        }
+        let now = t.tick();
+        t.add(
+            path.clone(),
+            Inode {
+                kind: Kind::Dir,
+                props: new_props(0o700, now.sec),
+                data: Vec::new(),
+                link_target: None,
+                rdev: 0,
+            },
+        );
+        t.touch_parent(&path);
+        Ok(())
+    }
+
+    fn do_delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
+        let path = self.at(name)?;
+        let mut t = self.replica.call("delete", &path);
+        let Some(found) = t.found(self.replica.dev, &path) else {
+            return Ok(Deleted::Gone);
+        };
+        if !expect.still_holds(Some(&found)) {
+            return Err(Error::Changed(Side::Destination));
+        }
+        if found.kind == Kind::Dir && t.names.keys().any(|k| k != &path && k.starts_with(&path)) {
+            return Ok(Deleted::NotEmpty);
+        }
+        let ino = t.names.remove(&path).unwrap();
+        if !t.names.values().any(|i| *i == ino) {
+            t.inodes.remove(&ino);
+        }
+        t.touch_parent(&path);
+        Ok(Deleted::Done)
+    }
+}
+
+impl ReplicaDir for MemDir<'_> {
+    fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
+        Pending::ready(self.do_stat(name))
+    }
+
+    fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
+        let path = self.at(name)?;
+        let t = self.replica.call("read", &path);
+        self.check(&t, &path, expect, Side::Source)?;
+        let data = t.inodes[&t.names[&path]].data.clone();
+        Ok(Box::new(io::Cursor::new(data)))
+    }
+
+    fn start_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        in_place: bool,
+    ) -> Pending<Result<Vec<u8>, Error>> {
+        Pending::ready(self.do_signature(name, expect, in_place))
+    }
+
+    fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
+        Pending::ready(self.do_partial_signature(name))
+    }
+
+    fn start_receive(
+        &self,
+        name: &[u8],
+        incoming: Incoming<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> PendingTemp {
+        self.pending_temp(self.do_receive(name, incoming, props, mask))
+    }
+
     fn patch_in_place(
         &self,
         name: &[u8],
@@ -643,60 +810,21 @@ impl ReplicaDir for MemDir<'_> {
         Ok(())
     }
 
-    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
-        let path = self.at(name)?;
-        let mut t = self.replica.call("make-node", &path);
-        let mut inode = Inode {
-            kind: entry.kind,
-            props: new_props(0o600, 0),
-            data: Vec::new(),
-            link_target: entry.link_target.clone(),
-            rdev: entry.rdev,
-        };
-        if entry.kind == Kind::Symlink {
-            // Symlinks have no mode of their own on Linux.
-            inode.props.mode = 0o777;
-        }
-        inode.props.mtime = t.tick();
-        apply(&mut inode.props, &entry.props, mask, entry.kind);
-        Ok(self.temp(&mut t, inode))
+    fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp {
+        self.pending_temp(self.do_make_node(name, entry, mask))
     }
 
-    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
-        let path = self.at(name)?;
-        let mut t = self.replica.call("link", &path);
-        let ino = match t.names.get(leader) {
-            Some(i) if t.inodes[i].kind == Kind::File => *i,
-            _ => return Err(Error::LeaderNotFile(leader.clone())),
-        };
-        let temp = t.new_temp(&self.path);
-        t.names.insert(temp.clone(), ino);
-        Ok(temp.file_name().to_vec())
+    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp {
+        self.pending_temp(self.do_link_temp(name, leader))
     }
 
-    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
-        let temp = match self.temp_of(temp) {
-            Ok(t) => t,
-            Err((made, e)) => {
-                if let Some(t) = made {
-                    self.discard_temp(&t);
-                }
-                return Err(e);
-            }
-        };
-        let path = self.at(name)?;
-        let mut t = self.replica.call("commit", &path);
-        self.check(&t, &path, expect, Side::Destination)?;
-        let temp = self.at(&temp)?;
-        let ino = t.names.remove(&temp).expect("a temp of this directory");
-        if t.names.get(&path) == Some(&ino) {
-            // rename(2) of a link over a name of the same inode does nothing.
-            t.names.insert(temp, ino);
-        } else {
-            t.names.insert(path.clone(), ino);
-        }
-        t.touch_parent(&path);
-        Ok(())
+    fn start_commit(
+        &self,
+        temp: &[u8],
+        name: &[u8],
+        expect: &Expect,
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(self.do_commit(temp, name, expect))
     }
 
     fn discard(&self, temp: &[u8]) {
@@ -706,97 +834,32 @@ impl ReplicaDir for MemDir<'_> {
         }
     }
 
-    fn start_receive(
-        &self,
-        name: &[u8],
-        incoming: Incoming<'_>,
-        props: &Props,
-        mask: PropsMask,
-    ) -> PendingTemp {
-        self.pending_temp(self.receive(name, incoming, props, mask))
-    }
-
-    fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp {
-        self.pending_temp(self.make_node(name, entry, mask))
-    }
-
-    fn start_link_temp(&self, name: &[u8], leader: &RelPath) -> PendingTemp {
-        self.pending_temp(self.link_temp(name, leader))
-    }
-
-    fn set_props(
+    fn start_set_props(
         &self,
         name: &[u8],
         expect: &Expect,
         kind: Kind,
         props: &Props,
         mask: PropsMask,
-    ) -> Result<(), Error> {
-        let path = self.at(name)?;
-        let mut t = self.replica.call("set-props", &path);
-        self.check(&t, &path, expect, Side::Destination)?;
-        let ino = t.names[&path];
-        apply(
-            &mut t.inodes.get_mut(&ino).unwrap().props,
-            props,
-            mask,
-            kind,
-        );
-        Ok(())
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(self.do_set_props(name, expect, kind, props, mask))
     }
 
-    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error> {
-        let mut t = self.replica.call("set-dir-props", &self.path);
-        self.check(&t, &self.path, expect, Side::Destination)?;
-        let ino = t.names[&self.path];
-        apply(
-            &mut t.inodes.get_mut(&ino).unwrap().props,
-            props,
-            mask,
-            Kind::Dir,
-        );
-        Ok(())
+    fn start_set_own_props(
+        &self,
+        expect: &Expect,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Pending<Result<(), Error>> {
+        Pending::ready(self.do_set_own_props(expect, props, mask))
     }
 
-    fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
-        let path = self.at(name)?;
-        let mut t = self.replica.call("mkdir", &path);
-        if t.names.contains_key(&path) {
-            return Ok(());
-        }
-        let now = t.tick();
-        t.add(
-            path.clone(),
-            Inode {
-                kind: Kind::Dir,
-                props: new_props(0o700, now.sec),
-                data: Vec::new(),
-                link_target: None,
-                rdev: 0,
-            },
-        );
-        t.touch_parent(&path);
-        Ok(())
+    fn start_mkdir(&self, name: &[u8]) -> Pending<Result<(), Error>> {
+        Pending::ready(self.do_mkdir(name))
     }
 
-    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
-        let path = self.at(name)?;
-        let mut t = self.replica.call("delete", &path);
-        let Some(found) = t.found(self.replica.dev, &path) else {
-            return Ok(Deleted::Gone);
-        };
-        if !expect.still_holds(Some(&found)) {
-            return Err(Error::Changed(Side::Destination));
-        }
-        if found.kind == Kind::Dir && t.names.keys().any(|k| k != &path && k.starts_with(&path)) {
-            return Ok(Deleted::NotEmpty);
-        }
-        let ino = t.names.remove(&path).unwrap();
-        if !t.names.values().any(|i| *i == ino) {
-            t.inodes.remove(&ino);
-        }
-        t.touch_parent(&path);
-        Ok(Deleted::Done)
+    fn start_delete(&self, name: &[u8], expect: &Expect) -> Pending<Result<Deleted, Error>> {
+        Pending::ready(self.do_delete(name, expect))
     }
 
     fn remove_stale_temp(&self, name: &[u8]) {

@@ -150,21 +150,12 @@ impl SpelledDir<'_> {
 }
 
 impl ReplicaDir for SpelledDir<'_> {
-    fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
-        self.inner.stat(&self.name(name))
-    }
     fn open_read(
         &self,
         name: &[u8],
         expect: &Expect,
     ) -> Result<Box<dyn io::Read + Send + '_>, Error> {
         self.inner.open_read(&self.name(name), expect)
-    }
-    fn signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
-        self.inner.signature(&self.name(name), expect, in_place)
-    }
-    fn partial_signature(&self, name: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        self.inner.partial_signature(&self.name(name))
     }
     fn make_delta(
         &self,
@@ -175,15 +166,6 @@ impl ReplicaDir for SpelledDir<'_> {
     ) -> Result<(Vec<u8>, DeltaStats), Error> {
         self.inner
             .make_delta(&self.name(name), expect, signature, in_place)
-    }
-    fn receive(
-        &self,
-        name: &[u8],
-        incoming: Incoming<'_>,
-        props: &Props,
-        mask: PropsMask,
-    ) -> Result<Vec<u8>, Error> {
-        self.inner.receive(&self.name(name), incoming, props, mask)
     }
     fn patch_in_place(
         &self,
@@ -196,44 +178,11 @@ impl ReplicaDir for SpelledDir<'_> {
         self.inner
             .patch_in_place(&self.name(name), expect, delta, props, mask)
     }
-    fn make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> Result<Vec<u8>, Error> {
-        self.inner.make_node(&self.name(name), entry, mask)
-    }
-    fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
-        self.inner.link_temp(&self.name(name), &self.path(leader))
-    }
-    fn commit(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
-        self.inner.commit(temp, &self.name(name), expect)
-    }
     fn discard(&self, temp: &[u8]) {
         self.inner.discard(temp)
     }
-    fn set_props(
-        &self,
-        name: &[u8],
-        expect: &Expect,
-        kind: Kind,
-        props: &Props,
-        mask: PropsMask,
-    ) -> Result<(), Error> {
-        self.inner
-            .set_props(&self.name(name), expect, kind, props, mask)
-    }
-    fn set_own_props(&self, expect: &Expect, props: &Props, mask: PropsMask) -> Result<(), Error> {
-        self.inner.set_own_props(expect, props, mask)
-    }
-    fn mkdir(&self, name: &[u8]) -> Result<(), Error> {
-        self.inner.mkdir(&self.name(name))
-    }
-    fn delete(&self, name: &[u8], expect: &Expect) -> Result<Deleted, Error> {
-        self.inner.delete(&self.name(name), expect)
-    }
     fn remove_stale_temp(&self, name: &[u8]) {
         self.inner.remove_stale_temp(name)
-    }
-    fn rename_from(&self, name: &[u8], from: &RelPath, expect: &Expect) -> Result<(), Error> {
-        self.inner
-            .rename_from(&self.name(name), &self.path(from), expect)
     }
     fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
         self.inner.start_stat(&self.name(name))
