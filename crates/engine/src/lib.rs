@@ -32,9 +32,9 @@ pub use accord_plan::{
     MirrorPlan, Op, Refusal, TransferOptions,
 };
 pub use accord_replica::{
-    local_identity, Action, ArchiveRecord, Deleted, Error, Incoming, LocalOptions, LocalReplica,
-    LocalSide, Pending, PendingTemp, Replica, ReplicaDir, Side, SideCause, SideChange, SideFailure,
-    SideOptions, SideScan, SideSession, SyncRules,
+    local_identity, Action, ArchiveRecord, Deleted, End, Error, Incoming, LocalOptions,
+    LocalReplica, LocalSide, Pending, PendingTemp, Replica, ReplicaDir, SideCause, SideChange,
+    SideFailure, SideOptions, SideScan, SideSession, SyncRules,
 };
 pub use mirror::dry_run::DryRun;
 pub use mirror::error::{Failure, Fatal, MIRROR_WORDS};

@@ -5,8 +5,8 @@
 mod mem_replica;
 
 use accord_engine::{
-    mirror_replicas, Error, LocalReplica, MirrorConfig, MirrorOptions, Progress, Refusal, Replica,
-    Report, Side, TransferOptions,
+    mirror_replicas, End, Error, LocalReplica, MirrorConfig, MirrorOptions, Progress, Refusal,
+    Replica, Report, TransferOptions,
 };
 use accord_model::RelPath;
 use mem_replica::{p, MemReplica};
@@ -153,12 +153,7 @@ fn a_target_changed_after_planning_is_left_alone() {
     let failed: Vec<(&RelPath, bool)> = r
         .errors
         .iter()
-        .map(|f| {
-            (
-                &f.path,
-                matches!(f.error, Error::Changed(Side::Destination)),
-            )
-        })
+        .map(|f| (&f.path, matches!(f.error, Error::Changed(End::Written))))
         .collect();
     assert_eq!(
         failed,
@@ -192,7 +187,7 @@ fn a_source_changed_while_read_is_not_committed() {
     }));
     let r = run(&src, &dst, &cfg());
     assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
-    assert!(matches!(r.errors[0].error, Error::Changed(Side::Source)));
+    assert!(matches!(r.errors[0].error, Error::Changed(End::Read)));
     assert!(!dst.snapshot().contains_key("a"));
 }
 
@@ -489,7 +484,7 @@ fn a_failed_delta_blames_the_side_that_changed() {
         let msg = r.errors[0].error.to_string();
         if source_moves {
             assert!(
-                matches!(r.errors[0].error, Error::Changed(Side::Source)),
+                matches!(r.errors[0].error, Error::Changed(End::Read)),
                 "{msg}"
             );
             assert!(!msg.contains("wrong basis"), "{msg}");

@@ -2,7 +2,7 @@
 //! numbers are part of the protocol: add, never renumber.
 
 use accord_proto::msg::{WireError, CODE_DENIED, CODE_PROTOCOL};
-use accord_replica::{Action, Error, Side};
+use accord_replica::{Action, End, Error};
 use std::io;
 
 const ACTIONS: [Action; 16] = [
@@ -32,18 +32,18 @@ fn action_of(c: u8) -> Action {
     ACTIONS.get(c as usize).copied().unwrap_or(Action::Scan)
 }
 
-fn side_code(s: Side) -> u8 {
+fn end_code(s: End) -> u8 {
     match s {
-        Side::Source => 0,
-        Side::Destination => 1,
+        End::Read => 0,
+        End::Written => 1,
     }
 }
 
-fn side_of(c: u8) -> Side {
+fn end_of(c: u8) -> End {
     if c == 0 {
-        Side::Source
+        End::Read
     } else {
-        Side::Destination
+        End::Written
     }
 }
 
@@ -76,7 +76,7 @@ pub fn to_wire(e: &Error) -> WireError {
     match e {
         Error::Io { action, source } => wire(1, *action, errno_of(source), source.to_string()),
         Error::Changed(side) => WireError {
-            side: side_code(*side),
+            side: end_code(*side),
             ..wire(2, Action::Scan, 0, message)
         },
         // The receiver's check of a delta's result: the sender redoes the
@@ -136,7 +136,7 @@ pub fn from_wire(w: WireError) -> Error {
             action,
             source: io_back(w.errno, &w.message),
         },
-        2 => Error::Changed(side_of(w.side)),
+        2 => Error::Changed(end_of(w.side)),
         3 => Error::Delta {
             action,
             source: if w.errno > 0 {

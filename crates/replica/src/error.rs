@@ -81,19 +81,21 @@ impl EndWords {
         opening_written: "opening the entry to replace",
     };
 
-    fn end(&self, side: Side) -> &'static str {
-        match side {
-            Side::Source => self.read,
-            Side::Destination => self.written,
+    fn end(&self, end: End) -> &'static str {
+        match end {
+            End::Read => self.read,
+            End::Written => self.written,
         }
     }
 }
 
-/// Which replica.
+/// Which end of a copy or an update a check or a failure is about: the
+/// replica read from, or the one written to. Only the job knows which
+/// replica that is (see [`EndWords`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
-    Source,
-    Destination,
+pub enum End {
+    Read,
+    Written,
 }
 
 /// Why one path failed.
@@ -102,7 +104,7 @@ pub enum Error {
     /// An operating-system error during an action.
     Io { action: Action, source: io::Error },
     /// Safety rule 3: the entry is not what the plan was made on.
-    Changed(Side),
+    Changed(End),
     /// The delta engine refused (a damaged basis, an inconsistent delta).
     Delta {
         action: Action,

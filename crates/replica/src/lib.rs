@@ -2,8 +2,9 @@
 //!
 //! - [`Replica`] and [`ReplicaDir`] (`seam.rs`): every call a job makes on
 //!   a replica, a directory at a time; the pending handles of calls still on
-//!   their way (`pending.rs`); the seam's [`Error`] (`error.rs`; its
-//!   `Changed` still names a mirror's source or destination).
+//!   their way (`pending.rs`); the side-neutral [`Error`] (`error.rs`: it
+//!   names the [`End`] of a copy, read from or written to; a job shows it
+//!   in its own [`EndWords`]).
 //! - A replica host's half of a two-way sync (`side/`): [`SideSession`],
 //!   the ctime rules of what an archive may record, the side's ignore
 //!   matcher (`side/rules.rs`) and `--follow`'s record rules
@@ -22,7 +23,7 @@ mod pending;
 mod seam;
 pub mod side;
 
-pub use error::{Action, EndWords, Error, InWords, Side};
+pub use error::{Action, End, EndWords, Error, InWords};
 pub use local::side::LocalSide;
 pub use local::{LocalOptions, LocalReplica};
 pub use pending::{Deleted, Incoming, Pending, PendingTemp};

@@ -10,7 +10,7 @@
 //! one can batch them. Every call that replaces, changes or deletes takes the
 //! [`Expect`] the plan was made on and re-checks it first (safety rule 3).
 
-use crate::error::{Action, Error, Side};
+use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
 use crate::side::{SideCause, SideFailure, SideSession};
 use accord_delta::{make_delta, DeltaOptions, DeltaStats, InPlaceOptions, Signature};
@@ -352,7 +352,7 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
 ) -> Result<(Vec<u8>, DeltaStats), Error> {
     let size = match expect {
         Expect::Entry(f) if f.kind == Kind::File => f.size,
-        _ => return Err(Error::Changed(Side::Source)),
+        _ => return Err(Error::Changed(End::Read)),
     };
     if size > STREAM_DELTA_MAX {
         return Err(Error::io(Action::ReadSource)(io::Error::other(
@@ -371,9 +371,9 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
     // What was read is the planned version, whole (an in-place patch
     // cannot be taken back once it began).
     if new.len() as u64 != size {
-        return Err(Error::Changed(Side::Source));
+        return Err(Error::Changed(End::Read));
     }
-    recheck(dir, name, expect, Side::Source)?;
+    recheck(dir, name, expect, End::Read)?;
     let opts = DeltaOptions {
         in_place: in_place.then(InPlaceOptions::default),
     };
@@ -390,17 +390,17 @@ pub fn recheck<D: ReplicaDir + ?Sized>(
     dir: &D,
     name: &[u8],
     expect: &Expect,
-    side: Side,
+    end: End,
 ) -> Result<(), Error> {
-    let action = match side {
-        Side::Source => Action::ReadSource,
-        Side::Destination => Action::OpenDestination,
+    let action = match end {
+        End::Read => Action::ReadSource,
+        End::Written => Action::OpenDestination,
     };
     let now = dir.stat(name).map_err(Error::io(action))?;
     if expect.still_holds(now.as_ref()) {
         Ok(())
     } else {
-        Err(Error::Changed(side))
+        Err(Error::Changed(end))
     }
 }
 

@@ -56,7 +56,7 @@ impl Replica for DryRun<'_> {
     fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {
         match self.inner {
             Some(r) => r.fingerprint(path),
-            None => Err(Error::Changed(crate::Side::Destination)),
+            None => Err(Error::Changed(crate::End::Written)),
         }
     }
 
@@ -123,7 +123,7 @@ impl ReplicaDir for DryRunDir<'_> {
     ) -> Result<Box<dyn io::Read + Send + '_>, Error> {
         match &self.inner {
             Some(d) => d.open_read(name, expect),
-            None => Err(Error::Changed(crate::Side::Destination)),
+            None => Err(Error::Changed(crate::End::Written)),
         }
     }
 
@@ -135,7 +135,7 @@ impl ReplicaDir for DryRunDir<'_> {
     ) -> Pending<Result<Vec<u8>, Error>> {
         Pending::ready(match &self.inner {
             Some(d) => d.signature(name, expect, in_place),
-            None => Err(Error::Changed(crate::Side::Destination)),
+            None => Err(Error::Changed(crate::End::Written)),
         })
     }
 

@@ -10,7 +10,7 @@
 
 use crate::mirror::exec::Exec;
 use crate::mirror::transfer::Xfer;
-use crate::{DeltaMode, Side};
+use crate::{DeltaMode, End};
 use accord_delta::{
     make_delta, patch_in_place, Command, Delta, DeltaOptions, InPlaceOptions, PatchOptions,
     Signature, SignatureOptions,
@@ -29,9 +29,9 @@ use std::os::unix::fs::FileExt;
 const PAGE: usize = 4096;
 
 /// An error if a mapping read zeros where the file was cut short.
-fn intact(m: &Option<Mapped>, side: Side) -> Result<(), Error> {
+fn intact(m: &Option<Mapped>, end: End) -> Result<(), Error> {
     if m.as_ref().is_some_and(Mapped::damaged) {
-        return Err(Error::Changed(side));
+        return Err(Error::Changed(end));
     }
     Ok(())
 }
@@ -68,7 +68,7 @@ fn rebuild(
         i = end;
     }
     // Someone else cut the file short while we compared: give up on it.
-    intact(&old_map, Side::Destination).map_err(Modified)?;
+    intact(&old_map, End::Written).map_err(Modified)?;
     let diff_bytes = diff_pages.len() as u64 * PAGE as u64 + (new.len() - common) as u64;
     let new_len = new.len() as u64;
     if diff_bytes <= new_len / 4 || delta_mode == DeltaMode::Never {
@@ -108,7 +108,7 @@ fn rebuild(
         &mut buf,
     )
     .map_err(|e| Modified(delta_err(Action::ReadSource)(e)))?;
-    intact(&old_map, Side::Destination).map_err(Modified)?;
+    intact(&old_map, End::Written).map_err(Modified)?;
     drop(old_map);
     if !force && stats.literal_bytes > new_len / 2 {
         return Ok(None);
@@ -156,7 +156,7 @@ fn delta_to_temp(
         Err(e) => return Err(Error::io(Action::OpenDestination)(e)),
     };
     // The basis is no longer what the plan saw: copy the whole file.
-    if check_open(&old, &accord_model::Expect::entry(d), Side::Destination).is_err() {
+    if check_open(&old, &accord_model::Expect::entry(d), End::Written).is_err() {
         return Ok(None);
     }
     let cloned =
@@ -181,8 +181,8 @@ fn delta_to_temp(
         let mut w = io::BufWriter::with_capacity(1 << 20, tf);
         accord_delta::patch_to(oldb, &delta, &mut w).map_err(delta_err(Action::WriteTemp))?;
         io::Write::flush(&mut w).map_err(Error::io(Action::WriteTemp))?;
-        intact(&new_map, Side::Source)?;
-        intact(&old_map, Side::Destination)?;
+        intact(&new_map, End::Read)?;
+        intact(&old_map, End::Written)?;
         return Ok(Some(Xfer {
             written: s.size,
             literal: stats.literal_bytes,
@@ -193,7 +193,7 @@ fn delta_to_temp(
     let newb: &[u8] = new_map.as_deref().unwrap_or(&[]);
     let mut t = tf.try_clone().map_err(Error::io(Action::WriteTemp))?;
     match rebuild(mode, &mut t, d.size, newb, mode == DeltaMode::Always) {
-        Ok(Some(xf)) => intact(&new_map, Side::Source).map(|()| Some(xf)),
+        Ok(Some(xf)) => intact(&new_map, End::Read).map(|()| Some(xf)),
         Ok(None) => {
             // Start over with a whole copy into the (untouched) clone.
             tf.set_len(0).map_err(Error::io(Action::WriteTemp))?;
@@ -212,7 +212,7 @@ fn update_in_place(x: &Exec, sf: &File, ddir: &Dir, it: &Item) -> Result<Xfer, E
     let mut target = ddir
         .open_rw(name)
         .map_err(Error::io(Action::UpdateInPlace))?;
-    check_open(&target, &it.expect_dst(), Side::Destination)?;
+    check_open(&target, &it.expect_dst(), End::Written)?;
     let new_map = map(sf, s.size).map_err(Error::io(Action::ReadSource))?;
     let newb: &[u8] = new_map.as_deref().unwrap_or(&[]);
     let mode = x.cfg.plan.transfer.delta;
@@ -225,13 +225,13 @@ fn update_in_place(x: &Exec, sf: &File, ddir: &Dir, it: &Item) -> Result<Xfer, E
             Ok(None) => unreachable!("forced rebuild always writes"),
             Err(Modified(e)) => return Err(e),
         };
-        intact(&new_map, Side::Source)?;
+        intact(&new_map, End::Read)?;
         accord_fsys::set_props_fd(target.as_fd(), &s.props, x.mask())
             .map_err(Error::io(Action::SetProps))?;
         if fsync {
             accord_fsys::fsync(&target).map_err(Error::io(Action::Flush))?;
         }
-        check_open(sf, &it.expect_src(), Side::Source)?;
+        check_open(sf, &it.expect_src(), End::Read)?;
         Ok(xf)
     })
 }
@@ -241,13 +241,11 @@ fn open_source(sdir: &Dir, it: &Item) -> Result<File, Error> {
     // The stat made by the open (of the file opened) is the one checked.
     let (f, st) = match sdir.open_read_stat(it.path.file_name()) {
         Ok(r) => r,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            return Err(Error::Changed(Side::Source))
-        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(Error::Changed(End::Read)),
         Err(e) => return Err(Error::io(Action::OpenSource)(e)),
     };
     if !it.expect_src().still_holds(Some(&st.found())) {
-        return Err(Error::Changed(Side::Source));
+        return Err(Error::Changed(End::Read));
     }
     Ok(f)
 }
@@ -285,7 +283,7 @@ pub(crate) fn write(
                 let c = accord_fsys::copy_data(&sf, &tf, s.size, s.looks_sparse(), x.cfg.reflink)
                     .map_err(|e| {
                     if e.kind() == io::ErrorKind::UnexpectedEof {
-                        Error::Changed(Side::Source)
+                        Error::Changed(End::Read)
                     } else {
                         Error::io(Action::WriteTemp)(e)
                     }
@@ -299,7 +297,7 @@ pub(crate) fn write(
         };
         accord_fsys::set_props_fd(tf.as_fd(), &s.props, x.mask())
             .map_err(Error::io(Action::SetProps))?;
-        check_open(&sf, &it.expect_src(), Side::Source)?;
+        check_open(&sf, &it.expect_src(), End::Read)?;
         Ok(xfer)
     })();
     drop(tf);

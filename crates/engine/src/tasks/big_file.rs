@@ -146,7 +146,7 @@ fn copy_range(ctx: &Ctx, s: &Entry, to: &File, (start, end): (u64, u64)) -> Resu
     if st.size != s.size || st.mtime != s.props.mtime {
         return Err(TaskError::failed(Failure {
             path: path.clone(),
-            error: Error::Changed(crate::Side::Source),
+            error: Error::Changed(crate::End::Read),
         }));
     }
     let mut buf = vec![0u8; 1 << 20];

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use accord_engine::{Deleted, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir, Side};
+use accord_engine::{Deleted, End, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath, Time};
 use std::collections::{BTreeMap, HashMap};
@@ -402,7 +402,7 @@ impl Replica for MemReplica {
 
     fn fingerprint(&self, path: &RelPath) -> Result<Fingerprint, Error> {
         let t = self.tree.lock().unwrap();
-        let ino = t.names.get(path).ok_or(Error::Changed(Side::Source))?;
+        let ino = t.names.get(path).ok_or(Error::Changed(End::Read))?;
         Ok(*blake3::hash(&t.inodes[ino].data).as_bytes())
     }
 
@@ -460,11 +460,11 @@ impl MemDir<'_> {
         self.path.join(name).map_err(bad_name)
     }
 
-    fn check(&self, t: &Tree, path: &RelPath, expect: &Expect, side: Side) -> Result<(), Error> {
+    fn check(&self, t: &Tree, path: &RelPath, expect: &Expect, end: End) -> Result<(), Error> {
         if expect.still_holds(t.found(self.replica.dev, path).as_ref()) {
             Ok(())
         } else {
-            Err(Error::Changed(side))
+            Err(Error::Changed(end))
         }
     }
 
@@ -521,7 +521,7 @@ impl MemDir<'_> {
     fn do_signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let path = self.at(name)?;
         let t = self.replica.call("signature", &path);
-        self.check(&t, &path, expect, Side::Destination)?;
+        self.check(&t, &path, expect, End::Written)?;
         let data = &t.inodes[&t.names[&path]].data;
         let opts = accord_delta::SignatureOptions {
             verified: !in_place,
@@ -580,9 +580,9 @@ impl MemDir<'_> {
                 v
             }
             // This twin never keeps partial files (none to resume from).
-            Incoming::Resume { .. } => return Err(Error::Changed(Side::Destination)),
+            Incoming::Resume { .. } => return Err(Error::Changed(End::Written)),
             Incoming::Delta { basis, delta } => {
-                self.check(&t, &path, &basis, Side::Destination)?;
+                self.check(&t, &path, &basis, End::Written)?;
                 let old = &t.inodes[&t.names[&path]].data;
                 let delta = accord_delta::Delta::parse(delta).map_err(|source| Error::Delta {
                     action: accord_engine::Action::WriteTemp,
@@ -651,7 +651,7 @@ impl MemDir<'_> {
         };
         let path = self.at(name)?;
         let mut t = self.replica.call("commit", &path);
-        self.check(&t, &path, expect, Side::Destination)?;
+        self.check(&t, &path, expect, End::Written)?;
         let temp = self.at(&temp)?;
         let ino = t.names.remove(&temp).expect("a temp of this directory");
         if t.names.get(&path) == Some(&ino) {
@@ -674,7 +674,7 @@ impl MemDir<'_> {
     ) -> Result<(), Error> {
         let path = self.at(name)?;
         let mut t = self.replica.call("set-props", &path);
-        self.check(&t, &path, expect, Side::Destination)?;
+        self.check(&t, &path, expect, End::Written)?;
         let ino = t.names[&path];
         apply(
             &mut t.inodes.get_mut(&ino).unwrap().props,
@@ -692,7 +692,7 @@ impl MemDir<'_> {
         mask: PropsMask,
     ) -> Result<(), Error> {
         let mut t = self.replica.call("set-dir-props", &self.path);
-        self.check(&t, &self.path, expect, Side::Destination)?;
+        self.check(&t, &self.path, expect, End::Written)?;
         let ino = t.names[&self.path];
         apply(
             &mut t.inodes.get_mut(&ino).unwrap().props,
@@ -731,7 +731,7 @@ impl MemDir<'_> {
             return Ok(Deleted::Gone);
         };
         if !expect.still_holds(Some(&found)) {
-            return Err(Error::Changed(Side::Destination));
+            return Err(Error::Changed(End::Written));
         }
         if found.kind == Kind::Dir && t.names.keys().any(|k| k != &path && k.starts_with(&path)) {
             return Ok(Deleted::NotEmpty);
@@ -753,7 +753,7 @@ impl ReplicaDir for MemDir<'_> {
     fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
         let path = self.at(name)?;
         let t = self.replica.call("read", &path);
-        self.check(&t, &path, expect, Side::Source)?;
+        self.check(&t, &path, expect, End::Read)?;
         let data = t.inodes[&t.names[&path]].data.clone();
         Ok(Box::new(io::Cursor::new(data)))
     }
@@ -791,7 +791,7 @@ impl ReplicaDir for MemDir<'_> {
     ) -> Result<(), Error> {
         let path = self.at(name)?;
         let mut t = self.replica.call("patch-in-place", &path);
-        self.check(&t, &path, expect, Side::Destination)?;
+        self.check(&t, &path, expect, End::Written)?;
         let delta = accord_delta::Delta::parse(delta).map_err(|source| Error::Delta {
             action: accord_engine::Action::UpdateInPlace,
             source,

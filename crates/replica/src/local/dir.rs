@@ -3,7 +3,7 @@
 //! to temps beside their targets, deltas applied in a temp or in place.
 
 use super::{check_open, guarded_in_place, map, LocalReplica};
-use crate::error::{Action, Error, Side};
+use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
 use crate::seam::{recheck, ReplicaDir};
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
@@ -33,20 +33,20 @@ fn stat_now(dir: &Dir, name: &[u8]) -> io::Result<Option<Found>> {
     }
 }
 impl LocalDir<'_> {
-    fn open_checked(&self, name: &[u8], expect: &Expect, side: Side) -> Result<File, Error> {
-        let action = match side {
-            Side::Source => Action::OpenSource,
-            Side::Destination => Action::OpenDestination,
+    fn open_checked(&self, name: &[u8], expect: &Expect, end: End) -> Result<File, Error> {
+        let action = match end {
+            End::Read => Action::OpenSource,
+            End::Written => Action::OpenDestination,
         };
         if let Some((target, name)) = self.beyond(name).map_err(Error::io(action))? {
-            return target.open_checked(&name, expect, side);
+            return target.open_checked(&name, expect, end);
         }
         let f = match self.dir.open_read(name) {
             Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(Error::Changed(side)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(Error::Changed(end)),
             Err(e) => return Err(Error::Io { action, source: e }),
         };
-        check_open(&f, expect, side)?;
+        check_open(&f, expect, end)?;
         Ok(f)
     }
 
@@ -134,11 +134,11 @@ impl LocalDir<'_> {
         mask: PropsMask,
     ) -> Result<Vec<u8>, Error> {
         let delta = Delta::parse(delta).map_err(delta_err(Action::WriteTemp))?;
-        let partial = accord_model::partial_name(name).ok_or(Error::Changed(Side::Destination))?;
+        let partial = accord_model::partial_name(name).ok_or(Error::Changed(End::Written))?;
         let f = match self.dir.open_read(&partial) {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                return Err(Error::Changed(Side::Destination))
+                return Err(Error::Changed(End::Written))
             }
             Err(e) => return Err(Error::io(Action::OpenDestination)(e)),
         };
@@ -146,7 +146,7 @@ impl LocalDir<'_> {
             .map_err(Error::io(Action::OpenDestination))?
             .size;
         if len != delta.old_len {
-            return Err(Error::Changed(Side::Destination));
+            return Err(Error::Changed(End::Written));
         }
         let m = map(&f, len).map_err(Error::io(Action::OpenDestination))?;
         let temp = self.temp_with(name, props, mask, |tf| {
@@ -155,7 +155,7 @@ impl LocalDir<'_> {
                 .map_err(delta_err(Action::WriteTemp))?;
             w.flush().map_err(Error::io(Action::WriteTemp))?;
             if m.as_ref().is_some_and(Mapped::damaged) {
-                return Err(Error::Changed(Side::Destination));
+                return Err(Error::Changed(End::Written));
             }
             Ok(())
         })?;
@@ -184,7 +184,7 @@ fn signature_of(f: &File, verified: bool) -> Result<Vec<u8>, Error> {
     let sig = Signature::generate(m.as_deref().unwrap_or(&[]), &opts)
         .map_err(delta_err(Action::OpenDestination))?;
     if m.as_ref().is_some_and(Mapped::damaged) {
-        return Err(Error::Changed(Side::Destination));
+        return Err(Error::Changed(End::Written));
     }
     Ok(sig.encode())
 }
@@ -264,7 +264,7 @@ impl LocalDir<'_> {
     }
 
     fn do_signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
-        let f = self.open_checked(name, expect, Side::Destination)?;
+        let f = self.open_checked(name, expect, End::Written)?;
         signature_of(&f, !in_place)
     }
 
@@ -311,7 +311,7 @@ impl LocalDir<'_> {
                         });
                     }
                 }
-                let old = self.open_checked(name, &basis, Side::Destination)?;
+                let old = self.open_checked(name, &basis, End::Written)?;
                 let m = map(&old, delta.old_len).map_err(Error::io(Action::OpenDestination))?;
                 self.temp_with(name, props, mask, |tf| {
                     let mut w = io::BufWriter::with_capacity(1 << 20, tf);
@@ -319,7 +319,7 @@ impl LocalDir<'_> {
                         .map_err(delta_err(Action::WriteTemp))?;
                     w.flush().map_err(Error::io(Action::WriteTemp))?;
                     if m.as_ref().is_some_and(Mapped::damaged) {
-                        return Err(Error::Changed(Side::Destination));
+                        return Err(Error::Changed(End::Written));
                     }
                     Ok(())
                 })
@@ -362,7 +362,7 @@ impl LocalDir<'_> {
         if let Some(dir) = self.replica.follow.take_temp(temp) {
             return self.commit_through(dir, temp, name, expect);
         }
-        recheck(self, name, expect, Side::Destination)?;
+        recheck(self, name, expect, End::Written)?;
         self.dir
             .rename(temp, name)
             .map_err(Error::io(Action::Replace))
@@ -376,7 +376,7 @@ impl LocalDir<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Result<(), Error> {
-        recheck(self, name, expect, Side::Destination)?;
+        recheck(self, name, expect, End::Written)?;
         if let Some(target) = self.through(name).map_err(Error::io(Action::SetProps))? {
             return target
                 .set_props(props, mask)
@@ -395,7 +395,7 @@ impl LocalDir<'_> {
     ) -> Result<(), Error> {
         let st = self.dir.stat_self().map_err(Error::io(Action::SetProps))?;
         if !expect.still_holds(Some(&st.found())) {
-            return Err(Error::Changed(Side::Destination));
+            return Err(Error::Changed(End::Written));
         }
         accord_fsys::set_props_fd(self.dir.as_fd(), props, mask)
             .map_err(Error::io(Action::SetProps))
@@ -420,7 +420,7 @@ impl LocalDir<'_> {
             Some(f) => f,
         };
         if !expect.still_holds(Some(&now)) {
-            return Err(Error::Changed(Side::Destination));
+            return Err(Error::Changed(End::Written));
         }
         let r = if now.kind == Kind::Dir {
             self.dir.rmdir(name)
@@ -445,12 +445,10 @@ impl LocalDir<'_> {
             .map_err(Error::io(Action::Rename))?;
         let now = stat_now(&source, from_name).map_err(Error::io(Action::Rename))?;
         if !expect.still_holds(now.as_ref()) {
-            return Err(Error::Changed(Side::Source));
+            return Err(Error::Changed(End::Read));
         }
         match source.rename_into_noreplace(from_name, &self.dir, name) {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                Err(Error::Changed(Side::Destination))
-            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Err(Error::Changed(End::Written)),
             r => r.map_err(Error::io(Action::Rename)),
         }
     }
@@ -462,7 +460,7 @@ impl ReplicaDir for LocalDir<'_> {
     }
 
     fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
-        Ok(Box::new(self.open_checked(name, expect, Side::Source)?))
+        Ok(Box::new(self.open_checked(name, expect, End::Read)?))
     }
 
     fn start_signature(
@@ -507,7 +505,7 @@ impl ReplicaDir for LocalDir<'_> {
             .dir
             .open_rw(name)
             .map_err(Error::io(Action::UpdateInPlace))?;
-        check_open(&target, expect, Side::Destination)?;
+        check_open(&target, expect, End::Written)?;
         let fsync = self.replica.opts.fsync;
         let opts = PatchOptions {
             max_scratch: self.replica.opts.max_scratch,

@@ -14,7 +14,7 @@
 //! itself is never replaced by a write of contents.
 
 use super::{LocalDir, LocalReplica};
-use crate::error::{Action, Error, Side};
+use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming};
 use crate::seam::ReplicaDir;
 use accord_fsys::{Dir, FollowListing, FollowRules, Followed, IgnoreRules, PropsMask, ScanOptions};
@@ -212,7 +212,7 @@ impl<'a> LocalDir<'a> {
             Ok(Some(target_name)) => target_name,
             Ok(None) => {
                 let _ = dir.unlink(temp);
-                return Err(Error::Changed(Side::Destination));
+                return Err(Error::Changed(End::Written));
             }
             Err(e) => {
                 let _ = dir.unlink(temp);
@@ -258,7 +258,7 @@ impl<'a> LocalDir<'a> {
         expect: &Expect,
     ) -> Result<Deleted, Error> {
         if !expect.still_holds(Some(&target.stat.found())) {
-            return Err(Error::Changed(Side::Destination));
+            return Err(Error::Changed(End::Written));
         }
         if target.stat.kind == Kind::Dir {
             let listed = target.open_dir().and_then(|dir| dir.list());

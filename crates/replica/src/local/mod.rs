@@ -6,7 +6,7 @@ pub use dir::LocalDir;
 pub(crate) mod follow;
 pub(crate) mod side;
 
-use crate::error::{Action, Error, Side};
+use crate::error::{Action, End, Error};
 use crate::seam::{Replica, ReplicaDir};
 use crate::side::{SideFailure, SideSession};
 use accord_delta::PatchOptions;
@@ -183,15 +183,15 @@ impl Replica for LocalReplica {
 }
 
 /// Safety rule 3 for an open file: `f` is what `expect` says.
-pub fn check_open(f: &File, expect: &Expect, side: Side) -> Result<(), Error> {
-    let st = fstat(f.as_fd()).map_err(Error::io(match side {
-        Side::Source => Action::ReadSource,
-        Side::Destination => Action::OpenDestination,
+pub fn check_open(f: &File, expect: &Expect, end: End) -> Result<(), Error> {
+    let st = fstat(f.as_fd()).map_err(Error::io(match end {
+        End::Read => Action::ReadSource,
+        End::Written => Action::OpenDestination,
     }))?;
     if expect.still_holds(Some(&st.found())) {
         Ok(())
     } else {
-        Err(Error::Changed(side))
+        Err(Error::Changed(end))
     }
 }
 

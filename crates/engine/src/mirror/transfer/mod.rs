@@ -7,7 +7,7 @@
 //! file by file; what still does not fit is reported at the end.
 
 use crate::mirror::exec::{parent_of, Exec};
-use crate::Side;
+use crate::End;
 use accord_model::{Expect, Found, RelPath};
 use accord_plan::{Item, Method, Op};
 use accord_replica::{Action, Error};

@@ -89,7 +89,7 @@ impl Started {
             };
             if !holds {
                 ddir.discard(&temp);
-                return Err(Error::Changed(Side::Source));
+                return Err(Error::Changed(End::Read));
             }
         }
         Ok(Made { temp, xfer, early })
@@ -174,8 +174,8 @@ pub(super) fn changed_side(
 ) -> Option<Error> {
     let name = it.path.file_name();
     let (src, dst) = (it.expect_src(), it.expect_dst());
-    accord_replica::recheck(sdir, name, &src, Side::Source)
-        .and_then(|()| accord_replica::recheck(ddir, name, &dst, Side::Destination))
+    accord_replica::recheck(sdir, name, &src, End::Read)
+        .and_then(|()| accord_replica::recheck(ddir, name, &dst, End::Written))
         .err()
 }
 
@@ -272,7 +272,7 @@ pub(super) fn write_generic(
             };
             if in_place {
                 ddir.patch_in_place(name, &expect_dst, &delta, &s.props, x.mask())?;
-                accord_replica::recheck(sdir, name, &expect_src, Side::Source)?;
+                accord_replica::recheck(sdir, name, &expect_src, End::Read)?;
                 x.count_done(it, xfer);
                 x.progress.bytes_done.fetch_add(s.size, Ordering::Relaxed);
                 return Ok(None);

@@ -199,7 +199,7 @@ impl<'a> Propagation<'a> {
         // plan would overwrite, and its overwrite will be refused.
         dir.delete(backup_name, &expect_found(now))?;
         Err(SyncError::Replica(crate::Error::Changed(
-            accord_replica::Side::Destination,
+            accord_replica::End::Written,
         )))
     }
 }

@@ -115,7 +115,7 @@ impl<'a> Propagation<'a> {
         }
         dir.delete(name, &expect_found(found))?;
         Err(SyncError::Replica(crate::Error::Changed(
-            accord_replica::Side::Destination,
+            accord_replica::End::Written,
         )))
     }
 

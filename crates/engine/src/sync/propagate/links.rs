@@ -192,7 +192,7 @@ impl<'a> Propagation<'a> {
         let leader_now = one.leader_now.wait().ok().flatten();
         if !one.expect.still_holds(leader_now.as_ref()) {
             dir.discard(&temp);
-            let changed = crate::Error::Changed(accord_replica::Side::Destination);
+            let changed = crate::Error::Changed(accord_replica::End::Written);
             self.fail(&one.item.path, changed.into());
             return None;
         }

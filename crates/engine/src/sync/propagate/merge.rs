@@ -216,7 +216,7 @@ impl<'a> Propagation<'a> {
                 .map_err(crate::Error::io(Step::Replace))?;
             if !Expect::entry(versions[index(side)]).still_holds(found.as_ref()) {
                 return Err(SyncError::Replica(crate::Error::Changed(
-                    accord_replica::Side::Destination,
+                    accord_replica::End::Written,
                 )));
             }
         }
