@@ -195,7 +195,7 @@ pub(crate) fn set_dir_props(
     // listing it again: that would stat every entry for nothing.
     let own = |r: &crate::LocalReplica, source| {
         let opts = crate::tasks::scan_dir::options(ctx, source);
-        accord_fsys::dir_entry(r.root(), dir, &ctx.ignore.rules, &opts).0
+        r.own_entry(dir, &ctx.ignore.rules, &opts)
     };
     let (s_me, d_me) = match known {
         Some((s, d)) => (Some(s.clone()), Some(d.clone())),

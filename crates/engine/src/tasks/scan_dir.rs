@@ -71,9 +71,10 @@ fn list_both(ctx: &Ctx, dir: &RelPath) -> (Listed, Listed) {
     match ctx.memos.and_then(|m| m.listing.as_ref()) {
         Some(memo) => {
             d_opts.listing_memo = Some(memo);
-            accord_fsys::list_dir_pair(
-                (ctx.src.root(), &ctx.ignore.rules, &s_opts),
-                (ctx.dst.root(), &ctx.ignore.rules, &d_opts),
+            ctx.src.list_dir_paired_with(
+                (&ctx.ignore.rules, &s_opts),
+                ctx.dst,
+                (&ctx.ignore.rules, &d_opts),
                 dir,
             )
         }

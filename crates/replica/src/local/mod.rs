@@ -1,6 +1,7 @@
 //! `LocalReplica`: a replica on this host's file system, confined under its
 //! root handle (`fsys`), with its state files in a host state directory.
 
+mod direct;
 pub(crate) mod follow;
 pub(crate) mod side;
 
