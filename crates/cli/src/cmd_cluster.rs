@@ -198,36 +198,53 @@ fn worker_line(w: &WorkerFigures, since_last: Option<(f64, i64, i64)>) -> String
     )
 }
 
-/// Print up to `max` tasks set aside (on stderr); how many there were.
+/// Print up to `max` tasks set aside (on stderr), each with its task and
+/// attempts, as the cluster's view shows them; how many there were.
 pub fn print_errors(q: &dyn TaskQueue, max: usize) -> usize {
-    print_errors_as(q, max, None)
-}
-
-/// `print_errors`, each line led by `who` as the walk's errors are (the
-/// default executor of `accord mirror`) when it is given.
-pub fn print_errors_as(q: &dyn TaskQueue, max: usize, who: Option<&str>) -> usize {
-    let dead = match q.dead(max) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("cannot read the failed tasks: {e}");
-            return 1;
-        }
+    let Some(dead) = read_dead(q, max) else {
+        return 1;
     };
     for d in &dead {
         let what = match Task::decode(&d.task) {
             Ok(t) => t.kind().to_string(),
             Err(e) => format!("a corrupt task ({e})"),
         };
-        let error = escape_controls(&d.error);
-        match (who, d.attempts) {
+        let error = escape_controls(&accord_engine::tasks::error_on_one_line(&d.error));
+        match d.attempts {
             // Found by a task that went on (`TaskQueue::report`).
-            (Some(who), 0) => eprintln!("{who}: {error}"),
-            (Some(who), n) => eprintln!("{who}: {error} (set aside after {n} attempts)"),
-            (None, 0) => eprintln!("{what}: {error}"),
-            (None, n) => eprintln!("failed after {n} attempts: {what}: {error}"),
+            0 => eprintln!("{what}: {error}"),
+            n => eprintln!("failed after {n} attempts: {what}: {error}"),
         }
     }
     dead.len()
+}
+
+/// Print the failures of up to `max` tasks set aside as the walk prints
+/// its failures (`WHO: PATH: ERROR`, one a line, on stderr): what a local
+/// run of `accord mirror` shows, where the tasks are its own business.
+/// How many tasks failed.
+pub fn print_failures(q: &dyn TaskQueue, max: usize, who: &str) -> usize {
+    let Some(dead) = read_dead(q, max) else {
+        return 1;
+    };
+    for d in &dead {
+        for problem in accord_engine::tasks::error_problems(&d.error) {
+            eprintln!("{who}: {}", escape_controls(problem));
+        }
+    }
+    dead.len()
+}
+
+/// Up to `max` tasks set aside (`None`, said on stderr, when the store
+/// cannot be read).
+fn read_dead(q: &dyn TaskQueue, max: usize) -> Option<Vec<accord_queue::DeadTask>> {
+    match q.dead(max) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("cannot read the failed tasks: {e}");
+            None
+        }
+    }
 }
 
 /// An error text from the store, with control characters escaped.

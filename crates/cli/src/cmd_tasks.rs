@@ -131,7 +131,8 @@ fn absolute(p: &Path, make: bool) -> Result<PathBuf, String> {
 }
 
 /// `accord mirror SRC DST` as a task run (see the module). `terminal`:
-/// stderr is a terminal and not silenced, so progress is drawn.
+/// stderr is a terminal and not silenced, so a local run draws progress
+/// and ends with the walk's summary line.
 pub fn mirror(
     src: &Path,
     dst: &Path,
@@ -160,8 +161,8 @@ pub fn mirror(
             cluster_mirror(url, run, &spec, args.detach, queue_args, &cfg.state_dir)
         }
         _ => {
-            // A task run is only made when asked for by name: it always
-            // says what it did; its progress shows on a terminal.
+            // As the walk: failures always, progress and the summary
+            // line on a terminal.
             local_mirror(
                 &spec,
                 threads(cfg.jobs),
@@ -175,7 +176,7 @@ pub fn mirror(
 
 /// The local executor: threads of this process over an in-memory queue.
 /// `memo_dir`: where the roots' memos are kept (the mirror's state
-/// directory).
+/// directory); `show_progress`: draw progress and the summary line.
 fn local_mirror(
     spec: &RunSpec,
     jobs: usize,
@@ -183,6 +184,7 @@ fn local_mirror(
     memo_dir: &Option<PathBuf>,
     show_progress: bool,
 ) -> i32 {
+    let started = Instant::now();
     let _lock = match accord_engine::lock_destination(spec) {
         Ok(l) => l,
         Err(f) => {
@@ -211,7 +213,7 @@ fn local_mirror(
     if let Some(code) = fatal_end(&ends, "accord mirror") {
         return code;
     }
-    let code = summary(&queue, "accord mirror", LOCAL_ADVICE);
+    let code = local_summary(&queue, started, show_progress);
     if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
         accord_engine::tasks::remember_source(spec, memo_dir.clone());
     }
@@ -244,6 +246,77 @@ pub fn fatal_end(ends: &[WorkerEnd], who: &str) -> Option<i32> {
 /// the same command runs again, told to delete.
 const LOCAL_ADVICE: &str = "what the run did before the pause stays done; run the same command \
      with --force (or a higher --max-delete) to go on";
+
+/// A local run's figures, with the walk's meaning (`cmd_mirror::output`).
+struct LocalFigures {
+    /// Regular files in the source directories the run planned.
+    files_total: i64,
+    /// Files whose contents were written, and their bytes.
+    transferred: i64,
+    bytes_written: i64,
+    /// Destination entries deleted.
+    deleted: i64,
+    finished: bool,
+    fatal: bool,
+    /// Why the deletion guard paused the run.
+    paused_why: Option<String>,
+}
+
+impl LocalFigures {
+    fn read(q: &dyn TaskQueue) -> Result<LocalFigures, QueueError> {
+        use accord_engine::tasks::keys;
+        let why = match q.state()? {
+            accord_queue::RunState::Paused => q.get(keys::PAUSED_WHY)?,
+            _ => None,
+        };
+        Ok(LocalFigures {
+            files_total: q.add(keys::FILES_TOTAL, 0)?,
+            transferred: q.add(keys::WRITTEN, 0)?,
+            bytes_written: q.add(keys::BYTES, 0)?,
+            deleted: q.add(keys::DELETED, 0)?,
+            finished: q.add(keys::FINISHED, 0)? > 0,
+            fatal: q.add(keys::FATAL, 0)? > 0,
+            paused_why: why.map(|w| String::from_utf8_lossy(&w).into_owned()),
+        })
+    }
+}
+
+/// What a local run did, in the walk's words (`cmd_mirror::output`): each
+/// failure as `accord mirror: PATH: ERROR`, why the deletion guard paused
+/// the run and how to go on, and, when `summary_line` (stderr is a
+/// terminal and not silenced), the walk's summary line; the exit status
+/// they make. The tasks the run was cut into are its own business: a
+/// cluster run's status line shows them (`summary`).
+fn local_summary(queue: &dyn TaskQueue, started: Instant, summary_line: bool) -> i32 {
+    let who = "accord mirror";
+    let f = match LocalFigures::read(queue) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{who}: {e}");
+            return exit::FATAL;
+        }
+    };
+    let errors = crate::cmd_cluster::print_failures(queue, accord_queue::MAX_LEASE, who);
+    if let Some(why) = &f.paused_why {
+        eprintln!("{who}: paused: {why}; {LOCAL_ADVICE}");
+    }
+    if summary_line {
+        eprintln!(
+            "{who}: {} files, {} transferred, {} deleted, {} bytes written in {:.2}s",
+            f.files_total,
+            f.transferred,
+            f.deleted,
+            f.bytes_written,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    match (errors, f.finished) {
+        _ if f.fatal => exit::FATAL,
+        (0, true) => exit::OK,
+        (0, false) => exit::FATAL,
+        _ => exit::PARTIAL,
+    }
+}
 
 /// The run's figures, its failures, and the exit status they make;
 /// `advice`: how a paused run goes on.

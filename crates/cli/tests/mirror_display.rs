@@ -79,3 +79,90 @@ fn names_that_are_not_utf8_display_distinctly() {
         .collect();
     assert_eq!(paths, [".accord-tmp-\\xfe", ".accord-tmp-\\xff"]);
 }
+
+/// A destination to mirror into: an extra file, an extra directory
+/// holding a file and a subdirectory with a file (five entries to
+/// delete), a file the source has alike (not written again), and one it
+/// has in another version.
+fn destination(dst: &Path) {
+    std::fs::create_dir_all(dst.join("old/sub")).unwrap();
+    for (p, data) in [
+        ("extra", &b"x"[..]),
+        ("old/f", b"f"),
+        ("old/sub/g", b"g"),
+        ("same", b"same"),
+        ("changed", b"before"),
+    ] {
+        std::fs::write(dst.join(p), data).unwrap();
+    }
+    set_mtime(&dst.join("same"), 1_600_000_000, 0);
+}
+
+/// The lines a run showed on its terminal that say `accord mirror: …`,
+/// but its summary line (its duration differs from run to run).
+fn said(stderr: &[u8]) -> Vec<String> {
+    let s = String::from_utf8_lossy(stderr);
+    let mut lines: Vec<String> = s
+        .lines()
+        .filter_map(|l| l.rfind("accord mirror: ").map(|at| l[at..].to_string()))
+        .filter(|l| !l.contains(" transferred, "))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// On a terminal a run ends with one summary line whose figures mean the
+/// same whichever executor made the run: the source's regular files, the
+/// files written, the destination entries deleted (an extra directory's
+/// contents each), the bytes written. A path that fails is shown as
+/// `accord mirror: PATH: ERROR` by both, and nothing names the tasks a
+/// task run is cut into.
+#[test]
+fn both_executors_end_with_the_same_summary_line() {
+    let (t, src, _, state) = roots();
+    std::fs::create_dir_all(src.join("a/b")).unwrap();
+    let mut rng = Rng(5);
+    for (p, n) in [("a/one", 1000), ("a/b/two", 200_000), ("three", 10)] {
+        std::fs::write(src.join(p), rng.bytes(n)).unwrap();
+    }
+    std::fs::write(src.join("same"), b"same").unwrap();
+    set_mtime(&src.join("same"), 1_600_000_000, 0);
+    std::fs::write(src.join("changed"), b"after").unwrap();
+    // A name reserved for accord's temp files: reported, not copied.
+    std::fs::write(src.join(".accord-tmp-q"), b"q").unwrap();
+    let mut shown = Vec::new();
+    for executor in ["walk", "tasks"] {
+        let dst = t.path().join(format!("dst-{executor}"));
+        destination(&dst);
+        let args = [
+            "--executor",
+            executor,
+            "--max-delete",
+            "100%",
+            s(&src),
+            s(&dst),
+        ];
+        let o = mirror_on_terminal(&state, &args);
+        assert_exit(&o, 2);
+        let figures = summary_figures(&o.stderr);
+        // a/one, a/b/two, three, changed; `same` is not written again.
+        assert_eq!(figures[1], 4, "{executor}: {}", stderr(&o));
+        assert_eq!(figures[2], 5, "{executor}: {}", stderr(&o));
+        assert_eq!(figures[3], 1000 + 200_000 + 10 + 5, "{executor}");
+        let lines = said(&o.stderr);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("accord mirror: .accord-tmp-q: ")),
+            "{executor}: {lines:?}"
+        );
+        for word in ["task", "leased", "set aside", "attempts"] {
+            assert!(
+                lines.iter().all(|l| !l.contains(word)),
+                "{executor}: {lines:?}"
+            );
+        }
+        shown.push((figures, lines));
+    }
+    assert_eq!(shown[0], shown[1], "walk, then tasks");
+}

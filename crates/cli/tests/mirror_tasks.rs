@@ -263,15 +263,10 @@ fn inodes(root: &Path) -> u64 {
     seen.len() as u64
 }
 
+/// Files whose contents a run wrote, from the summary line a local run
+/// prints on a terminal (see `mirror_on_terminal`).
 fn written(stderr: &[u8]) -> u64 {
-    let s = String::from_utf8_lossy(stderr);
-    let line = s
-        .lines()
-        .find(|l| l.contains("files written"))
-        .unwrap_or("");
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let i = words.iter().position(|w| *w == "files").expect("a summary");
-    words[i - 1].parse().unwrap()
+    summary_figures(stderr)[1]
 }
 
 #[test]
@@ -292,12 +287,12 @@ fn local_task_runs_at_1_and_4_threads_give_the_source_tree() {
             s,
             d,
         ];
-        let out = mirror(&state, &args);
+        let out = mirror_on_terminal(&state, &args);
         assert_exit(&out, 0);
         assert_eq!(written(&out.stderr), files, "jobs {jobs}");
         assert_same(&src, &dst);
         // Again: nothing to write.
-        let again = mirror(&state, &args);
+        let again = mirror_on_terminal(&state, &args);
         assert_exit(&again, 0);
         assert_eq!(written(&again.stderr), 0, "jobs {jobs}, no change");
         assert_same(&src, &dst);
@@ -337,7 +332,7 @@ fn a_local_task_run_keeps_xattr_memos_that_miss_no_change() {
     .unwrap();
     let gone = unsafe { libc::lremovexattr(early.as_ptr(), c"user.early".as_ptr()) };
     assert_eq!(gone, 0, "{}", std::io::Error::last_os_error());
-    let out = mirror(&state, &args);
+    let out = mirror_on_terminal(&state, &args);
     assert_exit(&out, 0);
     assert_eq!(written(&out.stderr), 0);
     assert_same(&src, &dst);

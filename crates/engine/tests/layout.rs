@@ -5,6 +5,9 @@
 //! - `mirror/` and `sync/` never import each other;
 //! - nothing in the engine but `lib.rs` imports `tasks/` (the jobs do not
 //!   know how a run is split into tasks);
+//! - no file of `tasks/` calls `.root()` (task runs reach files through
+//!   the replica crate's types: `LocalReplica`'s own methods, not its
+//!   root handle);
 //! - no file of the engine or of `accord-replica` is longer than 800 lines.
 //!
 //! A module is imported by naming its path: `crate::sync`, `super::super::
@@ -138,6 +141,58 @@ fn mirror_and_sync_never_import_each_other_and_nothing_imports_tasks() {
         "layout rules broken (see ARCHITECTURE.md):\n{}",
         found.join("\n")
     );
+}
+
+/// The calls of `.root()` in `tasks/`: `(file, line, why)`. `RelPath::
+/// root()` (the empty path) is a path, not a root handle: not counted.
+fn root_calls(files: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (rel, text) in files.iter().filter(|(rel, _)| module_of(rel) == "tasks") {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains(".root()") {
+                out.push(format!(
+                    "{rel}:{}: a task file calls `.root()`: {}",
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_task_file_reaches_a_root_handle() {
+    let files = rust_files(&src());
+    let found = root_calls(&files);
+    assert!(
+        found.is_empty(),
+        "task runs reach files through the replica crate's types (see ARCHITECTURE.md):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_a_root_handle_in_a_task_file() {
+    let planted = [
+        (
+            "tasks/x.rs".to_string(),
+            "let d = ctx.src.root().open_dir(dir)?;".to_string(),
+        ),
+        ("tasks/y.rs".to_string(), "        .root()".to_string()),
+        (
+            "tasks/ok.rs".to_string(),
+            "let r = RelPath::root(); // not ctx.dst.root()".to_string(),
+        ),
+        (
+            "mirror/ok.rs".to_string(),
+            "let root = dst.root();".to_string(),
+        ),
+    ];
+    let found = root_calls(&planted);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found.iter().all(|b| !b.contains("ok.rs")));
 }
 
 #[test]

@@ -112,6 +112,83 @@ pub fn mirror(state: &Path, args: &[&str]) -> Output {
         .expect("run accord")
 }
 
+/// Run `accord mirror ARGS` as `mirror` does, but with stderr on a
+/// pseudo-terminal, as for a person at one: the run draws its progress
+/// and ends with its summary line (both only on a terminal). The output's
+/// stderr is what the terminal showed (lines end in `\r\n`).
+pub fn mirror_on_terminal(state: &Path, args: &[&str]) -> Output {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (-1, -1);
+    let made = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(made, 0, "openpty: {}", std::io::Error::last_os_error());
+    let mut master = unsafe { std::fs::File::from_raw_fd(master) };
+    let terminal = unsafe { std::fs::File::from_raw_fd(slave) };
+    // Read the terminal while the run writes to it (its buffer is small).
+    let reader = std::thread::spawn(move || {
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 4096];
+        // The end of the run's side reads as EIO, not as an end of file.
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            shown.extend_from_slice(&buf[..n]);
+        }
+        shown
+    });
+    let mut cmd = Command::new(bin());
+    cmd.arg("mirror")
+        .args(executor_args(args))
+        .args(args)
+        .env("ACCORD_STATE_DIR", state)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(terminal);
+    let child = cmd.spawn().expect("run accord");
+    // This process's copy of the terminal's end closes with the command,
+    // so that the reader sees the run's end.
+    drop(cmd);
+    let mut out = child.wait_with_output().expect("run accord");
+    out.stderr = reader.join().unwrap();
+    out
+}
+
+/// The figures of the summary line `accord mirror` ends with on a
+/// terminal (`N files, N transferred, N deleted, N bytes written in S`):
+/// `[files, transferred, deleted, bytes written]`.
+pub fn summary_figures(stderr: &[u8]) -> [u64; 4] {
+    let s = String::from_utf8_lossy(stderr);
+    let line = s
+        .lines()
+        .filter_map(|l| l.rfind("accord mirror: ").map(|at| &l[at..]))
+        .find(|l| l.contains(" transferred, "))
+        .unwrap_or_else(|| panic!("no summary line in {s:?}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let before = |word: &str| -> u64 {
+        let i = words
+            .iter()
+            .position(|w| w.trim_end_matches(',') == word)
+            .filter(|i| *i > 0)
+            .unwrap_or_else(|| panic!("no {word:?} in {line:?}"));
+        words[i - 1].parse().unwrap()
+    };
+    [
+        before("files"),
+        before("transferred"),
+        before("deleted"),
+        before("bytes"),
+    ]
+}
+
 /// The executor the mirror tests run under: with
 /// `ACCORD_TEST_MIRROR_EXECUTOR=tasks` every run the task executor can
 /// take (no executor named, no -n, -i, --json, no remote root) is made with

@@ -59,13 +59,9 @@ pub(crate) fn big_file(ctx: &Ctx, item: &Item) -> TaskResult {
         return Ok(Outcome::Done);
     }
     let count = range_count(s.size, ctx.spec.range_size);
-    let dir = ctx
+    let (temp, f) = ctx
         .dst
-        .root()
-        .open_dir(&parent(path))
-        .map_err(failed("open the directory of", path))?;
-    let (temp, f) = dir
-        .create_temp(path.file_name())
+        .create_temp_beside(path)
         .map_err(failed("make a temp file for", path))?;
     f.set_len(s.size)
         .map_err(failed("size the temp of", path))?;
@@ -85,7 +81,7 @@ pub(crate) fn big_file(ctx: &Ctx, item: &Item) -> TaskResult {
         .queue
         .add_once(&mark, &keys::with("rn", path), count as i64, &ranges)?;
     if !pushed {
-        let _ = dir.unlink(&temp);
+        let _ = ctx.dst.remove_temp_beside(path, &temp);
     }
     Ok(Outcome::Done)
 }
@@ -118,37 +114,21 @@ pub(crate) fn range(ctx: &Ctx, item: &Item, temp: &[u8], index: u32, count: u32)
 
 /// The shared temp, opened to write (`None`: it is not there).
 fn open_temp(ctx: &Ctx, path: &RelPath, temp: &[u8]) -> Result<Option<File>, TaskError> {
-    let dir = ctx
-        .dst
-        .root()
-        .open_dir(&parent(path))
-        .map_err(failed("open the directory of", path))?;
-    match dir.open_rw(temp) {
-        Ok(f) => Ok(Some(f)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(failed("open the temp of", path)(e)),
-    }
+    ctx.dst
+        .open_temp_rw(path, temp)
+        .map_err(failed("open the temp of", path))
 }
 
 /// Copy `start..end` of the source file, which must still be the one
 /// planned on (size and mtime, checked on the open file).
 fn copy_range(ctx: &Ctx, s: &Entry, to: &File, (start, end): (u64, u64)) -> Result<(), TaskError> {
     let path = &s.path;
-    let dir = ctx
-        .src
-        .root()
-        .open_dir(&parent(path))
-        .map_err(failed("open the source directory of", path))?;
-    let from = dir
-        .open_read(path.file_name())
-        .map_err(failed("open", path))?;
-    let st = accord_fsys::fstat(std::os::fd::AsFd::as_fd(&from)).map_err(failed("stat", path))?;
-    if st.size != s.size || st.mtime != s.props.mtime {
+    let Some(from) = ctx.src.open_file_checked(s).map_err(failed("open", path))? else {
         return Err(TaskError::failed(Failure {
             path: path.clone(),
             error: Error::Changed(crate::End::Read),
         }));
-    }
+    };
     let mut buf = vec![0u8; 1 << 20];
     let mut at = start;
     while at < end {

@@ -19,7 +19,7 @@ use crate::tasks::scan_dir::{empty_extra_dir, is_dir, options, plan_dir};
 use crate::tasks::Task;
 use accord_model::RelPath;
 use accord_plan::{Item, MirrorPlan};
-use accord_queue::CallCost;
+use accord_queue::{Add, CallCost};
 use std::time::Duration;
 
 /// Hold `dir`'s extras: the `delete-extras` task to push with the
@@ -55,8 +55,21 @@ pub(crate) fn delete_extras(ctx: &Ctx, dir: &RelPath) -> TaskResult {
         pause(ctx, &why)?;
         return Ok(Outcome::Later);
     }
-    delete_now(ctx, dir)?;
-    q.add_once(&keys::with("hd", dir), keys::DEFERRED_OPEN, -1, &[])?;
+    let mut deleted = 0;
+    if let Err(e) = delete_now(ctx, dir, &mut deleted) {
+        // What was deleted before the failure is gone from the next
+        // attempt's plan: counted now.
+        if deleted > 0 {
+            q.add(keys::DELETED, deleted as i64)?;
+        }
+        return Err(e);
+    }
+    // Closed and counted in one step.
+    let mut adds = vec![Add::once(keys::with("hd", dir), keys::DEFERRED_OPEN, -1)];
+    if deleted > 0 {
+        adds.push(Add::always(keys::DELETED, deleted as i64));
+    }
+    q.add_many(&adds)?;
     ctx.child_done(dir, &keys::with("x", dir))?;
     Ok(Outcome::Done)
 }
@@ -69,8 +82,9 @@ fn only_held_left(ctx: &Ctx) -> Result<bool, TaskError> {
 }
 
 /// Delete what is extra in `dir` now (planned again: the destination may
-/// have changed since its scan, and each deletion checks what it removes).
-fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
+/// have changed since its scan, and each deletion checks what it removes);
+/// `deleted` counts the entries deleted, failed or not.
+fn delete_now(ctx: &Ctx, dir: &RelPath, deleted: &mut u64) -> Result<(), TaskError> {
     crate::tasks::ignore_files::load_rules_for(ctx, dir)?;
     let (s, s_scan) = ctx
         .src()
@@ -97,13 +111,14 @@ fn delete_now(ctx: &Ctx, dir: &RelPath) -> Result<(), TaskError> {
         .collect();
     let mut problems = Problems::default();
     for it in extras.iter().filter(|i| is_dir(i.dst.as_ref())) {
-        empty_extra_dir(ctx, &it.path, &mut problems);
+        *deleted += empty_extra_dir(ctx, &it.path, &mut problems);
     }
     let deletes = MirrorPlan {
         deletes: extras,
         ..MirrorPlan::default()
     };
     let done = carry_out(ctx, &deletes, false);
+    *deleted += done.deleted;
     if done.fatal {
         return Err(TaskError::Fatal(done.problems));
     }

@@ -109,6 +109,23 @@ impl Problems {
     pub(crate) fn extend(&mut self, more: Problems) {
         self.0.extend(more.0);
     }
+
+    /// The problems shown one per line (the same first 20 as one text):
+    /// a local run prints each as the walk prints a failure. A line break
+    /// inside a problem's own text is shown as a space, so that each line
+    /// is one problem.
+    pub(crate) fn lines(&self) -> String {
+        let mut lines: Vec<String> = self
+            .0
+            .iter()
+            .take(SHOWN)
+            .map(|p| p.to_string().replace('\n', " "))
+            .collect();
+        if self.0.len() > SHOWN {
+            lines.push(format!("and {} more", self.0.len() - SHOWN));
+        }
+        lines.join("\n")
+    }
 }
 
 impl fmt::Display for Problems {

@@ -47,6 +47,8 @@ pub(crate) struct Done {
     pub fatal: bool,
     pub files: u64,
     pub bytes: u64,
+    /// Destination entries deleted (the walk's count of deletions).
+    pub deleted: u64,
 }
 
 /// Carry out `plan` with the mirror's executor. `flush`: make the written
@@ -82,6 +84,7 @@ pub(crate) fn carry_out(ctx: &Ctx, plan: &MirrorPlan, flush: bool) -> Done {
         fatal: stopped,
         files: exec.counters.files.load(Ordering::Relaxed),
         bytes: exec.counters.written.load(Ordering::Relaxed),
+        deleted: exec.counters.deleted.load(Ordering::Relaxed),
     }
 }
 
@@ -195,7 +198,7 @@ pub(crate) fn set_dir_props(
     // listing it again: that would stat every entry for nothing.
     let own = |r: &crate::LocalReplica, source| {
         let opts = crate::tasks::scan_dir::options(ctx, source);
-        accord_fsys::dir_entry(r.root(), dir, &ctx.ignore.rules, &opts).0
+        r.own_entry(dir, &ctx.ignore.rules, &opts)
     };
     let (s_me, d_me) = match known {
         Some((s, d)) => (Some(s.clone()), Some(d.clone())),

@@ -115,7 +115,8 @@ fn load_chain(ctx: &Ctx, mut chain: Vec<RelPath>) -> Result<(), TaskError> {
         if ctx.ignore.is_checked(d) {
             continue;
         }
-        match read_ignore_file(ctx, d) {
+        // In the source (a directory gone is `None`: its task says so).
+        match ctx.src.read_ignore_file(d) {
             Ok(Some(contents)) => ctx.ignore.rules.add_dir_file(d, &contents),
             Ok(None) => {}
             Err(e) => return Err(unreadable(d, &e)),
@@ -123,14 +124,4 @@ fn load_chain(ctx: &Ctx, mut chain: Vec<RelPath>) -> Result<(), TaskError> {
         ctx.ignore.mark(d);
     }
     Ok(())
-}
-
-/// The contents of `dir/.accordignore` in the source, `None` when it has
-/// none (or `dir` itself is gone: its task will say so).
-fn read_ignore_file(ctx: &Ctx, dir: &RelPath) -> io::Result<Option<Vec<u8>>> {
-    match ctx.src.root().open_dir(dir) {
-        Ok(d) => accord_fsys::read_ignore_file(&d),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
 }

@@ -46,6 +46,8 @@ pub(crate) struct Group {
     bytes_left: u64,
     written: u64,
     bytes: u64,
+    /// Destination entries this task deleted, not yet counted.
+    deleted: u64,
 }
 
 impl Group {
@@ -60,6 +62,7 @@ impl Group {
             bytes_left: INLINE_BYTES,
             written: 0,
             bytes: 0,
+            deleted: 0,
         }
     }
 
@@ -68,6 +71,22 @@ impl Group {
     pub fn count_seen(&mut self, dir: &RelPath, seen: i64) {
         let mark = keys::with("e", dir);
         self.adds.push(Add::once(mark, keys::DST_ENTRIES, seen));
+    }
+
+    /// The source's regular files in `dir`, once the directory is planned
+    /// and let through by the deletion guard (once per directory, by its
+    /// mark: a task run again counts them once).
+    pub fn count_files(&mut self, dir: &RelPath, files: usize) {
+        let mark = keys::with("ft", dir);
+        self.adds
+            .push(Add::once(mark, keys::FILES_TOTAL, files as i64));
+    }
+
+    /// Destination entries deleted by this task, counted with its other
+    /// counts (a deletion is not made again by the task's next attempt:
+    /// what it deleted is gone from its plan).
+    pub fn count_deleted(&mut self, deleted: u64) {
+        self.deleted += deleted;
     }
 
     /// Take `dir` to finish in this task when it is a leaf whose
@@ -191,6 +210,11 @@ impl Group {
             let by = keys::bytes_by(ctx.worker);
             self.adds.push(Add::always(&by, self.bytes as i64));
             (self.written, self.bytes) = (0, 0);
+        }
+        if self.deleted > 0 {
+            self.adds
+                .push(Add::always(keys::DELETED, self.deleted as i64));
+            self.deleted = 0;
         }
         if self.adds.is_empty() {
             return Ok(());

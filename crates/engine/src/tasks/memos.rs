@@ -35,7 +35,7 @@ impl TaskMemos {
                 .and_then(|b| DigestMemo::decode(&b))
                 .unwrap_or_default()
         };
-        let listing = dst.root().is_local_disk_fs().then(|| {
+        let listing = dst.is_local_disk().then(|| {
             dst.read_state(crate::mirror::run::LISTING_MEMO)
                 .and_then(|b| DigestMemo::decode(&b))
                 .unwrap_or_default()

@@ -31,7 +31,7 @@ pub(crate) mod scan_dir;
 pub(crate) mod spec;
 
 pub use guard::{check_before_run, remember_source};
-pub use run::{keys, workers};
+pub use run::{error_on_one_line, error_problems, keys, workers};
 pub use spec::{DEFAULT_RANGE_SIZE, MIN_RANGE_SIZE};
 
 use accord_model::{validate_name, Entry, Kind, RelPath};

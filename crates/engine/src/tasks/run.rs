@@ -35,6 +35,11 @@ pub mod keys {
     /// Files whose contents were written, and their bytes.
     pub const WRITTEN: &[u8] = b"written";
     pub const BYTES: &[u8] = b"bytes";
+    /// Regular files in the source directories the run planned (each
+    /// directory once, by its mark), and destination entries deleted:
+    /// with WRITTEN and BYTES, the walk's summary figures.
+    pub const FILES_TOTAL: &[u8] = b"files-total";
+    pub const DELETED: &[u8] = b"deleted";
     /// Extras counted by the streamed deletion guard, and destination
     /// entries seen.
     pub const DELETES: &[u8] = b"deletes";
@@ -146,7 +151,7 @@ pub(crate) enum Outcome {
     Parked,
 }
 
-use crate::tasks::error::TaskError;
+use crate::tasks::error::{Problems, TaskError};
 
 pub(crate) type TaskResult = Result<Outcome, TaskError>;
 
@@ -392,26 +397,51 @@ fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
             ctx.queue.push(std::slice::from_ref(&lease.task))?;
             ctx.queue.ack(std::slice::from_ref(&lease.id))
         }
-        Err(TaskError::Failed(m)) => ctx.queue.fail(lease, &describe(&task, &m.to_string())),
+        Err(TaskError::Failed(m)) => ctx.queue.fail(lease, &describe(&task, &m)),
         Err(TaskError::Fatal(m)) => {
             ctx.queue.add(keys::FATAL, 1)?;
-            ctx.queue.give_up(lease, &describe(&task, &m.to_string()))
+            ctx.queue.give_up(lease, &describe(&task, &m))
         }
         Err(TaskError::Queue(e)) => Err(e),
     }
 }
 
-/// A failure as `accord cluster errors` shows it.
-fn describe(task: &Task, message: &str) -> String {
+/// A failed task's error as the store keeps it: a line naming the task,
+/// then one line per problem. `accord cluster errors` shows it on one
+/// line (`error_on_one_line`); a local run shows the problems alone, as
+/// the walk shows its failures (`error_problems`).
+fn describe(task: &Task, problems: &Problems) -> String {
     let paths = task.paths();
     let first = paths.first().map(|p| p.display()).unwrap_or_default();
     let more = match paths.len() {
         0 | 1 => String::new(),
         n => format!(" (and {} more)", n - 1),
     };
-    let mut m = format!("{} {first}{more}: {message}", task.kind());
+    let mut m = format!("{} {first}{more}:\n{}", task.kind(), problems.lines());
     m.truncate(accord_queue::MAX_ERROR);
     m
+}
+
+/// A stored error on one line, as `accord cluster errors` shows it: the
+/// task, then its problems (`describe`'s lines joined).
+pub fn error_on_one_line(stored: &str) -> String {
+    match stored.split_once('\n') {
+        Some((task, problems)) => {
+            let problems: Vec<&str> = problems.lines().collect();
+            format!("{task} {}", problems.join("; "))
+        }
+        None => stored.to_string(),
+    }
+}
+
+/// The problems a stored error names, one per line, without the line
+/// naming the task (a problem found by a task that went on, stored with
+/// `TaskQueue::report`, is one line of its own).
+pub fn error_problems(stored: &str) -> Vec<&str> {
+    match stored.split_once('\n') {
+        Some((_, problems)) => problems.lines().collect(),
+        None => vec![stored],
+    }
 }
 
 /// Waits that grow while the queue cannot be reached.

@@ -20,6 +20,7 @@ use accord_fsys::{DirVisit, Listing, ScanOptions};
 use accord_model::{Entry, Expect, Kind, RelPath};
 use accord_plan::{Facts, Item, Method, MirrorPlan, Op};
 use accord_queue::CallCost;
+use accord_replica::Deleted;
 
 /// Most bytes to write in one `files` task (a task is one worker's work
 /// for a while, not a whole directory's).
@@ -71,9 +72,10 @@ fn list_both(ctx: &Ctx, dir: &RelPath) -> (Listed, Listed) {
     match ctx.memos.and_then(|m| m.listing.as_ref()) {
         Some(memo) => {
             d_opts.listing_memo = Some(memo);
-            accord_fsys::list_dir_pair(
-                (ctx.src.root(), &ctx.ignore.rules, &s_opts),
-                (ctx.dst.root(), &ctx.ignore.rules, &d_opts),
+            ctx.src.list_dir_paired_with(
+                (&ctx.ignore.rules, &s_opts),
+                ctx.dst,
+                (&ctx.ignore.rules, &d_opts),
                 dir,
             )
         }
@@ -174,6 +176,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Proble
         Guard::Defer => true,
         Guard::Paused => return Ok(None),
     };
+    group.count_files(dir, plan.summary.files_total);
     // Held extras wait for their `delete-extras` task; a name whose kind
     // changes is replaced now.
     let deletes: Vec<Item> = plan
@@ -182,8 +185,9 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Proble
         .filter(|i| !deferred || i.src.is_some())
         .cloned()
         .collect();
+    let mut emptied = 0;
     for it in deletes.iter().filter(|i| is_dir(i.dst.as_ref())) {
-        empty_extra_dir(ctx, &it.path, &mut problems);
+        emptied += empty_extra_dir(ctx, &it.path, &mut problems);
     }
     let phases = MirrorPlan {
         cleanup: plan.cleanup.clone(),
@@ -192,6 +196,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Proble
         ..MirrorPlan::default()
     };
     let done = carry_out(ctx, &phases, false);
+    group.count_deleted(emptied + done.deleted);
     if done.fatal {
         return Err(TaskError::Fatal(done.problems));
     }
@@ -286,30 +291,38 @@ pub(crate) fn entries_under(ctx: &Ctx, dir: &RelPath) -> usize {
 /// Delete what an extra destination directory holds (the directory itself
 /// goes with the plan's deletions): the whole-tree walk visits such a
 /// directory as a pair of its own, a task run empties it here. Excluded
-/// entries are not listed, so they and their directories stay.
-pub(crate) fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Problems) {
+/// entries are not listed, so they and their directories stay. How many
+/// entries it deleted (each counts as one of the walk's deletions).
+pub(crate) fn empty_extra_dir(ctx: &Ctx, dir: &RelPath, problems: &mut Problems) -> u64 {
     let (l, _) = ctx
         .dst()
         .list_dir(dir, &ctx.ignore.rules, &options(ctx, false));
-    let Some(l) = l else { return };
+    let Some(l) = l else { return 0 };
+    let mut deleted = 0;
     for sub in &l.subdirs {
-        empty_extra_dir(ctx, &sub.path, problems);
+        deleted += empty_extra_dir(ctx, &sub.path, problems);
     }
     let handle = match ctx.dst().open_dir(dir) {
         Ok(h) => h,
-        Err(e) => return problems.push(Problem::io("open", dir, e)),
+        Err(e) => {
+            problems.push(Problem::io("open", dir, e));
+            return deleted;
+        }
     };
     for t in &l.stale_temps {
         handle.remove_stale_temp(t.file_name());
     }
     for e in l.entries[1..].iter().chain(&l.subdirs) {
-        if let Err(err) = handle.delete(e.path.file_name(), &Expect::entry(e)) {
-            problems.push(Failure {
+        match handle.delete(e.path.file_name(), &Expect::entry(e)) {
+            Ok(Deleted::Done) => deleted += 1,
+            Ok(_) => {}
+            Err(err) => problems.push(Failure {
                 path: e.path.clone(),
                 error: err,
-            });
+            }),
         }
     }
+    deleted
 }
 
 /// The tasks this directory's plan hands out.

@@ -2,6 +2,7 @@
 //! root handle (`fsys`), with its state files in a host state directory.
 
 mod dir;
+mod direct;
 pub use dir::LocalDir;
 pub(crate) mod follow;
 pub(crate) mod side;
