@@ -226,6 +226,78 @@ fn next_random(state: &mut u64) -> u64 {
     *state >> 33
 }
 
+/// When each trial of a series kills its run: after a random part of how
+/// long an uninterrupted run takes. A run that ends before its kill shows
+/// the machine got faster since the run was timed (a build beside it
+/// ended): the estimate shrinks to what that run took and one more trial
+/// is made (up to twice the series), so a change of load cannot leave a
+/// series without runs killed mid-way. A run is watched until its kill, so
+/// its end is seen when it comes, not guessed.
+struct KillSchedule {
+    full_run: std::time::Duration,
+    random: u64,
+    planned: usize,
+    made: usize,
+    killed_midway: usize,
+}
+
+impl KillSchedule {
+    fn new(full_run: std::time::Duration, seed: u64, planned: usize) -> KillSchedule {
+        KillSchedule {
+            full_run,
+            random: seed ^ std::process::id() as u64,
+            planned,
+            made: 0,
+            killed_midway: 0,
+        }
+    }
+
+    /// The delay of the next trial's kill; `None` when the series is done.
+    fn next(&mut self) -> Option<std::time::Duration> {
+        let enough = self.killed_midway * 2 >= self.planned;
+        if self.made >= self.planned && (enough || self.made >= 2 * self.planned) {
+            return None;
+        }
+        self.made += 1;
+        let part = (next_random(&mut self.random) % 1000) as f64 / 1000.0;
+        Some(self.full_run.mul_f64(part))
+    }
+
+    /// Kill `child` `delay` after it started (at `started`), unless it
+    /// ends first.
+    fn kill(
+        &mut self,
+        child: &mut std::process::Child,
+        started: Instant,
+        delay: std::time::Duration,
+    ) {
+        while started.elapsed() < delay {
+            if child.try_wait().unwrap().is_some() {
+                self.full_run = self.full_run.min(started.elapsed());
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if child.try_wait().unwrap().is_none() {
+            self.killed_midway += 1;
+            child.kill().ok();
+        }
+        child.wait().unwrap();
+    }
+
+    /// At least half the planned series was killed mid-way.
+    fn check(&self, what: &str) {
+        eprintln!(
+            "{} of {} {what} were killed before they finished",
+            self.killed_midway, self.made
+        );
+        assert!(
+            self.killed_midway * 2 >= self.planned,
+            "too few runs were interrupted"
+        );
+    }
+}
+
 fn trials() -> usize {
     std::env::var("ACCORD_SYNC_KILL_TRIALS")
         .ok()
@@ -278,22 +350,18 @@ fn kill_trials(remote: Option<&RemoteB>, trials: usize) {
     check_converged(&timing, usize::MAX);
     eprintln!("an uninterrupted run took {full_run:?}");
 
-    let mut random = 0x5eed_u64 ^ std::process::id() as u64;
-    let mut killed_midway = 0;
-    for trial in 0..trials {
+    let mut schedule = KillSchedule::new(full_run, 0x5eed, trials);
+    while let Some(delay) = schedule.next() {
+        let trial = schedule.made - 1;
         let pair = prepared_pair(remote);
-        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
+        let started = Instant::now();
         let mut child = pair
             .command(&["--json"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(delay);
-        let finished = child.try_wait().unwrap().is_some();
-        child.kill().ok();
-        child.wait().unwrap();
-        killed_midway += !finished as usize;
+        schedule.kill(&mut child, started, delay);
         check_original_or_final(&pair, trial);
         let report = sync_after_kill(&pair);
         assert_eq!(
@@ -310,8 +378,7 @@ fn kill_trials(remote: Option<&RemoteB>, trials: usize) {
             .collect();
         assert!(leftovers.is_empty(), "trial {trial}: {leftovers:?}");
     }
-    eprintln!("{killed_midway} of {trials} runs were killed before they finished");
-    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+    schedule.check("runs");
 }
 
 /// Our temp files anywhere under `root`.
@@ -528,22 +595,19 @@ fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
     check_kept_converged(&timing, usize::MAX);
     eprintln!("an uninterrupted keep-both and backup run took {full_run:?}");
 
-    let mut random = 0x6b65_6570_u64 ^ std::process::id() as u64;
-    let mut killed_midway = 0;
+    let mut schedule = KillSchedule::new(full_run, 0x6b65_6570, trials);
     let mut caught = [0, 0];
-    for trial in 0..trials {
+    while let Some(delay) = schedule.next() {
+        let trial = schedule.made - 1;
         let pair = keep_pair(remote);
-        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
+        let started = Instant::now();
         let mut child = pair
             .command(&ARGS)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(delay);
-        killed_midway += child.try_wait().unwrap().is_none() as usize;
-        child.kill().ok();
-        child.wait().unwrap();
+        schedule.kill(&mut child, started, delay);
         let half_way = check_kept_or_backed_up(&pair, trial);
         caught[0] += half_way[0];
         caught[1] += half_way[1];
@@ -553,10 +617,9 @@ fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
         let again = pair.sync_json(&ARGS[1..], 0);
         assert_eq!(again["propagated"], 0, "trial {trial}: {again}");
     }
-    eprintln!("{killed_midway} of {trials} keep-both runs were killed before they finished");
+    schedule.check("keep-both runs");
     eprintln!(
         "caught half way: {} losers kept on A only, {} backups of versions still in place",
         caught[0], caught[1]
     );
-    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
 }
