@@ -47,6 +47,7 @@ pub use sync::{
     sync, sync_local, sync_with_local, EditPlanMerging, Propagated, SyncConfig, SyncError,
     SyncFailure, SyncFatal, SyncHooks, SyncReport,
 };
+pub use tasks::error::RunFailure;
 pub use tasks::local_executor::run_workers;
 pub use tasks::run::{
     lock_destination, read_spec, run_over, start_run, WorkerEnd, WorkerFigures, WorkerOptions,

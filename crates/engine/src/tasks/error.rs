@@ -9,6 +9,47 @@ use accord_queue::QueueError;
 use std::fmt;
 use std::io;
 
+/// Why a task run cannot start, or a worker cannot go on with it: the
+/// whole run's failures (a task's own are [`TaskError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RunFailure {
+    /// A root cannot be opened, or the roots are one or nested.
+    #[error(transparent)]
+    Roots(#[from] Fatal),
+    /// The run's queue failed a call.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The queue holds no run of that name.
+    #[error("the run does not exist (no settings in the queue)")]
+    NoSuchRun,
+    /// The run's settings in the queue do not decode.
+    #[error("the run's settings are damaged: {0}")]
+    DamagedSpec(#[source] accord_proto::ProtoError),
+    /// The run's exclude patterns do not compile (`what`: how the user
+    /// gave them).
+    #[error("{what}: {source}")]
+    Excludes {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// A root's own directory cannot be listed (the scanner's message, if
+    /// it gave one).
+    #[error("{root}: cannot be read{}", detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]
+    RootUnreadable {
+        root: String,
+        detail: Option<String>,
+    },
+    #[error("cannot start a thread pool: {0}")]
+    ThreadPool(#[source] rayon::ThreadPoolBuildError),
+    #[error("a worker thread panicked")]
+    Panicked,
+    /// The end-of-run flush of the destination failed: what the run wrote
+    /// may not survive a crash.
+    #[error("flushing the destination: {0}")]
+    Flush(#[source] io::Error),
+}
+
 /// Why a task did not end.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TaskError {

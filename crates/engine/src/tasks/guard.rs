@@ -11,7 +11,7 @@
 //! Then the guard of each directory as it is planned (`check_dir`).
 
 use crate::mirror::run::{check_distinct, source_root_changed, GUARD_STATE};
-use crate::tasks::error::TaskError;
+use crate::tasks::error::{RunFailure, TaskError};
 use crate::tasks::leaves::Group;
 use crate::tasks::run::{keys, open_task_roots, Ctx};
 use crate::tasks::scan_dir::{entries_under, is_dir};
@@ -30,14 +30,14 @@ pub enum NotStarted {
     /// The deletion guard refused it.
     Refused(Refusal),
     /// The roots cannot be used, or the queue cannot be reached.
-    Fatal(String),
+    Fatal(RunFailure),
 }
 
 impl std::fmt::Display for NotStarted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NotStarted::Refused(r) => r.fmt(f),
-            NotStarted::Fatal(m) => f.write_str(m),
+            NotStarted::Fatal(e) => e.fmt(f),
         }
     }
 }
@@ -49,15 +49,20 @@ pub fn check_before_run(
     spec: &RunSpec,
     state_dir: Option<PathBuf>,
 ) -> Result<(), NotStarted> {
-    let fatal = |e: String| NotStarted::Fatal(e);
-    let (src, dst) = open_task_roots(spec).map_err(|f| fatal(f.to_string()))?;
+    let fatal = |e: RunFailure| NotStarted::Fatal(e);
+    let (src, dst) = open_task_roots(spec).map_err(|f| fatal(f.into()))?;
     let dst = dst.with_state_dir(state_dir);
-    check_distinct(&src, &dst, &spec.src, &spec.dst).map_err(|f| fatal(f.to_string()))?;
+    check_distinct(&src, &dst, &spec.src, &spec.dst).map_err(|f| fatal(f.into()))?;
     let o = &spec.plan;
     if !o.delete || o.force {
         return Ok(());
     }
-    let rules = IgnoreRules::new(&spec.excludes).map_err(|e| fatal(format!("--exclude: {e}")))?;
+    let rules = IgnoreRules::new(&spec.excludes).map_err(|source| {
+        fatal(RunFailure::Excludes {
+            what: "--exclude",
+            source,
+        })
+    })?;
     let src_entries = root_entries(&src, &rules, spec, true)?;
     let dst_entries = root_entries(&dst, &rules, spec, false)?;
     if src_entries == 0 && dst_entries > 0 {
@@ -66,7 +71,7 @@ pub fn check_before_run(
     if source_root_changed(&src, dst.read_state(GUARD_STATE)) {
         queue
             .put(keys::ROOT_CHANGED, b"1")
-            .map_err(|e| fatal(e.to_string()))?;
+            .map_err(|e| fatal(e.into()))?;
     }
     Ok(())
 }
@@ -85,14 +90,10 @@ fn root_entries(
     };
     match r.list_dir(&RelPath::root(), rules, &opts) {
         (Some(l), _) => Ok(l.entries.len().saturating_sub(1) + l.subdirs.len()),
-        (None, scan) => Err(NotStarted::Fatal(format!(
-            "{}: cannot be read{}",
-            r.describe(),
-            scan.errors
-                .first()
-                .map(|e| format!(": {}", e.message))
-                .unwrap_or_default()
-        ))),
+        (None, scan) => Err(NotStarted::Fatal(RunFailure::RootUnreadable {
+            root: r.describe(),
+            detail: scan.errors.first().map(|e| e.message.clone()),
+        })),
     }
 }
 

@@ -11,7 +11,7 @@
 //! (tried again, then set aside): without its rules, excluded destination
 //! entries there would look like extras and be deleted.
 
-use crate::tasks::error::TaskError;
+use crate::tasks::error::{RunFailure, TaskError};
 use crate::tasks::run::Ctx;
 use crate::RunSpec;
 use accord_fsys::{IgnoreRules, IGNORE_FILE};
@@ -32,9 +32,11 @@ pub(crate) struct TaskIgnore {
 }
 
 impl TaskIgnore {
-    pub fn new(spec: &RunSpec) -> Result<TaskIgnore, String> {
-        let rules =
-            IgnoreRules::new(&spec.excludes).map_err(|e| format!("the run's excludes: {e}"))?;
+    pub fn new(spec: &RunSpec) -> Result<TaskIgnore, RunFailure> {
+        let rules = IgnoreRules::new(&spec.excludes).map_err(|source| RunFailure::Excludes {
+            what: "the run's excludes",
+            source,
+        })?;
         Ok(TaskIgnore {
             rules,
             checked: Mutex::default(),

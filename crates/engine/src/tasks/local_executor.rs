@@ -2,6 +2,7 @@
 //! (`MemoryQueue`, N threads) and the threads of one `accord worker`
 //! (a `RedisQueue` each).
 
+use crate::tasks::error::RunFailure;
 use crate::tasks::ignore_files::TaskIgnore;
 use crate::tasks::leases::{renew_until, Held};
 use crate::tasks::memos::TaskMemos;
@@ -34,7 +35,7 @@ pub fn run_workers(
             s.with_state_dir(opts.memo_dir.clone()),
             d.with_state_dir(opts.memo_dir.clone()),
         ),
-        Err(f) => return vec![WorkerEnd::Fatal(f.to_string())],
+        Err(f) => return vec![WorkerEnd::Fatal(f.into())],
     };
     if let Some(q) = queues.first() {
         // Only for `accord cluster status`: a run goes on without it.
@@ -70,9 +71,7 @@ pub fn run_workers(
                         .num_threads(per_thread)
                         .thread_name(move |n| format!("accord-task-{i}.{n}"))
                         .build()
-                        .map_err(|e| {
-                            WorkerEnd::Fatal(format!("cannot start a thread pool: {e}"))
-                        })?;
+                        .map_err(|e| WorkerEnd::Fatal(RunFailure::ThreadPool(e)))?;
                     let run = || work(*q, (src, dst), spec, opts, &thread, shared, stop);
                     Ok(pool.install(run))
                 })
@@ -82,7 +81,7 @@ pub fn run_workers(
             .into_iter()
             .map(|t| match t.join() {
                 Ok(Ok(end)) | Ok(Err(end)) => end,
-                Err(_) => WorkerEnd::Fatal("a worker thread panicked".into()),
+                Err(_) => WorkerEnd::Fatal(RunFailure::Panicked),
             })
             .collect::<Vec<_>>();
         over.store(true, Ordering::Release);
@@ -121,5 +120,5 @@ fn final_flush(
     }
     dst.sync_all()
         .err()
-        .map(|e| WorkerEnd::Fatal(format!("flushing the destination: {e}")))
+        .map(|e| WorkerEnd::Fatal(RunFailure::Flush(e)))
 }

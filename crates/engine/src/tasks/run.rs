@@ -11,6 +11,7 @@
 //! worker lost after the count) counts once.
 
 use crate::mirror::error::Fatal;
+use crate::tasks::error::RunFailure;
 use crate::tasks::ignore_files::TaskIgnore;
 use crate::tasks::leases::Held;
 use crate::tasks::memos::TaskMemos;
@@ -231,7 +232,7 @@ pub enum WorkerEnd {
     Done,
     Stopped,
     /// The run's settings cannot be read or used.
-    Fatal(String),
+    Fatal(RunFailure),
 }
 
 /// Open the roots of `spec` (the destination created when missing).
@@ -280,12 +281,9 @@ pub fn start_run(queue: &dyn TaskQueue, spec: &RunSpec) -> Result<bool, QueueErr
 }
 
 /// The run's settings as its starter wrote them.
-pub fn read_spec(queue: &dyn TaskQueue) -> Result<RunSpec, String> {
-    let bytes = queue
-        .get(keys::SPEC)
-        .map_err(|e| e.to_string())?
-        .ok_or("the run does not exist (no settings in the queue)")?;
-    RunSpec::decode(&bytes).map_err(|e| format!("the run's settings are damaged: {e}"))
+pub fn read_spec(queue: &dyn TaskQueue) -> Result<RunSpec, RunFailure> {
+    let bytes = queue.get(keys::SPEC)?.ok_or(RunFailure::NoSuchRun)?;
+    RunSpec::decode(&bytes).map_err(RunFailure::DamagedSpec)
 }
 
 /// Is the run over: nothing waiting or leased, and the root done or some
