@@ -38,6 +38,11 @@ pub struct DaemonArgs {
     /// Close a connection after SECS seconds without traffic [default: 300].
     #[arg(long, value_name = "SECS")]
     idle_timeout: Option<u64>,
+    /// Memory all sessions together may hold for their clients' large
+    /// requests (deltas, signatures, a sync's records), beyond 4 MiB each;
+    /// a request that does not fit fails with a message [default: 256].
+    #[arg(long, value_name = "MIB")]
+    max_memory: Option<u64>,
 }
 
 impl DaemonArgs {
@@ -111,6 +116,11 @@ fn config(args: &DaemonArgs, server: &accord_remote::ServerConfig) -> Result<Dae
         state_dir: server.state_dir.clone(),
         archive_dir: server.archive_dir.clone(),
         local: server.local,
+        max_memory: args
+            .max_memory
+            .or(file.max_memory)
+            .unwrap_or(accord_remote::DEFAULT_MAX_MEMORY_MIB)
+            .saturating_mul(1 << 20),
     })
 }
 

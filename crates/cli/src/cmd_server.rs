@@ -53,6 +53,7 @@ pub fn run(args: ServerArgs) -> i32 {
             fsync: !args.no_fsync,
             ..Default::default()
         },
+        ..Default::default()
     };
     if args.daemon.wanted() {
         return crate::cmd_daemon::run(&args.daemon, &cfg);

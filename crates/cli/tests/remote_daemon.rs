@@ -5,187 +5,16 @@
 //! a read-only module refuses writes; nothing leaves its module; 20
 //! clients at once all finish; idle and surplus connections are closed.
 
+mod daemon_common;
 mod mirror_common;
 
-use accord_remote::{dial_daemon, parse_remote, DaemonOptions, Halves};
+use accord_remote::{parse_remote, DaemonOptions};
+use daemon_common::*;
 use mirror_common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// `accord keygen -f PATH`.
-fn keygen(path: &Path) {
-    let out = Command::new(bin())
-        .args(["keygen", "-f", s(path), "-C", "test"])
-        .output()
-        .unwrap();
-    assert_exit(&out, 0);
-}
-
-fn pub_of(key: &Path) -> PathBuf {
-    PathBuf::from(format!("{}.pub", key.display()))
-}
-
-/// Keys, modules and a config directory for one test.
-struct World {
-    tmp: tempfile::TempDir,
-    client_key: PathBuf,
-    server_key: PathBuf,
-    rw: PathBuf,
-    ro: PathBuf,
-}
-
-impl World {
-    fn new() -> World {
-        let tmp = tempfile::tempdir().unwrap();
-        let p = tmp.path();
-        let (client_key, server_key) = (p.join("client/key"), p.join("server/key"));
-        keygen(&client_key);
-        keygen(&server_key);
-        std::fs::copy(pub_of(&client_key), p.join("server/authorized_keys")).unwrap();
-        let (rw, ro) = (p.join("modules/rw"), p.join("modules/ro"));
-        std::fs::create_dir_all(&rw).unwrap();
-        std::fs::create_dir_all(&ro).unwrap();
-        World {
-            tmp,
-            client_key,
-            server_key,
-            rw,
-            ro,
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.tmp.path().join(name)
-    }
-
-    fn start(&self, extra: &[&str]) -> Daemon {
-        let mut cmd = Command::new(bin());
-        cmd.args(["server", "--listen", "127.0.0.1:0"])
-            .args(["--module", &format!("rw={}", s(&self.rw))])
-            .args(["--module", &format!("ro={}:ro", s(&self.ro))])
-            .args(["--auth-keys", s(&self.path("server/authorized_keys"))])
-            .args(["--key", s(&self.server_key)])
-            .args(extra)
-            .env("ACCORD_STATE_DIR", self.path("server-state"));
-        Daemon::start(cmd)
-    }
-
-    /// `accord mirror ARGS` as the authorized client, the server's key
-    /// given with --server-key, and a config directory of its own.
-    fn mirror(&self, args: &[&str]) -> Output {
-        self.mirror_as(&self.client_key, Some(&pub_of(&self.server_key)), args)
-    }
-
-    fn mirror_as(&self, key: &Path, server_key: Option<&Path>, args: &[&str]) -> Output {
-        let mut cmd = Command::new(bin());
-        cmd.arg("mirror").args(["--key", s(key)]);
-        if let Some(k) = server_key {
-            cmd.args(["--server-key", s(k)]);
-        }
-        cmd.args(args)
-            .env("ACCORD_STATE_DIR", self.path("client-state"))
-            .env("XDG_CONFIG_HOME", self.path("client-config"))
-            .output()
-            .unwrap()
-    }
-}
-
-/// A running daemon; its log lines are collected.
-struct Daemon {
-    child: Child,
-    port: u16,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Daemon {
-    fn start(mut cmd: Command) -> Daemon {
-        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = mpsc::channel();
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1) {
-                    let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                    let _ = tx.send(port.parse::<u16>().unwrap());
-                }
-                kept.lock().unwrap().push(line);
-            }
-        });
-        let port = rx
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("the daemon did not start: {:?}", log.lock().unwrap()));
-        Daemon { child, port, log }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("accord://127.0.0.1:{}/{path}", self.port)
-    }
-
-    fn assert_alive(&mut self) {
-        assert!(
-            self.child.try_wait().unwrap().is_none(),
-            "the daemon died: {:?}",
-            self.log.lock().unwrap()
-        );
-    }
-
-    fn log_has(&self, needle: &str) -> bool {
-        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A small tree with files, a subdirectory, a symlink and a hard link.
-fn small_tree(root: &Path, seed: u64) {
-    let mut rng = Rng(seed | 1);
-    std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
-    std::fs::write(root.join("hello.txt"), format!("hello {seed}\n")).unwrap();
-    std::fs::write(root.join("sub/data.bin"), rng.bytes(200_000)).unwrap();
-    std::fs::write(root.join("sub/deeper/empty"), b"").unwrap();
-    std::os::unix::fs::symlink("../hello.txt", root.join("sub/link")).unwrap();
-    std::fs::hard_link(root.join("hello.txt"), root.join("sub/hard")).unwrap();
-}
-
-fn assert_same_tree(want: &Path, got: &Path) {
-    let d = differences(&snapshot(want), &snapshot(got));
-    assert!(
-        d.is_empty(),
-        "{} and {} differ:\n{}",
-        want.display(),
-        got.display(),
-        d.join("\n")
-    );
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Assert a refusal: nonzero exit and `needle` in what it said.
-fn assert_refused(out: &Output, needle: &str) {
-    assert_ne!(out.status.code(), Some(0), "{}", stderr(out));
-    assert!(
-        stderr(out).contains(needle),
-        "expected {needle:?} in: {}",
-        stderr(out)
-    );
-}
 
 #[test]
 fn a_mirror_works_both_ways() {
@@ -374,16 +203,6 @@ fn twenty_clients_at_once() {
     eprintln!("20 clients in {:.2} s", started.elapsed().as_secs_f64());
 }
 
-fn dial(w: &World, d: &Daemon) -> Result<Halves, String> {
-    let spec = parse_remote(&d.url("rw")).unwrap().unwrap();
-    let opts = DaemonOptions {
-        key: w.client_key.clone(),
-        server_key: Some(pub_of(&w.server_key)),
-        ..Default::default()
-    };
-    dial_daemon(&spec, &opts)
-}
-
 #[test]
 fn an_idle_connection_is_closed() {
     let w = World::new();
@@ -428,13 +247,6 @@ fn connections_over_the_limit_are_refused_with_a_reason() {
         assert!(Instant::now() < deadline, "{}", stderr(&out));
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The daemon's peak memory (VmHWM), in KiB.
-fn peak_kib(d: &Daemon) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// An authenticated client that turns hostile after the handshake (a

@@ -7,6 +7,7 @@
 pub mod codec;
 pub mod frame;
 pub mod hello;
+pub mod limits;
 pub mod msg;
 pub mod wire;
 

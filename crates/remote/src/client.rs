@@ -3,8 +3,9 @@
 //! the seam knows the difference.
 
 use crate::ahead::Ahead;
+use crate::budget::{Budget, Held};
 use crate::errors::from_wire;
-use crate::mux::{Conn, Role};
+use crate::mux::{ChunkCursor, Conn, Role};
 use crate::sync_client::RemoteSide;
 use accord_delta::DeltaStats;
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
@@ -12,6 +13,7 @@ use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, 
 use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{FEATURES, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION};
 use accord_proto::hello::{FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE};
+use accord_proto::limits;
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
     Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
@@ -25,8 +27,11 @@ use std::sync::{Arc, Mutex};
 /// How long a finished session waits for the server to close its side.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Largest reply kept in memory whole (listings, signatures, deltas, state).
-const MAX_REPLY: u64 = 1 << 31;
+/// What a server may make this client hold at once: replies kept whole
+/// while they arrive (one delta for the largest file a delta is made for,
+/// listings, a sync's scan) and replies arrived and not yet read. Each
+/// reply is also bounded by its kind (`reply_limit`).
+const CLIENT_MEMORY: u64 = limits::MAX_DELTA + (512 << 20);
 
 /// Why a connection could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +164,9 @@ impl RemoteReplica {
             return Err(ConnectError::UnaskedFeatures(features));
         }
         let compress = compress.filter(|_| features & FEATURE_ZSTD != 0);
-        let conn = Conn::start(Role::Client, reader, writer, compress).map_err(ConnectError::Io)?;
+        let budget = Budget::alone(CLIENT_MEMORY);
+        let conn = Conn::start(Role::Client, reader, writer, compress, budget)
+            .map_err(ConnectError::Io)?;
         let c = conn.clone();
         let ahead = Ahead::start(Box::new(move |dir: &RelPath, opts: &ListOptions| {
             let req = Request::ListDir {
@@ -412,11 +419,36 @@ pub(crate) fn start_on(
     Ok(ReplyReader {
         conn: conn.clone(),
         stream,
-        chunk: Vec::new(),
-        pos: 0,
+        limit: reply_limit(req),
+        cursor: ChunkCursor::default(),
         done: false,
         failed: None,
     })
+}
+
+/// The most a reply to `req` may hold (`accord_proto::limits`): a server
+/// that sends more is not one to trust with the rest of the run.
+fn reply_limit(req: &Request) -> (u64, &'static str) {
+    match req {
+        Request::ListDir { .. } => (limits::MAX_LISTING, "a listing"),
+        Request::Signature { .. } | Request::PartialSignature { .. } => {
+            (limits::MAX_SIGNATURE, "a signature")
+        }
+        Request::MakeDelta { expect, .. } => {
+            let size = match expect {
+                Expect::Entry(f) => f.size.min(limits::MAX_DELTA_FILE),
+                _ => 0,
+            };
+            (limits::max_delta(size), "a delta")
+        }
+        Request::ReadState { .. } => (limits::MAX_STATE + 1, "a state file"),
+        Request::SyncScan { .. } | Request::SyncLookup { .. } => {
+            (limits::MAX_SYNC, "a sync's scan")
+        }
+        // A file's contents are streamed, never kept whole here.
+        Request::OpenRead { .. } => (u64::MAX, "a file"),
+        _ => (limits::MAX_SMALL_REPLY, "a reply"),
+    }
 }
 
 /// With `ACCORD_TRACE_WIRE` set, each request sent and each reply waited
@@ -440,8 +472,9 @@ fn trace(line: impl FnOnce() -> String) {
 pub(crate) struct ReplyReader {
     conn: Arc<Conn>,
     stream: u32,
-    chunk: Vec<u8>,
-    pos: usize,
+    /// The most this reply may be when kept whole, and what it is.
+    limit: (u64, &'static str),
+    cursor: ChunkCursor,
     done: bool,
     failed: Option<WireError>,
 }
@@ -452,40 +485,55 @@ impl ReplyReader {
         self.stream
     }
 
-    /// The whole reply (bounded).
+    /// The whole reply: at most its kind's limit, charged to the
+    /// connection's budget while it arrives.
     pub(crate) fn whole(mut self) -> Result<Vec<u8>, CallError> {
         trace(|| format!("wait {}", self.stream));
-        let mut out = Vec::new();
-        let res = (&mut self).take(MAX_REPLY + 1).read_to_end(&mut out);
-        if let Some(w) = self.failed.take() {
-            return Err(CallError::Failed(w));
+        let (max, what) = self.limit;
+        let mut out = Held::new(&self.conn.budget);
+        loop {
+            match self.next_chunk() {
+                Ok(true) => {}
+                Ok(false) => return Ok(out.into_vec()),
+                Err(e) => {
+                    return Err(match self.failed.take() {
+                        Some(w) => CallError::Failed(w),
+                        None => CallError::Lost(e),
+                    })
+                }
+            }
+            if (out.len() + self.cursor.left()) as u64 > max {
+                let why = format!(
+                    "the server sent {what} above its limit of {} MiB",
+                    max >> 20
+                );
+                self.conn.close(&why);
+                return Err(CallError::Lost(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    why,
+                )));
+            }
+            if let Err(e) = self.cursor.take_into(&mut out, what) {
+                return Err(CallError::Lost(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    e.to_string(),
+                )));
+            }
         }
-        res.map_err(CallError::Lost)?;
-        if out.len() as u64 > MAX_REPLY {
-            self.conn.close("a reply above the limit");
-            return Err(CallError::Lost(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "a reply above the limit",
-            )));
-        }
-        Ok(out)
     }
-}
 
-impl Read for ReplyReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.chunk.len() {
+    /// Make sure the cursor has bytes, taking the next chunk if need be;
+    /// false at the reply's end.
+    fn next_chunk(&mut self) -> io::Result<bool> {
+        while self.cursor.is_spent() {
             if self.done {
-                return Ok(0);
+                return Ok(false);
             }
             match self.conn.recv(self.stream) {
-                Ok(Some(c)) => {
-                    self.chunk = c;
-                    self.pos = 0;
-                }
+                Ok(Some(c)) => self.cursor.set(c),
                 Ok(None) => {
                     self.done = true;
-                    return Ok(0);
+                    return Ok(false);
                 }
                 Err(Ok(payload)) => {
                     self.done = true;
@@ -502,10 +550,16 @@ impl Read for ReplyReader {
                 }
             }
         }
-        let n = buf.len().min(self.chunk.len() - self.pos);
-        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
+        Ok(true)
+    }
+}
+
+impl Read for ReplyReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() || !self.next_chunk()? {
+            return Ok(0);
+        }
+        Ok(self.cursor.read(buf))
     }
 }
 

@@ -5,9 +5,10 @@
 //! does (garbage, a half handshake, silence, a dropped connection) ends
 //! that connection only.
 
+use crate::budget::Pool;
 use crate::keys::{AuthorizedKeys, KeyPair, PublicKey};
 use crate::noise::{self, HandshakeError, NoiseWriter};
-use crate::server::{serve, ServerConfig};
+use crate::server::{serve, Memory, ServerConfig};
 use accord_proto::hello::VERSION;
 use accord_proto::{Hello, Refusal, Welcome};
 use accord_replica::LocalOptions;
@@ -48,7 +49,16 @@ pub struct DaemonConfig {
     /// Where two-way syncs keep this host's archives.
     pub archive_dir: Option<PathBuf>,
     pub local: LocalOptions,
+    /// Most bytes all sessions together may hold for their clients
+    /// beyond each one's own reserve (`--max-memory`).
+    pub max_memory: u64,
 }
+
+/// The default of `--max-memory` (MiB).
+pub const DEFAULT_MAX_MEMORY_MIB: u64 = 256;
+/// What each session holds of its own, whatever the others hold: the
+/// requests and bodies of an ordinary client (small files, listings).
+const SESSION_RESERVE: u64 = 4 << 20;
 
 /// Bind, say where (one log line), and serve until the process ends.
 pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
@@ -62,6 +72,7 @@ pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
         cfg.key.public.to_line()
     ));
     let daemon = Arc::new(Daemon {
+        pool: Pool::new(cfg.max_memory),
         cfg,
         active: Arc::new(AtomicUsize::new(0)),
         refusing: Arc::new(AtomicUsize::new(0)),
@@ -86,6 +97,8 @@ fn log(line: &str) {
 
 struct Daemon {
     cfg: DaemonConfig,
+    /// The memory sessions share (see `budget`).
+    pool: Arc<Pool>,
     /// Connections being served.
     active: Arc<AtomicUsize>,
     /// Connections over the limit being told so.
@@ -263,6 +276,16 @@ impl Daemon {
             state_dir: self.cfg.state_dir.clone(),
             archive_dir: self.cfg.archive_dir.clone(),
             local: self.cfg.local,
+            // The module's name, not where it is on this host.
+            shown_as: module.as_ref().map(|(name, _)| {
+                let inside = String::from_utf8_lossy(&hello.root);
+                format!("{name}/{inside}").trim_end_matches('/').to_string()
+            }),
+            memory: Memory {
+                session: self.pool.limit() + SESSION_RESERVE,
+                reserve: SESSION_RESERVE,
+                pool: Some(self.pool.clone()),
+            },
         };
         if let Some((name, _)) = &module {
             log(&format!(

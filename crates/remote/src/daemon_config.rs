@@ -6,6 +6,7 @@
 //! auth_keys = "authorized_keys"
 //! max_connections = 64
 //! idle_timeout = 300               # seconds
+//! max_memory = 256                 # MiB, for all sessions' large requests
 //! [modules.photos]
 //! path = "/srv/photos"
 //! read_only = true
@@ -30,6 +31,8 @@ pub struct ConfigFile {
     pub max_connections: Option<usize>,
     /// Seconds.
     pub idle_timeout: Option<u64>,
+    /// MiB.
+    pub max_memory: Option<u64>,
     #[serde(default)]
     pub modules: BTreeMap<String, ModuleEntry>,
 }

@@ -188,6 +188,11 @@ pub fn protocol(message: impl Into<String>) -> WireError {
     wire(CODE_PROTOCOL, Action::Scan, 0, message.into())
 }
 
+/// A request that needs more memory than the session may hold.
+pub fn over_budget(action: Action, e: crate::budget::OverBudget) -> WireError {
+    wire(1, action, 0, e.to_string())
+}
+
 /// An I/O error outside a seam call (opening a directory, reading a body).
 pub fn io_error(action: Action, e: &io::Error) -> WireError {
     wire(1, action, errno_of(e), e.to_string())

@@ -4,6 +4,7 @@
 //! (`daemon`, `tcp`: Noise-encrypted, key-authenticated).
 
 mod ahead;
+mod budget;
 mod client;
 pub mod compress;
 mod daemon;
@@ -21,10 +22,11 @@ mod tcp;
 mod watch_server;
 
 pub use accord_proto::{RootMode, WatchNews};
+pub use budget::Pool;
 pub use client::{ConnectError, RemoteReplica};
 pub use compress::DEFAULT_LEVEL as DEFAULT_COMPRESS_LEVEL;
-pub use daemon::{run_daemon, split_module, DaemonConfig, Module};
+pub use daemon::{run_daemon, split_module, DaemonConfig, Module, DEFAULT_MAX_MEMORY_MIB};
 pub use daemon_config::{check_modules, parse_module_arg, ConfigFile};
-pub use server::{serve, ServerConfig};
+pub use server::{serve, Memory, ServerConfig};
 pub use ssh::{connect_ssh, parse_remote, RemoteSpec, SshOptions};
 pub use tcp::{connect_daemon, dial_daemon, DaemonOptions, Halves};

@@ -28,6 +28,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use crate::budget::{Budget, Held, OverBudget};
 use crate::compress::{ZstdReader, ZstdWriter};
 
 /// Which end of the connection this is.
@@ -37,10 +38,85 @@ pub enum Role {
     Server,
 }
 
+/// A piece of a stream as it arrived: bytes, or a run of zeros kept as
+/// its length (a ZEROS frame of 13 bytes on the wire stands for up to
+/// 1 MiB: it is never made into a buffer here).
+pub enum Chunk {
+    Bytes(Vec<u8>),
+    Zeros(usize),
+}
+
+impl Chunk {
+    pub fn len(&self) -> usize {
+        match self {
+            Chunk::Bytes(b) => b.len(),
+            Chunk::Zeros(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The chunk a stream's reader is taking bytes from.
+pub struct ChunkCursor {
+    chunk: Chunk,
+    pos: usize,
+}
+
+impl Default for ChunkCursor {
+    fn default() -> ChunkCursor {
+        ChunkCursor {
+            chunk: Chunk::Zeros(0),
+            pos: 0,
+        }
+    }
+}
+
+impl ChunkCursor {
+    /// Nothing left of the current chunk.
+    pub fn is_spent(&self) -> bool {
+        self.pos == self.chunk.len()
+    }
+
+    pub fn set(&mut self, chunk: Chunk) {
+        self.chunk = chunk;
+        self.pos = 0;
+    }
+
+    /// Bytes left of the current chunk.
+    pub fn left(&self) -> usize {
+        self.chunk.len() - self.pos
+    }
+
+    /// Copy what fits of the rest of the chunk into `buf`.
+    pub fn read(&mut self, buf: &mut [u8]) -> usize {
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        match &self.chunk {
+            Chunk::Bytes(b) => buf[..n].copy_from_slice(&b[self.pos..self.pos + n]),
+            Chunk::Zeros(_) => buf[..n].fill(0),
+        }
+        self.pos += n;
+        n
+    }
+
+    /// Append the rest of the chunk to `held`, charged to its budget.
+    pub fn take_into(&mut self, held: &mut Held, what: &'static str) -> Result<(), OverBudget> {
+        let rest = self.chunk.len() - self.pos;
+        match &self.chunk {
+            Chunk::Bytes(b) => held.extend(&b[self.pos..], what)?,
+            Chunk::Zeros(_) => held.zeros(rest, what)?,
+        }
+        self.pos += rest;
+        Ok(())
+    }
+}
+
 /// What arrived on one stream and is not consumed yet.
 #[derive(Default)]
 struct Inbound {
-    chunks: VecDeque<Vec<u8>>,
+    chunks: VecDeque<Chunk>,
     /// Bytes queued (bounded by the window the sender was granted).
     queued: u64,
     /// The sender finished the stream (END or ERROR).
@@ -83,6 +159,9 @@ struct State {
     /// Threads waiting on `changed` (a change nobody waits for wakes no
     /// one: a notification is a system call).
     waiters: u32,
+    /// Header bytes charged for each request read and not yet answered
+    /// (server): a client cannot pile up requests beyond its budget.
+    headers: HashMap<u32, u64>,
 }
 
 /// Frames queued for the sender thread.
@@ -114,6 +193,10 @@ pub struct Conn {
     state: Mutex<State>,
     changed: Condvar,
     next_stream: AtomicU64,
+    /// What this connection's peer may make it hold: bytes queued on
+    /// streams, request headers not answered, bodies and replies kept
+    /// whole.
+    pub budget: Arc<Budget>,
     /// Bytes written to and read from the transport (after compression).
     pub bytes_sent: Arc<AtomicU64>,
     pub bytes_received: Arc<AtomicU64>,
@@ -144,6 +227,14 @@ impl<W: Write> Write for Counted<W> {
     }
 }
 
+/// The memory a queued chunk takes (a run of zeros takes none).
+fn held_len(chunk: &Chunk) -> u64 {
+    match chunk {
+        Chunk::Bytes(b) => b.len() as u64,
+        Chunk::Zeros(_) => 0,
+    }
+}
+
 /// Why a connection ended when the other side ended it cleanly.
 pub const PEER_CLOSED: &str = "the other side closed the connection";
 
@@ -151,7 +242,7 @@ pub const PEER_CLOSED: &str = "the other side closed the connection";
 const BODY_GRANT: u64 = 1 << 20;
 
 /// Most reply bytes a server holds for credit before its threads wait.
-const MAX_OUTBOX: u64 = 256 << 20;
+const MAX_OUTBOX: u64 = 64 << 20;
 
 /// Most requests a server keeps read but not yet answered.
 const MAX_OPEN_STREAMS: usize = 1 << 16;
@@ -165,6 +256,7 @@ impl Conn {
         reader: Box<dyn Read + Send>,
         writer: Box<dyn Write + Send>,
         compress: Option<i32>,
+        budget: Arc<Budget>,
     ) -> io::Result<Arc<Conn>> {
         let bytes_sent = Arc::new(AtomicU64::new(0));
         let bytes_received = Arc::new(AtomicU64::new(0));
@@ -199,6 +291,7 @@ impl Conn {
             state: Mutex::new(st),
             changed: Condvar::new(),
             next_stream: AtomicU64::new(1),
+            budget,
             bytes_sent,
             bytes_received,
         });
@@ -376,19 +469,16 @@ impl Conn {
     }
 
     fn take_frame(&self, mut f: Frame) -> Result<(), String> {
+        let mut zeros = None;
         if f.kind == FrameKind::Zeros {
             // Bounded by MAX_PAYLOAD here, and by the stream's window
-            // below, like any data.
-            let n = parse_zeros(&f.payload).map_err(|e| e.to_string())?;
-            f = Frame {
-                stream: f.stream,
-                kind: FrameKind::Data,
-                payload: vec![0; n],
-            };
+            // below, like any data; kept as its length.
+            zeros = Some(parse_zeros(&f.payload).map_err(|e| e.to_string())?);
+            f.kind = FrameKind::Data;
         }
         let stream = f.stream;
         let credit = f.kind == FrameKind::Credit;
-        self.take_frame_locked(f)?;
+        self.take_frame_locked(f, zeros)?;
         if credit && self.role == Role::Server {
             self.flush_outbox(stream);
         }
@@ -435,7 +525,8 @@ impl Conn {
         let _ = self.write_locked(&mut w, &buf);
     }
 
-    fn take_frame_locked(&self, f: Frame) -> Result<(), String> {
+    /// `zeros`: the frame was a run of that many zeros (its kind is DATA).
+    fn take_frame_locked(&self, f: Frame, zeros: Option<usize>) -> Result<(), String> {
         let mut st = self.lock();
         if st.closed.is_some() {
             return Ok(());
@@ -456,6 +547,11 @@ impl Conn {
                     return Err("too many requests in flight".into());
                 }
                 st.last_opened = f.stream;
+                let charged = f.payload.len() as u64;
+                self.budget
+                    .charge(charged, "the requests not answered yet")
+                    .map_err(|e| e.to_string())?;
+                st.headers.insert(f.stream, charged);
                 let has_body = f.kind == FrameKind::Open;
                 if has_body {
                     st.inbound.insert(f.stream, Inbound::default());
@@ -471,7 +567,11 @@ impl Conn {
                 // A client ends a body with an error when it could not
                 // read all of it: the request then fails.
                 let server = self.role == Role::Server;
-                let len = f.payload.len() as u64;
+                let chunk = match zeros {
+                    Some(n) => Chunk::Zeros(n),
+                    None => Chunk::Bytes(f.payload),
+                };
+                let len = chunk.len() as u64;
                 if server && f.kind != FrameKind::Error {
                     st.body_queued += len;
                     if st.body_queued > BODY_WINDOW as u64 {
@@ -493,14 +593,18 @@ impl Conn {
                 if !server && ib.queued + len > STREAM_WINDOW as u64 {
                     return Err(format!("stream {} beyond its window", f.stream));
                 }
-                if f.kind == FrameKind::Error {
-                    ib.error = Some(f.payload);
-                    ib.done = true;
-                } else {
-                    ib.done = f.kind == FrameKind::End;
-                    if !f.payload.is_empty() {
-                        ib.queued += len;
-                        ib.chunks.push_back(f.payload);
+                match chunk {
+                    Chunk::Bytes(payload) if f.kind == FrameKind::Error => {
+                        ib.error = Some(payload);
+                        ib.done = true;
+                    }
+                    chunk => {
+                        ib.done = f.kind == FrameKind::End;
+                        if !chunk.is_empty() {
+                            self.charge_queued(&chunk)?;
+                            ib.queued += len;
+                            ib.chunks.push_back(chunk);
+                        }
                     }
                 }
             }
@@ -509,6 +613,25 @@ impl Conn {
         }
         self.notify_changed(st);
         Ok(())
+    }
+
+    /// Charge a chunk queued on a reply stream (client; released when
+    /// taken). A server's queued bodies are bounded by the one window
+    /// they share, and are not charged: a client within its window is
+    /// never cut off because other sessions hold the pool.
+    fn charge_queued(&self, chunk: &Chunk) -> Result<(), String> {
+        if self.role == Role::Server {
+            return Ok(());
+        }
+        self.budget
+            .charge(held_len(chunk), "the replies waiting to be read")
+            .map_err(|e| e.to_string())
+    }
+
+    fn release_queued(&self, chunk: &Chunk) {
+        if self.role == Role::Client {
+            self.budget.release(held_len(chunk));
+        }
     }
 
     fn send_frame(&self, stream: u32, kind: FrameKind, payload: &[u8]) -> io::Result<()> {
@@ -611,7 +734,7 @@ impl Conn {
     /// Next chunk of `stream`; `Ok(None)` at its end; `Err(Ok(payload))`
     /// when the sender ended it with an error frame, `Err(Err(io))` when
     /// the connection is gone.
-    pub fn recv(&self, stream: u32) -> Result<Option<Vec<u8>>, Result<Vec<u8>, io::Error>> {
+    pub fn recv(&self, stream: u32) -> Result<Option<Chunk>, Result<Vec<u8>, io::Error>> {
         let mut st = self.lock();
         loop {
             let Some(ib) = st.inbound.get_mut(&stream) else {
@@ -619,6 +742,7 @@ impl Conn {
             };
             if let Some(chunk) = ib.chunks.pop_front() {
                 let len = chunk.len() as u64;
+                self.release_queued(&chunk);
                 ib.queued -= len;
                 let grant = if self.role == Role::Server {
                     // Body credit is the connection's: many small bodies
@@ -738,7 +862,9 @@ impl Conn {
 
     /// Stop listening to a stream whose reply is not wanted any more.
     pub fn forget(&self, stream: u32) {
-        self.lock().inbound.remove(&stream);
+        if let Some(ib) = self.lock().inbound.remove(&stream) {
+            ib.chunks.iter().for_each(|c| self.release_queued(c));
+        }
     }
 }
 
@@ -763,6 +889,7 @@ impl Conn {
     /// now, the rest when more credit comes (the caller does not wait,
     /// unless the replies waiting so are many).
     pub fn reply(&self, stream: u32, data: &[u8]) -> io::Result<()> {
+        self.answered(stream);
         let mut st = self.lock();
         while st.outbox_bytes > MAX_OUTBOX && st.closed.is_none() {
             st = self.wait_changed(st);
@@ -804,8 +931,16 @@ impl Conn {
 
     /// End a reply with an error.
     pub fn reply_error(&self, stream: u32, payload: &[u8]) -> io::Result<()> {
+        self.answered(stream);
         self.lock().credit.remove(&stream);
         self.send_frame(stream, FrameKind::Error, payload)
+    }
+
+    /// A request is answered: its header is no longer held for it.
+    fn answered(&self, stream: u32) {
+        if let Some(n) = self.lock().headers.remove(&stream) {
+            self.budget.release(n);
+        }
     }
 
     /// Drop what is left of a request body (after the request failed

@@ -9,8 +9,9 @@
 //! still sees every write sent before it. A flush waits for the writes
 //! before it, then runs on a writer thread beside the small files after it.
 
-use crate::errors::{denied, io_error, protocol, to_wire};
-use crate::mux::{Conn, Opened, Role};
+use crate::budget::{Budget, Held, Pool};
+use crate::errors::{denied, io_error, over_budget, protocol, to_wire};
+use crate::mux::{ChunkCursor, Conn, Opened, Role};
 use crate::sync_server::SyncServer;
 use crate::watch_server::RootWatch;
 use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
@@ -37,8 +38,6 @@ const WRITERS: usize = 4;
 const POOLED_BODY: u64 = 256 << 10;
 /// Small files read ahead and not yet written, at most.
 const POOLED_QUEUE: usize = 32;
-/// Largest request body held in memory (a delta, a signature, state).
-const MAX_BODY: u64 = 1 << 31;
 /// Largest `.accordignore` file sent along with a listing.
 const MAX_IGNORE_FILE: u64 = 1 << 20;
 
@@ -55,6 +54,43 @@ pub struct ServerConfig {
     /// Where two-way syncs keep this host's archives.
     pub archive_dir: Option<PathBuf>,
     pub local: LocalOptions,
+    /// What the Welcome calls the root (a daemon's module, never its path
+    /// on this host); `None`: the root's path, as over ssh.
+    pub shown_as: Option<String>,
+    pub memory: Memory,
+}
+
+/// The memory one session's client may make it hold (bodies and
+/// requests not answered yet; see `budget`).
+#[derive(Clone, Debug)]
+pub struct Memory {
+    /// Most bytes one session may hold.
+    pub session: u64,
+    /// The part of it that is the session's own.
+    pub reserve: u64,
+    /// Shared by the sessions of a daemon.
+    pub pool: Option<Arc<Pool>>,
+}
+
+/// A session over ssh is the user's own: it may hold what its largest
+/// requests can need (a delta for the largest file a delta is made for,
+/// a sync's records), and no more.
+const SSH_SESSION_MEMORY: u64 = 2 * accord_proto::limits::MAX_DELTA;
+
+impl Default for Memory {
+    fn default() -> Memory {
+        Memory {
+            session: SSH_SESSION_MEMORY,
+            reserve: SSH_SESSION_MEMORY,
+            pool: None,
+        }
+    }
+}
+
+impl Memory {
+    fn budget(&self) -> Arc<Budget> {
+        Budget::new(self.session, self.reserve, self.pool.clone())
+    }
 }
 
 /// Serve one session; returns when the client is done or the connection
@@ -112,12 +148,12 @@ pub fn serve(
         version: VERSION,
         features,
         identity: replica.identity(),
-        describe: replica.describe(),
+        describe: cfg.shown_as.clone().unwrap_or_else(|| replica.describe()),
     }
     .write(&mut *writer)
     .map_err(|e| format!("handshake: {e}"))?;
     let compress = (features & FEATURE_ZSTD != 0).then_some(crate::compress::DEFAULT_LEVEL);
-    let conn = Conn::start(Role::Server, reader, writer, compress)
+    let conn = Conn::start(Role::Server, reader, writer, compress, cfg.memory.budget())
         .map_err(|e| format!("start the connection: {e}"))?;
     let session = Session {
         replica: &replica,
@@ -427,21 +463,43 @@ impl Session<'_> {
         BodyReader {
             conn: self.conn,
             stream,
-            chunk: Vec::new(),
-            pos: 0,
+            cursor: ChunkCursor::default(),
         }
     }
 
-    fn body_bytes(&self, stream: u32, action: Action) -> Result<Vec<u8>, WireError> {
-        let mut v = Vec::new();
-        self.body(stream)
-            .take(MAX_BODY + 1)
-            .read_to_end(&mut v)
-            .map_err(|e| io_error(action, &e))?;
-        if v.len() as u64 > MAX_BODY {
-            return Err(protocol("a request body above the limit"));
+    /// A request body held whole: at most `max` bytes (the bound of its
+    /// kind, in `accord_proto::limits`), charged to the session's budget
+    /// as it arrives. A body over either is refused without being read
+    /// further (the rest is drained as it comes, and granted back).
+    fn body_bytes(
+        &self,
+        stream: u32,
+        action: Action,
+        (max, what): (u64, &'static str),
+    ) -> Result<Held, WireError> {
+        let mut held = Held::new(&self.conn.budget);
+        let mut body = self.body(stream);
+        while body.next_chunk().map_err(|e| io_error(action, &e))? {
+            if (held.len() + body.cursor.left()) as u64 > max {
+                return Err(protocol(format!(
+                    "{what} above its limit of {} MiB",
+                    max >> 20
+                )));
+            }
+            body.cursor
+                .take_into(&mut held, what)
+                .map_err(|e| over_budget(action, e))?;
         }
-        Ok(v)
+        Ok(held)
+    }
+
+    /// Charge `n` bytes the request is about to need (given back when the
+    /// returned charge is dropped).
+    fn reserve(&self, n: u64, what: &'static str, action: Action) -> Result<Held, WireError> {
+        let mut room = Held::new(&self.conn.budget);
+        room.charge_only(n, what)
+            .map_err(|e| over_budget(action, e))?;
+        Ok(room)
     }
 
     /// Remember the temp made by request `stream`; the reply is empty
@@ -582,19 +640,17 @@ fn is_whole_receive(req: &Request) -> bool {
 struct BodyReader<'a> {
     conn: &'a Conn,
     stream: u32,
-    chunk: Vec<u8>,
-    pos: usize,
+    cursor: ChunkCursor,
 }
 
-impl Read for BodyReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.chunk.len() {
+impl BodyReader<'_> {
+    /// Make sure the cursor has bytes, taking the next chunk if need be;
+    /// false at the body's end.
+    fn next_chunk(&mut self) -> io::Result<bool> {
+        while self.cursor.is_spent() {
             match self.conn.recv(self.stream) {
-                Ok(Some(c)) => {
-                    self.chunk = c;
-                    self.pos = 0;
-                }
-                Ok(None) => return Ok(0),
+                Ok(Some(c)) => self.cursor.set(c),
+                Ok(None) => return Ok(false),
                 Err(Ok(why)) => {
                     return Err(io::Error::other(format!(
                         "the client could not send all of it: {}",
@@ -604,9 +660,15 @@ impl Read for BodyReader<'_> {
                 Err(Err(e)) => return Err(e),
             }
         }
-        let n = buf.len().min(self.chunk.len() - self.pos);
-        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
+        Ok(true)
+    }
+}
+
+impl Read for BodyReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() || !self.next_chunk()? {
+            return Ok(0);
+        }
+        Ok(self.cursor.read(buf))
     }
 }

@@ -9,8 +9,14 @@ use super::{Action, Error, Incoming, Replica};
 use super::{Basis, Enc, IgnoreRules, Kind, ListOptions, RelPath, Request, WireError};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Props};
+use accord_proto::limits::{
+    max_delta, MAX_DELTA, MAX_DELTA_FILE, MAX_SIGNATURE, MAX_STATE, MAX_SYNC,
+};
 use std::io::{self, Read};
 use std::sync::Arc;
+
+/// The bound of a delta body.
+const DELTA: (u64, &str) = (MAX_DELTA, "a delta");
 
 /// An engine error, for the wire (as the handlers' `map_err`).
 fn w(e: Error) -> WireError {
@@ -56,7 +62,7 @@ impl Session<'_> {
     }
 
     pub(super) fn write_state(&self, stream: u32, name: &str, durable: bool) -> Reply {
-        let data = self.body_bytes(stream, Action::WriteTemp)?;
+        let data = self.body_bytes(stream, Action::WriteTemp, (MAX_STATE, "a state file"))?;
         self.replica
             .write_state(name, &data, durable)
             .map_err(|e| io_error(Action::WriteTemp, &e))?;
@@ -112,7 +118,17 @@ impl Session<'_> {
         expect: &Expect,
         in_place: bool,
     ) -> Reply {
-        let sig = self.body_bytes(stream, Action::ReadSource)?;
+        let sig = self.body_bytes(stream, Action::ReadSource, (MAX_SIGNATURE, "a signature"))?;
+        // The delta is made in memory: the most it can be is charged
+        // first (the file's size is the one the client expects).
+        let size = match expect {
+            Expect::Entry(f) => f.size,
+            _ => 0,
+        };
+        if size > MAX_DELTA_FILE {
+            return Err(protocol("a delta asked for a file above the limit"));
+        }
+        let _room = self.reserve(max_delta(size), "the delta", Action::ReadSource)?;
         let d = self.dir(dir, Action::OpenSource)?;
         let (delta, stats) = d.make_delta(name, expect, &sig, in_place).map_err(w)?;
         let mut e = Enc::new();
@@ -144,7 +160,7 @@ impl Session<'_> {
                 }
             },
             Basis::Entry(basis) => {
-                let delta = self.body_bytes(stream, Action::WriteTemp)?;
+                let delta = self.body_bytes(stream, Action::WriteTemp, DELTA)?;
                 let incoming = Incoming::Delta {
                     basis: *basis,
                     delta: &delta,
@@ -152,7 +168,7 @@ impl Session<'_> {
                 d.receive(name, incoming, props, mask)
             }
             Basis::Partial => {
-                let delta = self.body_bytes(stream, Action::WriteTemp)?;
+                let delta = self.body_bytes(stream, Action::WriteTemp, DELTA)?;
                 d.receive(name, Incoming::Resume { delta: &delta }, props, mask)
             }
         }
@@ -169,7 +185,7 @@ impl Session<'_> {
         props: &Props,
         mask: PropsMask,
     ) -> Reply {
-        let delta = self.body_bytes(stream, Action::UpdateInPlace)?;
+        let delta = self.body_bytes(stream, Action::UpdateInPlace, DELTA)?;
         let d = self.dir(dir, Action::UpdateInPlace)?;
         d.patch_in_place(name, expect, &delta, props, mask)
             .map_err(w)?;
@@ -299,11 +315,15 @@ impl Session<'_> {
         }
         // Never pooled: a sync request's body is on the wire.
         let body = if req.has_body() {
-            self.body_bytes(stream, Action::OpenDestination)?
+            Some(self.body_bytes(
+                stream,
+                Action::OpenDestination,
+                (MAX_SYNC, "a sync's paths or records"),
+            )?)
         } else {
-            Vec::new()
+            None
         };
-        self.sync.call(req, &body)
+        self.sync.call(req, body.as_deref().unwrap_or_default())
     }
 
     pub(super) fn remove_stale_temp(&self, dir: &RelPath, name: &[u8]) -> Reply {
