@@ -163,3 +163,39 @@ fn a_zeros_signature_is_refused_at_its_limit() {
     assert_exit(&out, 0);
     assert_same_tree(&w.ro.join("pub"), &w.path("copy"));
 }
+
+/// A client names the state files and the sync archives it has the server
+/// keep: past a cap, no new one is made.
+#[test]
+fn a_client_cannot_make_the_server_keep_files_without_end() {
+    use accord_engine::Replica;
+    let w = World::new();
+    let d = w.start(&[]);
+    let spec = accord_remote::parse_remote(&d.url("rw/caps"))
+        .unwrap()
+        .unwrap();
+    let opts = accord_remote::DaemonOptions {
+        key: w.client_key.clone(),
+        server_key: Some(pub_of(&w.server_key)),
+        ..Default::default()
+    };
+    let r = accord_remote::connect_daemon(&spec, &opts, RootMode::Write).unwrap();
+    let written = (0..40)
+        .filter(|i| r.write_state(&format!("made-up-{i}"), b"x", true).is_ok())
+        .count();
+    assert_eq!(written, 16, "state files written");
+    // Rewriting one that exists is still allowed.
+    r.write_state("made-up-0", b"y", true).unwrap();
+    // Archives: the server's archive directory is full of other pairs'.
+    let archives = w.path("server-state");
+    std::fs::create_dir_all(&archives).unwrap();
+    for i in 0..4096 {
+        std::fs::write(archives.join(format!("archive-{i:032x}.sqlite")), b"").unwrap();
+    }
+    let refused = r
+        .open_sync_side(b"a made-up root", &archives)
+        .err()
+        .expect("a new archive past the cap");
+    let refused = refused.to_string();
+    assert!(refused.contains("sync archives, its limit"), "{refused}");
+}

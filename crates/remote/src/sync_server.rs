@@ -7,8 +7,12 @@ use crate::sync_wire::{decode_paths, decode_records, lookup_options_of, options_
 use crate::sync_wire::{put_lookup, put_outcome, put_side_scan};
 use accord_proto::{Enc, Request, WireError};
 use accord_replica::{LocalReplica, LocalSide, Replica, SideFailure, SideSession, SyncRules};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+/// Most sync archives a server keeps (one for each pair of roots synced
+/// with one of its roots).
+const MAX_ARCHIVES: usize = 4096;
 
 /// The sync side of one session (at most one archive open at a time).
 pub(crate) struct SyncServer<'a> {
@@ -103,6 +107,7 @@ impl<'a> SyncServer<'a> {
                 "the server has no directory for archives (no HOME, XDG_DATA_HOME or ACCORD_STATE_DIR)"
             ));
         };
+        self.room_for_archive(dir, other)?;
         let mut slot = self.side.lock().unwrap();
         // The old archive's lock goes first: it may be this very pair's.
         *slot = None;
@@ -113,6 +118,39 @@ impl<'a> SyncServer<'a> {
         let created = side.created();
         *slot = Some(side);
         Ok(created)
+    }
+
+    /// A client names the other root of its pair, so it could have this
+    /// host keep an archive for every name it makes up: a new archive is
+    /// made only while the directory holds fewer than `MAX_ARCHIVES`.
+    fn room_for_archive(&self, dir: &Path, other: &[u8]) -> Result<(), SideFailure> {
+        let this = self
+            .replica
+            .sync_identity()
+            .map_err(|e| SideFailure::said(format!("cannot name this root: {e}")))?;
+        if accord_archive::pair_files(dir, &this, other)
+            .archive
+            .exists()
+        {
+            return Ok(());
+        }
+        let kept = std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with("archive-") && name.ends_with(".sqlite")
+                })
+                .count()
+        });
+        if kept >= MAX_ARCHIVES {
+            return Err(SideFailure::said(format!(
+                "the server keeps {kept} sync archives, its limit, so it cannot start a new pair; \
+                 its administrator can remove those of pairs no longer synced"
+            )));
+        }
+        Ok(())
     }
 
     /// Keep the rules for this session (a watch connection opens no

@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 
 /// Largest state file read (the memos hold up to 2^27 digests).
 const MAX_STATE_BYTES: u64 = 1 << 31;
+/// Most state files one root keeps (the engine writes a few: the source
+/// root a mirror came from, the listing and extended attribute memos).
+const MAX_STATE_FILES: usize = 16;
 
 /// How a local replica writes.
 #[derive(Clone, Copy, Debug)]
@@ -98,6 +101,20 @@ impl LocalReplica {
         &self.root
     }
 
+    /// How many state files this root has.
+    fn state_files(&self) -> usize {
+        let Some(dir) = &self.state_dir else {
+            return 0;
+        };
+        let suffix = format!("-{}", self.state_key);
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(&suffix))
+                .count()
+        })
+    }
+
     fn state_path(&self, name: &str) -> Option<PathBuf> {
         self.state_dir
             .as_ref()
@@ -156,10 +173,17 @@ impl Replica for LocalReplica {
     }
 
     fn write_state(&self, name: &str, data: &[u8], durable: bool) -> io::Result<()> {
-        match self.state_path(name) {
-            Some(p) => accord_fsys::replace_host_file(&p, data, durable),
-            None => Ok(()),
+        let Some(p) = self.state_path(name) else {
+            return Ok(());
+        };
+        if !p.exists() && self.state_files() >= MAX_STATE_FILES {
+            // A remote client names the state it writes: it may not make
+            // this host keep a file for every name it makes up.
+            return Err(io::Error::other(format!(
+                "this root already has {MAX_STATE_FILES} state files, the most it may have"
+            )));
         }
+        accord_fsys::replace_host_file(&p, data, durable)
     }
 
     fn sync_identity(&self) -> io::Result<Vec<u8>> {
