@@ -9,107 +9,9 @@ mod daemon_common;
 mod mirror_common;
 
 use accord_model::{Expect, Found, Kind, RelPath};
-use accord_proto::frame::{encode_frame, read_frame, FrameKind};
-use accord_proto::{Hello, Request, RootMode, Welcome, WireError};
+use accord_proto::{Request, RootMode};
 use daemon_common::*;
 use mirror_common::*;
-use std::io::{Read, Write};
-use std::sync::mpsc;
-use std::time::Duration;
-
-/// What the test client saw on its reply streams.
-enum Seen {
-    Credit(u32),
-    Error(u32, String),
-    Closed,
-}
-
-/// Hello for `root` (Read), and the Welcome's name for the root.
-fn open_session(
-    w: &World,
-    d: &Daemon,
-    root: &str,
-) -> (Box<dyn Read + Send>, Box<dyn Write + Send>, String) {
-    let (mut reader, mut writer) = dial(w, d).unwrap();
-    Hello {
-        version: accord_proto::hello::VERSION,
-        features: 0,
-        mode: RootMode::Read,
-        root: root.as_bytes().to_vec(),
-    }
-    .write(&mut writer)
-    .unwrap();
-    writer.flush().unwrap();
-    match Welcome::read(&mut reader).unwrap() {
-        Welcome::Accepted { describe, .. } => (reader, writer, describe),
-        Welcome::Refused { message, .. } => panic!("refused: {message}"),
-    }
-}
-
-/// Frames from the daemon, sorted into what the sender needs.
-fn watch_replies(mut reader: Box<dyn Read + Send>, tx: mpsc::Sender<Seen>) {
-    std::thread::spawn(move || loop {
-        let seen = match read_frame(&mut reader) {
-            Ok(Some(f)) if f.kind == FrameKind::Credit => {
-                Seen::Credit(u32::from_le_bytes(f.payload[..4].try_into().unwrap()))
-            }
-            Ok(Some(f)) if f.kind == FrameKind::Error => {
-                let e = WireError::decode(&f.payload).unwrap();
-                Seen::Error(f.stream, e.message)
-            }
-            Ok(Some(_)) => continue,
-            _ => Seen::Closed,
-        };
-        let last = matches!(seen, Seen::Closed);
-        if tx.send(seen).is_err() || last {
-            return;
-        }
-    });
-}
-
-/// Send `request` on stream 1 with a body of `runs` ZEROS frames of
-/// 1 MiB, within the body credit the daemon grants; the error it answers
-/// with (`None`: it took the whole body).
-fn zeros_body(w: &World, d: &Daemon, root: &str, request: Request, runs: u32) -> Option<String> {
-    let (reader, mut writer, _) = open_session(w, d, root);
-    let (tx, rx) = mpsc::channel();
-    watch_replies(reader, tx);
-    let mut buf = Vec::new();
-    encode_frame(&mut buf, 1, FrameKind::Open, &request.encode());
-    writer.write_all(&buf).unwrap();
-    let mut credit = u64::from(accord_proto::frame::BODY_WINDOW);
-    let mut answer = None;
-    for _ in 0..runs {
-        while credit < 1 << 20 && answer.is_none() {
-            match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
-                Seen::Credit(n) => credit += u64::from(n),
-                Seen::Error(1, m) => answer = Some(m),
-                Seen::Error(..) => {}
-                Seen::Closed => panic!("the daemon closed the session"),
-            }
-        }
-        if answer.is_some() {
-            break;
-        }
-        buf.clear();
-        encode_frame(&mut buf, 1, FrameKind::Zeros, &(1u32 << 20).to_le_bytes());
-        writer.write_all(&buf).unwrap();
-        writer.flush().unwrap();
-        credit -= 1 << 20;
-    }
-    buf.clear();
-    encode_frame(&mut buf, 1, FrameKind::End, &[]);
-    let _ = writer.write_all(&buf);
-    let _ = writer.flush();
-    while answer.is_none() {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Seen::Error(1, m)) => answer = Some(m),
-            Ok(Seen::Closed) | Err(_) => break,
-            Ok(_) => {}
-        }
-    }
-    answer
-}
 
 /// A world with a read-only module `ro/pub` holding one file.
 fn world_with_file() -> (World, Daemon) {
@@ -124,7 +26,7 @@ fn world_with_file() -> (World, Daemon) {
 #[test]
 fn the_welcome_names_the_module_not_its_path() {
     let (w, d) = world_with_file();
-    let (_, _, describe) = open_session(&w, &d, "ro/pub");
+    let (_, _, describe) = open_session(&w, &d, "ro/pub", RootMode::Read);
     assert!(!describe.contains(s(&w.ro)), "{describe}");
     assert_eq!(describe, "ro/pub");
 }
@@ -148,7 +50,7 @@ fn a_zeros_signature_is_refused_at_its_limit() {
         expect,
         in_place: false,
     };
-    let answer = zeros_body(&w, &d, "ro/pub", make_delta, 1500);
+    let answer = zeros_body(&w, &d, ("ro/pub", RootMode::Read), make_delta, 1500).unwrap();
     let grew = peak_kib(&d).saturating_sub(before);
     eprintln!("the daemon's peak memory grew by {} MiB", grew >> 10);
     assert!(

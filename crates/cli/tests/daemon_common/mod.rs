@@ -5,8 +5,10 @@
 #![allow(dead_code)] // each test binary uses a part
 
 use crate::mirror_common::*;
+use accord_proto::frame::{encode_frame, read_frame, FrameKind};
+use accord_proto::{Hello, Request, RootMode, Welcome, WireError};
 use accord_remote::{dial_daemon, parse_remote, DaemonOptions, Halves};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -198,4 +200,121 @@ pub fn peak_kib(d: &Daemon) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// What the test client saw on its reply streams.
+pub enum Seen {
+    Credit(u32),
+    Error(u32, String),
+    /// A reply ended well.
+    Done(u32),
+    Closed,
+}
+
+/// A session that asked for `root` in `mode`, and the Welcome's name
+/// for the root.
+pub fn open_session(
+    w: &World,
+    d: &Daemon,
+    root: &str,
+    mode: RootMode,
+) -> (Box<dyn Read + Send>, Box<dyn Write + Send>, String) {
+    try_open_session(w, d, root, mode).unwrap()
+}
+
+/// `open_session`, or why the daemon did not let the client in.
+#[allow(clippy::type_complexity)]
+pub fn try_open_session(
+    w: &World,
+    d: &Daemon,
+    root: &str,
+    mode: RootMode,
+) -> Result<(Box<dyn Read + Send>, Box<dyn Write + Send>, String), String> {
+    let (mut reader, mut writer) = dial(w, d)?;
+    Hello {
+        version: accord_proto::hello::VERSION,
+        features: 0,
+        mode,
+        root: root.as_bytes().to_vec(),
+    }
+    .write(&mut writer)
+    .map_err(|e| e.to_string())?;
+    writer.flush().map_err(|e| e.to_string())?;
+    match Welcome::read(&mut reader).map_err(|e| format!("{e:?}"))? {
+        Welcome::Accepted { describe, .. } => Ok((reader, writer, describe)),
+        Welcome::Refused { message, .. } => Err(format!("refused: {message}")),
+    }
+}
+
+/// Frames from the daemon, sorted into what the sender needs.
+pub fn watch_replies(mut reader: Box<dyn Read + Send>, tx: mpsc::Sender<Seen>) {
+    std::thread::spawn(move || loop {
+        let seen = match read_frame(&mut reader) {
+            Ok(Some(f)) if f.kind == FrameKind::Credit => {
+                Seen::Credit(u32::from_le_bytes(f.payload[..4].try_into().unwrap()))
+            }
+            Ok(Some(f)) if f.kind == FrameKind::Error => {
+                let e = WireError::decode(&f.payload).unwrap();
+                Seen::Error(f.stream, e.message)
+            }
+            Ok(Some(f)) if f.kind == FrameKind::End => Seen::Done(f.stream),
+            Ok(Some(_)) => continue,
+            _ => Seen::Closed,
+        };
+        let last = matches!(seen, Seen::Closed);
+        if tx.send(seen).is_err() || last {
+            return;
+        }
+    });
+}
+
+/// Send `request` on stream 1 with a body of `runs` ZEROS frames of
+/// 1 MiB, within the body credit the daemon grants; the error it answers
+/// with (`None`: it took the whole body); `Err`: the client was not let in.
+pub fn zeros_body(
+    w: &World,
+    d: &Daemon,
+    (root, mode): (&str, RootMode),
+    request: Request,
+    runs: u32,
+) -> Result<Option<String>, String> {
+    let (reader, mut writer, _) = try_open_session(w, d, root, mode)?;
+    let (tx, rx) = mpsc::channel();
+    watch_replies(reader, tx);
+    let mut buf = Vec::new();
+    encode_frame(&mut buf, 1, FrameKind::Open, &request.encode());
+    writer.write_all(&buf).unwrap();
+    let mut credit = u64::from(accord_proto::frame::BODY_WINDOW);
+    let mut answer = None;
+    for _ in 0..runs {
+        while credit < 1 << 20 && answer.is_none() {
+            match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+                Seen::Credit(n) => credit += u64::from(n),
+                Seen::Error(1, m) => answer = Some(m),
+                Seen::Done(1) => return Ok(None),
+                Seen::Error(..) | Seen::Done(_) => {}
+                Seen::Closed => return Err("the daemon closed the session".into()),
+            }
+        }
+        if answer.is_some() {
+            break;
+        }
+        buf.clear();
+        encode_frame(&mut buf, 1, FrameKind::Zeros, &(1u32 << 20).to_le_bytes());
+        writer.write_all(&buf).unwrap();
+        writer.flush().unwrap();
+        credit -= 1 << 20;
+    }
+    buf.clear();
+    encode_frame(&mut buf, 1, FrameKind::End, &[]);
+    let _ = writer.write_all(&buf);
+    let _ = writer.flush();
+    while answer.is_none() {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Seen::Error(1, m)) => answer = Some(m),
+            Ok(Seen::Closed | Seen::Done(1)) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    Ok(answer)
 }
