@@ -101,3 +101,29 @@ fn a_client_cannot_make_the_server_keep_files_without_end() {
     let refused = refused.to_string();
     assert!(refused.contains("sync archives, its limit"), "{refused}");
 }
+
+/// A delta the daemon has not the memory to make (its pool is 1 MiB
+/// here) is made by the client from the file read as a stream: the pull
+/// still ends with the right file.
+#[test]
+fn a_delta_the_server_cannot_hold_is_made_by_the_client() {
+    let w = World::new();
+    let d = w.start(&["--max-memory", "1"]);
+    let mut rng = Rng(5);
+    let old = rng.bytes(12 << 20);
+    let mut new = old.clone();
+    new[1 << 20..(1 << 20) + 4096].fill(1);
+    std::fs::create_dir_all(w.ro.join("pub")).unwrap();
+    std::fs::write(w.ro.join("pub/big"), &new).unwrap();
+    let dst = w.path("copy");
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::write(dst.join("big"), &old).unwrap();
+    let out = w.mirror(&[&d.url("ro/pub"), s(&dst), "--json"]);
+    assert_exit(&out, 0);
+    assert_eq!(std::fs::read(dst.join("big")).unwrap(), new);
+    // The file came whole (read as a stream), the delta was made here.
+    let received = json_field(&out.stdout, "bytes_received").as_u64().unwrap();
+    let literal = json_field(&out.stdout, "literal_bytes").as_u64().unwrap();
+    assert!(received >= 12 << 20, "bytes_received {received}");
+    assert!(literal < 1 << 20, "literal_bytes {literal}");
+}

@@ -791,10 +791,20 @@ impl ReplicaDir for RemoteDir<'_> {
             expect: *expect,
             in_place,
         };
-        let b = self
-            .replica
-            .call(&req, Some(&mut &signature[..]))
-            .map_err(|e| e.into_error(Action::ReadSource))?;
+        let b = match self.replica.call(&req, Some(&mut &signature[..])) {
+            Ok(b) => b,
+            Err(e) => match e.into_error(Action::ReadSource) {
+                // The server has not the memory to make it now: make it
+                // here, from the file read as a stream (more bytes on the
+                // wire, the same delta).
+                Error::Io { source, .. } if source.kind() == io::ErrorKind::OutOfMemory => {
+                    return accord_replica::delta_from_stream(
+                        self, name, expect, signature, in_place,
+                    )
+                }
+                e => return Err(e),
+            },
+        };
         let bad = |e: accord_proto::ProtoError| Error::Io {
             action: Action::ReadSource,
             source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),

@@ -163,6 +163,10 @@ pub fn from_wire(w: WireError) -> Error {
         7 => Error::LeaderNotFile(path()),
         8 => Error::LeaderNotWritten(path()),
         9 => Error::Scan(w.message),
+        11 => Error::Io {
+            action,
+            source: io::Error::new(io::ErrorKind::OutOfMemory, w.message),
+        },
         CODE_DENIED => Error::Io {
             action,
             source: io::Error::new(io::ErrorKind::PermissionDenied, w.message),
@@ -188,9 +192,9 @@ pub fn protocol(message: impl Into<String>) -> WireError {
     wire(CODE_PROTOCOL, Action::Scan, 0, message.into())
 }
 
-/// A request that needs more memory than the session may hold.
+/// A request that needs more memory than the session may hold now.
 pub fn over_budget(action: Action, e: crate::budget::OverBudget) -> WireError {
-    wire(1, action, 0, e.to_string())
+    wire(11, action, 0, e.to_string())
 }
 
 /// An I/O error outside a seam call (opening a directory, reading a body).
