@@ -118,12 +118,40 @@ fn a_delta_the_server_cannot_hold_is_made_by_the_client() {
     let dst = w.path("copy");
     std::fs::create_dir_all(&dst).unwrap();
     std::fs::write(dst.join("big"), &old).unwrap();
+    // Written in the same clock tick, the two would look the same.
+    set_mtime(&dst.join("big"), 1_000_000_000, 0);
     let out = w.mirror(&[&d.url("ro/pub"), s(&dst), "--json"]);
     assert_exit(&out, 0);
-    assert_eq!(std::fs::read(dst.join("big")).unwrap(), new);
+    assert!(std::fs::read(dst.join("big")).unwrap() == new);
     // The file came whole (read as a stream), the delta was made here.
     let received = json_field(&out.stdout, "bytes_received").as_u64().unwrap();
     let literal = json_field(&out.stdout, "literal_bytes").as_u64().unwrap();
     assert!(received >= 12 << 20, "bytes_received {received}");
     assert!(literal < 1 << 20, "literal_bytes {literal}");
+}
+
+/// A push whose delta the daemon has not the memory to hold sends the
+/// file whole instead: the destination still ends right.
+#[test]
+fn a_delta_the_server_cannot_take_is_sent_whole() {
+    let w = World::new();
+    let d = w.start(&["--max-memory", "1"]);
+    // 8 MiB of new data: a delta above the 5 MiB the session may hold.
+    let mut rng = Rng(6);
+    let old = rng.bytes(12 << 20);
+    let mut new = old.clone();
+    new[1 << 20..9 << 20].copy_from_slice(&rng.bytes(8 << 20));
+    let src = w.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big"), &new).unwrap();
+    std::fs::create_dir_all(w.rw.join("push")).unwrap();
+    std::fs::write(w.rw.join("push/big"), &old).unwrap();
+    // Written in the same clock tick, the two would look the same.
+    set_mtime(&w.rw.join("push/big"), 1_000_000_000, 0);
+    let out = w.mirror(&[s(&src), &d.url("rw/push"), "--json"]);
+    assert_exit(&out, 0);
+    let got = std::fs::read(w.rw.join("push/big")).unwrap();
+    assert!(got == new, "{}", stderr(&out));
+    let sent = json_field(&out.stdout, "bytes_sent").as_u64().unwrap();
+    assert!(sent >= 12 << 20, "bytes_sent {sent}");
 }

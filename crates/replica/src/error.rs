@@ -151,6 +151,25 @@ impl Error {
         }
     }
 
+    /// A delta's result that failed its check although neither side
+    /// changed: a false match of the signature's short strong sums (rare
+    /// by design); the file is then sent whole.
+    pub fn is_false_match(&self) -> bool {
+        matches!(
+            self,
+            Error::Delta {
+                source: accord_delta::DeltaError::ChecksumMismatch,
+                ..
+            }
+        )
+    }
+
+    /// A remote side that had not the memory to make or hold a delta
+    /// now (its budget was in use); the file is then sent whole.
+    pub fn is_over_memory(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::OutOfMemory)
+    }
+
     /// True when the connection to a remote replica is gone: fatal for a
     /// run (every later call would fail the same way).
     pub fn is_lost(&self) -> bool {

@@ -326,11 +326,16 @@ impl<'a, 'r> GroupStarted<'a, 'r> {
             let r = r.or_else(|e| match (e, sdir.as_deref()) {
                 (e @ Error::Delta { .. }, Some(sd)) => match changed_side(&**sd, &**ddir, it) {
                     Some(changed) => Err(changed),
-                    None if is_false_match(&e) => {
+                    None if e.is_false_match() => {
                         redo_whole(x, &**sd, &**ddir, it).map(|m| m.map(|m| (m, true)))
                     }
                     None => Err(e),
                 },
+                // The receiving server had not the memory to hold the
+                // delta: the file goes whole, streamed.
+                (e, Some(sd)) if e.is_over_memory() => {
+                    redo_whole(x, &**sd, &**ddir, it).map(|m| m.map(|m| (m, true)))
+                }
                 (e, _) => Err(e),
             });
             match r {

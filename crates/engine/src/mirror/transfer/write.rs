@@ -140,18 +140,6 @@ pub(super) fn write(
     r
 }
 
-/// A delta whose result did not check out although neither side changed:
-/// a false match of the signature's short strong sums (rare by design).
-pub(super) fn is_false_match(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Delta {
-            source: accord_delta::DeltaError::ChecksumMismatch,
-            ..
-        }
-    )
-}
-
 /// Send a file whole after its delta failed its check (the temp of the
 /// failed attempt is gone already).
 pub(super) fn redo_whole(

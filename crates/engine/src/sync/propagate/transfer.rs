@@ -19,7 +19,7 @@
 
 use crate::sync::propagate::{index, split};
 use crate::sync::SyncError;
-use accord_delta::{Delta, DeltaError};
+use accord_delta::Delta;
 use accord_fsys::PropsMask;
 use accord_model::{Expect, Fingerprint, Kind, Props, RelPath};
 use accord_plan::{Side, SyncItem, DELTA_AUTO_MIN_SIZE};
@@ -140,17 +140,14 @@ fn worth_a_delta(copy: &FileCopy) -> bool {
 
 /// Carry one file as a delta against the target's old version; sent whole
 /// when the delta's result fails its check with neither side changed (a
-/// false match).
+/// false match), or a remote side has not the memory for it.
 fn by_delta(
     copy: &FileCopy,
     sources: &[Dirs; 2],
     targets: &[Dirs; 2],
 ) -> Result<Vec<u8>, SyncError> {
     match delta_temp(copy, sources, targets) {
-        Err(SyncError::Replica(crate::Error::Delta {
-            source: DeltaError::ChecksumMismatch,
-            ..
-        })) => {
+        Err(SyncError::Replica(e)) if e.is_false_match() || e.is_over_memory() => {
             let (parent, name) = split(&copy.item.path);
             let source = copy.item.entry(copy.from).expect("a copy has a source");
             let reader = sources[index(copy.from)]
