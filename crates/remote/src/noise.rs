@@ -626,6 +626,27 @@ mod tests {
         server.join().unwrap();
     }
 
+    /// A last message that claims more than XX needs is refused on its
+    /// length alone: the server does not wait for its 64 KiB.
+    #[test]
+    fn a_last_message_too_long_is_refused_before_it_is_read() {
+        let (mut c, mut s) = pair();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let sk = KeyPair::generate().unwrap();
+        let answer = std::thread::spawn(move || server(&mut s, &sk, "").err());
+        let ck = KeyPair::generate().unwrap();
+        let mut hs = builder(&ck).build_initiator().unwrap();
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let n = hs.write_message(&[], &mut buf).unwrap();
+        send(&mut c, &buf[..n]).unwrap();
+        receive(&mut c, MAX_SECOND_MESSAGE).unwrap();
+        c.write_all(&[0xff, 0xff]).unwrap();
+        match answer.join().unwrap() {
+            Some(HandshakeError::Oversized { claimed: 65535, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn a_plaintext_client_is_recognised() {
         let (mut c, mut s) = pair();
