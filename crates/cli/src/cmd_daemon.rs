@@ -7,8 +7,17 @@ use accord_remote::{check_modules, parse_module_arg, ConfigFile, DaemonConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Connections served at once unless configured.
+/// Authenticated sessions at once unless configured.
 const DEFAULT_MAX_CONNECTIONS: usize = 64;
+/// Connections still in their handshake at once unless configured. A real
+/// client is through it in milliseconds, so these places only fill up with
+/// peers that have no key; room for twice the sessions absorbs every
+/// client reconnecting at once, and the threads stay bounded.
+const DEFAULT_MAX_HANDSHAKES: usize = 128;
+/// Of those, from one address (one IPv6 /64) unless configured: more than
+/// a host, or a small office behind one address, starts at once, and few
+/// enough that one address alone cannot fill the pool.
+const DEFAULT_MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
 /// Seconds without traffic before a connection is closed, unless configured.
 const DEFAULT_IDLE_TIMEOUT: u64 = 300;
 
@@ -28,13 +37,28 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
     /// A TOML file with listen, key, auth_keys, max_connections,
+    /// max_per_address, max_handshakes, max_handshakes_per_address,
     /// idle_timeout and [modules.NAME] tables (path, read_only); flags
     /// given as well override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Most connections served at once (more are refused with a message) [default: 64].
+    /// Most authenticated sessions at once; a client with a known key
+    /// over it is told the server is busy [default: 64].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Most authenticated sessions at once from one address (one IPv6
+    /// /64) [default: no limit but --max-connections].
+    #[arg(long, value_name = "N")]
+    max_per_address: Option<usize>,
+    /// Most connections still in their handshake (no key proved yet).
+    /// When all are taken a newcomer is still let in: the oldest pending
+    /// handshake of the address with the most is closed [default: 128].
+    #[arg(long, value_name = "N")]
+    max_handshakes: Option<usize>,
+    /// Most connections in their handshake from one address (one IPv6
+    /// /64); one more closes that address's oldest [default: 16].
+    #[arg(long, value_name = "N")]
+    max_handshakes_per_address: Option<usize>,
     /// Close a connection after SECS seconds without traffic [default: 300].
     #[arg(long, value_name = "SECS")]
     idle_timeout: Option<u64>,
@@ -106,12 +130,21 @@ fn config(args: &DaemonArgs, server: &accord_remote::ServerConfig) -> Result<Dae
         .or(file.idle_timeout)
         .unwrap_or(DEFAULT_IDLE_TIMEOUT);
     let max = args.max_connections.or(file.max_connections);
+    let handshakes = args.max_handshakes.or(file.max_handshakes);
+    let handshakes_here = args
+        .max_handshakes_per_address
+        .or(file.max_handshakes_per_address);
     Ok(DaemonConfig {
         listen: with_default_port(&listen),
         modules,
         key: KeyPair::load(&key_path)?,
         authorized,
         max_connections: max.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+        max_per_address: args.max_per_address.or(file.max_per_address),
+        max_handshakes: handshakes.unwrap_or(DEFAULT_MAX_HANDSHAKES).max(1),
+        max_handshakes_per_address: handshakes_here
+            .unwrap_or(DEFAULT_MAX_HANDSHAKES_PER_ADDRESS)
+            .max(1),
         idle_timeout: Duration::from_secs(idle.max(1)),
         state_dir: server.state_dir.clone(),
         archive_dir: server.archive_dir.clone(),

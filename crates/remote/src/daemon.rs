@@ -4,29 +4,34 @@
 //! connection is confined to the module it names, and whatever a client
 //! does (garbage, a half handshake, silence, a dropped connection) ends
 //! that connection only.
+//!
+//! A connection has 10 seconds from its arrival to be through the
+//! handshake and to have sent its request, however it trickles its bytes.
+//! Until its key is known it holds a pending place (see `admission`),
+//! which a newer connection may take from it; only a known key gets a
+//! session's place, or is told that the server is busy.
 
+use crate::admission::{self, Admission, HandshakeSlot, Limits, NotAdmitted};
 use crate::budget::Pool;
 use crate::keys::{AuthorizedKeys, KeyPair, PublicKey};
-use crate::noise::{self, HandshakeError, NoiseWriter};
+use crate::noise::{self, Deadline, DeadlineStream, HandshakeError, NoiseWriter};
 use crate::server::{serve, Memory, ServerConfig};
 use accord_proto::hello::VERSION;
-use accord_proto::{Hello, Refusal, Welcome};
+use accord_proto::{Hello, HelloError, Refusal, Welcome};
 use accord_replica::LocalOptions;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Longest a client may take over the handshake and its first request.
+/// Longest a client may take, from its connection's arrival, over the
+/// handshake and its first request, all reads together: a real client
+/// needs milliseconds, and a peer that trickles bytes holds a thread
+/// no longer than this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections over the limit still get a reason (in the handshake)
-/// from at most this many threads; past that they are just closed.
-const MAX_REFUSING: usize = 16;
-/// Longest a connection over the limit is given to say hello.
-const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One directory a daemon serves.
 #[derive(Clone, Debug)]
@@ -42,7 +47,14 @@ pub struct DaemonConfig {
     pub modules: BTreeMap<String, Module>,
     pub key: KeyPair,
     pub authorized: AuthorizedKeys,
+    /// Authenticated sessions at once.
     pub max_connections: usize,
+    /// Authenticated sessions at once from one address, if limited.
+    pub max_per_address: Option<usize>,
+    /// Connections still in their handshake (no key proved yet).
+    pub max_handshakes: usize,
+    /// Connections still in their handshake from one address.
+    pub max_handshakes_per_address: usize,
     /// A connection with no traffic either way for this long is closed.
     pub idle_timeout: Duration,
     pub state_dir: Option<PathBuf>,
@@ -71,11 +83,16 @@ pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
         cfg.authorized.len(),
         cfg.key.public.to_line()
     ));
+    let admission = Admission::new(Limits {
+        handshakes: cfg.max_handshakes,
+        handshakes_per_address: cfg.max_handshakes_per_address,
+        sessions: cfg.max_connections,
+        sessions_per_address: cfg.max_per_address,
+    });
     let daemon = Arc::new(Daemon {
         pool: Pool::new(cfg.max_memory),
         cfg,
-        active: Arc::new(AtomicUsize::new(0)),
-        refusing: Arc::new(AtomicUsize::new(0)),
+        admission,
     });
     for conn in listener.incoming() {
         match conn {
@@ -97,115 +114,89 @@ fn log(line: &str) {
 
 struct Daemon {
     cfg: DaemonConfig,
+    /// The places of pending handshakes and of sessions.
+    admission: Arc<Admission>,
     /// The memory sessions share (see `budget`).
     pool: Arc<Pool>,
-    /// Connections being served.
-    active: Arc<AtomicUsize>,
-    /// Connections over the limit being told so.
-    refusing: Arc<AtomicUsize>,
-}
-
-/// A slot in one of the daemon's counters, owned by the connection that
-/// took it and given back when dropped (even when its session panics, or
-/// its thread could not be started).
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Take a slot of `counter` if fewer than `max` are taken.
-fn take_slot(counter: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
-    counter
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Slot(counter.clone()))
 }
 
 impl Daemon {
-    /// Give a new connection its thread, or refuse it when full.
+    /// Give a new connection a pending place and its thread.
     fn admit(self: &Arc<Self>, stream: TcpStream) {
-        let peer = stream
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into());
-        let (slot, refusing) = match take_slot(&self.active, self.cfg.max_connections) {
-            Some(slot) => (slot, false),
-            // Full: the refusal has its own, smaller pool of threads.
-            None => match take_slot(&self.refusing, MAX_REFUSING) {
-                Some(slot) => (slot, true),
-                None => {
-                    log(&format!(
-                        "{peer}: refused: too many connections (closed at once)"
-                    ));
-                    return;
-                }
-            },
+        let accepted = Instant::now();
+        let Ok(addr) = stream.peer_addr() else {
+            // Already reset by the peer: nobody to serve.
+            return;
+        };
+        let peer = addr.to_string();
+        let slot = match self.admission.admit(admission::address_of(addr), &stream) {
+            Ok(slot) => slot,
+            Err(why) => return log(&format!("{peer}: closed at once: {why}")),
         };
         let daemon = self.clone();
         let name = format!("accord-session {peer}");
         let spawned = std::thread::Builder::new()
             .name(name)
-            .spawn(move || daemon.connection(stream, &peer, refusing, slot));
+            .spawn(move || daemon.connection(stream, &peer, slot, accepted));
         if let Err(e) = spawned {
             // The closure, and the slot in it, were dropped.
             log(&format!("cannot start a thread for a connection: {e}"));
         }
     }
 
-    /// One connection, on its own thread; `_slot` is held until it ends.
-    fn connection(&self, stream: TcpStream, peer: &str, refusing: bool, _slot: Slot) {
-        let run = std::panic::AssertUnwindSafe(|| {
-            if refusing {
-                self.refuse_busy(stream, peer)
-            } else {
-                self.session(stream, peer)
-            }
-        });
+    /// One connection, on its own thread.
+    fn connection(&self, stream: TcpStream, peer: &str, slot: HandshakeSlot, accepted: Instant) {
+        let run = std::panic::AssertUnwindSafe(|| self.session(stream, peer, slot, accepted));
         if std::panic::catch_unwind(run).is_err() {
             log(&format!("{peer}: the session ended with an internal error"));
         }
     }
 
-    fn refuse_busy(&self, mut stream: TcpStream, peer: &str) {
-        let _ = stream.set_read_timeout(Some(REFUSAL_TIMEOUT));
-        let _ = stream.set_write_timeout(Some(REFUSAL_TIMEOUT));
-        let why = format!(
-            "the server is busy ({} connections, its limit); try again later",
-            self.cfg.max_connections
-        );
-        let _ = noise::server(&mut stream, &self.cfg.key, &why);
-        log(&format!("{peer}: refused: too many connections"));
-        close_gently(&stream);
+    /// The deadline of a connection that arrived at `accepted`, each read
+    /// waiting at most `wait`.
+    fn deadline(&self, accepted: Instant, wait: Duration) -> Deadline {
+        Deadline::new(accepted, HANDSHAKE_TIMEOUT, wait)
     }
 
-    fn session(&self, mut stream: TcpStream, peer: &str) {
-        let started = Instant::now();
-        let timeout = HANDSHAKE_TIMEOUT.min(self.cfg.idle_timeout);
+    fn session(&self, stream: TcpStream, peer: &str, slot: HandshakeSlot, accepted: Instant) {
         let _ = stream.set_nodelay(true);
-        let _ = stream.set_read_timeout(Some(timeout));
-        let _ = stream.set_write_timeout(Some(timeout));
-        let session = match noise::server(&mut stream, &self.cfg.key, "") {
-            Ok(s) => s,
-            Err(e) => return self.handshake_failed(&stream, peer, e),
+        // A peer silent for the idle timeout is closed even before the
+        // deadline (when that timeout is the shorter).
+        let mut io = DeadlineStream {
+            socket: &stream,
+            deadline: self.deadline(accepted, self.cfg.idle_timeout),
         };
-        let outcome = self.authorized_session(&stream, session, peer);
+        let session = match noise::server(&mut io, &self.cfg.key, "") {
+            Ok(s) => s,
+            Err(e) => return self.handshake_failed(&stream, peer, &slot, e),
+        };
+        let outcome = self.authorized_session(&stream, session, peer, slot, accepted);
         log(&format!(
             "{peer}: closed after {:.1} s: {outcome}",
-            started.elapsed().as_secs_f64()
+            accepted.elapsed().as_secs_f64()
         ));
         let _ = stream.shutdown(Shutdown::Both);
     }
 
-    fn handshake_failed(&self, stream: &TcpStream, peer: &str, mut e: HandshakeError) {
+    fn handshake_failed(
+        &self,
+        stream: &TcpStream,
+        peer: &str,
+        slot: &HandshakeSlot,
+        mut e: HandshakeError,
+    ) {
+        if let Some(why) = self.admission.cut_short(slot) {
+            // What failed was our doing: say that instead.
+            return log(&format!("{peer}: closed: {why}"));
+        }
         if let HandshakeError::Plaintext(began) = &mut e {
             began.extend(noise::what_came(stream));
         }
-        log(&format!("{peer}: refused: {e}"));
+        match &e {
+            // Gone, silent or too slow: nothing was refused.
+            HandshakeError::Io(_) => log(&format!("{peer}: closed: {e}")),
+            _ => log(&format!("{peer}: refused: {e}")),
+        }
         if let HandshakeError::Plaintext(began) = &e {
             tell_plaintext_client(stream, began);
         }
@@ -214,11 +205,15 @@ impl Daemon {
 
     /// The encrypted part: check the client's key, find its module, serve.
     /// What happened, for the log.
+    /// The encrypted part: check the client's key, take a session's
+    /// place, find its module, serve. What happened, for the log.
     fn authorized_session(
         &self,
         stream: &TcpStream,
         session: noise::Session,
         peer: &str,
+        slot: HandshakeSlot,
+        accepted: Instant,
     ) -> String {
         let client = session.peer;
         let tick =
@@ -242,10 +237,22 @@ impl Daemon {
             "{peer}: authenticated as {name:?} ({})",
             short(&client)
         ));
-        let _ = stream.set_read_timeout(Some(tick));
+        let _session_slot = match self.admission.authenticate(&slot) {
+            Ok(s) => s,
+            Err(NotAdmitted::Cut(why)) => return why,
+            Err(NotAdmitted::Busy(m)) => {
+                // Said through the encrypted channel, to a known key only.
+                refuse(&mut writer, Refusal::Failed, &m);
+                drop(writer);
+                close_gently(stream);
+                return format!("refused: {m}");
+            }
+        };
+        drop(slot);
         let _ = stream.set_write_timeout(Some(self.cfg.idle_timeout));
-        let outcome = match Hello::read(&mut reader) {
-            Err(e) => format!("no request: {e:?}"),
+        let request = self.read_request(stream, &mut reader, self.deadline(accepted, tick));
+        let outcome = match request {
+            Err(e) => format!("no request: {e}"),
             Ok(hello) => self.serve_module(hello, reader, writer, peer),
         };
         format!(
@@ -253,6 +260,24 @@ impl Daemon {
             activity.bytes_in.load(Ordering::Relaxed),
             activity.bytes_out.load(Ordering::Relaxed)
         )
+    }
+
+    /// The client's first request, by the deadline; after it, reads wait
+    /// as long as the session is not idle.
+    fn read_request(
+        &self,
+        stream: &TcpStream,
+        reader: &mut noise::NoiseReader,
+        deadline: Deadline,
+    ) -> Result<Hello, String> {
+        reader
+            .set_deadline(deadline, stream)
+            .map_err(|e| format!("cannot set up the connection: {e}"))?;
+        let hello = Hello::read(&mut *reader).map_err(|e| hello_error(&e))?;
+        reader
+            .clear_deadline()
+            .map_err(|e| format!("cannot set up the connection: {e}"))?;
+        Ok(hello)
     }
 
     /// Resolve the root asked for in its module and run the session there.
@@ -355,6 +380,21 @@ pub fn split_module(root: &[u8]) -> Result<(String, Vec<u8>), String> {
     let name = String::from_utf8_lossy(name).into_owned();
     let rest = parts.collect::<Vec<_>>().join(&b'/');
     Ok((name, rest))
+}
+
+/// Why a request could not be read, for the log.
+fn hello_error(e: &HelloError) -> String {
+    match e {
+        HelloError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            "the client closed the connection".into()
+        }
+        HelloError::Io(e) => e.to_string(),
+        HelloError::NotAccord(began) => format!(
+            "not an accord request (it began with {})",
+            accord_model::escape_for_display(began)
+        ),
+        HelloError::Proto(e) => e.to_string(),
+    }
 }
 
 /// Refuse the session in the protocol's own words (the client shows them).

@@ -4,7 +4,10 @@
 //! listen = "0.0.0.0:8730"
 //! key = "key"                      # paths are taken from the file's directory
 //! auth_keys = "authorized_keys"
-//! max_connections = 64
+//! max_connections = 64             # authenticated sessions
+//! max_per_address = 8              # sessions from one address (no limit if absent)
+//! max_handshakes = 128             # connections still in their handshake
+//! max_handshakes_per_address = 16
 //! idle_timeout = 300               # seconds
 //! max_memory = 256                 # MiB, for all sessions' large requests
 //! [modules.photos]
@@ -29,6 +32,9 @@ pub struct ConfigFile {
     pub key: Option<PathBuf>,
     pub auth_keys: Option<PathBuf>,
     pub max_connections: Option<usize>,
+    pub max_per_address: Option<usize>,
+    pub max_handshakes: Option<usize>,
+    pub max_handshakes_per_address: Option<usize>,
     /// Seconds.
     pub idle_timeout: Option<u64>,
     /// MiB.
@@ -153,10 +159,16 @@ mod tests {
         std::fs::write(
             &path,
             "listen = \"127.0.0.1:0\"\nkey = \"k\"\nidle_timeout = 5\n\
+             max_handshakes = 20\nmax_handshakes_per_address = 3\nmax_per_address = 2\n\
              [modules.data]\npath = \"d\"\nread_only = true\n",
         )
         .unwrap();
         let cfg = ConfigFile::load(&path).unwrap();
+        assert_eq!(
+            (cfg.max_handshakes, cfg.max_handshakes_per_address),
+            (Some(20), Some(3))
+        );
+        assert_eq!(cfg.max_per_address, Some(2));
         assert_eq!(cfg.key.as_deref(), Some(dir.path().join("k").as_path()));
         let m = &cfg.modules()["data"];
         assert!(m.read_only);

@@ -3,6 +3,7 @@
 //! transport that starts one on another host, and the TCP daemon
 //! (`daemon`, `tcp`: Noise-encrypted, key-authenticated).
 
+mod admission;
 mod ahead;
 mod budget;
 mod client;

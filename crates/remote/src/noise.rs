@@ -32,6 +32,17 @@ const MAX_PLAIN: usize = MAX_MESSAGE - TAG;
 const FIRST_MESSAGE: usize = 32;
 /// Largest refusal a server puts in its handshake answer.
 pub const MAX_REFUSAL: usize = 1024;
+/// Largest answer to the first message a client reads: the responder's
+/// ephemeral key, its static key encrypted (key and tag), and a payload
+/// (a refusal at most) with its tag. Anything longer is not an accord
+/// daemon, and is refused before it is read.
+const MAX_SECOND_MESSAGE: usize = 32 + (32 + TAG) + (MAX_REFUSAL + TAG);
+/// Largest last message a server reads: the initiator's static key
+/// encrypted (key and tag) and a payload with its tag. Our client's payload
+/// is empty; room is left for one as large as a refusal. A longer claim is
+/// refused at once rather than read, so that no peer can keep a
+/// connection in the handshake while it sends 64 KiB.
+const MAX_LAST_MESSAGE: usize = (32 + TAG) + (MAX_REFUSAL + TAG);
 
 pub fn params() -> snow::params::NoiseParams {
     PARAMS.parse().expect("a valid Noise protocol name")
@@ -72,13 +83,19 @@ pub enum HandshakeError {
     /// another size than an X25519 key).
     #[error("the handshake failed: the peer sent no usable static key")]
     NoStaticKey,
+    /// A handshake message claims more bytes than the handshake can need.
+    #[error(
+        "the handshake failed: a handshake message of {claimed} bytes (at most {max} expected)"
+    )]
+    Oversized { claimed: usize, max: usize },
 }
 
 /// An I/O error during the handshake, as the user needs to hear it.
 fn io_during_handshake(e: &io::Error) -> String {
     if e.kind() == io::ErrorKind::UnexpectedEof {
         "the connection was closed during the handshake".to_string()
-    } else if is_timeout(e) {
+    } else if is_timeout(e) && e.get_ref().is_none() {
+        // A timeout of the system's; ours (a deadline) says what it was.
         "no answer in time during the handshake".to_string()
     } else {
         e.to_string()
@@ -106,12 +123,16 @@ fn send(w: &mut dyn Write, message: &[u8]) -> io::Result<()> {
     w.flush()
 }
 
-/// Receive one length-prefixed handshake message (its length is bounded
-/// by the two bytes that carry it).
-fn receive(r: &mut dyn Read) -> io::Result<Vec<u8>> {
+/// Receive one length-prefixed handshake message of at most `max` bytes;
+/// a longer one is refused before any of it is read.
+fn receive(r: &mut dyn Read, max: usize) -> Result<Vec<u8>, HandshakeError> {
     let mut len = [0u8; 2];
     r.read_exact(&mut len)?;
-    let mut message = vec![0u8; u16::from_be_bytes(len) as usize];
+    let claimed = u16::from_be_bytes(len) as usize;
+    if claimed > max {
+        return Err(HandshakeError::Oversized { claimed, max });
+    }
+    let mut message = vec![0u8; claimed];
     r.read_exact(&mut message)?;
     Ok(message)
 }
@@ -148,7 +169,7 @@ pub fn client<S: Read + Write>(
     let mut buf = vec![0u8; MAX_MESSAGE];
     let n = hs.write_message(&[], &mut buf).map_err(noise_err)?;
     send(stream, &buf[..n])?;
-    let answer = receive(stream)?;
+    let answer = receive(stream, MAX_SECOND_MESSAGE)?;
     let mut payload = vec![0u8; MAX_MESSAGE];
     let n = hs
         .read_message(&answer, &mut payload)
@@ -184,7 +205,7 @@ pub fn server<S: Read + Write>(
             String::from_utf8_lossy(refusal).into_owned(),
         ));
     }
-    let last = receive(stream)?;
+    let last = receive(stream, MAX_LAST_MESSAGE)?;
     hs.read_message(&last, &mut payload).map_err(noise_err)?;
     finish(hs)
 }
@@ -215,6 +236,86 @@ pub fn what_came(stream: &TcpStream) -> Vec<u8> {
         let _ = stream.set_nonblocking(false);
     }
     seen
+}
+
+/// The time by which a connection must be through its handshake and first
+/// request. A limit on each read would not do: a peer that sends a byte
+/// just before each one ran out could stretch the handshake to hours.
+/// Every read waits at most until the deadline.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    at: Instant,
+    /// Its length from the start, for the message.
+    limit: Duration,
+    /// The longest one read may wait (a shorter rule that still holds).
+    wait: Duration,
+}
+
+impl Deadline {
+    /// `limit` after `start`; no single read waits longer than `wait`.
+    pub fn new(start: Instant, limit: Duration, wait: Duration) -> Deadline {
+        Deadline {
+            at: start + limit,
+            limit,
+            wait: wait.max(Duration::from_millis(1)),
+        }
+    }
+
+    /// The time left, or `TimedOut` once there is none.
+    pub fn left(&self) -> io::Result<Duration> {
+        let left = self.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "not through the handshake and first request within {} s of connecting",
+                    self.limit.as_secs_f64()
+                ),
+            ));
+        }
+        Ok(left)
+    }
+
+    /// Make the next read on `socket` return by the deadline.
+    fn arm_read(&self, socket: &TcpStream) -> io::Result<()> {
+        socket.set_read_timeout(Some(self.left()?.min(self.wait)))
+    }
+
+    fn arm_write(&self, socket: &TcpStream) -> io::Result<()> {
+        socket.set_write_timeout(Some(self.left()?.min(self.wait)))
+    }
+}
+
+/// A socket whose every read and write ends by a deadline (for the
+/// handshake): past it, each fails with `TimedOut`; a read or write that
+/// waits `wait` without moving a byte fails with the system's timeout.
+pub struct DeadlineStream<'a> {
+    pub socket: &'a TcpStream,
+    pub deadline: Deadline,
+}
+
+impl Read for DeadlineStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.deadline.arm_read(self.socket)?;
+        match (&mut &*self.socket).read(buf) {
+            Err(e) if is_timeout(&e) => Err(self.deadline.left().err().unwrap_or(e)),
+            r => r,
+        }
+    }
+}
+
+impl Write for DeadlineStream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.deadline.arm_write(self.socket)?;
+        match (&mut &*self.socket).write(buf) {
+            Err(e) if is_timeout(&e) => Err(self.deadline.left().err().unwrap_or(e)),
+            r => r,
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// When each side last moved a byte, for the idle timeout.
@@ -278,6 +379,9 @@ pub struct NoiseReader {
     start: usize,
     end: usize,
     idle: Option<Duration>,
+    /// A deadline and the socket under `stream`, whose read timeout is
+    /// shortened before each read so that the read ends by it.
+    deadline: Option<(Deadline, TcpStream)>,
     activity: Arc<Activity>,
 }
 
@@ -298,7 +402,25 @@ impl NoiseReader {
             start: 0,
             end: 0,
             idle,
+            deadline: None,
             activity,
+        }
+    }
+
+    /// Fail every read (`TimedOut`) once `deadline` has passed; `socket`
+    /// is the one this reader reads. The stream's read timeout is then
+    /// managed here: shortened to end by the deadline, and set back to
+    /// the deadline's `wait` (the idle check's tick) by `clear_deadline`.
+    pub fn set_deadline(&mut self, deadline: Deadline, socket: &TcpStream) -> io::Result<()> {
+        self.deadline = Some((deadline, socket.try_clone()?));
+        Ok(())
+    }
+
+    /// Reads from now on have no deadline (only the idle timeout).
+    pub fn clear_deadline(&mut self) -> io::Result<()> {
+        match self.deadline.take() {
+            Some((d, socket)) => socket.set_read_timeout(Some(d.wait)),
+            None => Ok(()),
         }
     }
 
@@ -307,6 +429,9 @@ impl NoiseReader {
     fn fill(&mut self, buf_len: usize, at_boundary: bool) -> io::Result<bool> {
         let mut got = 0;
         while got < buf_len {
+            if let Some((deadline, socket)) = &self.deadline {
+                deadline.arm_read(socket)?;
+            }
             match self.stream.read(&mut self.sealed[got..buf_len]) {
                 Ok(0) if got == 0 && at_boundary => return Ok(false),
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
@@ -323,6 +448,9 @@ impl NoiseReader {
     }
 
     fn check_idle(&self, e: io::Error) -> io::Result<()> {
+        if let Some((deadline, _)) = &self.deadline {
+            deadline.left()?;
+        }
         match self.idle {
             Some(limit) if self.activity.idle_for() < limit => Ok(()),
             Some(limit) => Err(io::Error::new(
@@ -496,6 +624,27 @@ mod tests {
         r.read_to_end(&mut back).unwrap();
         assert_eq!(back, data);
         server.join().unwrap();
+    }
+
+    /// A last message that claims more than XX needs is refused on its
+    /// length alone: the server does not wait for its 64 KiB.
+    #[test]
+    fn a_last_message_too_long_is_refused_before_it_is_read() {
+        let (mut c, mut s) = pair();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let sk = KeyPair::generate().unwrap();
+        let answer = std::thread::spawn(move || server(&mut s, &sk, "").err());
+        let ck = KeyPair::generate().unwrap();
+        let mut hs = builder(&ck).build_initiator().unwrap();
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let n = hs.write_message(&[], &mut buf).unwrap();
+        send(&mut c, &buf[..n]).unwrap();
+        receive(&mut c, MAX_SECOND_MESSAGE).unwrap();
+        c.write_all(&[0xff, 0xff]).unwrap();
+        match answer.join().unwrap() {
+            Some(HandshakeError::Oversized { claimed: 65535, .. }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
