@@ -11,13 +11,14 @@ use std::time::Duration;
 const DEFAULT_MAX_CONNECTIONS: usize = 64;
 /// Connections still in their handshake at once unless configured. A real
 /// client is through it in milliseconds, so these places only fill up with
-/// peers that have no key; room for twice the sessions absorbs every
-/// client reconnecting at once, and the threads stay bounded.
-const DEFAULT_MAX_HANDSHAKES: usize = 128;
+/// peers that have no key; a waiting handshake costs a thread blocked on
+/// its socket (tens of KiB), so hundreds of slow peers fit before any is
+/// cut short, and the threads stay bounded.
+const DEFAULT_MAX_HANDSHAKES: usize = 256;
 /// Of those, from one address (one IPv6 /64) unless configured: more than
-/// a host, or a small office behind one address, starts at once, and few
+/// a host, or an office behind one address, starts at once, and few
 /// enough that one address alone cannot fill the pool.
-const DEFAULT_MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
+const DEFAULT_MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
 /// Seconds without traffic before a connection is closed, unless configured.
 const DEFAULT_IDLE_TIMEOUT: u64 = 300;
 
@@ -52,11 +53,11 @@ pub struct DaemonArgs {
     max_per_address: Option<usize>,
     /// Most connections still in their handshake (no key proved yet).
     /// When all are taken a newcomer is still let in: the oldest pending
-    /// handshake of the address with the most is closed [default: 128].
+    /// handshake is closed [default: 256].
     #[arg(long, value_name = "N")]
     max_handshakes: Option<usize>,
     /// Most connections in their handshake from one address (one IPv6
-    /// /64); one more closes that address's oldest [default: 16].
+    /// /64); one more closes that address's oldest [default: 32].
     #[arg(long, value_name = "N")]
     max_handshakes_per_address: Option<usize>,
     /// Close a connection after SECS seconds without traffic [default: 300].

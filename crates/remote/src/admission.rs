@@ -5,11 +5,14 @@
 //!
 //! A pending handshake is cheap to lose: a real client is through it in
 //! milliseconds. So when the pending places are all taken, a newcomer is
-//! not refused: the oldest pending handshake of the address that holds the
-//! most is cut short (its socket shut down) to make room. One address may
-//! hold only so many; a newcomer from an address at its limit cuts that
-//! address's own oldest. A flood of silent peers thus cycles through the
-//! pending places while a real client gets through between them.
+//! not refused: the oldest pending handshake is cut short (its socket shut
+//! down) to make room. The oldest, whatever its address: a real client is
+//! young when it is through, while a peer that holds its place is old, and
+//! many real clients behind one address (an office) must not be cut for
+//! being many. One address may hold only so many; a newcomer from an
+//! address at its limit cuts that address's own oldest. A flood of silent
+//! peers thus cycles through the pending places while a real client gets
+//! through between them.
 //!
 //! Threads stay bounded: a cut handshake keeps its place until its thread
 //! has ended, and a newcomer waits (briefly) for that.
@@ -189,7 +192,7 @@ impl Admission {
         }
         let Some(victim) = victim(state) else { return };
         let why = format!(
-            "handshake cut short: {} were pending (the limit), the most from its address, and a newer one came",
+            "handshake cut short: {} were pending (the limit), it the oldest, and a newer one came",
             self.limits.handshakes
         );
         cut(state, victim, why);
@@ -256,17 +259,9 @@ fn live_ids(state: &State, pick: impl Fn(&Pending) -> bool) -> Vec<u64> {
     live.filter(|(_, p)| pick(p)).map(|(id, _)| *id).collect()
 }
 
-/// The oldest pending handshake (not yet cut) of the address that has
-/// the most; of addresses that have as many, the one with the oldest.
+/// The oldest pending handshake not yet cut (ids grow with arrival).
 fn victim(state: &State) -> Option<u64> {
-    let mut per_address: HashMap<IpAddr, usize> = HashMap::new();
-    for p in state.pending.values().filter(|p| p.cut.is_none()) {
-        *per_address.entry(p.address).or_default() += 1;
-    }
-    let most = per_address.values().copied().max()?;
-    let mut live = state.pending.iter().filter(|(_, p)| p.cut.is_none());
-    live.find(|(_, p)| per_address[&p.address] == most)
-        .map(|(id, _)| *id)
+    live_ids(state, |_| true).first().copied()
 }
 
 /// Cut a pending handshake short: shutting its socket down wakes its
@@ -356,10 +351,11 @@ mod tests {
     }
 
     #[test]
-    fn a_full_pool_cuts_the_address_with_the_most_and_waits_for_it() {
+    fn a_full_pool_cuts_the_oldest_and_waits_for_it() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = Admission::new(limits(3, 10));
         let mut held = Vec::new();
+        // The second address holds the most: its number does not count.
         for address in [ip(1), ip(2), ip(2)] {
             let (s, c) = conn(&l);
             held.push((Some(a.admit(address, &s).unwrap()), s, c));
@@ -368,14 +364,14 @@ mod tests {
         let (s, _c) = conn(&l);
         let ending = std::thread::scope(|scope| {
             let newcomer = scope.spawn(|| a.admit(ip(3), &s));
-            while a.cut_short(held[1].0.as_ref().unwrap()).is_none() {
+            while a.cut_short(held[0].0.as_ref().unwrap()).is_none() {
                 std::thread::yield_now();
             }
-            held[1].0.take();
+            held[0].0.take();
             newcomer.join().unwrap()
         });
         assert!(ending.is_ok());
-        assert!(a.cut_short(held[0].0.as_ref().unwrap()).is_none());
+        assert!(a.cut_short(held[1].0.as_ref().unwrap()).is_none());
         assert!(a.cut_short(held[2].0.as_ref().unwrap()).is_none());
         assert_eq!(a.counts(), (3, 0));
     }

@@ -74,6 +74,7 @@ const SESSION_RESERVE: u64 = 4 << 20;
 
 /// Bind, say where (one log line), and serve until the process ends.
 pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
+    release_large_buffers();
     let listener = TcpListener::bind(&cfg.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -106,6 +107,21 @@ pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A body held whole is charged to the pool while it is held; once it is
+/// dropped its memory must go back to the system, or the pool would bound
+/// nothing. glibc raises its mmap threshold as large blocks are freed (up
+/// to 32 MiB), after which such buffers come from arenas that keep their
+/// pages: fix the threshold at 1 MiB, so that every large buffer is mapped
+/// on its own, unmapped when dropped, and grown by remapping (not copied).
+fn release_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before any
+    // session thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
 }
 
 fn log(line: &str) {

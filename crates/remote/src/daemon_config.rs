@@ -6,8 +6,8 @@
 //! auth_keys = "authorized_keys"
 //! max_connections = 64             # authenticated sessions
 //! max_per_address = 8              # sessions from one address (no limit if absent)
-//! max_handshakes = 128             # connections still in their handshake
-//! max_handshakes_per_address = 16
+//! max_handshakes = 256             # connections still in their handshake
+//! max_handshakes_per_address = 32
 //! idle_timeout = 300               # seconds
 //! max_memory = 256                 # MiB, for all sessions' large requests
 //! [modules.photos]

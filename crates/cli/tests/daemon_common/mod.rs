@@ -9,6 +9,8 @@ use accord_proto::frame::{encode_frame, read_frame, FrameKind};
 use accord_proto::{Hello, Request, RootMode, Welcome, WireError};
 use accord_remote::{dial_daemon, parse_remote, DaemonOptions, Halves};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, TcpStream};
+use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -317,4 +319,32 @@ pub fn zeros_body(
         }
     }
     Ok(answer)
+}
+
+/// A TCP connection to `port` on 127.0.0.1 from the loopback address
+/// `from` (Linux routes all of 127/8 on lo): the daemon sees another peer.
+pub fn connect_from(from: Ipv4Addr, port: u16) -> TcpStream {
+    fn sockaddr(ip: Ipv4Addr, port: u16) -> libc::sockaddr_in {
+        // SAFETY: sockaddr_in is plain data; all zeros is a valid value.
+        let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        a.sin_family = libc::AF_INET as libc::sa_family_t;
+        a.sin_port = port.to_be();
+        a.sin_addr.s_addr = u32::from(ip).to_be();
+        a
+    }
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket, owned by the TcpStream made from it; the
+    // addresses passed are valid sockaddr_in of the length given.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(fd);
+        let local = sockaddr(from, 0);
+        let r = libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(r, 0, "bind {from}: {}", std::io::Error::last_os_error());
+        let remote = sockaddr(Ipv4Addr::LOCALHOST, port);
+        let r = libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len);
+        assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+        stream
+    }
 }
