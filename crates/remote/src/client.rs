@@ -572,13 +572,38 @@ impl Drop for ReplyReader {
 }
 
 /// A reply stream that turns a failure reply into the engine's error.
+/// A file's contents from the server, which must be as long as the file
+/// was listed: a file that grew or shrank while it was read (or a server
+/// that says one size and sends another) fails, and nothing of it is kept.
 struct FileReader {
     inner: ReplyReader,
+    /// The size the file was listed with.
+    listed: Option<u64>,
+    got: u64,
+}
+
+impl FileReader {
+    fn check_size(&self, at_end: bool) -> io::Result<()> {
+        match self.listed {
+            Some(size) if self.got > size || (at_end && self.got != size) => {
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the file's size changed while it was read: listed with {size} bytes, {} came{}",
+                        self.got,
+                        if at_end { "" } else { " so far" }
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Read for FileReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner
+        let n = self
+            .inner
             .read(buf)
             .map_err(|e| match self.inner.failed.take() {
                 Some(w) => match from_wire(w) {
@@ -586,7 +611,10 @@ impl Read for FileReader {
                     other => io::Error::other(other.to_string()),
                 },
                 None => e,
-            })
+            })?;
+        self.got += n as u64;
+        self.check_size(n == 0 && !buf.is_empty())?;
+        Ok(n)
     }
 }
 
@@ -775,7 +803,15 @@ impl ReplicaDir for RemoteDir<'_> {
             .replica
             .start(&req, None)
             .map_err(|e| e.into_error(Action::OpenSource))?;
-        Ok(Box::new(FileReader { inner }))
+        let listed = match expect {
+            Expect::Entry(f) if f.kind == Kind::File => Some(f.size),
+            _ => None,
+        };
+        Ok(Box::new(FileReader {
+            inner,
+            listed,
+            got: 0,
+        }))
     }
 
     fn make_delta(

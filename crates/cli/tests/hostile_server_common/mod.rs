@@ -20,6 +20,7 @@ use accord_proto::frame::{
     encode_frame, parse_credit, read_frame, FrameKind, CHUNK, MAX_PAYLOAD, STREAM_WINDOW,
 };
 use accord_proto::hello::{FEATURE_ZSTD, VERSION};
+use accord_proto::limits;
 use accord_proto::{Hello, Request, Welcome, WireError};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -34,9 +35,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The most a client may hold resident at its peak in any case of this
-/// suite: a small pull costs a few tens of MiB; a client that keeps what a
-/// hostile server sends goes far beyond.
-pub const RSS_BUDGET_KIB: u64 = 160 << 10;
+/// suite: a small pull costs a few tens of MiB, and a reply kept whole at
+/// most its kind's limit (a listing: 256 MiB, `accord_proto::limits`); a
+/// client that kept what a hostile server sends went to 2 GiB.
+pub const RSS_BUDGET_KIB: u64 = (limits::MAX_LISTING >> 10) + (64 << 10);
 
 /// A client past this resident size is killed, so that a case that fails
 /// cannot take the machine's memory (its peak then reads as at least

@@ -54,8 +54,11 @@ pub enum Fatal {
     },
     BadExclude(io::Error),
     ThreadPool(rayon::ThreadPoolBuildError),
-    /// The source root could not be read at all.
-    SourceUnreadable(PathBuf),
+    /// The source root could not be read at all (why, when the scan said).
+    SourceUnreadable {
+        path: PathBuf,
+        detail: String,
+    },
     /// Some destination directory could not be read: what to delete or
     /// replace is unknown.
     DestinationUnreadable {
@@ -111,7 +114,12 @@ impl fmt::Display for Fatal {
             Fatal::Lock { path, source } => write!(f, "cannot lock {}: {source}", path.display()),
             Fatal::BadExclude(e) => write!(f, "bad exclude pattern: {e}"),
             Fatal::ThreadPool(e) => write!(f, "cannot start worker threads: {e}"),
-            Fatal::SourceUnreadable(path) => write!(f, "cannot read source {}", path.display()),
+            Fatal::SourceUnreadable { path, detail } if detail.is_empty() => {
+                write!(f, "cannot read source {}", path.display())
+            }
+            Fatal::SourceUnreadable { path, detail } => {
+                write!(f, "cannot read source {}: {detail}", path.display())
+            }
             Fatal::DestinationUnreadable { path, detail } => {
                 write!(f, "cannot read destination {}: {detail}", path.display())
             }
@@ -169,7 +177,7 @@ impl std::error::Error for Fatal {
             Fatal::SameDirectory
             | Fatal::Nested(_)
             | Fatal::Busy(_)
-            | Fatal::SourceUnreadable(_)
+            | Fatal::SourceUnreadable { .. }
             | Fatal::DestinationUnreadable { .. } => None,
         }
     }

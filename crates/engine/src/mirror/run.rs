@@ -253,7 +253,7 @@ fn run(
     if let Some(f) = found.nested {
         return Err(f.into());
     }
-    check_readable(src, dst, &found, &d_scan)?;
+    check_readable(src, dst, &found, (&s_scan, &d_scan))?;
     report.errors.extend(take_scan_errors(&mut s_scan));
     report.errors.extend(take_scan_errors(&mut d_scan));
     report.errors.extend(found.failures);
@@ -426,23 +426,33 @@ fn check_readable(
     src: &dyn Replica,
     dst: &dyn Replica,
     found: &Found,
-    d_scan: &Scan,
+    (s_scan, d_scan): (&Scan, &Scan),
 ) -> Result<(), Fatal> {
     if !found.src_root_read {
-        return Err(Fatal::SourceUnreadable(src.describe().into()));
+        return Err(Fatal::SourceUnreadable {
+            path: src.describe().into(),
+            detail: first_error(s_scan),
+        });
     }
     if !found.dst_root_read || d_scan.incomplete {
-        let detail = d_scan
-            .errors
-            .first()
-            .map(|e| format!("{}: {}", e.path.display(), e.message))
-            .unwrap_or_default();
         return Err(Fatal::DestinationUnreadable {
             path: dst.describe().into(),
-            detail,
+            detail: first_error(d_scan),
         });
     }
     Ok(())
+}
+
+/// The first problem a scan met, for a message (the root's own path is
+/// left out: the message names the root).
+fn first_error(scan: &Scan) -> String {
+    scan.errors
+        .first()
+        .map(|e| match e.path.as_bytes() {
+            [] => e.message.clone(),
+            _ => format!("{}: {}", e.path.display(), e.message),
+        })
+        .unwrap_or_default()
 }
 
 /// The deletion guard's memory: is the source root another one than the
