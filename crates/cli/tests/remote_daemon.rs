@@ -224,7 +224,7 @@ fn an_idle_connection_is_closed() {
         "{waited:?}"
     );
     std::thread::sleep(Duration::from_millis(100));
-    assert!(d.log_has("idle for 1 s"), "{:?}", d.log.lock().unwrap());
+    assert!(d.log_has("idle for 1 s"), "{:?}", d.lines());
 }
 
 #[test]
@@ -311,7 +311,7 @@ fn a_hostile_client_after_the_handshake_ends_only_its_own_session() {
     dir.mkdir(b"still-here").unwrap();
     assert!(w.rw.join("honest/still-here").is_dir());
     d.assert_alive();
-    let log = d.log.lock().unwrap().join("\n");
+    let log = d.lines().join("\n");
     assert!(
         log.contains("rw/hostile") || log.contains("module rw"),
         "{log}"

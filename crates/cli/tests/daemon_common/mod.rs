@@ -13,8 +13,8 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -78,6 +78,41 @@ impl World {
         Daemon::start(cmd)
     }
 
+    /// `accord mirror SRC accord://…/rw/NAME` with `key`, SRC a small tree.
+    pub fn push_small_tree_as(&self, key: &Path, d: &Daemon, name: &str) -> Output {
+        let src = self.path("src");
+        if !src.exists() {
+            std::fs::create_dir_all(src.join("sub")).unwrap();
+            std::fs::write(src.join("hello.txt"), b"hello\n").unwrap();
+            std::fs::write(src.join("sub/data.bin"), Rng(5).bytes(100_000)).unwrap();
+        }
+        Command::new(bin())
+            .arg("mirror")
+            .args(["--key", s(key)])
+            .args(["--server-key", s(&pub_of(&self.server_key))])
+            .args([s(&src), &d.url(&format!("rw/{name}"))])
+            .env("ACCORD_STATE_DIR", self.path("client-state"))
+            .env("XDG_CONFIG_HOME", self.path("client-config"))
+            .output()
+            .unwrap()
+    }
+
+    /// A mirror by the authorized client; it must succeed and copy.
+    pub fn push_small_tree(&self, d: &Daemon, name: &str) {
+        let out = self.push_small_tree_as(&self.client_key, d, name);
+        assert_exit(&out, 0);
+        let (want, got) = (snapshot(&self.path("src")), snapshot(&self.rw.join(name)));
+        assert!(differences(&want, &got).is_empty());
+    }
+
+    pub fn options(&self) -> DaemonOptions {
+        DaemonOptions {
+            key: self.client_key.clone(),
+            server_key: Some(pub_of(&self.server_key)),
+            ..Default::default()
+        }
+    }
+
     /// `accord mirror ARGS` as the authorized client, the server's key
     /// given with --server-key, and a config directory of its own.
     pub fn mirror(&self, args: &[&str]) -> Output {
@@ -98,18 +133,21 @@ impl World {
     }
 }
 
+/// The daemon's log, and a signal for each line added.
+pub type Log = Arc<(Mutex<Vec<String>>, Condvar)>;
+
 /// A running daemon; its log lines are collected.
 pub struct Daemon {
     pub child: Child,
     pub port: u16,
-    pub log: Arc<Mutex<Vec<String>>>,
+    pub log: Log,
 }
 
 impl Daemon {
     pub fn start(mut cmd: Command) -> Daemon {
         let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
+        let log: Log = Arc::default();
         let (tx, rx) = mpsc::channel();
         let kept = log.clone();
         std::thread::spawn(move || {
@@ -118,12 +156,13 @@ impl Daemon {
                     let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
                     let _ = tx.send(port.parse::<u16>().unwrap());
                 }
-                kept.lock().unwrap().push(line);
+                kept.0.lock().unwrap().push(line);
+                kept.1.notify_all();
             }
         });
         let port = rx
             .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("the daemon did not start: {:?}", log.lock().unwrap()));
+            .unwrap_or_else(|_| panic!("the daemon did not start: {:?}", log.0.lock().unwrap()));
         Daemon { child, port, log }
     }
 
@@ -131,16 +170,80 @@ impl Daemon {
         format!("accord://127.0.0.1:{}/{path}", self.port)
     }
 
-    pub fn assert_alive(&mut self) {
-        assert!(
-            self.child.try_wait().unwrap().is_none(),
-            "the daemon died: {:?}",
-            self.log.lock().unwrap()
-        );
+    pub fn lines(&self) -> Vec<String> {
+        self.log.0.lock().unwrap().clone()
     }
 
     pub fn log_has(&self, needle: &str) -> bool {
-        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+        self.count(needle) > 0
+    }
+
+    pub fn count(&self, needle: &str) -> usize {
+        let lines = self.log.0.lock().unwrap();
+        lines.iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Wait until `n` lines contain `needle` (panics after `timeout`).
+    pub fn wait_lines(&self, needle: &str, n: usize, timeout: Duration) {
+        let give_up = Instant::now() + timeout;
+        let mut lines = self.log.0.lock().unwrap();
+        while lines.iter().filter(|l| l.contains(needle)).count() < n {
+            let left = give_up.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "no {n} lines with {needle:?} in {lines:#?}"
+            );
+            lines = self.log.1.wait_timeout(lines, left).unwrap().0;
+        }
+    }
+
+    /// The peer (address:port) of the session that opened `root` in
+    /// module rw, once it has.
+    pub fn peer_of(&self, root: &str) -> String {
+        let needle = format!(": module rw, path \"{root}\"");
+        self.wait_lines(&needle, 1, Duration::from_secs(5));
+        let lines = self.lines();
+        let line = lines.iter().find(|l| l.contains(&needle)).unwrap();
+        let peer = line.trim_start_matches("accord server: ");
+        peer.split(": module").next().unwrap().to_string()
+    }
+
+    /// Drop `held`, a session on `root`, and wait until the daemon has
+    /// ended it (its place is free again).
+    pub fn end_session(&self, held: accord_remote::RemoteReplica, root: &str) {
+        let peer = self.peer_of(root);
+        drop(held);
+        self.wait_lines(&format!("{peer}: closed after"), 1, Duration::from_secs(5));
+    }
+
+    /// The daemon's connection threads, as now.
+    pub fn connection_threads(&self) -> usize {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.child.id())).unwrap();
+        let names = tasks.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok());
+        names.filter(|n| n.starts_with("accord-session")).count()
+    }
+
+    /// Wait until the daemon has taken in `n` connections (a thread
+    /// each); nothing to wait on but its threads, so look every 20 ms.
+    pub fn wait_threads(&self, n: usize, timeout: Duration) {
+        let give_up = Instant::now() + timeout;
+        while self.connection_threads() < n {
+            assert!(
+                Instant::now() < give_up,
+                "{} connection threads, not {n}: {:#?}",
+                self.connection_threads(),
+                self.lines()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn assert_alive(&mut self) {
+        assert!(
+            self.child.try_wait().unwrap().is_none(),
+            "the daemon died: {:#?}",
+            self.lines()
+        );
     }
 }
 
