@@ -65,9 +65,9 @@ pub struct Budget {
 /// Why a charge failed, in the user's words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OverBudget {
-    #[error("{what} needs more than this connection's memory budget ({} MiB)", mib(*.limit))]
+    #[error("holding {what} would take more than this connection's memory budget ({} MiB)", mib(*.limit))]
     Connection { what: &'static str, limit: u64 },
-    #[error("{what} does not fit in the memory the server has left for its connections ({} MiB in all); try again later", mib(*.limit))]
+    #[error("holding {what} would take more than the memory the server has left for its connections ({} MiB in all); try again later", mib(*.limit))]
     Pool { what: &'static str, limit: u64 },
 }
 
