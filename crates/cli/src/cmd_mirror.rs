@@ -3,12 +3,12 @@
 
 use crate::exit;
 use accord_engine::{
-    DeltaMode, Kinds, MaxDelete, MirrorConfig, MirrorOptions, Progress, Reflink, Report,
+    DeltaMode, Kinds, MaxDelete, MirrorConfig, MirrorOptions, Progress, Reflink, Report, Selection,
     TransferOptions, XattrFilter,
 };
 use accord_remote::{parse_remote, RemoteSpec, RootMode};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum When {
@@ -20,123 +20,224 @@ pub enum When {
 /// Make DST an exact copy of SRC (SRC's contents go into DST, which is
 /// created if missing). Extra entries in DST are deleted, guarded.
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
-(fatal error or deletion guard, a lost connection), 64 usage error, 69 a remote root that \
-could not be reached or refused the session (ssh failed, no accord on the far side, another \
-protocol version, an unknown or wrong key, a read-only module)."
-)]
+#[command(after_help = MIRROR_AFTER_HELP)]
 pub struct MirrorArgs {
     /// Source directory: a local path, [USER@]HOST:PATH,
     /// ssh://[USER@]HOST[:PORT]/PATH or accord://HOST[:PORT]/MODULE/PATH
     /// (for a local path with a colon before its first slash, write
-    /// ./NAME:REST).
+    /// ./NAME:REST). SRC and SRC/ mean the same: its contents.
     src: PathBuf,
     /// Destination directory (created if missing), local or remote like SRC.
     dst: PathBuf,
 
-    /// Print the plan and change nothing.
-    #[arg(short = 'n', long)]
+    /// Show what would change and change nothing.
+    #[arg(short = 'n', long, help_heading = "Output")]
     dry_run: bool,
-    /// List each change (created, updated, metadata, deleted), one per line.
-    #[arg(short = 'i', long)]
+    /// List each change (created, updated, metadata, deleted), one per
+    /// line, and end with a summary even off a terminal.
+    #[arg(short = 'v', long, action = clap::ArgAction::Count, help_heading = "Output")]
+    verbose: u8,
+    /// List each change, one per line (as -v, without the summary).
+    #[arg(short = 'i', long, help_heading = "Output")]
     itemize: bool,
+    /// Show the progress line (the default on a terminal; -P is
+    /// rsync's --partial --progress: partial files are always kept).
+    #[arg(long, help_heading = "Output")]
+    progress: bool,
+    #[arg(short = 'P', hide = true)]
+    partial_progress: bool,
+    /// Print the run's figures as `Name: value` lines on stdout at the end.
+    #[arg(long, help_heading = "Output")]
+    stats: bool,
     /// Print one JSON object with the run's figures on stdout at the end.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     json: bool,
     /// No progress display and no summary.
-    #[arg(short = 'q', long)]
+    #[arg(short = 'q', long, help_heading = "Output")]
     quiet: bool,
-    /// Compare contents (BLAKE3) instead of size and modification time.
-    #[arg(short = 'c', long)]
-    checksum: bool,
 
-    /// Keep entries of DST that are not in SRC.
-    #[arg(long)]
-    keep_extra: bool,
-    /// Delete extra entries in DST (the default).
-    #[arg(long, conflicts_with = "keep_extra")]
+    /// Compare contents (BLAKE3) instead of size and modification time.
+    #[arg(short = 'c', long, help_heading = "Which files are written")]
+    checksum: bool,
+    /// A file of the same size is up to date, whatever its modification time.
+    #[arg(
+        long,
+        conflicts_with = "checksum",
+        help_heading = "Which files are written"
+    )]
+    size_only: bool,
+    /// Leave alone every entry that exists in DST (new ones are still made).
+    #[arg(long, help_heading = "Which files are written")]
+    ignore_existing: bool,
+    /// Do not write source files larger than SIZE (4096, 100K, 5M, 1G);
+    /// DST's file of that name is kept.
+    #[arg(long, value_name = "SIZE", help_heading = "Which files are written")]
+    max_size: Option<String>,
+    /// Do not write source files smaller than SIZE; DST's file of that name is kept.
+    #[arg(long, value_name = "SIZE", help_heading = "Which files are written")]
+    min_size: Option<String>,
+
+    /// Exclude entries matching PATTERN (gitignore syntax; repeatable; the
+    /// first of --exclude, --include, --filter to match decides, as in rsync).
+    #[arg(long, value_name = "PATTERN", help_heading = "Selection")]
+    exclude: Vec<String>,
+    /// Keep entries matching PATTERN that a later --exclude would leave out
+    /// (e.g. --include '*/' --include '*.c' --exclude '*').
+    #[arg(long, value_name = "PATTERN", help_heading = "Selection")]
+    include: Vec<String>,
+    /// An rsync filter rule: "- PATTERN", "+ PATTERN", "merge FILE", "clear".
+    #[arg(
+        short = 'f',
+        long,
+        value_name = "RULE",
+        allow_hyphen_values = true,
+        help_heading = "Selection"
+    )]
+    filter: Vec<String>,
+    /// Read exclude patterns from FILE (gitignore syntax, `!` lines included).
+    #[arg(long, value_name = "FILE", help_heading = "Selection")]
+    exclude_from: Vec<PathBuf>,
+    /// Ignore .accordignore files.
+    #[arg(long, help_heading = "Selection")]
+    no_ignore_files: bool,
+
+    /// Delete extra entries in DST (the default, unlike rsync).
+    #[arg(long, conflicts_with = "keep_extra", help_heading = "Deletion")]
     delete: bool,
+    /// Keep entries of DST that are not in SRC (rsync's default).
+    #[arg(long, help_heading = "Deletion")]
+    keep_extra: bool,
     /// Most deletions allowed: a count, or a percentage of DST's entries ("50%").
-    #[arg(long, value_name = "N|P%", default_value = "50%")]
+    #[arg(
+        long,
+        value_name = "N|P%",
+        default_value = "50%",
+        help_heading = "Deletion"
+    )]
     max_delete: String,
     /// Override the deletion guard (empty source, changed source root, --max-delete).
-    #[arg(long)]
+    #[arg(long, help_heading = "Deletion")]
     force: bool,
 
+    /// Keep owner and group even when not root.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    owner: bool,
+    /// Do not keep owner and group.
+    #[arg(
+        long,
+        conflicts_with = "owner",
+        help_heading = "Metadata (all kept by default)"
+    )]
+    no_owner: bool,
+    /// Do not keep permissions.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_perms: bool,
+    /// Do not keep modification times.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_times: bool,
+    /// Do not keep extended attributes.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_xattrs: bool,
+    /// Do not keep POSIX ACLs.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_acls: bool,
+    /// Copy hard-linked files separately.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_hard_links: bool,
+    /// Skip symlinks.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_symlinks: bool,
+    /// Skip fifos and sockets.
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_specials: bool,
+    /// Skip device nodes (the default when not root).
+    #[arg(long, help_heading = "Metadata (all kept by default)")]
+    no_devices: bool,
+    #[command(flatten)]
+    rsync_letters: RsyncLetters,
+
     /// Whole-file copies share extents with the source when the file system can.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Transfer")]
     reflink: When,
     /// Delta transfer against the old version (auto: when it writes fewer bytes).
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Transfer")]
     delta: When,
     /// Rebuild changed files in their own storage instead of temp + rename
     /// (a delta against the old version; not with --delta never).
-    #[arg(long)]
+    #[arg(long, help_heading = "Transfer")]
     inplace: bool,
     /// Skip the fsyncs (faster; a crash may lose the latest writes).
-    #[arg(long)]
+    #[arg(long, help_heading = "Transfer")]
     no_fsync: bool,
     /// Worker threads (0 or unset: twice the cores, at least 4). At most
     /// 1024: each is an OS thread with its own stack and buffers, and more
     /// than that only adds memory and contention on any one machine.
-    #[arg(short = 'j', long, default_value_t = 0, value_name = "N",
+    #[arg(short = 'j', long, default_value_t = 0, value_name = "N", help_heading = "Transfer",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_JOBS))]
     jobs: usize,
 
-    /// Keep owner and group even when not root.
-    #[arg(long)]
-    owner: bool,
-    /// Do not keep owner and group.
-    #[arg(long, conflicts_with = "owner")]
-    no_owner: bool,
-    /// Do not keep permissions.
-    #[arg(long)]
-    no_perms: bool,
-    /// Do not keep modification times.
-    #[arg(long)]
-    no_times: bool,
-    /// Do not keep extended attributes.
-    #[arg(long)]
-    no_xattrs: bool,
-    /// Do not keep POSIX ACLs.
-    #[arg(long)]
-    no_acls: bool,
-    /// Copy hard-linked files separately.
-    #[arg(long)]
-    no_hard_links: bool,
-    /// Skip symlinks.
-    #[arg(long)]
-    no_symlinks: bool,
-    /// Skip fifos and sockets.
-    #[arg(long)]
-    no_specials: bool,
-    /// Skip device nodes (the default when not root).
-    #[arg(long)]
-    no_devices: bool,
-
-    /// Exclude entries matching PATTERN (gitignore syntax; repeatable).
-    #[arg(long, value_name = "PATTERN")]
-    exclude: Vec<String>,
-    /// Read exclude patterns from FILE (gitignore syntax).
-    #[arg(long, value_name = "FILE")]
-    exclude_from: Vec<PathBuf>,
-    /// Ignore .accordignore files.
-    #[arg(long)]
-    no_ignore_files: bool,
-
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Remote roots")]
     remote: crate::remote_args::RemoteArgs,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Task runs and clusters")]
     tasks: crate::cmd_tasks::TaskArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Task runs and clusters")]
     queue: crate::cmd_tasks::QueueArgs,
 
     /// Where the deletion guard remembers the source root.
     #[arg(long, hide = true)]
     state_dir: Option<PathBuf>,
 }
+
+/// rsync's letters for what it keeps, accepted so that `-a` and friends
+/// work as typed: Accord keeps all of these by default (see after_help).
+#[derive(clap::Args, Debug)]
+struct RsyncLetters {
+    #[arg(short = 'a', long = "archive", hide = true)]
+    archive: bool,
+    #[arg(short = 'r', long = "recursive", hide = true)]
+    recursive: bool,
+    #[arg(short = 'l', long = "links", hide = true)]
+    links: bool,
+    #[arg(short = 'p', long = "perms", hide = true)]
+    perms: bool,
+    #[arg(short = 't', long = "times", hide = true)]
+    times: bool,
+    #[arg(short = 'g', long = "group", hide = true)]
+    group: bool,
+    #[arg(short = 'o', hide = true)]
+    owner_if_root: bool,
+    #[arg(short = 'D', hide = true)]
+    devices_specials: bool,
+    #[arg(long = "devices", hide = true)]
+    devices: bool,
+    #[arg(long = "specials", hide = true)]
+    specials: bool,
+    #[arg(short = 'H', long = "hard-links", hide = true)]
+    hard_links: bool,
+    #[arg(short = 'A', long = "acls", hide = true)]
+    acls: bool,
+    #[arg(short = 'X', long = "xattrs", hide = true)]
+    xattrs: bool,
+    #[arg(long = "partial", hide = true)]
+    partial: bool,
+}
+
+const MIRROR_AFTER_HELP: &str = "\
+Where Accord differs from rsync:
+  SRC and SRC/ mean the same: SRC's contents go into DST (rsync's SRC/).
+  Extra entries in DST are deleted by default (rsync's --delete), guarded
+  by --max-delete; --keep-extra keeps them.
+  Everything is kept by default: -a, -r, -l, -p, -t, -g, -o, -D, -H, -A, -X
+  and --partial are accepted and change nothing (use the --no-* flags to
+  leave something out).
+  Patterns are gitignore's: a pattern with a slash in the middle is anchored
+  at SRC (rsync matches it at any depth: write **/a/b).
+
+Exit status: 0 all done, 2 some paths failed, 3 the run stopped \
+(fatal error or deletion guard, a lost connection), 64 usage error, 69 a remote root that \
+could not be reached or refused the session (ssh failed, no accord on the far side, another \
+protocol version, an unknown or wrong key, a read-only module).";
 
 /// Most worker threads `--jobs` accepts (see its help).
 pub const MAX_JOBS: u64 = 1024;
@@ -172,16 +273,19 @@ pub fn default_state_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/accord"))
 }
 
-pub fn run(args: MirrorArgs) -> i32 {
+pub fn run(args: MirrorArgs, matches: &clap::ArgMatches) -> i32 {
     let is_root = unsafe { libc::geteuid() } == 0;
     let remote = match check_roots_and_flags(&args) {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let cfg = match mirror_config(&args, is_root) {
+    let cfg = match mirror_config(&args, matches, is_root) {
         Ok(cfg) => cfg,
         Err(code) => return code,
     };
+    if !args.quiet && !args.json && remote == (None, None) {
+        note_where_contents_go(&args.src, &args.dst);
+    }
     if args.tasks.chosen() {
         let shown = !args.quiet && std::io::stderr().is_terminal();
         return crate::cmd_tasks::mirror(
@@ -190,7 +294,11 @@ pub fn run(args: MirrorArgs) -> i32 {
             &cfg,
             &args.tasks,
             &args.queue,
-            shown,
+            crate::cmd_tasks::Shown {
+                terminal: shown,
+                summary: shown || args.verbose > 0,
+                stats: args.stats,
+            },
         );
     }
     let progress = Progress::default();
@@ -207,6 +315,33 @@ pub fn run(args: MirrorArgs) -> i32 {
         Err(code) => return code,
     };
     output(&args, &report, wire)
+}
+
+/// rsync copies SRC itself into DST unless SRC ends in a slash; Accord
+/// always copies SRC's contents. Said once, when it first matters: the
+/// destination is about to be made under another name than SRC's, where
+/// an rsync user would have expected DST/NAME.
+fn note_where_contents_go(src: &Path, dst: &Path) {
+    let Some(text) = src.to_str() else { return };
+    if text.ends_with('/') || dst.exists() || !src.is_dir() {
+        return;
+    }
+    if accord_fsys::nesting(src, dst).is_some() {
+        return;
+    }
+    let (Some(name), Some(dst_name)) = (src.file_name(), dst.file_name()) else {
+        return;
+    };
+    if name == dst_name {
+        return;
+    }
+    eprintln!(
+        "accord mirror: note: the contents of {text} go into {} (as rsync does for {text}/; \
+         rsync without the slash would make {}/{})",
+        dst.display(),
+        dst.display(),
+        name.to_string_lossy()
+    );
 }
 
 /// The roots (at most one remote) and the flags that cannot go together;
@@ -236,9 +371,10 @@ fn check_roots_and_flags(
                 "task runs (--executor tasks, --cluster) take local roots only",
             ));
         }
-        if args.itemize || args.json || args.dry_run {
+        if args.itemize || args.verbose > 0 || args.json || args.dry_run {
             return Err(usage(
-                "task runs (--executor tasks, --cluster) have no --itemize, --json or --dry-run",
+                "task runs (--executor tasks, --cluster) have no -v, --itemize, --json or \
+                 --dry-run: run without --executor tasks to see each change",
             ));
         }
     }
@@ -260,25 +396,64 @@ fn parse_max_delete(text: &str) -> Result<MaxDelete, i32> {
     parsed.ok_or_else(|| usage(&format!("bad --max-delete value {s:?}: use N or P%")))
 }
 
-/// `--exclude` patterns, then the lines of each `--exclude-from` file.
-fn excludes(args: &MirrorArgs) -> Result<Vec<String>, i32> {
-    let mut excludes = args.exclude.clone();
-    for f in &args.exclude_from {
-        match std::fs::read(f) {
-            Ok(b) => excludes.extend(String::from_utf8_lossy(&b).lines().map(|l| l.to_string())),
-            Err(e) => {
-                return Err(usage(&format!(
-                    "cannot read --exclude-from {}: {e}",
-                    f.display()
-                )))
-            }
-        }
+/// `--exclude`, `--include`, `--filter` and `--exclude-from`, in their
+/// order, as the engine's gitignore lines (see `mirror_rules`).
+fn excludes(matches: &clap::ArgMatches) -> Result<Vec<String>, i32> {
+    crate::mirror_rules::from_matches(matches)
+        .and_then(crate::mirror_rules::to_gitignore)
+        .map_err(|e| usage(&e))
+}
+
+/// rsync's sizes: `4096`, `100K`, `1.5M`, `1G` (powers of 1024; `KB`,
+/// `MB`, `GB` are powers of 1000; `KiB`, `MiB`, `GiB` as `K`, `M`, `G`).
+pub fn parse_size(flag: &str, text: &str) -> Result<u64, i32> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let multiplier = size_unit(&unit.to_ascii_lowercase());
+    let value = num.parse::<f64>().ok().filter(|v| v.is_finite());
+    match (value, multiplier) {
+        (Some(v), Some(m)) if v * m <= u64::MAX as f64 => Ok((v * m) as u64),
+        _ => Err(usage(&format!(
+            "bad {flag} value {text:?}: use a size such as 4096, 100K, 1.5M or 2G"
+        ))),
     }
-    Ok(excludes)
+}
+
+/// The bytes in one of a size's units (lower case), as rsync reads them.
+fn size_unit(unit: &str) -> Option<f64> {
+    if unit.is_empty() || unit == "b" {
+        return Some(1.0);
+    }
+    let (letter, rest) = unit.split_at(1);
+    let power = "kmgtp".find(letter)? as i32 + 1;
+    let base = match rest {
+        "" | "ib" => 1024.0_f64,
+        "b" => 1000.0,
+        _ => return None,
+    };
+    Some(base.powi(power))
+}
+
+/// `--min-size`, `--max-size`, `--size-only`, `--ignore-existing`.
+fn selection(args: &MirrorArgs) -> Result<Selection, i32> {
+    let bound = |flag, v: &Option<String>| v.as_deref().map(|t| parse_size(flag, t)).transpose();
+    Ok(Selection {
+        size_only: args.size_only,
+        ignore_existing: args.ignore_existing,
+        min_size: bound("--min-size", &args.min_size)?,
+        max_size: bound("--max-size", &args.max_size)?,
+    })
 }
 
 /// What the engine is told, from the arguments.
-fn mirror_config(args: &MirrorArgs, is_root: bool) -> Result<MirrorConfig, i32> {
+fn mirror_config(
+    args: &MirrorArgs,
+    matches: &clap::ArgMatches,
+    is_root: bool,
+) -> Result<MirrorConfig, i32> {
     let plan = MirrorOptions {
         delete: !args.keep_extra,
         max_delete: parse_max_delete(&args.max_delete)?,
@@ -302,6 +477,7 @@ fn mirror_config(args: &MirrorArgs, is_root: bool) -> Result<MirrorConfig, i32> 
             },
             inplace: args.inplace,
         },
+        select: selection(args)?,
     };
     Ok(MirrorConfig {
         plan,
@@ -310,7 +486,7 @@ fn mirror_config(args: &MirrorArgs, is_root: bool) -> Result<MirrorConfig, i32> 
             acls: !args.no_acls,
             user_only: false,
         },
-        excludes: excludes(args)?,
+        excludes: excludes(matches)?,
         ignore_files: !args.no_ignore_files,
         reflink: match args.reflink {
             When::Auto => Reflink::Auto,
@@ -470,27 +646,13 @@ fn output(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) -> i32 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.dry_run {
-        if let Some(plan) = &r.plan {
-            if !args.json {
-                for line in plan.items().filter_map(dry_run_line) {
-                    let _ = writeln!(out, "{line}");
-                }
-                let s = &plan.summary;
-                let _ = writeln!(
-                    out,
-                    "dry run: {} files to write ({} bytes), {} to delete{}; nothing was changed",
-                    s.files_to_write,
-                    s.bytes_to_write,
-                    s.deletes,
-                    if s.extras_kept > 0 {
-                        format!(", {} extra entries kept", s.extras_kept)
-                    } else {
-                        String::new()
-                    }
-                );
+        if let (Some(plan), false) = (&r.plan, args.json) {
+            for line in plan.items().filter_map(dry_run_line) {
+                let _ = writeln!(out, "{line}");
             }
+            let _ = writeln!(out, "{}", dry_run_summary(&plan.summary));
         }
-    } else if args.itemize {
+    } else if args.itemize || args.verbose > 0 {
         for (c, p) in &r.changes {
             let _ = writeln!(out, "{:<9} {}", c.name(), p.display());
         }
@@ -518,11 +680,13 @@ fn output(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) -> i32 {
         let json = serde_json::to_string(&report)
             .unwrap_or_else(|e| format!("{{\"fatal\":\"cannot encode the report: {e}\"}}"));
         let _ = writeln!(out, "{json}");
-    } else if !args.quiet && !args.dry_run && std::io::stderr().is_terminal() {
-        eprintln!(
-            "accord mirror: {} files, {} transferred, {} deleted, {} bytes written in {:.2}s",
-            r.files_total, r.files_transferred, r.files_deleted, r.bytes_written, r.elapsed_s
-        );
+    }
+    if args.stats && !args.json {
+        let _ = write!(out, "{}", stats(r, wire));
+    }
+    let summary = std::io::stderr().is_terminal() || args.verbose > 0;
+    if !args.quiet && !args.dry_run && !args.json && summary {
+        eprintln!("accord mirror: {}", crate::summary::line(&figures(r)));
     }
     let _ = out.flush();
     if r.fatal.is_some() || r.refusal.is_some() {
@@ -532,4 +696,64 @@ fn output(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) -> i32 {
     } else {
         exit::OK
     }
+}
+
+/// What a dry run would do, in the summary's words.
+fn dry_run_summary(s: &accord_engine::PlanSummary) -> String {
+    use crate::summary::{bytes, count};
+    let mut line = format!(
+        "dry run: {} of {} files to write ({}), {} to delete",
+        count(s.files_to_write as u64),
+        count(s.files_total as u64),
+        bytes(s.bytes_to_write),
+        count(s.deletes as u64)
+    );
+    if s.extras_kept > 0 {
+        line += &format!(", {} extra entries kept", count(s.extras_kept as u64));
+    }
+    line + "; nothing was changed"
+}
+
+fn figures(r: &Report) -> crate::summary::Figures {
+    crate::summary::Figures {
+        files_total: r.files_total,
+        files_written: r.files_transferred,
+        bytes_written: r.bytes_written,
+        deleted: r.files_deleted,
+        elapsed_s: r.elapsed_s,
+    }
+}
+
+/// `--stats`: every figure of the run, one `Name: value` line each.
+fn stats(r: &Report, wire: Option<(u64, u64)>) -> String {
+    use crate::summary::{duration, stat_bytes, stat_count};
+    let mut out = String::new();
+    stat_count(&mut out, "Files in the source", r.files_total);
+    stat_bytes(&mut out, "Bytes in the source", r.bytes_total);
+    stat_count(&mut out, "Files written", r.files_transferred);
+    stat_bytes(&mut out, "Bytes written", r.bytes_written);
+    stat_bytes(&mut out, "Literal bytes", r.literal_bytes);
+    stat_bytes(&mut out, "Matched bytes", r.matched_bytes);
+    stat_count(&mut out, "Directories made", r.dirs_created);
+    stat_count(&mut out, "Hard links made", r.links_created);
+    stat_count(
+        &mut out,
+        "Symlinks and special files made",
+        r.others_created,
+    );
+    stat_count(&mut out, "Metadata updated", r.metadata_updated);
+    stat_count(&mut out, "Entries deleted", r.files_deleted);
+    stat_count(&mut out, "Errors", r.errors.len() as u64);
+    if let Some((sent, received)) = wire {
+        stat_bytes(&mut out, "Bytes sent", sent);
+        stat_bytes(&mut out, "Bytes received", received);
+    }
+    out += &format!(
+        "Time: {} (scan {}, plan {}, transfer {})\n",
+        duration(r.elapsed_s),
+        duration(r.scan_s),
+        duration(r.plan_s),
+        duration(r.execute_s)
+    );
+    out
 }

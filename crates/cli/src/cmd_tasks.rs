@@ -139,13 +139,13 @@ pub fn mirror(
     cfg: &MirrorConfig,
     args: &TaskArgs,
     queue_args: &QueueArgs,
-    terminal: bool,
+    shown: Shown,
 ) -> i32 {
     if cfg.dry_run {
         eprintln!("accord mirror: --dry-run is not supported by task runs (use the walk)");
         return exit::USAGE;
     }
-    let roots = absolute(src, false).and_then(|s| Ok((s, absolute(dst, true)?)));
+    let roots = source_root(src).and_then(|s| Ok((s, destination_root(src, dst)?)));
     let (src, dst) = match roots {
         Ok(r) => r,
         Err(e) => {
@@ -163,27 +163,65 @@ pub fn mirror(
         _ => {
             // As the walk: failures always, progress and the summary
             // line on a terminal.
-            local_mirror(
-                &spec,
-                threads(cfg.jobs),
-                queue_args,
-                &cfg.state_dir,
-                terminal,
-            )
+            local_mirror(&spec, threads(cfg.jobs), queue_args, &cfg.state_dir, shown)
         }
     }
 }
 
+/// What a local task run shows of itself (as the walk does).
+#[derive(Clone, Copy, Debug)]
+pub struct Shown {
+    /// Progress on the terminal.
+    pub terminal: bool,
+    /// The summary line at the end (a terminal, or -v).
+    pub summary: bool,
+    /// `--stats` on stdout.
+    pub stats: bool,
+}
+
+/// The source root as every worker names it: an absolute directory, or a
+/// message that says why not (before the destination is made).
+fn source_root(src: &Path) -> Result<PathBuf, String> {
+    let abs = absolute(src, false)?;
+    if !abs.is_dir() {
+        return Err(format!(
+            "the source {} is not a directory: accord mirror makes a directory a copy of \
+             another; nothing was changed",
+            src.display()
+        ));
+    }
+    Ok(abs)
+}
+
+/// The destination root, made if missing, once it is known that it can
+/// be one (the walk's checks, before anything is made).
+fn destination_root(src: &Path, dst: &Path) -> Result<PathBuf, String> {
+    if let Some(why) = accord_fsys::nesting(src, dst) {
+        return Err(format!(
+            "{why}; nothing was changed (choose a destination outside the source)"
+        ));
+    }
+    if dst.exists() && !dst.is_dir() {
+        return Err(format!(
+            "the destination {} exists and is not a directory; nothing was changed \
+             (name a directory, or a path that does not exist yet)",
+            dst.display()
+        ));
+    }
+    absolute(dst, true)
+}
+
 /// The local executor: threads of this process over an in-memory queue.
 /// `memo_dir`: where the roots' memos are kept (the mirror's state
-/// directory); `show_progress`: draw progress and the summary line.
+/// directory).
 fn local_mirror(
     spec: &RunSpec,
     jobs: usize,
     queue_args: &QueueArgs,
     memo_dir: &Option<PathBuf>,
-    show_progress: bool,
+    shown: Shown,
 ) -> i32 {
+    let show_progress = shown.terminal;
     let started = Instant::now();
     let _lock = match accord_engine::lock_destination(spec) {
         Ok(l) => l,
@@ -206,14 +244,14 @@ fn local_mirror(
     let queues: Vec<&dyn TaskQueue> = vec![&queue; jobs];
     let stop = AtomicBool::new(false);
     let progress = Progress::default();
-    let shown = show_progress.then_some(&progress);
-    let ends = crate::progress::while_showing(shown, true, || {
+    let drawn = show_progress.then_some(&progress);
+    let ends = crate::progress::while_showing(drawn, true, || {
         accord_engine::run_workers(&queues, spec, &opts, &progress, &stop)
     });
     if let Some(code) = fatal_end(&ends, "accord mirror") {
         return code;
     }
-    let code = local_summary(&queue, started, show_progress);
+    let code = local_summary(&queue, started, shown);
     if accord_engine::run_over(&queue).unwrap_or(false) && code != exit::FATAL {
         accord_engine::tasks::remember_source(spec, memo_dir.clone());
     }
@@ -287,7 +325,7 @@ impl LocalFigures {
 /// terminal and not silenced), the walk's summary line; the exit status
 /// they make. The tasks the run was cut into are its own business: a
 /// cluster run's status line shows them (`summary`).
-fn local_summary(queue: &dyn TaskQueue, started: Instant, summary_line: bool) -> i32 {
+fn local_summary(queue: &dyn TaskQueue, started: Instant, shown: Shown) -> i32 {
     let who = "accord mirror";
     let f = match LocalFigures::read(queue) {
         Ok(f) => f,
@@ -300,15 +338,18 @@ fn local_summary(queue: &dyn TaskQueue, started: Instant, summary_line: bool) ->
     if let Some(why) = &f.paused_why {
         eprintln!("{who}: paused: {why}; {LOCAL_ADVICE}");
     }
-    if summary_line {
-        eprintln!(
-            "{who}: {} files, {} transferred, {} deleted, {} bytes written in {:.2}s",
-            f.files_total,
-            f.transferred,
-            f.deleted,
-            f.bytes_written,
-            started.elapsed().as_secs_f64()
-        );
+    let figures = crate::summary::Figures {
+        files_total: f.files_total.max(0) as u64,
+        files_written: f.transferred.max(0) as u64,
+        bytes_written: f.bytes_written.max(0) as u64,
+        deleted: f.deleted.max(0) as u64,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    if shown.stats {
+        print!("{}", local_stats(&figures, errors));
+    }
+    if shown.summary {
+        eprintln!("{who}: {}", crate::summary::line(&figures));
     }
     match (errors, f.finished) {
         _ if f.fatal => exit::FATAL,
@@ -316,6 +357,19 @@ fn local_summary(queue: &dyn TaskQueue, started: Instant, summary_line: bool) ->
         (0, false) => exit::FATAL,
         _ => exit::PARTIAL,
     }
+}
+
+/// `--stats` of a local task run: the figures it counts, with the walk's names.
+fn local_stats(f: &crate::summary::Figures, errors: usize) -> String {
+    use crate::summary::{duration, stat_bytes, stat_count};
+    let mut out = String::new();
+    stat_count(&mut out, "Files in the source", f.files_total);
+    stat_count(&mut out, "Files written", f.files_written);
+    stat_bytes(&mut out, "Bytes written", f.bytes_written);
+    stat_count(&mut out, "Entries deleted", f.deleted);
+    stat_count(&mut out, "Errors", errors as u64);
+    out += &format!("Time: {}\n", duration(f.elapsed_s));
+    out
 }
 
 /// The run's figures, its failures, and the exit status they make;

@@ -12,8 +12,10 @@ mod cmd_tasks;
 mod cmd_union;
 mod cmd_worker;
 mod exit;
+mod mirror_rules;
 mod progress;
 mod remote_args;
+mod summary;
 mod sync_profile;
 mod sync_rules;
 mod sync_tui;
@@ -22,7 +24,7 @@ mod sync_tui_view;
 mod sync_watch;
 mod sync_watch_remote;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 // The system allocator (glibc): a walk allocates and frees a few small
 // objects per entry on several threads, and mimalloc kept the pages freed
@@ -68,8 +70,13 @@ fn main() {
             std::process::exit(exit::USAGE);
         }
     };
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
+    // The matches are kept: a mirror's --exclude, --include and --filter
+    // decide in the order they were given (see mirror_rules).
+    let parsed = Cli::command()
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(err) => {
             let code = match err.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
@@ -81,7 +88,10 @@ fn main() {
     };
     let code = match cli.command {
         Command::Sync(args) => cmd_sync::run(args),
-        Command::Mirror(args) => cmd_mirror::run(args),
+        Command::Mirror(args) => {
+            let m = matches.subcommand_matches("mirror").unwrap_or(&matches);
+            cmd_mirror::run(args, m)
+        }
         Command::Delta(args) => cmd_delta::run(args),
         Command::Union(args) => cmd_union::run(args),
         Command::Server(args) => cmd_server::run(args),

@@ -29,7 +29,7 @@ pub mod sync_plan {
 }
 pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,
-    MirrorPlan, Op, Refusal, TransferOptions,
+    MirrorPlan, Op, Refusal, Selection, Summary as PlanSummary, TransferOptions,
 };
 pub use accord_replica::{
     local_identity, Action, ArchiveRecord, Deleted, End, Error, Incoming, LocalOptions,

@@ -19,6 +19,7 @@ mod rules;
 mod scan;
 pub mod watch;
 mod watch_rules;
+mod words;
 mod xattr;
 
 pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
@@ -33,6 +34,7 @@ pub use scan::{
     dir_entry, list_dir, list_dir_pair, list_opened_dir, read_ignore_file, scan, scan_pair,
     walk_pair, DirVisit, Listing, Scan, ScanOptions,
 };
+pub use words::{io_words, IoWords};
 pub use xattr::XattrFilter;
 
 use accord_model::{validate_name, Kind, Props, RelPath, Time, Xattr};
@@ -126,7 +128,7 @@ fn cvt_retry(mut f: impl FnMut() -> libc::c_int) -> io::Result<libc::c_int> {
 /// Why a mirror from `src` to `dst` would be unsafe because one is inside
 /// the other (after resolving symlinks), or `None`.
 pub fn nesting(src: &std::path::Path, dst: &std::path::Path) -> Option<String> {
-    let (Ok(s), Ok(d)) = (std::fs::canonicalize(src), std::fs::canonicalize(dst)) else {
+    let (Some(s), Some(d)) = (canonical_to_be(src), canonical_to_be(dst)) else {
         return None;
     };
     if s != d && s.starts_with(&d) {
@@ -144,6 +146,30 @@ pub fn nesting(src: &std::path::Path, dst: &std::path::Path) -> Option<String> {
         ));
     }
     None
+}
+
+/// The canonical path `p` has or will have once created: its deepest
+/// existing ancestor canonicalized, with the missing names after it (so a
+/// destination can be checked before it is made).
+fn canonical_to_be(p: &std::path::Path) -> Option<std::path::PathBuf> {
+    let mut missing = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(at) {
+            return Some(missing.iter().rev().fold(c, |c, name| c.join(name)));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_os_string());
+                at = if parent.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    parent
+                };
+            }
+            _ => return None,
+        }
+    }
 }
 
 pub fn is_no_space(e: &io::Error) -> bool {

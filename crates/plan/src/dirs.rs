@@ -137,6 +137,14 @@ impl Acc {
     }
 }
 
+/// A source non-directory that `--ignore-existing`, `--min-size` or
+/// `--max-size` leaves alone when the destination has something at its
+/// path: whatever is there stays, of whatever kind.
+fn left_alone(s: &Entry, o: &MirrorOptions) -> bool {
+    s.kind != Kind::Dir
+        && (o.select.ignore_existing || (s.kind == Kind::File && o.select.size_skipped(s.size)))
+}
+
 /// Wait for the whole tree before planning this source file?
 fn deferred(s: &Entry, d: Option<&Entry>, o: &MirrorOptions) -> bool {
     s.kind == Kind::File && ((o.hard_links && multi_linked(s)) || d.is_some_and(multi_linked))
@@ -145,6 +153,12 @@ fn deferred(s: &Entry, d: Option<&Entry>, o: &MirrorOptions) -> bool {
 /// The operation for a source entry that is not a directory, against the
 /// destination's non-directory at the same path, if any.
 fn entry_op(s: &Entry, d: Option<&Entry>, o: &MirrorOptions, wrongly_linked: bool) -> Option<Op> {
+    if d.is_some() && o.select.ignore_existing {
+        return None;
+    }
+    if s.kind == Kind::File && o.select.size_skipped(s.size) {
+        return None;
+    }
     match (s.kind, d) {
         (Kind::File, Some(d)) if d.kind == Kind::File => {
             if contents_differ(s, d, o) || wrongly_linked {
@@ -247,6 +261,7 @@ fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {
                     plan.deletes.push(item(Op::Delete, None, Some(d)));
                     dirty |= o.delete;
                 }
+                Some(s) if left_alone(s, o) => {}
                 Some(s) if s.kind != d.kind && (s.kind == Kind::Dir || d.kind == Kind::Dir) => {
                     plan.deletes.push(item(Op::Delete, Some(s), Some(d)));
                     dirty = true;
@@ -269,6 +284,9 @@ fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {
         }
         // Kind changes between non-directories are replaced by rename; from
         // a directory the old one is deleted first.
+        if d.is_some() && left_alone(s, o) {
+            continue;
+        }
         let d_usable = d.filter(|d| d.kind != Kind::Dir);
         if deferred(s, d_usable, o) {
             out.deferred.push((s.clone(), d_usable.cloned()));
@@ -417,6 +435,11 @@ fn plan_deferred(acc: &mut Acc, o: &MirrorOptions, one_directory: bool) {
         }
     }
     for (s, d, leader) in followers {
+        // The names of a group share one size: when its leader is left
+        // out by size, so are they.
+        if (d.is_some() && left_alone(s, o)) || o.select.size_skipped(s.size) {
+            continue;
+        }
         let ok = match (d, dst_at.get(leader).copied().flatten()) {
             (Some(d), Some(l)) => {
                 d.kind == Kind::File

@@ -93,6 +93,33 @@ pub struct MirrorOptions {
     pub kinds: Kinds,
     /// How changed contents reach the destination.
     pub transfer: TransferOptions,
+    /// Which source files are written at all (rsync's `--size-only`,
+    /// `--ignore-existing`, `--min-size`, `--max-size`).
+    pub select: Selection,
+}
+
+/// Which source files a mirror writes, beyond "those that differ". The
+/// defaults write every file that differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// A file of the same size is up to date whatever its mtime
+    /// (`--size-only`); its properties are still brought over.
+    pub size_only: bool,
+    /// A destination entry that exists is left alone, contents and
+    /// properties (`--ignore-existing`).
+    pub ignore_existing: bool,
+    /// Source files smaller than this are not written (`--min-size`).
+    pub min_size: Option<u64>,
+    /// Source files larger than this are not written (`--max-size`).
+    pub max_size: Option<u64>,
+}
+
+impl Selection {
+    /// A source file whose size is outside `--min-size`/`--max-size`:
+    /// neither written nor deleted in the destination (as rsync does).
+    pub fn size_skipped(&self, size: u64) -> bool {
+        self.min_size.is_some_and(|m| size < m) || self.max_size.is_some_and(|m| size > m)
+    }
 }
 
 /// `--delta auto|always|never`.
@@ -152,6 +179,7 @@ impl Default for MirrorOptions {
             hard_links: true,
             kinds: Kinds::default(),
             transfer: TransferOptions::default(),
+            select: Selection::default(),
         }
     }
 }
@@ -402,6 +430,9 @@ pub(crate) fn props_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
 pub(crate) fn contents_differ(s: &Entry, d: &Entry, o: &MirrorOptions) -> bool {
     if s.size != d.size {
         return true;
+    }
+    if o.select.size_only {
+        return false;
     }
     if o.checksum {
         match (s.hash, d.hash) {

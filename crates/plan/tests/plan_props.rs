@@ -373,3 +373,74 @@ proptest! {
         prop_assert_eq!(forced.summary.deletes, n);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// `--ignore-existing`, `--min-size`, `--max-size`: a destination
+    /// entry at the path of a source file left alone is exactly as it was;
+    /// every other source file ends as in the source; a second plan is
+    /// empty.
+    #[test]
+    fn selection_leaves_its_files_alone(
+        s in raw_strategy(),
+        d in raw_strategy(),
+        ignore_existing in any::<bool>(),
+        min in prop::option::of(0u64..3),
+        max in prop::option::of(0u64..3),
+    ) {
+        let src = build(&s, 100);
+        let dst = build(&d, 5000);
+        let select = accord_plan::Selection { ignore_existing, min_size: min, max_size: max, size_only: false };
+        let o = MirrorOptions { force: true, select, ..opts() };
+        let plan = mirror_plan(&src, &dst, &[], &o, &Facts::default()).unwrap();
+        let out = apply(&dst, &plan).map_err(TestCaseError::fail)?;
+        let before: HashMap<&RelPath, &Entry> = dst.iter().map(|e| (&e.path, e)).collect();
+        let after: HashMap<&RelPath, &Entry> = out.iter().map(|e| (&e.path, e)).collect();
+        for e in src.iter().filter(|e| e.kind != Kind::Dir) {
+            let skipped = e.kind == Kind::File && select.size_skipped(e.size);
+            match before.get(&e.path) {
+                // A directory left alone still loses its extra entries
+                // (the mirror deletes what the source does not have), so
+                // its mtime moves: its kind stays.
+                Some(old) if (ignore_existing || skipped) && old.kind == Kind::Dir => {
+                    prop_assert_eq!(after.get(&e.path).map(|e| e.kind), Some(Kind::Dir), "{} replaced", e.path);
+                }
+                Some(old) if ignore_existing || skipped => {
+                    // Its link count may grow: another source name of its
+                    // group can be linked to it.
+                    let now = after.get(&e.path).map(|n| Entry { nlink: old.nlink, ..(*n).clone() });
+                    prop_assert_eq!(now.as_ref(), Some(*old), "{} was touched", e.path);
+                }
+                None if skipped => prop_assert!(!after.contains_key(&e.path), "{} was written", e.path),
+                _ => {
+                    // Written, unless an ancestor was left alone as a non-directory.
+                    if let Some(now) = after.get(&e.path) {
+                        prop_assert_eq!(now.kind, e.kind, "{}", e.path);
+                        prop_assert_eq!(now.size, e.size, "{}", e.path);
+                    }
+                }
+            }
+        }
+        let again = mirror_plan(&src, &out, &[], &o, &Facts::default()).unwrap();
+        prop_assert!(again.files.is_empty(), "second plan writes: {:?}", again.files);
+    }
+
+    /// `--size-only`: a file of the same size is not written again (its
+    /// properties still are), one of another size is.
+    #[test]
+    fn size_only_writes_only_other_sizes(s in raw_strategy(), d in raw_strategy()) {
+        let src = build(&s, 100);
+        let dst = build(&d, 5000);
+        let select = accord_plan::Selection { size_only: true, ..Default::default() };
+        let o = MirrorOptions { force: true, select, ..opts() };
+        let plan = mirror_plan(&src, &dst, &[], &o, &Facts::default()).unwrap();
+        let before: HashMap<&RelPath, &Entry> = dst.iter().map(|e| (&e.path, e)).collect();
+        for it in plan.files.iter().filter(|it| matches!(it.op, Op::Write(_))) {
+            let s = it.src.as_ref().unwrap();
+            if let Some(d) = before.get(&it.path).filter(|d| d.kind == Kind::File && d.nlink <= 1 && s.nlink <= 1) {
+                prop_assert!(d.size != s.size, "{} of the same size written", it.path);
+            }
+        }
+    }
+}

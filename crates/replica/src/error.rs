@@ -2,6 +2,7 @@
 //! and fatal ones (the run stops). The cli maps them to messages, exit codes
 //! and JSON fields without parsing text.
 
+use accord_fsys::IoWords;
 use accord_model::RelPath;
 use std::fmt;
 use std::io;
@@ -213,7 +214,9 @@ impl fmt::Display for InWords<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let words = self.words;
         match self.error {
-            Error::Io { action, source } => write!(f, "{}: {source}", action.doing(words)),
+            Error::Io { action, source } => {
+                write!(f, "{}: {}", action.doing(words), IoWords(source))
+            }
             Error::Changed(side) => write!(
                 f,
                 "{} changed since it was scanned; left alone",
@@ -233,7 +236,11 @@ impl fmt::Display for InWords<'_> {
                         "; the partly updated file was moved to {}",
                         accord_model::escape_for_display(rec)
                     ),
-                    Err(e) => write!(f, "; moving the partly updated file aside failed: {e}"),
+                    Err(e) => write!(
+                        f,
+                        "; moving the partly updated file aside failed: {}",
+                        IoWords(e)
+                    ),
                 }
             }
             Error::HalfUpdated => write!(
@@ -261,7 +268,7 @@ impl Error {
                         "it was moved to {} and is copied again",
                         accord_model::escape_for_display(rec)
                     ),
-                    Err(e) => write!(f, "moving it aside failed: {e}"),
+                    Err(e) => write!(f, "moving it aside failed: {}", IoWords(e)),
                 }
             }
             Error::LeaderNotFile(leader) => {

@@ -163,30 +163,37 @@ pub fn mirror_on_terminal(state: &Path, args: &[&str]) -> Output {
 }
 
 /// The figures of the summary line `accord mirror` ends with on a
-/// terminal (`N files, N transferred, N deleted, N bytes written in S`):
-/// `[files, transferred, deleted, bytes written]`.
-pub fn summary_figures(stderr: &[u8]) -> [u64; 4] {
+/// terminal (`W of N files written (B), D deleted, in S`):
+/// `[files, written, deleted]`.
+pub fn summary_figures(stderr: &[u8]) -> [u64; 3] {
     let s = String::from_utf8_lossy(stderr);
     let line = s
         .lines()
         .filter_map(|l| l.rfind("accord mirror: ").map(|at| &l[at..]))
-        .find(|l| l.contains(" transferred, "))
+        .find(|l| l.contains(" written") && l.contains(" deleted, in "))
         .unwrap_or_else(|| panic!("no summary line in {s:?}"));
     let words: Vec<&str> = line.split_whitespace().collect();
-    let before = |word: &str| -> u64 {
-        let i = words
+    let number = |i: usize| -> u64 { words[i].replace(',', "").parse().unwrap() };
+    let at = |word: &str| -> usize {
+        words
             .iter()
             .position(|w| w.trim_end_matches(',') == word)
-            .filter(|i| *i > 0)
-            .unwrap_or_else(|| panic!("no {word:?} in {line:?}"));
-        words[i - 1].parse().unwrap()
+            .unwrap_or_else(|| panic!("no {word:?} in {line:?}"))
     };
-    [
-        before("files"),
-        before("transferred"),
-        before("deleted"),
-        before("bytes"),
-    ]
+    // accord mirror: W of N files written ..., D deleted, in S
+    let of = at("of");
+    [number(of + 1), number(of - 1), number(at("deleted") - 1)]
+}
+
+/// A figure of `--stats` (`Name: 1,234` or `Name: 1,234 (1.2 KiB)`).
+pub fn stat(stdout: &[u8], name: &str) -> u64 {
+    let s = String::from_utf8_lossy(stdout);
+    let value = s
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(": ")))
+        .unwrap_or_else(|| panic!("no {name:?} in --stats output {s:?}"));
+    let digits: String = value.split_whitespace().next().unwrap().replace(',', "");
+    digits.parse().unwrap()
 }
 
 /// The executor the mirror tests run under: with
@@ -206,8 +213,10 @@ fn executor_args(args: &[&str]) -> Vec<&'static str> {
     let walk_only = args.iter().any(|a| {
         matches!(
             *a,
-            "--dry-run" | "--itemize" | "--json" | "--executor" | "--cluster"
-        ) || (a.starts_with('-') && !a.starts_with("--") && (a.contains('n') || a.contains('i')))
+            "--dry-run" | "--itemize" | "--verbose" | "--json" | "--executor" | "--cluster"
+        ) || (a.starts_with('-')
+            && !a.starts_with("--")
+            && (a.contains('n') || a.contains('i') || a.contains('v')))
             || a.contains(':')
     });
     match walk_only {

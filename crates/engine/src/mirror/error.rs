@@ -2,6 +2,7 @@
 //! stops). The cli maps them to messages, exit codes and JSON fields
 //! without parsing text.
 
+use accord_fsys::IoWords;
 use accord_model::RelPath;
 use accord_replica::{EndWords, Error, InWords};
 use std::fmt;
@@ -89,15 +90,30 @@ pub enum Fatal {
 impl fmt::Display for Fatal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Fatal::OpenSource { path, source } if not_a_directory(source) => write!(
+                f,
+                "the source {} is not a directory: accord mirror makes a directory a copy \
+                 of another (for one file, mirror its directory with --include NAME \
+                 --exclude '*'); nothing was changed",
+                path.display()
+            ),
+            Fatal::OpenDestination { path, source } if not_a_directory(source) => write!(
+                f,
+                "the destination {} exists and is not a directory; nothing was changed \
+                 (name a directory, or a path that does not exist yet)",
+                path.display()
+            ),
             Fatal::OpenSource { path, source } => write!(
                 f,
-                "cannot open source {}: {source}; nothing was changed",
-                path.display()
+                "cannot open source {}: {}; nothing was changed",
+                path.display(),
+                IoWords(source)
             ),
             Fatal::OpenDestination { path, source } => write!(
                 f,
-                "cannot open or create destination {}: {source}",
-                path.display()
+                "cannot open or create destination {}: {}",
+                path.display(),
+                IoWords(source)
             ),
             Fatal::ConnectionLost(why) => write!(
                 f,
@@ -111,8 +127,10 @@ impl fmt::Display for Fatal {
                 "another accord run is writing into {}; try again when it is done",
                 path.display()
             ),
-            Fatal::Lock { path, source } => write!(f, "cannot lock {}: {source}", path.display()),
-            Fatal::BadExclude(e) => write!(f, "bad exclude pattern: {e}"),
+            Fatal::Lock { path, source } => {
+                write!(f, "cannot lock {}: {}", path.display(), IoWords(source))
+            }
+            Fatal::BadExclude(e) => write!(f, "bad exclude pattern: {}", IoWords(e)),
             Fatal::ThreadPool(e) => write!(f, "cannot start worker threads: {e}"),
             Fatal::SourceUnreadable { path, detail } if detail.is_empty() => {
                 write!(f, "cannot read source {}", path.display())
@@ -139,7 +157,12 @@ impl fmt::Display for Fatal {
                 }
                 Ok(())
             }
-            Fatal::Sync(e) => write!(f, "syncing the destination failed: {e}"),
+            Fatal::Sync(e) => write!(
+                f,
+                "flushing the destination to disk failed: {}; the files written may not \
+                 survive a crash",
+                IoWords(e)
+            ),
             Fatal::DidNotFit { files, source } => {
                 write!(
                     f,
@@ -160,6 +183,11 @@ impl fmt::Display for Fatal {
             }
         }
     }
+}
+
+/// What opening a root as a directory says when something else is there.
+fn not_a_directory(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::EEXIST))
 }
 
 impl std::error::Error for Fatal {

@@ -141,14 +141,19 @@ impl<'a> Exec<'a> {
         }
     }
 
+    /// A file's data is written (its commit may wait for a batch of
+    /// flushes): the progress display counts it now, with its bytes, so
+    /// that it moves with the work rather than in steps at each batch.
+    pub fn data_written(&self, size: u64) {
+        self.progress.files_done.fetch_add(1, Ordering::Relaxed);
+        self.progress.bytes_done.fetch_add(size, Ordering::Relaxed);
+    }
+
     /// Count a committed non-directory item (and its bytes).
     pub fn count_done(&self, it: &Item, xfer: Xfer) {
         let c = &self.counters;
         let counter = match it.op {
-            Op::Write(_) => {
-                self.progress.files_done.fetch_add(1, Ordering::Relaxed);
-                &c.files
-            }
+            Op::Write(_) => &c.files,
             Op::Link { .. } => &c.links,
             _ => &c.others,
         };

@@ -169,6 +169,12 @@ fn open_roots(
             source,
         })?
         .with_state_dir(state());
+    // Before the destination is made: a run that stops here changes nothing.
+    if let Some(why) = accord_fsys::nesting(src_path, dst_path) {
+        return Err(Fatal::Nested(format!(
+            "{why}; nothing was changed (choose a destination outside the source)"
+        )));
+    }
     let opened = if cfg.dry_run {
         match LocalReplica::open(dst_path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),

@@ -264,9 +264,7 @@ pub(crate) fn write(
     if method == Method::InPlace {
         let xf = update_in_place(x, &sf, ddir, it)?;
         x.count_done(it, xf);
-        x.progress
-            .bytes_done
-            .fetch_add(s.size, std::sync::atomic::Ordering::Relaxed);
+        x.data_written(s.size);
         return Ok(None);
     }
     let (temp, tf) = ddir

@@ -4,14 +4,14 @@
 
 use crate::MirrorConfig;
 use accord_fsys::XattrFilter;
-use accord_plan::{DeltaMode, Kinds, MaxDelete, MirrorOptions, TransferOptions};
+use accord_plan::{DeltaMode, Kinds, MaxDelete, MirrorOptions, Selection, TransferOptions};
 use accord_proto::{Dec, Enc, ProtoError};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// The settings' format version: bump it with any layout change.
-pub const SPEC_VERSION: u8 = 2;
+pub const SPEC_VERSION: u8 = 3;
 const MAX_ROOT: usize = 4096;
 const MAX_EXCLUDES: usize = 10_000;
 const MAX_PATTERN: usize = 4096;
@@ -160,6 +160,32 @@ fn put_options(e: &mut Enc, o: &MirrorOptions) {
         DeltaMode::Never => 2,
     };
     e.u8(delta).bool(t.inplace);
+    let x = o.select;
+    e.bool(x.size_only).bool(x.ignore_existing);
+    for bound in [x.min_size, x.max_size] {
+        match bound {
+            Some(n) => e.bool(true).varint(n),
+            None => e.bool(false),
+        };
+    }
+}
+
+fn get_selection(d: &mut Dec) -> Result<Selection, ProtoError> {
+    let size_only = d.bool("size-only")?;
+    let ignore_existing = d.bool("ignore-existing")?;
+    let mut bound = |what| -> Result<Option<u64>, ProtoError> {
+        Ok(if d.bool(what)? {
+            Some(d.varint(what)?)
+        } else {
+            None
+        })
+    };
+    Ok(Selection {
+        size_only,
+        ignore_existing,
+        min_size: bound("min-size")?,
+        max_size: bound("max-size")?,
+    })
 }
 
 fn get_options(d: &mut Dec) -> Result<MirrorOptions, ProtoError> {
@@ -207,5 +233,6 @@ fn get_options(d: &mut Dec) -> Result<MirrorOptions, ProtoError> {
         hard_links,
         kinds,
         transfer,
+        select: get_selection(d)?,
     })
 }

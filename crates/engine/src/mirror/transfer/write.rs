@@ -132,9 +132,7 @@ pub(super) fn write(
         _ => write_generic(x, sdir, ddir, it, method, pre),
     };
     if let Ok(Some(_)) = &r {
-        x.progress
-            .bytes_done
-            .fetch_add(it.src.as_ref().map_or(0, |s| s.size), Ordering::Relaxed);
+        x.data_written(it.src.as_ref().map_or(0, |s| s.size));
     }
     // A delta error is mapped to a change of a side by the caller.
     r
@@ -262,7 +260,7 @@ pub(super) fn write_generic(
                 ddir.patch_in_place(name, &expect_dst, &delta, &s.props, x.mask())?;
                 accord_replica::recheck(sdir, name, &expect_src, End::Read)?;
                 x.count_done(it, xfer);
-                x.progress.bytes_done.fetch_add(s.size, Ordering::Relaxed);
+                x.data_written(s.size);
                 return Ok(None);
             }
             let incoming = Incoming::Delta {

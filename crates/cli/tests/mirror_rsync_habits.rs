@@ -1,0 +1,258 @@
+//! What a person who knows rsync types works as they meant it: `-avP
+//! --delete SRC/ DST/`, `-n -v`, `--include`/`--exclude`/`--filter` in
+//! rsync's first-match order, `--size-only`, `--ignore-existing`,
+//! `--min-size`/`--max-size` (each checked against rsync itself on the
+//! same trees), `--stats` off a terminal, and messages that say what is
+//! wrong with a root before anything is made.
+
+mod mirror_common;
+use mirror_common::*;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn write(p: &Path, data: &[u8]) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, data).unwrap();
+}
+
+/// A small tree with names that rules tell apart.
+fn tree(root: &Path) {
+    for (p, data) in [
+        ("top.txt", &b"top"[..]),
+        ("keep.tmp", b"keep"),
+        ("drop.tmp", b"drop"),
+        ("a/x.c", b"int x;"),
+        ("a/x.o", b"\x7fELF"),
+        ("a/deep/y.c", b"int y;"),
+        ("a/deep/notes.txt", b"notes"),
+        ("build/out.o", b"obj"),
+        ("build/log.txt", b"log"),
+        ("sub/z.c", b"int z;"),
+        ("sub/big.bin", &[7u8; 5000]),
+        ("sub/mid.bin", &[8u8; 1500]),
+        ("sub/small.bin", &[9u8; 100]),
+    ] {
+        write(&root.join(p), data);
+        set_mtime(&root.join(p), 1_600_000_000, 0);
+    }
+}
+
+/// Every path under `root` with its contents ("/" for a directory), the
+/// contents as a short digest so that a difference reads well.
+fn contents(root: &Path) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                out.insert((rel + "/", String::new()));
+                stack.push(p);
+            } else {
+                let data = fs::read(&p).unwrap();
+                let digest = blake3::hash(&data).to_hex()[..12].to_string();
+                out.insert((rel, format!("{} bytes {digest}", data.len())));
+            }
+        }
+    }
+    out
+}
+
+fn rsync(args: &[&str], src: &Path, dst: &Path) {
+    let o = Command::new("rsync")
+        .args(["-a", "--delete"])
+        .args(args)
+        .arg(format!("{}/", s(src)))
+        .arg(format!("{}/", s(dst)))
+        .output()
+        .expect("run rsync");
+    assert!(o.status.success(), "rsync {args:?}: {}", text(&o.stderr));
+}
+
+/// Mirror with `rules` into a fresh destination (prepared by `before`) with
+/// accord and with rsync, and compare what the two destinations hold.
+fn same_as_rsync(rules: &[&str], before: impl Fn(&Path)) {
+    let (_t, src, dst, state) = roots();
+    tree(&src);
+    let theirs = dst.with_file_name("theirs");
+    before(&dst);
+    before(&theirs);
+    fs::create_dir_all(&theirs).unwrap();
+    rsync(rules, &src, &theirs);
+    let mut args = rules.to_vec();
+    args.extend([s(&src), s(&dst)]);
+    let o = mirror(&state, &args);
+    assert_exit(&o, 0);
+    assert_eq!(
+        contents(&dst),
+        contents(&theirs),
+        "accord mirror {rules:?} differs from rsync -a --delete"
+    );
+}
+
+#[test]
+fn include_exclude_and_filter_rules_decide_as_in_rsync() {
+    if !need("rsync", "rsync") {
+        return;
+    }
+    let none = |_: &Path| {};
+    for rules in [
+        &["--include", "*/", "--include", "*.c", "--exclude", "*"][..],
+        &["--exclude", "*.o"],
+        &["--exclude", "build/"],
+        &["--exclude", "/top.txt"],
+        &["--filter", "+ keep.tmp", "--filter", "- *.tmp"],
+        &["--filter", "- *.tmp", "--filter", "+ keep.tmp"],
+        &["--include", "sub/", "--exclude", "/*"],
+        &[
+            "-f",
+            "- *.o",
+            "--exclude",
+            "notes.txt",
+            "--include",
+            "a/",
+            "--exclude",
+            "*.txt",
+        ],
+    ] {
+        same_as_rsync(rules, none);
+    }
+}
+
+/// A destination that already holds older versions of some files.
+fn older(dst: &Path) {
+    for (p, data) in [
+        ("top.txt", &b"old"[..]),
+        ("sub/big.bin", b"old big"),
+        ("sub/mid.bin", &[1u8; 1500]),
+        ("extra.txt", b"extra"),
+        ("a/x.c", b"int x;"),
+        ("a/deep/y.c", b"int y;"),
+    ] {
+        write(&dst.join(p), data);
+        set_mtime(&dst.join(p), 1_500_000_000, 0);
+    }
+}
+
+#[test]
+fn size_and_existence_rules_keep_what_rsync_keeps() {
+    if !need("rsync", "rsync") {
+        return;
+    }
+    for rules in [
+        &["--max-size", "2K"][..],
+        &["--min-size", "1K"],
+        &["--min-size", "1K", "--max-size", "1.6K"],
+        &["--ignore-existing"],
+        &["--size-only"],
+    ] {
+        same_as_rsync(rules, older);
+    }
+}
+
+#[test]
+fn avp_delete_with_trailing_slashes_makes_the_copy_and_lists_it() {
+    let (_t, src, dst, state) = roots();
+    tree(&src);
+    older(&dst);
+    let (src_slash, dst_slash) = (format!("{}/", s(&src)), format!("{}/", s(&dst)));
+    let o = mirror(&state, &["-avP", "--delete", &src_slash, &dst_slash]);
+    assert_exit(&o, 0);
+    assert_eq!(contents(&dst), contents(&src));
+    let out = text(&o.stdout);
+    assert!(out.contains("created   a/deep/notes.txt"), "{out}");
+    assert!(out.contains("deleted   extra.txt"), "{out}");
+    // -v ends with the summary even off a terminal.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("accord mirror: 13 of 13 files written"),
+        "{err}"
+    );
+}
+
+#[test]
+fn n_v_shows_the_plan_and_makes_nothing() {
+    let (_t, src, dst, state) = roots();
+    tree(&src);
+    let o = mirror(&state, &["-n", "-v", s(&src), s(&dst)]);
+    assert_exit(&o, 0);
+    assert!(!dst.exists(), "a dry run made the destination");
+    let out = text(&o.stdout);
+    assert!(out.contains("created   sub/z.c"), "{out}");
+    assert!(
+        out.contains(
+            "dry run: 13 of 13 files to write (6.5 KiB), 0 to delete; nothing was changed"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn stats_are_printed_off_a_terminal() {
+    let (_t, src, dst, state) = roots();
+    tree(&src);
+    let o = mirror(&state, &["--stats", s(&src), s(&dst)]);
+    assert_exit(&o, 0);
+    assert_eq!(stat(&o.stdout, "Files in the source"), 13);
+    assert_eq!(stat(&o.stdout, "Files written"), 13);
+    assert_eq!(stat(&o.stdout, "Bytes written"), 6644);
+    assert_eq!(stat(&o.stdout, "Entries deleted"), 0);
+    // No summary line off a terminal without -v: the figures are on stdout.
+    assert!(
+        !text(&o.stderr).contains("files written"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+fn refused(o: &Output, words: &str) {
+    assert_exit(o, 3);
+    let err = text(&o.stderr);
+    assert!(err.contains(words), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert!(!err.contains("os error"), "{err}");
+}
+
+#[test]
+fn a_root_that_cannot_be_one_is_refused_before_anything_is_made() {
+    let (t, src, dst, state) = roots();
+    tree(&src);
+    // A file as the source: no destination is made.
+    let o = mirror(&state, &[s(&src.join("top.txt")), s(&dst)]);
+    refused(&o, "is not a directory");
+    assert!(!dst.exists());
+    // The destination inside the source: not made there.
+    let inside = src.join("backup");
+    let o = mirror(&state, &[s(&src), s(&inside)]);
+    refused(&o, "is inside the source");
+    assert!(!inside.exists());
+    // A file as the destination: said so, and left as it was.
+    let file = t.path().join("file");
+    write(&file, b"mine");
+    let o = mirror(&state, &[s(&src), s(&file)]);
+    refused(&o, "exists and is not a directory");
+    assert_eq!(fs::read(&file).unwrap(), b"mine");
+}
+
+#[test]
+fn rsync_filter_rules_not_built_are_a_usage_error() {
+    let (_t, src, dst, state) = roots();
+    tree(&src);
+    let o = mirror(&state, &["--filter", "P keep", s(&src), s(&dst)]);
+    assert_exit(&o, 64);
+    assert!(text(&o.stderr).contains("not built"), "{}", text(&o.stderr));
+    let o = mirror(&state, &["--max-size", "lots", s(&src), s(&dst)]);
+    assert_exit(&o, 64);
+    assert!(!dst.exists());
+}
