@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_time_left_follows_the_recent_pace() {
-        assert_eq!(time_left(0.5, 10.0, Some(0.05)), "10.00 s left");
+        assert_eq!(time_left(0.6, 10.0, Some(0.05)), "8.00 s left");
         assert_eq!(time_left(0.25, 60.0, Some(0.25 / 60.0)), "3 min 00 s left");
         assert_eq!(time_left(0.001, 60.0, Some(0.1)), "estimating time left");
         assert_eq!(time_left(0.5, 60.0, None), "estimating time left");
