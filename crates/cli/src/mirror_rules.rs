@@ -122,9 +122,11 @@ pub fn to_gitignore(rules: Vec<Rule>) -> Result<Vec<String>, String> {
     for rule in after_clear {
         units.push(match rule {
             Rule::Exclude(p) => vec![p],
-            Rule::Include(p) if p.starts_with('!') => return Err(format!(
+            Rule::Include(p) if p.starts_with('!') => {
+                return Err(format!(
                 "--include {p:?}: a pattern cannot start with '!' (write \\! for a name that does)"
-            )),
+            ))
+            }
             Rule::Include(p) => vec![format!("!{p}")],
             Rule::Lines(lines) => lines,
         });

@@ -151,7 +151,7 @@ struct Pace {
     samples: std::collections::VecDeque<(f64, f64)>,
 }
 
-const PACE_WINDOW: f64 = 10.0;
+const PACE_WINDOW: f64 = 5.0;
 
 impl Pace {
     fn add(&mut self, at: f64, fraction: f64) {
