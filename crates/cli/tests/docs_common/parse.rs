@@ -9,9 +9,10 @@
 //!   `fixture=` names the trees to make first (`fixtures.rs`), `needs=`
 //!   what the machine must have (`root`, `fuse`, `ssh`, `redis`), `then`
 //!   runs the block in the sandbox of the block before it (same page),
-//!   `background=port:N` or `background=mount:PATH` starts a command that
-//!   does not return (a daemon, a mount in the foreground) and waits until
-//!   it is ready, and `file=PATH` on a block of any other language writes
+//!   `background=port:N`, `mount:PATH` or `file:PATH` starts a command
+//!   that does not return (a daemon, a mount in the foreground, a
+//!   `--watch`), waits until the port takes connections, the path is a
+//!   mount point or exists, and stops it when the sandbox goes; and `file=PATH` on a block of any other language writes
 //!   its text to PATH in the sandbox instead of running it.
 //! - Without a comment, a `sh` block runs on its own, in an empty sandbox.
 
@@ -36,6 +37,9 @@ pub enum Ready {
     Port(u16),
     /// It keeps running; ready once this path is a mount point.
     Mount(String),
+    /// It keeps running; ready once this path exists (what its first
+    /// pass makes, for a `--watch`).
+    File(String),
 }
 
 #[derive(Clone, Debug)]
@@ -89,7 +93,10 @@ pub fn examples(path: &Path, name: &str) -> Result<Vec<Example>, String> {
         i = end + 1;
     }
     if out.first().is_some_and(|e| e.then) {
-        return Err(format!("{}: `then` on a page's first example", out[0].place()));
+        return Err(format!(
+            "{}: `then` on a page's first example",
+            out[0].place()
+        ));
     }
     Ok(out)
 }
@@ -131,7 +138,11 @@ fn example(
             "then" if value.is_empty() => ex.then = true,
             "file" => ex.kind = Kind::File(value.to_string()),
             "background" => ex.ready = ready(value, at)?,
-            _ => return Err(format!("{at}: unknown word `{word}` in the example comment")),
+            _ => {
+                return Err(format!(
+                    "{at}: unknown word `{word}` in the example comment"
+                ))
+            }
         }
     }
     if let Some(n) = ex.needs.iter().find(|n| !NEEDS.contains(&n.as_str())) {
@@ -154,8 +165,9 @@ fn ready(value: &str, at: &str) -> Result<Ready, String> {
             .map(Ready::Port)
             .map_err(|_| format!("{at}: background=port:{n} is not a port")),
         Some(("mount", p)) => Ok(Ready::Mount(p.to_string())),
+        Some(("file", p)) => Ok(Ready::File(p.to_string())),
         _ => Err(format!(
-            "{at}: background={value}: say port:N or mount:PATH"
+            "{at}: background={value}: say port:N, mount:PATH or file:PATH"
         )),
     }
 }

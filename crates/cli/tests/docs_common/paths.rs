@@ -51,7 +51,8 @@ fn starts_word(text: &str, i: usize) -> bool {
                 .rfind(|c: char| c.is_whitespace() || "\"'".contains(c))
                 .map_or(0, |p| p + 1);
             let word = &before[word_start..];
-            word.strip_prefix("ssh://").is_some_and(|host| !host.contains('/'))
+            word.strip_prefix("ssh://")
+                .is_some_and(|host| !host.contains('/'))
         }
     }
 }
@@ -64,14 +65,32 @@ mod tests {
     fn paths_under_the_tops_move_into_the_sandbox() {
         let s = Path::new("/tmp/sb");
         let cases = [
-            ("accord mirror /home /mnt/backup/home", "accord mirror /tmp/sb/home /tmp/sb/mnt/backup/home"),
+            (
+                "accord mirror /home /mnt/backup/home",
+                "accord mirror /tmp/sb/home /tmp/sb/mnt/backup/home",
+            ),
             ("server:/srv/www ./www", "server:/tmp/sb/srv/www ./www"),
-            ("ssh://server/srv/www/site", "ssh://server/tmp/sb/srv/www/site"),
-            ("roots = [\"/home/me/notes\"]", "roots = [\"/tmp/sb/home/me/notes\"]"),
-            ("--module photos=/srv/photos:ro", "--module photos=/tmp/sb/srv/photos:ro"),
+            (
+                "ssh://server/srv/www/site",
+                "ssh://server/tmp/sb/srv/www/site",
+            ),
+            (
+                "roots = [\"/home/me/notes\"]",
+                "roots = [\"/tmp/sb/home/me/notes\"]",
+            ),
+            (
+                "--module photos=/srv/photos:ro",
+                "--module photos=/tmp/sb/srv/photos:ro",
+            ),
             ("cat /etc/accord/key.pub", "cat /tmp/sb/etc/accord/key.pub"),
-            ("/etc/passwd /srvx ~/mnt a/srv", "/etc/passwd /srvx ~/mnt a/srv"),
-            ("accord://localhost:8730/backups/me", "accord://localhost:8730/backups/me"),
+            (
+                "/etc/passwd /srvx ~/mnt a/srv",
+                "/etc/passwd /srvx ~/mnt a/srv",
+            ),
+            (
+                "accord://localhost:8730/backups/me",
+                "accord://localhost:8730/backups/me",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(into_sandbox(text, s), want, "for {text}");

@@ -93,8 +93,10 @@ impl Sandbox {
         }
         std::fs::write(dir.path().join("root/.ssh/config"), machine.ssh_config()).unwrap();
         Sandbox {
-            path: format!("{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                machine.tools.path().display()),
+            path: format!(
+                "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                machine.tools.path().display()
+            ),
             dir,
             background: Vec::new(),
         }
@@ -150,12 +152,19 @@ impl Sandbox {
             std::fs::read_to_string(self.dir.path().join("logs").join(format!("{log}.{ext}")))
                 .unwrap_or_default()
         };
-        format!("--- stdout ---\n{}--- stderr ---\n{}", read("out"), read("err"))
+        format!(
+            "--- stdout ---\n{}--- stderr ---\n{}",
+            read("out"),
+            read("err")
+        )
     }
 
     /// Run `script` to its end; Err with its status and output if it fails.
     pub fn run(&self, script: &str, log: &str) -> Result<(), String> {
-        let mut child = self.command(script, log).spawn().map_err(|e| e.to_string())?;
+        let mut child = self
+            .command(script, log)
+            .spawn()
+            .map_err(|e| e.to_string())?;
         let start = Instant::now();
         loop {
             if let Some(st) = child.try_wait().unwrap() {
@@ -166,7 +175,10 @@ impl Sandbox {
             }
             if start.elapsed() > EXAMPLE_LIMIT {
                 stop(&mut child);
-                return Err(format!("it did not end in {EXAMPLE_LIMIT:?}\n{}", self.output(log)));
+                return Err(format!(
+                    "it did not end in {EXAMPLE_LIMIT:?}\n{}",
+                    self.output(log)
+                ));
             }
             std::thread::sleep(POLL);
         }
@@ -174,19 +186,30 @@ impl Sandbox {
 
     /// Start `script`, which keeps running, and wait until `ready` says it
     /// is (or it ended, which is a failure).
-    pub fn start(&mut self, script: &str, log: &str, ready: &super::parse::Ready) -> Result<(), String> {
+    pub fn start(
+        &mut self,
+        script: &str,
+        log: &str,
+        ready: &super::parse::Ready,
+    ) -> Result<(), String> {
         use super::parse::Ready;
         if let Ready::Port(port) = ready {
             if port_open(*port) {
-                return Err(format!("port {port} is in use by something else on this machine"));
+                return Err(format!(
+                    "port {port} is in use by something else on this machine"
+                ));
             }
         }
-        let mut child = self.command(script, log).spawn().map_err(|e| e.to_string())?;
+        let mut child = self
+            .command(script, log)
+            .spawn()
+            .map_err(|e| e.to_string())?;
         let start = Instant::now();
         loop {
             let is_ready = match ready {
                 Ready::Port(port) => port_open(*port),
                 Ready::Mount(p) => is_mount_point(&self.local(p)),
+                Ready::File(p) => Path::new(&self.local(p)).exists(),
                 Ready::Returns => true,
             };
             if is_ready {
@@ -194,11 +217,17 @@ impl Sandbox {
                 return Ok(());
             }
             if let Some(st) = child.try_wait().unwrap() {
-                return Err(format!("it ended ({st}) before it was ready\n{}", self.output(log)));
+                return Err(format!(
+                    "it ended ({st}) before it was ready\n{}",
+                    self.output(log)
+                ));
             }
             if start.elapsed() > READY_LIMIT {
                 stop(&mut child);
-                return Err(format!("it was not ready in {READY_LIMIT:?}\n{}", self.output(log)));
+                return Err(format!(
+                    "it was not ready in {READY_LIMIT:?}\n{}",
+                    self.output(log)
+                ));
             }
             std::thread::sleep(POLL);
         }
