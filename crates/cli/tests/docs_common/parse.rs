@@ -15,6 +15,9 @@
 //!   mount point or exists, and stops it when the sandbox goes; and `file=PATH` on a block of any other language writes
 //!   its text to PATH in the sandbox instead of running it.
 //! - Without a comment, a `sh` block runs on its own, in an empty sandbox.
+//! - `<!-- example: not-run -->` is for the few commands that build or test
+//!   this project itself (`cargo install`, `./scripts/test`): they stay
+//!   `sh` for whoever copies them, and the suite does not run itself.
 
 use std::path::Path;
 
@@ -119,6 +122,9 @@ fn example(
     comment: Option<&str>,
     at: &str,
 ) -> Result<Option<Example>, String> {
+    if comment == Some("not-run") && lang == "sh" {
+        return Ok(None);
+    }
     let mut ex = Example {
         file: String::new(),
         line: 0,
