@@ -74,3 +74,26 @@ fn delta() {
 fn flags() {
     run_page("docs/flags.md");
 }
+
+/// The bound: a front page, not a reference.
+#[test]
+fn readme_is_a_front_page() {
+    let text = std::fs::read_to_string(docs_common::top().join("README.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines; the front page keeps to 200"
+    );
+}
+
+#[test]
+fn links_between_pages_reach_their_page_and_heading() {
+    let mut broken = Vec::new();
+    for page in docs_common::pages()
+        .iter()
+        .chain(&["ARCHITECTURE.md".to_string()])
+    {
+        broken.extend(docs_common::links::broken(page));
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}

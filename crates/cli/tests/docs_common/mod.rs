@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+pub mod links;
 pub mod parse;
 pub mod paths;
 pub mod sandbox;
