@@ -479,7 +479,8 @@ fn mirror_config(
         },
         select: selection(args)?,
     };
-    Ok(MirrorConfig {
+    let state_dir = state_dir(args);
+    let mut cfg = MirrorConfig {
         plan,
         xattrs: XattrFilter {
             xattrs: !args.no_xattrs,
@@ -496,12 +497,49 @@ fn mirror_config(
         fsync: !args.no_fsync,
         dry_run: args.dry_run,
         jobs: args.jobs,
-        state_dir: args
-            .state_dir
-            .clone()
-            .or_else(|| std::env::var_os("ACCORD_STATE_DIR").map(PathBuf::from))
-            .or_else(default_state_dir),
-    })
+        state_dir: state_dir.clone(),
+    };
+    if let Some(rule) = state_dir
+        .as_deref()
+        .and_then(|d| own_state_rule(&args.src, d))
+    {
+        cfg.excludes.push(rule);
+    }
+    Ok(cfg)
+}
+
+/// Where the deletion guard and the memos are kept.
+fn state_dir(args: &MirrorArgs) -> Option<PathBuf> {
+    args.state_dir
+        .clone()
+        .or_else(|| std::env::var_os("ACCORD_STATE_DIR").map(PathBuf::from))
+        .or_else(default_state_dir)
+}
+
+/// Our own state directory when it lies inside the source (a backup of
+/// a home directory): left out, as an exclude after every other rule. Its
+/// memos are rewritten by the very run that copies them, so the copy could
+/// only fail with "changed since it was scanned", and they mean nothing
+/// anywhere else.
+fn own_state_rule(src: &Path, state: &Path) -> Option<String> {
+    let (src, state) = (
+        std::fs::canonicalize(src).ok()?,
+        std::fs::canonicalize(state).ok()?,
+    );
+    let rel = state.strip_prefix(&src).ok()?.to_str()?;
+    (!rel.is_empty()).then(|| format!("/{}/", pattern_of_path(rel)))
+}
+
+/// A path as a gitignore pattern that matches only itself.
+fn pattern_of_path(rel: &str) -> String {
+    let mut out = String::with_capacity(rel.len());
+    for c in rel.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '#' | ' ') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A mirror with one remote root: connect to it, open the local one, run.

@@ -256,3 +256,23 @@ fn rsync_filter_rules_not_built_are_a_usage_error() {
     assert_exit(&o, 64);
     assert!(!dst.exists());
 }
+
+/// A backup of a home directory holds Accord's own state directory: its
+/// memos change during the run, so they are left out rather than reported
+/// as changed on every run after the first.
+#[test]
+fn our_own_state_inside_the_source_is_left_out() {
+    let (_t, src, dst, _) = roots();
+    tree(&src);
+    let state = src.join(".local/state/accord");
+    for _ in 0..2 {
+        let o = mirror(&state, &[s(&src), s(&dst)]);
+        assert_exit(&o, 0);
+    }
+    assert!(state.exists(), "the run kept no state");
+    assert!(
+        !dst.join(".local/state/accord").exists(),
+        "the state was copied"
+    );
+    assert!(dst.join("sub/z.c").exists());
+}
