@@ -600,7 +600,7 @@ struct JsonError {
     message: String,
 }
 
-/// The `--json` report: what each figure counts is in the README.
+/// The `--json` report: what each figure counts is in docs/mirror.md.
 #[derive(serde::Serialize)]
 struct JsonReport {
     files_total: u64,

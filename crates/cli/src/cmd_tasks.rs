@@ -27,7 +27,7 @@ pub struct TaskArgs {
     /// How a mirror runs: the parallel walk (auto, the default: every
     /// feature, and the deletion guard refuses before any change), or the
     /// task model of cluster runs on threads of this process (tasks: local
-    /// roots only; its guard may pause a run mid-way, see the README).
+    /// roots only; its guard may pause a run mid-way, see docs/cluster.md).
     #[arg(long, value_enum, default_value = "auto")]
     pub executor: Executor,
     /// Create the run in this Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB],

@@ -20,7 +20,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// The figure the README states for the default limits.
+/// The figure docs/remote.md states for the default limits.
 const PEAK_LIMIT_MIB: u64 = 512;
 const SILENT: usize = 200;
 const HOSTILE: usize = 20;

@@ -57,7 +57,7 @@ impl Default for MirrorConfig {
 }
 
 /// What a run did. Every count is of the same things in the plan's summary,
-/// the progress display and these totals (see the README).
+/// the progress display and these totals (see docs/mirror.md).
 #[derive(Debug, Default)]
 pub struct Report {
     /// The plan (always set once planning succeeded).
