@@ -462,29 +462,27 @@ fn dash_and_pipes_as_rdiff_takes_them() {
                  cat old | {tool} signature /dev/stdin {pre}.sig2; \
                  cat new | {tool} delta {pre}.sig1 - - > {pre}.delta; \
                  cat {pre}.delta | {tool} patch old - - > {pre}.out1; \
-                 {tool} patch old {pre}.delta /dev/stdout > {pre}.out2"
+                 {tool} delta {pre}.sig2 new - | {tool} patch old - {pre}.out2"
             ),
         );
         let read = |n: &str| std::fs::read(f.path(&format!("{pre}.{n}"))).unwrap();
-        assert_eq!(read("sig1"), read("sig2"), "{tool}");
+        // (Ours draw a random key per signature: equal in length, not in bytes.)
+        assert_eq!(read("sig1").len(), read("sig2").len(), "{tool}");
         for out in ["out1", "out2"] {
             assert!(read(out) == new_data, "{tool}: {out} differs from new");
         }
     }
-    // The basis of a patch from a pipe (rdiff wants it seekable; we read it into memory).
+    // The basis of a patch from a pipe (rdiff wants it seekable; we read it into memory), and
+    // /dev/stdout as an output (rdiff refuses an existing output without --force).
     sh_in(
         &f.root,
         "cat old | \"$ACCORD\" delta patch /dev/stdin a.delta a.out3; \
-         cat old | \"$ACCORD\" delta patch - a.delta a.out4",
+         cat old | \"$ACCORD\" delta patch - a.delta a.out4; \
+         \"$ACCORD\" delta patch old a.delta /dev/stdout | cat > a.out5",
     );
-    for out in ["a.out3", "a.out4"] {
+    for out in ["a.out3", "a.out4", "a.out5"] {
         assert!(std::fs::read(f.path(out)).unwrap() == new_data, "{out}");
     }
-    // A signature read from a pipe is the one made from the file.
-    let old = f.path("old");
-    let sig = f.path("sig");
-    ok(&["delta", "signature"], &[&old, &sig]);
-    assert_eq!(std::fs::read(&sig).unwrap(), std::fs::read(f.path("a.sig1")).unwrap());
     assert!(!f.path("-").exists(), "a file named - was made");
 }
 

@@ -190,7 +190,7 @@ fn add_puts_a_read_only_branch_below_the_writable_one() {
 fn in_namespace_as_nobody(dir: &Path, conf: &str, script: &str) -> (bool, String) {
     fs::write(dir.join("fuse.conf"), conf).unwrap();
     let setup = format!(
-        "set -e; mknod {d}/fuse c 10 229; chmod 666 {d}/fuse; mount --bind {d}/fuse /dev/fuse; \
+        "set -e; [ -e {d}/fuse ] || mknod -m 666 {d}/fuse c 10 229; mount --bind {d}/fuse /dev/fuse; \
          mount --bind {d}/fuse.conf /etc/fuse.conf; \
          AS_NOBODY='setpriv --reuid=65534 --regid=65534 --clear-groups'; {script}",
         d = dir.display()
