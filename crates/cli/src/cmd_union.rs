@@ -390,12 +390,7 @@ fn daemonize(cfg: &MountConfig) -> i32 {
     }
     let child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            return fail(&format!(
-                "cannot start the file system: {}",
-                io_words(&e)
-            ))
-        }
+        Err(e) => return fail(&format!("cannot start the file system: {}", io_words(&e))),
     };
     drop(wr);
     let mut answer = String::new();

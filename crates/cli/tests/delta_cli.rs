@@ -492,10 +492,26 @@ fn dash_where_a_stream_cannot_work_is_a_usage_error() {
     let old = f.write("old", &pseudo_random(10_000, 8));
     let d = Path::new("-");
     for (args, files, says) in [
-        (vec!["delta", "delta"], vec![d, d, &old], "both be standard input"),
-        (vec!["delta", "patch"], vec![d, d, &old], "both be standard input"),
-        (vec!["delta", "patch", "--in-place"], vec![d, &old], "regular file"),
-        (vec!["delta", "delta", "--json"], vec![&old, &old, d], "--json"),
+        (
+            vec!["delta", "delta"],
+            vec![d, d, &old],
+            "both be standard input",
+        ),
+        (
+            vec!["delta", "patch"],
+            vec![d, d, &old],
+            "both be standard input",
+        ),
+        (
+            vec!["delta", "patch", "--in-place"],
+            vec![d, &old],
+            "regular file",
+        ),
+        (
+            vec!["delta", "delta", "--json"],
+            vec![&old, &old, d],
+            "--json",
+        ),
     ] {
         let out = accord().args(&args).args(&files).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -379,7 +379,10 @@ mod tests {
         let err = t
             .with_added_after(Branch::open(&d[4], Mode::Ro).unwrap(), Some(4))
             .unwrap_err();
-        assert!(err.contains("no branch 4") && err.contains("0 to 3"), "{err}");
+        assert!(
+            err.contains("no branch 4") && err.contains("0 to 3"),
+            "{err}"
+        );
         let t = t
             .with_added_after(Branch::open(&d[4], Mode::Rw).unwrap(), None)
             .unwrap();

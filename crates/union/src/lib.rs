@@ -151,14 +151,14 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         redirect_dir: cfg.redirect_dir,
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!(
-                "control socket for {}: {} (already mounted?)",
-                mountpoint.display(),
-                io_words(&e)
-            ),
-        )
+        let shown = mountpoint.display();
+        let text = match e.kind() {
+            io::ErrorKind::AddrInUse => {
+                format!("is {shown} already mounted? An accord union already serves it")
+            }
+            _ => format!("cannot serve {shown}: {}", io_words(&e)),
+        };
+        io::Error::new(e.kind(), text)
     })?;
     let mut config = fuse_config(&cfg.fuse)?;
     // Reader threads (each with its own clone of the FUSE device) answer the quick requests
@@ -264,7 +264,10 @@ fn mount_refused(e: io::Error) -> io::Error {
         );
     }
     let words = text.trim().trim_start_matches("fusermount3: ").to_string();
-    io::Error::new(e.kind(), format!("cannot mount: {}", io_words_of(&e, &words)))
+    io::Error::new(
+        e.kind(),
+        format!("cannot mount: {}", io_words_of(&e, &words)),
+    )
 }
 
 /// The words of an I/O error without the "(os error N)" that `Display` adds to them.
@@ -308,10 +311,12 @@ fn open_branches(cfg: &MountConfig, mountpoint: &Path) -> io::Result<Vec<branch:
     let mounts = guard::our_mounts()?;
     let mut branches: Vec<branch::Branch> = Vec::new();
     for (p, m) in &cfg.branches {
-        let b = branch::Branch::open(p, *m)
-            .map_err(|e| {
-                io::Error::new(e.kind(), format!("branch {}: {}", p.display(), io_words(&e)))
-            })?;
+        let b = branch::Branch::open(p, *m).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("branch {}: {}", p.display(), io_words(&e)),
+            )
+        })?;
         if branches.iter().any(|x| x.path == b.path) {
             return Err(invalid(format!("branch {} given twice", b.path.display())));
         }
@@ -361,7 +366,10 @@ pub fn unmount(mountpoint: &Path) -> io::Result<()> {
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot run fusermount3: {}", io_words(&e)))
+            io::Error::new(
+                e.kind(),
+                format!("cannot run fusermount3: {}", io_words(&e)),
+            )
         })?;
     if out.status.success() {
         return Ok(());
@@ -373,5 +381,7 @@ pub fn unmount(mountpoint: &Path) -> io::Result<()> {
         .rsplit_once(": ")
         .map_or(said.trim(), |(_, r)| r)
         .to_string();
-    Err(io::Error::other(format!("cannot unmount {shown}: {reason}")))
+    Err(io::Error::other(format!(
+        "cannot unmount {shown}: {reason}"
+    )))
 }

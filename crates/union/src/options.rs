@@ -175,8 +175,18 @@ mod tests {
     #[test]
     fn unknown_and_unusable_options_are_named() {
         let err = parse_mount_options("dirs=/a,alow_other").unwrap_err();
-        assert!(err.contains("\"alow_other\"") && err.contains("allow_other"), "{err}");
-        for bad in ["subtype=foo", "fd=3", "blkdev", "max_read=x", "ro=1", "direct_io"] {
+        assert!(
+            err.contains("\"alow_other\"") && err.contains("allow_other"),
+            "{err}"
+        );
+        for bad in [
+            "subtype=foo",
+            "fd=3",
+            "blkdev",
+            "max_read=x",
+            "ro=1",
+            "direct_io",
+        ] {
             let err = parse_mount_options(bad).unwrap_err();
             assert!(err.contains(bad.split('=').next().unwrap()), "{bad}: {err}");
         }
@@ -185,7 +195,14 @@ mod tests {
 
     #[test]
     fn fstab_words() {
-        for w in ["defaults", "noauto", "_netdev", "nofail", "x-systemd.automount", "X-mount.mkdir"] {
+        for w in [
+            "defaults",
+            "noauto",
+            "_netdev",
+            "nofail",
+            "x-systemd.automount",
+            "X-mount.mkdir",
+        ] {
             assert!(is_fstab_only(w), "{w}");
         }
         for w in ["ro", "allow_other", "xattr"] {

@@ -23,8 +23,8 @@ fn with_helper(dir: &Path, script: &str) -> (bool, String) {
         .args(["-m", "--propagation", "private", "sh", "-c", &setup])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
@@ -45,9 +45,7 @@ fn wait_ended(pid: &str) -> bool {
     while Instant::now() < deadline {
         match fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => return true,
-            Ok(s) if s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')) => {
-                return true
-            }
+            Ok(s) if s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')) => return true,
             Ok(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
@@ -61,7 +59,11 @@ fn branches(d: &Path) -> (String, String) {
     fs::write(d.join("lo/from-lower"), "lower\n").unwrap();
     let d = d.canonicalize().unwrap();
     (
-        format!("{}=rw:{}=ro", d.join("up").display(), d.join("lo").display()),
+        format!(
+            "{}=rw:{}=ro",
+            d.join("up").display(),
+            d.join("lo").display()
+        ),
         d.join("mnt").display().to_string(),
     )
 }
@@ -102,7 +104,11 @@ fn an_fstab_line_mounts_and_umount_ends_the_daemon() {
         "the mount table should show type fuse.accord and the fstab's source: {}",
         line[0]
     );
-    assert!(left.split(' ').nth(5).unwrap().contains("nosuid"), "{}", line[0]);
+    assert!(
+        left.split(' ').nth(5).unwrap().contains("nosuid"),
+        "{}",
+        line[0]
+    );
     assert_eq!(values(&said, "AFTER"), ["0"], "{said}");
     assert_eq!(fs::read_to_string(d.join("up/written")).unwrap(), "new\n");
     let daemons = values(&said, "DAEMON");
@@ -132,7 +138,10 @@ fn mount_t_fuse_accord_with_options() {
     let line = values(&said, "LINE");
     assert_eq!(line.len(), 1, "{said}");
     assert!(line[0].contains(" - fuse.accord pool "), "{}", line[0]);
-    assert!(values(&said, "WROTE").is_empty(), "a ro union took a write: {said}");
+    assert!(
+        values(&said, "WROTE").is_empty(),
+        "a ro union took a write: {said}"
+    );
     let daemons = values(&said, "DAEMON");
     assert_eq!(daemons.len(), 1, "{said}");
     assert!(wait_ended(daemons[0]), "the daemon outlived umount: {said}");

@@ -57,7 +57,10 @@ fn fuse_options_reach_the_mount() {
     let m = UnionMount::with_options(
         &b.join("mnt"),
         &[format!("{}=rw", b.join("up").display())],
-        &["-o", "ro,noexec,nosuid,nodev,noatime,fsname=pool,allow_other"],
+        &[
+            "-o",
+            "ro,noexec,nosuid,nodev,noatime,fsname=pool,allow_other",
+        ],
     );
     let (opts, fstype, source, sup) = mountinfo(&m.mnt).expect("mounted");
     for o in ["ro", "noexec", "nosuid", "nodev", "noatime"] {
@@ -104,13 +107,19 @@ fn umount_and_list_of_a_directory_that_is_no_union_say_so_once() {
     assert_eq!(err, format!("accord union: {dir} is not a mount point\n"));
     let (code, err) = accord_union(&["list", dir]);
     assert_eq!(code, 1, "{err}");
-    assert_eq!(err, format!("accord union: {dir} is not an accord union mount\n"));
+    assert_eq!(
+        err,
+        format!("accord union: {dir} is not an accord union mount\n")
+    );
     let gone = t.path().join("gone");
     let (code, err) = accord_union(&["umount", gone.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert_eq!(
         err,
-        format!("accord union: {}: No such file or directory\n", gone.display())
+        format!(
+            "accord union: {}: No such file or directory\n",
+            gone.display()
+        )
     );
 }
 
@@ -200,8 +209,8 @@ fn in_namespace_as_nobody(dir: &Path, conf: &str, script: &str) -> (bool, String
         .env("ACCORD", accord())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 

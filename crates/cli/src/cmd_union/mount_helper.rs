@@ -228,7 +228,11 @@ mod tests {
         assert!(parse(&args(&["/a", "/m", "-t", "ext4"]))
             .unwrap_err()
             .contains("ext4"));
-        assert!(parse(&args(&["/a", "/m", "-x"])).unwrap_err().contains("-x"));
-        assert!(parse(&args(&["/a", "/m", "-o"])).unwrap_err().contains("-o"));
+        assert!(parse(&args(&["/a", "/m", "-x"]))
+            .unwrap_err()
+            .contains("-x"));
+        assert!(parse(&args(&["/a", "/m", "-o"]))
+            .unwrap_err()
+            .contains("-o"));
     }
 }
