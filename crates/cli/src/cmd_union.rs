@@ -39,9 +39,9 @@ enum UnionCmd {
         /// renaming a directory with lower parts fails with EXDEV instead of moving it in
         /// place), and the standard FUSE options: allow_other, allow_root,
         /// default_permissions, auto_unmount, fsname=, max_read=, ro, rw, nodev, nosuid,
-        /// noexec, noatime, sync, dirsync and their opposites.
+        /// noexec, noatime, sync, dirsync and their opposites. May be given more than once.
         #[arg(short = 'o')]
-        options: Option<String>,
+        options: Vec<String>,
         /// Stay in the foreground until unmounted.
         #[arg(long)]
         foreground: bool,
@@ -90,7 +90,13 @@ pub fn run(args: UnionArgs) -> i32 {
             options,
             foreground,
             notify_fd,
-        } => mount(mountpoint, branches, options, foreground, notify_fd),
+        } => mount(
+            mountpoint,
+            branches,
+            &options.join(","),
+            foreground,
+            notify_fd,
+        ),
         UnionCmd::Umount { mountpoint } => match accord_union::unmount(&mountpoint) {
             Ok(()) => exit::OK,
             Err(e) => fail(&e.to_string()),
@@ -231,11 +237,11 @@ fn control(mountpoint: &Path, fields: &[&OsStr]) -> i32 {
 fn mount(
     mountpoint: PathBuf,
     branches: Vec<String>,
-    options: Option<String>,
+    options: &str,
     foreground: bool,
     notify_fd: Option<i32>,
 ) -> i32 {
-    let cfg = match mount_config(mountpoint, &branches, options.as_deref()) {
+    let cfg = match mount_config(mountpoint, &branches, options) {
         Ok(cfg) => cfg,
         Err(code) => return code,
     };
@@ -251,10 +257,10 @@ fn mount(
 fn mount_config(
     mountpoint: PathBuf,
     branches: &[String],
-    options: Option<&str>,
+    options: &str,
 ) -> Result<MountConfig, i32> {
     let mut specs: Vec<BranchSpec> = Vec::new();
-    let opts = parse_mount_options(options.unwrap_or("")).map_err(|e| usage(&e))?;
+    let opts = parse_mount_options(options).map_err(|e| usage(&e))?;
     specs.extend(opts.branches);
     for b in branches {
         specs.push(parse_spec(b).map_err(|e| usage(&e))?);

@@ -263,6 +263,15 @@ fn mount_refused(e: io::Error) -> io::Error {
              user_allow_other in /etc/fuse.conf (root may always use it)",
         );
     }
+    if e.raw_os_error() == Some(libc::EACCES) {
+        // The mount opens /dev/fuse and the mount point itself before anything else.
+        return io::Error::new(
+            e.kind(),
+            "cannot mount: permission denied opening /dev/fuse or the mount point (a user \
+             other than root needs read and write access to /dev/fuse, which most systems give \
+             everyone, and read access to the mount point)",
+        );
+    }
     let words = text.trim().trim_start_matches("fusermount3: ").to_string();
     io::Error::new(
         e.kind(),

@@ -70,7 +70,7 @@ fn run(args: &[OsString]) -> i32 {
         Ok(x) => x,
         Err(e) => return super::usage(&e),
     };
-    let cfg = match super::mount_config(call.mountpoint.clone(), &branches, Some(&options)) {
+    let cfg = match super::mount_config(call.mountpoint.clone(), &branches, &options) {
         Ok(cfg) => cfg,
         Err(code) => return code,
     };
