@@ -59,7 +59,9 @@ fn fuse_options_reach_the_mount() {
         &[format!("{}=rw", b.join("up").display())],
         &[
             "-o",
-            "ro,noexec,nosuid,nodev,noatime,fsname=pool,allow_other",
+            "ro,noexec,nosuid",
+            "-o",
+            "nodev,noatime,fsname=pool,allow_other",
         ],
     );
     let (opts, fstype, source, sup) = mountinfo(&m.mnt).expect("mounted");
