@@ -4,6 +4,13 @@
 //! renamed into place, so a failed run never leaves a half-written output.
 //! An in-place patch that fails after it started writing moves the damaged
 //! file to a hidden recovery file beside it and says so.
+//!
+//! As with rdiff, `-` names standard input or output wherever a file is read or
+//! written whole (not the FILE of `patch --in-place`, which is rebuilt in its own
+//! storage). An input that is not a regular file (`-`, a pipe, `/dev/stdin`) is read
+//! into memory first, since the signature and the delta need all of it at once; an
+//! output that is not a regular file (`-`, `/dev/stdout`, a pipe) is written as a
+//! stream, with no temporary file.
 
 use crate::exit;
 use accord_delta::{
@@ -12,7 +19,7 @@ use accord_delta::{
 };
 use clap::{Args, Subcommand, ValueEnum};
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -84,7 +91,49 @@ enum Policy {
 }
 
 pub fn run(args: DeltaArgs) -> i32 {
-    let result = match args.cmd {
+    let result = check_streams(&args.cmd).and_then(|()| run_checked(args.cmd));
+    match result {
+        Ok(()) => exit::OK,
+        Err(f) => {
+            eprintln!("accord delta: {}", f.message);
+            f.code
+        }
+    }
+}
+
+/// `-` (standard input or output) where it cannot work: twice as an input, as the file of an
+/// in-place patch, or as a delta's output beside `--json`.
+fn check_streams(cmd: &DeltaCmd) -> Result<(), Failure> {
+    let dash = |p: &Path| p == STDIO;
+    match cmd {
+        DeltaCmd::Delta { sig, new, .. } if dash(sig) && dash(new) => Err(Failure::usage(
+            "SIG and NEW cannot both be standard input (-): give one of them as a file",
+        )),
+        DeltaCmd::Delta { delta, json, .. } if *json && dash(delta) => Err(Failure::usage(
+            "--json prints to standard output, where the delta (-) goes: write the delta to \
+             a file",
+        )),
+        DeltaCmd::Patch {
+            in_place: true,
+            files,
+            ..
+        } if files.first().is_some_and(|f| dash(f)) => Err(Failure::usage(
+            "patch --in-place rebuilds FILE in its own storage: FILE must be a regular file, \
+             not standard input (-); use patch OLD DELTA OUT to read a stream",
+        )),
+        DeltaCmd::Patch {
+            in_place: false,
+            files,
+            ..
+        } if files.len() == 3 && dash(&files[0]) && dash(&files[1]) => Err(Failure::usage(
+            "OLD and DELTA cannot both be standard input (-): give one of them as a file",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn run_checked(cmd: DeltaCmd) -> Result<(), Failure> {
+    match cmd {
         DeltaCmd::Signature {
             block_size,
             strong_len,
@@ -131,15 +180,11 @@ pub fn run(args: DeltaArgs) -> i32 {
                 )),
             }
         }
-    };
-    match result {
-        Ok(()) => exit::OK,
-        Err(f) => {
-            eprintln!("accord delta: {}", f.message);
-            f.code
-        }
     }
 }
+
+/// The file name that means standard input or output, as for rdiff.
+const STDIO: &str = "-";
 
 struct Failure {
     message: String,
@@ -160,13 +205,27 @@ impl Failure {
         }
     }
     fn io(path: &Path, what: &str, e: impl std::fmt::Display) -> Self {
-        Failure::new(format!("{what} {}: {e}", shown(path)))
+        Failure::new(format!("{what} {}: {}", shown(path), words(&e)))
     }
 }
 
-/// A path for a person to read, control characters escaped.
+/// A path for a person to read, control characters escaped; `-` is standard input or output.
 fn shown(p: &Path) -> String {
+    if p == STDIO {
+        return "standard input or output (-)".to_string();
+    }
     p.display().to_string().escape_debug().to_string()
+}
+
+/// An error's words without the "(os error N)" that an I/O error's `Display` adds to them.
+fn words(e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" (os error ") {
+        Some((words, code)) if code.trim_end_matches(')').parse::<i32>().is_ok() => {
+            words.to_string()
+        }
+        _ => text,
+    }
 }
 
 fn signature(
@@ -203,19 +262,19 @@ fn write_delta(
     in_place: Option<InPlaceOptions>,
     json: bool,
 ) -> Result<(), Failure> {
-    let sig_bytes = std::fs::read(sig_path).map_err(|e| Failure::io(sig_path, "cannot read", e))?;
+    let sig_bytes = read_whole(sig_path)?;
     let sig = Signature::decode(&sig_bytes)
         .map_err(|e| Failure::new(format!("{}: {e}", shown(sig_path))))?;
     let data = Input::open(new)?;
     let mut stats = None;
-    write_atomically(out, false, None, |w| {
+    write_atomically(out, false, None, |mut w| {
         let st = make_delta(
             &sig,
             data.bytes(),
             &DeltaOptions {
                 in_place: in_place.clone(),
             },
-            w,
+            &mut w,
         )
         .map_err(|e| std::io::Error::other(e.to_string()))?;
         data.intact()?;
@@ -252,6 +311,19 @@ fn write_delta(
 }
 
 fn read_delta(path: &Path) -> Result<Vec<u8>, Failure> {
+    read_whole(path)
+}
+
+/// All of `path`, or of standard input for `-`.
+fn read_whole(path: &Path) -> Result<Vec<u8>, Failure> {
+    if path == STDIO {
+        let mut v = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut v)
+            .map_err(|e| Failure::new(format!("cannot read standard input: {}", words(&e))))?;
+        return Ok(v);
+    }
     std::fs::read(path).map_err(|e| Failure::io(path, "cannot read", e))
 }
 
@@ -265,8 +337,8 @@ fn patch_new(
     let delta =
         Delta::parse(&bytes).map_err(|e| Failure::new(format!("{}: {e}", shown(delta_path))))?;
     let data = Input::open(old)?;
-    write_atomically(out, opts.sync, Some(data.mode), |w| {
-        patch_to(data.bytes(), &delta, w).map_err(|e| std::io::Error::other(e.to_string()))?;
+    write_atomically(out, opts.sync, Some(data.mode), |mut w| {
+        patch_to(data.bytes(), &delta, &mut w).map_err(|e| std::io::Error::other(e.to_string()))?;
         data.intact()
     })
 }
@@ -324,44 +396,76 @@ fn lock_exclusive(f: &File) -> std::io::Result<()> {
 }
 
 /// An input file, memory-mapped when not empty (through `accord_fsys::Mapped`,
-/// so a file truncated underneath is an error, not a SIGBUS).
+/// so a file truncated underneath is an error, not a SIGBUS); a stream (`-`, a
+/// pipe, `/dev/stdin`) read into memory.
 struct Input {
-    map: Option<accord_fsys::Mapped>,
+    data: Data,
     /// Permission bits, given to a file patched from this one.
     mode: u32,
 }
 
+enum Data {
+    Empty,
+    Mapped(accord_fsys::Mapped),
+    Read(Vec<u8>),
+}
+
 impl Input {
     fn open(path: &Path) -> Result<Input, Failure> {
-        let f = File::open(path).map_err(|e| Failure::io(path, "cannot open", e))?;
+        if path == STDIO {
+            return Ok(Input::read(read_whole(path)?));
+        }
+        let mut f = File::open(path).map_err(|e| Failure::io(path, "cannot open", e))?;
         let meta = f
             .metadata()
             .map_err(|e| Failure::io(path, "cannot stat", e))?;
-        if !meta.is_file() {
+        if meta.is_dir() {
             return Err(Failure::new(format!(
-                "{} is not a regular file",
+                "{} is a directory, not a file",
                 shown(path)
             )));
         }
+        if !meta.is_file() {
+            // A pipe or a device: read once, front to back.
+            let mut v = Vec::new();
+            f.read_to_end(&mut v)
+                .map_err(|e| Failure::io(path, "cannot read", e))?;
+            return Ok(Input::read(v));
+        }
         let mode = meta.permissions().mode() & 0o7777;
         if meta.len() == 0 {
-            return Ok(Input { map: None, mode });
+            return Ok(Input {
+                data: Data::Empty,
+                mode,
+            });
         }
         let map = accord_fsys::Mapped::populated(&f, meta.len())
             .map_err(|e| Failure::io(path, "cannot map", e))?;
         Ok(Input {
-            map: Some(map),
+            data: Data::Mapped(map),
             mode,
         })
     }
 
+    /// Bytes read from a stream; a file patched from them gets the mode a new file gets.
+    fn read(v: Vec<u8>) -> Input {
+        Input {
+            data: Data::Read(v),
+            mode: default_mode(),
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
+        match &self.data {
+            Data::Empty => &[],
+            Data::Mapped(m) => m,
+            Data::Read(v) => v,
+        }
     }
 
     /// An error if the file was cut short while it was read.
     fn intact(&self) -> std::io::Result<()> {
-        if self.map.as_ref().is_some_and(|m| m.damaged()) {
+        if matches!(&self.data, Data::Mapped(m) if m.damaged()) {
             return Err(std::io::Error::other(
                 "the input file was truncated while it was read",
             ));
@@ -387,12 +491,32 @@ fn dir_and_name(path: &Path) -> Result<(accord_fsys::Root, Vec<u8>), Failure> {
 /// Writes `out` through a hidden temp file beside it (accord_fsys: O_EXCL |
 /// O_NOFOLLOW), then renames it into place; on any error the temp is removed
 /// and `out` is untouched. The result gets `mode`, or 0666 less the umask.
+///
+/// `-` is standard output, and an existing output that is not a regular file (a
+/// pipe, `/dev/stdout`, a terminal) is written as a stream: there is nothing to
+/// rename over it.
 fn write_atomically(
     out: &Path,
     sync: bool,
     mode: Option<u32>,
-    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), Failure> {
+    if out == STDIO {
+        let mut w = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+        return body(&mut w)
+            .and_then(|()| w.flush())
+            .map_err(|e| Failure::new(format!("cannot write standard output: {}", words(&e))));
+    }
+    if std::fs::metadata(out).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        let stream = std::fs::OpenOptions::new()
+            .write(true)
+            .open(out)
+            .map_err(|e| Failure::io(out, "cannot open", e))?;
+        let mut w = BufWriter::with_capacity(1 << 20, stream);
+        return body(&mut w)
+            .and_then(|()| w.flush())
+            .map_err(|e| Failure::io(out, "cannot write", e));
+    }
     let (root, name) = dir_and_name(out)?;
     let dir = root.dir();
     let (tmp, file) = dir

@@ -1,4 +1,7 @@
-//! `accord union`: mount, unmount and reconfigure a live union file system.
+//! `accord union`: mount, unmount and reconfigure a live union file system; also
+//! `mount.fuse.accord`, the helper mount(8) runs for unions in fstab (`mount_helper`).
+
+mod mount_helper;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, ErrorKind};
@@ -8,11 +11,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use accord_union::branch::{
-    default_modes, mistyped_mode, parse_mount_options, parse_spec, BranchSpec,
-};
-use accord_union::guard;
+use accord_union::branch::{default_modes, mistyped_mode, parse_spec, BranchSpec};
+use accord_union::options::parse_mount_options;
+use accord_union::{guard, io_words};
 use accord_union::{Mode, MountConfig};
+
+pub use mount_helper::run_as_mount_helper;
 
 use crate::exit;
 
@@ -31,10 +35,13 @@ enum UnionCmd {
     Mount {
         mountpoint: PathBuf,
         branches: Vec<String>,
-        /// Mount options: `dirs=` (branches) and `redirect_dir=on|off` (off: renaming a
-        /// directory with lower parts fails with EXDEV instead of moving it in place).
+        /// Mount options, comma-separated: `dirs=` (branches), `redirect_dir=on|off` (off:
+        /// renaming a directory with lower parts fails with EXDEV instead of moving it in
+        /// place), and the standard FUSE options: allow_other, allow_root,
+        /// default_permissions, auto_unmount, fsname=, max_read=, ro, rw, nodev, nosuid,
+        /// noexec, noatime, sync, dirsync and their opposites. May be given more than once.
         #[arg(short = 'o')]
-        options: Option<String>,
+        options: Vec<String>,
         /// Stay in the foreground until unmounted.
         #[arg(long)]
         foreground: bool,
@@ -48,9 +55,12 @@ enum UnionCmd {
     Add {
         mountpoint: PathBuf,
         dir: PathBuf,
-        /// Insert below branch number N (as `list` numbers them); default: on top.
+        /// Insert below branch number N (as `list` numbers them). Default: a read-only
+        /// branch goes directly below the writable one (it never hides a writable name), a
+        /// writable one on top (it takes the writes from then on).
         #[arg(long)]
         after: Option<usize>,
+        /// ro or rw.
         #[arg(long, default_value = "ro")]
         mode: String,
     },
@@ -80,7 +90,13 @@ pub fn run(args: UnionArgs) -> i32 {
             options,
             foreground,
             notify_fd,
-        } => mount(mountpoint, branches, options, foreground, notify_fd),
+        } => mount(
+            mountpoint,
+            branches,
+            &options.join(","),
+            foreground,
+            notify_fd,
+        ),
         UnionCmd::Umount { mountpoint } => match accord_union::unmount(&mountpoint) {
             Ok(()) => exit::OK,
             Err(e) => fail(&e.to_string()),
@@ -120,18 +136,19 @@ fn add(mountpoint: &Path, dir: &Path, after: Option<usize>, mode: &str) -> i32 {
     }
     let dir = match dir.canonicalize() {
         Ok(d) => d,
-        Err(e) => return fail(&format!("{}: {e}", dir.display())),
+        Err(e) => return fail(&format!("{}: {}", dir.display(), io_words(&e))),
     };
     // Checked here as well as in the daemon: this process serves no union, so it may look
     // inside one.
     if let Err(e) = check_branch_of(&dir, mountpoint) {
         return fail(&e);
     }
-    let pos = after.map(|n| n + 1).unwrap_or(0).to_string();
+    // `-`: the daemon picks the place (`Table::default_position`) from the table it holds.
+    let after = after.map_or("-".to_string(), |n| n.to_string());
     let fields = [
         OsStr::new("add"),
         dir.as_os_str(),
-        OsStr::new(&pos),
+        OsStr::new(&after),
         OsStr::new(mode),
     ];
     control(mountpoint, &fields)
@@ -150,12 +167,12 @@ fn snapshot(mountpoint: &Path, newdir: &Path) -> i32 {
                  created)",
                 newdir.display()
             ),
-            _ => format!("cannot create {}: {e}", newdir.display()),
+            _ => format!("cannot create {}: {}", newdir.display(), io_words(&e)),
         });
     }
     let dir = match newdir.canonicalize() {
         Ok(d) => d,
-        Err(e) => return fail(&format!("{}: {e}", newdir.display())),
+        Err(e) => return fail(&format!("{}: {}", newdir.display(), io_words(&e))),
     };
     if let Err(e) = check_branch_of(&dir, mountpoint) {
         return fail(&e);
@@ -168,17 +185,18 @@ fn check_branch_of(dir: &Path, mountpoint: &Path) -> Result<(), String> {
     guard::check_branch(dir)?;
     let mnt = mountpoint
         .canonicalize()
-        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+        .map_err(|e| format!("{}: {}", mountpoint.display(), io_words(&e)))?;
     let id = std::fs::metadata(dir)
         .map(|m| (m.dev(), m.ino()))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(|e| format!("{}: {}", dir.display(), io_words(&e)))?;
     guard::check_not_above(dir, id, &mnt)
 }
 
 /// The checks of `guard::check_branch` for a directory that may not exist yet: on its nearest
 /// existing ancestor.
 fn check_new_dir(dir: &Path) -> Result<(), String> {
-    let abs = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let abs =
+        std::path::absolute(dir).map_err(|e| format!("{}: {}", dir.display(), io_words(&e)))?;
     let existing = abs
         .ancestors()
         .find(|a| a.symlink_metadata().is_ok())
@@ -197,12 +215,12 @@ fn check_new_dir(dir: &Path) -> Result<(), String> {
 }
 
 fn fail(msg: &str) -> i32 {
-    eprintln!("accord union: {msg}");
+    eprintln!("{}: {msg}", mount_helper::program());
     exit::FAILURE
 }
 
 fn usage(msg: &str) -> i32 {
-    eprintln!("accord union: {msg}");
+    eprintln!("{}: {msg}", mount_helper::program());
     exit::USAGE
 }
 
@@ -219,76 +237,82 @@ fn control(mountpoint: &Path, fields: &[&OsStr]) -> i32 {
 fn mount(
     mountpoint: PathBuf,
     branches: Vec<String>,
-    options: Option<String>,
+    options: &str,
     foreground: bool,
     notify_fd: Option<i32>,
 ) -> i32 {
-    let mut specs: Vec<BranchSpec> = Vec::new();
-    let mut redirect_dir = true;
-    if let Some(o) = &options {
-        match parse_mount_options(o) {
-            Ok(v) => {
-                specs.extend(v.branches);
-                redirect_dir = v.redirect_dir;
-            }
-            Err(e) => return usage(&e),
-        }
-    }
-    for b in &branches {
-        match parse_spec(b) {
-            Ok(s) => specs.push(s),
-            Err(e) => return usage(&e),
-        }
-    }
-    if specs.is_empty() {
-        return usage("no branches: give DIR[=rw|=ro]... or -o dirs=...");
-    }
-    // The mount point first: a wrong one makes every branch moot.
-    if let Err(e) = accord_union::mount_point(&mountpoint) {
-        return fail(&e.to_string());
-    }
-    let resolved = match resolve_branches(&specs) {
-        Ok(r) => r,
+    let cfg = match mount_config(mountpoint, &branches, options) {
+        Ok(cfg) => cfg,
         Err(code) => return code,
     };
     if foreground {
-        let cfg = MountConfig {
-            mountpoint,
-            branches: resolved,
-            redirect_dir,
-        };
-        let notify = notify_fd.map(|fd| {
-            // SAFETY: the parent handed us this descriptor (see `daemonize`) and nobody else
-            // owns it in this process. Close-on-exec, so helpers we start (fusermount3) do
-            // not keep the parent waiting.
-            unsafe {
-                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-                OwnedFd::from_raw_fd(fd)
-            }
-        });
-        let res = accord_union::serve(&cfg, move |r| {
-            let msg = match &r {
-                Ok(()) => "ok\n".to_string(),
-                Err(e) => format!("err {e}\n"),
-            };
-            if let Some(fd) = notify {
-                let mut f = std::fs::File::from(fd);
-                let _ = std::io::Write::write_all(&mut f, msg.as_bytes());
-            } else if let Err(e) = r {
-                eprintln!("accord union: {e}");
-            }
-        });
-        return match res {
-            Ok(()) => exit::OK,
-            Err(e) => {
-                if notify_fd.is_none() {
-                    eprintln!("accord union: {e}");
-                }
-                exit::FAILURE
-            }
-        };
+        serve(&cfg, notify_fd)
+    } else {
+        daemonize(&cfg)
     }
-    daemonize(&mountpoint, &resolved, redirect_dir)
+}
+
+/// What to mount, checked: the options, the branches (canonical, with their modes) and the
+/// mount point; or the exit code after the error was reported.
+fn mount_config(
+    mountpoint: PathBuf,
+    branches: &[String],
+    options: &str,
+) -> Result<MountConfig, i32> {
+    let mut specs: Vec<BranchSpec> = Vec::new();
+    let opts = parse_mount_options(options).map_err(|e| usage(&e))?;
+    specs.extend(opts.branches);
+    for b in branches {
+        specs.push(parse_spec(b).map_err(|e| usage(&e))?);
+    }
+    if specs.is_empty() {
+        return Err(usage("no branches: give DIR[=rw|=ro]... or -o dirs=..."));
+    }
+    // The mount point first: a wrong one makes every branch moot.
+    if let Err(e) = accord_union::mount_point(&mountpoint) {
+        return Err(fail(&e.to_string()));
+    }
+    Ok(MountConfig {
+        mountpoint,
+        branches: resolve_branches(&specs)?,
+        redirect_dir: opts.redirect_dir,
+        fuse: opts.fuse,
+    })
+}
+
+/// Serve the union in this process until it is unmounted, telling `notify_fd` (the process
+/// that started this one, see `daemonize`) whether the mount went live.
+fn serve(cfg: &MountConfig, notify_fd: Option<i32>) -> i32 {
+    let notify = notify_fd.map(|fd| {
+        // SAFETY: the parent handed us this descriptor (see `daemonize`) and nobody else
+        // owns it in this process. Close-on-exec, so helpers we start (fusermount3) do
+        // not keep the parent waiting.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            OwnedFd::from_raw_fd(fd)
+        }
+    });
+    let res = accord_union::serve(cfg, move |r| {
+        let msg = match &r {
+            Ok(()) => "ok\n".to_string(),
+            Err(e) => format!("err {e}\n"),
+        };
+        if let Some(fd) = notify {
+            let mut f = std::fs::File::from(fd);
+            let _ = std::io::Write::write_all(&mut f, msg.as_bytes());
+        } else if let Err(e) = r {
+            eprintln!("{}: {e}", mount_helper::program());
+        }
+    });
+    match res {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            if notify_fd.is_none() {
+                eprintln!("{}: {}", mount_helper::program(), io_words(&e));
+            }
+            exit::FAILURE
+        }
+    }
 }
 
 /// The branch directories of `specs`, canonical, with their modes; or the exit code after the
@@ -299,7 +323,7 @@ fn resolve_branches(specs: &[BranchSpec]) -> Result<Vec<(PathBuf, Mode)>, i32> {
         match p.canonicalize() {
             Ok(c) => resolved.push((c, m)),
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(missing_branch(spec, &e)),
-            Err(e) => return Err(fail(&format!("branch {}: {e}", p.display()))),
+            Err(e) => return Err(fail(&format!("branch {}: {}", p.display(), io_words(&e)))),
         }
     }
     Ok(resolved)
@@ -320,31 +344,38 @@ fn missing_branch(spec: &BranchSpec, e: &std::io::Error) -> i32 {
             "branch {p}: unknown mode {word:?} (a mode is ro or rw), and no directory of that \
              whole name exists"
         )),
-        None => fail(&format!("branch {p}: {e}")),
+        None => fail(&format!("branch {p}: {}", io_words(e))),
     }
 }
 
 /// Start the file system as a detached copy of this program and return once it reports the
 /// mount live (or why it failed), so `accord union mount` behaves like mount(8).
-fn daemonize(mountpoint: &Path, branches: &[(PathBuf, Mode)], redirect_dir: bool) -> i32 {
+fn daemonize(cfg: &MountConfig) -> i32 {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
-        Err(e) => return fail(&format!("cannot find own executable: {e}")),
+        Err(e) => return fail(&format!("cannot find own executable: {}", io_words(&e))),
     };
     let mut fds = [0i32; 2];
     // SAFETY: fds is a valid two-element array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return fail(&format!("pipe: {}", std::io::Error::last_os_error()));
+        return fail(&format!(
+            "pipe: {}",
+            io_words(&std::io::Error::last_os_error())
+        ));
     }
     // SAFETY: pipe2 just created both descriptors; each is owned once.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut cmd = Command::new(exe);
     cmd.args(["union", "mount", "--foreground", "--notify-fd", "3"])
-        .arg(mountpoint);
-    if !redirect_dir {
-        cmd.args(["-o", "redirect_dir=off"]);
+        .arg(&cfg.mountpoint);
+    let mut options = cfg.fuse.clone();
+    if !cfg.redirect_dir {
+        options.push("redirect_dir=off".into());
     }
-    for (p, m) in branches {
+    if !options.is_empty() {
+        cmd.arg("-o").arg(options.join(","));
+    }
+    for (p, m) in &cfg.branches {
         let mut s = p.clone().into_os_string();
         s.push(format!("={m}"));
         cmd.arg(s);
@@ -365,7 +396,7 @@ fn daemonize(mountpoint: &Path, branches: &[(PathBuf, Mode)], redirect_dir: bool
     }
     let child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return fail(&format!("cannot start the file system: {e}")),
+        Err(e) => return fail(&format!("cannot start the file system: {}", io_words(&e))),
     };
     drop(wr);
     let mut answer = String::new();

@@ -63,6 +63,10 @@ enum Command {
 }
 
 fn main() {
+    // Run as mount(8)'s helper for type fuse.accord (a link named mount.fuse.accord).
+    if let Some(code) = cmd_union::run_as_mount_helper() {
+        std::process::exit(code);
+    }
     let args = match sync_profile::expand(std::env::args_os().collect()) {
         Ok(args) => args,
         Err(e) => {

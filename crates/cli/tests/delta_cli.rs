@@ -425,3 +425,110 @@ fn commands_without_their_arguments_are_usage_errors() {
     let out = accord().arg("sync").output().unwrap();
     assert_eq!(out.status.code(), Some(64));
 }
+
+/// `sh -c script` in `dir` with `$ACCORD` set; panics with its stderr when it fails.
+fn sh_in(dir: &Path, script: &str) {
+    let out = Proc::new("sh")
+        .args(["-ec", script])
+        .current_dir(dir)
+        .env("ACCORD", env!("CARGO_BIN_EXE_accord"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn dash_and_pipes_as_rdiff_takes_them() {
+    if !have("rdiff") {
+        return;
+    }
+    let f = Files::new();
+    let old_data = pseudo_random(2 << 20, 7);
+    let new_data = edited(&old_data);
+    f.write("old", &old_data);
+    f.write("new", &new_data);
+    // The same pipelines through rdiff and through accord: `-` for standard input and output,
+    // and /dev/stdin (a pipe) where a file name is wanted.
+    for tool in ["rdiff", "\"$ACCORD\" delta"] {
+        let pre = if tool == "rdiff" { "r" } else { "a" };
+        sh_in(
+            &f.root,
+            &format!(
+                "cat old | {tool} signature - - > {pre}.sig1; \
+                 cat old | {tool} signature /dev/stdin {pre}.sig2; \
+                 cat new | {tool} delta {pre}.sig1 - - > {pre}.delta; \
+                 cat {pre}.delta | {tool} patch old - - > {pre}.out1; \
+                 {tool} delta {pre}.sig2 new - | {tool} patch old - {pre}.out2"
+            ),
+        );
+        let read = |n: &str| std::fs::read(f.path(&format!("{pre}.{n}"))).unwrap();
+        // (Ours draw a random key per signature: equal in length, not in bytes.)
+        assert_eq!(read("sig1").len(), read("sig2").len(), "{tool}");
+        for out in ["out1", "out2"] {
+            assert!(read(out) == new_data, "{tool}: {out} differs from new");
+        }
+    }
+    // The basis of a patch from a pipe (rdiff wants it seekable; we read it into memory), and
+    // /dev/stdout as an output (rdiff refuses an existing output without --force).
+    sh_in(
+        &f.root,
+        "cat old | \"$ACCORD\" delta patch /dev/stdin a.delta a.out3; \
+         cat old | \"$ACCORD\" delta patch - a.delta a.out4; \
+         \"$ACCORD\" delta patch old a.delta /dev/stdout | cat > a.out5",
+    );
+    for out in ["a.out3", "a.out4", "a.out5"] {
+        assert!(std::fs::read(f.path(out)).unwrap() == new_data, "{out}");
+    }
+    assert!(!f.path("-").exists(), "a file named - was made");
+}
+
+#[test]
+fn dash_where_a_stream_cannot_work_is_a_usage_error() {
+    let f = Files::new();
+    let old = f.write("old", &pseudo_random(10_000, 8));
+    let d = Path::new("-");
+    for (args, files, says) in [
+        (
+            vec!["delta", "delta"],
+            vec![d, d, &old],
+            "both be standard input",
+        ),
+        (
+            vec!["delta", "patch"],
+            vec![d, d, &old],
+            "both be standard input",
+        ),
+        (
+            vec!["delta", "patch", "--in-place"],
+            vec![d, &old],
+            "regular file",
+        ),
+        (
+            vec!["delta", "delta", "--json"],
+            vec![&old, &old, d],
+            "--json",
+        ),
+    ] {
+        let out = accord().args(&args).args(&files).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let out = accord()
+        .args(["delta", "signature"])
+        .args([&f.path("missing"), &f.path("sig")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "accord delta: cannot open {}: No such file or directory",
+            f.path("missing").display()
+        )
+    );
+}

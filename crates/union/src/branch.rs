@@ -78,42 +78,6 @@ pub fn mistyped_mode(spec: &BranchSpec) -> Option<String> {
     (!dir.is_empty() && !word.is_empty() && !word.contains('/')).then(|| word.to_string())
 }
 
-/// What `-o` says: branches and switches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountOptions {
-    /// Unionfs's `dirs=/a=rw:/b=ro`.
-    pub branches: Vec<BranchSpec>,
-    /// overlayfs's `redirect_dir=on|off` (see `crate::redirect`); on unless switched off.
-    pub redirect_dir: bool,
-}
-
-/// Comma-separated mount options: Unionfs's `dirs=/a=rw:/b=ro` and overlayfs's
-/// `redirect_dir=on|off`; any other is refused rather than ignored.
-pub fn parse_mount_options(opts: &str) -> Result<MountOptions, String> {
-    let mut out = MountOptions {
-        branches: Vec::new(),
-        redirect_dir: true,
-    };
-    for opt in opts.split(',').filter(|o| !o.is_empty()) {
-        if let Some(dirs) = opt.strip_prefix("dirs=") {
-            for d in dirs.split(':') {
-                out.branches.push(parse_spec(d)?);
-            }
-        } else if let Some(v) = opt.strip_prefix("redirect_dir=") {
-            out.redirect_dir = match v {
-                "on" => true,
-                "off" => false,
-                _ => return Err(format!("redirect_dir={v:?}: on or off")),
-            };
-        } else {
-            return Err(format!(
-                "unknown mount option {opt:?} (known: dirs=, redirect_dir=on|off)"
-            ));
-        }
-    }
-    Ok(out)
-}
-
 /// Fill in modes the user left out the way Unionfs did: the first branch is writable, the
 /// others read-only.
 pub fn default_modes(specs: &[BranchSpec]) -> Vec<(PathBuf, Mode)> {
@@ -220,6 +184,37 @@ impl Table {
         }
     }
 
+    /// Where `add` puts a branch of `mode` when not told. A read-only branch goes directly
+    /// below the highest writable one, as Unionfs's paper adds a live CD's modules
+    /// (`unionctl --add --after 0 --mode ro`): its names show ahead of the older read-only
+    /// branches, but it never hides the writable branch, so every name that was writable stays
+    /// writable (on top it would shadow the writable branch's copies with read-only ones). A
+    /// writable branch goes on top and takes the writes from then on, as Unionfs's `--add`
+    /// does; with no writable branch at all, a read-only one goes on top too.
+    pub fn default_position(&self, mode: Mode) -> usize {
+        match (mode, self.upper()) {
+            (Mode::Ro, Some(u)) => u as usize + 1,
+            _ => 0,
+        }
+    }
+
+    /// Insert `b` below branch `after` (as `describe` numbers them), or where
+    /// `default_position` says when `after` is None.
+    pub fn with_added_after(&self, b: Branch, after: Option<usize>) -> Result<Table, String> {
+        let at = match after {
+            None => self.default_position(b.mode),
+            Some(n) if n < self.branches.len() => n + 1,
+            Some(n) => {
+                return Err(format!(
+                    "there is no branch {n} to add below: the branches are numbered 0 to {} \
+                     (see accord union list)",
+                    self.branches.len() - 1
+                ))
+            }
+        };
+        self.with_added(b, at)
+    }
+
     /// Insert `b` at index `at` (0 = top). Refuses a directory that is already a branch.
     pub fn with_added(&self, b: Branch, at: usize) -> Result<Table, String> {
         if self.find(&b.path).is_some() {
@@ -307,16 +302,10 @@ mod tests {
         assert_eq!(mode("/a=ro"), None);
         assert_eq!(mode("/a"), None);
         assert_eq!(mode("/a=b/c"), None);
-        let o = parse_mount_options("dirs=/a=rw:/b=ro:/c").unwrap();
-        assert!(o.redirect_dir);
-        let v = o.branches;
-        assert_eq!(v.len(), 3);
-        let o = parse_mount_options("redirect_dir=off,dirs=/a").unwrap();
-        assert!(!o.redirect_dir);
-        assert_eq!(o.branches.len(), 1);
-        assert!(parse_mount_options("redirect_dir=yes").is_err());
-        assert_eq!(v[1].mode, Some(Mode::Ro));
-        assert!(parse_mount_options("dirs=/a,foo").is_err());
+        let v: Vec<BranchSpec> = ["/a=rw", "/b=ro", "/c"]
+            .iter()
+            .map(|s| parse_spec(s).unwrap())
+            .collect();
         let d = default_modes(&v);
         assert_eq!(d[2].1, Mode::Ro);
         let d = default_modes(&[parse_spec("/x").unwrap(), parse_spec("/y").unwrap()]);
@@ -370,6 +359,34 @@ mod tests {
         assert!(t5
             .describe()
             .starts_with(&format!("0\trw\t{}\n", d[3].display())));
+    }
+
+    #[test]
+    fn added_branches_never_hide_the_writable_one() {
+        let (_t, d) = dirs(5);
+        let t = Table::new(vec![
+            Branch::open(&d[0], Mode::Rw).unwrap(),
+            Branch::open(&d[1], Mode::Ro).unwrap(),
+        ]);
+        let t = t
+            .with_added_after(Branch::open(&d[2], Mode::Ro).unwrap(), None)
+            .unwrap();
+        assert_eq!((t.find(&d[2]), t.upper()), (Some(1), Some(0)));
+        let t = t
+            .with_added_after(Branch::open(&d[3], Mode::Ro).unwrap(), Some(2))
+            .unwrap();
+        assert_eq!(t.find(&d[3]), Some(3));
+        let err = t
+            .with_added_after(Branch::open(&d[4], Mode::Ro).unwrap(), Some(4))
+            .unwrap_err();
+        assert!(
+            err.contains("no branch 4") && err.contains("0 to 3"),
+            "{err}"
+        );
+        let t = t
+            .with_added_after(Branch::open(&d[4], Mode::Rw).unwrap(), None)
+            .unwrap();
+        assert_eq!((t.find(&d[4]), t.upper()), (Some(0), Some(0)));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The control channel of a live union: a Unix socket in the abstract namespace named after
 //! the mount point, one request line in, one answer out.
 //!
-//! Requests (tab-separated): `ping`, `list`, `stats`, `add PATH POS MODE`, `remove PATH`,
-//! `mode PATH MODE`, `snapshot PATH`. Answers: `ok\n` followed by data, or `err MSG\n`.
+//! Requests (tab-separated): `ping`, `list`, `stats`, `add PATH AFTER MODE` (AFTER: a branch
+//! number, or `-` for the default place), `remove PATH`, `mode PATH MODE`, `snapshot PATH`.
+//! Answers: `ok\n` followed by data, or `err MSG\n`.
 //! Only root and the user who mounted may talk to it (checked with SO_PEERCRED): anyone able to
 //! add a branch could otherwise show arbitrary files under the mount.
 
@@ -103,10 +104,13 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
                 .count();
             return Ok((format!("inodes\t{inodes}\n"), false));
         }
-        ["add", path, pos, mode] => {
+        ["add", path, after, mode] => {
             let mode = Mode::parse(mode)?;
-            let pos: usize = pos.parse().map_err(|_| format!("bad position {pos:?}"))?;
-            current.with_added(open(path, mode)?, pos)?
+            let after = match *after {
+                "-" => None,
+                n => Some(n.parse().map_err(|_| format!("bad branch number {n:?}"))?),
+            };
+            current.with_added_after(open(path, mode)?, after)?
         }
         ["remove", path] => current.with_removed(&canon(path))?,
         ["mode", path, mode] => current.with_mode(&canon(path), Mode::parse(mode)?)?,
@@ -124,9 +128,16 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
 /// one that serves the union) then gives the device that settles the cases the path hides
 /// (symlinks, bind mounts).
 fn open_checked(path: &Path, mode: Mode, mountpoint: &Path) -> Result<Branch, String> {
-    let mounts = guard::our_mounts().map_err(|e| format!("cannot read the mount table: {e}"))?;
+    let mounts = guard::our_mounts()
+        .map_err(|e| format!("cannot read the mount table: {}", crate::io_words(&e)))?;
     guard::check_lexically(path, &mounts)?;
-    let fail = |e: io::Error| format!("cannot use {} as a branch: {e}", path.display());
+    let fail = |e: io::Error| {
+        format!(
+            "cannot use {} as a branch: {}",
+            path.display(),
+            crate::io_words(&e)
+        )
+    };
     let b = Branch::open(path, mode).map_err(fail)?;
     let id = b.dev_ino().map_err(fail)?;
     guard::check_lexically(&b.path, &mounts)?;
@@ -137,14 +148,18 @@ fn open_checked(path: &Path, mode: Mode, mountpoint: &Path) -> Result<Branch, St
 
 /// Send one request to the union mounted at `mountpoint` and return its answer data.
 pub fn request(mountpoint: &Path, fields: &[&OsStr]) -> Result<String, String> {
+    let words = |e: io::Error| crate::io_words(&e);
     let mp = mountpoint
         .canonicalize()
-        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
-    let mut s = UnixStream::connect_addr(&addr(&mp).map_err(|e| e.to_string())?).map_err(|e| {
-        format!(
-            "{} is not an accord union mount (no control socket: {e})",
-            mp.display()
-        )
+        .map_err(|e| format!("{}: {}", mountpoint.display(), words(e)))?;
+    let mut s = UnixStream::connect_addr(&addr(&mp).map_err(words)?).map_err(|e| {
+        // Nothing listens: no union of ours is mounted there.
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound => {
+                format!("{} is not an accord union mount", mp.display())
+            }
+            _ => format!("cannot reach the union at {}: {}", mp.display(), words(e)),
+        }
     })?;
     let mut line = Vec::new();
     for (i, f) in fields.iter().enumerate() {
@@ -157,9 +172,9 @@ pub fn request(mountpoint: &Path, fields: &[&OsStr]) -> Result<String, String> {
         line.extend_from_slice(f.as_bytes());
     }
     line.push(b'\n');
-    s.write_all(&line).map_err(|e| e.to_string())?;
+    s.write_all(&line).map_err(words)?;
     let mut out = String::new();
-    s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+    s.read_to_string(&mut out).map_err(words)?;
     if let Some(data) = out.strip_prefix("ok\n") {
         Ok(data.to_string())
     } else if let Some(msg) = out.strip_prefix("err ") {

@@ -28,7 +28,10 @@ pub fn our_mounts() -> io::Result<Vec<OurMount>> {
     const MOUNTINFO: &str = "/proc/self/mountinfo";
     match std::fs::read_to_string(MOUNTINFO) {
         Ok(text) => Ok(parse_mountinfo(&text)),
-        Err(e) => Err(io::Error::new(e.kind(), format!("{MOUNTINFO}: {e}"))),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("{MOUNTINFO}: {}", crate::io_words(&e)),
+        )),
     }
 }
 
@@ -50,6 +53,21 @@ fn parse_line(line: &str) -> Option<OurMount> {
         dev,
         mountpoint: PathBuf::from(unescape(fields.get(4)?)),
     })
+}
+
+/// The file system type of the mount whose mount point is `path` (canonical), if one is;
+/// the last one mounted there when several are.
+pub fn mount_type(path: &Path) -> io::Result<Option<String>> {
+    const MOUNTINFO: &str = "/proc/self/mountinfo";
+    let text = std::fs::read_to_string(MOUNTINFO)
+        .map_err(|e| io::Error::new(e.kind(), format!("{MOUNTINFO}: {}", crate::io_words(&e))))?;
+    Ok(text.lines().rev().find_map(|l| type_at(l, path)))
+}
+
+fn type_at(line: &str, path: &Path) -> Option<String> {
+    let (left, right) = line.split_once(" - ")?;
+    let mountpoint = unescape(left.split(' ').nth(4)?);
+    (Path::new(&mountpoint) == path).then(|| right.split(' ').next().unwrap_or("").to_string())
 }
 
 /// Mount points escape space, tab, newline and backslash as `\ooo` (octal).
@@ -114,14 +132,15 @@ pub fn check_dev(dir: &Path, dev: u64, mounts: &[OurMount]) -> Result<(), String
 /// The full check of a directory about to be named as a branch (from a process that does not
 /// serve any union: it looks the path up): its path and device against every union of ours.
 pub fn check_branch(dir: &Path) -> Result<(), String> {
-    let mounts = our_mounts().map_err(|e| format!("cannot read the mount table: {e}"))?;
+    let mounts = our_mounts()
+        .map_err(|e| format!("cannot read the mount table: {}", crate::io_words(&e)))?;
     check_lexically(dir, &mounts)?;
     let dir = dir
         .canonicalize()
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(|e| format!("{}: {}", dir.display(), crate::io_words(&e)))?;
     check_lexically(&dir, &mounts)?;
     let dev = std::fs::metadata(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .map_err(|e| format!("{}: {}", dir.display(), crate::io_words(&e)))?
         .dev();
     check_dev(&dir, dev, &mounts)
 }
@@ -130,8 +149,13 @@ pub fn check_branch(dir: &Path) -> Result<(), String> {
 /// point or lies under it (the same directory by device and inode, so a bind mount of it
 /// counts too), since the union would then cover its own branch.
 pub fn check_under_mountpoint(dir: &Path, mountpoint: &Path) -> Result<(), String> {
-    let target = std::fs::metadata(mountpoint)
-        .map_err(|e| format!("mount point {}: {e}", mountpoint.display()))?;
+    let target = std::fs::metadata(mountpoint).map_err(|e| {
+        format!(
+            "mount point {}: {}",
+            mountpoint.display(),
+            crate::io_words(&e)
+        )
+    })?;
     let id = (target.dev(), target.ino());
     for ancestor in dir.ancestors() {
         let Ok(m) = std::fs::metadata(ancestor) else {

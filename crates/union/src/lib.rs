@@ -5,7 +5,8 @@
 //! writable branch ("upper"), copying files up from read-only branches first; deletions of
 //! names that exist below leave `.wh.NAME` whiteouts. Read-only branches are never modified.
 //!
-//! Layout: pure logic in [`branch`] (branch specs and the branch table), [`whiteout`] (naming),
+//! Layout: pure logic in [`branch`] (branch specs and the branch table), [`options`] (what
+//! `-o` says), [`whiteout`] (naming),
 //! [`redirect`] (the redirect format) and [`merge`] (one directory's merge over branches); the FUSE layer in `fs/` (one file per
 //! operation family); [`control`] is the live control channel; [`guard`] refuses branches
 //! inside a union of ours; `sys` wraps the system calls.
@@ -47,6 +48,7 @@ pub mod control;
 mod fs;
 pub mod guard;
 pub mod merge;
+pub mod options;
 pub mod redirect;
 mod sys;
 pub mod whiteout;
@@ -68,6 +70,8 @@ pub struct MountConfig {
     /// `-o redirect_dir=on|off`: rename directories with lower parts in place (on, the
     /// default) or refuse with EXDEV (off).
     pub redirect_dir: bool,
+    /// Standard FUSE mount options, as [`options::parse_mount_options`] checked them.
+    pub fuse: Vec<String>,
 }
 
 /// Mount the union and serve it until it is unmounted. `ready` is called once: with Ok when
@@ -147,32 +151,16 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         redirect_dir: cfg.redirect_dir,
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!(
-                "control socket for {}: {e} (already mounted?)",
-                mountpoint.display()
-            ),
-        )
+        let shown = mountpoint.display();
+        let text = match e.kind() {
+            io::ErrorKind::AddrInUse => {
+                format!("is {shown} already mounted? An accord union already serves it")
+            }
+            _ => format!("cannot serve {shown}: {}", io_words(&e)),
+        };
+        io::Error::new(e.kind(), text)
     })?;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("accord-union".into()),
-        MountOption::Subtype("accord".into()),
-        MountOption::DefaultPermissions,
-    ];
-    if root {
-        // Other users may use the union (the kernel checks their permissions), devices and
-        // set-id files work as in the branches, and the mount goes away if we die.
-        config.acl = fuser::SessionACL::All;
-        config.mount_options.extend([
-            MountOption::Dev,
-            MountOption::Suid,
-            MountOption::AutoUnmount,
-        ]);
-    }
+    let mut config = fuse_config(&cfg.fuse)?;
     // Reader threads (each with its own clone of the FUSE device) answer the quick requests
     // themselves; slow ones go to workers (see fs/kernel.rs). Four readers: on an idle 2-CPU
     // machine they beat one by 30-50 % on every metadata workload (bench/union/README.md).
@@ -186,15 +174,135 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     ));
     config.clone_fd = true;
     let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
-    let session = fuser::Session::new(union, &mountpoint, &config)?;
+    let session = fuser::Session::new(union, &mountpoint, &config).map_err(mount_refused)?;
     Ok((session, listener, shared))
+}
+
+/// The FUSE mount options and access rule: ours, then what `-o` asked for.
+fn fuse_config(asked: &[String]) -> io::Result<fuser::Config> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let has = |name: &str| asked.iter().any(|o| o == name);
+    let value = |key: &str| {
+        asked
+            .iter()
+            .find_map(|o| o.strip_prefix(key)?.strip_prefix('='))
+    };
+    let mut config = fuser::Config::default();
+    // The kernel checks permissions against the branch files' modes and owners.
+    config.mount_options = vec![
+        MountOption::FSName(value("fsname").unwrap_or("accord-union").into()),
+        MountOption::Subtype("accord".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if root {
+        // Other users may use the union (the kernel checks their permissions), devices and
+        // set-id files work as in the branches, and the mount goes away if we die; `-o
+        // nodev`/`nosuid` still apply.
+        config.acl = fuser::SessionACL::All;
+        config.mount_options.push(MountOption::AutoUnmount);
+        if !has("nodev") {
+            config.mount_options.push(MountOption::Dev);
+        }
+        if !has("nosuid") {
+            config.mount_options.push(MountOption::Suid);
+        }
+    }
+    if has("allow_other") {
+        config.acl = fuser::SessionACL::All;
+    } else if has("allow_root") {
+        config.acl = fuser::SessionACL::RootAndOwner;
+    }
+    if has("auto_unmount") && !root {
+        if config.acl == fuser::SessionACL::Owner {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "auto_unmount for a user other than root works only together with \
+                 allow_other or allow_root",
+            ));
+        }
+        config.mount_options.push(MountOption::AutoUnmount);
+    }
+    for opt in asked {
+        if let Some(o) = kernel_option(opt) {
+            config.mount_options.push(o);
+        }
+    }
+    Ok(config)
+}
+
+/// A standard option that goes to the kernel as it is (the others are handled above).
+fn kernel_option(opt: &str) -> Option<MountOption> {
+    Some(match opt {
+        "ro" => MountOption::RO,
+        "rw" => MountOption::RW,
+        "nodev" => MountOption::NoDev,
+        "dev" => MountOption::Dev,
+        "nosuid" => MountOption::NoSuid,
+        "suid" => MountOption::Suid,
+        "noexec" => MountOption::NoExec,
+        "exec" => MountOption::Exec,
+        "noatime" => MountOption::NoAtime,
+        "atime" => MountOption::Atime,
+        "sync" => MountOption::Sync,
+        "async" => MountOption::Async,
+        "dirsync" => MountOption::DirSync,
+        o if o.starts_with("max_read=") => MountOption::CUSTOM(o.into()),
+        _ => return None,
+    })
+}
+
+/// A refused mount, in words that say what to do. fusermount3 refuses `allow_other` to users
+/// other than root unless /etc/fuse.conf says `user_allow_other`.
+fn mount_refused(e: io::Error) -> io::Error {
+    let text = e.to_string();
+    if text.contains("user_allow_other") {
+        return io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "allow_other was refused: for a user other than root it needs the line \
+             user_allow_other in /etc/fuse.conf (root may always use it)",
+        );
+    }
+    if e.raw_os_error() == Some(libc::EACCES) {
+        // The mount opens /dev/fuse and the mount point itself before anything else.
+        return io::Error::new(
+            e.kind(),
+            "cannot mount: permission denied opening /dev/fuse or the mount point (a user \
+             other than root needs read and write access to /dev/fuse, which most systems give \
+             everyone, and read access to the mount point)",
+        );
+    }
+    let words = text.trim().trim_start_matches("fusermount3: ").to_string();
+    io::Error::new(
+        e.kind(),
+        format!("cannot mount: {}", io_words_of(&e, &words)),
+    )
+}
+
+/// The words of an I/O error without the "(os error N)" that `Display` adds to them.
+pub fn io_words(e: &io::Error) -> String {
+    io_words_of(e, &e.to_string())
+}
+
+fn io_words_of(e: &io::Error, text: &str) -> String {
+    match e.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .unwrap_or(text)
+            .to_string(),
+        None => text.to_string(),
+    }
 }
 
 /// `path` canonical, if it is a directory that can become a mount point; the error names it.
 /// (FUSE would mount over a file too, and the union's root would then show as that file.)
 pub fn mount_point(path: &Path) -> io::Result<PathBuf> {
-    let named =
-        |e: io::Error| io::Error::new(e.kind(), format!("mount point {}: {e}", path.display()));
+    let named = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!("mount point {}: {}", path.display(), io_words(&e)),
+        )
+    };
     let canonical = path.canonicalize().map_err(named)?;
     if !std::fs::metadata(&canonical).map_err(named)?.is_dir() {
         return Err(io::Error::new(
@@ -212,8 +320,12 @@ fn open_branches(cfg: &MountConfig, mountpoint: &Path) -> io::Result<Vec<branch:
     let mounts = guard::our_mounts()?;
     let mut branches: Vec<branch::Branch> = Vec::new();
     for (p, m) in &cfg.branches {
-        let b = branch::Branch::open(p, *m)
-            .map_err(|e| io::Error::new(e.kind(), format!("branch {}: {e}", p.display())))?;
+        let b = branch::Branch::open(p, *m).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("branch {}: {}", p.display(), io_words(&e)),
+            )
+        })?;
         if branches.iter().any(|x| x.path == b.path) {
             return Err(invalid(format!("branch {} given twice", b.path.display())));
         }
@@ -236,18 +348,49 @@ fn env_count(var: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Unmount a union (or any FUSE mount) at `mountpoint`.
+/// Unmount a union (or any FUSE mount) at `mountpoint`; one error, in words, when it cannot.
 pub fn unmount(mountpoint: &Path) -> io::Result<()> {
-    let st = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(mountpoint)
-        .status()?;
-    if st.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "fusermount3 -u {} failed",
-            mountpoint.display()
-        )))
+    let shown = mountpoint.display();
+    let canonical = mountpoint
+        .canonicalize()
+        .map_err(|e| io::Error::new(e.kind(), format!("{shown}: {}", io_words(&e))))?;
+    match guard::mount_type(&canonical)? {
+        None => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{shown} is not a mount point"),
+            ))
+        }
+        Some(t) if t != "fuse" && !t.starts_with("fuse.") => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{shown} is a {t} mount, not a union (unmount it with umount)"),
+            ))
+        }
+        Some(_) => {}
     }
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(&canonical)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot run fusermount3: {}", io_words(&e)),
+            )
+        })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    // fusermount3 says "fusermount3: failed to unmount PATH: REASON"; keep the reason.
+    let said = String::from_utf8_lossy(&out.stderr);
+    let reason = said
+        .trim()
+        .rsplit_once(": ")
+        .map_or(said.trim(), |(_, r)| r)
+        .to_string();
+    Err(io::Error::other(format!(
+        "cannot unmount {shown}: {reason}"
+    )))
 }
