@@ -16,8 +16,14 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
-    /// The run's Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss:// for TLS).
-    #[arg(long, value_name = "URL")]
+    /// The run's Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss:// for TLS);
+    /// from the environment, a password stays out of the process list.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ACCORD_CLUSTER",
+        hide_env_values = true
+    )]
     cluster: String,
     /// The run to work on, then leave (default: every run of the Redis, as
     /// they are created, until stopped).

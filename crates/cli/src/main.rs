@@ -4,6 +4,7 @@
 mod cmd_cluster;
 mod cmd_daemon;
 mod cmd_delta;
+mod cmd_docs;
 mod cmd_keygen;
 mod cmd_mirror;
 mod cmd_server;
@@ -21,8 +22,9 @@ mod sync_tui_diff;
 mod sync_tui_view;
 mod sync_watch;
 mod sync_watch_remote;
+mod version;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 // The system allocator (glibc): a walk allocates and frees a few small
 // objects per entry on several threads, and mimalloc kept the pages freed
@@ -58,6 +60,16 @@ enum Command {
     Worker(cmd_worker::WorkerArgs),
     /// Look at a cluster run, pause, resume, stop or restart it, list its failures.
     Cluster(cmd_cluster::ClusterArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, …) on stdout.
+    Completions(cmd_docs::CompletionsArgs),
+    /// Write the man pages into a directory (for packagers).
+    #[command(hide = true)]
+    Man(cmd_docs::ManArgs),
+}
+
+/// The command line as parsed, documented and completed.
+fn command() -> clap::Command {
+    version::describe(Cli::command())
 }
 
 fn main() {
@@ -68,7 +80,8 @@ fn main() {
             std::process::exit(exit::USAGE);
         }
     };
-    let cli = match Cli::try_parse_from(args) {
+    let parsed = command().try_get_matches_from(args);
+    let cli = match parsed.and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(err) => {
             let code = match err.kind() {
@@ -88,6 +101,8 @@ fn main() {
         Command::Keygen(args) => cmd_keygen::run(args),
         Command::Worker(args) => cmd_worker::run(args),
         Command::Cluster(args) => cmd_cluster::run(args),
+        Command::Completions(args) => cmd_docs::completions(&args, command()),
+        Command::Man(args) => cmd_docs::man(&args, command()),
     };
     std::process::exit(code);
 }
