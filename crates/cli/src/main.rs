@@ -13,6 +13,7 @@ mod cmd_tasks;
 mod cmd_union;
 mod cmd_worker;
 mod exit;
+mod logging;
 mod progress;
 mod remote_args;
 mod sync_profile;
