@@ -42,6 +42,7 @@ fn the_package_installs_and_works_in_a_fresh_container() {
     man_page_renders(&c);
     units_verify(&c);
     bash_completes_subcommands_and_flags(&c);
+    zsh_and_fish_completions_are_installed(&c);
     example_config_serves_as_the_accord_user(&c);
 
     drop(c);
@@ -195,6 +196,27 @@ fn bash_completes_subcommands_and_flags(c: &Container) {
     assert_eq!(line("accord mi<TAB>:"), ["mirror"]);
     assert!(line("accord mirror --del<TAB>:").contains(&"--delete".to_string()));
     assert!(line("accord union mo<TAB>:").contains(&"mount".to_string()));
+}
+
+/// Where zsh and fish look for them, each for `accord` and its mirror
+/// subcommand's flags.
+fn zsh_and_fish_completions_are_installed(c: &Container) {
+    let out = c.run(
+        "head -1 /usr/share/zsh/vendor-completions/_accord; \
+         grep -c -- 'delete' /usr/share/zsh/vendor-completions/_accord; \
+         grep -c -- '-c accord .*-l delete' /usr/share/fish/vendor_completions.d/accord.fish",
+    );
+    assert_ok(&out, "the zsh and fish completions");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&"#compdef accord"), "{text}");
+    assert!(
+        lines
+            .iter()
+            .skip(1)
+            .all(|n| n.parse::<u32>().unwrap_or(0) > 0),
+        "{text}"
+    );
 }
 
 /// The commented example, copied to /etc/accord as its comments say, runs
