@@ -1,5 +1,7 @@
 //! `accord server --listen … | --config …`: the flags of the TCP daemon,
 //! merged with its configuration file into `accord_remote::DaemonConfig`.
+//! It logs to stderr or `--log-file` (`crate::logging`): a line as it
+//! starts, then one per connection (who, which module, how it ended).
 
 use crate::exit;
 use accord_remote::keys::{self, AuthorizedKeys, KeyPair, DEFAULT_PORT};
@@ -68,6 +70,8 @@ pub struct DaemonArgs {
     /// a request that does not fit fails with a message [default: 256].
     #[arg(long, value_name = "MIB")]
     max_memory: Option<u64>,
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 impl DaemonArgs {
@@ -85,13 +89,55 @@ pub fn run(args: &DaemonArgs, server: &accord_remote::ServerConfig) -> i32 {
             return exit::USAGE;
         }
     };
+    if let Err(e) = crate::logging::init(&args.log) {
+        eprintln!("accord server: {e}");
+        return exit::USAGE;
+    }
+    log_settings(&cfg);
     match accord_remote::run_daemon(cfg) {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("accord server: {e}");
+            tracing::error!("accord server: {e}");
             exit::FATAL
         }
     }
+}
+
+/// The settings in effect, file and flags merged (debug: `-v`).
+fn log_settings(cfg: &DaemonConfig) {
+    for (name, m) in &cfg.modules {
+        let mode = if m.read_only {
+            "read-only"
+        } else {
+            "read-write"
+        };
+        tracing::debug!(
+            "accord server: module {name}: {} ({mode})",
+            m.path.display()
+        );
+    }
+    let per_address = cfg
+        .max_per_address
+        .map_or("no limit".to_string(), |n| n.to_string());
+    tracing::debug!(
+        "accord server: {} authorized keys; at most {} sessions ({per_address} per address), \
+         {} handshakes ({} per address), {} MiB for large requests; idle timeout {} s",
+        cfg.authorized.len(),
+        cfg.max_connections,
+        cfg.max_handshakes,
+        cfg.max_handshakes_per_address,
+        cfg.max_memory >> 20,
+        cfg.idle_timeout.as_secs()
+    );
+    let shown = |d: &Option<PathBuf>| {
+        d.as_ref()
+            .map_or("none".into(), |d| d.display().to_string())
+    };
+    tracing::debug!(
+        "accord server: state files in {}, sync archives in {}",
+        shown(&cfg.state_dir),
+        shown(&cfg.archive_dir)
+    );
 }
 
 /// The file's settings, then the flags over them.

@@ -34,6 +34,10 @@ pub fn run(args: ServerArgs) -> i32 {
         eprintln!("accord server: --restrict and --read-only are for ssh sessions; a daemon's modules say what each serves");
         return exit::USAGE;
     }
+    if !args.daemon.wanted() && args.daemon.log.given() {
+        eprintln!("accord server: -v and --log-file are for the daemon (--listen or --config); an ssh session's messages go to its client");
+        return exit::USAGE;
+    }
     if let Some(dir) = &args.restrict {
         if let Err(e) = std::fs::metadata(dir) {
             eprintln!("accord server: --restrict {}: {e}", dir.display());

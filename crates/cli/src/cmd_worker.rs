@@ -1,9 +1,10 @@
 //! `accord worker --cluster URL [--run NAME] [--jobs N] [--map SRC=LOCAL]`:
 //! run a cluster run's tasks on this machine, which mounts its roots.
 //! Without `--run`, serve every run created in that Redis, one after the
-//! other, and wait for new ones until stopped (SIGINT, SIGTERM).
+//! other, and wait for new ones until stopped (SIGINT, SIGTERM). What it
+//! does goes to its log (`crate::logging`): a line per run it works on.
 
-use crate::cmd_tasks::{fatal_end, open_redis, redact, threads, QueueArgs};
+use crate::cmd_tasks::{open_redis, redact, threads, QueueArgs};
 use crate::exit;
 use accord_engine::{Progress, RunSpec, WorkerEnd, WorkerOptions};
 use accord_queue::TaskQueue;
@@ -13,11 +14,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::{debug, error, info, warn};
 
 #[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
-    /// The run's Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss:// for TLS).
-    #[arg(long, value_name = "URL")]
+    /// The run's Redis (redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss:// for TLS);
+    /// taken from ACCORD_CLUSTER when not given, which keeps a password out of the
+    /// process list.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "ACCORD_CLUSTER",
+        hide_env_values = true
+    )]
     cluster: String,
     /// The run to work on, then leave (default: every run of the Redis, as
     /// they are created, until stopped).
@@ -36,6 +45,8 @@ pub struct WorkerArgs {
     name: Option<String>,
     #[command(flatten)]
     queue: QueueArgs,
+    #[command(flatten)]
+    log: crate::logging::LogArgs,
 }
 
 pub fn run(args: WorkerArgs) -> i32 {
@@ -51,6 +62,9 @@ pub fn run(args: WorkerArgs) -> i32 {
     let name = args.name.clone().unwrap_or_else(default_name);
     if let Err(e) = accord_engine::tasks::check_worker_name(&name) {
         return usage(&format!("--name: {e}"));
+    }
+    if let Err(e) = crate::logging::init(&args.log) {
+        return usage(&e);
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -89,7 +103,7 @@ impl Worker<'_> {
             match open_redis(&args.cluster, run, args.queue.policy()) {
                 Ok(q) => queues.push(q),
                 Err(e) => {
-                    eprintln!("accord worker: {e}");
+                    error!("accord worker: {e}");
                     return exit::UNAVAILABLE;
                 }
             }
@@ -97,11 +111,17 @@ impl Worker<'_> {
         let mut spec = match accord_engine::read_spec(&queues[0]) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("accord worker: run {run}: {e}");
+                error!("accord worker: run {run}: {e}");
                 return exit::UNAVAILABLE;
             }
         };
         apply_maps(&mut spec, self.maps);
+        info!(
+            "accord worker {}: run {run}: {} to {}, {n} threads",
+            self.name,
+            spec.src.display(),
+            spec.dst.display()
+        );
         let opts = WorkerOptions {
             name: self.name.clone(),
             until_done: true,
@@ -109,19 +129,26 @@ impl Worker<'_> {
             memo_dir: None,
         };
         let refs: Vec<&dyn TaskQueue> = queues.iter().map(|q| q as &dyn TaskQueue).collect();
-        let ends = accord_engine::run_workers(&refs, &spec, &opts, &Progress::default(), self.stop);
-        if let Some(code) = fatal_end(&ends, "accord worker") {
-            return code;
+        let progress = Progress::default();
+        let ends = accord_engine::run_workers(&refs, &spec, &opts, &progress, self.stop);
+        if let Some(why) = ends.iter().find_map(|e| match e {
+            WorkerEnd::Fatal(why) => Some(why),
+            _ => None,
+        }) {
+            error!("accord worker: run {run}: {why}");
+            return exit::FATAL;
         }
         let done = ends.iter().all(|e| matches!(e, WorkerEnd::Done));
         if done {
             // Workers looking for runs need not look at this one again.
             let _ = queues[0].set_listed(false);
         }
-        eprintln!(
-            "accord worker {}: run {run}: {}",
+        info!(
+            "accord worker {}: run {run}: {}; this worker wrote {} files ({} bytes)",
             opts.name,
-            if done { "the run is over" } else { "stopped" }
+            if done { "the run is over" } else { "stopped" },
+            progress.files_done.load(Ordering::Relaxed),
+            progress.bytes_done.load(Ordering::Relaxed),
         );
         exit::OK
     }
@@ -131,12 +158,17 @@ impl Worker<'_> {
     /// passed over while others are there.
     fn serve_all(&self) -> i32 {
         let url = &self.args.cluster;
+        info!(
+            "accord worker {}: serving the runs of {} as they come",
+            self.name,
+            redact(url)
+        );
         let mut passed_over = std::collections::HashSet::new();
         while !self.stop.load(Ordering::Relaxed) {
             let runs = match accord_queue::list_runs(url) {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("accord worker: {}: {e} (trying again)", redact(url));
+                    warn!("accord worker: {}: {e} (trying again)", redact(url));
                     self.wait(LOOK_AGAIN);
                     continue;
                 }
@@ -148,6 +180,7 @@ impl Worker<'_> {
             match next {
                 Some(run) => {
                     if self.serve(&run) != exit::OK {
+                        debug!("accord worker: run {run}: passed over while there are others");
                         passed_over.insert(run);
                     }
                 }
@@ -167,10 +200,21 @@ impl Worker<'_> {
             return false;
         };
         if accord_engine::run_over(&q).unwrap_or(false) {
+            debug!("accord worker: run {run} is over; taken off the list");
             let _ = q.set_listed(false);
             return false;
         }
-        matches!(q.state(), Ok(accord_queue::RunState::Running))
+        match q.state() {
+            Ok(accord_queue::RunState::Running) => true,
+            Ok(state) => {
+                debug!("accord worker: run {run} is {}: no task now", state.name());
+                false
+            }
+            Err(e) => {
+                debug!("accord worker: run {run}: {e}");
+                false
+            }
+        }
     }
 
     /// Sleep `d`, or less when stopped meanwhile.

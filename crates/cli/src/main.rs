@@ -4,6 +4,7 @@
 mod cmd_cluster;
 mod cmd_daemon;
 mod cmd_delta;
+mod cmd_docs;
 mod cmd_keygen;
 mod cmd_mirror;
 mod cmd_server;
@@ -12,6 +13,7 @@ mod cmd_tasks;
 mod cmd_union;
 mod cmd_worker;
 mod exit;
+mod logging;
 mod mirror_rules;
 mod progress;
 mod remote_args;
@@ -23,6 +25,7 @@ mod sync_tui_diff;
 mod sync_tui_view;
 mod sync_watch;
 mod sync_watch_remote;
+mod version;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -60,6 +63,16 @@ enum Command {
     Worker(cmd_worker::WorkerArgs),
     /// Look at a cluster run, pause, resume, stop or restart it, list its failures.
     Cluster(cmd_cluster::ClusterArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, …) on stdout.
+    Completions(cmd_docs::CompletionsArgs),
+    /// Write the man pages into a directory (for packagers).
+    #[command(hide = true)]
+    Man(cmd_docs::ManArgs),
+}
+
+/// The command line as parsed, documented and completed.
+fn command() -> clap::Command {
+    version::describe(Cli::command())
 }
 
 fn main() {
@@ -76,7 +89,7 @@ fn main() {
     };
     // The matches are kept: a mirror's --exclude, --include and --filter
     // decide in the order they were given (see mirror_rules).
-    let parsed = Cli::command()
+    let parsed = command()
         .try_get_matches_from(args)
         .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
     let (cli, matches) = match parsed {
@@ -102,6 +115,8 @@ fn main() {
         Command::Keygen(args) => cmd_keygen::run(args),
         Command::Worker(args) => cmd_worker::run(args),
         Command::Cluster(args) => cmd_cluster::run(args),
+        Command::Completions(args) => cmd_docs::completions(&args, command()),
+        Command::Man(args) => cmd_docs::man(&args, command()),
     };
     std::process::exit(code);
 }
