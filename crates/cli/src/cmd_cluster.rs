@@ -68,16 +68,17 @@ impl Figures {
 
     pub fn line(&self) -> String {
         let s = &self.stats;
+        use crate::summary::{bytes, count};
         let mut line = format!(
-            "{}, {} files written ({} bytes), {} verified; tasks: {} waiting, {} leased, {} done, {} failed",
+            "{}, {} files written ({}), {} verified; tasks: {} waiting, {} in progress, {} done, {} failed",
             if self.finished { "done" } else { self.state.name() },
-            self.written,
-            self.bytes,
-            self.verified,
-            s.waiting,
-            s.leased,
-            s.done,
-            s.dead
+            count(self.written.max(0) as u64),
+            bytes(self.bytes.max(0) as u64),
+            count(self.verified.max(0) as u64),
+            count(s.waiting),
+            count(s.leased),
+            count(s.done),
+            count(s.dead)
         );
         if self.state == RunState::Paused {
             if let Some(why) = &self.paused_why {

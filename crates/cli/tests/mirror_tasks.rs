@@ -189,13 +189,13 @@ impl Status {
                 .position(|w| w.trim_end_matches(',') == word)
                 .filter(|i| *i > 0)
                 .unwrap_or_else(|| panic!("no {word:?} in {line:?}"));
-            words[i - 1].parse().unwrap()
+            words[i - 1].replace(',', "").parse().unwrap()
         };
         Status {
             state,
             written: num_in(figures, "files"),
             waiting: num_in(tasks, "waiting"),
-            leased: num_in(tasks, "leased"),
+            leased: num_in(tasks, "in"),
             done: num_in(tasks, "done"),
             failed: num_in(tasks, "failed"),
         }
