@@ -94,6 +94,10 @@ pub struct MirrorArgs {
         help_heading = "Selection"
     )]
     filter: Vec<String>,
+    /// Copy only the paths FILE lists, one per line, relative to SRC (a
+    /// directory with all it holds); DST's other entries are left alone.
+    #[arg(long, value_name = "FILE", help_heading = "Selection")]
+    files_from: Vec<PathBuf>,
     /// Read exclude patterns from FILE (gitignore syntax, `!` lines included).
     #[arg(long, value_name = "FILE", help_heading = "Selection")]
     exclude_from: Vec<PathBuf>,
@@ -527,19 +531,7 @@ fn own_state_rule(src: &Path, state: &Path) -> Option<String> {
         std::fs::canonicalize(state).ok()?,
     );
     let rel = state.strip_prefix(&src).ok()?.to_str()?;
-    (!rel.is_empty()).then(|| format!("/{}/", pattern_of_path(rel)))
-}
-
-/// A path as a gitignore pattern that matches only itself.
-fn pattern_of_path(rel: &str) -> String {
-    let mut out = String::with_capacity(rel.len());
-    for c in rel.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '#' | ' ') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+    (!rel.is_empty()).then(|| format!("/{}/", crate::mirror_rules::literal(rel)))
 }
 
 /// A mirror with one remote root: connect to it, open the local one, run.

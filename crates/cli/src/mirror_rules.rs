@@ -44,7 +44,55 @@ pub fn from_matches(m: &clap::ArgMatches) -> Result<Vec<Rule>, String> {
         placed.push((i, Rule::Lines(read_lines(Path::new(&v), "--exclude-from")?)));
     }
     placed.sort_by_key(|(i, _)| *i);
-    Ok(placed.into_iter().map(|(_, r)| r).collect())
+    let mut rules: Vec<Rule> = placed.into_iter().map(|(_, r)| r).collect();
+    for (_, v) in values(m, "files_from") {
+        rules.extend(files_from(&read_lines(Path::new(&v), "--files-from")?));
+    }
+    Ok(rules)
+}
+
+/// `--files-from FILE`: only the paths it lists (relative to SRC), each
+/// with the directories above it, and a listed directory with everything
+/// in it; after the other rules, so that they still leave names out.
+/// Every other name is excluded, so DST's other entries are left alone.
+fn files_from(lines: &[String]) -> Vec<Rule> {
+    let mut dirs = std::collections::BTreeSet::new();
+    let mut rules = Vec::new();
+    for line in lines {
+        let path = line.trim_end_matches('\r').trim_start_matches("./");
+        let path = path.trim_matches('/');
+        if path.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let names: Vec<&str> = path
+            .split('/')
+            .filter(|n| !n.is_empty() && *n != ".")
+            .collect();
+        for depth in 1..names.len() {
+            dirs.insert(names[..depth].join("/"));
+        }
+        let anchored = format!("/{}", literal(&names.join("/")));
+        rules.push(Rule::Include(format!("{anchored}/**")));
+        rules.push(Rule::Include(anchored));
+    }
+    rules.extend(
+        dirs.iter()
+            .map(|d| Rule::Include(format!("/{}/", literal(d)))),
+    );
+    rules.push(Rule::Exclude("*".into()));
+    rules
+}
+
+/// A path as a gitignore pattern that matches only itself.
+pub fn literal(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '#' | ' ') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// An argument's values with their indices on the command line.
@@ -193,6 +241,25 @@ mod tests {
             ex("b"),
         ]);
         assert_eq!(lines.unwrap(), ["b"]);
+    }
+
+    #[test]
+    fn files_from_lists_paths_their_directories_and_nothing_else() {
+        let lines = ["./a/b.txt", "docs/", "# a comment", "", "x y"].map(String::from);
+        let gi = to_gitignore(files_from(&lines)).unwrap();
+        assert_eq!(
+            gi,
+            [
+                "*",
+                "!/a/",
+                "!/x\\ y",
+                "!/x\\ y/**",
+                "!/docs",
+                "!/docs/**",
+                "!/a/b.txt",
+                "!/a/b.txt/**"
+            ]
+        );
     }
 
     #[test]

@@ -276,3 +276,35 @@ fn our_own_state_inside_the_source_is_left_out() {
     );
     assert!(dst.join("sub/z.c").exists());
 }
+
+/// `--files-from`: the listed paths (a directory with all it holds, as
+/// rsync's `-r --files-from`), with the directories above them; the
+/// destination's other entries are left alone.
+#[test]
+fn files_from_copies_what_rsync_copies_and_leaves_the_rest() {
+    if !need("rsync", "rsync") {
+        return;
+    }
+    let (t, src, dst, state) = roots();
+    tree(&src);
+    let list = t.path().join("list");
+    fs::write(&list, "a/deep/y.c\n./sub/\ntop.txt\n").unwrap();
+    let theirs = t.path().join("theirs");
+    fs::create_dir_all(&theirs).unwrap();
+    let o = Command::new("rsync")
+        .args(["-a", "-r", "--files-from"])
+        .arg(&list)
+        .arg(format!("{}/", s(&src)))
+        .arg(format!("{}/", s(&theirs)))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = mirror(&state, &["--files-from", s(&list), s(&src), s(&dst)]);
+    assert_exit(&o, 0);
+    assert_eq!(contents(&dst), contents(&theirs));
+    // What the destination had besides stays.
+    write(&dst.join("mine.txt"), b"mine");
+    let o = mirror(&state, &["--files-from", s(&list), s(&src), s(&dst)]);
+    assert_exit(&o, 0);
+    assert_eq!(fs::read(dst.join("mine.txt")).unwrap(), b"mine");
+}
