@@ -522,7 +522,7 @@ fn sync_remote(
     cfg: &SyncConfig,
     hooks: &SyncHooks,
 ) -> (SyncReport, Option<(u64, u64)>) {
-    let remote = match args.remote.connect(spec, RootMode::Write) {
+    let remote = match args.remote.connect(spec, RootMode::WriteExisting) {
         Ok(remote) => remote,
         Err(e) => {
             let report = SyncReport {

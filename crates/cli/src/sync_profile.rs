@@ -85,11 +85,25 @@ fn expand_from(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<Vec<OsString
 /// `accord sync …` with Unison's single-dash options (`-batch`, `-path P`)
 /// rewritten as ours.
 fn unison_words_as_ours(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
-    let shorts: String = sync_command()
-        .get_arguments()
-        .filter_map(clap::Arg::get_short)
-        .collect();
-    let rest = unison::translate(&args[2..], &shorts, takes_value)?;
+    let cmd = sync_command();
+    let shorts = |valued: bool| -> String {
+        cmd.get_arguments()
+            .filter(|a| a.get_action().takes_values() == valued)
+            .filter_map(clap::Arg::get_short)
+            .collect()
+    };
+    let (switches, valued) = (shorts(false), shorts(true));
+    let long = |name: &str| {
+        cmd.get_arguments()
+            .any(|a| a.get_long() == Some(name) && !a.is_hide_set())
+    };
+    let ours = unison::Ours {
+        switches: &switches,
+        valued: &valued,
+        long: &long,
+        takes_value: &takes_value,
+    };
+    let rest = unison::translate(&args[2..], &ours)?;
     Ok(args[..2].iter().cloned().chain(rest).collect())
 }
 

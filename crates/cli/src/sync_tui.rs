@@ -252,7 +252,7 @@ impl App<'_, '_> {
             return;
         }
         if !self.can_merge {
-            self.message = "no merge program: start accord sync with --merge CMD".into();
+            self.message = "no merge program: start with --merge CMD".into();
             return;
         }
         if let Some(Ok(_)) = self.merges.remove(&path) {

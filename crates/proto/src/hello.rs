@@ -42,6 +42,16 @@ pub enum RootMode {
     /// Look at it as a destination without changing it (a dry run): it need
     /// not exist.
     Inspect,
+    /// Write it; it must exist already (a sync's root: a missing one is
+    /// refused, never made and filled as if it had been emptied).
+    WriteExisting,
+}
+
+impl RootMode {
+    /// Will the client change the root?
+    pub fn writes(self) -> bool {
+        matches!(self, RootMode::Write | RootMode::WriteExisting)
+    }
 }
 
 /// The client's opening message.
@@ -161,6 +171,7 @@ impl Hello {
             RootMode::Read => 0,
             RootMode::Write => 1,
             RootMode::Inspect => 2,
+            RootMode::WriteExisting => 3,
         });
         e.bytes(&self.root);
         put_message(w, &e.finish())
@@ -189,6 +200,7 @@ impl Hello {
             0 => RootMode::Read,
             1 => RootMode::Write,
             2 => RootMode::Inspect,
+            3 => RootMode::WriteExisting,
             m => return Err(ProtoError::Invalid(format!("unknown root mode {m}"))),
         };
         let root = d.bytes(MAX_ROOT, "root")?.to_vec();

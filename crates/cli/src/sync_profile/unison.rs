@@ -94,16 +94,39 @@ fn unison(name: &str) -> Option<Unison> {
     })
 }
 
+/// Our options, as `translate` needs to know them.
+pub(crate) struct Ours<'a> {
+    /// Short options that are switches (`-cq`).
+    pub switches: &'a str,
+    /// Short options that take a value (`-e CMD`, `-essh`).
+    pub valued: &'a str,
+    /// Is `NAME` one of our long options?
+    pub long: &'a dyn Fn(&str) -> bool,
+    /// Does the long option `--NAME` take a value (so the next word is
+    /// that value, not an option)?
+    pub takes_value: &'a dyn Fn(&str) -> bool,
+}
+
+impl Ours<'_> {
+    /// Is `-name` a word of our short options (switches, then perhaps
+    /// one that takes the rest of the word or the next as its value)?
+    fn is_short_cluster(&self, name: &str) -> bool {
+        for c in name.chars() {
+            if self.valued.contains(c) {
+                return true;
+            }
+            if !self.switches.contains(c) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// `rest` (the words after `accord sync`) with Unison's options rewritten
-/// into ours. `short_flags`: our short switches (a word of those only,
-/// `-cq`, is ours); `takes_value`: does the long option `--NAME` take a
-/// value (so the next word is that value, not an option)? `Err`: a Unison
-/// option we do not take, with what to use instead.
-pub(crate) fn translate(
-    rest: &[OsString],
-    short_flags: &str,
-    takes_value: impl Fn(&str) -> bool,
-) -> Result<Vec<OsString>, String> {
+/// into ours. `Err`: a Unison option we do not take, with what to use
+/// instead, or a single-dash word that is neither Unison's nor ours.
+pub(crate) fn translate(rest: &[OsString], ours: &Ours) -> Result<Vec<OsString>, String> {
     let mut out = Vec::with_capacity(rest.len());
     let mut words = rest.iter();
     while let Some(word) = words.next() {
@@ -118,7 +141,7 @@ pub(crate) fn translate(
         }
         if let Some(long) = text.strip_prefix("--") {
             out.push(word.clone());
-            if !long.contains('=') && takes_value(long) {
+            if !long.contains('=') && (ours.takes_value)(long) {
                 out.extend(words.next().cloned());
             }
             continue;
@@ -127,19 +150,18 @@ pub(crate) fn translate(
             out.push(word.clone());
             continue;
         };
-        if name.chars().all(|c| short_flags.contains(c)) {
-            out.push(word.clone());
-            continue;
-        }
-        let (name, inline) = match name.split_once('=') {
+        let (unison_name, inline) = match name.split_once('=') {
             Some((name, value)) => (name, Some(value.to_string())),
             None => (name, None),
         };
-        let Some(option) = unison(name) else {
-            // Not Unison's: the parser says what is wrong with it.
-            out.push(word.clone());
-            continue;
+        let Some(option) = unison(unison_name) else {
+            if ours.is_short_cluster(name) {
+                out.push(word.clone());
+                continue;
+            }
+            return Err(neither(name, ours));
         };
+        let name = unison_name;
         let mut value = || -> Result<String, String> {
             match inline.clone() {
                 Some(value) => Ok(value),
@@ -153,6 +175,19 @@ pub(crate) fn translate(
         out.extend(rewrite(name, option, &mut value)?);
     }
     Ok(out)
+}
+
+/// What to say of `-name`, neither a Unison option we know nor a word of
+/// our short options.
+fn neither(name: &str, ours: &Ours) -> String {
+    if (ours.long)(name) {
+        format!("-{name} is not an option of accord sync: its long options take two dashes (--{name})")
+    } else {
+        format!(
+            "-{name} is not an option of accord sync, nor one of Unison's it takes: \
+             accord sync --help lists its options"
+        )
+    }
 }
 
 /// The words that Unison's `-name` (with its value, asked of `value` when
@@ -221,7 +256,14 @@ mod tests {
     fn run(words: &[&str]) -> Result<Vec<String>, String> {
         let words: Vec<OsString> = words.iter().map(OsString::from).collect();
         let valued = |long: &str| matches!(long, "exclude" | "prefer" | "path");
-        translate(&words, "cqn", valued)
+        let long = |long: &str| matches!(long, "exclude" | "prefer" | "path" | "checksum");
+        let ours = Ours {
+            switches: "cqn",
+            valued: "e",
+            long: &long,
+            takes_value: &valued,
+        };
+        translate(&words, &ours)
             .map(|out| out.into_iter().map(|w| w.into_string().unwrap()).collect())
     }
 
@@ -273,8 +315,12 @@ mod tests {
             "-cq", "-n", "--exclude", "-batch", "--prefer=A", "--", "-batch",
         ];
         assert_eq!(run(&words).unwrap(), words);
-        // Not Unison's either: left for the parser to refuse.
-        assert_eq!(run(&["-xyz"]).unwrap(), ["-xyz"]);
+        assert_eq!(run(&["-essh -p 22", "-ce", "ssh"]).unwrap(), ["-essh -p 22", "-ce", "ssh"]);
+        // Neither Unison's nor ours.
+        let e = run(&["-xyz"]).unwrap_err();
+        assert!(e.contains("-xyz is not an option") && e.contains("--help"), "{e}");
+        let e = run(&["-checksum"]).unwrap_err();
+        assert!(e.contains("(--checksum)"), "{e}");
     }
 
     #[test]

@@ -322,16 +322,31 @@ impl fmt::Display for SyncFatal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SyncFatal::Nested(why) => f.write_str(why),
+            SyncFatal::OpenRoot { path, source }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                write!(
+                    f,
+                    "root {} does not exist; nothing was changed: a sync's roots must both \
+                     exist (for a first sync, create it with mkdir)",
+                    path.display()
+                )
+            }
             SyncFatal::OpenRoot { path, source } => write!(
                 f,
-                "cannot open root {}: {source}; nothing was changed",
-                path.display()
+                "cannot open root {}: {}; nothing was changed",
+                path.display(),
+                crate::sync::io_words(source)
             ),
             SyncFatal::Busy(replica) => write!(
                 f,
                 "another accord run is writing into {replica}; try again when it is done"
             ),
-            SyncFatal::Lock { replica, source } => write!(f, "cannot lock {replica}: {source}"),
+            SyncFatal::Lock { replica, source } => write!(
+                f,
+                "cannot lock {replica}: {}; nothing was changed",
+                io_words(source)
+            ),
             SyncFatal::SameRoot => f.write_str("both roots are the same directory"),
             SyncFatal::DryRunRemote(replica) => write!(
                 f,
@@ -485,6 +500,18 @@ fn nested(a: &Path, b: &Path) -> Option<String> {
             b.display()
         )
     })
+}
+
+/// An I/O error's words without the "(os error N)" that repeats them.
+pub(crate) fn io_words(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .unwrap_or(&text)
+            .to_string(),
+        None => text,
+    }
 }
 
 /// A root must exist: a missing one is never "everything was deleted".
