@@ -46,7 +46,12 @@ Options on the command line win (a list adds to the profile's).\n\n\
 Ignore rules: --exclude, --exclude-from and .accordignore files (gitignore syntax, as for \
 accord mirror) leave paths out of the sync on both sides; a path excluded by either side's \
 rules is left alone on both.\n\n\
-Symlinks are synced as links unless --follow names them (as Unison's follow preference)."
+Symlinks are synced as links unless --follow names them (as Unison's follow preference).\n\n\
+Unison's single-dash options are taken where they mean the same (-batch, -auto, -path P, \
+-prefer ROOT, -force ROOT, -ignore 'Name P' or 'Path P', -times, -root R, ...); the others \
+are refused with what to use instead.\n\n\
+Both roots must exist, local or remote: Unison makes a missing root on a first sync, accord \
+deliberately does not (a disk not mounted would be filled); create it with mkdir."
 )]
 pub struct SyncArgs {
     /// The first root (A): an existing directory, local or remote (alone:
@@ -63,8 +68,9 @@ pub struct SyncArgs {
     /// Unison's -auto: on a terminal, carry out the changes that are not
     /// conflicts without showing them, and show only the conflicts to be
     /// resolved (none: nothing is shown). The changes are listed as they
-    /// are made, as in batch mode.
-    #[arg(long, conflicts_with = "batch")]
+    /// are made, as in batch mode. With --batch (Unison's -batch -auto),
+    /// nothing is shown.
+    #[arg(long)]
     auto: bool,
     /// Show what would be propagated and change nothing: no file, no
     /// archive (the archives are read from scratch copies), no lock left.
@@ -461,7 +467,10 @@ fn print_report(
     counters: &accord_engine::Progress,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
-    let copied = (counters.files_done.load(Relaxed), counters.bytes_done.load(Relaxed));
+    let copied = (
+        counters.files_done.load(Relaxed),
+        counters.bytes_done.load(Relaxed),
+    );
     if args.json {
         print_json(report, *wire, copied);
     } else {

@@ -78,7 +78,9 @@ pub fn paths_of(paths: &[String]) -> Result<Vec<String>, String> {
             .filter(|part| !part.is_empty() && *part != ".")
             .collect();
         if parts.contains(&"..") {
-            return Err(format!("--path {path:?}: a path inside the roots, without '..'"));
+            return Err(format!(
+                "--path {path:?}: a path inside the roots, without '..'"
+            ));
         }
         if parts.is_empty() {
             // The whole tree.
@@ -183,11 +185,18 @@ mod tests {
             ("other", true, true),
             ("top.txt", false, true),
         ] {
-            assert_eq!(rules.is_excluded(&p(path), dir), excluded, "{path}: {patterns:?}");
+            assert_eq!(
+                rules.is_excluded(&p(path), dir),
+                excluded,
+                "{path}: {patterns:?}"
+            );
         }
         assert!(paths_of(&["a/../b".into()]).is_err());
         assert!(paths_of(&["a".into(), "/".into()]).unwrap().is_empty());
-        assert_eq!(paths_of(&["a".into(), "a/b".into()]).unwrap(), ["/*", "!/a"]);
+        assert_eq!(
+            paths_of(&["a".into(), "a/b".into()]).unwrap(),
+            ["/*", "!/a"]
+        );
         assert_eq!(paths_of(&["x*".into()]).unwrap(), ["/*", "!/x\\*"]);
     }
 

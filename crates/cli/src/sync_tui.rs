@@ -332,9 +332,8 @@ fn fold(
         if !listed(item) {
             continue;
         }
-        let under = open.filter(|&top| {
-            item.path != items[top].path && item.path.starts_with(&items[top].path)
-        });
+        let under = open
+            .filter(|&top| item.path != items[top].path && item.path.starts_with(&items[top].path));
         if let Some(top) = under {
             if item.action == items[top].action {
                 *folded.entry(top).or_insert(0) += 1;

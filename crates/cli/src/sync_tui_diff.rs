@@ -113,10 +113,7 @@ fn size_words(size: u64) -> String {
     if size < 1024 {
         format!("{grouped} bytes")
     } else {
-        format!(
-            "{grouped} bytes ({})",
-            crate::cmd_sync::human_bytes(size)
-        )
+        format!("{grouped} bytes ({})", crate::cmd_sync::human_bytes(size))
     }
 }
 
@@ -228,7 +225,10 @@ mod tests {
         let digits: Vec<bool> = shown.chars().take(19).map(|c| c.is_ascii_digit()).collect();
         let shape: String = digits.iter().map(|&d| if d { '9' } else { '-' }).collect();
         assert_eq!(shape, "9999-99-99-99-99-99", "{shown}");
-        assert!(shown.starts_with("2026-") || shown.starts_with("2027-"), "{shown}");
+        assert!(
+            shown.starts_with("2026-") || shown.starts_with("2027-"),
+            "{shown}"
+        );
         assert_eq!(size_words(812), "812 bytes");
         assert_eq!(size_words(1_258_291), "1,258,291 bytes (1.2 MiB)");
     }

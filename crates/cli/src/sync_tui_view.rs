@@ -18,21 +18,30 @@ s skip  r revert  d diff  m merge  g go (propagate)  q quit";
 
 /// Every key of the list, shown by '?'.
 pub(crate) const KEYS: &[(&str, &str)] = &[
-    ("up/down, j/k", "move; PgUp/PgDn, Home/End: by a page, to an end"),
+    (
+        "up/down, j/k",
+        "move; PgUp/PgDn, Home/End: by a page, to an end",
+    ),
     ("> or a", "A's version wins (A ----> B)"),
     ("< or b", "B's version wins (A <---- B)"),
     ("f or space", "flip the direction"),
     ("s or /", "skip: leave the path alone this run"),
     ("r", "revert to what reconciliation planned"),
     ("d", "both versions, and the diff of two files"),
-    ("m", "merge a conflict with --merge's program (m again: drop it)"),
+    (
+        "m",
+        "merge a conflict with --merge's program (m again: drop it)",
+    ),
     ("g", "go: carry out the plan"),
     ("q or Esc", "quit: change nothing"),
     ("?", "these keys"),
     ("", ""),
     ("*", "a choice made here"),
     ("^", "decided with a directory above"),
-    ("N inside", "a new or deleted directory's entries, carried with it"),
+    (
+        "N inside",
+        "a new or deleted directory's entries, carried with it",
+    ),
 ];
 
 /// Rows the list shows: every path with something to decide (agreements

@@ -42,14 +42,7 @@ fn unison_options_mean_what_they_mean_to_unison() {
     // -batch is ours already (the helper passes --batch); Unison's words:
     let out = pair
         .command(&[
-            "-batch",
-            "-ignore",
-            "Name *.o",
-            "-path",
-            "docs",
-            "-path",
-            "build",
-            "-times",
+            "-batch", "-auto", "-ignore", "Name *.o", "-path", "docs", "-path", "build", "-times",
         ])
         .output()
         .unwrap();
@@ -99,7 +92,11 @@ fn a_dry_run_changes_nothing_not_even_the_archives() {
     let dry = |args: &[&str], code| {
         let mut all = vec!["--json", "-n"];
         all.extend_from_slice(args);
-        let out = pair.command(&all).env("TMPDIR", tmp.path()).output().unwrap();
+        let out = pair
+            .command(&all)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
         assert_exit(&out, code);
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
@@ -116,7 +113,11 @@ fn a_dry_run_changes_nothing_not_even_the_archives() {
     assert!(changes.contains(&"other.txt"), "{report}");
     assert!(!pair.exists('b', "new"), "nothing copied");
     assert!(!pair.exists('a', "other.txt"), "nothing copied");
-    assert!(files(&pair.state).is_empty(), "{:?}", files(&pair.state).keys());
+    assert!(
+        files(&pair.state).is_empty(),
+        "{:?}",
+        files(&pair.state).keys()
+    );
     assert!(files(tmp.path()).is_empty(), "the scratch copies are gone");
 
     // After a real sync, a change: the archives stay byte for byte.
@@ -128,7 +129,10 @@ fn a_dry_run_changes_nothing_not_even_the_archives() {
     let report = dry(&[], 0);
     assert_eq!(report["propagated"], 2, "{report}");
     assert_eq!(files(&pair.state), archives, "the archives were written");
-    assert_eq!(pair.read('b', "new/deep/file.txt").as_deref(), Some("new\n"));
+    assert_eq!(
+        pair.read('b', "new/deep/file.txt").as_deref(),
+        Some("new\n")
+    );
     assert!(pair.exists('a', "other.txt"));
     // No lock left: the real run goes, and carries both changes.
     let report = pair.sync_json(&[], 0);
@@ -149,7 +153,10 @@ fn a_dry_run_with_a_remote_root_is_refused_before_connecting() {
         .unwrap();
     assert_exit(&out, 3);
     let e = stderr(&out);
-    assert!(e.contains("--dry-run works with two local roots only"), "{e}");
+    assert!(
+        e.contains("--dry-run works with two local roots only"),
+        "{e}"
+    );
     assert!(e.contains("nothing was changed"), "{e}");
 }
 
@@ -179,7 +186,10 @@ fn path_syncs_only_those_subtrees(make: MakePair) {
     pair.write('b', "music/song.txt", "la\n");
     pair.write('b', "projects/three.txt", "three\n");
     let report = pair.sync_json(&["--path", "projects/one", "--path=music/"], 0);
-    assert_eq!(pair.read('b', "projects/one/a.txt").as_deref(), Some("one\n"));
+    assert_eq!(
+        pair.read('b', "projects/one/a.txt").as_deref(),
+        Some("one\n")
+    );
     assert_eq!(pair.read('a', "music/song.txt").as_deref(), Some("la\n"));
     assert!(!pair.exists('b', "projects/two"), "{report}");
     assert!(!pair.exists('a', "projects/three.txt"), "{report}");
@@ -232,5 +242,8 @@ fn the_summary_is_in_human_units() {
     let out = pair.sync(&[]);
     assert_exit(&out, 0);
     let e = stderr(&out);
-    assert!(e.contains("2 changes made (2 files copied, 3.0 MiB)"), "{e}");
+    assert!(
+        e.contains("2 changes made (2 files copied, 3.0 MiB)"),
+        "{e}"
+    );
 }

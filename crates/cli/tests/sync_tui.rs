@@ -399,7 +399,10 @@ fn a_batch_run_on_a_terminal_shows_its_progress() {
     let screen = tmux.wait_for("the progress line", |screen| {
         pause.exists() && screen.contains("files 20/20")
     });
-    assert!(screen.contains("files 20/20, 19.7 KiB/19.7 KiB"), "{screen}");
+    assert!(
+        screen.contains("files 20/20, 19.7 KiB/19.7 KiB"),
+        "{screen}"
+    );
     std::fs::remove_file(&pause).unwrap();
     assert_eq!(wait_for_status(&status), 0);
     // Cleared at the end; nothing of it is printed with --json or -q.

@@ -282,15 +282,22 @@ mod tests {
 
     #[test]
     fn hello_and_welcome_round_trip() {
-        let h = Hello {
-            version: VERSION,
-            features: FEATURES,
-            mode: RootMode::Write,
-            root: b"/srv/data".to_vec(),
-        };
-        let mut buf = Vec::new();
-        h.write(&mut buf).unwrap();
-        assert_eq!(Hello::read(&mut &buf[..]).unwrap(), h);
+        for mode in [
+            RootMode::Read,
+            RootMode::Write,
+            RootMode::Inspect,
+            RootMode::WriteExisting,
+        ] {
+            let h = Hello {
+                version: VERSION,
+                features: FEATURES,
+                mode,
+                root: b"/srv/data".to_vec(),
+            };
+            let mut buf = Vec::new();
+            h.write(&mut buf).unwrap();
+            assert_eq!(Hello::read(&mut &buf[..]).unwrap(), h);
+        }
         let w = Welcome::Refused {
             version: VERSION,
             why: Refusal::Denied,

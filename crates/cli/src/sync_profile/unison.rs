@@ -65,29 +65,80 @@ fn unison(name: &str) -> Option<Unison> {
             "--backup keeps every overwritten or deleted version in .accord-backup/ \
              (--max-backups N of each)",
         ),
-        "copyonconflict" => Refused(
-            "--keep-both keeps the losing version of a conflict beside the winner",
-        ),
-        "confirmbigdel" => Refused(
-            "--max-delete N|P% stops a run that would delete more (50% by default)",
-        ),
+        "copyonconflict" => {
+            Refused("--keep-both keeps the losing version of a conflict beside the winner")
+        }
+        "confirmbigdel" => {
+            Refused("--max-delete N|P% stops a run that would delete more (50% by default)")
+        }
         "ignorenot" => Refused("write the exception as a '!' pattern of --exclude (gitignore)"),
         "sshargs" => Refused("give ssh's arguments with the command: --rsh 'ssh ARGS'"),
         "logfile" | "log" | "debug" => {
             Refused("accord sync prints its changes; --json gives them to a script")
         }
         "links" => Refused("symlinks are always synced as links (--follow PATTERN follows some)"),
-        "retry" | "height" | "contactquietly" | "testserver" | "sortnewfirst" | "nocreation"
-        | "nodeletion" | "noupdate" | "rsync" | "xferbycopying" | "addversionno" | "killserver"
-        | "dumbtty" | "rootalias" | "atomic" | "immutable" | "fat" | "someHostIsRunningWindows"
-        | "prefer-partial" | "force-partial" | "sortbysize" | "sortfirst" | "sortlast"
-        | "addprefsto" | "label" | "key" | "numericids" | "diff" | "stream" | "watch"
-        | "selftest" | "showarchive" | "clientHostName" | "ignorearchives" | "ignoreinodenumbers"
-        | "backuploc" | "backupdir" | "backupprefix" | "backupsuffix" | "backupcurr"
-        | "backupcurrnot" | "backupnot" | "maxerrors" | "maxthreads" | "maxsizethreshold"
-        | "copyprog" | "copyprogrest" | "copythreshold" | "copyquoterem" | "mountpoint"
-        | "xattrs" | "acl" | "xattrignore" | "xattrignorenot" | "doc" | "version" | "socket"
-        | "source" | "include" | "terse-partial" | "auto-partial" | "confirmmerge" => {
+        "retry"
+        | "height"
+        | "contactquietly"
+        | "testserver"
+        | "sortnewfirst"
+        | "nocreation"
+        | "nodeletion"
+        | "noupdate"
+        | "rsync"
+        | "xferbycopying"
+        | "addversionno"
+        | "killserver"
+        | "dumbtty"
+        | "rootalias"
+        | "atomic"
+        | "immutable"
+        | "fat"
+        | "someHostIsRunningWindows"
+        | "prefer-partial"
+        | "force-partial"
+        | "sortbysize"
+        | "sortfirst"
+        | "sortlast"
+        | "addprefsto"
+        | "label"
+        | "key"
+        | "numericids"
+        | "diff"
+        | "stream"
+        | "watch"
+        | "selftest"
+        | "showarchive"
+        | "clientHostName"
+        | "ignorearchives"
+        | "ignoreinodenumbers"
+        | "backuploc"
+        | "backupdir"
+        | "backupprefix"
+        | "backupsuffix"
+        | "backupcurr"
+        | "backupcurrnot"
+        | "backupnot"
+        | "maxerrors"
+        | "maxthreads"
+        | "maxsizethreshold"
+        | "copyprog"
+        | "copyprogrest"
+        | "copythreshold"
+        | "copyquoterem"
+        | "mountpoint"
+        | "xattrs"
+        | "acl"
+        | "xattrignore"
+        | "xattrignorenot"
+        | "doc"
+        | "version"
+        | "socket"
+        | "source"
+        | "include"
+        | "terse-partial"
+        | "auto-partial"
+        | "confirmmerge" => {
             Refused("accord sync has no such option; accord sync --help lists what it has")
         }
         _ => return None,
@@ -181,7 +232,9 @@ pub(crate) fn translate(rest: &[OsString], ours: &Ours) -> Result<Vec<OsString>,
 /// our short options.
 fn neither(name: &str, ours: &Ours) -> String {
     if (ours.long)(name) {
-        format!("-{name} is not an option of accord sync: its long options take two dashes (--{name})")
+        format!(
+            "-{name} is not an option of accord sync: its long options take two dashes (--{name})"
+        )
     } else {
         format!(
             "-{name} is not an option of accord sync, nor one of Unison's it takes: \
@@ -205,12 +258,20 @@ fn rewrite(
         Unison::IgnoreCase => match value()?.as_str() {
             "default" => vec!["--ignorecase=auto".into()],
             v @ ("true" | "false") => vec![format!("--ignorecase={v}")],
-            v => return Err(format!("Unison's -ignorecase takes true, false or default, not {v:?}")),
+            v => {
+                return Err(format!(
+                    "Unison's -ignorecase takes true, false or default, not {v:?}"
+                ))
+            }
         },
         Unison::FastCheck => match value()?.as_str() {
             "true" | "yes" | "default" => Vec::new(),
             "false" | "no" => vec!["--checksum".into()],
-            v => return Err(format!("Unison's -fastcheck takes true, false or default, not {v:?}")),
+            v => {
+                return Err(format!(
+                    "Unison's -fastcheck takes true, false or default, not {v:?}"
+                ))
+            }
         },
         Unison::Repeat => match value()?.as_str() {
             "watch" => vec!["--watch".into()],
@@ -223,7 +284,9 @@ fn rewrite(
             }
         },
         Unison::Refused(instead) => {
-            return Err(format!("Unison's -{name} is not an option of accord sync: {instead}"))
+            return Err(format!(
+                "Unison's -{name} is not an option of accord sync: {instead}"
+            ))
         }
     };
     Ok(words.into_iter().map(OsString::from).collect())
@@ -241,7 +304,11 @@ fn pattern(option: &str, unison: &str) -> Result<String, String> {
         "Regex" => Err(format!(
             "Unison's -{option} 'Regex …' has no equivalent: write it as gitignore patterns \
              (--{} PATTERN)",
-            if option == "follow" { "follow" } else { "exclude" }
+            if option == "follow" {
+                "follow"
+            } else {
+                "exclude"
+            }
         )),
         _ => Err(format!(
             "Unison's -{option} takes 'Name NAME', 'Path PATH' or 'BelowPath PATH', not {unison:?}"
@@ -270,7 +337,14 @@ mod tests {
     #[test]
     fn unisons_options_become_ours() {
         let got = run(&[
-            "-batch", "-auto", "-times", "-path", "a/b", "-prefer=newer", "a", "b",
+            "-batch",
+            "-auto",
+            "-times",
+            "-path",
+            "a/b",
+            "-prefer=newer",
+            "a",
+            "b",
         ])
         .unwrap();
         let want = [
@@ -312,13 +386,25 @@ mod tests {
     #[test]
     fn our_own_words_are_left_alone() {
         let words = [
-            "-cq", "-n", "--exclude", "-batch", "--prefer=A", "--", "-batch",
+            "-cq",
+            "-n",
+            "--exclude",
+            "-batch",
+            "--prefer=A",
+            "--",
+            "-batch",
         ];
         assert_eq!(run(&words).unwrap(), words);
-        assert_eq!(run(&["-essh -p 22", "-ce", "ssh"]).unwrap(), ["-essh -p 22", "-ce", "ssh"]);
+        assert_eq!(
+            run(&["-essh -p 22", "-ce", "ssh"]).unwrap(),
+            ["-essh -p 22", "-ce", "ssh"]
+        );
         // Neither Unison's nor ours.
         let e = run(&["-xyz"]).unwrap_err();
-        assert!(e.contains("-xyz is not an option") && e.contains("--help"), "{e}");
+        assert!(
+            e.contains("-xyz is not an option") && e.contains("--help"),
+            "{e}"
+        );
         let e = run(&["-checksum"]).unwrap_err();
         assert!(e.contains("(--checksum)"), "{e}");
     }

@@ -23,17 +23,19 @@ impl Scratch {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "accord-dry-run-{}-{stamp:x}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("accord-dry-run-{}-{stamp:x}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let scratch = Scratch { dir };
         for (this, other) in [(0, 1), (1, 0)] {
             let from = accord_archive::pair_files(state_dir, &identities[this], &identities[other]);
-            let to = accord_archive::pair_files(&scratch.dir, &identities[this], &identities[other]);
+            let to =
+                accord_archive::pair_files(&scratch.dir, &identities[this], &identities[other]);
             for suffix in ["", "-wal"] {
-                copy_if_there(&with_suffix(&from.archive, suffix), &with_suffix(&to.archive, suffix))?;
+                copy_if_there(
+                    &with_suffix(&from.archive, suffix),
+                    &with_suffix(&to.archive, suffix),
+                )?;
             }
         }
         Ok(scratch)

@@ -213,13 +213,19 @@ impl fmt::Display for SyncError {
             SyncError::Replica(crate::Error::Changed(_)) => {
                 f.write_str("changed during sync; left alone")
             }
-            SyncError::Replica(e) => write!(f, "{e}"),
+            SyncError::Replica(e) => f.write_str(&words_only(&e.to_string())),
             SyncError::ContentsChanged => {
                 f.write_str("changed during sync (its contents moved while copied); left alone")
             }
             SyncError::DirectoryNotEmpty => f.write_str("directory not empty; left alone"),
-            SyncError::Archive(e) => write!(f, "recording the agreement failed: {e}"),
-            SyncError::Detect(e) => write!(f, "cannot tell whether it changed: {e}"),
+            SyncError::Archive(e) => write!(
+                f,
+                "recording the agreement failed: {}",
+                words_only(&e.to_string())
+            ),
+            SyncError::Detect(e) => {
+                write!(f, "cannot tell whether it changed: {}", words_only(e))
+            }
             SyncError::MergedOnOneSide { written, cause } => {
                 let side = |side| match side {
                     accord_plan::Side::A => "A",
@@ -359,16 +365,22 @@ impl fmt::Display for SyncFatal {
                 "--dry-run cannot copy the archives to read them ({e}); nothing was changed: \
                  check that TMPDIR is writable"
             ),
-            SyncFatal::Unreachable(why) => write!(f, "{why}; nothing was changed"),
+            SyncFatal::Unreachable(why) => write!(f, "{}; nothing was changed", words_only(why)),
             SyncFatal::Side {
                 failure: failure @ SideFailure::Locked { .. },
                 ..
-            } => write!(f, "{failure}"),
+            } => f.write_str(&words_only(&failure.to_string())),
             SyncFatal::Side {
                 failure: failure @ SideFailure::Unreadable(_),
                 ..
-            } => write!(f, "{failure}; nothing was changed"),
-            SyncFatal::Side { replica, failure } => write!(f, "{replica}: {failure}"),
+            } => write!(
+                f,
+                "{}; nothing was changed",
+                words_only(&failure.to_string())
+            ),
+            SyncFatal::Side { replica, failure } => {
+                write!(f, "{replica}: {}", words_only(&failure.to_string()))
+            }
         }
     }
 }
@@ -504,14 +516,28 @@ fn nested(a: &Path, b: &Path) -> Option<String> {
 
 /// An I/O error's words without the "(os error N)" that repeats them.
 pub(crate) fn io_words(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match e.raw_os_error() {
-        Some(code) => text
-            .strip_suffix(&format!(" (os error {code})"))
-            .unwrap_or(&text)
-            .to_string(),
-        None => text,
+    words_only(&e.to_string())
+}
+
+/// `text` without the " (os error N)" tails that repeat the words before
+/// them (an error of another layer, shown whole).
+pub(crate) fn words_only(text: &str) -> String {
+    const TAIL: &str = " (os error ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(TAIL) {
+        let after = &rest[at + TAIL.len()..];
+        let digits = after.chars().take_while(char::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..at]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..at + TAIL.len()]);
+            rest = after;
+        }
     }
+    out.push_str(rest);
+    out
 }
 
 /// A root must exist: a missing one is never "everything was deleted".
@@ -555,7 +581,9 @@ fn run(
     // Copied under both locks: no other run writes them meanwhile.
     let scratch = dry_run_scratch(replicas, &identities, cfg)?;
     let case = settle_case(replicas, cfg, report)?;
-    let archive_dir = scratch.as_ref().map_or(cfg.state_dir.as_path(), |s| s.dir());
+    let archive_dir = scratch
+        .as_ref()
+        .map_or(cfg.state_dir.as_path(), |s| s.dir());
     let mut sides = open_sides(replicas, &identities, archive_dir)?;
     crate::sync::ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
     let lost = sides.iter().any(|side| side.created());
@@ -827,6 +855,21 @@ fn scan_with_archives(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_error_tails_are_left_out() {
+        assert_eq!(
+            words_only(
+                "a: No such file or directory (os error 2); b: Permission denied (os error 13)"
+            ),
+            "a: No such file or directory; b: Permission denied"
+        );
+        assert_eq!(
+            words_only("kept (os error x) as is"),
+            "kept (os error x) as is"
+        );
+        assert_eq!(words_only("plain"), "plain");
+    }
 
     #[test]
     fn a_directory_rename_over_an_unread_path_is_not_planned() {
