@@ -191,6 +191,8 @@ pub(crate) struct App<'e, 'u> {
     /// Entries folded into the row of a new or deleted directory above
     /// them (by the directory's item index): how many.
     folded: BTreeMap<usize, usize>,
+    /// Directories opened with Enter: their entries have rows again.
+    opened: BTreeSet<RelPath>,
 }
 
 impl<'e, 'u> App<'e, 'u> {
@@ -213,6 +215,7 @@ impl<'e, 'u> App<'e, 'u> {
             only,
             can_merge,
             folded: BTreeMap::new(),
+            opened: BTreeSet::new(),
         };
         app.refresh(None);
         app
@@ -271,6 +274,24 @@ impl App<'_, '_> {
         self.merges.insert(path, outcome);
     }
 
+    /// Enter: open a folded directory's row into rows of its entries, or
+    /// fold it again.
+    fn toggle_open(&mut self) {
+        let Some(path) = self.selected_path() else {
+            return;
+        };
+        let index = self.rows[self.selected];
+        if !self.opened.remove(&path) {
+            if !self.folded.contains_key(&index) {
+                self.message = format!("{}: nothing folded here", path.display());
+                return;
+            }
+            self.opened.insert(path.clone());
+        }
+        self.message.clear();
+        self.refresh(Some(&path));
+    }
+
     fn selected_path(&self) -> Option<RelPath> {
         let index = *self.rows.get(self.selected)?;
         Some(self.edit.items()[index].path.clone())
@@ -284,7 +305,7 @@ impl App<'_, '_> {
             Some(only) => only.contains(&item.path),
             None => is_shown(item),
         };
-        let (rows, folded) = fold(items, listed);
+        let (rows, folded) = fold(items, listed, &self.opened);
         self.rows = rows;
         self.folded = folded;
         if let Some(path) = keep {
@@ -323,6 +344,7 @@ impl App<'_, '_> {
 fn fold(
     items: &[accord_engine::SyncItem],
     listed: impl Fn(&accord_engine::SyncItem) -> bool,
+    opened: &BTreeSet<RelPath>,
 ) -> (Vec<usize>, BTreeMap<usize, usize>) {
     let mut rows = Vec::new();
     let mut folded = BTreeMap::new();
@@ -340,7 +362,8 @@ fn fold(
                 continue;
             }
         } else {
-            open = crate::sync_tui_view::folds(item).then_some(index);
+            let folds = crate::sync_tui_view::folds(item) && !opened.contains(&item.path);
+            open = folds.then_some(index);
         }
         rows.push(index);
     }
@@ -395,6 +418,7 @@ fn on_list_key(app: &mut App, key: KeyEvent, roots: &[Option<PathBuf>; 2]) -> Op
             }
         }
         KeyCode::Char('m') => app.toggle_merge(),
+        KeyCode::Enter | KeyCode::Char('o') => app.toggle_open(),
         KeyCode::Char('?') | KeyCode::F(1) => app.diff = Some(DiffView::keys()),
         KeyCode::Char('g') => return Some(confirm(app)),
         KeyCode::Char('q') | KeyCode::Esc => return Some(quit(app)),

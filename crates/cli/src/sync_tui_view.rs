@@ -39,6 +39,10 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("*", "a choice made here"),
     ("^", "decided with a directory above"),
     (
+        "Enter or o",
+        "open a folded directory into rows of its entries (again: fold it)",
+    ),
+    (
         "N inside",
         "a new or deleted directory's entries, carried with it",
     ),

@@ -666,6 +666,23 @@ fn tui_folds_new_directories_shows_keys_and_cuts_long_paths_in_the_middle() {
         .unwrap_or_else(|| panic!("the long path cut in the middle: {screen}"));
     assert!(cut.contains("new file") && cut.contains(" ddd"), "{screen}");
     assert!(cut.chars().count() <= 120, "{cut}");
+    // Opened on demand, and folded again.
+    let at = |s: &str, line: &dyn Fn(&str) -> bool| s.lines().position(line).unwrap();
+    let down =
+        at(&screen, &|l| l.trim_end().ends_with(" new")) - at(&screen, &|l| l.starts_with('>'));
+    for _ in 0..down {
+        tmux.keys(&["Down"]);
+    }
+    tmux.wait_for_row("new", "new dir");
+    tmux.wait_for("the folded row selected", |s| {
+        s.lines()
+            .any(|l| l.starts_with('>') && l.trim_end().ends_with(" new"))
+    });
+    // One level at a time, as a tree opens.
+    tmux.keys(&["Enter"]);
+    tmux.wait_for_row("new/deeper", "new dir, 2 inside");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the folded row", |s| !s.contains("new/deeper"));
     tmux.type_text("?");
     tmux.wait_for("the keys", |s| {
         s.contains("flip the direction") && s.contains("quit: change nothing")
