@@ -13,17 +13,10 @@ use accord_model::RelPath;
 use accord_remote::{RemoteSpec, RootMode};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PreferArg {
-    // The roots are A and B in the help and the listings: both cases work.
-    #[value(name = "A", alias = "a")]
-    A,
-    #[value(name = "B", alias = "b")]
-    B,
-    Newer,
-    Older,
-}
+mod progress;
+pub(crate) use progress::human_bytes;
 
 /// `--ignorecase`'s values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -31,14 +24,6 @@ pub enum IgnoreCaseArg {
     True,
     False,
     Auto,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SideArg {
-    #[value(name = "A", alias = "a")]
-    A,
-    #[value(name = "B", alias = "b")]
-    B,
 }
 
 /// Bring two directories into agreement both ways (the Unison paper's
@@ -61,7 +46,12 @@ Options on the command line win (a list adds to the profile's).\n\n\
 Ignore rules: --exclude, --exclude-from and .accordignore files (gitignore syntax, as for \
 accord mirror) leave paths out of the sync on both sides; a path excluded by either side's \
 rules is left alone on both.\n\n\
-Symlinks are synced as links unless --follow names them (as Unison's follow preference)."
+Symlinks are synced as links unless --follow names them (as Unison's follow preference).\n\n\
+Unison's single-dash options are taken where they mean the same (-batch, -auto, -path P, \
+-prefer ROOT, -force ROOT, -ignore 'Name P' or 'Path P', -times, -root R, ...); the others \
+are refused with what to use instead.\n\n\
+Both roots must exist, local or remote: Unison makes a missing root on a first sync, accord \
+deliberately does not (a disk not mounted would be filled); create it with mkdir."
 )]
 pub struct SyncArgs {
     /// The first root (A): an existing directory, local or remote (alone:
@@ -72,14 +62,36 @@ pub struct SyncArgs {
 
     /// Ask nothing: conflicts are skipped and listed (without a terminal a
     /// run is always batch; on one, the plan is shown to be edited first).
+    /// Unison's -batch.
     #[arg(long)]
     batch: bool,
-    /// Resolve conflicts: the side A or B, the newer or the older mtime.
-    #[arg(long, value_enum, value_name = "A|B|newer|older")]
-    prefer: Option<PreferArg>,
-    /// Make the other side equal to this one everywhere, this run only.
-    #[arg(long, value_enum, value_name = "A|B")]
-    force: Option<SideArg>,
+    /// Unison's -auto: on a terminal, carry out the changes that are not
+    /// conflicts without showing them, and show only the conflicts to be
+    /// resolved (none: nothing is shown). The changes are listed as they
+    /// are made, as in batch mode. With --batch (Unison's -batch -auto),
+    /// nothing is shown.
+    #[arg(long)]
+    auto: bool,
+    /// Show what would be propagated and change nothing: no file, no
+    /// archive (the archives are read from scratch copies), no lock left.
+    /// On a terminal the plan can still be edited first. Two local roots
+    /// only.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+    /// Sync only PATH (relative to the roots; repeatable), as Unison's
+    /// -path: what lies outside every PATH is left alone on both sides;
+    /// the directories on the way to one are synced, not their other
+    /// entries. A profile's key: path = ["docs", "src/lib"].
+    #[arg(long, value_name = "PATH")]
+    path: Vec<String>,
+    /// Resolve conflicts: the side A or B, the newer or the older mtime,
+    /// or one of the two roots as written (as Unison's -prefer).
+    #[arg(long, value_name = "A|B|newer|older|ROOT")]
+    prefer: Option<String>,
+    /// Make the other side equal to this one everywhere, this run only:
+    /// A, B, or one of the two roots as written (as Unison's -force).
+    #[arg(long, value_name = "A|B|ROOT")]
+    force: Option<String>,
     /// Fingerprint (BLAKE3) every file instead of trusting size, mtime,
     /// ctime and inode.
     #[arg(short = 'c', long)]
@@ -242,6 +254,14 @@ fn parse_max_delete(text: &str) -> Option<MaxDelete> {
     }
 }
 
+/// The remote root as written, if one is.
+fn remote_root(args: &SyncArgs, specs: &[Option<RemoteSpec>; 2]) -> Option<String> {
+    let roots = [&args.a, &args.b];
+    (0..2)
+        .find(|&i| specs[i].is_some())
+        .map(|i| roots[i].display().to_string())
+}
+
 /// A root's remote address, if it is one (`Err`: a malformed one).
 fn remote_spec(root: &Path) -> Result<Option<RemoteSpec>, String> {
     match root.to_str() {
@@ -251,10 +271,23 @@ fn remote_spec(root: &Path) -> Result<Option<RemoteSpec>, String> {
     }
 }
 
-fn side_of(arg: SideArg) -> sync_plan::Side {
-    match arg {
-        SideArg::A => sync_plan::Side::A,
-        SideArg::B => sync_plan::Side::B,
+/// The side a `--prefer`/`--force` value names: A or B (either case), or
+/// one of the roots as written on the command line (Unison's way).
+fn side_named(args: &SyncArgs, value: &str) -> Option<sync_plan::Side> {
+    match value {
+        "A" | "a" => Some(sync_plan::Side::A),
+        "B" | "b" => Some(sync_plan::Side::B),
+        _ if Path::new(value) == args.a => Some(sync_plan::Side::A),
+        _ if Path::new(value) == args.b => Some(sync_plan::Side::B),
+        _ => None,
+    }
+}
+
+fn preference(args: &SyncArgs, value: &str) -> Option<Preference> {
+    match value {
+        "newer" => Some(Preference::Newer),
+        "older" => Some(Preference::Older),
+        _ => side_named(args, value).map(Preference::Side),
     }
 }
 
@@ -280,6 +313,11 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     cfg.rules =
         crate::sync_rules::rules_of(&args.exclude, &args.exclude_from, args.no_ignore_files)
             .map_err(|e| usage(&e))?;
+    // The paths' patterns first: an --exclude still leaves out what it
+    // matches inside them.
+    let mut excludes = crate::sync_rules::paths_of(&args.path).map_err(|e| usage(&e))?;
+    excludes.append(&mut cfg.rules.excludes);
+    cfg.rules.excludes = excludes;
     cfg.rules.follow = crate::sync_rules::follow_of(&args.follow).map_err(|e| usage(&e))?;
     cfg.checksum = args.checksum;
     cfg.times = args.times;
@@ -301,13 +339,21 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
             (args.merge_timeout > 0).then(|| std::time::Duration::from_secs(args.merge_timeout));
         cfg.merge = Some(MergeProgram::new(command, limit).map_err(|e| usage(&e))?);
     }
-    cfg.force = args.force.map(side_of);
-    cfg.prefer = args.prefer.map(|prefer| match prefer {
-        PreferArg::A => Preference::Side(sync_plan::Side::A),
-        PreferArg::B => Preference::Side(sync_plan::Side::B),
-        PreferArg::Newer => Preference::Newer,
-        PreferArg::Older => Preference::Older,
-    });
+    if let Some(force) = &args.force {
+        cfg.force = Some(side_named(args, force).ok_or_else(|| {
+            usage(&format!(
+                "--force {force:?}: name a side, A or B, or one of the two roots as written"
+            ))
+        })?);
+    }
+    if let Some(prefer) = &args.prefer {
+        cfg.prefer = Some(preference(args, prefer).ok_or_else(|| {
+            usage(&format!(
+                "--prefer {prefer:?}: A or B, newer or older, or one of the two roots as written"
+            ))
+        })?);
+    }
+    cfg.dry_run = args.dry_run;
     Ok(cfg)
 }
 
@@ -319,6 +365,10 @@ pub fn run(args: SyncArgs) -> i32 {
     if specs.iter().all(Option::is_some) {
         return usage("at most one root may be remote: run accord on one of the two hosts");
     }
+    if let (true, Some(remote)) = (args.dry_run, remote_root(&args, &specs)) {
+        eprintln!("accord sync: {}", SyncFatal::DryRunRemote(remote));
+        return exit::FATAL;
+    }
     let cfg = match config(&args) {
         Ok(cfg) => cfg,
         Err(code) => return code,
@@ -326,14 +376,32 @@ pub fn run(args: SyncArgs) -> i32 {
     let remote = [specs[0].is_some(), specs[1].is_some()];
     // A watch asks nothing: it runs unattended, as --batch.
     let interactive = crate::sync_tui::Interactive::for_run(
-        args.batch || args.watch,
-        args.json,
-        &args.a,
-        &args.b,
+        crate::sync_tui::Asked {
+            batch: args.batch || args.watch || args.json,
+            auto: args.auto,
+            merge: args.merge.is_some(),
+        },
+        [&args.a, &args.b],
         remote,
     );
+    let counters = Arc::new(accord_engine::Progress::default());
+    let display = progress::Display::for_run(counters.clone(), args.quiet || args.json);
+    let pause_plan = test_pause_hook("ACCORD_TEST_SYNC_PAUSE_PLAN");
     let edit_plan = interactive.as_ref().map(|ui| {
-        move |edit: &mut PlanEdit<'_>, merger: &dyn accord_engine::MergeNow| ui.edit(edit, merger)
+        |edit: &mut PlanEdit<'_>, merger: &dyn accord_engine::MergeNow| {
+            if let Some(pause) = &pause_plan {
+                pause();
+            }
+            // The list takes the screen: the progress line is erased
+            // first, and drawn again once the plan is confirmed.
+            if let Some(display) = &display {
+                display.stop();
+            }
+            ui.edit(edit, merger);
+            if let Some(display) = &display {
+                display.start();
+            }
+        }
     });
     let merge_chosen = interactive
         .as_ref()
@@ -347,18 +415,25 @@ pub fn run(args: SyncArgs) -> i32 {
             .as_ref()
             .map(|hook| hook as &accord_engine::EditPlanMerging),
         before_links: pause_links.as_ref().map(|hook| hook as &(dyn Fn() + Sync)),
-        progress: None,
+        // Counted always: the summary says what was copied.
+        progress: Some(&*counters),
         merge_chosen: merge_chosen
             .as_ref()
             .map(|hook| hook as &(dyn Fn(&RelPath) -> bool + Sync)),
     };
     let mut cycle = || {
-        let report = sync_once(&args, &specs, &cfg, &hooks);
-        let code = exit_code(&report);
+        reset(&counters);
+        if let Some(display) = &display {
+            display.start();
+        }
+        let run = || sync_once(&args, &specs, &cfg, &hooks);
+        let report = run_shown(display.as_ref(), run);
+        print_report(&args, &report, &counters);
+        let code = exit_code(&report.0);
         crate::sync_watch::Cycle {
             code: interactive.as_ref().map_or(code, |ui| ui.finish(code)),
-            refused: report.refusal.is_some(),
-            fatal: report.fatal.is_some(),
+            refused: report.0.refusal.is_some(),
+            fatal: report.0.fatal.is_some(),
         }
     };
     if args.watch {
@@ -367,37 +442,58 @@ pub fn run(args: SyncArgs) -> i32 {
     cycle().code
 }
 
-/// One run of the pair, printed as asked.
+/// Run `work`, then stop the progress line (erased) before anything is
+/// printed.
+fn run_shown<T>(display: Option<&progress::Display>, work: impl FnOnce() -> T) -> T {
+    let result = work();
+    if let Some(display) = display {
+        display.stop();
+    }
+    result
+}
+
+/// The counters zeroed for another run (`--watch`).
+fn reset(p: &accord_engine::Progress) {
+    use std::sync::atomic::Ordering::Relaxed;
+    p.planned.store(false, Relaxed);
+    for counter in [&p.files_total, &p.bytes_total, &p.files_done, &p.bytes_done] {
+        counter.store(0, Relaxed);
+    }
+}
+
+fn print_report(
+    args: &SyncArgs,
+    (report, wire): &(SyncReport, Option<(u64, u64)>),
+    counters: &accord_engine::Progress,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let copied = (
+        counters.files_done.load(Relaxed),
+        counters.bytes_done.load(Relaxed),
+    );
+    if args.json {
+        print_json(report, *wire, copied);
+    } else {
+        print_text(report, args.quiet, copied);
+    }
+}
+
+/// One run of the pair: its report, and the bytes sent and received with
+/// a remote root.
 fn sync_once(
     args: &SyncArgs,
     specs: &[Option<RemoteSpec>; 2],
     cfg: &SyncConfig,
     hooks: &SyncHooks,
-) -> SyncReport {
-    let progress = accord_engine::Progress::default();
-    let shown = (!args.quiet && !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .then_some(&progress);
-    let hooks = &SyncHooks {
-        progress: shown,
-        ..*hooks
-    };
-    let run = || match specs {
+) -> (SyncReport, Option<(u64, u64)>) {
+    match specs {
         [Some(spec), None] => sync_remote(args, spec, &args.b, false, cfg, hooks),
         [None, Some(spec)] => sync_remote(args, spec, &args.a, true, cfg, hooks),
         _ => (
             accord_engine::sync_local(&args.a, &args.b, cfg, hooks),
             None,
         ),
-    };
-    // No spinner while scanning: the interactive mode has the terminal
-    // until the plan is confirmed.
-    let (report, wire) = crate::progress::while_showing(shown, false, run);
-    if args.json {
-        print_json(&report, wire);
-    } else {
-        print_text(&report, args.quiet);
     }
-    report
 }
 
 fn watch_options(
@@ -435,7 +531,7 @@ fn sync_remote(
     cfg: &SyncConfig,
     hooks: &SyncHooks,
 ) -> (SyncReport, Option<(u64, u64)>) {
-    let remote = match args.remote.connect(spec, RootMode::Write) {
+    let remote = match args.remote.connect(spec, RootMode::WriteExisting) {
         Ok(remote) => remote,
         Err(e) => {
             let report = SyncReport {
@@ -622,7 +718,7 @@ fn reason_text(reason: ConflictReason) -> String {
     }
 }
 
-fn print_text(report: &SyncReport, quiet: bool) {
+fn print_text(report: &SyncReport, quiet: bool, copied: (u64, u64)) {
     if let Some(fatal) = &report.fatal {
         eprintln!("accord sync: {fatal}");
         return;
@@ -654,23 +750,63 @@ fn print_text(report: &SyncReport, quiet: bool) {
         eprintln!("accord sync: {}: {}", failure.path.display(), failure.error);
     }
     if !quiet {
-        eprintln!(
-            "{} propagated ({} renamed, {} linked, {} kept both, {} merged), {} agreed, {} conflict(s), {} error(s) in {:.2}s",
-            report.propagated.len(),
-            renamed(report),
-            linked(report),
-            kept_both(report),
-            merged(report),
-            report.agreed,
-            report.conflicts.len(),
-            report.errors.len(),
-            report.elapsed_s
-        );
+        eprintln!("{}", summary(report, copied));
+    }
+}
+
+/// `N`, then the word in the singular or the plural.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The last line: what was changed (what would be, in a dry run), with
+/// the files copied and their size in binary units.
+fn summary(report: &SyncReport, (files, bytes): (u64, u64)) -> String {
+    let changes = count(report.propagated.len(), "change", "changes");
+    let mut detail = Vec::new();
+    if !report.dry_run && !report.propagated.is_empty() {
+        detail.push(format!(
+            "{} copied, {}",
+            count(files as usize, "file", "files"),
+            progress::human_bytes(bytes)
+        ));
+    }
+    for (n, what) in [
+        (renamed(report), "renamed"),
+        (linked(report), "linked"),
+        (kept_both(report), "kept both"),
+        (merged(report), "merged"),
+    ] {
+        if n > 0 {
+            detail.push(format!("{n} {what}"));
+        }
+    }
+    let detail = if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", detail.join(", "))
+    };
+    let rest = format!(
+        "{} agreed, {}, {} in {:.2} s",
+        report.agreed,
+        count(report.conflicts.len(), "conflict", "conflicts"),
+        count(report.errors.len(), "error", "errors"),
+        report.elapsed_s
+    );
+    if report.dry_run {
+        format!("dry run, nothing was changed: {changes} would be made{detail}; {rest}")
+    } else {
+        format!("{changes} made{detail}; {rest}")
     }
 }
 
 #[derive(Serialize)]
 struct JsonReport {
+    /// A dry run: `changes` are what a real run would make; nothing was.
+    dry_run: bool,
+    /// Regular files whose contents were written, and their bytes.
+    files_copied: u64,
+    bytes_copied: u64,
     /// Paths changed on either side (a rename counts once, with whatever
     /// moved with it).
     propagated: usize,
@@ -733,8 +869,11 @@ struct JsonError {
     error: String,
 }
 
-fn print_json(report: &SyncReport, wire: Option<(u64, u64)>) {
+fn print_json(report: &SyncReport, wire: Option<(u64, u64)>, copied: (u64, u64)) {
     let json = JsonReport {
+        dry_run: report.dry_run,
+        files_copied: copied.0,
+        bytes_copied: copied.1,
         propagated: report.propagated.len(),
         renamed: renamed(report),
         linked: linked(report),

@@ -23,6 +23,8 @@ use crate::cmd_sync::SyncArgs;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+mod unison;
+
 /// The largest profile read (a profile is a few lines).
 const MAX_PROFILE: u64 = 64 << 10;
 
@@ -38,6 +40,7 @@ fn expand_from(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<Vec<OsString
     if args.get(1).is_none_or(|c| c != "sync") {
         return Ok(args);
     }
+    let args = unison_words_as_ours(args)?;
     // Parsed once, B optional, to find the positionals (errors are left to
     // the real parse, which reports them as for any command line).
     let rest = &args[2..];
@@ -77,6 +80,31 @@ fn expand_from(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<Vec<OsString
     out.extend(roots);
     out.extend(rest[at + 1..].iter().cloned());
     Ok(out)
+}
+
+/// `accord sync …` with Unison's single-dash options (`-batch`, `-path P`)
+/// rewritten as ours.
+fn unison_words_as_ours(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let cmd = sync_command();
+    let shorts = |valued: bool| -> String {
+        cmd.get_arguments()
+            .filter(|a| a.get_action().takes_values() == valued)
+            .filter_map(clap::Arg::get_short)
+            .collect()
+    };
+    let (switches, valued) = (shorts(false), shorts(true));
+    let long = |name: &str| {
+        cmd.get_arguments()
+            .any(|a| a.get_long() == Some(name) && !a.is_hide_set())
+    };
+    let ours = unison::Ours {
+        switches: &switches,
+        valued: &valued,
+        long: &long,
+        takes_value: &takes_value,
+    };
+    let rest = unison::translate(&args[2..], &ours)?;
+    Ok(args[..2].iter().cloned().chain(rest).collect())
 }
 
 /// `accord sync`'s arguments parsed with both roots optional.

@@ -62,6 +62,83 @@ pub fn follow_of(patterns: &[String]) -> Result<Vec<String>, String> {
     Ok(patterns.to_vec())
 }
 
+/// `--path` (Unison's `-path`): sync only these subtrees. Each becomes
+/// exclude patterns, put before the others: everything at the top is
+/// excluded, then each directory on the way down to a path is taken back
+/// with its other entries excluded, then the path itself is taken back
+/// whole. What lies outside every path is left alone on both sides, as
+/// an excluded path is (never scanned, copied or deleted); the
+/// directories on the way are synced themselves, not their other entries.
+/// A path is relative to the roots; `..` is refused.
+pub fn paths_of(paths: &[String]) -> Result<Vec<String>, String> {
+    let mut targets: Vec<Vec<&str>> = Vec::new();
+    for path in paths {
+        let parts: Vec<&str> = path
+            .split('/')
+            .filter(|part| !part.is_empty() && *part != ".")
+            .collect();
+        if parts.contains(&"..") {
+            return Err(format!(
+                "--path {path:?}: a path inside the roots, without '..'"
+            ));
+        }
+        if parts.is_empty() {
+            // The whole tree.
+            return Ok(Vec::new());
+        }
+        targets.push(parts);
+    }
+    targets.sort();
+    targets.dedup();
+    // A path inside another is synced with it.
+    let inside = |t: &Vec<&str>, all: &[Vec<&str>]| {
+        all.iter().any(|o| o.len() < t.len() && t.starts_with(o))
+    };
+    let all = targets.clone();
+    targets.retain(|t| !inside(t, &all));
+    let mut ways: Vec<Vec<&str>> = targets
+        .iter()
+        .flat_map(|t| (1..t.len()).map(move |n| t[..n].to_vec()))
+        .collect();
+    ways.sort();
+    ways.dedup();
+    let depth = targets.iter().map(Vec::len).max().unwrap_or(0);
+    let mut patterns: Vec<String> = Vec::new();
+    if depth > 0 {
+        patterns.push("/*".into());
+    }
+    let anchored = |parts: &[&str]| {
+        let escaped: Vec<String> = parts.iter().map(|p| escape_glob(p)).collect();
+        format!("/{}", escaped.join("/"))
+    };
+    for level in 1..=depth {
+        for way in ways.iter().filter(|w| w.len() == level) {
+            patterns.push(format!("!{}/", anchored(way)));
+            patterns.push(format!("{}/*", anchored(way)));
+        }
+        for target in targets.iter().filter(|t| t.len() == level) {
+            patterns.push(format!("!{}", anchored(target)));
+        }
+    }
+    check(&patterns, "--path")?;
+    Ok(patterns)
+}
+
+/// A name matched as itself in gitignore syntax.
+fn escape_glob(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '#') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    if out.ends_with(' ') {
+        out.insert(out.len() - 1, '\\');
+    }
+    out
+}
+
 fn check(patterns: &[String], what: &str) -> Result<(), String> {
     if patterns.len() as u64 > MAX_PATTERNS {
         return Err(format!("more than {MAX_PATTERNS} {what} patterns"));
@@ -91,6 +168,36 @@ mod tests {
         assert_eq!(rules.excludes, ["*.o", "*.log", "\\#hash", "cache/"]);
         assert!(rules.ignore_files);
         assert!(!rules_of(&[], &[], true).unwrap().ignore_files);
+    }
+
+    #[test]
+    fn paths_keep_their_subtrees_and_the_way_to_them() {
+        let patterns = paths_of(&["docs/a/".into(), "src".into(), "docs/b".into()]).unwrap();
+        let rules = IgnoreRules::new(&patterns).unwrap();
+        let p = |s: &str| accord_model::RelPath::new(s.as_bytes()).unwrap();
+        // What the walk reaches: a directory excluded is not entered.
+        for (path, dir, excluded) in [
+            ("src", true, false),
+            ("docs", true, false),
+            ("docs/a", true, false),
+            ("docs/b", false, false),
+            ("docs/c", false, true),
+            ("other", true, true),
+            ("top.txt", false, true),
+        ] {
+            assert_eq!(
+                rules.is_excluded(&p(path), dir),
+                excluded,
+                "{path}: {patterns:?}"
+            );
+        }
+        assert!(paths_of(&["a/../b".into()]).is_err());
+        assert!(paths_of(&["a".into(), "/".into()]).unwrap().is_empty());
+        assert_eq!(
+            paths_of(&["a".into(), "a/b".into()]).unwrap(),
+            ["/*", "!/a"]
+        );
+        assert_eq!(paths_of(&["x*".into()]).unwrap(), ["/*", "!/x\\*"]);
     }
 
     #[test]

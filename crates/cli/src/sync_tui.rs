@@ -16,7 +16,7 @@ use accord_engine::sync_plan;
 use accord_engine::{MergeNow, PlanEdit};
 use accord_model::RelPath;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -33,8 +33,20 @@ enum Outcome {
     Quit { pending: usize },
 }
 
+/// What the command line asked of the interactive mode.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asked {
+    /// Ask nothing (`--batch`, `--watch`, `--json`).
+    pub batch: bool,
+    /// `--auto`: show only the conflicts, none: show nothing.
+    pub auto: bool,
+    /// `--merge CMD` was given ('m' has a program to run).
+    pub merge: bool,
+}
+
 /// The interactive mode of one run.
 pub(crate) struct Interactive {
+    asked: Asked,
     /// Each root's local directory (None: a remote root, whose files the
     /// diff cannot open; it shows what the plan knows of them).
     roots: [Option<PathBuf>; 2],
@@ -51,19 +63,14 @@ pub(crate) type Merges = BTreeMap<RelPath, Result<u64, String>>;
 impl Interactive {
     /// The interactive mode, when the run is one: not `--batch` or
     /// `--json`, and a person at a terminal on both stdin and stdout.
-    pub(crate) fn for_run(
-        batch: bool,
-        json: bool,
-        a: &Path,
-        b: &Path,
-        remote: [bool; 2],
-    ) -> Option<Self> {
+    pub(crate) fn for_run(asked: Asked, [a, b]: [&Path; 2], remote: [bool; 2]) -> Option<Self> {
         let terminal = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-        if batch || json || !terminal {
+        if asked.batch || !terminal {
             return None;
         }
         let local = |root: &Path, is_remote: bool| (!is_remote).then(|| root.to_path_buf());
         Some(Interactive {
+            asked,
             roots: [local(a, remote[0]), local(b, remote[1])],
             outcome: Mutex::new(Outcome::NotAsked),
             merges: Mutex::new(Merges::new()),
@@ -78,11 +85,24 @@ impl Interactive {
 
     /// The engine's `edit_plan_merging` hook.
     pub(crate) fn edit(&self, edit: &mut PlanEdit, merger: &dyn MergeNow) {
-        if !edit.items().iter().any(is_shown) {
+        // --auto: the conflicts only, the rest carried out as planned.
+        let only = self.asked.auto.then(|| {
+            edit.items()
+                .iter()
+                .filter(|item| matches!(item.action, sync_plan::Action::Conflict(_)))
+                .map(|item| item.path.clone())
+                .collect::<BTreeSet<RelPath>>()
+        });
+        let shown = match &only {
+            Some(conflicts) => !conflicts.is_empty(),
+            None => edit.items().iter().any(is_shown),
+        };
+        if !shown {
             return;
         }
         let mut merges = self.merges.lock().unwrap_or_else(|e| e.into_inner());
-        let outcome = match ask(edit, &self.roots, merger, &mut merges) {
+        let mut app = App::new(edit, merger, &mut merges, only, self.asked.merge);
+        let outcome = match ask(&mut app, &self.roots) {
             Ok(outcome) => outcome,
             Err(e) => {
                 // The plan is left as reconciled: conflicts are skipped, as
@@ -164,9 +184,56 @@ pub(crate) struct App<'e, 'u> {
     pub(crate) merger: &'e dyn MergeNow,
     /// What 'm' made of each conflict given to it.
     pub(crate) merges: &'e mut Merges,
+    /// `--auto`: the only paths listed (the conflicts as reconciled).
+    only: Option<BTreeSet<RelPath>>,
+    /// A merge program was given (`--merge`).
+    can_merge: bool,
+    /// Entries folded into the row of a new or deleted directory above
+    /// them (by the directory's item index): how many.
+    folded: BTreeMap<usize, usize>,
+    /// Directories opened with Enter: their entries have rows again.
+    opened: BTreeSet<RelPath>,
+}
+
+impl<'e, 'u> App<'e, 'u> {
+    fn new(
+        edit: &'e mut PlanEdit<'u>,
+        merger: &'e dyn MergeNow,
+        merges: &'e mut Merges,
+        only: Option<BTreeSet<RelPath>>,
+        can_merge: bool,
+    ) -> Self {
+        let mut app = App {
+            edit,
+            rows: Vec::new(),
+            selected: 0,
+            top: 0,
+            message: String::new(),
+            diff: None,
+            merger,
+            merges,
+            only,
+            can_merge,
+            folded: BTreeMap::new(),
+            opened: BTreeSet::new(),
+        };
+        app.refresh(None);
+        app
+    }
 }
 
 impl App<'_, '_> {
+    /// How many entries are folded into `item`'s row.
+    pub(crate) fn folded_under(&self, item: &accord_engine::SyncItem) -> usize {
+        let items = self.edit.items();
+        self.rows
+            .iter()
+            .find(|&&i| items[i].path == item.path)
+            .and_then(|i| self.folded.get(i))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// What 'm' made of `item`, while it is still a conflict.
     pub(crate) fn merge_of(&self, item: &accord_engine::SyncItem) -> Option<&Result<u64, String>> {
         if !matches!(item.action, sync_plan::Action::Conflict(_)) {
@@ -187,6 +254,10 @@ impl App<'_, '_> {
             self.message = format!("{}: not a conflict; nothing to merge", path.display());
             return;
         }
+        if !self.can_merge {
+            self.message = "no merge program: start with --merge CMD".into();
+            return;
+        }
         if let Some(Ok(_)) = self.merges.remove(&path) {
             self.merger.forget(&path);
             self.message = format!("{}: merge dropped; still a conflict", path.display());
@@ -203,6 +274,24 @@ impl App<'_, '_> {
         self.merges.insert(path, outcome);
     }
 
+    /// Enter: open a folded directory's row into rows of its entries, or
+    /// fold it again.
+    fn toggle_open(&mut self) {
+        let Some(path) = self.selected_path() else {
+            return;
+        };
+        let index = self.rows[self.selected];
+        if !self.opened.remove(&path) {
+            if !self.folded.contains_key(&index) {
+                self.message = format!("{}: nothing folded here", path.display());
+                return;
+            }
+            self.opened.insert(path.clone());
+        }
+        self.message.clear();
+        self.refresh(Some(&path));
+    }
+
     fn selected_path(&self) -> Option<RelPath> {
         let index = *self.rows.get(self.selected)?;
         Some(self.edit.items()[index].path.clone())
@@ -212,7 +301,13 @@ impl App<'_, '_> {
     /// the next one, should it have gone).
     fn refresh(&mut self, keep: Option<&RelPath>) {
         let items = self.edit.items();
-        self.rows = (0..items.len()).filter(|&i| is_shown(&items[i])).collect();
+        let listed = |item: &accord_engine::SyncItem| match &self.only {
+            Some(only) => only.contains(&item.path),
+            None => is_shown(item),
+        };
+        let (rows, folded) = fold(items, listed, &self.opened);
+        self.rows = rows;
+        self.folded = folded;
         if let Some(path) = keep {
             self.selected = self
                 .rows
@@ -244,27 +339,42 @@ impl App<'_, '_> {
     }
 }
 
+/// The rows of the items `listed`, a new or deleted directory's entries
+/// that go with it folded into its row (with how many).
+fn fold(
+    items: &[accord_engine::SyncItem],
+    listed: impl Fn(&accord_engine::SyncItem) -> bool,
+    opened: &BTreeSet<RelPath>,
+) -> (Vec<usize>, BTreeMap<usize, usize>) {
+    let mut rows = Vec::new();
+    let mut folded = BTreeMap::new();
+    // The directory whose subtree is folded: its index.
+    let mut open: Option<usize> = None;
+    for (index, item) in items.iter().enumerate() {
+        if !listed(item) {
+            continue;
+        }
+        let under = open
+            .filter(|&top| item.path != items[top].path && item.path.starts_with(&items[top].path));
+        if let Some(top) = under {
+            if item.action == items[top].action {
+                *folded.entry(top).or_insert(0) += 1;
+                continue;
+            }
+        } else {
+            let folds = crate::sync_tui_view::folds(item) && !opened.contains(&item.path);
+            open = folds.then_some(index);
+        }
+        rows.push(index);
+    }
+    (rows, folded)
+}
+
 /// Show the plan until the person confirms or quits.
-fn ask(
-    edit: &mut PlanEdit,
-    roots: &[Option<PathBuf>; 2],
-    merger: &dyn MergeNow,
-    merges: &mut Merges,
-) -> std::io::Result<Outcome> {
+fn ask(app: &mut App, roots: &[Option<PathBuf>; 2]) -> std::io::Result<Outcome> {
     let mut screen = Screen::open()?;
-    let mut app = App {
-        edit,
-        rows: Vec::new(),
-        selected: 0,
-        top: 0,
-        message: String::new(),
-        diff: None,
-        merger,
-        merges,
-    };
-    app.refresh(None);
     loop {
-        screen.terminal.draw(|frame| draw(frame, &mut app))?;
+        screen.terminal.draw(|frame| draw(frame, app))?;
         let Event::Key(key) = event::read()? else {
             continue; // a resize: drawn again
         };
@@ -272,10 +382,10 @@ fn ask(
             continue;
         }
         if app.diff.is_some() {
-            on_diff_key(&mut app, key);
+            on_diff_key(app, key);
             continue;
         }
-        if let Some(outcome) = on_list_key(&mut app, key, roots) {
+        if let Some(outcome) = on_list_key(app, key, roots) {
             return Ok(outcome);
         }
     }
@@ -308,6 +418,8 @@ fn on_list_key(app: &mut App, key: KeyEvent, roots: &[Option<PathBuf>; 2]) -> Op
             }
         }
         KeyCode::Char('m') => app.toggle_merge(),
+        KeyCode::Enter | KeyCode::Char('o') => app.toggle_open(),
+        KeyCode::Char('?') | KeyCode::F(1) => app.diff = Some(DiffView::keys()),
         KeyCode::Char('g') => return Some(confirm(app)),
         KeyCode::Char('q') | KeyCode::Esc => return Some(quit(app)),
         _ => {}

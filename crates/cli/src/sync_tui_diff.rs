@@ -46,6 +46,18 @@ impl DiffView {
         }
     }
 
+    /// The keys of the list, in a pane over it ('?').
+    pub(crate) fn keys() -> DiffView {
+        DiffView {
+            title: " keys (q: back) ".into(),
+            lines: crate::sync_tui_view::KEYS
+                .iter()
+                .map(|(keys, what)| format!("{keys:<16} {what}"))
+                .collect(),
+            top: 0,
+        }
+    }
+
     pub(crate) fn scroll(&mut self, by: isize) {
         let last = self.lines.len().saturating_sub(1) as isize;
         self.top = (self.top as isize + by).clamp(0, last) as usize;
@@ -76,16 +88,62 @@ fn describe(side: &str, entry: Option<&Entry>) -> String {
         _ => "special file",
     };
     let mut line = format!(
-        "{side}: {kind}, {} bytes, mtime {}.{:09}, mode {:04o}",
-        entry.size,
-        entry.props.mtime.sec,
-        entry.props.mtime.nsec,
+        "{side}: {kind}, {}, modified {}, mode {:04o}",
+        size_words(entry.size),
+        local_time(entry.props.mtime.sec),
         entry.props.mode & 0o7777
     );
     if let Some(target) = &entry.link_target {
         line.push_str(&format!(", -> {}", escape_for_display(target)));
     }
     line
+}
+
+/// A size in bytes, with binary units from a KiB: `812 bytes`,
+/// `1,234,567 bytes (1.2 MiB)`.
+fn size_words(size: u64) -> String {
+    let digits = size.to_string();
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if size < 1024 {
+        format!("{grouped} bytes")
+    } else {
+        format!("{grouped} bytes ({})", crate::cmd_sync::human_bytes(size))
+    }
+}
+
+/// Seconds since the epoch as this host's local time, as Unison shows a
+/// modification time: `2026-11-28 17:32:19 CET`.
+pub(crate) fn local_time(secs: i64) -> String {
+    // SAFETY: `tm` is plain data that localtime_r fills in; the time is a
+    // valid pointer for the call.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let t: libc::time_t = secs as libc::time_t;
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return format!("{secs} s after 1970 (UTC)");
+    }
+    let zone = if tm.tm_zone.is_null() {
+        String::new()
+    } else {
+        // SAFETY: tm_zone, when set, points at a NUL-terminated name
+        // that lives as long as the process's time zone data.
+        let name = unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) };
+        format!(" {}", name.to_string_lossy())
+    };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}{zone}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 /// The lines of `diff -u A B`, or why there are none.
@@ -159,6 +217,21 @@ fn printable(line: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_and_sizes_read_as_a_person_reads_them() {
+        // The zone is this host's: the date and clock are checked by shape.
+        let shown = local_time(1_795_847_978);
+        let digits: Vec<bool> = shown.chars().take(19).map(|c| c.is_ascii_digit()).collect();
+        let shape: String = digits.iter().map(|&d| if d { '9' } else { '-' }).collect();
+        assert_eq!(shape, "9999-99-99-99-99-99", "{shown}");
+        assert!(
+            shown.starts_with("2026-") || shown.starts_with("2027-"),
+            "{shown}"
+        );
+        assert_eq!(size_words(812), "812 bytes");
+        assert_eq!(size_words(1_258_291), "1,258,291 bytes (1.2 MiB)");
+    }
 
     #[test]
     fn escapes_cannot_reach_the_terminal() {

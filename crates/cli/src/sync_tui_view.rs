@@ -13,8 +13,40 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
-pub(crate) const HELP: &str = "up/down j/k move  > or a: A wins  < or b: B wins  f flip  \
+pub(crate) const HELP: &str = "? keys  up/down move  > A wins  < B wins  f flip  \
 s skip  r revert  d diff  m merge  g go (propagate)  q quit";
+
+/// Every key of the list, shown by '?'.
+pub(crate) const KEYS: &[(&str, &str)] = &[
+    (
+        "up/down, j/k",
+        "move; PgUp/PgDn, Home/End: by a page, to an end",
+    ),
+    ("> or a", "A's version wins (A ----> B)"),
+    ("< or b", "B's version wins (A <---- B)"),
+    ("f or space", "flip the direction"),
+    ("s or /", "skip: leave the path alone this run"),
+    ("r", "revert to what reconciliation planned"),
+    ("d", "both versions, and the diff of two files"),
+    (
+        "m",
+        "merge a conflict with --merge's program (m again: drop it)",
+    ),
+    ("g", "go: carry out the plan"),
+    ("q or Esc", "quit: change nothing"),
+    ("?", "these keys"),
+    ("", ""),
+    ("*", "a choice made here"),
+    ("^", "decided with a directory above"),
+    (
+        "Enter or o",
+        "open a folded directory into rows of its entries (again: fold it)",
+    ),
+    (
+        "N inside",
+        "a new or deleted directory's entries, carried with it",
+    ),
+];
 
 /// Rows the list shows: every path with something to decide (agreements
 /// only update the archives; what moves with a renamed directory is
@@ -122,10 +154,51 @@ fn mark(app: &App, item: &SyncItem) -> char {
 /// ('m') takes its result on both sides; one it failed on stays.
 fn row_what(app: &App, item: &SyncItem) -> (&'static str, String) {
     match app.merge_of(item) {
-        Some(Ok(size)) => ("A <-M-> B", format!("MERGED ({size} bytes)")),
+        Some(Ok(size)) => (
+            "A <-M-> B",
+            format!("MERGED ({})", crate::cmd_sync::human_bytes(*size)),
+        ),
         Some(Err(_)) => (arrow(item.action), "conflict: MERGE FAILED".into()),
-        None => (arrow(item.action), what(item)),
+        None => match app.folded_under(item) {
+            0 => (arrow(item.action), what(item)),
+            n => (arrow(item.action), format!("{}, {n} inside", what(item))),
+        },
     }
+}
+
+/// Does `item` carry its whole subtree with one action (a new directory
+/// copied, a directory deleted)? Its entries below with the same action
+/// are folded into its row.
+pub(crate) fn folds(item: &SyncItem) -> bool {
+    let is_dir = |side| item.entry(side).is_some_and(|e| e.kind == Kind::Dir);
+    match item.action {
+        sync_plan::Action::Copy { from, to } => is_dir(from) && item.entry(to).is_none(),
+        sync_plan::Action::Delete { on } => is_dir(on),
+        _ => false,
+    }
+}
+
+/// `text` cut to `width` characters in the middle, keeping its start and
+/// its last component (the file's name) where they fit.
+pub(crate) fn fit_middle(text: &str, width: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= width {
+        return text.to_string();
+    }
+    if width < 2 {
+        return "…".chars().take(width).collect();
+    }
+    let name_len = chars.len() - chars.iter().rposition(|&c| c == '/').unwrap_or(0);
+    // The name with its slash, and at least a few characters of the start.
+    let end = if name_len + 4 <= width {
+        name_len
+    } else {
+        (width - 1) / 2
+    };
+    let start = width - 1 - end;
+    let head: String = chars[..start].iter().collect();
+    let tail: String = chars[chars.len() - end..].iter().collect();
+    format!("{head}…{tail}")
 }
 
 /// The status line for the selected item: a failed merge says why.
@@ -136,13 +209,12 @@ fn status_of(app: &App, item: &SyncItem) -> String {
     }
 }
 
-fn row_text(app: &App, item: &SyncItem) -> String {
+/// A row in `width` characters: a long path is cut in the middle.
+fn row_text(app: &App, item: &SyncItem, cursor: &str, width: usize) -> String {
     let (arrow, what) = row_what(app, item);
-    format!(
-        "{} {arrow}  {what:<26} {}",
-        mark(app, item),
-        path_text(item)
-    )
+    let head = format!("{cursor}{} {arrow}  {what:<26} ", mark(app, item));
+    let room = width.saturating_sub(head.chars().count()).max(12);
+    format!("{head}{}", fit_middle(&path_text(item), room))
 }
 
 fn row_style(item: &SyncItem) -> Style {
@@ -164,7 +236,15 @@ fn summary(app: &App) -> String {
         .filter(|item| matches!(app.merge_of(item), Some(Ok(_))))
         .count();
     let skipped = count(|a| *a == sync_plan::Action::Nothing);
-    let changes = app.rows.len() - conflicts - skipped;
+    let changes = count(|a| {
+        !matches!(
+            a,
+            sync_plan::Action::Agree
+                | sync_plan::Action::MovedWith { .. }
+                | sync_plan::Action::Conflict(_)
+                | sync_plan::Action::Nothing
+        )
+    });
     let conflicts = conflicts - merges;
     format!(
         "accord sync: {changes} change(s), {merges} merged, {conflicts} conflict(s), \
@@ -220,7 +300,7 @@ fn draw_list(frame: &mut Frame, app: &mut App, area: Rect) {
             if row == app.selected {
                 style = style.add_modifier(Modifier::REVERSED);
             }
-            Line::styled(format!("{cursor}{}", row_text(app, item)), style)
+            Line::styled(row_text(app, item, cursor, area.width as usize), style)
         })
         .collect();
     frame.render_widget(Paragraph::new(lines), area);
@@ -233,4 +313,24 @@ pub(crate) fn pane(frame: &mut Frame, area: Rect, title: String) -> Rect {
     frame.render_widget(Clear, area);
     frame.render_widget(block, area);
     inner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_paths_are_cut_in_the_middle_keeping_the_name() {
+        let path = "projects/2026/reports/quarterly/final/summary-of-everything.txt";
+        let cut = fit_middle(path, 40);
+        assert_eq!(cut.chars().count(), 40, "{cut}");
+        assert!(cut.starts_with("projects/"), "{cut}");
+        assert!(cut.ends_with("/summary-of-everything.txt"), "{cut}");
+        assert!(cut.contains('…'), "{cut}");
+        assert_eq!(fit_middle("short/name", 40), "short/name");
+        // A name longer than the room: both of its ends.
+        let cut = fit_middle("dir/a-very-long-file-name-indeed.txt", 12);
+        assert_eq!(cut.chars().count(), 12, "{cut}");
+        assert!(cut.ends_with(".txt"), "{cut}");
+    }
 }

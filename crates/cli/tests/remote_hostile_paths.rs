@@ -257,7 +257,12 @@ fn a_restricted_server_refuses_roots_that_leave_its_tree() {
         b"link-out/new",
         b"inside/../link-out",
     ] {
-        for mode in [RootMode::Read, RootMode::Write, RootMode::Inspect] {
+        for mode in [
+            RootMode::Read,
+            RootMode::Write,
+            RootMode::Inspect,
+            RootMode::WriteExisting,
+        ] {
             let shown = String::from_utf8_lossy(root);
             match ask_root(root, mode, cfg.clone()) {
                 Some(Welcome::Accepted { describe, .. }) => {

@@ -399,7 +399,10 @@ fn a_batch_run_on_a_terminal_shows_its_progress() {
     let screen = tmux.wait_for("the progress line", |screen| {
         pause.exists() && screen.contains("files 20/20")
     });
-    assert!(screen.contains("19.72 KiB/19.72 KiB"), "{screen}");
+    assert!(
+        screen.contains("files 20/20, 19.7 KiB/19.7 KiB"),
+        "{screen}"
+    );
     std::fs::remove_file(&pause).unwrap();
     assert_eq!(wait_for_status(&status), 0);
     // Cleared at the end; nothing of it is printed with --json or -q.
@@ -450,7 +453,7 @@ fn tui_m_merges_the_selected_conflict() {
 
     // The first row, both.txt: merged now, nothing written yet.
     tmux.type_text("m");
-    let screen = tmux.wait_for_row("both.txt", "MERGED (14 bytes)");
+    let screen = tmux.wait_for_row("both.txt", "MERGED (14 B)");
     assert!(
         row(&screen, "both.txt").unwrap().contains("A <-M-> B"),
         "{screen}"
@@ -540,14 +543,179 @@ fn tui_m_without_a_merge_program_says_so() {
     wait_for_plan(&tmux);
     tmux.type_text("m");
     tmux.wait_for("the message", |s| {
-        s.contains("no merge program: run with --merge CMD")
+        s.contains("no merge program: start with --merge CMD")
     });
     let screen = tmux.screen();
-    assert!(
-        row(&screen, "both.txt").unwrap().contains("A <-?-> B"),
-        "{screen}"
-    );
+    let both = row(&screen, "both.txt").unwrap();
+    assert!(both.contains("A <-?-> B"), "{screen}");
+    // The row is as it was: nothing failed, nothing was tried.
+    assert!(both.contains("conflict: changed on both"), "{screen}");
+    assert!(!screen.contains("MERGE FAILED"), "{screen}");
     tmux.type_text("q");
     assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
     assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from a\n"));
+}
+
+/// The row of the list for `path` as drawn: the cursor, the mark, the
+/// arrow, what it does (in 26 columns) and the path.
+fn drawn_row(selected: bool, arrow: &str, what: &str, path: &str) -> String {
+    let cursor = if selected { '>' } else { ' ' };
+    format!("{cursor}  {arrow}  {what:<26} {path}")
+}
+
+/// The scan's progress line is erased before the list takes the screen
+/// and never drawn over it: with the run held just before the list (the
+/// spinner drawing), every row reads exactly as drawn and no progress
+/// line is left, in the list or after it.
+#[test]
+fn tui_progress_line_never_reaches_the_list() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    let status = status_file(&pair);
+    let hold = pair.state.with_file_name("hold");
+    let env = format!("ACCORD_TEST_SYNC_PAUSE_PLAN={} ", quoted(&hold));
+    let tmux = Tmux::start_sync_in(&pair, &status, &env, "");
+    // Held with the plan made, the spinner still drawing.
+    tmux.wait_for("the scan's progress line", |s| {
+        hold.exists() && s.contains("scanning")
+    });
+    std::fs::remove_file(&hold).unwrap();
+    let screen = tmux.wait_for("the plan", |s| s.contains("skip.txt"));
+    let rows = [
+        (true, "A <-?-> B", "conflict: changed on both", "both.txt"),
+        (false, "A ----> B", "changed file", "one.txt"),
+        (false, "A <---- B", "changed file", "skip.txt"),
+    ];
+    for (selected, arrow, what, path) in rows {
+        assert_eq!(
+            row(&screen, path).map(str::trim_end),
+            Some(drawn_row(selected, arrow, what, path).as_str()),
+            "{screen}"
+        );
+    }
+    assert!(!screen.contains("scanning"), "{screen}");
+    tmux.type_text("q");
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    let screen = tmux.screen();
+    assert!(
+        !screen.contains("scanning") && !screen.contains("files "),
+        "a progress line was left: {screen}"
+    );
+    assert!(screen.contains("quit; nothing was changed"), "{screen}");
+}
+
+/// --auto (Unison's -auto): the changes that are not conflicts are made
+/// without being shown; only the conflicts are listed.
+#[test]
+fn tui_auto_lists_only_the_conflicts() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync_with(&pair, &status, "-auto");
+    let screen = tmux.wait_for_row("both.txt", "conflict: changed on both");
+    assert!(row(&screen, "one.txt").is_none(), "{screen}");
+    assert!(row(&screen, "skip.txt").is_none(), "{screen}");
+    tmux.type_text("<");
+    tmux.wait_for_row("both.txt", "A <---- B");
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&status), 0, "{}", tmux.screen());
+    assert_eq!(pair.read('a', "both.txt").as_deref(), Some("from b\n"));
+    assert_eq!(pair.read('b', "one.txt").as_deref(), Some("one new\n"));
+    assert_eq!(pair.read('a', "skip.txt").as_deref(), Some("skip new\n"));
+}
+
+/// --auto with no conflict shows nothing and carries out the plan.
+#[test]
+fn tui_auto_without_conflicts_asks_nothing() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = Pair::new();
+    pair.write('a', "one.txt", "one\n");
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync_with(&pair, &status, "--auto");
+    assert_eq!(wait_for_status(&status), 0, "{}", tmux.screen());
+    assert_eq!(pair.read('b', "one.txt").as_deref(), Some("one\n"));
+}
+
+/// A new directory is one row, with what it carries; '?' lists the keys;
+/// a path too long for the row is cut in the middle, its name kept.
+#[test]
+fn tui_folds_new_directories_shows_keys_and_cuts_long_paths_in_the_middle() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    pair.write('a', "new/deeper/deepest/file.txt", "new\n");
+    // Its directories on both sides (agreed), the file new on B.
+    let dirs = format!("{}/{}", "d".repeat(60), "e".repeat(60));
+    std::fs::create_dir_all(pair.path('a', &dirs)).unwrap();
+    let long = format!("{dirs}/name-kept.txt");
+    pair.write('b', &long, "long\n");
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    let screen = tmux.wait_for_row("new", "new dir, 3 inside");
+    assert!(!screen.contains("new/deeper"), "{screen}");
+    let cut = screen
+        .lines()
+        .find(|line| line.trim_end().ends_with("…/name-kept.txt"))
+        .unwrap_or_else(|| panic!("the long path cut in the middle: {screen}"));
+    assert!(cut.contains("new file") && cut.contains(" ddd"), "{screen}");
+    assert!(cut.chars().count() <= 120, "{cut}");
+    // Opened on demand, and folded again.
+    let at = |s: &str, line: &dyn Fn(&str) -> bool| s.lines().position(line).unwrap();
+    let down =
+        at(&screen, &|l| l.trim_end().ends_with(" new")) - at(&screen, &|l| l.starts_with('>'));
+    for _ in 0..down {
+        tmux.keys(&["Down"]);
+    }
+    tmux.wait_for_row("new", "new dir");
+    tmux.wait_for("the folded row selected", |s| {
+        s.lines()
+            .any(|l| l.starts_with('>') && l.trim_end().ends_with(" new"))
+    });
+    // One level at a time, as a tree opens.
+    tmux.keys(&["Enter"]);
+    tmux.wait_for_row("new/deeper", "new dir, 2 inside");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the folded row", |s| !s.contains("new/deeper"));
+    tmux.type_text("?");
+    tmux.wait_for("the keys", |s| {
+        s.contains("flip the direction") && s.contains("quit: change nothing")
+    });
+    tmux.type_text("q");
+    tmux.wait_for("the list again", |s| !s.contains("flip the direction"));
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
+    assert_eq!(
+        pair.read('b', "new/deeper/deepest/file.txt").as_deref(),
+        Some("new\n")
+    );
+    assert_eq!(pair.read('a', &long).as_deref(), Some("long\n"));
+}
+
+/// The diff view shows sizes and modification times as a person reads
+/// them, not seconds since 1970.
+#[test]
+fn tui_diff_shows_local_times() {
+    if !have_tmux() {
+        return;
+    }
+    let pair = pair_with_changes();
+    set_mtime(&pair.path('a', "both.txt"), 1_795_847_978);
+    let status = status_file(&pair);
+    let tmux = Tmux::start_sync(&pair, &status);
+    wait_for_plan(&tmux);
+    tmux.type_text("d");
+    let screen = tmux.wait_for("the diff", |s| s.contains("+from b"));
+    assert!(!screen.contains("1795847978"), "{screen}");
+    assert!(screen.contains("modified 2026-11-"), "{screen}");
+    assert!(screen.contains("7 bytes"), "{screen}");
+    tmux.type_text("q");
+    tmux.type_text("q");
+    assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
 }

@@ -42,6 +42,16 @@ pub enum RootMode {
     /// Look at it as a destination without changing it (a dry run): it need
     /// not exist.
     Inspect,
+    /// Write it; it must exist already (a sync's root: a missing one is
+    /// refused, never made and filled as if it had been emptied).
+    WriteExisting,
+}
+
+impl RootMode {
+    /// Will the client change the root?
+    pub fn writes(self) -> bool {
+        matches!(self, RootMode::Write | RootMode::WriteExisting)
+    }
 }
 
 /// The client's opening message.
@@ -161,6 +171,7 @@ impl Hello {
             RootMode::Read => 0,
             RootMode::Write => 1,
             RootMode::Inspect => 2,
+            RootMode::WriteExisting => 3,
         });
         e.bytes(&self.root);
         put_message(w, &e.finish())
@@ -189,6 +200,7 @@ impl Hello {
             0 => RootMode::Read,
             1 => RootMode::Write,
             2 => RootMode::Inspect,
+            3 => RootMode::WriteExisting,
             m => return Err(ProtoError::Invalid(format!("unknown root mode {m}"))),
         };
         let root = d.bytes(MAX_ROOT, "root")?.to_vec();
@@ -270,15 +282,22 @@ mod tests {
 
     #[test]
     fn hello_and_welcome_round_trip() {
-        let h = Hello {
-            version: VERSION,
-            features: FEATURES,
-            mode: RootMode::Write,
-            root: b"/srv/data".to_vec(),
-        };
-        let mut buf = Vec::new();
-        h.write(&mut buf).unwrap();
-        assert_eq!(Hello::read(&mut &buf[..]).unwrap(), h);
+        for mode in [
+            RootMode::Read,
+            RootMode::Write,
+            RootMode::Inspect,
+            RootMode::WriteExisting,
+        ] {
+            let h = Hello {
+                version: VERSION,
+                features: FEATURES,
+                mode,
+                root: b"/srv/data".to_vec(),
+            };
+            let mut buf = Vec::new();
+            h.write(&mut buf).unwrap();
+            assert_eq!(Hello::read(&mut &buf[..]).unwrap(), h);
+        }
         let w = Welcome::Refused {
             version: VERSION,
             why: Refusal::Denied,

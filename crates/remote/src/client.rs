@@ -188,7 +188,7 @@ impl RemoteReplica {
             sync_ignore: features & FEATURE_SYNC_IGNORE != 0,
             sync_follow: features & FEATURE_SYNC_FOLLOW != 0,
         };
-        if mode == RootMode::Write {
+        if mode.writes() {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
         }
         Ok(replica)

@@ -117,7 +117,7 @@ pub fn serve(
         );
         return refuse(&mut *writer, Refusal::Version, m);
     }
-    let writable = hello.mode == RootMode::Write;
+    let writable = hello.mode.writes();
     if writable && cfg.read_only {
         return refuse(
             &mut *writer,
@@ -139,8 +139,7 @@ pub fn serve(
             } else {
                 Refusal::Failed
             };
-            let shown = accord_model::escape_for_display(&hello.root);
-            return refuse(&mut *writer, why, format!("{shown}: {e}"));
+            return refuse(&mut *writer, why, not_opened(&hello.root, hello.mode, &e));
         }
     };
     let features = hello.features & FEATURES;
@@ -178,6 +177,31 @@ pub fn serve(
     match conn.closed() {
         Some(why) if why != crate::mux::PEER_CLOSED => Err(why),
         _ => Ok(()),
+    }
+}
+
+/// Why the root asked for could not be opened, for the client to show.
+fn not_opened(root: &[u8], mode: RootMode, e: &io::Error) -> String {
+    let shown = accord_model::escape_for_display(root);
+    if mode == RootMode::WriteExisting && e.kind() == io::ErrorKind::NotFound {
+        // As for a local root: a missing one is never taken as emptied.
+        return format!(
+            "{shown} does not exist: a sync's roots must both exist (for a first sync, \
+             create it with mkdir)"
+        );
+    }
+    format!("{shown}: {}", io_words(e))
+}
+
+/// An I/O error's words without the "(os error N)" that repeats them.
+fn io_words(e: &io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .unwrap_or(&text)
+            .to_string(),
+        None => text,
     }
 }
 

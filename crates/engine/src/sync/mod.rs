@@ -11,6 +11,7 @@
 //! remote replica's is kept by its `accord server`.
 
 pub(crate) mod case;
+pub(crate) mod dry_run;
 pub(crate) mod ignore;
 pub(crate) mod merge_program;
 pub(crate) mod propagate;
@@ -79,6 +80,10 @@ pub struct SyncConfig {
     /// Where this host keeps the archives (a remote replica's host
     /// chooses its own).
     pub state_dir: PathBuf,
+    /// `--dry-run`: make the plan (and let the interactive mode edit it),
+    /// report what would change, change nothing, archives included
+    /// (`sync/dry_run.rs`). Local replicas only.
+    pub dry_run: bool,
 }
 
 impl SyncConfig {
@@ -101,6 +106,7 @@ impl SyncConfig {
             merge: None,
             ignorecase: None,
             state_dir,
+            dry_run: false,
         }
     }
 
@@ -207,13 +213,19 @@ impl fmt::Display for SyncError {
             SyncError::Replica(crate::Error::Changed(_)) => {
                 f.write_str("changed during sync; left alone")
             }
-            SyncError::Replica(e) => write!(f, "{e}"),
+            SyncError::Replica(e) => f.write_str(&words_only(&e.to_string())),
             SyncError::ContentsChanged => {
                 f.write_str("changed during sync (its contents moved while copied); left alone")
             }
             SyncError::DirectoryNotEmpty => f.write_str("directory not empty; left alone"),
-            SyncError::Archive(e) => write!(f, "recording the agreement failed: {e}"),
-            SyncError::Detect(e) => write!(f, "cannot tell whether it changed: {e}"),
+            SyncError::Archive(e) => write!(
+                f,
+                "recording the agreement failed: {}",
+                words_only(&e.to_string())
+            ),
+            SyncError::Detect(e) => {
+                write!(f, "cannot tell whether it changed: {}", words_only(e))
+            }
             SyncError::MergedOnOneSide { written, cause } => {
                 let side = |side| match side {
                     accord_plan::Side::A => "A",
@@ -296,6 +308,11 @@ pub enum SyncFatal {
     },
     /// Both names lead to one directory.
     SameRoot,
+    /// A dry run was asked with a remote root, whose host would open (and
+    /// for a first sync make) its archive.
+    DryRunRemote(String),
+    /// The scratch copies of the archives for a dry run could not be made.
+    DryRunScratch(std::io::Error),
     /// A remote root could not be reached (why, in one line).
     Unreachable(String),
     /// One replica's side could not go on: its archive is locked by
@@ -311,27 +328,59 @@ impl fmt::Display for SyncFatal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SyncFatal::Nested(why) => f.write_str(why),
+            SyncFatal::OpenRoot { path, source }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                write!(
+                    f,
+                    "root {} does not exist; nothing was changed: a sync's roots must both \
+                     exist (for a first sync, create it with mkdir)",
+                    path.display()
+                )
+            }
             SyncFatal::OpenRoot { path, source } => write!(
                 f,
-                "cannot open root {}: {source}; nothing was changed",
-                path.display()
+                "cannot open root {}: {}; nothing was changed",
+                path.display(),
+                crate::sync::io_words(source)
             ),
             SyncFatal::Busy(replica) => write!(
                 f,
                 "another accord run is writing into {replica}; try again when it is done"
             ),
-            SyncFatal::Lock { replica, source } => write!(f, "cannot lock {replica}: {source}"),
+            SyncFatal::Lock { replica, source } => write!(
+                f,
+                "cannot lock {replica}: {}; nothing was changed",
+                io_words(source)
+            ),
             SyncFatal::SameRoot => f.write_str("both roots are the same directory"),
-            SyncFatal::Unreachable(why) => write!(f, "{why}; nothing was changed"),
+            SyncFatal::DryRunRemote(replica) => write!(
+                f,
+                "--dry-run works with two local roots only ({replica} is remote); \
+                 nothing was changed: run it on the remote root's host, or without --dry-run \
+                 in the interactive mode, which shows the plan before any change"
+            ),
+            SyncFatal::DryRunScratch(e) => write!(
+                f,
+                "--dry-run cannot copy the archives to read them ({e}); nothing was changed: \
+                 check that TMPDIR is writable"
+            ),
+            SyncFatal::Unreachable(why) => write!(f, "{}; nothing was changed", words_only(why)),
             SyncFatal::Side {
                 failure: failure @ SideFailure::Locked { .. },
                 ..
-            } => write!(f, "{failure}"),
+            } => f.write_str(&words_only(&failure.to_string())),
             SyncFatal::Side {
                 failure: failure @ SideFailure::Unreadable(_),
                 ..
-            } => write!(f, "{failure}; nothing was changed"),
-            SyncFatal::Side { replica, failure } => write!(f, "{replica}: {failure}"),
+            } => write!(
+                f,
+                "{}; nothing was changed",
+                words_only(&failure.to_string())
+            ),
+            SyncFatal::Side { replica, failure } => {
+                write!(f, "{replica}: {}", words_only(&failure.to_string()))
+            }
         }
     }
 }
@@ -341,7 +390,9 @@ impl std::error::Error for SyncFatal {
         match self {
             SyncFatal::OpenRoot { source, .. } | SyncFatal::Lock { source, .. } => Some(source),
             SyncFatal::Side { failure, .. } => Some(failure),
+            SyncFatal::DryRunScratch(source) => Some(source),
             SyncFatal::Nested(_)
+            | SyncFatal::DryRunRemote(_)
             | SyncFatal::SameRoot
             | SyncFatal::Unreachable(_)
             | SyncFatal::Busy(_) => None,
@@ -392,6 +443,9 @@ pub struct SyncReport {
     pub ignore_case: bool,
     /// Each root (A, B) was found case-insensitive by its probe.
     pub case_insensitive: [bool; 2],
+    /// A dry run: `propagated` is what a real run would have changed;
+    /// nothing was.
+    pub dry_run: bool,
 }
 
 impl SyncReport {
@@ -460,6 +514,32 @@ fn nested(a: &Path, b: &Path) -> Option<String> {
     })
 }
 
+/// An I/O error's words without the "(os error N)" that repeats them.
+pub(crate) fn io_words(e: &std::io::Error) -> String {
+    words_only(&e.to_string())
+}
+
+/// `text` without the " (os error N)" tails that repeat the words before
+/// them (an error of another layer, shown whole).
+pub(crate) fn words_only(text: &str) -> String {
+    const TAIL: &str = " (os error ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(TAIL) {
+        let after = &rest[at + TAIL.len()..];
+        let digits = after.chars().take_while(char::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..at]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..at + TAIL.len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A root must exist: a missing one is never "everything was deleted".
 fn open_local(path: &Path) -> Result<LocalReplica, SyncFatal> {
     LocalReplica::open(path).map_err(|source| SyncFatal::OpenRoot {
@@ -471,7 +551,10 @@ fn open_local(path: &Path) -> Result<LocalReplica, SyncFatal> {
 /// Sync two replicas.
 pub fn sync(a: &dyn Replica, b: &dyn Replica, cfg: &SyncConfig, hooks: &SyncHooks) -> SyncReport {
     let start = Instant::now();
-    let mut report = SyncReport::default();
+    let mut report = SyncReport {
+        dry_run: cfg.dry_run,
+        ..SyncReport::default()
+    };
     if let Err(fatal) = run(a, b, cfg, hooks, &mut report) {
         report.fatal = Some(fatal);
     }
@@ -495,8 +578,13 @@ fn run(
         return Err(SyncFatal::SameRoot);
     }
     lock_both(replicas, &identities)?;
+    // Copied under both locks: no other run writes them meanwhile.
+    let scratch = dry_run_scratch(replicas, &identities, cfg)?;
     let case = settle_case(replicas, cfg, report)?;
-    let mut sides = open_sides(replicas, &identities, &cfg.state_dir)?;
+    let archive_dir = scratch
+        .as_ref()
+        .map_or(cfg.state_dir.as_path(), |s| s.dir());
+    let mut sides = open_sides(replicas, &identities, archive_dir)?;
     crate::sync::ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
     let lost = sides.iter().any(|side| side.created());
     if lost {
@@ -545,6 +633,10 @@ fn run(
     }
     report.conflicts = conflicts_of(&items);
     report.errors.append(&mut scanned.failures);
+    if cfg.dry_run {
+        report.propagated = crate::sync::dry_run::would_propagate(&items);
+        return Ok(());
+    }
     if let Some(hook) = hooks.before_propagating {
         hook();
     }
@@ -569,6 +661,24 @@ fn run(
     };
     propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
     Ok(())
+}
+
+/// A dry run's scratch copies of the archives (None: a real run). Both
+/// replicas must be local: a remote one's host opens its own archive.
+fn dry_run_scratch(
+    replicas: [&dyn Replica; 2],
+    identities: &[Vec<u8>; 2],
+    cfg: &SyncConfig,
+) -> Result<Option<crate::sync::dry_run::Scratch>, SyncFatal> {
+    if !cfg.dry_run {
+        return Ok(None);
+    }
+    if let Some(remote) = replicas.iter().find(|r| r.local_root().is_none()) {
+        return Err(SyncFatal::DryRunRemote(remote.describe()));
+    }
+    crate::sync::dry_run::Scratch::of(&cfg.state_dir, identities)
+        .map(Some)
+        .map_err(SyncFatal::DryRunScratch)
 }
 
 /// How names are matched this run (`sync/case/mod.rs`): forced, or probed.
@@ -745,6 +855,21 @@ fn scan_with_archives(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_error_tails_are_left_out() {
+        assert_eq!(
+            words_only(
+                "a: No such file or directory (os error 2); b: Permission denied (os error 13)"
+            ),
+            "a: No such file or directory; b: Permission denied"
+        );
+        assert_eq!(
+            words_only("kept (os error x) as is"),
+            "kept (os error x) as is"
+        );
+        assert_eq!(words_only("plain"), "plain");
+    }
 
     #[test]
     fn a_directory_rename_over_an_unread_path_is_not_planned() {
