@@ -206,15 +206,18 @@ pub fn print_errors(q: &dyn TaskQueue, max: usize) -> usize {
         return 1;
     };
     for d in &dead {
-        let what = match Task::decode(&d.task) {
-            Ok(t) => t.kind().to_string(),
-            Err(e) => format!("a corrupt task ({e})"),
-        };
+        // The stored error's first line says what the task was doing and
+        // on which paths ("copying big0 (and 5 more)").
         let error = escape_controls(&accord_engine::tasks::error_on_one_line(&d.error));
+        if let Err(e) = Task::decode(&d.task) {
+            eprintln!("a task that cannot be read ({e}): {error}");
+            continue;
+        }
         match d.attempts {
             // Found by a task that went on (`TaskQueue::report`).
-            0 => eprintln!("{what}: {error}"),
-            n => eprintln!("failed after {n} attempts: {what}: {error}"),
+            0 => eprintln!("{error}"),
+            1 => eprintln!("{error} (set aside after one try)"),
+            n => eprintln!("{error} (set aside after {n} tries)"),
         }
     }
     dead.len()

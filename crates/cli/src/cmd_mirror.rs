@@ -160,6 +160,11 @@ pub struct MirrorArgs {
     #[command(flatten)]
     rsync_letters: RsyncLetters,
 
+    /// A new file equal to the one at its path in DIR (an earlier snapshot;
+    /// relative to DST, as in rsync) is made a hard link to it instead of
+    /// a copy. Two local roots.
+    #[arg(long, value_name = "DIR", help_heading = "Transfer")]
+    link_dest: Option<PathBuf>,
     /// Whole-file copies share extents with the source when the file system can.
     #[arg(long, value_enum, default_value = "auto", help_heading = "Transfer")]
     reflink: When,
@@ -369,6 +374,22 @@ fn check_roots_and_flags(
             "at most one root may be remote (run accord on one of the two hosts)",
         ));
     }
+    if let Some(dir) = &args.link_dest {
+        if remote.0.is_some() || remote.1.is_some() || args.tasks.asked() {
+            return Err(usage(
+                "--link-dest takes two local roots, without --executor tasks or --cluster",
+            ));
+        }
+        let at = link_dest_dir(&args.dst, dir);
+        if !at.is_dir() {
+            return Err(usage(&format!(
+                "--link-dest {}: {} is not a directory (a relative DIR is taken from DST, \
+                 as rsync does)",
+                dir.display(),
+                at.display()
+            )));
+        }
+    }
     if args.tasks.asked() {
         if remote.0.is_some() || remote.1.is_some() {
             return Err(usage(
@@ -383,6 +404,23 @@ fn check_roots_and_flags(
         }
     }
     Ok(remote)
+}
+
+/// `--link-dest DIR`: a relative DIR is taken from DST, as rsync does, by
+/// its names (DST may not exist yet, so `..` cannot go through it).
+fn link_dest_dir(dst: &Path, dir: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut at = dst.to_path_buf();
+    for c in dir.components() {
+        match c {
+            Component::ParentDir if at.file_name().is_some() => {
+                at.pop();
+            }
+            Component::CurDir => {}
+            other => at.push(other),
+        }
+    }
+    at
 }
 
 /// `--max-delete N` or `P%`.
@@ -502,6 +540,7 @@ fn mirror_config(
         dry_run: args.dry_run,
         jobs: args.jobs,
         state_dir: state_dir.clone(),
+        link_dest: args.link_dest.as_ref().map(|d| link_dest_dir(&args.dst, d)),
     };
     if let Some(rule) = state_dir
         .as_deref()

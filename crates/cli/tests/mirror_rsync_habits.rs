@@ -308,3 +308,62 @@ fn files_from_copies_what_rsync_copies_and_leaves_the_rest() {
     assert_exit(&o, 0);
     assert_eq!(fs::read(dst.join("mine.txt")).unwrap(), b"mine");
 }
+
+/// Every path under `root` that is a regular file, with its inode.
+fn inodes(root: &Path) -> std::collections::BTreeMap<String, u64> {
+    use std::os::unix::fs::MetadataExt;
+    contents(root)
+        .into_iter()
+        .filter(|(p, _)| !p.ends_with('/'))
+        .map(|(p, _)| {
+            let ino = fs::symlink_metadata(root.join(&p)).unwrap().ino();
+            (p, ino)
+        })
+        .collect()
+}
+
+/// The files of `new` that are hard links to the file at their path in `old`.
+fn linked(old: &Path, new: &Path) -> BTreeSet<String> {
+    let before = inodes(old);
+    inodes(new)
+        .into_iter()
+        .filter(|(p, ino)| before.get(p) == Some(ino))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// `--link-dest`: a snapshot links the files that did not change to the
+/// previous snapshot, the ones rsync's `--link-dest` links, and copies the
+/// others; a relative DIR is taken from DST (which does not exist yet).
+#[test]
+fn link_dest_links_what_rsync_links() {
+    if !need("rsync", "rsync") {
+        return;
+    }
+    let (t, src, _, state) = roots();
+    tree(&src);
+    let (ours, theirs) = (t.path().join("ours"), t.path().join("theirs"));
+    let o = mirror(&state, &[s(&src), s(&ours.join("1"))]);
+    assert_exit(&o, 0);
+    fs::create_dir_all(theirs.join("1")).unwrap();
+    rsync(&[], &src, &theirs.join("1"));
+    // Changes: new contents, a new file, a new mtime, a new mode.
+    write(&src.join("top.txt"), b"changed");
+    write(&src.join("new.txt"), b"new");
+    set_mtime(&src.join("a/x.c"), 1_700_000_000, 0);
+    chmod(&src.join("sub/z.c"), 0o600);
+    let o = mirror(
+        &state,
+        &["--link-dest", "../1", s(&src), s(&ours.join("2"))],
+    );
+    assert_exit(&o, 0);
+    fs::create_dir_all(theirs.join("2")).unwrap();
+    rsync(&["--link-dest=../1"], &src, &theirs.join("2"));
+    assert_eq!(contents(&ours.join("2")), contents(&src));
+    let ours_linked = linked(&ours.join("1"), &ours.join("2"));
+    assert_eq!(ours_linked, linked(&theirs.join("1"), &theirs.join("2")));
+    assert!(ours_linked.contains("sub/big.bin"), "{ours_linked:?}");
+    assert!(!ours_linked.contains("top.txt"), "{ours_linked:?}");
+    // The first snapshot is as it was.
+    assert_eq!(fs::read(ours.join("1/top.txt")).unwrap(), b"top");
+}

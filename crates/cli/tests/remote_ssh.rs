@@ -852,3 +852,45 @@ fn hashes(dir: &Path) -> BTreeMap<String, blake3::Hash> {
         })
         .collect()
 }
+
+/// What an rsync user types for a push works as they meant it: `-avP
+/// --delete SRC/ HOST:DST/` makes DST SRC's copy, lists each change and
+/// ends with the summary line (off a terminal too, for `-v`).
+#[test]
+fn an_rsync_users_push_works_as_typed() {
+    let Some(sshd) = Sshd::start() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+    std::fs::create_dir(&src).unwrap();
+    full_tree(&src);
+    std::fs::create_dir(&dst).unwrap();
+    for i in 0..3 {
+        std::fs::write(dst.join(format!("old{i}")), b"old").unwrap();
+    }
+    std::fs::write(dst.join("extra"), b"x").unwrap();
+    let src_arg = format!("{}/", s(&src));
+    let dst_arg = format!("{}/", sshd.root(&dst));
+    let o = remote_mirror(
+        &t.path().join("state"),
+        &sshd.rsh(),
+        &[
+            "-avP",
+            "--delete",
+            "--max-delete",
+            "100%",
+            &src_arg,
+            &dst_arg,
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_same_tree_but(&src, &dst, "-avP push", &["allocation (sparse)"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("deleted   extra"), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(" files written"), "{err}");
+}

@@ -171,21 +171,8 @@ pub(crate) fn clock(d: Duration) -> String {
     }
 }
 
-/// Bytes in binary units as `ls -h` and rsync's `-h` show them:
-/// `512 B`, `1.2 KiB`, `3.4 MiB`.
-pub(crate) fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
+/// Bytes in binary units, as the mirror's summary shows them.
+pub(crate) use crate::summary::bytes as human_bytes;
 
 #[cfg(test)]
 mod tests {

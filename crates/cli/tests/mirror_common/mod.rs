@@ -213,7 +213,13 @@ fn executor_args(args: &[&str]) -> Vec<&'static str> {
     let walk_only = args.iter().any(|a| {
         matches!(
             *a,
-            "--dry-run" | "--itemize" | "--verbose" | "--json" | "--executor" | "--cluster"
+            "--dry-run"
+                | "--itemize"
+                | "--verbose"
+                | "--json"
+                | "--executor"
+                | "--cluster"
+                | "--link-dest"
         ) || (a.starts_with('-')
             && !a.starts_with("--")
             && (a.contains('n') || a.contains('i') || a.contains('v')))

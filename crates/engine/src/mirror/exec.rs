@@ -54,6 +54,9 @@ pub(crate) struct Exec<'a> {
     /// `cfg.fsync`): off for a part of a run whose end flushes once for
     /// all its parts (the task runs of one process).
     pub final_flush: bool,
+    /// `--link-dest`'s directory, opened (None: not asked for, or it
+    /// cannot be opened: every file is then copied).
+    pub link_dest: Option<accord_fsys::Root>,
 }
 
 impl<'a> Exec<'a> {
@@ -77,6 +80,10 @@ impl<'a> Exec<'a> {
             changes: Mutex::new(Vec::new()),
             counters: Counters::default(),
             final_flush: true,
+            link_dest: cfg
+                .link_dest
+                .as_deref()
+                .and_then(|p| accord_fsys::Root::open(p).ok()),
         }
     }
 

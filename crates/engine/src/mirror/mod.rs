@@ -34,6 +34,10 @@ pub struct MirrorConfig {
     /// Where the replicas keep their state: the deletion guard's memory of
     /// the source root and the memos (None: nowhere).
     pub state_dir: Option<PathBuf>,
+    /// `--link-dest`: a new file equal to the file at its path in this
+    /// directory (an earlier snapshot) is made a hard link to it rather
+    /// than a copy. Two local roots only.
+    pub link_dest: Option<PathBuf>,
 }
 
 impl Default for MirrorConfig {
@@ -52,6 +56,7 @@ impl Default for MirrorConfig {
             dry_run: false,
             jobs: 0,
             state_dir: None,
+            link_dest: None,
         }
     }
 }

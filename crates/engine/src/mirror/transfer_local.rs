@@ -16,7 +16,7 @@ use accord_delta::{
     Signature, SignatureOptions,
 };
 use accord_fsys::{Dir, Mapped};
-use accord_model::Entry;
+use accord_model::{Entry, Kind};
 use accord_plan::{Item, Method};
 use accord_replica::local_io::{check_open, guarded_in_place, map};
 use accord_replica::{Action, Error};
@@ -267,6 +267,11 @@ pub(crate) fn write(
         x.data_written(s.size);
         return Ok(None);
     }
+    if method == Method::Whole && it.dst.is_none() {
+        if let Some(temp) = link_from_link_dest(x, ddir, it, s) {
+            return Ok(Some((temp, Xfer::default())));
+        }
+    }
     let (temp, tf) = ddir
         .create_temp(it.path.file_name())
         .map_err(Error::io(Action::WriteTemp))?;
@@ -306,4 +311,39 @@ pub(crate) fn write(
             Err(e)
         }
     }
+}
+
+/// `--link-dest`: a temp name in `ddir` hard-linked to the file at the
+/// same path in the link-dest directory, when that file is what the
+/// source's would become (a regular file of its size, with the properties
+/// this run keeps: mtime, mode, owner, extended attributes). None: copy
+/// it (no such file, another one, or a link that cannot be made, as across
+/// file systems). The linked inode is never changed: its properties already
+/// are the source's, so nothing is set on it.
+fn link_from_link_dest(x: &Exec, ddir: &Dir, it: &Item, s: &Entry) -> Option<Vec<u8>> {
+    let root = x.link_dest.as_ref()?;
+    let dir = root.open_dir(&it.path.parent()?).ok()?;
+    let name = it.path.file_name();
+    let st = dir.stat(name).ok()?;
+    let o = &x.cfg.plan;
+    let same = st.kind == Kind::File
+        && st.size == s.size
+        && (!o.times || st.mtime == s.props.mtime)
+        && (!o.perms || st.mode & 0o7777 == s.props.mode & 0o7777)
+        && (!o.owner || (st.uid, st.gid) == (s.props.uid, s.props.gid));
+    if !same || !same_xattrs(x, &dir, name, s) {
+        return None;
+    }
+    ddir.link_temp(&dir, name, name).ok()
+}
+
+/// The link-dest file has the extended attributes (and ACLs) the source's
+/// has, as far as this run keeps them.
+fn same_xattrs(x: &Exec, dir: &Dir, name: &[u8], s: &Entry) -> bool {
+    if !x.cfg.plan.xattrs || !x.cfg.xattrs.any() {
+        return true;
+    }
+    let theirs = dir.xattrs_at(name, x.cfg.xattrs).ok();
+    let ours = s.props.xattrs.clone().unwrap_or_default();
+    theirs.is_some_and(|t| t == ours)
 }

@@ -122,17 +122,18 @@ pub enum Task {
 }
 
 impl Task {
-    /// The task's name in messages (`accord cluster errors`).
+    /// What the task was doing, in words that go before its paths in
+    /// messages (`accord cluster errors`: "copying big0 (and 5 more)").
     pub fn kind(&self) -> &'static str {
         match self {
-            Task::ScanDir { .. } | Task::ScanDirs { .. } => "scan-dir",
-            Task::Files { .. } => "sync-file",
-            Task::BigFile { .. } => "big-file",
-            Task::Range { .. } => "range",
-            Task::Hardlink { .. } => "hardlink",
-            Task::DirMeta { .. } => "dir-meta",
-            Task::DeleteExtras { .. } => "delete-extras",
-            Task::Verify { .. } => "verify",
+            Task::ScanDir { .. } | Task::ScanDirs { .. } => "listing",
+            Task::Files { .. } => "copying",
+            Task::BigFile { .. } => "copying the big file",
+            Task::Range { .. } => "copying part of",
+            Task::Hardlink { .. } => "linking",
+            Task::DirMeta { .. } => "setting the properties of",
+            Task::DeleteExtras { .. } => "deleting extra entries in",
+            Task::Verify { .. } => "verifying",
         }
     }
 

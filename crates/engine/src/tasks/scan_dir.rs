@@ -510,7 +510,7 @@ mod tests {
             write("z", 10, 0),
         ];
         let got = file_tasks(&dir, big, 1 << 20, BATCH_FILES);
-        assert_eq!(sizes(&got), [("big-file", 1), ("files", 2)]);
+        assert_eq!(sizes(&got), [("copying the big file", 1), ("files", 2)]);
         let fat: Vec<Item> = (0..16)
             .map(|i| write(&format!("x{i}"), 1, 60_000))
             .collect();
