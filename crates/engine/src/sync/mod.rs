@@ -29,6 +29,8 @@ use accord_replica::LocalReplica;
 use accord_replica::Replica;
 use accord_replica::{SideCause, SideFailure, SideOptions, SideSession};
 pub(crate) use errors::io_words;
+#[cfg(test)]
+use errors::words_only;
 pub use errors::{SyncError, SyncFailure, SyncFatal};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
