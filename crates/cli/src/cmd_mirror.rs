@@ -19,16 +19,21 @@ pub enum When {
 
 /// Make DST an exact copy of SRC (SRC's contents go into DST, which is
 /// created if missing). Extra entries in DST are deleted, guarded.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 #[command(after_help = MIRROR_AFTER_HELP)]
 pub struct MirrorArgs {
     /// Source directory: a local path, [USER@]HOST:PATH,
     /// ssh://[USER@]HOST[:PORT]/PATH or accord://HOST[:PORT]/MODULE/PATH
     /// (for a local path with a colon before its first slash, write
-    /// ./NAME:REST). SRC and SRC/ mean the same: its contents.
-    src: PathBuf,
+    /// ./NAME:REST). SRC and SRC/ mean the same: its contents. With
+    /// several sources, each goes into DST/NAME (its last name).
+    #[arg(value_name = "SRC", required = true, num_args = 1..)]
+    pub(crate) sources: Vec<PathBuf>,
     /// Destination directory (created if missing), local or remote like SRC.
-    dst: PathBuf,
+    pub(crate) dst: PathBuf,
+    /// The source of this run (one of `sources`).
+    #[arg(skip)]
+    pub(crate) src: PathBuf,
 
     /// Show what would change and change nothing.
     #[arg(short = 'n', long, help_heading = "Output")]
@@ -164,7 +169,7 @@ pub struct MirrorArgs {
     /// relative to DST, as in rsync) is made a hard link to it instead of
     /// a copy. Two local roots.
     #[arg(long, value_name = "DIR", help_heading = "Transfer")]
-    link_dest: Option<PathBuf>,
+    pub(crate) link_dest: Option<PathBuf>,
     /// Whole-file copies share extents with the source when the file system can.
     #[arg(long, value_enum, default_value = "auto", help_heading = "Transfer")]
     reflink: When,
@@ -200,7 +205,7 @@ pub struct MirrorArgs {
 
 /// rsync's letters for what it keeps, accepted so that `-a` and friends
 /// work as typed: Accord keeps all of these by default (see after_help).
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 struct RsyncLetters {
     #[arg(short = 'a', long = "archive", hide = true)]
     archive: bool,
@@ -235,6 +240,8 @@ struct RsyncLetters {
 const MIRROR_AFTER_HELP: &str = "\
 Where Accord differs from rsync:
   SRC and SRC/ mean the same: SRC's contents go into DST (rsync's SRC/).
+  With several sources, each goes into DST/NAME (rsync's SRC without the
+  slash) and DST's other entries are left alone.
   Extra entries in DST are deleted by default (rsync's --delete), guarded
   by --max-delete; --keep-extra keeps them.
   Everything is kept by default: -a, -r, -l, -p, -t, -g, -o, -D, -H, -A, -X
@@ -251,16 +258,19 @@ protocol version, an unknown or wrong key, a read-only module).";
 /// Most worker threads `--jobs` accepts (see its help).
 pub const MAX_JOBS: u64 = 1024;
 
+/// The remote roots of a run: SRC's and DST's (at most one is set).
+pub(crate) type Remotes = (Option<RemoteSpec>, Option<RemoteSpec>);
+
 /// The remote root `p` names, if any (`Err`: it looks remote but is not
 /// a valid one). A root that is not UTF-8 is a local path.
-fn remote_root(p: &std::path::Path) -> Result<Option<RemoteSpec>, String> {
+pub(crate) fn remote_root(p: &std::path::Path) -> Result<Option<RemoteSpec>, String> {
     match p.to_str() {
         Some(s) => parse_remote(s),
         None => Ok(None),
     }
 }
 
-fn usage(msg: &str) -> i32 {
+pub(crate) fn usage(msg: &str) -> i32 {
     use clap::CommandFactory;
     #[derive(clap::Parser)]
     #[command(name = "accord mirror")]
@@ -282,22 +292,50 @@ pub fn default_state_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/accord"))
 }
 
-pub fn run(args: MirrorArgs, matches: &clap::ArgMatches) -> i32 {
+pub fn run(mut args: MirrorArgs, matches: &clap::ArgMatches) -> i32 {
+    if args.sources.len() > 1 {
+        return crate::mirror_sources::run(args, matches);
+    }
+    args.src = args.sources.remove(0);
+    match run_pair(&args, matches, true) {
+        Ran::Report(report, wire) => output(&args, &report, wire),
+        Ran::Exited(code) => code,
+    }
+}
+
+/// How one SRC → DST run ended.
+pub(crate) enum Ran {
+    /// It ran (or stopped): its report, and the bytes on the wire.
+    Report(Report, Option<(u64, u64)>),
+    /// It has printed what it had to say: its exit status.
+    Exited(i32),
+}
+
+/// Check the arguments of `args.src` → `args.dst` and make the engine's
+/// configuration (a usage error's exit status otherwise).
+pub(crate) fn checked_config(
+    args: &MirrorArgs,
+    matches: &clap::ArgMatches,
+) -> Result<(Remotes, MirrorConfig), i32> {
     let is_root = unsafe { libc::geteuid() } == 0;
-    let remote = match check_roots_and_flags(&args) {
-        Ok(r) => r,
-        Err(code) => return code,
+    let remote = check_roots_and_flags(args)?;
+    let cfg = mirror_config(args, matches, is_root)?;
+    Ok((remote, cfg))
+}
+
+/// Run `args.src` → `args.dst` (`note`: say where SRC's contents go when
+/// that differs from rsync).
+pub(crate) fn run_pair(args: &MirrorArgs, matches: &clap::ArgMatches, note: bool) -> Ran {
+    let (remote, cfg) = match checked_config(args, matches) {
+        Ok(checked) => checked,
+        Err(code) => return Ran::Exited(code),
     };
-    let cfg = match mirror_config(&args, matches, is_root) {
-        Ok(cfg) => cfg,
-        Err(code) => return code,
-    };
-    if !args.quiet && !args.json && remote == (None, None) {
+    if note && !args.quiet && !args.json && remote == (None, None) {
         note_where_contents_go(&args.src, &args.dst);
     }
     if args.tasks.chosen() {
         let shown = !args.quiet && std::io::stderr().is_terminal();
-        return crate::cmd_tasks::mirror(
+        return Ran::Exited(crate::cmd_tasks::mirror(
             &args.src,
             &args.dst,
             &cfg,
@@ -308,22 +346,21 @@ pub fn run(args: MirrorArgs, matches: &clap::ArgMatches) -> i32 {
                 summary: shown || args.verbose > 0,
                 stats: args.stats,
             },
-        );
+        ));
     }
     let progress = Progress::default();
     let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
     let shown = show_progress.then_some(&progress);
-    let (report, wire) = match crate::progress::while_showing(shown, true, || match remote {
+    match crate::progress::while_showing(shown, true, || match remote {
         (None, None) => Ok((
             accord_engine::mirror(&args.src, &args.dst, &cfg, &progress),
             None,
         )),
-        (src, dst) => mirror_remote(&args, src, dst, &cfg, &progress),
+        (src, dst) => mirror_remote(args, src, dst, &cfg, &progress),
     }) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    output(&args, &report, wire)
+        Ok((report, wire)) => Ran::Report(report, wire),
+        Err(code) => Ran::Exited(code),
+    }
 }
 
 /// rsync copies SRC itself into DST unless SRC ends in a slash; Accord
@@ -355,9 +392,7 @@ fn note_where_contents_go(src: &Path, dst: &Path) {
 
 /// The roots (at most one remote) and the flags that cannot go together;
 /// a usage error's exit status otherwise.
-fn check_roots_and_flags(
-    args: &MirrorArgs,
-) -> Result<(Option<RemoteSpec>, Option<RemoteSpec>), i32> {
+fn check_roots_and_flags(args: &MirrorArgs) -> Result<Remotes, i32> {
     // --inplace applies a delta against the old version; `--delta never`
     // forbids exactly that. (--inplace alone uses --delta's default.)
     if args.inplace && args.delta == When::Never {
@@ -408,7 +443,7 @@ fn check_roots_and_flags(
 
 /// `--link-dest DIR`: a relative DIR is taken from DST, as rsync does, by
 /// its names (DST may not exist yet, so `..` cannot go through it).
-fn link_dest_dir(dst: &Path, dir: &Path) -> PathBuf {
+pub(crate) fn link_dest_dir(dst: &Path, dir: &Path) -> PathBuf {
     use std::path::Component;
     let mut at = dst.to_path_buf();
     for c in dir.components() {
@@ -700,7 +735,7 @@ impl JsonReport {
 
 /// A planned item for `-n`: its change, its path, and how a file's
 /// contents would be written when that is not a whole copy.
-fn dry_run_line(it: &accord_engine::PlanItem) -> Option<String> {
+fn dry_run_line(it: &accord_engine::PlanItem, prefix: &str) -> Option<String> {
     let c = it.change()?;
     let how = match it.op {
         accord_engine::Op::Write(m) if m != accord_engine::Method::Whole => {
@@ -708,37 +743,66 @@ fn dry_run_line(it: &accord_engine::PlanItem) -> Option<String> {
         }
         _ => String::new(),
     };
-    Some(format!("{:<9} {}{how}", c.name(), it.path.display()))
+    Some(format!(
+        "{:<9} {prefix}{}{how}",
+        c.name(),
+        it.path.display()
+    ))
 }
 
 fn output(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) -> i32 {
+    print_lines(args, r, "");
+    finish(args, r, wire)
+}
+
+/// A run's lines: the changes (or with `-n` those it would make), its
+/// failures and why it stopped; each path after `prefix` (a source's
+/// name, when there are several).
+pub(crate) fn print_lines(args: &MirrorArgs, r: &Report, prefix: &str) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.dry_run {
         if let (Some(plan), false) = (&r.plan, args.json) {
-            for line in plan.items().filter_map(dry_run_line) {
+            for line in plan.items().filter_map(|it| dry_run_line(it, prefix)) {
                 let _ = writeln!(out, "{line}");
             }
-            let _ = writeln!(out, "{}", dry_run_summary(&plan.summary));
         }
     } else if args.itemize || args.verbose > 0 {
         for (c, p) in &r.changes {
-            let _ = writeln!(out, "{:<9} {}", c.name(), p.display());
+            let _ = writeln!(out, "{:<9} {prefix}{}", c.name(), p.display());
         }
     }
+    let _ = out.flush();
     for e in &r.errors {
-        eprintln!("accord mirror: {e}");
+        eprintln!("accord mirror: {prefix}{e}");
     }
+    let source = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", args.src.display())
+    };
     if r.deletions_suspended {
         eprintln!(
-            "accord mirror: some source directories could not be read; no deletions were made"
+            "accord mirror: {source}some source directories could not be read; no deletions \
+             were made"
         );
     }
     if let Some(refusal) = &r.refusal {
-        eprintln!("accord mirror: {refusal}");
+        eprintln!("accord mirror: {source}{refusal}");
     }
     if let Some(f) = &r.fatal {
-        eprintln!("accord mirror: {f}");
+        eprintln!("accord mirror: {source}{f}");
+    }
+}
+
+/// The end of the output (the dry run's summary, `--json`, `--stats`, the
+/// summary line) and the exit status, for `r`: one run's report, or the
+/// totals of several.
+pub(crate) fn finish(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) -> i32 {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if let (true, Some(plan), false) = (args.dry_run, &r.plan, args.json) {
+        let _ = writeln!(out, "{}", dry_run_summary(&plan.summary));
     }
     if args.json {
         let mut report = JsonReport::new(r, args.dry_run);

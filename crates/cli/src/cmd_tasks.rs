@@ -22,7 +22,7 @@ pub enum Executor {
 }
 
 /// `accord mirror`'s options of a task run.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct TaskArgs {
     /// How a mirror runs: the parallel walk (auto, the default: every
     /// feature, and the deletion guard refuses before any change), or the

@@ -15,6 +15,7 @@ mod cmd_worker;
 mod exit;
 mod logging;
 mod mirror_rules;
+mod mirror_sources;
 mod progress;
 mod remote_args;
 mod summary;

@@ -367,3 +367,51 @@ fn link_dest_links_what_rsync_links() {
     // The first snapshot is as it was.
     assert_eq!(fs::read(ours.join("1/top.txt")).unwrap(), b"top");
 }
+
+/// `accord mirror A B DST` against `rsync -a --delete A B DST/`: each
+/// source goes into DST/NAME, DST's own extra entries stay, and extras
+/// inside DST/NAME are deleted.
+#[test]
+fn several_sources_go_where_rsync_puts_them() {
+    if !need("rsync", "rsync") {
+        return;
+    }
+    let (t, src, _, state) = roots();
+    tree(&src);
+    let other = t.path().join("other");
+    write(&other.join("o.txt"), b"other");
+    let (ours, theirs) = (t.path().join("ours"), t.path().join("theirs"));
+    for dst in [&ours, &theirs] {
+        write(&dst.join("mine.txt"), b"not from a source");
+        write(&dst.join("other/stale.txt"), b"stale");
+        write(&dst.join("other/o.txt"), b"old");
+    }
+    let o = mirror(
+        &state,
+        &["-v", s(&src), &format!("{}/", s(&other)), s(&ours)],
+    );
+    assert_exit(&o, 0);
+    let listed = text(&o.stdout);
+    assert!(listed.contains("other/o.txt"), "{listed}");
+    assert!(listed.contains("deleted   other/stale.txt"), "{listed}");
+    // rsync's own form for the same wish: no trailing slash on the sources.
+    let r = Command::new("rsync")
+        .args(["-a", "--delete", s(&src), s(&other)])
+        .arg(format!("{}/", s(&theirs)))
+        .output()
+        .expect("run rsync");
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    assert_eq!(contents(&ours), contents(&theirs));
+    // Two sources of one name would land on each other: refused, nothing made.
+    let twin = t.path().join("x").join(src.file_name().unwrap());
+    fs::create_dir_all(&twin).unwrap();
+    let fresh = t.path().join("fresh");
+    let o = mirror(&state, &[s(&src), s(&twin), s(&fresh)]);
+    assert_exit(&o, 64);
+    assert!(
+        text(&o.stderr).contains("would both go to"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!fresh.exists());
+}
