@@ -306,7 +306,7 @@ pub fn run(mut args: MirrorArgs, matches: &clap::ArgMatches) -> i32 {
 /// How one SRC → DST run ended.
 pub(crate) enum Ran {
     /// It ran (or stopped): its report, and the bytes on the wire.
-    Report(Report, Option<(u64, u64)>),
+    Report(Box<Report>, Option<(u64, u64)>),
     /// It has printed what it had to say: its exit status.
     Exited(i32),
 }
@@ -358,7 +358,7 @@ pub(crate) fn run_pair(args: &MirrorArgs, matches: &clap::ArgMatches, note: bool
         )),
         (src, dst) => mirror_remote(args, src, dst, &cfg, &progress),
     }) {
-        Ok((report, wire)) => Ran::Report(report, wire),
+        Ok((report, wire)) => Ran::Report(Box::new(report), wire),
         Err(code) => Ran::Exited(code),
     }
 }

@@ -35,7 +35,7 @@ pub fn run(args: MirrorArgs, matches: &clap::ArgMatches) -> i32 {
         match run_pair(&pair.args, matches, false) {
             Ran::Report(report, wire) => {
                 print_lines(&pair.args, &report, &prefix);
-                totals.add(&prefix, report, wire);
+                totals.add(&prefix, *report, wire);
             }
             Ran::Exited(code) => totals.worst = totals.worst.max(code),
         }
