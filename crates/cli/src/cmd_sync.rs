@@ -254,14 +254,6 @@ fn parse_max_delete(text: &str) -> Option<MaxDelete> {
     }
 }
 
-/// The remote root as written, if one is.
-fn remote_root(args: &SyncArgs, specs: &[Option<RemoteSpec>; 2]) -> Option<String> {
-    let roots = [&args.a, &args.b];
-    (0..2)
-        .find(|&i| specs[i].is_some())
-        .map(|i| roots[i].display().to_string())
-}
-
 /// A root's remote address, if it is one (`Err`: a malformed one).
 fn remote_spec(root: &Path) -> Result<Option<RemoteSpec>, String> {
     match root.to_str() {
@@ -364,10 +356,6 @@ pub fn run(args: SyncArgs) -> i32 {
     };
     if specs.iter().all(Option::is_some) {
         return usage("at most one root may be remote: run accord on one of the two hosts");
-    }
-    if let (true, Some(remote)) = (args.dry_run, remote_root(&args, &specs)) {
-        eprintln!("accord sync: {}", SyncFatal::DryRunRemote(remote));
-        return exit::FATAL;
     }
     let cfg = match config(&args) {
         Ok(cfg) => cfg,
@@ -531,7 +519,13 @@ fn sync_remote(
     cfg: &SyncConfig,
     hooks: &SyncHooks,
 ) -> (SyncReport, Option<(u64, u64)>) {
-    let remote = match args.remote.connect(spec, RootMode::WriteExisting) {
+    // A dry run's session only inspects the root: its host refuses every
+    // change, and opens a scratch copy of its archive.
+    let mode = match cfg.dry_run {
+        true => RootMode::Inspect,
+        false => RootMode::WriteExisting,
+    };
+    let remote = match args.remote.connect(spec, mode) {
         Ok(remote) => remote,
         Err(e) => {
             let report = SyncReport {

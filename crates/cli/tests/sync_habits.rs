@@ -141,24 +141,38 @@ fn a_dry_run_changes_nothing_not_even_the_archives() {
     pair.assert_equal();
 }
 
-#[test]
-fn a_dry_run_with_a_remote_root_is_refused_before_connecting() {
-    let pair = Pair::new();
-    let out = std::process::Command::new(bin())
-        .args(["sync", "-n", "--batch"])
-        .arg(&pair.a)
-        .arg("nosuchhost.invalid:/x")
-        .env("ACCORD_STATE_DIR", &pair.state)
-        .output()
-        .unwrap();
-    assert_exit(&out, 3);
-    let e = stderr(&out);
-    assert!(
-        e.contains("--dry-run works with two local roots only"),
-        "{e}"
+/// With a remote root too: its host refuses every change in a dry run's
+/// session and walks a scratch copy of its archive.
+fn a_dry_run_shows_the_plan_and_changes_nothing(make: MakePair) {
+    let pair = make();
+    pair.write('a', "first.txt", "first\n");
+    pair.write('a', "stays.txt", "stays\n");
+    let report = pair.sync_json(&["-n"], 0);
+    assert_eq!(report["propagated"], 2, "{report}");
+    assert!(!pair.exists('b', "first.txt"), "a first dry run copied");
+    pair.sync_json(&[], 0);
+    pair.write('a', "new.txt", "new\n");
+    std::fs::remove_file(pair.path('b', "first.txt")).unwrap();
+    let before = (snapshot(&pair.a), snapshot(&pair.b));
+    let report = pair.sync_json(&["-n"], 0);
+    assert_eq!(report["dry_run"], true, "{report}");
+    assert_eq!(report["propagated"], 2, "{report}");
+    assert_eq!(
+        (snapshot(&pair.a), snapshot(&pair.b)),
+        before,
+        "a dry run changed a replica"
     );
-    assert!(e.contains("nothing was changed"), "{e}");
+    // The archives still hold the last agreement: the real run carries both.
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 2, "{report}");
+    assert!(!pair.exists('a', "first.txt"));
+    pair.assert_equal();
 }
+
+local_and_remote!(a_dry_run_shows_the_plan_and_changes_nothing:
+    a_dry_run_of_local_roots_changes_nothing,
+    a_dry_run_over_ssh_changes_nothing,
+    a_dry_run_on_a_daemon_changes_nothing);
 
 fn a_missing_root_is_refused_and_not_made(make: MakePair) {
     let pair = make();

@@ -161,7 +161,11 @@ pub fn serve(
         temps: Mutex::new(HashMap::new()),
         failed_flush: Mutex::new(None),
         rules: Mutex::new(None),
-        sync: SyncServer::new(&replica, cfg.archive_dir.clone()),
+        sync: SyncServer::new(
+            &replica,
+            cfg.archive_dir.clone(),
+            hello.mode == RootMode::Inspect,
+        ),
         watch: RootWatch::new(replica.root().path(), cfg.archive_dir.as_deref()),
     };
     session.run();
@@ -452,7 +456,7 @@ impl Session<'_> {
         opened: Option<&Opened>,
         body: Option<&mut dyn Read>,
     ) {
-        let reply = if req.writes() && !self.writable {
+        let reply = if req.writes() && !self.writable && !self.dry_run_sync(req) {
             Err(denied(format!(
                 "{} refused: this root is not open for writing",
                 req.name()
@@ -468,6 +472,19 @@ impl Session<'_> {
             Ok(bytes) => self.conn.reply(stream, &bytes),
             Err(e) => self.conn.reply_error(stream, &e.encode()),
         };
+    }
+
+    /// A dry run's sync takes the root's lock and opens, empties and walks
+    /// its archive: a scratch copy in a session that inspects the root.
+    fn dry_run_sync(&self, req: &Request) -> bool {
+        self.sync.dry_run()
+            && matches!(
+                req,
+                Request::Lock
+                    | Request::SyncOpen { .. }
+                    | Request::SyncForget
+                    | Request::SyncScan { .. }
+            )
     }
 
     /// Temps of a session that ended before committing them.

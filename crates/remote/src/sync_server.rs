@@ -6,6 +6,7 @@ use crate::errors::protocol;
 use crate::sync_wire::{decode_paths, decode_records, lookup_options_of, options_of};
 use crate::sync_wire::{put_lookup, put_outcome, put_side_scan};
 use accord_proto::{Enc, Request, WireError};
+use accord_replica::side::scratch::Scratch;
 use accord_replica::{LocalReplica, LocalSide, Replica, SideFailure, SideSession, SyncRules};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -18,19 +19,36 @@ const MAX_ARCHIVES: usize = 4096;
 pub(crate) struct SyncServer<'a> {
     replica: &'a LocalReplica,
     archive_dir: Option<PathBuf>,
+    /// A dry run's session (one opened to inspect the root): the archive
+    /// opened is a scratch copy of this host's, dropped with the session.
+    dry_run: bool,
+    scratch: Mutex<Option<Scratch>>,
     side: Mutex<Option<LocalSide<'a>>>,
     /// The client's ignore rules, for every side this session opens.
     rules: Mutex<Option<SyncRules>>,
 }
 
 impl<'a> SyncServer<'a> {
-    pub(crate) fn new(replica: &'a LocalReplica, archive_dir: Option<PathBuf>) -> Self {
+    /// `dry_run`: the session inspects its root; a sync in it reads a
+    /// scratch copy of the archive (made when the side is opened).
+    pub(crate) fn new(
+        replica: &'a LocalReplica,
+        archive_dir: Option<PathBuf>,
+        dry_run: bool,
+    ) -> Self {
         SyncServer {
             replica,
             archive_dir,
+            dry_run,
+            scratch: Mutex::new(None),
             side: Mutex::new(None),
             rules: Mutex::new(None),
         }
+    }
+
+    /// Is this a dry run's session (its archive a scratch copy)?
+    pub(crate) fn dry_run(&self) -> bool {
+        self.dry_run
     }
 
     /// Answer one `Sync*` request (`body`: its body, when it has one).
@@ -111,13 +129,36 @@ impl<'a> SyncServer<'a> {
         let mut slot = self.side.lock().unwrap();
         // The old archive's lock goes first: it may be this very pair's.
         *slot = None;
-        let mut side = LocalSide::open(self.replica, other, dir)?;
+        let dir = self.scratch_copy(dir, other)?;
+        let mut side = LocalSide::open(self.replica, other, &dir)?;
         if let Some(rules) = self.rules.lock().unwrap().as_ref() {
             side.set_rules(rules)?;
         }
         let created = side.created();
         *slot = Some(side);
         Ok(created)
+    }
+
+    /// The directory to open the pair's archive in: this host's, or for a
+    /// dry run a scratch copy of the archive there.
+    fn scratch_copy(&self, dir: &Path, other: &[u8]) -> Result<PathBuf, SideFailure> {
+        if !self.dry_run {
+            return Ok(dir.to_path_buf());
+        }
+        let failed = |e: std::io::Error| {
+            SideFailure::said(format!(
+                "cannot copy the archive for the dry run: {}",
+                accord_fsys::io_words(&e)
+            ))
+        };
+        let mut slot = self.scratch.lock().unwrap();
+        if slot.is_none() {
+            *slot = Some(Scratch::new().map_err(failed)?);
+        }
+        let scratch = slot.as_ref().expect("made above");
+        let this = accord_replica::local_identity(self.replica.root().path());
+        scratch.copy_archive(dir, &this, other).map_err(failed)?;
+        Ok(scratch.dir().to_path_buf())
     }
 
     /// A client names the other root of its pair, so it could have this

@@ -142,9 +142,6 @@ pub enum SyncFatal {
     },
     /// Both names lead to one directory.
     SameRoot,
-    /// A dry run was asked with a remote root, whose host would open (and
-    /// for a first sync make) its archive.
-    DryRunRemote(String),
     /// The scratch copies of the archives for a dry run could not be made.
     DryRunScratch(std::io::Error),
     /// A remote root could not be reached (why, in one line).
@@ -188,12 +185,6 @@ impl fmt::Display for SyncFatal {
                 io_words(source)
             ),
             SyncFatal::SameRoot => f.write_str("both roots are the same directory"),
-            SyncFatal::DryRunRemote(replica) => write!(
-                f,
-                "--dry-run works with two local roots only ({replica} is remote); \
-                 nothing was changed: run it on the remote root's host, or without --dry-run \
-                 in the interactive mode, which shows the plan before any change"
-            ),
             SyncFatal::DryRunScratch(e) => write!(
                 f,
                 "--dry-run cannot copy the archives to read them ({e}); nothing was changed: \
@@ -226,7 +217,6 @@ impl std::error::Error for SyncFatal {
             SyncFatal::Side { failure, .. } => Some(failure),
             SyncFatal::DryRunScratch(source) => Some(source),
             SyncFatal::Nested(_)
-            | SyncFatal::DryRunRemote(_)
             | SyncFatal::SameRoot
             | SyncFatal::Unreachable(_)
             | SyncFatal::Busy(_) => None,

@@ -86,7 +86,8 @@ pub struct SyncConfig {
     pub state_dir: PathBuf,
     /// `--dry-run`: make the plan (and let the interactive mode edit it),
     /// report what would change, change nothing, archives included
-    /// (`sync/dry_run.rs`). Local replicas only.
+    /// (`sync/dry_run.rs`). A remote replica must be connected to inspect
+    /// its root (its host then reads a scratch copy of its archive).
     pub dry_run: bool,
 }
 
@@ -414,22 +415,26 @@ fn run(
     Ok(())
 }
 
-/// A dry run's scratch copies of the archives (None: a real run). Both
-/// replicas must be local: a remote one's host opens its own archive.
+/// A dry run's scratch copies of the local replicas' archives (None: a
+/// real run); a remote replica's host copies its own.
 fn dry_run_scratch(
     replicas: [&dyn Replica; 2],
     identities: &[Vec<u8>; 2],
     cfg: &SyncConfig,
-) -> Result<Option<crate::sync::dry_run::Scratch>, SyncFatal> {
+) -> Result<Option<accord_replica::side::scratch::Scratch>, SyncFatal> {
     if !cfg.dry_run {
         return Ok(None);
     }
-    if let Some(remote) = replicas.iter().find(|r| r.local_root().is_none()) {
-        return Err(SyncFatal::DryRunRemote(remote.describe()));
+    let scratch =
+        accord_replica::side::scratch::Scratch::new().map_err(SyncFatal::DryRunScratch)?;
+    for (this, other) in [(0, 1), (1, 0)] {
+        if replicas[this].local_root().is_some() {
+            scratch
+                .copy_archive(&cfg.state_dir, &identities[this], &identities[other])
+                .map_err(SyncFatal::DryRunScratch)?;
+        }
     }
-    crate::sync::dry_run::Scratch::of(&cfg.state_dir, identities)
-        .map(Some)
-        .map_err(SyncFatal::DryRunScratch)
+    Ok(Some(scratch))
 }
 
 /// How names are matched this run (`sync/case/mod.rs`): forced, or probed.

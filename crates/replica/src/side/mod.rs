@@ -12,6 +12,7 @@
 
 pub mod follow;
 pub mod rules;
+pub mod scratch;
 
 use accord_archive::ArchiveError;
 use accord_model::{Observed, PathFailure, RelPath, Time};
