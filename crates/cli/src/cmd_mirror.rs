@@ -351,7 +351,7 @@ pub(crate) fn run_pair(args: &MirrorArgs, matches: &clap::ArgMatches, note: bool
     let progress = Progress::default();
     let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
     let shown = show_progress.then_some(&progress);
-    match crate::progress::while_showing(shown, true, || match remote {
+    match crate::progress::while_showing(shown, || match remote {
         (None, None) => Ok((
             accord_engine::mirror(&args.src, &args.dst, &cfg, &progress),
             None,
@@ -831,11 +831,12 @@ pub(crate) fn finish(args: &MirrorArgs, r: &Report, wire: Option<(u64, u64)>) ->
     }
 }
 
-/// What a dry run would do, in the summary's words.
+/// What a dry run would do, in the summary's words (those of a sync's too).
 fn dry_run_summary(s: &accord_engine::PlanSummary) -> String {
     use crate::summary::{bytes, count};
+    let files = if s.files_total == 1 { "file" } else { "files" };
     let mut line = format!(
-        "dry run: {} of {} files to write ({}), {} to delete",
+        "dry run, nothing was changed: {} of {} {files} would be written ({}), {} deleted",
         count(s.files_to_write as u64),
         count(s.files_total as u64),
         bytes(s.bytes_to_write),
@@ -844,7 +845,7 @@ fn dry_run_summary(s: &accord_engine::PlanSummary) -> String {
     if s.extras_kept > 0 {
         line += &format!(", {} extra entries kept", count(s.extras_kept as u64));
     }
-    line + "; nothing was changed"
+    line
 }
 
 fn figures(r: &Report) -> crate::summary::Figures {

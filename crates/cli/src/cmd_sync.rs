@@ -15,9 +15,6 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-mod progress;
-pub(crate) use progress::human_bytes;
-
 /// `--ignorecase`'s values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum IgnoreCaseArg {
@@ -373,7 +370,7 @@ pub fn run(args: SyncArgs) -> i32 {
         remote,
     );
     let counters = Arc::new(accord_engine::Progress::default());
-    let display = progress::Display::for_run(counters.clone(), args.quiet || args.json);
+    let display = crate::progress::Display::for_run(counters.clone(), args.quiet || args.json);
     let pause_plan = test_pause_hook("ACCORD_TEST_SYNC_PAUSE_PLAN");
     let edit_plan = interactive.as_ref().map(|ui| {
         |edit: &mut PlanEdit<'_>, merger: &dyn accord_engine::MergeNow| {
@@ -432,7 +429,7 @@ pub fn run(args: SyncArgs) -> i32 {
 
 /// Run `work`, then stop the progress line (erased) before anything is
 /// printed.
-fn run_shown<T>(display: Option<&progress::Display>, work: impl FnOnce() -> T) -> T {
+fn run_shown<T>(display: Option<&crate::progress::Display>, work: impl FnOnce() -> T) -> T {
     let result = work();
     if let Some(display) = display {
         display.stop();
@@ -675,6 +672,14 @@ fn not_merged<'r>(report: &'r SyncReport, path: &RelPath) -> Option<&'r str> {
         .map(|(_, why)| why.as_str())
 }
 
+fn deleted(report: &SyncReport) -> usize {
+    report
+        .propagated
+        .iter()
+        .filter(|change| matches!(change.action, sync_plan::Action::Delete { .. }))
+        .count()
+}
+
 fn renamed(report: &SyncReport) -> usize {
     report
         .propagated
@@ -750,42 +755,46 @@ fn print_text(report: &SyncReport, quiet: bool, copied: (u64, u64)) {
 
 /// `N`, then the word in the singular or the plural.
 fn count(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+    let n = crate::summary::count(n as u64);
+    format!("{n} {}", if n == "1" { one } else { many })
 }
 
-/// The last line: what was changed (what would be, in a dry run), with
-/// the files copied and their size in binary units.
+/// The last line: what was changed (what would be, in a dry run), in the
+/// words of a mirror's summary: `12 changes made: 9 files written
+/// (3.1 MiB), 2 deleted, 1 renamed; 230 agreed, 1 conflict, 0 errors, in
+/// 0.42 s`.
 fn summary(report: &SyncReport, (files, bytes): (u64, u64)) -> String {
     let changes = count(report.propagated.len(), "change", "changes");
     let mut detail = Vec::new();
-    if !report.dry_run && !report.propagated.is_empty() {
+    if !report.dry_run && files > 0 {
         detail.push(format!(
-            "{} copied, {}",
+            "{} written ({})",
             count(files as usize, "file", "files"),
-            progress::human_bytes(bytes)
+            crate::summary::bytes(bytes)
         ));
     }
     for (n, what) in [
+        (deleted(report), "deleted"),
         (renamed(report), "renamed"),
         (linked(report), "linked"),
         (kept_both(report), "kept both"),
         (merged(report), "merged"),
     ] {
         if n > 0 {
-            detail.push(format!("{n} {what}"));
+            detail.push(format!("{} {what}", crate::summary::count(n as u64)));
         }
     }
     let detail = if detail.is_empty() {
         String::new()
     } else {
-        format!(" ({})", detail.join(", "))
+        format!(": {}", detail.join(", "))
     };
     let rest = format!(
-        "{} agreed, {}, {} in {:.2} s",
-        report.agreed,
+        "{} agreed, {}, {}, in {}",
+        crate::summary::count(report.agreed),
         count(report.conflicts.len(), "conflict", "conflicts"),
         count(report.errors.len(), "error", "errors"),
-        report.elapsed_s
+        crate::summary::duration(report.elapsed_s)
     );
     if report.dry_run {
         format!("dry run, nothing was changed: {changes} would be made{detail}; {rest}")

@@ -245,7 +245,7 @@ fn local_mirror(
     let stop = AtomicBool::new(false);
     let progress = Progress::default();
     let drawn = show_progress.then_some(&progress);
-    let ends = crate::progress::while_showing(drawn, true, || {
+    let ends = crate::progress::while_showing(drawn, || {
         accord_engine::run_workers(&queues, spec, &opts, &progress, &stop)
     });
     if let Some(code) = fatal_end(&ends, "accord mirror") {

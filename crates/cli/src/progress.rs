@@ -1,24 +1,91 @@
-//! The progress line on a terminal (stderr), drawn by a thread of its own
-//! from the engine's `Progress` counters while a run goes on: the mirror's
-//! and the sync's.
+//! The progress line on a terminal (stderr), the mirror's, the task
+//! runs' and the sync's alike: a spinner while the roots are scanned, then
+//! files and bytes against the plan's totals, the rate and the time left,
+//! drawn by a thread of its own from the engine's `Progress` counters.
+//! `while_showing` draws around one piece of work; a `Display` can be
+//! stopped (joined and erased) and started again, which the sync's
+//! interactive mode does before it takes the screen, so that no line of
+//! it lands in the list or stays under it.
 
 use accord_engine::Progress;
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
-/// Run `work`, showing `progress` on stderr meanwhile when it is given.
-/// `spinner`: tick a "scanning" spinner until the plan is made (a sync
-/// draws nothing before: its interactive mode has the terminal then).
-pub fn while_showing<T>(progress: Option<&Progress>, spinner: bool, work: impl FnOnce() -> T) -> T {
+/// How often the line is drawn again.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Run `work`, showing `progress` on stderr meanwhile when it is given;
+/// the line is erased before this returns.
+pub fn while_showing<T>(progress: Option<&Progress>, work: impl FnOnce() -> T) -> T {
     let Some(progress) = progress else {
         return work();
     };
-    let done = AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(|| draw(progress, spinner, &done));
+        let drawer = s.spawn(|| draw(progress, &stop));
         let result = work();
-        done.store(true, Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
+        let _ = drawer.join();
         result
     })
+}
+
+/// A progress line that can be stopped (joined and erased) and started
+/// again around the interactive mode.
+pub(crate) struct Display {
+    progress: Arc<Progress>,
+    running: Mutex<Option<Running>>,
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Display {
+    /// The display of `progress`, not yet drawing; `None` when nothing is
+    /// to be drawn (quiet, JSON, or stderr is not a terminal).
+    pub(crate) fn for_run(progress: Arc<Progress>, quiet: bool) -> Option<Display> {
+        (!quiet && std::io::stderr().is_terminal()).then(|| Display {
+            progress,
+            running: Mutex::new(None),
+        })
+    }
+
+    /// Draw until `stop` (nothing if already drawing).
+    pub(crate) fn start(&self) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if running.is_some() {
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (progress, flag) = (self.progress.clone(), stop.clone());
+        let thread = std::thread::spawn(move || draw(&progress, &flag));
+        *running = Some(Running { stop, thread });
+    }
+
+    /// Stop drawing and return once the line is erased: after this,
+    /// nothing of the display is written until `start`.
+    pub(crate) fn stop(&self) {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(running) = running {
+            running.stop.store(true, Ordering::SeqCst);
+            let _ = running.thread.join();
+        }
+    }
+}
+
+impl Drop for Display {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// What the display shows: a spinner and a line of our own making
@@ -26,10 +93,8 @@ pub fn while_showing<T>(progress: Option<&Progress>, spinner: bool, work: impl F
 /// units.
 const TEMPLATE: &str = "{spinner} {msg}";
 
-/// One progress display for every run: a spinner while scanning, then the
-/// files and bytes so far (against the totals, with the time left, once
-/// the plan gives them).
-fn draw(p: &Progress, spinner: bool, done: &AtomicBool) {
+/// Draw the line every tick until `stop`, then erase it.
+fn draw(p: &Progress, stop: &AtomicBool) {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
     bar.set_style(
@@ -37,18 +102,12 @@ fn draw(p: &Progress, spinner: bool, done: &AtomicBool) {
     );
     bar.set_message("scanning");
     let mut line = Line::new();
-    while !done.load(Ordering::SeqCst) {
-        let planned = p.planned.load(Ordering::Relaxed);
-        if !planned && !spinner {
-            // Nothing is drawn before the plan (see `while_showing`).
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            continue;
-        }
+    while !stop.load(Ordering::SeqCst) {
         if let Some(text) = line.text(&Counts::read(p)) {
             bar.set_message(text);
         }
         bar.tick();
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(TICK);
     }
     bar.finish_and_clear();
 }

@@ -113,7 +113,7 @@ fn size_words(size: u64) -> String {
     if size < 1024 {
         format!("{grouped} bytes")
     } else {
-        format!("{grouped} bytes ({})", crate::cmd_sync::human_bytes(size))
+        format!("{grouped} bytes ({})", crate::summary::bytes(size))
     }
 }
 

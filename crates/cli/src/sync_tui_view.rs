@@ -156,7 +156,7 @@ fn row_what(app: &App, item: &SyncItem) -> (&'static str, String) {
     match app.merge_of(item) {
         Some(Ok(size)) => (
             "A <-M-> B",
-            format!("MERGED ({})", crate::cmd_sync::human_bytes(*size)),
+            format!("MERGED ({})", crate::summary::bytes(*size)),
         ),
         Some(Err(_)) => (arrow(item.action), "conflict: MERGE FAILED".into()),
         None => match app.folded_under(item) {

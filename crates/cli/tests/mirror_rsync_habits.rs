@@ -192,7 +192,7 @@ fn n_v_shows_the_plan_and_makes_nothing() {
     assert!(out.contains("created   sub/z.c"), "{out}");
     assert!(
         out.contains(
-            "dry run: 13 of 13 files to write (6.5 KiB), 0 to delete; nothing was changed"
+            "dry run, nothing was changed: 13 of 13 files would be written (6.5 KiB), 0 deleted"
         ),
         "{out}"
     );

@@ -257,7 +257,14 @@ fn the_summary_is_in_human_units() {
     assert_exit(&out, 0);
     let e = stderr(&out);
     assert!(
-        e.contains("2 changes made (2 files copied, 3.0 MiB)"),
+        e.contains("2 changes made: 2 files written (3.0 MiB); 1 agreed"),
         "{e}"
     );
+    // A deletion is counted in the words of a mirror's summary.
+    std::fs::remove_file(pair.path('a', "small.txt")).unwrap();
+    let out = pair.sync(&[]);
+    assert_exit(&out, 0);
+    let e = stderr(&out);
+    assert!(e.contains("1 change made: 1 deleted; "), "{e}");
+    assert!(e.contains("0 conflicts, 0 errors, in "), "{e}");
 }

@@ -397,10 +397,10 @@ fn a_batch_run_on_a_terminal_shows_its_progress() {
     let env = format!("ACCORD_TEST_SYNC_PAUSE_LINKS={} ", quoted(&pause));
     let tmux = Tmux::start_sync_in(&pair, &status, &env, "--batch");
     let screen = tmux.wait_for("the progress line", |screen| {
-        pause.exists() && screen.contains("files 20/20")
+        pause.exists() && screen.contains("20/20 files")
     });
     assert!(
-        screen.contains("files 20/20, 19.7 KiB/19.7 KiB"),
+        screen.contains("20/20 files, 19.7 KiB/19.7 KiB"),
         "{screen}"
     );
     std::fs::remove_file(&pause).unwrap();
@@ -600,7 +600,7 @@ fn tui_progress_line_never_reaches_the_list() {
     assert_eq!(wait_for_status(&status), 1, "{}", tmux.screen());
     let screen = tmux.screen();
     assert!(
-        !screen.contains("scanning") && !screen.contains("files "),
+        !screen.contains("scanning") && !screen.contains(" files,"),
         "a progress line was left: {screen}"
     );
     assert!(screen.contains("quit; nothing was changed"), "{screen}");
