@@ -894,3 +894,41 @@ fn an_rsync_users_push_works_as_typed() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(" files written"), "{err}");
 }
+
+/// `accord mirror A B host:DST` puts each source in DST/NAME on the far
+/// side, as `rsync -a A B host:DST/` does, and leaves DST's other entries.
+#[test]
+fn several_sources_go_into_a_remote_destination() {
+    let Some(sshd) = Sshd::start() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let (one, two, dst) = (
+        t.path().join("one"),
+        t.path().join("two"),
+        t.path().join("dst"),
+    );
+    std::fs::create_dir(&one).unwrap();
+    full_tree(&one);
+    std::fs::create_dir_all(two.join("sub")).unwrap();
+    std::fs::write(two.join("sub/f"), b"two").unwrap();
+    std::fs::create_dir(&dst).unwrap();
+    std::fs::write(dst.join("mine"), b"kept").unwrap();
+    let o = remote_mirror(
+        &t.path().join("state"),
+        &sshd.rsh(),
+        &[s(&one), s(&two), &sshd.root(&dst)],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_same_tree_but(
+        &one,
+        &dst.join("one"),
+        "first source",
+        &["allocation (sparse)"],
+    );
+    assert_eq!(std::fs::read(dst.join("two/sub/f")).unwrap(), b"two");
+    assert_eq!(std::fs::read(dst.join("mine")).unwrap(), b"kept");
+}
