@@ -910,6 +910,10 @@ fn backup_place(dst: &Path, dir: &Path) -> Result<accord_engine::BackupPlace, i3
     use std::os::unix::ffi::OsStrExt;
     let bad = |why: &str| usage(&format!("--backup-dir {}: {why}", dir.display()));
     let inside = |rel: &Path| match accord_model::RelPath::new(rel.as_os_str().as_bytes()) {
+        // Left out of the mirror by an exclude line, which is text.
+        _ if !rel.to_str().is_some_and(|t| !t.contains(char::is_control)) => {
+            Err(bad("inside DST, DIR's name must be UTF-8 text"))
+        }
         Ok(p) if !p.is_root() => Ok(BackupPlace::Inside(p)),
         _ => Err(bad("it cannot be DST itself, nor hold DST")),
     };

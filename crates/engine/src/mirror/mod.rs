@@ -57,7 +57,8 @@ pub enum BackupPlace {
     /// Beside it in the destination, as `PATH` + suffix.
     Beside,
     /// `--backup-dir` inside the destination (this path of it): kept at
-    /// `DIR/PATH` + suffix. The directory is left out of the mirror.
+    /// `DIR/PATH` + suffix. The directory is left out of the mirror (by
+    /// an exclude line: its path must be UTF-8 text, the caller checks).
     Inside(RelPath),
     /// `--backup-dir` outside the destination, on this host (made if
     /// missing): kept at `DIR/PATH` + suffix.
