@@ -911,7 +911,7 @@ fn backup_place(dst: &Path, dir: &Path) -> Result<accord_engine::BackupPlace, i3
     let bad = |why: &str| usage(&format!("--backup-dir {}: {why}", dir.display()));
     let inside = |rel: &Path| match accord_model::RelPath::new(rel.as_os_str().as_bytes()) {
         // Left out of the mirror by an exclude line, which is text.
-        _ if !rel.to_str().is_some_and(|t| !t.contains(char::is_control)) => {
+        _ if rel.to_str().is_none_or(|t| t.contains(char::is_control)) => {
             Err(bad("inside DST, DIR's name must be UTF-8 text"))
         }
         Ok(p) if !p.is_root() => Ok(BackupPlace::Inside(p)),
