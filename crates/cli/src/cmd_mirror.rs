@@ -164,6 +164,8 @@ pub struct MirrorArgs {
     no_devices: bool,
     #[command(flatten)]
     rsync_letters: RsyncLetters,
+    #[command(flatten, next_help_heading = "Backups")]
+    backup: BackupArgs,
 
     /// A new file equal to the one at its path in DIR (an earlier snapshot;
     /// relative to DST, as in rsync) is made a hard link to it instead of
@@ -425,6 +427,7 @@ fn check_roots_and_flags(args: &MirrorArgs) -> Result<Remotes, i32> {
             )));
         }
     }
+    check_backup(args)?;
     if args.tasks.asked() {
         if remote.0.is_some() || remote.1.is_some() {
             return Err(usage(
@@ -576,6 +579,7 @@ fn mirror_config(
         jobs: args.jobs,
         state_dir: state_dir.clone(),
         link_dest: args.link_dest.as_ref().map(|d| link_dest_dir(&args.dst, d)),
+        backup: backup_config(args)?,
     };
     if let Some(rule) = state_dir
         .as_deref()
@@ -890,4 +894,153 @@ fn stats(r: &Report, wire: Option<(u64, u64)>) -> String {
         duration(r.execute_s)
     );
     out
+}
+
+/// rsync's backup flags.
+#[derive(clap::Args, Debug)]
+struct BackupArgs {
+    /// Keep what the run overwrites or deletes: beside it as NAME~ (see
+    /// --suffix), or under --backup-dir. Such NAME~ left by a run are not
+    /// deleted by the next (rsync's protect rule).
+    #[arg(short = 'b', long = "backup")]
+    on: bool,
+    /// With -b (implied): keep them at DIR/PATH, a snapshot of what the
+    /// run changed (a relative DIR is taken from DST, as in rsync). Inside
+    /// DST, DIR is left out of the mirror.
+    #[arg(long, value_name = "DIR")]
+    backup_dir: Option<PathBuf>,
+    /// Added to a backup's name (default "~"; none with --backup-dir).
+    #[arg(long, value_name = "SUFFIX")]
+    suffix: Option<String>,
+}
+
+impl BackupArgs {
+    fn asked(&self) -> bool {
+        self.on || self.backup_dir.is_some()
+    }
+}
+
+/// The flags `-b` cannot go with.
+fn check_backup(args: &MirrorArgs) -> Result<(), i32> {
+    if !args.backup.asked() {
+        return Ok(());
+    }
+    if args.inplace {
+        return Err(usage(
+            "-b cannot be used with --inplace: a backup is a hard link of the old version \
+             (no copy), and --inplace rewrites that very file; drop one of them",
+        ));
+    }
+    if args.tasks.asked() {
+        return Err(usage(
+            "-b and --backup-dir are not available with task runs (--executor tasks, \
+             --cluster): run without them",
+        ));
+    }
+    backup_config(args).map(|_| ())
+}
+
+/// `-b`, `--backup-dir`, `--suffix`, checked as rsync checks them.
+fn backup_config(args: &MirrorArgs) -> Result<Option<accord_engine::Backup>, i32> {
+    use accord_engine::{Backup, BackupPlace};
+    let b = &args.backup;
+    if !b.asked() {
+        return Ok(None);
+    }
+    let default = if b.backup_dir.is_some() { "" } else { "~" };
+    let suffix = b.suffix.clone().unwrap_or_else(|| default.into());
+    if suffix.contains('/') || suffix.len() > 255 {
+        return Err(usage(&format!(
+            "bad --suffix {suffix:?}: it is added to a file name, so no '/' and at most 255 bytes"
+        )));
+    }
+    let place = match &b.backup_dir {
+        None if suffix.is_empty() => {
+            return Err(usage(
+                "--suffix cannot be empty without --backup-dir (the backup would be the file \
+                 itself)",
+            ))
+        }
+        None => BackupPlace::Beside,
+        Some(dir) => backup_place(&args.dst, dir)?,
+    };
+    let suffix = suffix.into_bytes();
+    Ok(Some(Backup { place, suffix }))
+}
+
+/// Where `--backup-dir DIR` is: inside DST (a path of it) or outside (this
+/// host only). A relative DIR is taken from DST, as rsync does.
+fn backup_place(dst: &Path, dir: &Path) -> Result<accord_engine::BackupPlace, i32> {
+    use accord_engine::BackupPlace;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = |why: &str| usage(&format!("--backup-dir {}: {why}", dir.display()));
+    let inside = |rel: &Path| match accord_model::RelPath::new(rel.as_os_str().as_bytes()) {
+        // Left out of the mirror by an exclude line, which is text.
+        _ if rel.to_str().is_none_or(|t| t.contains(char::is_control)) => {
+            Err(bad("inside DST, DIR's name must be UTF-8 text"))
+        }
+        Ok(p) if !p.is_root() => Ok(BackupPlace::Inside(p)),
+        _ => Err(bad("it cannot be DST itself, nor hold DST")),
+    };
+    if remote_root(dst).ok().flatten().is_some() {
+        // Only DST's own tree is reachable on its host.
+        return match relative_inside(dir) {
+            Some(rel) => inside(&rel),
+            None => Err(bad(
+                "with a remote DST, give a relative DIR inside DST (such as .backup/DATE)",
+            )),
+        };
+    }
+    let at = link_dest_dir(dst, dir);
+    let (dst_real, at_real) = (real_path(dst), real_path(&at));
+    if dst_real.starts_with(&at_real) {
+        return Err(bad("it cannot be DST itself, nor hold DST"));
+    }
+    if let Ok(rel) = at_real.strip_prefix(&dst_real) {
+        return inside(rel);
+    }
+    if at.exists() && !at.is_dir() {
+        return Err(bad("it is not a directory"));
+    }
+    Ok(BackupPlace::Outside(at))
+}
+
+/// A relative `dir` with its `.` and `..` taken away, if it stays inside.
+fn relative_inside(dir: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut at = PathBuf::new();
+    for c in dir.components() {
+        match c {
+            Component::Normal(name) => at.push(name),
+            Component::CurDir => {}
+            Component::ParentDir if at.pop() => {}
+            _ => return None,
+        }
+    }
+    Some(at)
+}
+
+/// `p` with its symlinks resolved as far as it exists (the rest as given),
+/// to tell whether one path lies inside another.
+fn real_path(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p.to_path_buf();
+    loop {
+        let here = if at.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &at
+        };
+        if let Ok(mut real) = std::fs::canonicalize(here) {
+            real.extend(rest.iter().rev());
+            return real;
+        }
+        match (at.file_name(), at.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_owned());
+                at = parent.to_path_buf();
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }

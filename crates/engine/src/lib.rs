@@ -39,7 +39,7 @@ pub use accord_replica::{
 pub use mirror::dry_run::DryRun;
 pub use mirror::error::{Failure, Fatal, MIRROR_WORDS};
 pub use mirror::run::{mirror, mirror_replicas, open_local_root};
-pub use mirror::{MirrorConfig, Report};
+pub use mirror::{Backup, BackupPlace, MirrorConfig, Report};
 pub use progress::Progress;
 pub use sync::merge_program::{MergeFailure, MergeProgram};
 pub use sync::propagate::MergeNow;

@@ -1,6 +1,7 @@
 //! Carrying out a mirror plan over two replicas, phase by phase; inside a
 //! phase every item is an independent task on the rayon pool.
 
+use super::backup::{self, Backups};
 use super::MirrorConfig;
 use crate::mirror::error::{Failure, Fatal};
 use crate::mirror::transfer::{self, Xfer};
@@ -57,6 +58,8 @@ pub(crate) struct Exec<'a> {
     /// `--link-dest`'s directory, opened (None: not asked for, or it
     /// cannot be opened: every file is then copied).
     pub link_dest: Option<accord_fsys::Root>,
+    /// `-b`: where the old versions go (None: not asked for, or a dry run).
+    pub backups: Option<Backups>,
 }
 
 impl<'a> Exec<'a> {
@@ -84,6 +87,7 @@ impl<'a> Exec<'a> {
                 .link_dest
                 .as_deref()
                 .and_then(|p| accord_fsys::Root::open(p).ok()),
+            backups: Backups::new(cfg),
         }
     }
 
@@ -302,6 +306,8 @@ fn remove_stale_temps(x: &Exec, items: &[Item]) {
 fn delete_all(x: &Exec, deletes: &[Item]) {
     type Groups<'a> = BTreeMap<RelPath, Vec<&'a Item>>;
     let mut levels: BTreeMap<std::cmp::Reverse<usize>, Groups> = BTreeMap::new();
+    // `-b`: every old version kept (and flushed) before any deletion.
+    let deletes = backup::back_up_all(x, &deletes.iter().collect::<Vec<_>>());
     for it in deletes {
         levels
             .entry(std::cmp::Reverse(it.path.depth()))

@@ -4,6 +4,7 @@
 //! (`exec.rs`, `transfer.rs`; `transfer_local.rs` when both roots are on
 //! this host); `dry_run.rs` is the destination of `-n`.
 
+pub(crate) mod backup;
 pub(crate) mod dry_run;
 pub(crate) mod error;
 pub(crate) mod exec;
@@ -38,6 +39,30 @@ pub struct MirrorConfig {
     /// directory (an earlier snapshot) is made a hard link to it rather
     /// than a copy. Two local roots only.
     pub link_dest: Option<PathBuf>,
+    /// `-b`/`--backup`: keep what the run overwrites or deletes.
+    pub backup: Option<Backup>,
+}
+
+/// `-b`: where the old versions go, and the suffix added to their names.
+#[derive(Clone, Debug)]
+pub struct Backup {
+    pub place: BackupPlace,
+    /// `--suffix` (rsync's `~` beside the file, nothing in a backup dir).
+    pub suffix: Vec<u8>,
+}
+
+/// Where `-b` keeps an old version of `PATH`.
+#[derive(Clone, Debug)]
+pub enum BackupPlace {
+    /// Beside it in the destination, as `PATH` + suffix.
+    Beside,
+    /// `--backup-dir` inside the destination (this path of it): kept at
+    /// `DIR/PATH` + suffix. The directory is left out of the mirror (by
+    /// an exclude line: its path must be UTF-8 text, the caller checks).
+    Inside(RelPath),
+    /// `--backup-dir` outside the destination, on this host (made if
+    /// missing): kept at `DIR/PATH` + suffix.
+    Outside(PathBuf),
 }
 
 impl Default for MirrorConfig {
@@ -57,6 +82,7 @@ impl Default for MirrorConfig {
             jobs: 0,
             state_dir: None,
             link_dest: None,
+            backup: None,
         }
     }
 }

@@ -238,8 +238,11 @@ fn run(
     report: &mut Report,
 ) -> Result<(), Stop> {
     let t_scan = Instant::now();
-    let rules = IgnoreRules::new(&cfg.excludes).map_err(Fatal::BadExclude)?;
-    let dst_rules = IgnoreRules::new(&cfg.excludes).map_err(Fatal::BadExclude)?;
+    // A backup directory inside the destination is no part of the mirror.
+    let mut excludes = cfg.excludes.clone();
+    excludes.extend(cfg.backup.as_ref().and_then(super::backup::exclude_rule));
+    let rules = IgnoreRules::new(&excludes).map_err(Fatal::BadExclude)?;
+    let dst_rules = IgnoreRules::new(&excludes).map_err(Fatal::BadExclude)?;
     // The states are asked for before the lock is waited for (reading needs
     // no lock), so a replica across a wire does all three in one round trip.
     let guard = dst.start_read_state(GUARD_STATE);

@@ -105,7 +105,9 @@ impl<'a> Walk<'a> {
         let mut src = children(v.src);
         src.retain(|e| !left_out.contains(&e.path));
         let mut dst = children(v.dst);
-        dst.retain(|e| !moved.contains(&e.path) && !self.excluded_here(e));
+        dst.retain(|e| {
+            !moved.contains(&e.path) && !self.excluded_here(e) && !self.protected(e, &src)
+        });
         // `--checksum`: copies of this directory's entries with fingerprints.
         let hashed: (Vec<Entry>, Vec<Entry>);
         let (src, dst) = if self.cfg.plan.checksum {
@@ -140,6 +142,19 @@ impl<'a> Walk<'a> {
     /// Does the source's rules exclude this destination entry?
     fn excluded_here(&self, e: &Entry) -> bool {
         if !self.rules.has_rules() || !self.rules.is_excluded(&e.path, e.kind == Kind::Dir) {
+            return false;
+        }
+        if e.kind == Kind::Dir {
+            self.excluded.lock().unwrap().insert(e.path.clone());
+        }
+        true
+    }
+
+    /// An earlier run's backup beside its file, which `-b` keeps (see
+    /// `backup::protects`); a directory is kept with its subtree.
+    fn protected(&self, e: &Entry, src: &[&Entry]) -> bool {
+        let in_src = src.binary_search_by(|s| s.path.cmp(&e.path)).is_ok();
+        if !crate::mirror::backup::protects(self.cfg, e, in_src) {
             return false;
         }
         if e.kind == Kind::Dir {

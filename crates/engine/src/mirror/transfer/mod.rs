@@ -257,6 +257,7 @@ fn start_batch<'a, 'r>(x: &'r Exec, batch: &Batch<'a>) -> StartedBatch<'a, 'r> {
         .iter()
         .flat_map(|(_, its)| its.iter())
         .any(|i| matches!(i.op, Op::Write(_)));
+    let writes = writes || x.backups.is_some();
     let flushed = (x.cfg.fsync && writes).then(|| x.dst.start_sync_all());
     let mut groups: Vec<GroupStarted> = started.into_iter().flatten().collect();
     for g in &mut groups {
@@ -486,6 +487,11 @@ fn start_group<'a, 'r>(
             if x.stopped() {
                 return None;
             }
+            // `-b`: the old version is kept before the new one is staged
+            // (the batch's flush, started after the temps, covers both).
+            if let Err(e) = crate::mirror::backup::back_up(x, it) {
+                return Some((*it, Err(e)));
+            }
             let r = match it.op {
                 Op::Write(method) => {
                     let sig = sig.lock().unwrap().take();
@@ -587,8 +593,18 @@ fn read_ahead<'s>(
 /// Phase 5: hard links to their group's first path (every link started,
 /// then every commit).
 pub(crate) fn run_links(x: &Exec, items: &[Item]) {
+    // `-b`: links replacing an entry keep it first (flushed before any link).
+    let replacing: Vec<&Item> = items.iter().filter(|i| i.dst.is_some()).collect();
+    let kept: std::collections::HashSet<&RelPath> =
+        crate::mirror::backup::back_up_all(x, &replacing)
+            .into_iter()
+            .map(|i| &i.path)
+            .collect();
     let started: Vec<_> = items
-        .par_iter()
+        .iter()
+        .filter(|i| i.dst.is_none() || kept.contains(&i.path))
+        .collect::<Vec<_>>()
+        .into_par_iter()
         .filter_map(|it| {
             if x.stopped() {
                 return None;
