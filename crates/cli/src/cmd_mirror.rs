@@ -165,7 +165,7 @@ pub struct MirrorArgs {
     #[command(flatten)]
     rsync_letters: RsyncLetters,
     #[command(flatten, next_help_heading = "Backups")]
-    backup: BackupArgs,
+    pub(crate) backup: BackupArgs,
 
     /// A new file equal to the one at its path in DIR (an earlier snapshot;
     /// relative to DST, as in rsync) is made a hard link to it instead of
@@ -897,8 +897,8 @@ fn stats(r: &Report, wire: Option<(u64, u64)>) -> String {
 }
 
 /// rsync's backup flags.
-#[derive(clap::Args, Debug)]
-struct BackupArgs {
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct BackupArgs {
     /// Keep what the run overwrites or deletes: beside it as NAME~ (see
     /// --suffix), or under --backup-dir. Such NAME~ left by a run are not
     /// deleted by the next (rsync's protect rule).
@@ -908,7 +908,7 @@ struct BackupArgs {
     /// run changed (a relative DIR is taken from DST, as in rsync). Inside
     /// DST, DIR is left out of the mirror.
     #[arg(long, value_name = "DIR")]
-    backup_dir: Option<PathBuf>,
+    pub(crate) backup_dir: Option<PathBuf>,
     /// Added to a backup's name (default "~"; none with --backup-dir).
     #[arg(long, value_name = "SUFFIX")]
     suffix: Option<String>,

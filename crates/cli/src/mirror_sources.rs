@@ -67,6 +67,7 @@ fn pairs(args: &MirrorArgs) -> Result<Vec<Pair>, i32> {
             .link_dest
             .as_ref()
             .and_then(|d| link_dest_under(&args.dst, d, &name));
+        one.backup.backup_dir = backup_dir_under(args, &name)?;
         pairs.push(Pair { args: one, name });
     }
     Ok(pairs)
@@ -116,6 +117,30 @@ fn link_dest_under(dst: &Path, dir: &Path, name: &str) -> Option<PathBuf> {
     let at = crate::cmd_mirror::link_dest_dir(dst, dir).join(name);
     let at = std::env::current_dir().ok()?.join(at);
     at.is_dir().then_some(at)
+}
+
+/// `--backup-dir DIR` for one source: DIR/NAME (DIR taken from DST, as
+/// rsync does), absolute so that it is not taken from DST/NAME again. A
+/// remote DST keeps its backups inside itself, where one source's run
+/// cannot reach the others' DIR: refused.
+fn backup_dir_under(args: &MirrorArgs, name: &str) -> Result<Option<PathBuf>, i32> {
+    let Some(dir) = &args.backup.backup_dir else {
+        return Ok(None);
+    };
+    if matches!(remote_root(&args.dst), Ok(Some(_))) {
+        return Err(usage(
+            "--backup-dir with several sources needs a local destination: run accord mirror \
+             once for each source",
+        ));
+    }
+    let at = crate::cmd_mirror::link_dest_dir(&args.dst, dir).join(name);
+    let cwd = std::env::current_dir().map_err(|e| {
+        usage(&format!(
+            "cannot tell the current directory: {}",
+            accord_fsys::io_words(&e)
+        ))
+    })?;
+    Ok(Some(cwd.join(at)))
 }
 
 /// The runs' figures added up, their failures with their paths under

@@ -402,6 +402,31 @@ fn several_sources_go_where_rsync_puts_them() {
         .expect("run rsync");
     assert!(r.status.success(), "{}", text(&r.stderr));
     assert_eq!(contents(&ours), contents(&theirs));
+    // Backups of several sources: DIR/NAME/PATH, DIR taken from DST.
+    write(&other.join("o.txt"), b"other, again");
+    fs::remove_file(src.join("top.txt")).unwrap();
+    let o = mirror(
+        &state,
+        &["--backup-dir", "../bak-ours", s(&src), s(&other), s(&ours)],
+    );
+    assert_exit(&o, 0);
+    let r = Command::new("rsync")
+        .args([
+            "-a",
+            "--delete",
+            "-b",
+            "--backup-dir=../bak-theirs",
+            s(&src),
+            s(&other),
+        ])
+        .arg(format!("{}/", s(&theirs)))
+        .output()
+        .expect("run rsync");
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    assert_eq!(contents(&ours), contents(&theirs));
+    let bak = |name: &str| contents(&t.path().join(name));
+    assert_eq!(bak("bak-ours"), bak("bak-theirs"));
+    assert_eq!(bak("bak-ours").len(), 4, "{:?}", bak("bak-ours"));
     // Two sources of one name would land on each other: refused, nothing made.
     let twin = t.path().join("x").join(src.file_name().unwrap());
     fs::create_dir_all(&twin).unwrap();
