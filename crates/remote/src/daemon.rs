@@ -84,7 +84,10 @@ pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
     let listener = TcpListener::bind(&cfg.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    // Written whatever RUST_LOG says (the cli's logging::START): the line
+    // that says the daemon is ready, where, and with which key.
     info!(
+        target: "accord_start",
         "accord server: listening on {addr}; modules: {}; {} authorized keys; server key {}",
         cfg.modules.keys().cloned().collect::<Vec<_>>().join(", "),
         cfg.authorized.len(),
