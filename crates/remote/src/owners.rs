@@ -116,7 +116,7 @@ mod tests {
         Request::SetProps {
             dir: RelPath::new(b"").unwrap(),
             name: b"f".to_vec(),
-            expect: Default::default(),
+            expect: accord_model::Expect::Absent,
             kind: accord_model::Kind::File,
             props: Props {
                 uid,
@@ -146,15 +146,18 @@ mod tests {
             uid: 1000,
             groups: vec![100, 7],
         };
-        let (limited, left_out) = user.limit(&set_props(1234, 7));
+        let asked = set_props(1234, 7);
+        let (limited, left_out) = user.limit(&asked);
         let (props, mask) = props_and_mask(&limited);
         assert_eq!((props.uid, props.gid, mask.owner), (UNCHANGED, 7, true));
         assert!(left_out);
-        let (limited, left_out) = user.limit(&set_props(1234, 42));
+        let asked = set_props(1234, 42);
+        let (limited, left_out) = user.limit(&asked);
         let (_, mask) = props_and_mask(&limited);
         assert!(left_out && !mask.owner && mask.perms && mask.times);
         // The user's own files, in its own group: nothing is left out.
-        let (limited, left_out) = user.limit(&set_props(1000, 100));
+        let asked = set_props(1000, 100);
+        let (limited, left_out) = user.limit(&asked);
         let (props, mask) = props_and_mask(&limited);
         assert_eq!((props.uid, props.gid, mask.owner), (1000, 100, true));
         assert!(!left_out);
@@ -164,7 +167,8 @@ mod tests {
             uid: 0,
             groups: vec![0],
         };
-        let (limited, left_out) = root.limit(&set_props(1234, 42));
+        let asked = set_props(1234, 42);
+        let (limited, left_out) = root.limit(&asked);
         assert!(matches!(limited, Cow::Borrowed(_)) && !left_out);
     }
 }
