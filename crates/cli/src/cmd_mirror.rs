@@ -660,6 +660,16 @@ fn mirror_remote(
         let src = local_ref.expect("an opened source");
         accord_engine::mirror_replicas(src, remote_ref, &spec.display(), cfg, progress)
     };
+    let owners_dropped = remote.as_ref().is_some_and(|r| !r.keeps_owners());
+    if owners_dropped && !local_is_dst && cfg.plan.owner && !cfg.dry_run {
+        // Said once, not per file: as rsync's receiver, a server that is
+        // not root skips what it may not do.
+        eprintln!(
+            "accord mirror: owners were not kept in {}: its server does not run as root \
+             (it sets only groups its user belongs to)",
+            spec.display()
+        );
+    }
     Ok((report, remote.as_ref().map(|r| r.wire_bytes())))
 }
 

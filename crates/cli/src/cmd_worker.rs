@@ -130,6 +130,7 @@ impl Worker<'_> {
         };
         let refs: Vec<&dyn TaskQueue> = queues.iter().map(|q| q as &dyn TaskQueue).collect();
         let progress = Progress::default();
+        let started = std::time::Instant::now();
         let ends = accord_engine::run_workers(&refs, &spec, &opts, &progress, self.stop);
         if let Some(why) = ends.iter().find_map(|e| match e {
             WorkerEnd::Fatal(why) => Some(why),
@@ -143,12 +144,14 @@ impl Worker<'_> {
             // Workers looking for runs need not look at this one again.
             let _ = queues[0].set_listed(false);
         }
+        let files = progress.files_done.load(Ordering::Relaxed);
         info!(
-            "accord worker {}: run {run}: {}; this worker wrote {} files ({} bytes)",
+            "accord worker {}: run {run}: {}; this worker copied {files} {} ({}) in {:.1} s",
             opts.name,
             if done { "the run is over" } else { "stopped" },
-            progress.files_done.load(Ordering::Relaxed),
-            progress.bytes_done.load(Ordering::Relaxed),
+            if files == 1 { "file" } else { "files" },
+            crate::summary::bytes(progress.bytes_done.load(Ordering::Relaxed)),
+            started.elapsed().as_secs_f64(),
         );
         exit::OK
     }
@@ -159,6 +162,7 @@ impl Worker<'_> {
     fn serve_all(&self) -> i32 {
         let url = &self.args.cluster;
         info!(
+            target: crate::logging::START,
             "accord worker {}: serving the runs of {} as they come",
             self.name,
             redact(url)

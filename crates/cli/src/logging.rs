@@ -9,6 +9,12 @@ use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use tracing_subscriber::EnvFilter;
 
+/// The target of the line a long-running command writes once it is
+/// ready (the daemon's "listening on", the worker's first line): written
+/// at info whatever RUST_LOG says unless it names this target, so that
+/// `RUST_LOG=warn` still says where the daemon listens.
+pub const START: &str = "accord_start";
+
 #[derive(clap::Args, Debug, Default)]
 pub struct LogArgs {
     /// More in the log: -v adds debug lines, -vv trace lines (RUST_LOG,
@@ -51,7 +57,12 @@ pub fn init(args: &LogArgs) -> Result<(), String> {
     };
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => {
-            EnvFilter::try_new(&spec).map_err(|e| format!("RUST_LOG={spec}: {e}"))?
+            let filter = EnvFilter::try_new(&spec).map_err(|e| format!("RUST_LOG={spec}: {e}"))?;
+            if spec.contains(START) {
+                filter
+            } else {
+                filter.add_directive(format!("{START}=info").parse().expect("a directive"))
+            }
         }
         _ => EnvFilter::new(level),
     };

@@ -119,6 +119,50 @@ fn daemon_logs_to_its_file_with_a_line_per_connection_and_debug_with_v() {
     assert!(log.contains("module m, path \"copy\""), "{log}");
 }
 
+/// Without -v, a connection is one INFO line as it ends: who, which
+/// module and path, what it asked, how it went, what it did.
+#[test]
+fn daemon_writes_one_info_line_per_connection() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    keys(dir);
+    let _daemon = start(dir, &[], None);
+    let log = log_with(dir, "listening on");
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"contents").unwrap();
+    let url = format!("accord://{}/m/copy", address(&log));
+    let out = Command::new(bin())
+        .args(["mirror", "-q", "--key"])
+        .arg(dir.join("client"))
+        .arg("--server-key")
+        .arg(dir.join("key.pub"))
+        .arg(&src)
+        .arg(&url)
+        .env("ACCORD_STATE_DIR", dir.join("client-state"))
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let log = log_with(dir, "closed after");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.contains("listening on"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    let line = lines[0];
+    assert!(line.contains(" INFO accord server: 127.0.0.1:"), "{line}");
+    assert!(
+        line.contains(
+            ": key \"client\", module m, path \"copy\", to write, done; 1 file written; "
+        ),
+        "{line}"
+    );
+    assert!(
+        line.contains(" bytes in, ") && line.ends_with(" bytes out"),
+        "{line}"
+    );
+}
+
 #[test]
 fn rust_log_chooses_the_daemons_levels() {
     let t = tempfile::tempdir().unwrap();

@@ -33,6 +33,20 @@ fn a_mirror_works_both_ways() {
     assert_same_tree(&src, &back);
     let received = json_field(&out.stdout, "bytes_received").as_u64().unwrap();
     assert!(received > 200_000, "bytes_received {received}");
+    // One line per session as it ends: who, what, how it went, what it did.
+    let pushed = "key \"test\", module rw, path \"copy\", to write, done; ";
+    d.wait_lines(pushed, 1, Duration::from_secs(5));
+    let fetched = "key \"test\", module rw, path \"copy\", to read, done; ";
+    d.wait_lines(fetched, 1, Duration::from_secs(5));
+    let lines = d.lines();
+    let line = lines.iter().find(|l| l.contains(pushed)).unwrap();
+    assert!(line.contains(" INFO "), "{line}");
+    assert!(
+        line.contains("files written; ") && line.contains(" bytes in, "),
+        "{line}"
+    );
+    let line = lines.iter().find(|l| l.contains(fetched)).unwrap();
+    assert!(line.contains("files sent; "), "{line}");
     assert!(d.log_has("authenticated as \"test\""));
 }
 
@@ -446,4 +460,55 @@ fn keygen_never_overwrites_a_key() {
     assert_eq!(std::fs::read(&w.client_key).unwrap(), before);
     let public = std::fs::read_to_string(pub_of(&w.client_key)).unwrap();
     assert!(public.starts_with("accord-x25519 ") && public.trim_end().ends_with(" test"));
+}
+
+/// A daemon that does not run as root (the package's service runs as its
+/// own user) does as rsync's receiver: it gives no file away and sets a
+/// group only where its user belongs to it; the push succeeds and its
+/// client says once that owners were not kept, not once per file.
+#[test]
+fn a_daemon_not_run_as_root_keeps_no_owners_and_its_client_says_so_once() {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new();
+    let d = w.start_unprivileged(&[]);
+    // Made after the world was handed to the daemon's user: root's files.
+    let src = w.path("src");
+    small_tree(&src, 11);
+    let in_users = src.join("in-users");
+    std::fs::write(&in_users, b"group users\n").unwrap();
+    if is_root() {
+        std::os::unix::fs::chown(&in_users, None, Some(100)).unwrap();
+    }
+    let out = w.mirror(&["--owner", s(&src), &d.url("rw/pushed")]);
+    assert_exit(&out, 0);
+    let pushed = w.rw.join("pushed");
+    let found = differences(&snapshot(&src), &snapshot(&pushed));
+    let other: Vec<_> = found
+        .iter()
+        .filter(|l| !l.ends_with("owner differs"))
+        .collect();
+    assert!(other.is_empty(), "{other:#?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said = err.matches("owners were not kept in ").count();
+    assert_eq!(said, 1, "{err}");
+    assert!(err.contains("its server does not run as root"), "{err}");
+    if is_root() {
+        // Written by nobody; the group asked for where nobody is in it.
+        let in_users = std::fs::metadata(pushed.join("in-users")).unwrap();
+        assert_eq!((in_users.uid(), in_users.gid()), (NOBODY, 100));
+        let hello = std::fs::metadata(pushed.join("hello.txt")).unwrap();
+        assert_eq!((hello.uid(), hello.gid()), (NOBODY, NOBODY));
+    }
+    let line = "key \"test\", module rw, path \"pushed\", to write, done; ";
+    d.wait_lines(line, 1, Duration::from_secs(5));
+    assert!(
+        d.log_has("owners not kept (not running as root)"),
+        "{:#?}",
+        d.lines()
+    );
+    // A second run changes nothing and says so again, once.
+    let out = w.mirror(&["--owner", s(&src), &d.url("rw/pushed")]);
+    assert_exit(&out, 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("owners were not kept in ").count(), 1, "{err}");
 }

@@ -24,9 +24,17 @@ pub const FEATURE_SYNC_IGNORE: u64 = 8;
 /// Feature bit: the server follows the links a sync's `--follow` patterns
 /// name on its side (request 33, `SyncFollow`).
 pub const FEATURE_SYNC_FOLLOW: u64 = 16;
+/// Feature bit: the server does not run as root, so it keeps no owners
+/// it is sent (groups only where its user belongs to them); asked for by
+/// a client that would tell its user so.
+pub const FEATURE_NO_OWNERS: u64 = 32;
 /// Every feature this build knows.
-pub const FEATURES: u64 =
-    FEATURE_ZSTD | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE | FEATURE_SYNC_FOLLOW;
+pub const FEATURES: u64 = FEATURE_ZSTD
+    | FEATURE_RENAME
+    | FEATURE_WATCH
+    | FEATURE_SYNC_IGNORE
+    | FEATURE_SYNC_FOLLOW
+    | FEATURE_NO_OWNERS;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -11,7 +11,9 @@ use accord_delta::DeltaStats;
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
-use accord_proto::hello::{FEATURES, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION};
+use accord_proto::hello::{
+    FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
+};
 use accord_proto::hello::{FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE};
 use accord_proto::limits;
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
@@ -88,6 +90,8 @@ pub struct RemoteReplica {
     /// The server follows a sync's `--follow` links on its side: it agreed
     /// to the feature.
     sync_follow: bool,
+    /// The server keeps the owners it is sent (it runs as root).
+    keeps_owners: bool,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -131,8 +135,12 @@ impl RemoteReplica {
         compress: Option<i32>,
     ) -> Result<RemoteReplica, ConnectError> {
         let zstd = if compress.is_some() { FEATURE_ZSTD } else { 0 };
-        let asked =
-            zstd | FEATURE_RENAME | FEATURE_WATCH | FEATURE_SYNC_IGNORE | FEATURE_SYNC_FOLLOW;
+        let asked = zstd
+            | FEATURE_RENAME
+            | FEATURE_WATCH
+            | FEATURE_SYNC_IGNORE
+            | FEATURE_SYNC_FOLLOW
+            | FEATURE_NO_OWNERS;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -187,6 +195,7 @@ impl RemoteReplica {
             watches: features & FEATURE_WATCH != 0,
             sync_ignore: features & FEATURE_SYNC_IGNORE != 0,
             sync_follow: features & FEATURE_SYNC_FOLLOW != 0,
+            keeps_owners: features & FEATURE_NO_OWNERS == 0,
         };
         if mode.writes() {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
@@ -206,6 +215,13 @@ impl RemoteReplica {
     }
 
     /// Bytes sent and received on the wire so far.
+    /// Whether the server keeps the owners it is sent: one that does not
+    /// run as root gives no file away (as rsync's receiver), and sets a
+    /// group only where its user belongs to it.
+    pub fn keeps_owners(&self) -> bool {
+        self.keeps_owners
+    }
+
     pub fn wire_bytes(&self) -> (u64, u64) {
         (
             self.conn.bytes_sent.load(Ordering::Relaxed),

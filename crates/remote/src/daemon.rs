@@ -16,8 +16,9 @@ use crate::budget::Pool;
 use crate::keys::{AuthorizedKeys, KeyPair, PublicKey};
 use crate::noise::{self, Deadline, DeadlineStream, HandshakeError, NoiseWriter};
 use crate::server::{serve, Memory, ServerConfig};
+use crate::tally::Tally;
 use accord_proto::hello::VERSION;
-use accord_proto::{Hello, HelloError, Refusal, Welcome};
+use accord_proto::{Hello, HelloError, Refusal, RootMode, Welcome};
 use accord_replica::LocalOptions;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -26,6 +27,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::{debug, error, info, warn};
 
 /// Longest a client may take, from its connection's arrival, over the
 /// handshake and its first request, all reads together: a real client
@@ -73,17 +75,24 @@ pub const DEFAULT_MAX_MEMORY_MIB: u64 = 256;
 const SESSION_RESERVE: u64 = 4 << 20;
 
 /// Bind, say where (one log line), and serve until the process ends.
+/// After that line, each connection gets one line when it ends: info for
+/// a session that did what it was asked (or a peer that left before its
+/// handshake), warn for one refused or failed, with why.
+/// Details (a key proved, the module opened) are debug lines.
 pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
     release_large_buffers();
     let listener = TcpListener::bind(&cfg.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    log(&format!(
-        "listening on {addr}; modules: {}; {} authorized keys; server key {}",
+    // Written whatever RUST_LOG says (the cli's logging::START): the line
+    // that says the daemon is ready, where, and with which key.
+    info!(
+        target: "accord_start",
+        "accord server: listening on {addr}; modules: {}; {} authorized keys; server key {}",
         cfg.modules.keys().cloned().collect::<Vec<_>>().join(", "),
         cfg.authorized.len(),
         cfg.key.public.to_line()
-    ));
+    );
     let admission = Admission::new(Limits {
         handshakes: cfg.max_handshakes,
         handshakes_per_address: cfg.max_handshakes_per_address,
@@ -101,7 +110,7 @@ pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
             Err(e) => {
                 // Out of descriptors, or a connection reset before it was
                 // accepted: wait a little rather than spin.
-                log(&format!("accept: {e}"));
+                warn!("accord server: cannot accept a connection: {e}");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -124,10 +133,6 @@ fn release_large_buffers() {
     }
 }
 
-fn log(line: &str) {
-    eprintln!("accord server: {line}");
-}
-
 struct Daemon {
     cfg: DaemonConfig,
     /// The places of pending handshakes and of sessions.
@@ -147,7 +152,7 @@ impl Daemon {
         let peer = addr.to_string();
         let slot = match self.admission.admit(admission::address_of(addr), &stream) {
             Ok(slot) => slot,
-            Err(why) => return log(&format!("{peer}: closed at once: {why}")),
+            Err(why) => return warn!("accord server: {peer}: closed at once: {why}"),
         };
         let daemon = self.clone();
         let name = format!("accord-session {peer}");
@@ -156,7 +161,7 @@ impl Daemon {
             .spawn(move || daemon.connection(stream, &peer, slot, accepted));
         if let Err(e) = spawned {
             // The closure, and the slot in it, were dropped.
-            log(&format!("cannot start a thread for a connection: {e}"));
+            error!("accord server: cannot start a thread for a connection: {e}");
         }
     }
 
@@ -164,7 +169,7 @@ impl Daemon {
     fn connection(&self, stream: TcpStream, peer: &str, slot: HandshakeSlot, accepted: Instant) {
         let run = std::panic::AssertUnwindSafe(|| self.session(stream, peer, slot, accepted));
         if std::panic::catch_unwind(run).is_err() {
-            log(&format!("{peer}: the session ended with an internal error"));
+            error!("accord server: {peer}: the session ended with an internal error");
         }
     }
 
@@ -186,11 +191,9 @@ impl Daemon {
             Ok(s) => s,
             Err(e) => return self.handshake_failed(&stream, peer, &slot, e),
         };
-        let outcome = self.authorized_session(&stream, session, peer, slot, accepted);
-        log(&format!(
-            "{peer}: closed after {:.1} s: {outcome}",
-            accepted.elapsed().as_secs_f64()
-        ));
+        let mut end = SessionEnd::default();
+        self.authorized_session(&stream, session, peer, slot, accepted, &mut end);
+        end.log(peer, accepted);
         let _ = stream.shutdown(Shutdown::Both);
     }
 
@@ -203,15 +206,15 @@ impl Daemon {
     ) {
         if let Some(why) = self.admission.cut_short(slot) {
             // What failed was our doing: say that instead.
-            return log(&format!("{peer}: closed: {why}"));
+            return warn!("accord server: {peer}: closed: {why}");
         }
         if let HandshakeError::Plaintext(began) = &mut e {
             began.extend(noise::what_came(stream));
         }
         match &e {
             // Gone, silent or too slow: nothing was refused.
-            HandshakeError::Io(_) => log(&format!("{peer}: closed: {e}")),
-            _ => log(&format!("{peer}: refused: {e}")),
+            HandshakeError::Io(_) => info!("accord server: {peer}: closed: {e}"),
+            _ => warn!("accord server: {peer}: refused: {e}"),
         }
         if let HandshakeError::Plaintext(began) = &e {
             tell_plaintext_client(stream, began);
@@ -219,10 +222,8 @@ impl Daemon {
         close_gently(stream);
     }
 
-    /// The encrypted part: check the client's key, find its module, serve.
-    /// What happened, for the log.
     /// The encrypted part: check the client's key, take a session's
-    /// place, find its module, serve. What happened, for the log.
+    /// place, find its module, serve. What happened goes into `end`.
     fn authorized_session(
         &self,
         stream: &TcpStream,
@@ -230,14 +231,15 @@ impl Daemon {
         peer: &str,
         slot: HandshakeSlot,
         accepted: Instant,
-    ) -> String {
+        end: &mut SessionEnd,
+    ) {
         let client = session.peer;
         let tick =
             (self.cfg.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
         let idle = Some(self.cfg.idle_timeout);
         let (mut reader, mut writer, activity) = match noise::split(stream, session, idle) {
             Ok(halves) => halves,
-            Err(e) => return format!("cannot set up the connection: {e}"),
+            Err(e) => return end.failed(format!("cannot set up the connection: {e}")),
         };
         let Some(name) = self.cfg.authorized.get(&client) else {
             let m = format!(
@@ -247,35 +249,36 @@ impl Daemon {
             refuse(&mut writer, Refusal::Denied, &m);
             drop(writer);
             close_gently(stream);
-            return format!("refused: unknown client key {}", client.to_line());
+            return end.refused(format!("unknown client key {}", client.to_line()));
         };
-        log(&format!(
-            "{peer}: authenticated as {name:?} ({})",
+        debug!(
+            "accord server: {peer}: authenticated as {name:?} ({})",
             short(&client)
-        ));
-        let _session_slot = match self.admission.authenticate(&slot) {
+        );
+        end.key = Some(name.to_string());
+        let session_slot = match self.admission.authenticate(&slot) {
             Ok(s) => s,
-            Err(NotAdmitted::Cut(why)) => return why,
+            Err(NotAdmitted::Cut(why)) => return end.failed(why),
             Err(NotAdmitted::Busy(m)) => {
                 // Said through the encrypted channel, to a known key only.
                 refuse(&mut writer, Refusal::Failed, &m);
                 drop(writer);
                 close_gently(stream);
-                return format!("refused: {m}");
+                return end.refused(m);
             }
         };
         drop(slot);
         let _ = stream.set_write_timeout(Some(self.cfg.idle_timeout));
         let request = self.read_request(stream, &mut reader, self.deadline(accepted, tick));
-        let outcome = match request {
-            Err(e) => format!("no request: {e}"),
-            Ok(hello) => self.serve_module(hello, reader, writer, peer),
-        };
-        format!(
-            "{outcome} ({} bytes in, {} out)",
+        match request {
+            Err(e) => end.failed(format!("no request: {e}")),
+            Ok(hello) => self.serve_module(hello, reader, writer, peer, end),
+        }
+        end.bytes = Some((
             activity.bytes_in.load(Ordering::Relaxed),
-            activity.bytes_out.load(Ordering::Relaxed)
-        )
+            activity.bytes_out.load(Ordering::Relaxed),
+        ));
+        drop(session_slot);
     }
 
     /// The client's first request, by the deadline; after it, reads wait
@@ -303,14 +306,16 @@ impl Daemon {
         reader: noise::NoiseReader,
         mut writer: NoiseWriter,
         peer: &str,
-    ) -> String {
+        end: &mut SessionEnd,
+    ) {
         let (hello, module) = match self.resolve(hello) {
             Ok(found) => found,
             Err(m) => {
                 refuse(&mut writer, Refusal::Denied, &m);
-                return format!("refused: {m}");
+                return end.refused(m);
             }
         };
+        let tally = Arc::new(Tally::default());
         let cfg = ServerConfig {
             restrict: module.as_ref().map(|(_, m)| m.path.clone()),
             read_only: module.as_ref().is_some_and(|(_, m)| m.read_only),
@@ -327,25 +332,29 @@ impl Daemon {
                 reserve: SESSION_RESERVE,
                 pool: Some(self.pool.clone()),
             },
+            tally: tally.clone(),
         };
         if let Some((name, _)) = &module {
-            log(&format!(
-                "{peer}: module {name}, path {:?}, {:?}",
+            let asked = format!(
+                "module {name}, path \"{}\", {}",
                 accord_model::escape_for_display(&hello.root),
-                hello.mode
-            ));
+                mode_words(hello.mode)
+            );
+            debug!("accord server: {peer}: {asked}");
+            end.asked = Some(asked);
         }
         // `serve` reads the handshake itself: hand it the one it will act
         // on (the path inside the module) ahead of the stream.
         let mut first = Vec::new();
         if let Err(e) = hello.write(&mut first) {
-            return format!("cannot pass the request on: {e}");
+            return end.failed(format!("cannot pass the request on: {e}"));
         }
         let reader = io::Cursor::new(first).chain(reader);
         match serve(Box::new(reader), Box::new(writer), &cfg) {
-            Ok(()) => "done".into(),
-            Err(why) => why,
+            Ok(()) => end.done(),
+            Err(why) => end.failed(why),
         }
+        end.tally = Some(tally);
     }
 
     /// The module a request names (the first component of its root) and
@@ -374,6 +383,82 @@ impl Daemon {
             .cloned()
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// How a session ended, gathered as it runs for its one line in the log.
+#[derive(Default)]
+struct SessionEnd {
+    /// The name of the client's key, once proved.
+    key: Option<String>,
+    /// The module, path and mode asked for.
+    asked: Option<String>,
+    /// What the session did.
+    tally: Option<Arc<Tally>>,
+    /// Bytes received and sent on the connection.
+    bytes: Option<(u64, u64)>,
+    outcome: Outcome,
+}
+
+#[derive(Default)]
+enum Outcome {
+    #[default]
+    Done,
+    Refused(String),
+    Failed(String),
+}
+
+impl SessionEnd {
+    fn done(&mut self) {
+        self.outcome = Outcome::Done;
+    }
+
+    fn refused(&mut self, why: String) {
+        self.outcome = Outcome::Refused(why);
+    }
+
+    fn failed(&mut self, why: String) {
+        self.outcome = Outcome::Failed(why);
+    }
+
+    /// The session's line: who, what it asked for, how it ended, what it
+    /// did; info when done, warn when refused or failed.
+    fn log(&self, peer: &str, accepted: Instant) {
+        let mut line = format!(
+            "{peer}: closed after {:.1} s:",
+            accepted.elapsed().as_secs_f64()
+        );
+        if let Some(key) = &self.key {
+            line.push_str(&format!(" key {key:?},"));
+        }
+        if let Some(asked) = &self.asked {
+            line.push_str(&format!(" {asked},"));
+        }
+        match &self.outcome {
+            Outcome::Done => line.push_str(" done"),
+            Outcome::Refused(why) => line.push_str(&format!(" refused: {why}")),
+            Outcome::Failed(why) => line.push_str(&format!(" failed: {why}")),
+        }
+        if let Some(tally) = &self.tally {
+            line.push_str(&format!("; {}", tally.words()));
+        }
+        if let Some((bytes_in, bytes_out)) = self.bytes {
+            line.push_str(&format!("; {bytes_in} bytes in, {bytes_out} bytes out"));
+        }
+        match self.outcome {
+            Outcome::Done => info!("accord server: {line}"),
+            _ => warn!("accord server: {line}"),
+        }
+    }
+}
+
+/// What a client asked to do with its root, in words.
+fn mode_words(mode: RootMode) -> &'static str {
+    match mode {
+        RootMode::Read => "to read",
+        RootMode::Write => "to write",
+        RootMode::Inspect => "to look at (a dry run)",
+        RootMode::WriteExisting => "to sync",
     }
 }
 

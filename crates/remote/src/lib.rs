@@ -14,11 +14,13 @@ mod errors;
 pub mod keys;
 mod mux;
 pub mod noise;
+mod owners;
 mod server;
 mod ssh;
 mod sync_client;
 mod sync_server;
 pub mod sync_wire;
+mod tally;
 mod tcp;
 mod watch_server;
 
@@ -30,4 +32,5 @@ pub use daemon::{run_daemon, split_module, DaemonConfig, Module, DEFAULT_MAX_MEM
 pub use daemon_config::{check_modules, parse_module_arg, ConfigFile};
 pub use server::{serve, Memory, ServerConfig};
 pub use ssh::{connect_ssh, parse_remote, RemoteSpec, SshOptions};
+pub use tally::Tally;
 pub use tcp::{connect_daemon, dial_daemon, DaemonOptions, Halves};

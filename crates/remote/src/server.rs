@@ -12,18 +12,21 @@
 use crate::budget::{Budget, Held, Pool};
 use crate::errors::{denied, io_error, over_budget, protocol, to_wire};
 use crate::mux::{ChunkCursor, Conn, Opened, Role};
+use crate::owners::OwnerLimits;
 use crate::sync_server::SyncServer;
+use crate::tally::Tally;
 use crate::watch_server::RootWatch;
 use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
 use accord_model::{Kind, RelPath};
 use accord_proto::codec::{put_failures, put_listing};
-use accord_proto::hello::{FEATURES, FEATURE_ZSTD, VERSION};
+use accord_proto::hello::{FEATURES, FEATURE_NO_OWNERS, FEATURE_ZSTD, VERSION};
 use accord_proto::msg::{encode_found, ListOptions};
 use accord_proto::{Basis, Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
 use accord_replica::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica, ReplicaDir};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 
 mod requests;
@@ -58,6 +61,8 @@ pub struct ServerConfig {
     /// on this host); `None`: the root's path, as over ssh.
     pub shown_as: Option<String>,
     pub memory: Memory,
+    /// What the session did, counted for the daemon's log.
+    pub tally: Arc<Tally>,
 }
 
 /// The memory one session's client may make it hold (bodies and
@@ -142,7 +147,11 @@ pub fn serve(
             return refuse(&mut *writer, why, not_opened(&hello.root, hello.mode, &e));
         }
     };
-    let features = hello.features & FEATURES;
+    let owners = OwnerLimits::of_this_process();
+    let mut features = hello.features & FEATURES;
+    if owners.keeps_owners() {
+        features &= !FEATURE_NO_OWNERS;
+    }
     Welcome::Accepted {
         version: VERSION,
         features,
@@ -167,6 +176,8 @@ pub fn serve(
             hello.mode == RootMode::Inspect,
         ),
         watch: RootWatch::new(replica.root().path(), cfg.archive_dir.as_deref()),
+        owners,
+        tally: &cfg.tally,
     };
     session.run();
     session.discard_temps();
@@ -273,6 +284,9 @@ struct Session<'a> {
     /// The root watched for a sync's `--watch` (started by the first
     /// `WaitChange`).
     watch: RootWatch,
+    /// The owner changes this process may make.
+    owners: OwnerLimits,
+    tally: &'a Tally,
 }
 
 type Reply = Result<Vec<u8>, WireError>;
@@ -576,9 +590,23 @@ impl Session<'_> {
         }
     }
 
+    /// Carry out one request within this process's owner limits, and
+    /// count it when it succeeds.
+    fn call(&self, stream: u32, req: &Request, body: Option<&mut dyn Read>) -> Reply {
+        let (limited, left_out) = self.owners.limit(req);
+        if left_out {
+            self.tally.owners_not_kept.store(true, Ordering::Relaxed);
+        }
+        let reply = self.dispatch(stream, &limited, body);
+        if reply.is_ok() {
+            self.tally.count(&limited);
+        }
+        reply
+    }
+
     /// Carry out one request: each kind is handed to its own function
     /// (in `requests.rs`), with the fields it needs.
-    fn call(&self, stream: u32, req: &Request, body: Option<&mut dyn Read>) -> Reply {
+    fn dispatch(&self, stream: u32, req: &Request, body: Option<&mut dyn Read>) -> Reply {
         match req {
             Request::Lock => self.lock(),
             Request::ListDir { dir, opts } => self.list(dir, opts),

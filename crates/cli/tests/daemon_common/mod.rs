@@ -33,6 +33,9 @@ pub fn pub_of(key: &Path) -> PathBuf {
     PathBuf::from(format!("{}.pub", key.display()))
 }
 
+/// The user id (and group id) of `nobody`.
+pub const NOBODY: u32 = 65534;
+
 /// Keys, modules and a config directory for one test.
 pub struct World {
     pub tmp: tempfile::TempDir,
@@ -67,15 +70,42 @@ impl World {
     }
 
     pub fn start(&self, extra: &[&str]) -> Daemon {
-        let mut cmd = Command::new(bin());
+        Daemon::start(self.daemon_command(Command::new(bin()), extra))
+    }
+
+    /// The daemon as a user that is not root, as the package's service
+    /// runs it: when the test runs as root, as `nobody` (its own group,
+    /// and `users`, group 100, besides), the world handed to that user.
+    pub fn start_unprivileged(&self, extra: &[&str]) -> Daemon {
+        if !is_root() {
+            return self.start(extra);
+        }
+        let chown = Command::new("chown")
+            .args(["-R", &format!("{NOBODY}:{NOBODY}"), s(self.tmp.path())])
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        let mut setpriv = Command::new("setpriv");
+        setpriv
+            .arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .arg("--groups=100")
+            .arg("--")
+            .arg(bin());
+        Daemon::start(self.daemon_command(setpriv, extra))
+    }
+
+    fn daemon_command(&self, mut cmd: Command, extra: &[&str]) -> Command {
         cmd.args(["server", "--listen", "127.0.0.1:0"])
             .args(["--module", &format!("rw={}", s(&self.rw))])
             .args(["--module", &format!("ro={}:ro", s(&self.ro))])
             .args(["--auth-keys", s(&self.path("server/authorized_keys"))])
             .args(["--key", s(&self.server_key)])
+            // Debug lines too: a session's module line, as it starts.
+            .arg("-v")
             .args(extra)
             .env("ACCORD_STATE_DIR", self.path("server-state"));
-        Daemon::start(cmd)
+        cmd
     }
 
     /// `accord mirror SRC accord://…/rw/NAME` with `key`, SRC a small tree.
@@ -204,7 +234,7 @@ impl Daemon {
         self.wait_lines(&needle, 1, Duration::from_secs(5));
         let lines = self.lines();
         let line = lines.iter().find(|l| l.contains(&needle)).unwrap();
-        let peer = line.trim_start_matches("accord server: ");
+        let peer = line.split("accord server: ").nth(1).unwrap();
         peer.split(": module").next().unwrap().to_string()
     }
 
