@@ -214,7 +214,6 @@ impl RemoteReplica {
         self
     }
 
-    /// Bytes sent and received on the wire so far.
     /// Whether the server keeps the owners it is sent: one that does not
     /// run as root gives no file away (as rsync's receiver), and sets a
     /// group only where its user belongs to it.
@@ -222,6 +221,7 @@ impl RemoteReplica {
         self.keeps_owners
     }
 
+    /// Bytes sent and received on the wire so far.
     pub fn wire_bytes(&self) -> (u64, u64) {
         (
             self.conn.bytes_sent.load(Ordering::Relaxed),
