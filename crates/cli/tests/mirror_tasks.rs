@@ -807,6 +807,15 @@ fn a_worker_without_a_run_serves_each_run_created() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("run first: the run is over"), "{err}");
     assert!(err.contains("run second: the run is over"), "{err}");
+    // One line per task, in words: what it copied, and how it ended.
+    let copied =
+        |l: &&str| l.contains(" INFO ") && l.contains("copying ") && l.contains(" files of ");
+    assert!(
+        err.lines().filter(copied).all(|l| l.contains(": done in ")),
+        "{err}"
+    );
+    assert!(err.lines().filter(copied).count() >= 2, "{err}");
+    assert!(err.lines().any(|l| l.contains("listing ")), "{err}");
 }
 
 /// A destination file linked to a name in another directory, where the

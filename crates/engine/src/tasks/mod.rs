@@ -29,6 +29,7 @@ pub(crate) mod memos;
 pub(crate) mod run;
 pub(crate) mod scan_dir;
 pub(crate) mod spec;
+pub(crate) mod task_log;
 
 pub use guard::{check_before_run, remember_source};
 pub use run::{error_on_one_line, error_problems, keys, workers};

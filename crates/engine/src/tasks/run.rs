@@ -389,7 +389,10 @@ fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
         Ok(t) => t,
         Err(e) => return ctx.queue.fail(lease, &format!("a corrupt task: {e}")),
     };
-    match crate::tasks::execute::run_task(ctx, &task) {
+    let started = std::time::Instant::now();
+    let result = crate::tasks::execute::run_task(ctx, &task);
+    crate::tasks::task_log::finished(&task, &result, started.elapsed());
+    match result {
         Ok(Outcome::Done | Outcome::Parked) => ctx.queue.ack(std::slice::from_ref(&lease.id)),
         Ok(Outcome::Later) => {
             ctx.queue.push(std::slice::from_ref(&lease.task))?;
