@@ -205,6 +205,12 @@ impl RemoteReplica {
         self
     }
 
+    /// `--bwlimit`: at most `rate` bytes a second sent, and as many
+    /// received, on the connection (0: no limit).
+    pub fn limit_rate(&self, rate: u64) {
+        self.conn.limit_rate(rate);
+    }
+
     /// Bytes sent and received on the wire so far.
     pub fn wire_bytes(&self) -> (u64, u64) {
         (

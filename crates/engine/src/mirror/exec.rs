@@ -57,6 +57,8 @@ pub(crate) struct Exec<'a> {
     /// `--link-dest`'s directory, opened (None: not asked for, or it
     /// cannot be opened: every file is then copied).
     pub link_dest: Option<accord_fsys::Root>,
+    /// `--bwlimit` with two local roots: the file data written is paced.
+    pub pace: Option<accord_fsys::Throttle>,
 }
 
 impl<'a> Exec<'a> {
@@ -84,6 +86,8 @@ impl<'a> Exec<'a> {
                 .link_dest
                 .as_deref()
                 .and_then(|p| accord_fsys::Root::open(p).ok()),
+            pace: (cfg.bwlimit > 0 && src.local_root().is_some() && dst.local_root().is_some())
+                .then(|| accord_fsys::Throttle::new(cfg.bwlimit)),
         }
     }
 

@@ -38,6 +38,24 @@ pub struct MirrorConfig {
     /// directory (an earlier snapshot) is made a hard link to it rather
     /// than a copy. Two local roots only.
     pub link_dest: Option<PathBuf>,
+    /// rsync's `-x` given this many times (0: cross mount points; 1: a
+    /// mount point is copied as an empty directory; 2: left out). No
+    /// deletion crosses a mount point in the destination.
+    pub one_file_system: u8,
+    /// `--bwlimit` in bytes per second (0: none): of the file data written
+    /// with two local roots (a remote root's connection is limited by the
+    /// cli).
+    pub bwlimit: u64,
+}
+
+impl MirrorConfig {
+    /// `-x` for one side whose root is on device `dev`.
+    pub fn same_fs(&self, dev: u64) -> Option<accord_fsys::SameFs> {
+        (self.one_file_system > 0).then_some(accord_fsys::SameFs {
+            dev,
+            mount_dirs: self.one_file_system == 1,
+        })
+    }
 }
 
 impl Default for MirrorConfig {
@@ -57,6 +75,8 @@ impl Default for MirrorConfig {
             jobs: 0,
             state_dir: None,
             link_dest: None,
+            one_file_system: 0,
+            bwlimit: 0,
         }
     }
 }

@@ -283,14 +283,16 @@ pub(crate) fn write(
         let xfer = match xfer {
             Some(xf) => xf,
             None => {
-                let c = accord_fsys::copy_data(&sf, &tf, s.size, s.looks_sparse(), x.cfg.reflink)
-                    .map_err(|e| {
-                    if e.kind() == io::ErrorKind::UnexpectedEof {
-                        Error::Changed(End::Read)
-                    } else {
-                        Error::io(Action::WriteTemp)(e)
-                    }
-                })?;
+                let size = (s.size, s.looks_sparse());
+                let c =
+                    accord_fsys::copy_data_paced(&sf, &tf, size, x.cfg.reflink, x.pace.as_ref())
+                        .map_err(|e| {
+                            if e.kind() == io::ErrorKind::UnexpectedEof {
+                                Error::Changed(End::Read)
+                            } else {
+                                Error::io(Action::WriteTemp)(e)
+                            }
+                        })?;
                 Xfer {
                     written: c.written,
                     literal: if c.cloned { 0 } else { s.size },
