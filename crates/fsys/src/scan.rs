@@ -1211,6 +1211,7 @@ mod tests {
             read_ignore_files: false,
             only_names: None,
             source: listing_memo.is_none(),
+            same_fs: None,
         }
     }
 
