@@ -235,6 +235,36 @@ fn x_over_ssh_matches_a_local_run() {
 }
 
 #[test]
+fn x_over_ssh_never_deletes_across_a_destination_mount_point() {
+    if !can_run() {
+        return;
+    }
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path();
+    let (src, want, got) = (p.join("src"), p.join("rsync"), p.join("accord"));
+    std::fs::create_dir_all(src.join("keep")).unwrap();
+    std::fs::write(src.join("keep/new"), b"new\n").unwrap();
+    let _w = destination_with_mounts(&want);
+    let _g = destination_with_mounts(&got);
+    age(&[&src, &want, &got]);
+    rsync(&[
+        "-aHAX",
+        "-x",
+        "--delete",
+        &format!("{}/", s(&src)),
+        s(&want),
+    ]);
+    let far = sshd.root(&got);
+    let o = remote_common::remote_mirror(&p.join("st"), &sshd.rsh(), &["-x", s(&src), &far]);
+    assert_exit(&o, 0);
+    assert!(got.join("keep/old").exists() && got.join("gone/g").exists());
+    assert_same(&want, &got, "-x, remote destination");
+}
+
+#[test]
 fn task_runs_refuse_x() {
     let (_t, src, dst, state) = roots();
     std::fs::create_dir_all(&src).unwrap();

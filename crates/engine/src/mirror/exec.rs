@@ -91,6 +91,14 @@ impl<'a> Exec<'a> {
         }
     }
 
+    /// `--bwlimit`: a delta rebuild or an in-place update wrote `bytes`
+    /// in one go; pay for them now (whole copies pay as they go).
+    pub fn pace_after(&self, bytes: u64) {
+        if let Some(t) = &self.pace {
+            t.pace(usize::try_from(bytes).unwrap_or(usize::MAX));
+        }
+    }
+
     /// A failure of `it`: per path, or fatal when the disk is full.
     pub fn fail_item(&self, it: &Item, e: Error) {
         if matches!(it.op, Op::Write(_)) {

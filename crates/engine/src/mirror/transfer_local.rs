@@ -263,6 +263,7 @@ pub(crate) fn write(
     let sf = open_source(sdir, it)?;
     if method == Method::InPlace {
         let xf = update_in_place(x, &sf, ddir, it)?;
+        x.pace_after(xf.written);
         x.count_done(it, xf);
         x.data_written(s.size);
         return Ok(None);
@@ -281,7 +282,10 @@ pub(crate) fn write(
             xfer = delta_to_temp(x.cfg.plan.transfer.delta, &sf, ddir, d, &tf, s)?;
         }
         let xfer = match xfer {
-            Some(xf) => xf,
+            Some(xf) => {
+                x.pace_after(xf.written);
+                xf
+            }
             None => {
                 let size = (s.size, s.looks_sparse());
                 let c =
