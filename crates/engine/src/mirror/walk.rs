@@ -8,7 +8,7 @@
 
 use crate::mirror::error::{Failure, Fatal};
 use crate::MirrorConfig;
-use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, Scan, ScanOptions};
+use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, SameFs, Scan, ScanOptions};
 use accord_model::{Entry, Kind, RelPath};
 use accord_plan::{DirInput, MirrorPlanner};
 use accord_replica::Error;
@@ -45,6 +45,8 @@ pub(crate) struct Walk<'a> {
     excluded: Mutex<HashSet<RelPath>>,
     src_root_read: AtomicBool,
     dst_root_read: AtomicBool,
+    /// `-x`: each side's file system (see `fence_mounts`).
+    same_fs: Option<(SameFs, SameFs)>,
 }
 
 impl<'a> Walk<'a> {
@@ -66,6 +68,9 @@ impl<'a> Walk<'a> {
             excluded: Mutex::new(HashSet::new()),
             src_root_read: AtomicBool::new(false),
             dst_root_read: AtomicBool::new(false),
+            same_fs: cfg
+                .same_fs(src.identity().0)
+                .zip(cfg.same_fs(dst.identity().0)),
         }
     }
 
@@ -133,16 +138,11 @@ impl<'a> Walk<'a> {
     /// and the destination-only entries inside one are kept (and treated
     /// as excluded below).
     fn fence_mounts(&self, v: &DirVisit, src: &mut Vec<&Entry>, dst: &mut Vec<&Entry>) {
-        let (s_fs, d_fs) = (
-            self.cfg.same_fs(self.src.identity().0),
-            self.cfg.same_fs(self.dst.identity().0),
-        );
-        let (Some(s_fs), Some(d_fs)) = (s_fs, d_fs) else {
+        let Some((s_fs, d_fs)) = self.same_fs else {
             return;
         };
-        let own = |l: Option<&Listing>, fs: accord_fsys::SameFs| {
-            l.is_some_and(|l| fs.is_mount_dir(&l.entries[0]))
-        };
+        let own =
+            |l: Option<&Listing>, fs: SameFs| l.is_some_and(|l| fs.is_mount_dir(&l.entries[0]));
         if own(v.src, s_fs) {
             src.clear();
         }
@@ -150,11 +150,15 @@ impl<'a> Walk<'a> {
             src.retain(|e| !s_fs.is_mount_dir(e));
         }
         let d_mount = own(v.dst, d_fs);
-        let in_src: HashSet<&RelPath> = src.iter().map(|e| &e.path).collect();
+        let in_src: HashMap<&RelPath, Kind> = src.iter().map(|e| (&e.path, e.kind)).collect();
         let mut excluded = self.excluded.lock().unwrap();
         dst.retain(|e| {
-            let kept =
-                !in_src.contains(&e.path) && (d_mount || d_fs.is_mount_dir(e) || own(v.src, s_fs));
+            let kept = match in_src.get(&e.path) {
+                // A mount point is never replaced (rsync: "cannot delete
+                // mount point"); writing over it fails and is reported.
+                Some(kind) => *kind != Kind::Dir && d_fs.is_mount_dir(e),
+                None => d_mount || d_fs.is_mount_dir(e) || own(v.src, s_fs),
+            };
             if kept && e.kind == Kind::Dir {
                 excluded.insert(e.path.clone());
             }
