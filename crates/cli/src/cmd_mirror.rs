@@ -103,6 +103,10 @@ pub struct MirrorArgs {
     /// directory with all it holds); DST's other entries are left alone.
     #[arg(long, value_name = "FILE", help_heading = "Selection")]
     files_from: Vec<PathBuf>,
+    /// Do not walk into other file systems: a mount point is copied as an
+    /// empty directory (-xx: left out); nothing across one in DST is deleted.
+    #[arg(short = 'x', long, action = clap::ArgAction::Count, help_heading = "Selection")]
+    one_file_system: u8,
     /// Read exclude patterns from FILE (gitignore syntax, `!` lines included).
     #[arg(long, value_name = "FILE", help_heading = "Selection")]
     exclude_from: Vec<PathBuf>,
@@ -185,6 +189,10 @@ pub struct MirrorArgs {
     /// Skip the fsyncs (faster; a crash may lose the latest writes).
     #[arg(long, help_heading = "Transfer")]
     no_fsync: bool,
+    /// Limit the I/O rate to RATE per second as rsync does (a plain number is
+    /// KiB; 100K, 1.5M, 1G; KB, MB: powers of 1000; 0: no limit).
+    #[arg(long, value_name = "RATE", help_heading = "Transfer")]
+    bwlimit: Option<String>,
     /// Worker threads (0 or unset: twice the cores, at least 4). At most
     /// 1024: each is an OS thread with its own stack and buffers, and more
     /// than that only adds memory and contention on any one machine.
@@ -429,6 +437,12 @@ fn check_roots_and_flags(args: &MirrorArgs) -> Result<Remotes, i32> {
     }
     check_backup(args)?;
     if args.tasks.asked() {
+        if args.one_file_system > 0 || args.bwlimit.is_some() {
+            return Err(usage(
+                "task runs (--executor tasks, --cluster) take neither -x (--one-file-system) \
+                 nor --bwlimit: run without --executor tasks (or --exclude the mount points)",
+            ));
+        }
         if remote.0.is_some() || remote.1.is_some() {
             return Err(usage(
                 "task runs (--executor tasks, --cluster) take local roots only",
@@ -500,6 +514,29 @@ pub fn parse_size(flag: &str, text: &str) -> Result<u64, i32> {
             "bad {flag} value {text:?}: use a size such as 4096, 100K, 1.5M or 2G"
         ))),
     }
+}
+
+/// `--bwlimit` in bytes per second: rsync's sizes, a plain number in KiB.
+fn bwlimit(text: &Option<String>) -> Result<u64, i32> {
+    let Some(t) = text.as_deref().map(str::trim) else {
+        return Ok(0);
+    };
+    let plain = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let rate = parse_size(
+        "--bwlimit",
+        &if plain {
+            format!("{t}K")
+        } else {
+            t.to_string()
+        },
+    )?;
+    // rsync's own floor: a rate below 512 bytes a second is taken as none.
+    if rate != 0 && rate < 512 {
+        return Err(usage(&format!(
+            "--bwlimit {t:?} is below 512 bytes a second: give 0 for no limit, or a larger rate"
+        )));
+    }
+    Ok(rate)
 }
 
 /// The bytes in one of a size's units (lower case), as rsync reads them.
@@ -580,6 +617,8 @@ fn mirror_config(
         state_dir: state_dir.clone(),
         link_dest: args.link_dest.as_ref().map(|d| link_dest_dir(&args.dst, d)),
         backup: backup_config(args)?,
+        one_file_system: args.one_file_system,
+        bwlimit: bwlimit(&args.bwlimit)?,
     };
     if let Some(rule) = state_dir
         .as_deref()
@@ -629,7 +668,7 @@ fn mirror_remote(
         (None, None) => unreachable!("one root is remote"),
     };
     let remote = match args.remote.connect(spec, mode) {
-        Ok(r) => Some(r),
+        Ok(r) => Some(r).inspect(|r| r.limit_rate(cfg.bwlimit)),
         Err(e) if mode == RootMode::Inspect && e.contains("No such file") => None,
         Err(e) => {
             eprintln!("accord mirror: {e}");

@@ -23,15 +23,25 @@ pub struct CopyStats {
 
 const FICLONE: libc::c_ulong = 0x4004_9409;
 
+use crate::throttle::{Throttle, PACED_CHUNK};
+
 fn changed() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "source changed during copy")
 }
 
 /// Copy `len` bytes at `[off, off+len)` from `src` to the same offset of `dst`.
-fn copy_range(src: &File, dst: &File, off: u64, len: u64, use_cfr: &mut bool) -> io::Result<()> {
+/// With `pace`, the bytes go a chunk at a time, each paid for.
+fn copy_range(
+    src: &File,
+    dst: &File,
+    (off, len): (u64, u64),
+    use_cfr: &mut bool,
+    pace: Option<&Throttle>,
+) -> io::Result<()> {
     let mut done = 0u64;
+    let most = pace.map_or(1 << 30, |_| PACED_CHUNK as u64);
     while done < len {
-        let want = (len - done).min(1 << 30) as usize;
+        let want = (len - done).min(most) as usize;
         if *use_cfr {
             let mut oi = (off + done) as libc::loff_t;
             let mut oo = (off + done) as libc::loff_t;
@@ -59,6 +69,7 @@ fn copy_range(src: &File, dst: &File, off: u64, len: u64, use_cfr: &mut bool) ->
                 return Err(changed());
             }
             done += r as u64;
+            pace.inspect(|t| t.pace(r as usize));
         } else {
             let mut buf = vec![0u8; want.min(1 << 20)];
             let n = pread(src, &mut buf, off + done)?;
@@ -67,6 +78,7 @@ fn copy_range(src: &File, dst: &File, off: u64, len: u64, use_cfr: &mut bool) ->
             }
             pwrite_all(dst, &buf[..n], off + done)?;
             done += n as u64;
+            pace.inspect(|t| t.pace(n));
         }
     }
     Ok(())
@@ -107,6 +119,18 @@ pub fn copy_data(
     size: u64,
     sparse: bool,
     reflink: Reflink,
+) -> io::Result<CopyStats> {
+    copy_data_paced(src, dst, (size, sparse), reflink, None)
+}
+
+/// `copy_data`, the bytes written paid for to `pace` (`--bwlimit`); a
+/// clone writes no data and is not paced.
+pub fn copy_data_paced(
+    src: &File,
+    dst: &File,
+    (size, sparse): (u64, bool),
+    reflink: Reflink,
+    pace: Option<&Throttle>,
 ) -> io::Result<CopyStats> {
     if size == 0 {
         return Ok(CopyStats::default());
@@ -158,13 +182,13 @@ pub fn copy_data(
                 break;
             }
             let end = seek(src, data, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
-            copy_range(src, dst, data, end - data, &mut use_cfr)?;
+            copy_range(src, dst, (data, end - data), &mut use_cfr, pace)?;
             written += end - data;
             pos = end;
         }
         dst.set_len(size)?;
     } else {
-        copy_range(src, dst, 0, size, &mut use_cfr)?;
+        copy_range(src, dst, (0, size), &mut use_cfr, pace)?;
         written = size;
     }
     Ok(CopyStats {

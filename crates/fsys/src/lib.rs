@@ -17,12 +17,13 @@ mod mapped;
 mod memo;
 mod rules;
 mod scan;
+mod throttle;
 pub mod watch;
 mod watch_rules;
 mod words;
 mod xattr;
 
-pub use copy::{copy_data, hash_file, write_sparse, CopyStats, Reflink};
+pub use copy::{copy_data, copy_data_paced, hash_file, write_sparse, CopyStats, Reflink};
 pub use follow::{
     flush_file, list_dir_following, open_dir_following, same_dir, FollowListing, FollowRules,
     Followed,
@@ -32,8 +33,9 @@ pub use memo::DigestMemo;
 pub use rules::{IgnoreRules, IGNORE_FILE, MAX_PATTERN, MAX_PATTERNS};
 pub use scan::{
     dir_entry, list_dir, list_dir_pair, list_opened_dir, read_ignore_file, scan, scan_pair,
-    walk_pair, DirVisit, Listing, Scan, ScanOptions,
+    walk_pair, DirVisit, Listing, SameFs, Scan, ScanOptions,
 };
+pub use throttle::{Throttle, PACED_CHUNK};
 pub use words::{io_words, IoWords};
 pub use xattr::XattrFilter;
 

@@ -30,6 +30,28 @@ pub struct ScanOptions<'a> {
     /// This is the source: its entries with names reserved for our own temp
     /// and recovery files are reported, since they are not copied.
     pub source: bool,
+    /// rsync's `-x`: stay on the root's file system (see `SameFs`).
+    pub same_fs: Option<SameFs>,
+}
+
+/// rsync's `-x` (`--one-file-system`) on one side of a paired walk. A
+/// subdirectory on another device than `dev` (a mount point) is not walked
+/// into. In a source it is listed, visited with its own entry alone (and
+/// no subdirectory pairs below it) when `mount_dirs` (`-x`), and left out
+/// of its parent's listing otherwise (`-xx`). In a destination it is
+/// listed, and no destination-only entry below it is walked (rsync never
+/// deletes across a mount point).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SameFs {
+    pub dev: u64,
+    pub mount_dirs: bool,
+}
+
+impl SameFs {
+    /// Is this entry a directory on another file system?
+    pub fn is_mount_dir(&self, e: &Entry) -> bool {
+        e.kind == Kind::Dir && e.dev != self.dev
+    }
 }
 
 impl<'a> ScanOptions<'a> {
@@ -43,6 +65,7 @@ impl<'a> ScanOptions<'a> {
             read_ignore_files: false,
             only_names: None,
             source,
+            same_fs: None,
         }
     }
 }
@@ -468,7 +491,15 @@ fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
     let mut listing = scan_dir_entries(&mut dir, &rel, ctx, None, None)?;
     ctx.keep_found(&mut listing);
     let entries = listing.entries;
-    let subdirs = subdir_names(&listing.subdirs)
+    let (mounts, walked): (Vec<Entry>, Vec<Entry>) = listing
+        .subdirs
+        .into_iter()
+        .partition(|e| ctx.across_mount(e));
+    let mounts = mounts.into_iter().map(|e| Node {
+        entries: vec![e],
+        subdirs: Vec::new(),
+    });
+    let mut subdirs: Vec<Node> = subdir_names(&walked)
         .into_par_iter()
         .filter_map(
             |(name, child)| match open_subdir(&dir, &name, &child, ctx) {
@@ -477,6 +508,8 @@ fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
             },
         )
         .collect();
+    subdirs.extend(mounts);
+    subdirs.sort_by(|a, b| a.entries[0].path.cmp(&b.entries[0].path));
     Some(Node { entries, subdirs })
 }
 
@@ -553,6 +586,9 @@ enum WalkSide {
     /// visited with its own entry alone, so it is neither mistaken for
     /// something to delete nor left without its properties.
     Unreadable(Entry),
+    /// A source directory on another file system (`-x`): visited with its
+    /// own entry alone, nothing below it walked.
+    MountPoint(Dir),
     Missing,
 }
 
@@ -570,6 +606,16 @@ fn read_side(
             entries: vec![me.clone()],
             ..Listing::default()
         }),
+        WalkSide::MountPoint(dir) => {
+            let mut free = Vec::new();
+            let (me, st) = own_entry(dir, rel, ctx, &mut free)?;
+            ctx.xattr_free.lock().unwrap().append(&mut free);
+            Some(Listing {
+                entries: vec![me],
+                ctimes: vec![st.ctime],
+                ..Listing::default()
+            })
+        }
         WalkSide::Missing => None,
     }
 }
@@ -592,9 +638,26 @@ fn walk_pair_dir(
         src: s_part.as_ref(),
         dst: d_part.as_ref(),
     });
+    if matches!(s, WalkSide::MountPoint(_)) {
+        return;
+    }
+    // `-x`: what only the destination holds across a mount point is kept
+    // (see `SameFs`), so it is not walked.
+    let d_mount = d_part
+        .as_ref()
+        .is_some_and(|l| dc.across_mount(&l.entries[0]));
     let subdirs = |part: Option<Listing>| part.map_or(Vec::new(), |l| l.subdirs);
     let (s_subs, d_subs) = (subdirs(s_part), subdirs(d_part));
-    let pairs = pair_subdirs(subdir_names(&s_subs), subdir_names(&d_subs));
+    let mut pairs = pair_subdirs(subdir_names(&s_subs), subdir_names(&d_subs));
+    if dc.opts.same_fs.is_some() {
+        let d_across = |i: usize| dc.across_mount(&d_subs[i]);
+        let mut di = 0;
+        pairs.retain(|(_, _, in_s, in_d)| {
+            let across = *in_d && d_across(di);
+            di += usize::from(*in_d);
+            *in_s || !(d_mount || across)
+        });
+    }
     let by_name = |subs: &[Entry], name: &[u8]| {
         subs.binary_search_by(|e| e.path.file_name().cmp(name))
             .ok()
@@ -606,7 +669,9 @@ fn walk_pair_dir(
         let (WalkSide::Open(dir), Some(me)) = (side, by_name(subs, name)) else {
             return WalkSide::Missing;
         };
+        let across = ctx.opts.source && ctx.across_mount(&me);
         match open_subdir(dir, name, child, ctx) {
+            Ok(sub) if across => WalkSide::MountPoint(sub),
             Ok(sub) => WalkSide::Open(sub),
             Err(_) => WalkSide::Unreadable(me),
         }
@@ -684,6 +749,17 @@ impl Listing {
 }
 
 impl Ctx<'_> {
+    /// `-xx`: a source directory on another file system is left out.
+    fn left_out_mount(&self, dev: u64) -> bool {
+        let f = self.opts.same_fs;
+        self.opts.source && f.is_some_and(|f| !f.mount_dirs && f.dev != dev)
+    }
+
+    /// A directory on another file system than the side's root (`-x`).
+    fn across_mount(&self, e: &Entry) -> bool {
+        self.opts.same_fs.is_some_and(|f| f.is_mount_dir(e))
+    }
+
     /// Keep what a listing found that the whole scan reports.
     fn keep_found(&self, l: &mut Listing) {
         if !l.stale_temps.is_empty() {
@@ -797,6 +873,9 @@ fn scan_dir_entries(
         };
         let is_dir = st.kind == Kind::Dir;
         if ctx.rules.is_excluded(&child, is_dir) {
+            continue;
+        }
+        if is_dir && ctx.left_out_mount(st.dev) {
             continue;
         }
         if is_dir {
@@ -1043,6 +1122,7 @@ mod tests {
             read_ignore_files: false,
             only_names: None,
             source: true,
+            same_fs: None,
         };
         let d = RelPath::new(b"d").unwrap();
         let (listing, _) = list_dir(&root, &d, &rules, &opts);
@@ -1085,6 +1165,7 @@ mod tests {
             read_ignore_files: false,
             only_names: None,
             source: true,
+            same_fs: None,
         };
         let later = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1130,6 +1211,7 @@ mod tests {
             read_ignore_files: false,
             only_names: None,
             source: listing_memo.is_none(),
+            same_fs: None,
         }
     }
 

@@ -75,6 +75,7 @@ fn scan_lists_kinds_skips_reserved_and_excluded() {
             read_ignore_files: true,
             only_names: None,
             source: true,
+            same_fs: None,
         },
     );
     let paths: Vec<String> = s.entries.iter().map(|e| e.path.display()).collect();

@@ -13,7 +13,7 @@
 //! and given every `.accordignore` a listing carries.
 
 use crate::client::{CallError, ReplyReader};
-use accord_fsys::IgnoreRules;
+use accord_fsys::{IgnoreRules, Listing, SameFs};
 use accord_model::RelPath;
 use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::msg::ListOptions;
@@ -79,6 +79,9 @@ pub struct Ahead {
     held: std::sync::atomic::AtomicU64,
     /// The rules of each side (source or not), once it asked for one.
     rules: Mutex<HashMap<bool, Arc<IgnoreRules>>>,
+    /// `-x` per side (source: true): nothing across a mount point is
+    /// asked for ahead.
+    fences: Mutex<HashMap<bool, SameFs>>,
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
     queue: Mutex<Queue>,
     more: Condvar,
@@ -91,6 +94,7 @@ impl Ahead {
             ask,
             held: std::sync::atomic::AtomicU64::new(0),
             rules: Mutex::new(HashMap::new()),
+            fences: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
             queue: Mutex::new(Queue::default()),
             more: Condvar::new(),
@@ -130,6 +134,29 @@ impl Ahead {
             }
             Err(e) => slot.fill(Err(e)),
         }
+    }
+
+    /// `-x` on one side (see `SameFs`): set by the walk before it lists.
+    pub fn fence(&self, source: bool, same_fs: Option<SameFs>) {
+        let mut fences = self.fences.lock().unwrap();
+        match same_fs {
+            Some(f) => fences.insert(source, f),
+            None => fences.remove(&source),
+        };
+    }
+
+    /// The subdirectories of `listing` to ask for ahead: none below a mount
+    /// point, and no mount point, under `-x`.
+    pub fn below<'l>(&self, source: bool, listing: &'l Listing) -> Vec<&'l RelPath> {
+        let fence = self.fences.lock().unwrap().get(&source).copied();
+        let Some(f) = fence else {
+            return listing.subdirs.iter().map(|e| &e.path).collect();
+        };
+        if listing.entries.first().is_some_and(|me| f.is_mount_dir(me)) {
+            return Vec::new();
+        }
+        let on_fs = listing.subdirs.iter().filter(|e| !f.is_mount_dir(e));
+        on_fs.map(|e| &e.path).collect()
     }
 
     /// Ask for the listings of these subdirectories (those the rules do
@@ -212,11 +239,14 @@ impl Ahead {
                 // The walk decodes and checks the whole listing when it
                 // takes it; here only what says what to ask for next.
                 let (dir, source) = &asked.key;
-                let (subdirs, ignore_file) = read_ahead_of(dir, bytes);
+                let (listing, ignore_file) = read_ahead_of(dir, bytes);
                 if let Some(contents) = ignore_file {
                     self.add_ignore_file(dir, *source, &asked.opts, &contents);
                 }
-                self.ask_all(subdirs.iter(), *source, &asked.opts);
+                if let Some(l) = listing {
+                    let subdirs = self.below(*source, &l);
+                    self.ask_all(subdirs.into_iter(), *source, &asked.opts);
+                }
             }
             asked.slot.fill(reply);
         }
@@ -239,12 +269,12 @@ impl Ahead {
 /// The subdirectories a listing reply names and the `.accordignore` it
 /// carries (nothing when it does not decode: the walk will say why when it
 /// takes it).
-fn read_ahead_of(dir: &RelPath, reply: &[u8]) -> (Vec<RelPath>, Option<Vec<u8>>) {
+fn read_ahead_of(dir: &RelPath, reply: &[u8]) -> (Option<Listing>, Option<Vec<u8>>) {
     let mut d = Dec::new(reply);
     let mut read = || -> Result<_, accord_proto::ProtoError> {
-        let subdirs = match d.bool("listing present")? {
-            true => get_listing(&mut d, dir)?.subdirs,
-            false => Vec::new(),
+        let listing = match d.bool("listing present")? {
+            true => Some(get_listing(&mut d, dir)?),
+            false => None,
         };
         get_failures(&mut d)?;
         d.bool("incomplete")?;
@@ -252,7 +282,7 @@ fn read_ahead_of(dir: &RelPath, reply: &[u8]) -> (Vec<RelPath>, Option<Vec<u8>>)
             true => Some(d.bytes(1 << 20, "ignore file")?.to_vec()),
             false => None,
         };
-        Ok((subdirs.into_iter().map(|e| e.path).collect(), ignore_file))
+        Ok((listing, ignore_file))
     };
     read().unwrap_or_default()
 }

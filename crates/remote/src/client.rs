@@ -221,6 +221,12 @@ impl RemoteReplica {
         self.keeps_owners
     }
 
+    /// `--bwlimit`: at most `rate` bytes a second sent, and as many
+    /// received, on the connection (0: no limit).
+    pub fn limit_rate(&self, rate: u64) {
+        self.conn.limit_rate(rate);
+    }
+
     /// Bytes sent and received on the wire so far.
     pub fn wire_bytes(&self) -> (u64, u64) {
         (
@@ -674,6 +680,9 @@ impl Replica for RemoteReplica {
         opts: &ScanOptions,
     ) -> (Option<Listing>, Scan) {
         let lopts = Self::list_options(rules, opts);
+        if dir.is_root() {
+            self.ahead.fence(opts.source, opts.same_fs);
+        }
         let key = (dir.clone(), opts.source);
         let (reply, asked_ahead) = match self.ahead.claim(&key) {
             Some(slot) => (self.ahead.take(&slot), true),
@@ -698,8 +707,8 @@ impl Replica for RemoteReplica {
                 // A listing asked for ahead had its subdirectories asked
                 // for as it arrived.
                 if let (Some(l), false) = (&listing, asked_ahead) {
-                    let subdirs = l.subdirs.iter().map(|e| &e.path);
-                    self.ahead.ask_all(subdirs, opts.source, &lopts);
+                    let subdirs = self.ahead.below(opts.source, l);
+                    self.ahead.ask_all(subdirs.into_iter(), opts.source, &lopts);
                 }
                 (listing, scan)
             }
@@ -708,6 +717,9 @@ impl Replica for RemoteReplica {
     }
 
     fn prefetch_dir(&self, dir: &RelPath, rules: &IgnoreRules, opts: &ScanOptions) {
+        if dir.is_root() {
+            self.ahead.fence(opts.source, opts.same_fs);
+        }
         self.ahead
             .ask(dir, opts.source, &Self::list_options(rules, opts));
     }

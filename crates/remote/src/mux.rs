@@ -30,6 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::budget::{Budget, Held, OverBudget};
 use crate::compress::{ZstdReader, ZstdWriter};
+use accord_fsys::{Throttle, PACED_CHUNK};
 
 /// Which end of the connection this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,6 +201,47 @@ pub struct Conn {
     /// Bytes written to and read from the transport (after compression).
     pub bytes_sent: Arc<AtomicU64>,
     pub bytes_received: Arc<AtomicU64>,
+    /// `--bwlimit`: the rate of the bytes written to the transport and of
+    /// those read from it, each on its own (reading slower holds the
+    /// peer's writes back through the transport's own flow control).
+    paced: [Arc<Throttle>; 2],
+}
+
+/// A transport end whose bytes are paced by a throttle: with a rate set,
+/// no call moves more than `PACED_CHUNK`, so a burst stays bounded.
+struct Paced<T> {
+    inner: T,
+    throttle: Arc<Throttle>,
+}
+
+impl<T> Paced<T> {
+    fn most(&self, len: usize) -> usize {
+        match self.throttle.rate() {
+            0 => len,
+            _ => len.min(PACED_CHUNK),
+        }
+    }
+}
+
+impl<R: Read> Read for Paced<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let most = self.most(buf.len());
+        let n = self.inner.read(&mut buf[..most])?;
+        self.throttle.pace(n);
+        Ok(n)
+    }
+}
+
+impl<W: Write> Write for Paced<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let most = self.most(buf.len());
+        let n = self.inner.write(&buf[..most])?;
+        self.throttle.pace(n);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// A transport end that counts the bytes through it.
@@ -268,6 +310,15 @@ impl Conn {
             inner: writer,
             bytes: bytes_sent.clone(),
         });
+        let paced = [Arc::new(Throttle::new(0)), Arc::new(Throttle::new(0))];
+        let reader: Box<dyn Read + Send> = Box::new(Paced {
+            inner: reader,
+            throttle: paced[0].clone(),
+        });
+        let writer: Box<dyn Write + Send> = Box::new(Paced {
+            inner: writer,
+            throttle: paced[1].clone(),
+        });
         let (reader, writer): (Box<dyn Read + Send>, Box<dyn Write + Send>) = match compress {
             Some(level) => (
                 Box::new(ZstdReader::new(reader)?),
@@ -294,6 +345,7 @@ impl Conn {
             budget,
             bytes_sent,
             bytes_received,
+            paced,
         });
         let c = conn.clone();
         std::thread::Builder::new()
@@ -304,6 +356,14 @@ impl Conn {
             .name("accord-send".into())
             .spawn(move || c.send_loop(writer))?;
         Ok(conn)
+    }
+
+    /// `--bwlimit`: at most `rate` bytes a second each way on the
+    /// transport from now on (0: no limit).
+    pub fn limit_rate(&self, rate: u64) {
+        for t in &self.paced {
+            t.set_rate(rate);
+        }
     }
 
     fn out_lock(&self) -> MutexGuard<'_, Outgoing> {

@@ -60,6 +60,8 @@ pub(crate) struct Exec<'a> {
     pub link_dest: Option<accord_fsys::Root>,
     /// `-b`: where the old versions go (None: not asked for, or a dry run).
     pub backups: Option<Backups>,
+    /// `--bwlimit` with two local roots: the file data written is paced.
+    pub pace: Option<accord_fsys::Throttle>,
 }
 
 impl<'a> Exec<'a> {
@@ -88,6 +90,16 @@ impl<'a> Exec<'a> {
                 .as_deref()
                 .and_then(|p| accord_fsys::Root::open(p).ok()),
             backups: Backups::new(cfg),
+            pace: (cfg.bwlimit > 0 && src.local_root().is_some() && dst.local_root().is_some())
+                .then(|| accord_fsys::Throttle::new(cfg.bwlimit)),
+        }
+    }
+
+    /// `--bwlimit`: a delta rebuild or an in-place update wrote `bytes`
+    /// in one go; pay for them now (whole copies pay as they go).
+    pub fn pace_after(&self, bytes: u64) {
+        if let Some(t) = &self.pace {
+            t.pace(usize::try_from(bytes).unwrap_or(usize::MAX));
         }
     }
 

@@ -41,6 +41,14 @@ pub struct MirrorConfig {
     pub link_dest: Option<PathBuf>,
     /// `-b`/`--backup`: keep what the run overwrites or deletes.
     pub backup: Option<Backup>,
+    /// rsync's `-x` given this many times (0: cross mount points; 1: a
+    /// mount point is copied as an empty directory; 2: left out). No
+    /// deletion crosses a mount point in the destination.
+    pub one_file_system: u8,
+    /// `--bwlimit` in bytes per second (0: none): of the file data written
+    /// with two local roots (a remote root's connection is limited by the
+    /// cli).
+    pub bwlimit: u64,
 }
 
 /// `-b`: where the old versions go, and the suffix added to their names.
@@ -65,6 +73,16 @@ pub enum BackupPlace {
     Outside(PathBuf),
 }
 
+impl MirrorConfig {
+    /// `-x` for one side whose root is on device `dev`.
+    pub fn same_fs(&self, dev: u64) -> Option<accord_fsys::SameFs> {
+        (self.one_file_system > 0).then_some(accord_fsys::SameFs {
+            dev,
+            mount_dirs: self.one_file_system == 1,
+        })
+    }
+}
+
 impl Default for MirrorConfig {
     fn default() -> Self {
         MirrorConfig {
@@ -83,6 +101,8 @@ impl Default for MirrorConfig {
             state_dir: None,
             link_dest: None,
             backup: None,
+            one_file_system: 0,
+            bwlimit: 0,
         }
     }
 }

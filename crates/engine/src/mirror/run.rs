@@ -359,6 +359,7 @@ impl Memos {
             read_ignore_files: cfg.ignore_files,
             only_names: None,
             source: true,
+            same_fs: None,
         }
     }
 
@@ -370,6 +371,7 @@ impl Memos {
             read_ignore_files: false,
             only_names: None,
             source: false,
+            same_fs: None,
         }
     }
 
@@ -411,7 +413,9 @@ fn walk_both(
     memos: &Memos,
     walk: &Walk,
 ) -> (Scan, Scan) {
-    let (s_opts, d_opts) = (memos.src_options(cfg), memos.dst_options(cfg));
+    let (mut s_opts, mut d_opts) = (memos.src_options(cfg), memos.dst_options(cfg));
+    s_opts.same_fs = cfg.same_fs(src.identity().0);
+    d_opts.same_fs = cfg.same_fs(dst.identity().0);
     let visit = |v: accord_fsys::DirVisit| walk.visit(v);
     if let (Some(s), Some(d)) = (src.local_root(), dst.local_root()) {
         return accord_fsys::walk_pair((s, s_rules, &s_opts), (d, d_rules, &d_opts), &visit);

@@ -263,6 +263,7 @@ pub(crate) fn write(
     let sf = open_source(sdir, it)?;
     if method == Method::InPlace {
         let xf = update_in_place(x, &sf, ddir, it)?;
+        x.pace_after(xf.written);
         x.count_done(it, xf);
         x.data_written(s.size);
         return Ok(None);
@@ -281,16 +282,21 @@ pub(crate) fn write(
             xfer = delta_to_temp(x.cfg.plan.transfer.delta, &sf, ddir, d, &tf, s)?;
         }
         let xfer = match xfer {
-            Some(xf) => xf,
+            Some(xf) => {
+                x.pace_after(xf.written);
+                xf
+            }
             None => {
-                let c = accord_fsys::copy_data(&sf, &tf, s.size, s.looks_sparse(), x.cfg.reflink)
-                    .map_err(|e| {
-                    if e.kind() == io::ErrorKind::UnexpectedEof {
-                        Error::Changed(End::Read)
-                    } else {
-                        Error::io(Action::WriteTemp)(e)
-                    }
-                })?;
+                let size = (s.size, s.looks_sparse());
+                let c =
+                    accord_fsys::copy_data_paced(&sf, &tf, size, x.cfg.reflink, x.pace.as_ref())
+                        .map_err(|e| {
+                            if e.kind() == io::ErrorKind::UnexpectedEof {
+                                Error::Changed(End::Read)
+                            } else {
+                                Error::io(Action::WriteTemp)(e)
+                            }
+                        })?;
                 Xfer {
                     written: c.written,
                     literal: if c.cloned { 0 } else { s.size },

@@ -8,7 +8,7 @@
 
 use crate::mirror::error::{Failure, Fatal};
 use crate::MirrorConfig;
-use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, Scan, ScanOptions};
+use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, SameFs, Scan, ScanOptions};
 use accord_model::{Entry, Kind, RelPath};
 use accord_plan::{DirInput, MirrorPlanner};
 use accord_replica::Error;
@@ -45,6 +45,8 @@ pub(crate) struct Walk<'a> {
     excluded: Mutex<HashSet<RelPath>>,
     src_root_read: AtomicBool,
     dst_root_read: AtomicBool,
+    /// `-x`: each side's file system (see `fence_mounts`).
+    same_fs: Option<(SameFs, SameFs)>,
 }
 
 impl<'a> Walk<'a> {
@@ -66,6 +68,9 @@ impl<'a> Walk<'a> {
             excluded: Mutex::new(HashSet::new()),
             src_root_read: AtomicBool::new(false),
             dst_root_read: AtomicBool::new(false),
+            same_fs: cfg
+                .same_fs(src.identity().0)
+                .zip(cfg.same_fs(dst.identity().0)),
         }
     }
 
@@ -108,6 +113,7 @@ impl<'a> Walk<'a> {
         dst.retain(|e| {
             !moved.contains(&e.path) && !self.excluded_here(e) && !self.protected(e, &src)
         });
+        self.fence_mounts(&v, &mut src, &mut dst);
         // `--checksum`: copies of this directory's entries with fingerprints.
         let hashed: (Vec<Entry>, Vec<Entry>);
         let (src, dst) = if self.cfg.plan.checksum {
@@ -124,6 +130,41 @@ impl<'a> Walk<'a> {
             src: &src,
             dst: &dst,
             stale_temps: v.dst.map_or(&[], |l| l.stale_temps.as_slice()),
+        });
+    }
+
+    /// `-x`: a source directory on another file system is copied empty
+    /// (its contents are neither read nor compared) or, with `-xx`, left
+    /// out; in the destination, nothing across a mount point is deleted,
+    /// as rsync does: a destination-only directory on another file system
+    /// and the destination-only entries inside one are kept (and treated
+    /// as excluded below).
+    fn fence_mounts(&self, v: &DirVisit, src: &mut Vec<&Entry>, dst: &mut Vec<&Entry>) {
+        let Some((s_fs, d_fs)) = self.same_fs else {
+            return;
+        };
+        let own =
+            |l: Option<&Listing>, fs: SameFs| l.is_some_and(|l| fs.is_mount_dir(&l.entries[0]));
+        if own(v.src, s_fs) {
+            src.clear();
+        }
+        if !s_fs.mount_dirs {
+            src.retain(|e| !s_fs.is_mount_dir(e));
+        }
+        let d_mount = own(v.dst, d_fs);
+        let in_src: HashMap<&RelPath, Kind> = src.iter().map(|e| (&e.path, e.kind)).collect();
+        let mut excluded = self.excluded.lock().unwrap();
+        dst.retain(|e| {
+            let kept = match in_src.get(&e.path) {
+                // A mount point is never replaced (rsync: "cannot delete
+                // mount point"); writing over it fails and is reported.
+                Some(kind) => *kind != Kind::Dir && d_fs.is_mount_dir(e),
+                None => d_mount || d_fs.is_mount_dir(e) || own(v.src, s_fs),
+            };
+            if kept && e.kind == Kind::Dir {
+                excluded.insert(e.path.clone());
+            }
+            !kept
         });
     }
 
@@ -350,6 +391,30 @@ fn walk_pair_of(
             l.subdirs.into_iter().map(|e| e.path).collect::<Vec<_>>()
         })
     };
+    // `-x` (see `Walk::fence_mounts`): nothing below a source mount point
+    // is walked, nor destination-only directories across one.
+    let across = |l: &Option<Listing>, opts: &ScanOptions| {
+        let fs = opts.same_fs;
+        l.as_ref()
+            .is_some_and(|l| fs.is_some_and(|f| f.is_mount_dir(&l.entries[0])))
+    };
+    if across(&s, src.2) {
+        return;
+    }
+    let d_mount = across(&d, dst.2);
+    let mut s = s;
+    if let (Some(l), Some(f)) = (&mut s, src.2.same_fs.filter(|f| !f.mount_dirs)) {
+        l.subdirs.retain(|e| !f.is_mount_dir(e));
+    }
+    let d_fences: HashSet<RelPath> = match (&d, dst.2.same_fs) {
+        (Some(l), Some(f)) => l
+            .subdirs
+            .iter()
+            .filter(|e| d_mount || f.is_mount_dir(e))
+            .map(|e| e.path.clone())
+            .collect(),
+        _ => HashSet::new(),
+    };
     let (s_subs, d_subs) = (names(s), names(d));
     let mut pairs: Vec<(RelPath, bool, bool)> = Vec::with_capacity(s_subs.len().max(d_subs.len()));
     let (mut a, mut b) = (s_subs.into_iter().peekable(), d_subs.into_iter().peekable());
@@ -369,6 +434,7 @@ fn walk_pair_of(
             None => break,
         }
     }
+    pairs.retain(|(child, in_s, _)| *in_s || !d_fences.contains(child));
     pairs.into_par_iter().for_each(|(child, in_s, in_d)| {
         walk_pair_of(src, dst, (&child, in_s, in_d), visit, found);
     });

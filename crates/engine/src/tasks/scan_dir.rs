@@ -94,6 +94,7 @@ pub(crate) fn options<'a>(ctx: &Ctx<'a>, source: bool) -> ScanOptions<'a> {
         read_ignore_files: false,
         only_names: None,
         source,
+        same_fs: None,
     }
 }
 

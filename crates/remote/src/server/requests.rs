@@ -361,6 +361,7 @@ impl Session<'_> {
             read_ignore_files: opts.read_ignore_files,
             only_names: None,
             source: opts.source,
+            same_fs: None,
         };
         let (listing, found) = self.replica.list_dir(dir, &rules, &sopts);
         let mut e = Enc::new();
