@@ -354,9 +354,19 @@ fn link_dest_links_what_rsync_links() {
     chmod(&src.join("sub/z.c"), 0o600);
     let o = mirror(
         &state,
-        &["--link-dest", "../1", s(&src), s(&ours.join("2"))],
+        &[
+            "--stats",
+            "--link-dest",
+            "../1",
+            s(&src),
+            s(&ours.join("2")),
+        ],
     );
     assert_exit(&o, 0);
+    // Linked files are counted as links, not as files written (as rsync).
+    let stats = text(&o.stdout);
+    assert!(stats.contains("Files written: 4\n"), "{stats}");
+    assert!(stats.contains("Hard links made: 10\n"), "{stats}");
     fs::create_dir_all(theirs.join("2")).unwrap();
     rsync(&["--link-dest=../1"], &src, &theirs.join("2"));
     assert_eq!(contents(&ours.join("2")), contents(&src));

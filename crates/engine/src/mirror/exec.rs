@@ -176,6 +176,7 @@ impl<'a> Exec<'a> {
     pub fn count_done(&self, it: &Item, xfer: Xfer) {
         let c = &self.counters;
         let counter = match it.op {
+            Op::Write(_) if xfer.linked => &c.links,
             Op::Write(_) => &c.files,
             Op::Link { .. } => &c.links,
             _ => &c.others,

@@ -91,6 +91,7 @@ fn rebuild(
                 written,
                 literal: written,
                 matched: new_len - written,
+                linked: false,
             })),
             Err(e) => Err(Modified(Error::io(Action::UpdateInPlace)(e))),
         };
@@ -137,6 +138,7 @@ fn rebuild(
         written,
         literal: stats.literal_bytes,
         matched: stats.matched_bytes,
+        linked: false,
     }))
 }
 
@@ -187,6 +189,7 @@ fn delta_to_temp(
             written: s.size,
             literal: stats.literal_bytes,
             matched: stats.matched_bytes,
+            linked: false,
         }));
     }
     let new_map = map(sf, s.size).map_err(Error::io(Action::ReadSource))?;
@@ -270,7 +273,11 @@ pub(crate) fn write(
     }
     if method == Method::Whole && it.dst.is_none() {
         if let Some(temp) = link_from_link_dest(x, ddir, it, s) {
-            return Ok(Some((temp, Xfer::default())));
+            let linked = Xfer {
+                linked: true,
+                ..Xfer::default()
+            };
+            return Ok(Some((temp, linked)));
         }
     }
     let (temp, tf) = ddir
@@ -301,6 +308,7 @@ pub(crate) fn write(
                     written: c.written,
                     literal: if c.cloned { 0 } else { s.size },
                     matched: if c.cloned { s.size } else { 0 },
+                    linked: false,
                 }
             }
         };

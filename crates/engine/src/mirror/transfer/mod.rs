@@ -50,6 +50,9 @@ pub(crate) struct Xfer {
     pub written: u64,
     pub literal: u64,
     pub matched: u64,
+    /// A hard link to `--link-dest`'s file was made: counted with the
+    /// links, not the files written (as rsync's `--stats`).
+    pub linked: bool,
 }
 
 /// What staging one batch gave: temps to commit, and items that met a full

@@ -222,6 +222,7 @@ pub(super) fn write_generic(
                 written: stats.literal_bytes,
                 literal: stats.literal_bytes,
                 matched: stats.matched_bytes,
+                linked: false,
             };
             let incoming = Incoming::Resume { delta: &delta };
             Started::new(ddir.start_receive(name, incoming, &s.props, x.mask()), xfer)
@@ -241,6 +242,7 @@ pub(super) fn write_generic(
                 written: n,
                 literal: n,
                 matched: 0,
+                linked: false,
             };
             Started::new(temp, xfer)
         }
@@ -255,6 +257,7 @@ pub(super) fn write_generic(
                 written: stats.literal_bytes,
                 literal: stats.literal_bytes,
                 matched: stats.matched_bytes,
+                linked: false,
             };
             if in_place {
                 ddir.patch_in_place(name, &expect_dst, &delta, &s.props, x.mask())?;
