@@ -51,7 +51,7 @@ enum Command {
     /// Two-way synchronisation of two roots (one of them may be remote), or of a profile.
     Sync(cmd_sync::SyncArgs),
     /// Make DST an exact copy of SRC.
-    Mirror(cmd_mirror::MirrorArgs),
+    Mirror(Box<cmd_mirror::MirrorArgs>),
     /// Signatures, deltas and patches of single files (rsync-style, with true in-place patching).
     Delta(cmd_delta::DeltaArgs),
     /// A union file system over FUSE.
@@ -108,7 +108,7 @@ fn main() {
         Command::Sync(args) => cmd_sync::run(args),
         Command::Mirror(args) => {
             let m = matches.subcommand_matches("mirror").unwrap_or(&matches);
-            cmd_mirror::run(args, m)
+            cmd_mirror::run(*args, m)
         }
         Command::Delta(args) => cmd_delta::run(args),
         Command::Union(args) => cmd_union::run(args),
