@@ -198,7 +198,8 @@ pub fn stat(stdout: &[u8], name: &str) -> u64 {
 
 /// The executor the mirror tests run under: with
 /// `ACCORD_TEST_MIRROR_EXECUTOR=tasks` every run the task executor can
-/// take (no executor named, no -n, -i, --json, no remote root) is made with
+/// take (no executor named, no -n, -i, --json, no -b, -x or --bwlimit,
+/// which task runs refuse, no remote root) is made with
 /// `--executor tasks`, so that scripts/test runs the same tests under both
 /// executors `accord mirror` has.
 fn executor_args(args: &[&str]) -> Vec<&'static str> {
@@ -220,9 +221,10 @@ fn executor_args(args: &[&str]) -> Vec<&'static str> {
                 | "--executor"
                 | "--cluster"
                 | "--link-dest"
-        ) || (a.starts_with('-')
-            && !a.starts_with("--")
-            && (a.contains('n') || a.contains('i') || a.contains('v')))
+        ) || ["--backup", "--suffix", "--bwlimit", "--one-file-system"]
+            .iter()
+            .any(|walk_flag| a.starts_with(walk_flag))
+            || (a.starts_with('-') && !a.starts_with("--") && a.contains(['n', 'i', 'v', 'b', 'x']))
             || a.contains(':')
     });
     match walk_only {
