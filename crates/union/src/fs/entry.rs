@@ -72,6 +72,7 @@ impl Op<'_> {
     /// namespace lock, so a transient miss is never cached as an absence; so does one that
     /// found a file while a directory moved (the path may have named another file).
     pub(super) fn do_lookup(&self, parent: u64, name: &OsStr) -> R<Option<FileAttr>> {
+        self.name_fits(name)?;
         let missing = |e: i32| e == libc::ENOENT || e == libc::ENOTDIR;
         for _ in 0..2 {
             let (mark, moves) = (self.ns_mark(), self.dirs_mark());
@@ -90,6 +91,26 @@ impl Op<'_> {
             Ok(st) => Ok(Some(self.counted(parent, name, &st))),
             Err(libc::ENOENT) => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// ENAMETOOLONG for a name no branch can hold, as the branch itself answers (a lookup
+    /// would otherwise say "no such file", and so would the stat, unlink or rename behind
+    /// it). Names of at most 255 bytes fit every Linux file system: only longer ones cost
+    /// a statfs of each branch.
+    fn name_fits(&self, name: &OsStr) -> R<()> {
+        const FITS_EVERYWHERE: usize = 255;
+        if name.len() <= FITS_EVERYWHERE {
+            return Ok(());
+        }
+        let longest = (self.table.branches.iter())
+            .filter_map(|b| sys::fstatvfs(b.fd()).ok())
+            .map(|s| s.f_namemax as usize)
+            .max()
+            .unwrap_or(FITS_EVERYWHERE);
+        match name.len() > longest {
+            true => Err(libc::ENAMETOOLONG),
+            false => Ok(()),
         }
     }
 
@@ -196,8 +217,23 @@ impl Op<'_> {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
         }
-        let st = self.resolved(|| self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc)))?;
-        Ok(self.attr(ino, &st))
+        match self.resolved(|| self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc))) {
+            Err(libc::ENOENT) => self.unlinked_but_open(ino),
+            st => Ok(self.attr(ino, &st?)),
+        }
+    }
+
+    /// A file whose every name is gone and that is still open (an fstat after unlink, which
+    /// sends no handle): its attributes through an open handle, with no links, as the branch
+    /// answers for a file of its own (a lower file hidden by a whiteout still has its name
+    /// in its branch).
+    fn unlinked_but_open(&self, ino: u64) -> R<FileAttr> {
+        let open = self.handles_r().values().find(|h| h.ino == ino).cloned();
+        let h = open.ok_or(libc::ENOENT)?;
+        let st = sys::fstat(h.file.as_raw_fd()).e()?;
+        let mut a = self.attr(ino, &st);
+        a.nlink = 0;
+        Ok(a)
     }
 
     pub(super) fn do_setattr(&self, ino: u64, a: SetAttr) -> R<FileAttr> {
