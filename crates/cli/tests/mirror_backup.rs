@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -98,17 +98,6 @@ fn contents(root: &Path) -> BTreeSet<(String, String)> {
     out
 }
 
-/// `accord mirror ARGS` with a private state directory (always the walk
-/// executor: task runs refuse -b).
-fn accord(state: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .arg("mirror")
-        .args(args)
-        .env("ACCORD_STATE_DIR", state)
-        .output()
-        .expect("run accord")
-}
-
 fn rsync(args: &[&str], src: &Path, dst: &Path) {
     let o = Command::new("rsync")
         .args(["-a", "--delete"])
@@ -147,7 +136,7 @@ fn same_as_rsync(flags: &[&str]) {
         args.extend(["--force", s(&src)]);
         let dst = ours.join("dst");
         args.push(s(&dst));
-        let o = accord(&state, &args);
+        let o = mirror_walk(&state, &args);
         assert_exit(&o, 0);
         assert_eq!(
             contents(&ours),
@@ -182,7 +171,7 @@ fn a_backup_is_a_link_of_the_old_version() {
     write(&dst.join("f"), b"old version", 1_500_000_000);
     write(&dst.join("f~"), b"older backup", 1_400_000_000);
     let old_ino = fs::metadata(dst.join("f")).unwrap().ino();
-    assert_exit(&accord(&state, &["-b", s(&src), s(&dst)]), 0);
+    assert_exit(&mirror_walk(&state, &["-b", s(&src), s(&dst)]), 0);
     let kept = fs::metadata(dst.join("f~")).unwrap();
     assert_eq!(
         kept.ino(),
@@ -207,7 +196,7 @@ fn a_backup_dir_inside_dst_is_left_out_of_the_mirror() {
     write(&src.join("bk/from-source"), b"not copied", 1_600_000_000);
     destination(&dst);
     write(&dst.join("bk/earlier"), b"an earlier run's", 1_500_000_000);
-    let o = accord(&state, &["--force", "--backup-dir", "bk", s(&src), s(&dst)]);
+    let o = mirror_walk(&state, &["--force", "--backup-dir", "bk", s(&src), s(&dst)]);
     assert_exit(&o, 0);
     let got = contents(&dst.join("bk"));
     let want: BTreeSet<(String, String)> = [
@@ -236,7 +225,7 @@ fn a_backup_dir_inside_dst_is_left_out_of_the_mirror() {
     from.retain(|(p, _)| !p.starts_with("bk"));
     assert_eq!(rest, from);
     // A second run changes nothing there.
-    let o = accord(&state, &["--backup-dir", "bk", s(&src), s(&dst)]);
+    let o = mirror_walk(&state, &["--backup-dir", "bk", s(&src), s(&dst)]);
     assert_exit(&o, 0);
     assert_eq!(contents(&dst.join("bk")), want);
 }
@@ -250,13 +239,13 @@ fn a_dry_run_makes_no_backup() {
     source(&src);
     destination(&dst);
     let before = contents(&dst);
-    let plain = accord(&state, &["-n", "--itemize", "--force", s(&src), s(&dst)]);
+    let plain = mirror_walk(&state, &["-n", "--itemize", "--force", s(&src), s(&dst)]);
     assert_exit(&plain, 0);
     for flags in [["-b", "--suffix=~"], ["--backup-dir", "../bak"]] {
         let mut args = vec!["-n", "--itemize", "--force"];
         args.extend(flags);
         args.extend([s(&src), s(&dst)]);
-        let o = accord(&state, &args);
+        let o = mirror_walk(&state, &args);
         assert_exit(&o, 0);
         assert_eq!(contents(&dst), before, "{flags:?}: the dry run changed DST");
         assert!(!p.join("bak").exists(), "{flags:?}: the dry run made bak");
@@ -282,7 +271,7 @@ fn refused_combinations_say_why() {
     ] {
         let mut all = args.to_vec();
         all.extend([s(&src), s(&dst)]);
-        let o = accord(&state, &all);
+        let o = mirror_walk(&state, &all);
         assert_exit(&o, 64);
         let err = text(&o.stderr);
         assert!(err.contains(words), "{args:?}: {err}");
@@ -310,7 +299,7 @@ fn backups_on_a_destination_over_ssh() {
         args.extend(["--force", s(&src)]);
         let mut local_args = args.clone();
         local_args.push(s(&local));
-        assert_exit(&accord(&p.join("state-l"), &local_args), 0);
+        assert_exit(&mirror_walk(&p.join("state-l"), &local_args), 0);
         let root = sshd.root(&remote);
         args.push(&root);
         let o = remote_mirror(&p.join("state-r"), &sshd.rsh(), &args);

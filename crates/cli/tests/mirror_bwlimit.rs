@@ -9,21 +9,11 @@ mod remote_common;
 
 use mirror_common::*;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// `accord mirror ARGS`, never as a task run (which refuses --bwlimit).
-fn accord(state: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .arg("mirror")
-        .args(args)
-        .env("ACCORD_STATE_DIR", state)
-        .output()
-        .expect("run accord")
 }
 
 const MIB: usize = 1 << 20;
@@ -55,7 +45,7 @@ fn local_copy_keeps_to_the_rate() {
     source(&src, 4);
     // A clone writes no data: this measures the bytes written.
     let args = ["--bwlimit", "1M", "--reflink", "never", s(&src), s(&dst)];
-    let (o, took) = timed(|| accord(&state, &args));
+    let (o, took) = timed(|| mirror_walk(&state, &args));
     assert_exit(&o, 0);
     assert!(differences(&snapshot(&src), &snapshot(&dst)).is_empty());
     assert!(
@@ -69,7 +59,7 @@ fn a_plain_number_is_kib_a_second() {
     let (_t, src, dst, state) = roots();
     source(&src, 2);
     let args = ["--bwlimit", "1024", "--reflink", "never", s(&src), s(&dst)];
-    let (o, took) = timed(|| accord(&state, &args));
+    let (o, took) = timed(|| mirror_walk(&state, &args));
     assert_exit(&o, 0);
     assert!(
         took >= least(2 * MIB, MIB),
@@ -86,7 +76,7 @@ fn a_plain_number_is_kib_a_second() {
         s(&src2),
         s(&dst2),
     ];
-    let (o, took) = timed(|| accord(&state2, &args));
+    let (o, took) = timed(|| mirror_walk(&state2, &args));
     assert_exit(&o, 0);
     assert!(took >= least(2 * MIB, 2_000_000), "took {took:?}");
 }
@@ -95,16 +85,16 @@ fn a_plain_number_is_kib_a_second() {
 fn zero_is_no_limit_and_bad_rates_are_usage_errors() {
     let (_t, src, dst, state) = roots();
     source(&src, 1);
-    let o = accord(&state, &["--bwlimit", "0", s(&src), s(&dst)]);
+    let o = mirror_walk(&state, &["--bwlimit", "0", s(&src), s(&dst)]);
     assert_exit(&o, 0);
     assert!(differences(&snapshot(&src), &snapshot(&dst)).is_empty());
     for bad in ["1X", "fast", "100b", "5Q"] {
-        let o = accord(&state, &["--bwlimit", bad, s(&src), s(&dst)]);
+        let o = mirror_walk(&state, &["--bwlimit", bad, s(&src), s(&dst)]);
         assert_exit(&o, 64);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("--bwlimit"), "{bad}: {err}");
     }
-    let o = accord(
+    let o = mirror_walk(
         &state,
         &["--bwlimit", "1M", "--executor", "tasks", s(&src), s(&dst)],
     );

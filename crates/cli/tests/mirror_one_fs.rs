@@ -9,7 +9,7 @@ mod remote_common;
 
 use mirror_common::*;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -21,17 +21,6 @@ fn rsync(args: &[&str]) {
         .status()
         .expect("run rsync");
     assert!(st.success(), "rsync {args:?} failed");
-}
-
-/// `accord mirror ARGS` with a private state directory, as `mirror` but
-/// never with the task executor (which refuses -x: see its own test).
-fn accord(state: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .arg("mirror")
-        .args(args)
-        .env("ACCORD_STATE_DIR", state)
-        .output()
-        .expect("run accord")
 }
 
 /// Give every entry under `roots` one old modification time: rsync leaves
@@ -105,7 +94,7 @@ fn x_copies_a_source_mount_point_empty_and_deletes_nothing_inside() {
         &format!("{}/", s(&src)),
         s(&want),
     ]);
-    let o = accord(&p.join("state"), &["-x", s(&src), s(&got)]);
+    let o = mirror_walk(&p.join("state"), &["-x", s(&src), s(&got)]);
     assert_exit(&o, 0);
     assert!(
         !got.join("mnt/m").exists(),
@@ -117,7 +106,7 @@ fn x_copies_a_source_mount_point_empty_and_deletes_nothing_inside() {
     );
     assert_same(&want, &got, "-x");
     // Run again: nothing to do, nothing lost.
-    let o = accord(&p.join("state"), &["-x", s(&src), s(&got), "--json"]);
+    let o = mirror_walk(&p.join("state"), &["-x", s(&src), s(&got), "--json"]);
     assert_exit(&o, 0);
     assert_eq!(json_field(&o.stdout, "files_transferred"), 0);
     assert_same(&want, &got, "-x, second run");
@@ -144,7 +133,7 @@ fn xx_leaves_a_source_mount_point_out() {
     ]);
     // rsync deletes DST's mnt (the source's is left out): that is most of
     // this small destination, so the deletion guard asks for --force.
-    let o = accord(&p.join("state"), &["-xx", "--force", s(&src), s(&got)]);
+    let o = mirror_walk(&p.join("state"), &["-xx", "--force", s(&src), s(&got)]);
     assert_exit(&o, 0);
     assert!(!got.join("mnt").exists());
     assert_same(&want, &got, "-xx");
@@ -159,7 +148,7 @@ fn without_x_the_mount_is_copied() {
     let p = t.path();
     let (src, got) = (p.join("src"), p.join("accord"));
     let _m = source_with_mount(&src);
-    let o = accord(&p.join("state"), &[s(&src), s(&got)]);
+    let o = mirror_walk(&p.join("state"), &[s(&src), s(&got)]);
     assert_exit(&o, 0);
     assert_eq!(std::fs::read(got.join("mnt/sub/s")).unwrap(), b"deeper\n");
 }
@@ -194,7 +183,7 @@ fn x_never_deletes_across_a_destination_mount_point() {
         let _g = destination_with_mounts(&got);
         age(&[&src, &want, &got]);
         rsync(&["-aHAX", x, "--delete", &format!("{}/", s(&src)), s(&want)]);
-        let o = accord(&p.join("state"), &[x, s(&src), s(&got)]);
+        let o = mirror_walk(&p.join("state"), &[x, s(&src), s(&got)]);
         assert_exit(&o, 0);
         assert_eq!(std::fs::read(got.join("keep/new")).unwrap(), b"new\n");
         assert!(got.join("keep/old").exists() && got.join("gone/g").exists());
@@ -268,7 +257,7 @@ fn x_over_ssh_never_deletes_across_a_destination_mount_point() {
 fn task_runs_refuse_x() {
     let (_t, src, dst, state) = roots();
     std::fs::create_dir_all(&src).unwrap();
-    let o = accord(&state, &["-x", "--executor", "tasks", s(&src), s(&dst)]);
+    let o = mirror_walk(&state, &["-x", "--executor", "tasks", s(&src), s(&dst)]);
     assert_exit(&o, 64);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--one-file-system"), "{err}");

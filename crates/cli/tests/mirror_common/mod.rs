@@ -103,9 +103,17 @@ pub fn roots() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
 
 /// Run `accord mirror ARGS` with a private state directory.
 pub fn mirror(state: &Path, args: &[&str]) -> Output {
+    let mut all = executor_args(args);
+    all.extend_from_slice(args);
+    mirror_walk(state, &all)
+}
+
+/// Run `accord mirror ARGS` as `mirror` does, but never as a task run
+/// whatever `ACCORD_TEST_MIRROR_EXECUTOR` says (for options task runs
+/// refuse, and the runs compared with them).
+pub fn mirror_walk(state: &Path, args: &[&str]) -> Output {
     Command::new(bin())
         .arg("mirror")
-        .args(executor_args(args))
         .args(args)
         .env("ACCORD_STATE_DIR", state)
         .output()
