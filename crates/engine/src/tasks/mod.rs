@@ -138,6 +138,17 @@ impl Task {
         }
     }
 
+    /// The task in words: what it does and its first path, with how many
+    /// more ("copying big0 (and 5 more)").
+    pub fn in_words(&self) -> String {
+        let paths = self.paths();
+        let first = paths.first().map(|p| p.display()).unwrap_or_default();
+        match paths.len() {
+            0 | 1 => format!("{} {first}", self.kind()),
+            n => format!("{} {first} (and {} more)", self.kind(), n - 1),
+        }
+    }
+
     /// The paths the task is about, for messages.
     pub fn paths(&self) -> Vec<&RelPath> {
         match self {

@@ -412,13 +412,7 @@ fn run_lease(ctx: &Ctx, lease: &Lease) -> Result<(), QueueError> {
 /// line (`error_on_one_line`); a local run shows the problems alone, as
 /// the walk shows its failures (`error_problems`).
 fn describe(task: &Task, problems: &Problems) -> String {
-    let paths = task.paths();
-    let first = paths.first().map(|p| p.display()).unwrap_or_default();
-    let more = match paths.len() {
-        0 | 1 => String::new(),
-        n => format!(" (and {} more)", n - 1),
-    };
-    let mut m = format!("{} {first}{more}:\n{}", task.kind(), problems.lines());
+    let mut m = format!("{}:\n{}", task.in_words(), problems.lines());
     m.truncate(accord_queue::MAX_ERROR);
     m
 }

@@ -12,36 +12,38 @@ use std::time::Duration;
 
 /// Log how `task` ended after `took`.
 pub(crate) fn finished(task: &Task, result: &Result<Outcome, TaskError>, took: Duration) {
-    let what = words(task);
+    // The words are made inside each macro: only when its level is on, so
+    // a process that keeps no log pays nothing per task.
     let secs = took.as_secs_f64();
     match result {
-        Ok(Outcome::Done) => tracing::info!("{what}: done in {secs:.2} s"),
-        Ok(Outcome::Parked) => {
-            tracing::info!("{what}: waiting for the tasks it depends on ({secs:.2} s)")
+        Ok(Outcome::Done) => tracing::info!("{}: done in {secs:.2} s", words(task)),
+        Ok(Outcome::Parked) => tracing::info!(
+            "{}: waiting for the tasks it depends on ({secs:.2} s)",
+            words(task)
+        ),
+        Ok(Outcome::Later) => {
+            tracing::debug!("{}: put back for later ({secs:.2} s)", words(task))
         }
-        Ok(Outcome::Later) => tracing::debug!("{what}: put back for later ({secs:.2} s)"),
         Err(TaskError::Failed(problems)) => tracing::warn!(
-            "{what}: failed after {secs:.2} s ({}); it is tried again, or set aside",
+            "{}: failed after {secs:.2} s ({}); it is tried again, or set aside",
+            words(task),
             problems.lines().replace('\n', "; ")
         ),
         Err(TaskError::Fatal(problems)) => tracing::error!(
-            "{what}: the run cannot go on ({})",
+            "{}: the run cannot go on ({})",
+            words(task),
             problems.lines().replace('\n', "; ")
         ),
-        Err(TaskError::Queue(e)) => {
-            tracing::warn!("{what}: the queue could not be reached ({e}); the task is handed on")
-        }
+        Err(TaskError::Queue(e)) => tracing::warn!(
+            "{}: the queue could not be reached ({e}); the task is handed on",
+            words(task)
+        ),
     }
 }
 
 /// "copying photos/a.jpg (and 119 more), 120 files of 3566912 bytes".
 fn words(task: &Task) -> String {
-    let paths = task.paths();
-    let first = paths.first().map(|p| p.display()).unwrap_or_default();
-    let mut out = format!("{} {first}", task.kind());
-    if paths.len() > 1 {
-        out += &format!(" (and {} more)", paths.len() - 1);
-    }
+    let mut out = task.in_words();
     if let Task::Files { items, .. } = task {
         let written = items.iter().filter(|i| matches!(i.op, Op::Write(_)));
         let (files, bytes) = written.fold((0u64, 0u64), |(n, b), i| {
