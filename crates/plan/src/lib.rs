@@ -21,7 +21,9 @@ mod links;
 pub mod plan_edit;
 pub mod reconcile;
 mod renames;
+pub mod replica_set;
 pub mod sync_guard;
+pub mod version_vector;
 
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update, UNKNOWN_OWNER};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
@@ -32,7 +34,12 @@ pub use reconcile::{
     Moved, OutOfOrder, Override, PathUpdate, Policy, Preference, ReconcileOptions, Side, SideState,
     SyncItem,
 };
+pub use replica_set::{
+    reconcile_set, settle_path, Offer, Outcome, PathOffers, Receive, SetConflict, SetInputError,
+    SetItem, SetOptions, SetPolicy, SetPreference, Settled, Version,
+};
 pub use sync_guard::{check_deletions, SideCounts, SyncRefusal};
+pub use version_vector::{VectorError, VersionVector, MAX_REPLICAS};
 
 use accord_model::{Entry, Expect, Kind, RelPath};
 
