@@ -35,9 +35,11 @@ mod codec;
 mod error;
 mod lock;
 mod schema;
+mod versions;
 
 pub use error::ArchiveError;
 pub use schema::FORMAT_VERSION;
+pub use versions::{VersionCounts, MAX_VERSION_COUNTS};
 
 use accord_model::{Observed, RelPath};
 use lock::{LockAttempt, PairLock};
@@ -268,7 +270,7 @@ impl Archive {
     }
 }
 
-fn make_state_dir(state_dir: &Path) -> Result<(), ArchiveError> {
+pub(crate) fn make_state_dir(state_dir: &Path) -> Result<(), ArchiveError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -280,7 +282,7 @@ fn make_state_dir(state_dir: &Path) -> Result<(), ArchiveError> {
         })
 }
 
-fn take_lock(lock_file: &Path) -> Result<PairLock, ArchiveError> {
+pub(crate) fn take_lock(lock_file: &Path) -> Result<PairLock, ArchiveError> {
     let attempt = PairLock::try_take(lock_file).map_err(|source| ArchiveError::Io {
         file: lock_file.to_path_buf(),
         source,
@@ -294,7 +296,7 @@ fn take_lock(lock_file: &Path) -> Result<PairLock, ArchiveError> {
     }
 }
 
-fn open_locked(
+pub(crate) fn open_locked(
     file: PathBuf,
     lock: PairLock,
     this_root: &[u8],
@@ -337,7 +339,7 @@ fn check_no_hidden_keys(connection: &Connection, file: &Path) -> Result<(), Arch
 
 /// Move a damaged archive aside and remove its log files: a log left beside
 /// a new database must never be replayed into it.
-fn set_aside(files: &PairFiles) -> Result<(), ArchiveError> {
+pub(crate) fn set_aside(files: &PairFiles) -> Result<(), ArchiveError> {
     let moved = std::fs::rename(&files.archive, &files.set_aside);
     ignore_missing(moved, &files.archive)?;
     for suffix in ["-wal", "-shm", "-journal"] {

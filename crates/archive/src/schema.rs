@@ -179,10 +179,15 @@ fn check_tables(connection: &Connection, file: &Path) -> Result<(), ArchiveError
         .map_err(|error| ArchiveError::damaged(file, format!("its schema: {error}")))?;
     // SQLite's own index of a primary key (no SQL text) may be listed.
     found.retain(|(kind, _, sql)| !(kind == "index" && sql.is_none()));
-    let expected = [
+    // A set's archive (more than two replicas) has a table of versions
+    // too (`versions.rs`); a pair's has none.
+    let mut expected = vec![
         ("table", "entries", CREATE_ENTRIES),
         ("table", "meta", CREATE_META),
     ];
+    if found.iter().any(|(_, name, _)| name == "versions") {
+        expected.push(("table", "versions", crate::versions::CREATE_VERSIONS));
+    }
     let matches = found.len() == expected.len()
         && found.iter().zip(expected).all(|(got, want)| {
             got.0 == want.0 && got.1 == want.1 && got.2.as_deref() == Some(want.2)
