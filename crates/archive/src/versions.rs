@@ -186,7 +186,7 @@ fn encode_counts(counts: &[(u8, u64)]) -> Vec<u8> {
 /// [`MAX_VERSION_COUNTS`] (their order and values are checked where they
 /// are given a meaning).
 fn decode_counts(bytes: &[u8]) -> Result<VersionCounts, String> {
-    if bytes.len() % PAIR_LEN != 0 || bytes.len() / PAIR_LEN > MAX_VERSION_COUNTS {
+    if !bytes.len().is_multiple_of(PAIR_LEN) || bytes.len() / PAIR_LEN > MAX_VERSION_COUNTS {
         return Err(format!("a stored vector of {} bytes", bytes.len()));
     }
     Ok(bytes

@@ -56,12 +56,17 @@ pub struct SyncArgs {
     a: PathBuf,
     /// The second root (B): an existing directory, local or remote.
     b: PathBuf,
+    /// More roots (C, D …): all the roots are synced in one run, with the
+    /// semantics of two generalised (see the sync semantics document).
+    /// Local roots only for now; the run is batch.
+    #[arg(value_name = "ROOT")]
+    pub(crate) more: Vec<PathBuf>,
 
     /// Ask nothing: conflicts are skipped and listed (without a terminal a
     /// run is always batch; on one, the plan is shown to be edited first).
     /// Unison's -batch.
     #[arg(long)]
-    batch: bool,
+    pub(crate) batch: bool,
     /// Unison's -auto: on a terminal, carry out the changes that are not
     /// conflicts without showing them, and show only the conflicts to be
     /// resolved (none: nothing is shown). The changes are listed as they
@@ -74,7 +79,7 @@ pub struct SyncArgs {
     /// On a terminal the plan can still be edited first. Two local roots
     /// only.
     #[arg(short = 'n', long)]
-    dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Sync only PATH (relative to the roots; repeatable), as Unison's
     /// -path: what lies outside every PATH is left alone on both sides;
     /// the directories on the way to one are synced, not their other
@@ -84,11 +89,11 @@ pub struct SyncArgs {
     /// Resolve conflicts: the side A or B, the newer or the older mtime,
     /// or one of the two roots as written (as Unison's -prefer).
     #[arg(long, value_name = "A|B|newer|older|ROOT")]
-    prefer: Option<String>,
+    pub(crate) prefer: Option<String>,
     /// Make the other side equal to this one everywhere, this run only:
     /// A, B, or one of the two roots as written (as Unison's -force).
     #[arg(long, value_name = "A|B|ROOT")]
-    force: Option<String>,
+    pub(crate) force: Option<String>,
     /// Fingerprint (BLAKE3) every file instead of trusting size, mtime,
     /// ctime and inode.
     #[arg(short = 'c', long)]
@@ -106,13 +111,13 @@ pub struct SyncArgs {
     /// kept beside it on both as NAME.conflict-HOST-DATE (HOST: its side's
     /// host; DATE: its mtime, UTC).
     #[arg(long)]
-    keep_both: bool,
+    pub(crate) keep_both: bool,
     /// Keep every version a sync overwrites or deletes on a side in
     /// .accord-backup/ at the top of that root, as RELPATH.~N~ (the
     /// highest N the newest; a hard link, no data copied).
     /// .accord-backup is never synced.
     #[arg(long)]
-    backup: bool,
+    pub(crate) backup: bool,
     /// Give each conflict between two regular files (changed on both
     /// sides, permissions and other synced properties alike) to the
     /// program CMD, run here by sh -c with these words replaced by
@@ -125,7 +130,7 @@ pub struct SyncArgs {
     /// CURRENTARCH is not offered. In the interactive mode only the
     /// conflicts marked with 'm' are merged.
     #[arg(long, value_name = "CMD")]
-    merge: Option<String>,
+    pub(crate) merge: Option<String>,
     /// With --merge: kill the program (and what it started) after this
     /// many seconds; the conflict stays. 0: no limit.
     #[arg(
@@ -198,14 +203,14 @@ pub struct SyncArgs {
     ignorecase: IgnoreCaseArg,
     /// Print one JSON object with the run's results on stdout at the end.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Print only conflicts and errors.
     #[arg(short = 'q', long)]
-    quiet: bool,
+    pub(crate) quiet: bool,
     /// Keep the pair in sync: after this run, watch both roots and sync
     /// again whenever something changes, until SIGINT or SIGTERM.
     #[arg(long)]
-    watch: bool,
+    pub(crate) watch: bool,
     /// With --watch: seconds between syncs when a root cannot be watched
     /// (the kernel's inotify watch limit reached, or a remote root whose
     /// host cannot watch it or whose watch connection failed).
@@ -233,7 +238,7 @@ pub(crate) fn default_archive_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/accord"))
 }
 
-fn usage(msg: &str) -> i32 {
+pub(crate) fn usage(msg: &str) -> i32 {
     eprintln!("accord sync: {msg}\nFor more information, try 'accord sync --help'.");
     exit::USAGE
 }
@@ -252,7 +257,7 @@ fn parse_max_delete(text: &str) -> Option<MaxDelete> {
 }
 
 /// A root's remote address, if it is one (`Err`: a malformed one).
-fn remote_spec(root: &Path) -> Result<Option<RemoteSpec>, String> {
+pub(crate) fn remote_spec(root: &Path) -> Result<Option<RemoteSpec>, String> {
     match root.to_str() {
         Some(text) => accord_remote::parse_remote(text),
         // Not UTF-8: a local path (no host name is written so).
@@ -280,7 +285,7 @@ fn preference(args: &SyncArgs, value: &str) -> Option<Preference> {
     }
 }
 
-fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
+pub(crate) fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     let Some(max_delete) = parse_max_delete(&args.max_delete) else {
         return Err(usage(&format!(
             "bad --max-delete value {:?}: use N or P%",
@@ -328,14 +333,15 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
             (args.merge_timeout > 0).then(|| std::time::Duration::from_secs(args.merge_timeout));
         cfg.merge = Some(MergeProgram::new(command, limit).map_err(|e| usage(&e))?);
     }
-    if let Some(force) = &args.force {
+    // A set's policies name its roots otherwise (`cmd_sync_set.rs`).
+    if let Some(force) = args.force.as_ref().filter(|_| args.more.is_empty()) {
         cfg.force = Some(side_named(args, force).ok_or_else(|| {
             usage(&format!(
                 "--force {force:?}: name a side, A or B, or one of the two roots as written"
             ))
         })?);
     }
-    if let Some(prefer) = &args.prefer {
+    if let Some(prefer) = args.prefer.as_ref().filter(|_| args.more.is_empty()) {
         cfg.prefer = Some(preference(args, prefer).ok_or_else(|| {
             usage(&format!(
                 "--prefer {prefer:?}: A or B, newer or older, or one of the two roots as written"
@@ -346,7 +352,19 @@ fn config(args: &SyncArgs) -> Result<SyncConfig, i32> {
     Ok(cfg)
 }
 
+impl SyncArgs {
+    /// Every root, in the order written.
+    pub(crate) fn roots(&self) -> Vec<PathBuf> {
+        let mut roots = vec![self.a.clone(), self.b.clone()];
+        roots.extend(self.more.iter().cloned());
+        roots
+    }
+}
+
 pub fn run(args: SyncArgs) -> i32 {
+    if !args.more.is_empty() {
+        return crate::cmd_sync_set::run(&args);
+    }
     let specs = match (remote_spec(&args.a), remote_spec(&args.b)) {
         (Ok(a), Ok(b)) => [a, b],
         (Err(e), _) | (_, Err(e)) => return usage(&e),

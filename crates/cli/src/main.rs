@@ -9,6 +9,7 @@ mod cmd_keygen;
 mod cmd_mirror;
 mod cmd_server;
 mod cmd_sync;
+mod cmd_sync_set;
 mod cmd_tasks;
 mod cmd_union;
 mod cmd_worker;

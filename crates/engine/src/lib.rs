@@ -5,6 +5,9 @@
 //! - `sync/`: the two-way sync ([`sync`], [`SyncConfig`], [`SyncReport`]):
 //!   each side's detection against its archive (the replica crate's
 //!   `SideSession`), reconciliation, propagation.
+//! - `set/`: a sync of more than two replicas ([`sync_set`], [`SetReport`]):
+//!   each replica's detection against its archive of the set, with version
+//!   vectors; reconciliation of the set; propagation through `sync/`'s.
 //! - `tasks/`: the task model of a parallel or distributed mirror and its
 //!   executors (worker threads in this process, `accord worker` over Redis).
 //!
@@ -16,6 +19,7 @@
 
 mod mirror;
 mod progress;
+mod set;
 mod sync;
 pub mod tasks;
 
@@ -27,6 +31,7 @@ pub use accord_plan::{ConflictReason, EditRefused, PlanEdit, Preference, SyncIte
 pub mod sync_plan {
     pub use accord_plan::{winner, Action, Choice, Side};
 }
+pub use accord_plan::{utc_stamp, Receive, SetConflict, SetPreference};
 pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,
     MirrorPlan, Op, Refusal, Selection, Summary as PlanSummary, TransferOptions,
@@ -41,6 +46,9 @@ pub use mirror::error::{Failure, Fatal, MIRROR_WORDS};
 pub use mirror::run::{mirror, mirror_replicas, open_local_root};
 pub use mirror::{Backup, BackupPlace, MirrorConfig, Report};
 pub use progress::Progress;
+pub use set::{
+    sync_set, SetChange, SetConflictReport, SetFailure, SetPolicies, SetReport, SetRoot, Unreached,
+};
 pub use sync::merge_program::{MergeFailure, MergeProgram};
 pub use sync::propagate::MergeNow;
 pub use sync::{

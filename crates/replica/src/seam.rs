@@ -113,6 +113,17 @@ pub trait Replica: Send + Sync {
         Err(SideFailure::Failed(SideCause::Unsupported))
     }
 
+    /// This replica's side of a sync of more than two replicas, the set
+    /// named `set` (every root's identity): its archive of the set, with
+    /// version vectors, opened and locked on its own host.
+    fn open_set_side(
+        &self,
+        _set: &[u8],
+        _archive_dir: &Path,
+    ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
+        Err(SideFailure::Failed(SideCause::Unsupported))
+    }
+
     /// The root directory on this host's file system, for a replica
     /// that is one (a local root, or a view of one such as `--follow`'s):
     /// the jobs then copy between two of them with their local fast paths

@@ -51,6 +51,19 @@ impl Scanned {
         }
     }
 
+    /// What a propagation of items made by another plan than a pair's
+    /// (a set's) needs: the ctimes to record, nothing else.
+    pub fn of_ctimes(ctimes: Vec<(RelPath, [Time; 2])>) -> Scanned {
+        Scanned {
+            updates: Vec::new(),
+            ctimes,
+            counts: [SideCounts::default(); 2],
+            failures: Vec::new(),
+            archives_lost: false,
+            case: None,
+        }
+    }
+
     /// Let go of the updates once the plan is made: the plan's items hold
     /// what propagation needs, and a first sync has an update per path.
     pub fn forget_updates(&mut self) {

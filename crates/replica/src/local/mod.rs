@@ -5,6 +5,7 @@ mod dir;
 mod direct;
 pub use dir::LocalDir;
 pub(crate) mod follow;
+mod set_side;
 pub(crate) mod side;
 
 use crate::error::{Action, End, Error};
@@ -196,6 +197,14 @@ impl Replica for LocalReplica {
         archive_dir: &Path,
     ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
         Ok(Box::new(LocalSide::open(self, other, archive_dir)?))
+    }
+
+    fn open_set_side(
+        &self,
+        set: &[u8],
+        archive_dir: &Path,
+    ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
+        Ok(Box::new(LocalSide::open_set(self, set, archive_dir)?))
     }
 
     fn can_rename(&self) -> bool {

@@ -12,14 +12,14 @@ use crate::side::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan,
 use accord_archive::{Archive, ArchiveError, Cursor};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Kind, Observed, PathFailure, RelPath, Time};
-use accord_plan::{detect, DetectOptions, Detection, Update};
+use accord_plan::{detect, DetectOptions, Detection, Update, VersionVector};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// A replica of this host's side of a sync.
 pub struct LocalSide<'a> {
     replica: &'a LocalReplica,
-    archive: Archive,
+    pub(super) archive: Archive,
     created: bool,
     rules: Option<SyncRules>,
     /// The last scan's matcher, with the `.accordignore` files it read:
@@ -29,6 +29,8 @@ pub struct LocalSide<'a> {
     /// recorded what they led to (the replica crate's side/follow.rs): the lookups fail the
     /// paths beneath them.
     unfollowed: std::cell::RefCell<Vec<RelPath>>,
+    /// The archive is a set's, with version vectors.
+    pub(super) set: bool,
 }
 
 impl<'a> LocalSide<'a> {
@@ -45,14 +47,22 @@ impl<'a> LocalSide<'a> {
             Err(e) if e.is_damaged() => Archive::recreate(archive_dir, &this, other)?,
             result => result?,
         };
-        let created = archive.was_created();
+        LocalSide::with_archive(replica, archive, false)
+    }
+
+    pub(super) fn with_archive(
+        replica: &'a LocalReplica,
+        archive: Archive,
+        set: bool,
+    ) -> Result<LocalSide<'a>, SideFailure> {
         Ok(LocalSide {
             replica,
+            created: archive.was_created(),
             archive,
-            created,
             rules: None,
             matcher: side_matcher(None)?,
             unfollowed: Default::default(),
+            set,
         })
     }
 }
@@ -66,6 +76,9 @@ impl SideSession for LocalSide<'_> {
         let mut batch = self.archive.batch()?;
         batch.remove(&RelPath::root())?;
         batch.remove_subtree(&RelPath::root())?;
+        if self.set {
+            batch.clear_versions()?;
+        }
         Ok(batch.commit()?)
     }
 
@@ -136,17 +149,26 @@ impl SideSession for LocalSide<'_> {
     }
 
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
-        let mut batch = self.archive.batch()?;
-        for record in records {
-            match record {
-                ArchiveRecord::Put(observed) => batch.put(observed)?,
-                ArchiveRecord::Remove(path) => {
-                    batch.remove(path)?;
-                    batch.remove_subtree(path)?;
-                }
-            }
-        }
-        Ok(batch.commit()?)
+        self.record_versions_unchecked(records, &[])
+    }
+
+    fn count_run(&mut self) -> Result<u64, SideFailure> {
+        self.require_set()?;
+        Ok(self.archive.count_run()?)
+    }
+
+    fn versions(&mut self) -> Result<Vec<(RelPath, VersionVector)>, SideFailure> {
+        self.require_set()?;
+        self.checked_versions()
+    }
+
+    fn record_versions(
+        &mut self,
+        records: &[ArchiveRecord],
+        versions: &[(RelPath, VersionVector)],
+    ) -> Result<(), SideFailure> {
+        self.require_set()?;
+        self.record_versions_unchecked(records, versions)
     }
 }
 

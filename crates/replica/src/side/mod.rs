@@ -16,6 +16,7 @@ pub mod scratch;
 
 use accord_archive::ArchiveError;
 use accord_model::{Observed, PathFailure, RelPath, Time};
+use accord_plan::VersionVector;
 use accord_plan::{detect, DetectOptions, Detection, SideCounts, Update};
 use rules::SyncRules;
 use std::path::Path;
@@ -159,6 +160,31 @@ pub trait SideSession: Send {
     fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure>;
     /// Apply `records` in one transaction.
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure>;
+
+    /// In a sync of more than two replicas (a side opened with
+    /// `Replica::open_set_side`): count one more run of this replica,
+    /// durably, before anything is recorded; the count is what this run's
+    /// changes of this replica count as (the plan crate's
+    /// `version_vector.rs`).
+    fn count_run(&mut self) -> Result<u64, SideFailure> {
+        Err(SideFailure::Failed(SideCause::Unsupported))
+    }
+
+    /// In a sync of more than two replicas: every version vector the
+    /// archive holds, in `RelPath` order, checked.
+    fn versions(&mut self) -> Result<Vec<(RelPath, VersionVector)>, SideFailure> {
+        Err(SideFailure::Failed(SideCause::Unsupported))
+    }
+
+    /// In a sync of more than two replicas: apply `records` and store
+    /// `versions`, in one transaction.
+    fn record_versions(
+        &mut self,
+        _records: &[ArchiveRecord],
+        _versions: &[(RelPath, VersionVector)],
+    ) -> Result<(), SideFailure> {
+        Err(SideFailure::Failed(SideCause::Unsupported))
+    }
 }
 
 /// The bytes that name a root of this host in archives: a name of the

@@ -1,0 +1,437 @@
+//! `accord sync A B C …`: a sync of more than two roots in one run
+//! (`accord_engine::sync_set`). The roots are named A, B, C … in the order
+//! written, in what is printed and in `--prefer`/`--force` (which also take
+//! a root as written).
+//!
+//! What a run of two roots does and a set does not do yet is refused with a
+//! usage error rather than done another way: remote roots, `--keep-both`,
+//! `--backup`, `--merge`, `--watch`, renames and hard links as such (a
+//! renamed file travels as a copy and a deletion), the interactive mode (a
+//! set's run is always batch: conflicts are listed and left alone).
+
+use crate::cmd_sync::{config, usage, SyncArgs};
+use crate::exit;
+use accord_engine::{
+    LocalReplica, Receive, Replica, SetChange, SetConflict, SetConflictReport, SetPolicies,
+    SetPreference, SetReport, SetRoot, Unreached,
+};
+use accord_model::{Entry, Kind};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// A root was left out: it could not be reached; the others were synced.
+pub const UNREACHED: i32 = 4;
+
+/// Run a sync of the roots `args` names (more than two).
+pub fn run(args: &SyncArgs) -> i32 {
+    let roots = args.roots();
+    if let Err(why) = refused_options(args, &roots) {
+        return usage(&why);
+    }
+    if let Some(why) = nested(&roots) {
+        eprintln!("accord sync: {why}");
+        return exit::FATAL;
+    }
+    let policies = match policies(args, &roots) {
+        Ok(policies) => policies,
+        Err(why) => return usage(&why),
+    };
+    let cfg = match config(args) {
+        Ok(cfg) => cfg,
+        Err(code) => return code,
+    };
+    let opened: Vec<Result<LocalReplica, Unreached>> = roots.iter().map(|r| open(r)).collect();
+    let names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    let set_roots: Vec<SetRoot<'_>> = names
+        .iter()
+        .zip(&opened)
+        .map(|(name, opened)| SetRoot {
+            name: name.clone(),
+            replica: match opened {
+                Ok(replica) => Ok(replica as &dyn Replica),
+                Err(unreached) => Err(Unreached {
+                    identity: unreached.identity.clone(),
+                    why: unreached.why.clone(),
+                }),
+            },
+        })
+        .collect();
+    let report = accord_engine::sync_set(&set_roots, &cfg, policies);
+    let letters = letters(&roots);
+    if args.json {
+        print_json(&report, &letters, &names);
+    } else {
+        print_text(&report, &letters, &names, args.quiet);
+    }
+    exit_code(&report)
+}
+
+fn refused_options(args: &SyncArgs, roots: &[PathBuf]) -> Result<(), String> {
+    for root in roots {
+        if let Ok(Some(_)) | Err(_) = crate::cmd_sync::remote_spec(root) {
+            return Err(format!(
+                "{}: a sync of more than two roots takes local roots only for now; sync a \
+                 remote root with one of them in a run of two",
+                root.display()
+            ));
+        }
+    }
+    let not_yet = [
+        (args.keep_both, "--keep-both"),
+        (args.backup, "--backup"),
+        (args.merge.is_some(), "--merge"),
+        (args.watch, "--watch"),
+    ];
+    match not_yet.iter().find(|(given, _)| *given) {
+        Some((_, flag)) => Err(format!(
+            "{flag} is not built yet for a sync of more than two roots; run it with two"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Open a local root; one that cannot be opened is not reached this run
+/// (a disk not mounted), named by its path as written, made absolute.
+fn open(root: &Path) -> Result<LocalReplica, Unreached> {
+    LocalReplica::open(root).map_err(|error| {
+        let absolute = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        Unreached {
+            identity: accord_engine::local_identity(&absolute),
+            why: format!("cannot open it: {}", accord_fsys::io_words(&error)),
+        }
+    })
+}
+
+/// One root inside another would copy itself into itself.
+fn nested(roots: &[PathBuf]) -> Option<String> {
+    let canonical: Vec<PathBuf> = roots.iter().map(|r| accord_fsys::canonical(r)).collect();
+    for inner in &canonical {
+        for outer in &canonical {
+            if inner != outer && inner.starts_with(outer) {
+                return Some(format!(
+                    "{} and {} lie one inside the other; nothing was changed",
+                    inner.display(),
+                    outer.display()
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The letter of each root, in the order written: A, B, C …
+fn letters(roots: &[PathBuf]) -> Vec<String> {
+    (0..roots.len())
+        .map(|place| char::from(b'A' + place as u8).to_string())
+        .collect()
+}
+
+/// The root a `--prefer`/`--force` value names: a letter, or a root as
+/// written.
+fn root_named(roots: &[PathBuf], value: &str) -> Option<usize> {
+    let letter = value.to_ascii_uppercase();
+    letters(roots)
+        .iter()
+        .position(|l| *l == letter)
+        .or_else(|| roots.iter().position(|root| root == Path::new(value)))
+}
+
+fn policies(args: &SyncArgs, roots: &[PathBuf]) -> Result<SetPolicies, String> {
+    let mut policies = SetPolicies::default();
+    if let Some(force) = &args.force {
+        policies.force = Some(root_named(roots, force).ok_or_else(|| {
+            format!("--force {force:?}: name a root by its letter (A, B, C …) or as written")
+        })?);
+    }
+    if let Some(prefer) = &args.prefer {
+        policies.prefer = Some(match prefer.as_str() {
+            "newer" => SetPreference::Newer,
+            "older" => SetPreference::Older,
+            value => SetPreference::Replica(root_named(roots, value).ok_or_else(|| {
+                format!(
+                    "--prefer {prefer:?}: newer, older, or a root by its letter (A, B, C …) \
+                     or as written"
+                )
+            })?),
+        });
+    }
+    Ok(policies)
+}
+
+fn exit_code(report: &SetReport) -> i32 {
+    if report.fatal.is_some() || report.refusal.is_some() {
+        exit::FATAL
+    } else if !report.errors.is_empty() {
+        exit::PARTIAL
+    } else if !report.unreached.is_empty() {
+        UNREACHED
+    } else if !report.conflicts.is_empty() {
+        exit::CONFLICTS
+    } else {
+        exit::OK
+    }
+}
+
+/// The letter of the root written as `name`.
+fn letter_of<'l>(letters: &'l [String], names: &[String], name: &str) -> &'l str {
+    names
+        .iter()
+        .position(|n| n == name)
+        .map_or("?", |place| letters[place].as_str())
+}
+
+fn change_text(change: &SetChange, letters: &[String], names: &[String]) -> String {
+    let on = letter_of(letters, names, &change.on);
+    let from = letter_of(letters, names, &change.from);
+    match change.receive {
+        Receive::Whole => format!("{from} -> {on}"),
+        Receive::Props => format!("props {from} -> {on}"),
+        Receive::Delete => format!("deleted on {on}"),
+    }
+}
+
+/// One version of a conflict, for a person: its kind, size and mtime.
+fn version_text(entry: Option<&Entry>) -> String {
+    match entry {
+        None => "absent".into(),
+        Some(entry) => {
+            let when = accord_engine::utc_stamp(entry.props.mtime);
+            match entry.kind {
+                Kind::File => format!(
+                    "file, {}, modified {when}",
+                    crate::summary::bytes(entry.size)
+                ),
+                kind => format!("{}, modified {when}", kind.name()),
+            }
+        }
+    }
+}
+
+fn conflict_text(conflict: &SetConflictReport, letters: &[String], names: &[String]) -> String {
+    let versions: Vec<String> = conflict
+        .versions
+        .iter()
+        .map(|(entry, holders, latest)| {
+            let holders: Vec<&str> = holders
+                .iter()
+                .map(|h| letter_of(letters, names, h))
+                .collect();
+            let older = if *latest { "" } else { " (older)" };
+            format!(
+                "{}: {}{older}",
+                holders.join(", "),
+                version_text(entry.as_ref())
+            )
+        })
+        .collect();
+    let why = match conflict.reason {
+        SetConflict::ChangedApart => "changed apart",
+        SetConflict::ChangedBeneathRemovedDirectory => "directory removed, changed beneath",
+    };
+    format!(
+        "{} ({why}; {})",
+        conflict.path.display(),
+        versions.join("; ")
+    )
+}
+
+fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: bool) {
+    if let Some(fatal) = &report.fatal {
+        eprintln!("accord sync: {fatal}");
+        return;
+    }
+    for (root, why) in &report.unreached {
+        eprintln!(
+            "accord sync: {root} could not be reached ({why}); it was left out, and catches \
+             up at its next run"
+        );
+    }
+    if let Some(refusal) = &report.refusal {
+        eprintln!("accord sync: refused: {refusal}");
+        return;
+    }
+    if !quiet {
+        for change in &report.changes {
+            println!(
+                "{:<14} {}",
+                change_text(change, letters, names),
+                change.path.display()
+            );
+        }
+    }
+    for conflict in &report.conflicts {
+        println!("conflict       {}", conflict_text(conflict, letters, names));
+    }
+    for failure in &report.errors {
+        let on = letter_of(letters, names, &failure.replica);
+        eprintln!(
+            "accord sync: {} on {on}: {}",
+            failure.failure.path.display(),
+            failure.failure.error
+        );
+    }
+    if !quiet {
+        eprintln!("{}", summary(report));
+    }
+}
+
+fn summary(report: &SetReport) -> String {
+    let count = |n: usize, one: &str, many: &str| {
+        let n = crate::summary::count(n as u64);
+        format!("{n} {}", if n == "1" { one } else { many })
+    };
+    let deleted = report
+        .changes
+        .iter()
+        .filter(|c| c.receive == Receive::Delete)
+        .count();
+    let changes = count(report.changes.len(), "change", "changes");
+    let detail = if deleted > 0 {
+        format!(": {} deleted", crate::summary::count(deleted as u64))
+    } else {
+        String::new()
+    };
+    let rest = format!(
+        "{} agreed, {}, {}, {}, in {}",
+        crate::summary::count(report.agreed),
+        count(report.conflicts.len(), "conflict", "conflicts"),
+        count(report.errors.len(), "error", "errors"),
+        count(
+            report.unreached.len(),
+            "root not reached",
+            "roots not reached"
+        ),
+        crate::summary::duration(report.elapsed_s)
+    );
+    if report.dry_run {
+        format!("dry run, nothing was changed: {changes} would be made{detail}; {rest}")
+    } else {
+        format!("{changes} made{detail}; {rest}")
+    }
+}
+
+#[derive(Serialize)]
+struct JsonSet {
+    dry_run: bool,
+    roots: Vec<JsonRoot>,
+    changes: Vec<JsonChange>,
+    conflicts: Vec<JsonConflict>,
+    errors: Vec<JsonError>,
+    agreed: u64,
+    unreached: Vec<String>,
+    refused: Option<String>,
+    fatal: Option<String>,
+    elapsed_s: f64,
+}
+
+#[derive(Serialize)]
+struct JsonRoot {
+    letter: String,
+    root: String,
+}
+
+#[derive(Serialize)]
+struct JsonChange {
+    path: String,
+    on: String,
+    from: String,
+    action: &'static str,
+}
+
+#[derive(Serialize)]
+struct JsonConflict {
+    path: String,
+    reason: &'static str,
+    versions: Vec<JsonVersion>,
+}
+
+#[derive(Serialize)]
+struct JsonVersion {
+    roots: Vec<String>,
+    kind: Option<&'static str>,
+    size: Option<u64>,
+    mtime: Option<i64>,
+    latest: bool,
+}
+
+#[derive(Serialize)]
+struct JsonError {
+    path: String,
+    on: String,
+    error: String,
+}
+
+fn print_json(report: &SetReport, letters: &[String], names: &[String]) {
+    let letter = |name: &str| letter_of(letters, names, name).to_string();
+    let json = JsonSet {
+        dry_run: report.dry_run,
+        roots: letters
+            .iter()
+            .zip(names)
+            .map(|(l, n)| JsonRoot {
+                letter: l.clone(),
+                root: n.clone(),
+            })
+            .collect(),
+        changes: report
+            .changes
+            .iter()
+            .map(|c| JsonChange {
+                path: c.path.display(),
+                on: letter(&c.on),
+                from: letter(&c.from),
+                action: match c.receive {
+                    Receive::Whole => "copy",
+                    Receive::Props => "props",
+                    Receive::Delete => "delete",
+                },
+            })
+            .collect(),
+        conflicts: report
+            .conflicts
+            .iter()
+            .map(|c| JsonConflict {
+                path: c.path.display(),
+                reason: match c.reason {
+                    SetConflict::ChangedApart => "changed_apart",
+                    SetConflict::ChangedBeneathRemovedDirectory => {
+                        "changed_beneath_removed_directory"
+                    }
+                },
+                versions: c
+                    .versions
+                    .iter()
+                    .map(|(entry, holders, latest)| JsonVersion {
+                        roots: holders.iter().map(|h| letter(h)).collect(),
+                        kind: entry.as_ref().map(|e| e.kind.name()),
+                        size: entry.as_ref().map(|e| e.size),
+                        mtime: entry.as_ref().map(|e| e.props.mtime.sec),
+                        latest: *latest,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        errors: report
+            .errors
+            .iter()
+            .map(|f| JsonError {
+                path: f.failure.path.display(),
+                on: letter(&f.replica),
+                error: f.failure.error.to_string(),
+            })
+            .collect(),
+        agreed: report.agreed,
+        unreached: report
+            .unreached
+            .iter()
+            .map(|(root, _)| letter(root))
+            .collect(),
+        refused: report.refusal.clone(),
+        fatal: report.fatal.as_ref().map(|f| f.to_string()),
+        elapsed_s: report.elapsed_s,
+    };
+    println!(
+        "{}",
+        serde_json::to_string(&json).expect("a report always serializes")
+    );
+}

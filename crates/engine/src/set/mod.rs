@@ -1,0 +1,413 @@
+//! `sync_set()`: a sync of more than two replicas in one run, with the
+//! semantics of the sync semantics document ("More than two replicas"):
+//! version vectors per path in each replica's own archive of the set,
+//! reconciled by `accord_plan::reconcile_set`.
+//!
+//! The steps: name the set (every root's identity, in their own order,
+//! which is also the order that gives each replica its index in the
+//! vectors); lock and open every replica that can be reached, in that
+//! order; count this run on each (what its changes count as); scan every
+//! one against its own archive (`scan.rs`); reconcile; check the deletion
+//! guard; propagate from a holder of each settled version to each replica
+//! that lacks it (`propagate.rs`). A replica that cannot be reached does
+//! not stop the others: it is listed, and catches up at its next run.
+
+pub(crate) mod propagate;
+pub(crate) mod scan;
+
+use crate::set::scan::{each, scan_set, Member};
+use crate::sync::{SyncConfig, SyncFailure, SyncFatal};
+use accord_model::{Entry, RelPath};
+use accord_plan::{
+    reconcile_set, MaxDelete, Outcome, Receive, SetConflict, SetInputError, SetItem, SetOptions,
+    SetPreference, Version, MAX_REPLICAS,
+};
+use accord_replica::{Replica, SideCause, SideFailure, SideOptions};
+use std::time::Instant;
+
+/// One root of a set, as the caller found it.
+pub struct SetRoot<'r> {
+    /// As written (for messages).
+    pub name: String,
+    /// The replica, or why it cannot be reached with the bytes that name
+    /// it in the set (for a local root, as `side::local_identity` makes
+    /// them of its path).
+    pub replica: Result<&'r dyn Replica, Unreached>,
+}
+
+/// A root that cannot be reached this run.
+pub struct Unreached {
+    pub identity: Vec<u8>,
+    pub why: String,
+}
+
+/// One change made to one replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetChange {
+    pub path: RelPath,
+    /// The replica changed, as written.
+    pub on: String,
+    /// The replica the version came from.
+    pub from: String,
+    pub receive: Receive,
+}
+
+/// A path that failed on one replica.
+#[derive(Debug)]
+pub struct SetFailure {
+    pub replica: String,
+    pub failure: SyncFailure,
+}
+
+/// A conflict: every replica's version, by the names of its holders.
+#[derive(Clone, Debug)]
+pub struct SetConflictReport {
+    pub path: RelPath,
+    pub reason: SetConflict,
+    /// Each distinct version with the replicas that hold it (as written);
+    /// `latest`: not older than another.
+    pub versions: Vec<(Option<Entry>, Vec<String>, bool)>,
+}
+
+/// What a run of a set did.
+#[derive(Debug, Default)]
+pub struct SetReport {
+    /// Changes made (or, in a dry run, to be made), in path order.
+    pub changes: Vec<SetChange>,
+    pub conflicts: Vec<SetConflictReport>,
+    pub errors: Vec<SetFailure>,
+    /// Paths settled where every replica already held the version.
+    pub agreed: u64,
+    /// Roots that could not be reached, with why.
+    pub unreached: Vec<(String, String)>,
+    pub refusal: Option<String>,
+    pub fatal: Option<SyncFatal>,
+    pub dry_run: bool,
+    pub elapsed_s: f64,
+}
+
+impl SetReport {
+    /// Everything reached agreed: no conflicts, no failures, nothing stopped.
+    pub fn all_agreed(&self) -> bool {
+        self.conflicts.is_empty()
+            && self.errors.is_empty()
+            && self.fatal.is_none()
+            && self.refusal.is_none()
+    }
+}
+
+/// `--prefer` and `--force` of a set, by the roots' places on the command
+/// line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetPolicies {
+    pub prefer: Option<SetPreference>,
+    pub force: Option<usize>,
+}
+
+/// Sync the roots of a set (at least three). `policies` name roots by
+/// their place in `roots`.
+pub fn sync_set(roots: &[SetRoot<'_>], cfg: &SyncConfig, policies: SetPolicies) -> SetReport {
+    let start = Instant::now();
+    let mut report = SetReport {
+        dry_run: cfg.dry_run,
+        ..SetReport::default()
+    };
+    if let Err(fatal) = run(roots, cfg, policies, &mut report) {
+        report.fatal = Some(fatal);
+    }
+    report.elapsed_s = start.elapsed().as_secs_f64();
+    report
+}
+
+fn run(
+    roots: &[SetRoot<'_>],
+    cfg: &SyncConfig,
+    policies: SetPolicies,
+    report: &mut SetReport,
+) -> Result<(), SyncFatal> {
+    let identities = identities(roots)?;
+    let order = set_order(&identities);
+    let set_name = set_identity(&identities, &order);
+    let rank = |place: usize| order.iter().position(|&p| p == place).expect("every place");
+    let reached: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|&place| roots[place].replica.is_ok())
+        .collect();
+    for root in roots {
+        if let Err(unreached) = &root.replica {
+            report
+                .unreached
+                .push((root.name.clone(), unreached.why.clone()));
+        }
+    }
+    if reached.len() < 2 {
+        return Err(SyncFatal::Unreachable(
+            "fewer than two of the roots can be reached; nothing was changed".into(),
+        ));
+    }
+    let replicas: Vec<&dyn Replica> = reached
+        .iter()
+        .map(|&place| *roots[place].replica.as_ref().ok().expect("reached"))
+        .collect();
+    lock_all(&replicas)?;
+    let mut members = open_members(&replicas, roots, &reached, &set_name, cfg, rank)?;
+    let opts = SideOptions {
+        detect: cfg.detect_options(),
+        use_archive: true,
+    };
+    let mut scanned = scan_set(&mut members, &opts)?;
+    scanned
+        .paths
+        .retain(|at| !crate::sync::propagate::in_backup_dir(&at.path));
+    let options = SetOptions {
+        set_size: roots.len(),
+        props: cfg.synced_props(),
+        prefer: policies.prefer.map(|p| match p {
+            SetPreference::Replica(place) => SetPreference::Replica(rank(place)),
+            other => other,
+        }),
+        force: policies.force.map(rank),
+    };
+    let items =
+        reconcile_set(&scanned.paths, &options).map_err(|e| input_fatal(e, roots, &order))?;
+    let names: Vec<String> = order
+        .iter()
+        .map(|&place| roots[place].name.clone())
+        .collect();
+    report.conflicts = conflicts_of(&items, &names);
+    report.errors = std::mem::take(&mut scanned.failures);
+    if let Err(refusal) = guard(&items, &members, &scanned, cfg.max_delete) {
+        report.refusal = Some(refusal);
+        return Ok(());
+    }
+    report.agreed = agreed(&items);
+    if cfg.dry_run {
+        report.changes = would_change(&items, &names);
+        return Ok(());
+    }
+    let carried = propagate::carry_out(&replicas, &mut members, &items, &scanned, cfg);
+    report.changes = carried.changes;
+    report
+        .changes
+        .sort_by(|x, y| x.path.cmp(&y.path).then(x.on.cmp(&y.on)));
+    report.errors.extend(carried.failures);
+    Ok(())
+}
+
+/// Every root's identity; two roots that are one are refused.
+fn identities(roots: &[SetRoot<'_>]) -> Result<Vec<Vec<u8>>, SyncFatal> {
+    if roots.len() > MAX_REPLICAS {
+        return Err(SyncFatal::Unreachable(format!(
+            "a sync takes at most {MAX_REPLICAS} roots; nothing was changed"
+        )));
+    }
+    let mut identities = Vec::with_capacity(roots.len());
+    for root in roots {
+        identities.push(match &root.replica {
+            Ok(replica) => replica.sync_identity().map_err(|e| SyncFatal::Side {
+                replica: root.name.clone(),
+                failure: SideFailure::Failed(SideCause::Identity(e)),
+            })?,
+            Err(unreached) => unreached.identity.clone(),
+        });
+    }
+    let mut sorted = identities.clone();
+    sorted.sort();
+    if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(SyncFatal::SameRoot);
+    }
+    Ok(identities)
+}
+
+/// The roots' places in the order of their identities: the set's order.
+fn set_order(identities: &[Vec<u8>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..identities.len()).collect();
+    order.sort_by(|&x, &y| identities[x].cmp(&identities[y]));
+    order
+}
+
+/// The bytes that name the set in each replica's archive file: every
+/// root's identity in the set's order, each preceded by its length.
+fn set_identity(identities: &[Vec<u8>], order: &[usize]) -> Vec<u8> {
+    let mut name = b"accord set 1\0".to_vec();
+    for &place in order {
+        name.extend_from_slice(&(identities[place].len() as u64).to_le_bytes());
+        name.extend_from_slice(&identities[place]);
+    }
+    name
+}
+
+/// Take every replica's write lock, in the set's order.
+fn lock_all(replicas: &[&dyn Replica]) -> Result<(), SyncFatal> {
+    for replica in replicas {
+        match replica.try_lock() {
+            Ok(true) => {}
+            Ok(false) => return Err(SyncFatal::Busy(replica.describe())),
+            Err(source) => {
+                return Err(SyncFatal::Lock {
+                    replica: replica.describe(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Open every reached replica's side (in the set's order), give it the
+/// ignore rules, and count this run on it.
+fn open_members<'r>(
+    replicas: &[&'r dyn Replica],
+    roots: &[SetRoot<'_>],
+    reached: &[usize],
+    set_name: &[u8],
+    cfg: &SyncConfig,
+    rank: impl Fn(usize) -> usize,
+) -> Result<Vec<Member<'r>>, SyncFatal> {
+    let mut members = Vec::with_capacity(reached.len());
+    for (replica, &place) in replicas.iter().zip(reached) {
+        let name = roots[place].name.clone();
+        let fail = |failure| SyncFatal::Side {
+            replica: name.clone(),
+            failure,
+        };
+        let side =
+            replica
+                .open_set_side(set_name, &cfg.state_dir)
+                .map_err(|failure| match failure {
+                    SideFailure::Failed(SideCause::Unsupported) => SyncFatal::Side {
+                        replica: name.clone(),
+                        failure: SideFailure::said(
+                            "a sync of more than two roots takes local roots only for now; \
+                         sync a remote root with one of them in a run of two",
+                        ),
+                    },
+                    failure => fail(failure),
+                })?;
+        members.push(Member {
+            side,
+            index: rank(place),
+            name,
+            change_count: 0,
+        });
+    }
+    let counts = each(&mut members, |member| {
+        member.side.set_rules(&cfg.rules)?;
+        member.side.count_run()
+    });
+    for (member, count) in members.iter_mut().zip(counts) {
+        member.change_count = count.map_err(|failure| SyncFatal::Side {
+            replica: member.name.clone(),
+            failure,
+        })?;
+    }
+    Ok(members)
+}
+
+fn input_fatal(error: SetInputError, roots: &[SetRoot<'_>], order: &[usize]) -> SyncFatal {
+    let why = match error {
+        SetInputError::ForcedAbsent(rank) => format!(
+            "--force names {}, which cannot be reached; nothing was changed",
+            roots[order[rank]].name
+        ),
+        other => format!("the scans did not agree ({other:?}); nothing was changed"),
+    };
+    SyncFatal::Unreachable(why)
+}
+
+fn conflicts_of(items: &[SetItem], names: &[String]) -> Vec<SetConflictReport> {
+    items
+        .iter()
+        .filter_map(|item| match &item.outcome {
+            Outcome::Conflict { reason, versions } => Some(SetConflictReport {
+                path: item.path.clone(),
+                reason: *reason,
+                versions: versions.iter().map(|v| version_of(v, names)).collect(),
+            }),
+            Outcome::Settled(_) => None,
+        })
+        .collect()
+}
+
+fn version_of(version: &Version, names: &[String]) -> (Option<Entry>, Vec<String>, bool) {
+    (
+        version.entry.as_deref().cloned(),
+        version.holders.iter().map(|&h| names[h].clone()).collect(),
+        version.latest,
+    )
+}
+
+fn agreed(items: &[SetItem]) -> u64 {
+    let agreed = items.iter().filter(|item| match &item.outcome {
+        Outcome::Settled(settled) => settled.receivers.is_empty(),
+        Outcome::Conflict { .. } => false,
+    });
+    agreed.count() as u64
+}
+
+/// A dry run's changes: what each receiver would take, from the first
+/// holder.
+fn would_change(items: &[SetItem], names: &[String]) -> Vec<SetChange> {
+    let mut changes = Vec::new();
+    for item in items {
+        let Outcome::Settled(settled) = &item.outcome else {
+            continue;
+        };
+        for &(receiver, receive) in &settled.receivers {
+            changes.push(SetChange {
+                path: item.path.clone(),
+                on: names[receiver].clone(),
+                from: names[settled.holders[0]].clone(),
+                receive,
+            });
+        }
+    }
+    changes
+}
+
+/// The deletion guard of each replica, as for two: a replica found empty
+/// that held entries at its last run never makes the others delete, and
+/// no replica loses more than `--max-delete` of its entries.
+fn guard(
+    items: &[SetItem],
+    members: &[Member<'_>],
+    scanned: &scan::Scanned,
+    max_delete: MaxDelete,
+) -> Result<(), String> {
+    let deletions_on = |index: usize| {
+        let deletes = |item: &&SetItem| match &item.outcome {
+            Outcome::Settled(settled) => settled
+                .receivers
+                .iter()
+                .any(|&(r, receive)| r == index && receive == Receive::Delete),
+            Outcome::Conflict { .. } => false,
+        };
+        items.iter().filter(deletes).count()
+    };
+    let any_deletion = members.iter().any(|m| deletions_on(m.index) > 0);
+    for (member, counts) in members.iter().zip(&scanned.counts) {
+        if counts.scanned == 0 && counts.archived > 0 && any_deletion {
+            return Err(format!(
+                "replica {} is empty but held {} entries at its last sync; nothing was changed \
+                 (is it mounted?)",
+                member.name, counts.archived
+            ));
+        }
+    }
+    for (member, counts) in members.iter().zip(&scanned.counts) {
+        let would_delete = deletions_on(member.index);
+        let limit = match max_delete {
+            MaxDelete::Count(count) => count,
+            MaxDelete::Fraction(fraction) => (counts.scanned as f64 * fraction).floor() as usize,
+        };
+        if would_delete > limit {
+            return Err(format!(
+                "the sync would delete {would_delete} of replica {}'s {} entries, more than \
+                 the limit of {limit} (--max-delete); nothing was changed",
+                member.name, counts.scanned
+            ));
+        }
+    }
+    Ok(())
+}

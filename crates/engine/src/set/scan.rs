@@ -1,0 +1,282 @@
+//! The scan of a set's sync: every replica that took part walks its tree
+//! against its own archive of the set, all at once; the paths to settle are
+//! those where some replica has an update (or a touch), and those where
+//! the replicas' recorded vectors differ (a replica that missed runs holds
+//! an older agreement there, though nothing changed on it since). Each
+//! replica is then asked for its state at the paths it did not report, and
+//! the answers become one offer per replica per path.
+//!
+//! What a replica reports is checked before use, as for two replicas:
+//! paths in strictly increasing order, every update decided, an answer for
+//! every path asked.
+
+use crate::set::SetFailure;
+use crate::sync::{SyncError, SyncFailure, SyncFatal};
+use accord_model::{Observed, RelPath, Time};
+use accord_plan::reconcile::contents_updated;
+use accord_plan::{Offer, PathOffers, SideCounts, VersionVector};
+use accord_replica::side::UNKNOWN_CTIME;
+use accord_replica::{SideChange, SideFailure, SideOptions, SideScan, SideSession};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// One replica that takes part: its side, its index in the set, its name
+/// for messages, and what this run counts its changes as.
+pub(crate) struct Member<'r> {
+    pub side: Box<dyn SideSession + 'r>,
+    pub index: usize,
+    pub name: String,
+    pub change_count: u64,
+}
+
+/// What the scan found.
+pub(crate) struct Scanned {
+    /// Every path to settle, in order, with one offer per member (in the
+    /// members' order).
+    pub paths: Vec<PathOffers>,
+    /// Per path, per member: what the member holds as its archive may
+    /// record it (the ctime it may record), to record a version it keeps.
+    pub held: BTreeMap<RelPath, Vec<Option<Observed>>>,
+    /// Entries each member's archive held and its scan found.
+    pub counts: Vec<SideCounts>,
+    /// Paths left out of the run (with their subtrees), by replica.
+    pub failures: Vec<SetFailure>,
+}
+
+/// Scan every member, look up on each what the others reported, and make
+/// the offers.
+pub(crate) fn scan_set(
+    members: &mut [Member<'_>],
+    opts: &SideOptions,
+) -> Result<Scanned, SyncFatal> {
+    let scans = each(members, |member| {
+        let scan = member.side.scan(opts)?;
+        let versions = member.side.versions()?;
+        Ok((scan, versions))
+    });
+    let mut reported: Vec<BTreeMap<RelPath, SideChange>> = Vec::new();
+    let mut versions: Vec<BTreeMap<RelPath, VersionVector>> = Vec::new();
+    let mut counts = Vec::new();
+    let mut failures = Vec::new();
+    for (member, result) in members.iter().zip(scans) {
+        let (scan, member_versions) = result.map_err(|failure| fatal(member, failure))?;
+        check_order(&scan, member)?;
+        counts.push(scan.counts);
+        failures.extend(scan.failures.into_iter().map(|f| failure_of(member, f)));
+        reported.push(
+            scan.changes
+                .into_iter()
+                .map(|c| (c.path.clone(), c))
+                .collect(),
+        );
+        versions.push(member_versions.into_iter().collect());
+    }
+    let wanted = paths_to_settle(&reported, &versions);
+    let asks: Vec<Vec<RelPath>> = reported
+        .iter()
+        .map(|mine| {
+            wanted
+                .iter()
+                .filter(|p| !mine.contains_key(*p))
+                .cloned()
+                .collect()
+        })
+        .collect();
+    let answers = each_with(members, &asks, |member, asked| match asked.is_empty() {
+        true => Ok(SideScan::default()),
+        false => member.side.lookup(asked, opts),
+    });
+    let mut left_out: BTreeSet<RelPath> = BTreeSet::new();
+    for ((member, answer), asked) in members.iter().zip(answers).zip(&asks) {
+        let answer = answer.map_err(|failure| fatal(member, failure))?;
+        check_order(&answer, member)?;
+        left_out.extend(answer.excluded.iter().cloned());
+        left_out.extend(answer.failures.iter().map(|f| f.path.clone()));
+        failures.extend(answer.failures.into_iter().map(|f| failure_of(member, f)));
+        let index = members
+            .iter()
+            .position(|m| m.index == member.index)
+            .unwrap();
+        for change in answer.changes {
+            reported[index].insert(change.path.clone(), change);
+        }
+        check_answered(asked, &reported[index], &left_out, member)?;
+    }
+    left_out.extend(failures.iter().map(|f| f.failure.path.clone()));
+    let mut scanned = Scanned {
+        paths: Vec::new(),
+        held: BTreeMap::new(),
+        counts,
+        failures,
+    };
+    for path in wanted {
+        if left_out.iter().any(|out| path.starts_with(out)) {
+            continue;
+        }
+        offers_at(&path, members, &mut reported, &versions, opts, &mut scanned)?;
+    }
+    Ok(scanned)
+}
+
+/// Every path some member reported, and every path whose recorded
+/// vectors are not the same on every member.
+fn paths_to_settle(
+    reported: &[BTreeMap<RelPath, SideChange>],
+    versions: &[BTreeMap<RelPath, VersionVector>],
+) -> Vec<RelPath> {
+    let mut wanted: BTreeSet<RelPath> = reported.iter().flat_map(|m| m.keys().cloned()).collect();
+    let recorded: BTreeSet<&RelPath> = versions.iter().flat_map(|m| m.keys()).collect();
+    let empty = VersionVector::default();
+    for path in recorded {
+        let first = versions[0].get(path).unwrap_or(&empty);
+        if versions
+            .iter()
+            .any(|m| m.get(path).unwrap_or(&empty) != first)
+        {
+            wanted.insert(path.clone());
+        }
+    }
+    // The root is never settled: it is each replica's own.
+    wanted.remove(&RelPath::root());
+    wanted.into_iter().collect()
+}
+
+/// The offers at `path`, one per member, and what each holds as recorded.
+fn offers_at(
+    path: &RelPath,
+    members: &[Member<'_>],
+    reported: &mut [BTreeMap<RelPath, SideChange>],
+    versions: &[BTreeMap<RelPath, VersionVector>],
+    opts: &SideOptions,
+    scanned: &mut Scanned,
+) -> Result<(), SyncFatal> {
+    let mut offers = Vec::with_capacity(members.len());
+    let mut held = Vec::with_capacity(members.len());
+    for (slot, member) in members.iter().enumerate() {
+        let change = reported[slot]
+            .remove(path)
+            .expect("every member answered for every path (checked)");
+        let update = change.update(&opts.detect).ok_or_else(|| {
+            said(
+                member,
+                format!("left the update at {} undecided", path.display()),
+            )
+        })?;
+        let mut now = change.current.as_deref().map(|o| o.entry.clone());
+        if let (Some(entry), Some(was)) = (now.as_mut(), change.archived.as_deref()) {
+            // A file whose contents did not change has the archive's
+            // fingerprint, so that any two can be compared.
+            if entry.hash.is_none() && !contents_updated(&update) {
+                entry.hash = was.entry.hash;
+            }
+        }
+        held.push(now.clone().map(|entry| Observed {
+            entry,
+            ctime: record_ctime(&change),
+        }));
+        offers.push(Offer {
+            replica: member.index,
+            update,
+            now: now.map(Arc::new),
+            recorded: versions[slot].get(path).cloned().unwrap_or_default(),
+            change_count: member.change_count,
+        });
+    }
+    scanned.held.insert(path.clone(), held);
+    scanned.paths.push(PathOffers {
+        path: path.clone(),
+        offers,
+    });
+    Ok(())
+}
+
+fn record_ctime(change: &SideChange) -> Time {
+    match change.current {
+        Some(_) => change.record_ctime,
+        None => UNKNOWN_CTIME,
+    }
+}
+
+/// Run `f` on every member at once (the last on this thread).
+pub(crate) fn each<T: Send>(
+    members: &mut [Member<'_>],
+    f: impl Fn(&mut Member<'_>) -> Result<T, SideFailure> + Sync,
+) -> Vec<Result<T, SideFailure>> {
+    let asks = vec![(); members.len()];
+    each_with(members, &asks, |member, ()| f(member))
+}
+
+fn each_with<A: Sync, T: Send>(
+    members: &mut [Member<'_>],
+    inputs: &[A],
+    f: impl Fn(&mut Member<'_>, &A) -> Result<T, SideFailure> + Sync,
+) -> Vec<Result<T, SideFailure>> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = members
+            .iter_mut()
+            .zip(inputs)
+            .map(|(member, input)| s.spawn(move || f(member, input)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| match handle.join() {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
+fn check_order(scan: &SideScan, member: &Member<'_>) -> Result<(), SyncFatal> {
+    match scan
+        .changes
+        .windows(2)
+        .find(|pair| pair[0].path >= pair[1].path)
+    {
+        Some(pair) => Err(said(
+            member,
+            format!("listed {} out of order", pair[1].path.display()),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_answered(
+    asked: &[RelPath],
+    now: &BTreeMap<RelPath, SideChange>,
+    left_out: &BTreeSet<RelPath>,
+    member: &Member<'_>,
+) -> Result<(), SyncFatal> {
+    let unanswered = asked
+        .iter()
+        .find(|path| !now.contains_key(*path) && !left_out.iter().any(|out| path.starts_with(out)));
+    match unanswered {
+        Some(path) => Err(said(
+            member,
+            format!("gave no answer for {}", path.display()),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn failure_of(member: &Member<'_>, failure: accord_model::PathFailure) -> SetFailure {
+    SetFailure {
+        replica: member.name.clone(),
+        failure: SyncFailure {
+            path: failure.path,
+            error: SyncError::Detect(failure.message),
+        },
+    }
+}
+
+fn fatal(member: &Member<'_>, failure: SideFailure) -> SyncFatal {
+    SyncFatal::Side {
+        replica: member.name.clone(),
+        failure,
+    }
+}
+
+fn said(member: &Member<'_>, why: String) -> SyncFatal {
+    fatal(member, SideFailure::said(why))
+}
