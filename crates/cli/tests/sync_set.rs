@@ -1,0 +1,448 @@
+//! `accord sync A B C …`: a sync of more than two local roots in one run
+//! (issue 29), end to end on real trees: a first sync, a change reaching
+//! every other replica, the same change agreeing, a conflict listed once
+//! with every version, a replica away for several runs catching up without
+//! a conflict (and without bringing a deletion back), policies, a dry run,
+//! what is refused, and the crash invariant: runs killed at random moments
+//! leave every file old or new on every replica, and the next run
+//! converges without a conflict (`ACCORD_SYNC_SET_KILL_TRIALS`, default 50).
+
+mod sync_common;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use sync_common::{assert_exit, bin, conflict_paths, snapshot};
+
+/// Roots `a`, `b`, `c` … (created, empty) and a private state directory.
+struct Set {
+    _tmp: tempfile::TempDir,
+    roots: Vec<PathBuf>,
+    state: PathBuf,
+}
+
+impl Set {
+    fn new(count: usize) -> Set {
+        let tmp = tempfile::tempdir().unwrap();
+        let roots: Vec<PathBuf> = (0..count)
+            .map(|i| tmp.path().join(char::from(b'a' + i as u8).to_string()))
+            .collect();
+        for root in &roots {
+            std::fs::create_dir(root).unwrap();
+        }
+        let state = tmp.path().join("state");
+        Set {
+            _tmp: tmp,
+            roots,
+            state,
+        }
+    }
+
+    fn root(&self, letter: char) -> &Path {
+        &self.roots[usize::from(letter as u8 - b'a')]
+    }
+
+    fn path(&self, letter: char, rel: &str) -> PathBuf {
+        self.root(letter).join(rel)
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin());
+        command
+            .arg("sync")
+            .args(&self.roots)
+            .args(["--max-delete", "100%"])
+            .args(args)
+            .env("ACCORD_STATE_DIR", &self.state);
+        command
+    }
+
+    fn sync(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// A run with `--json`, which must exit with `code`.
+    fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.sync(&all);
+        assert_exit(&out, code);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    fn write(&self, letter: char, rel: &str, contents: &str) {
+        let path = self.path(letter, rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+
+    fn read(&self, letter: char, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(letter, rel)).ok()
+    }
+
+    fn letters(&self) -> Vec<char> {
+        (0..self.roots.len())
+            .map(|i| char::from(b'a' + i as u8))
+            .collect()
+    }
+
+    fn assert_all_equal(&self) {
+        let first = snapshot(&self.roots[0]);
+        for root in &self.roots[1..] {
+            assert_eq!(snapshot(root), first, "{} differs", root.display());
+        }
+    }
+
+    /// Take `letter`'s root away (a disk not mounted) until `back`.
+    fn away(&self, letter: char) -> PathBuf {
+        let away = self.root(letter).with_extension("away");
+        std::fs::rename(self.root(letter), &away).unwrap();
+        away
+    }
+
+    fn back(&self, letter: char, away: &Path) {
+        std::fs::rename(away, self.root(letter)).unwrap();
+    }
+}
+
+fn changes(report: &serde_json::Value) -> usize {
+    report["changes"].as_array().unwrap().len()
+}
+
+#[test]
+fn a_first_sync_makes_every_replica_hold_every_file() {
+    let set = Set::new(3);
+    set.write('a', "docs/a.txt", "from a");
+    set.write('b', "b.txt", "from b");
+    set.write('c', "deep/er/c.txt", "from c");
+    set.write('c', "same.txt", "equal everywhere");
+    set.write('a', "same.txt", "equal everywhere");
+    std::os::unix::fs::symlink("docs/a.txt", set.path('b', "link")).unwrap();
+    let report = set.sync_json(&[], 0);
+    assert!(report["conflicts"].as_array().unwrap().is_empty());
+    set.assert_all_equal();
+    assert_eq!(set.read('b', "deep/er/c.txt").as_deref(), Some("from c"));
+    // The next run has nothing to do.
+    let again = set.sync_json(&[], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+}
+
+#[test]
+fn a_change_on_one_replica_reaches_all_and_the_same_change_agrees() {
+    let set = Set::new(4);
+    set.write('a', "f", "v1");
+    set.write('a', "g", "v1");
+    set.sync_json(&[], 0);
+    set.write('c', "f", "v2 from c");
+    set.write('a', "g", "v2 everywhere");
+    set.write('d', "g", "v2 everywhere");
+    let report = set.sync_json(&[], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    set.assert_all_equal();
+    assert_eq!(set.read('b', "f").as_deref(), Some("v2 from c"));
+    assert_eq!(set.read('c', "g").as_deref(), Some("v2 everywhere"));
+    // g went to B and C only: A and D made that change themselves.
+    let g_receivers: Vec<&str> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["path"] == "g")
+        .map(|c| c["on"].as_str().unwrap())
+        .collect();
+    assert_eq!(g_receivers, ["B", "C"], "{report}");
+}
+
+#[test]
+fn different_changes_are_one_conflict_with_every_version() {
+    let set = Set::new(3);
+    set.write('a', "f", "base");
+    set.sync_json(&[], 0);
+    set.write('a', "f", "from a");
+    std::fs::remove_file(set.path('c', "f")).unwrap();
+    let report = set.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    let versions = report["conflicts"][0]["versions"].as_array().unwrap();
+    let holders: Vec<String> = versions.iter().map(|v| v["roots"].to_string()).collect();
+    assert_eq!(holders, ["[\"A\"]", "[\"B\"]", "[\"C\"]"], "{report}");
+    assert_eq!(versions[1]["latest"], false, "B holds the older version");
+    assert_eq!(versions[2]["kind"], serde_json::Value::Null, "C deleted it");
+    // Left alone everywhere.
+    assert_eq!(set.read('a', "f").as_deref(), Some("from a"));
+    assert_eq!(set.read('b', "f").as_deref(), Some("base"));
+    assert_eq!(set.read('c', "f"), None);
+    // --prefer names a root by its letter.
+    let resolved = set.sync_json(&["--prefer", "A"], 0);
+    assert!(conflict_paths(&resolved).is_empty());
+    set.assert_all_equal();
+    assert_eq!(set.read('c', "f").as_deref(), Some("from a"));
+}
+
+#[test]
+fn a_replica_away_for_several_runs_catches_up_without_a_conflict() {
+    let set = Set::new(3);
+    set.write('a', "edited", "v1");
+    set.write('a', "deleted", "v1");
+    set.write('a', "dir/inside", "v1");
+    set.write('a', "kept", "v1");
+    set.sync_json(&[], 0);
+    let away = set.away('c');
+    set.write('a', "edited", "v2 from a");
+    let first = set.sync_json(&[], 4);
+    assert_eq!(first["unreached"], serde_json::json!(["C"]));
+    set.write('b', "edited", "v3 from b");
+    std::fs::remove_file(set.path('b', "deleted")).unwrap();
+    std::fs::remove_dir_all(set.path('a', "dir")).unwrap();
+    set.write('b', "new", "made while c was away");
+    set.sync_json(&[], 4);
+    set.back('c', &away);
+    let report = set.sync_json(&[], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    set.assert_all_equal();
+    assert_eq!(set.read('c', "edited").as_deref(), Some("v3 from b"));
+    assert_eq!(
+        set.read('c', "deleted"),
+        None,
+        "a deletion never comes back"
+    );
+    assert!(!set.path('c', "dir").exists());
+    assert_eq!(set.read('c', "kept").as_deref(), Some("v1"));
+}
+
+#[test]
+fn a_change_made_while_away_wins_over_no_change_and_meets_a_change_as_a_conflict() {
+    let set = Set::new(3);
+    set.write('a', "quiet", "v1");
+    set.write('a', "busy", "v1");
+    set.sync_json(&[], 0);
+    let away = set.away('c');
+    set.write('a', "busy", "changed by a meanwhile");
+    set.sync_json(&[], 4);
+    std::fs::write(away.join("quiet"), "changed on c while it was away").unwrap();
+    std::fs::write(away.join("busy"), "changed on c too").unwrap();
+    set.back('c', &away);
+    let report = set.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&report), ["busy"]);
+    assert_eq!(
+        set.read('a', "quiet").as_deref(),
+        Some("changed on c while it was away")
+    );
+}
+
+#[test]
+fn force_makes_every_replica_equal_to_one() {
+    let set = Set::new(3);
+    set.write('a', "f", "base");
+    set.write('a', "g", "base");
+    set.sync_json(&[], 0);
+    set.write('a', "f", "a's");
+    set.write('b', "f", "b's");
+    set.write('c', "g", "c's newer g");
+    let report = set.sync_json(&["--force", "B"], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    set.assert_all_equal();
+    assert_eq!(set.read('a', "f").as_deref(), Some("b's"));
+    assert_eq!(set.read('c', "g").as_deref(), Some("base"));
+    // What --force decided stays decided: the next run has nothing to do.
+    assert_eq!(changes(&set.sync_json(&[], 0)), 0);
+}
+
+#[test]
+fn a_dry_run_changes_nothing() {
+    let set = Set::new(3);
+    set.write('a', "f", "v1");
+    set.sync_json(&[], 0);
+    set.write('b', "f", "v2");
+    set.write('c', "new", "new");
+    let before: Vec<_> = set.roots.iter().map(|r| snapshot(r)).collect();
+    let out = set.sync(&["-n"]);
+    assert_exit(&out, 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dry run, nothing was changed"), "{stderr}");
+    let after: Vec<_> = set.roots.iter().map(|r| snapshot(r)).collect();
+    assert_eq!(before, after);
+    // The real run then does what the dry run listed.
+    let report = set.sync_json(&[], 0);
+    assert_eq!(changes(&report), 4, "{report}");
+    set.assert_all_equal();
+}
+
+#[test]
+fn what_a_set_cannot_do_yet_is_refused_before_anything_changes() {
+    let set = Set::new(3);
+    set.write('a', "f", "v1");
+    for args in [
+        vec!["--keep-both"],
+        vec!["--backup"],
+        vec!["--merge", "true"],
+        vec!["--watch"],
+        vec!["--prefer", "E"],
+    ] {
+        let out = set.sync(&args);
+        assert_exit(&out, 64);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("accord sync:"),
+            "{args:?}"
+        );
+    }
+    let mut remote = set.command(&[]);
+    remote.arg("somehost:dir");
+    let out = remote.output().unwrap();
+    assert_exit(&out, 64);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("local roots only"));
+    assert_eq!(set.read('b', "f"), None);
+}
+
+#[test]
+fn fewer_than_two_reachable_roots_change_nothing() {
+    let set = Set::new(3);
+    set.write('a', "f", "v1");
+    let b = set.away('b');
+    let c = set.away('c');
+    let out = set.sync(&[]);
+    assert_exit(&out, 3);
+    set.back('b', &b);
+    set.back('c', &c);
+    assert_eq!(set.read('b', "f"), None);
+}
+
+// ---- Kill test ----
+
+const FILES: usize = 300;
+
+fn name(i: usize) -> String {
+    format!("d{}/f{i:03}", i % 5)
+}
+
+fn original(i: usize) -> String {
+    format!("original {i} ").repeat(300)
+}
+
+/// Who changes file `i` after the first agreement, and to what: A edits a
+/// third, B another third, C deletes every seventh of the rest and makes
+/// new files; nothing is changed on two replicas.
+fn final_of(i: usize) -> Option<String> {
+    match i % 3 {
+        0 => Some(format!("from a {i} ").repeat(200 + i)),
+        1 => Some(format!("from b {i} ").repeat(100 + i)),
+        _ if i % 7 == 2 => None,
+        _ => Some(original(i)),
+    }
+}
+
+fn created_on_c(i: usize) -> String {
+    format!("new/c{i:03}")
+}
+
+fn prepared_set() -> Set {
+    let set = Set::new(3);
+    for i in 0..FILES {
+        set.write('a', &name(i), &original(i));
+    }
+    set.sync_json(&[], 0);
+    for i in 0..FILES {
+        match (i % 3, final_of(i)) {
+            (0, Some(v)) => set.write('a', &name(i), &v),
+            (1, Some(v)) => set.write('b', &name(i), &v),
+            (_, None) => std::fs::remove_file(set.path('c', &name(i))).unwrap(),
+            _ => {}
+        }
+        if i % 10 == 0 {
+            set.write('c', &created_on_c(i), &format!("created {i}"));
+        }
+    }
+    set
+}
+
+fn check_old_or_new(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        for i in 0..FILES {
+            let now = set.read(letter, &name(i));
+            let allowed = [Some(original(i)), final_of(i)];
+            assert!(
+                allowed.contains(&now),
+                "trial {trial}: {letter}/{} holds neither its old nor its new contents",
+                name(i)
+            );
+        }
+    }
+}
+
+fn check_converged(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        for i in 0..FILES {
+            assert_eq!(set.read(letter, &name(i)), final_of(i), "trial {trial}");
+            if i % 10 == 0 {
+                assert!(set.path(letter, &created_on_c(i)).exists(), "trial {trial}");
+            }
+        }
+    }
+    set.assert_all_equal();
+}
+
+fn next_random(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *state >> 33
+}
+
+/// Run `child`, killing it `delay` after `started` unless it ends first;
+/// whether it was killed mid-way.
+fn kill_after(child: &mut std::process::Child, started: Instant, delay: Duration) -> bool {
+    while started.elapsed() < delay {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let killed = child.try_wait().unwrap().is_none();
+    if killed {
+        child.kill().ok();
+    }
+    child.wait().unwrap();
+    killed
+}
+
+#[test]
+fn killed_runs_leave_every_file_old_or_new_everywhere_and_the_next_run_converges() {
+    let trials: usize = std::env::var("ACCORD_SYNC_SET_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let timing = prepared_set();
+    let start = Instant::now();
+    timing.sync_json(&[], 0);
+    let mut full_run = start.elapsed();
+    check_converged(&timing, usize::MAX);
+    eprintln!("an uninterrupted run took {full_run:?}");
+    let mut random = 0x5e7_u64 ^ u64::from(std::process::id());
+    let mut killed_midway = 0;
+    for trial in 0..trials {
+        let set = prepared_set();
+        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
+        let started = Instant::now();
+        let mut child = set
+            .command(&["--json"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        if kill_after(&mut child, started, delay) {
+            killed_midway += 1;
+        } else {
+            // The machine got faster: aim the next kills earlier.
+            full_run = full_run.min(started.elapsed());
+        }
+        check_old_or_new(&set, trial);
+        let report = set.sync_json(&[], 0);
+        assert!(
+            conflict_paths(&report).is_empty(),
+            "trial {trial}: false conflicts after a kill at {delay:?}: {report}"
+        );
+        check_converged(&set, trial);
+        let again = set.sync_json(&[], 0);
+        assert_eq!(changes(&again), 0, "trial {trial}: {again}");
+    }
+    eprintln!("{killed_midway} of {trials} runs were killed before they finished");
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}
