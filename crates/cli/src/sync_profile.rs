@@ -47,10 +47,8 @@ fn expand_from(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<Vec<OsString
     let Ok(m) = parse_loosely(rest) else {
         return Ok(args);
     };
-    if m.contains_id("b") {
-        return Ok(args);
-    }
-    let Some(name) = m.get_one::<PathBuf>("a") else {
+    // One root written: the name of a profile.
+    let [name] = positionals(&m)[..] else {
         return Ok(args);
     };
     // The word that is the name: the one whose removal leaves no root (a
@@ -59,7 +57,7 @@ fn expand_from(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<Vec<OsString
         .filter(|&i| Path::new(&rest[i]) == name)
         .find(|&i| {
             let without: Vec<OsString> = [&rest[..i], &rest[i + 1..]].concat();
-            parse_loosely(&without).is_ok_and(|m| !m.contains_id("a"))
+            parse_loosely(&without).is_ok_and(|m| positionals(&m).is_empty())
         })
         .ok_or("cannot tell the profile's name from the other arguments")?;
     let name = name
@@ -105,6 +103,14 @@ fn unison_words_as_ours(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     };
     let rest = unison::translate(&args[2..], &ours)?;
     Ok(args[..2].iter().cloned().chain(rest).collect())
+}
+
+/// The roots a loose parse found (clap may place a lone one in any of the
+/// three positionals once the first two are optional).
+fn positionals(m: &clap::ArgMatches) -> Vec<&PathBuf> {
+    let one = |id: &str| m.get_one::<PathBuf>(id).into_iter();
+    let more = m.get_many::<PathBuf>("more").into_iter().flatten();
+    one("a").chain(one("b")).chain(more).collect()
 }
 
 /// `accord sync`'s arguments parsed with both roots optional.
@@ -181,10 +187,13 @@ fn parse_roots(value: &toml::Value) -> Result<Vec<OsString>, String> {
         .map(|a| a.iter().map(toml::Value::as_str).collect())
         .unwrap_or(None);
     match roots {
-        Some(r) if r.len() == 2 && r.iter().all(|s| !s.is_empty()) => {
+        // Two, or more for a sync of a set (`cmd_sync_set.rs`).
+        Some(r) if (2..=32).contains(&r.len()) && r.iter().all(|s| !s.is_empty()) => {
             Ok(r.into_iter().map(OsString::from).collect())
         }
-        _ => Err("roots must be two non-empty strings: roots = [\"A\", \"B\"]".into()),
+        _ => {
+            Err("roots must be two (or up to 32) non-empty strings: roots = [\"A\", \"B\"]".into())
+        }
     }
 }
 
@@ -250,6 +259,16 @@ mod tests {
         std::fs::write(dir.path().join("home.toml"), text).unwrap();
         let p = Some(dir.path().to_path_buf());
         (dir, p)
+    }
+
+    #[test]
+    fn a_profile_may_name_more_than_two_roots() {
+        let (_d, dir) = with_profile("roots = [\"/a\", \"/b\", \"/c\"]\n");
+        let got = expand_from(words(&["accord", "sync", "home", "--batch"]), dir).unwrap();
+        assert_eq!(got, words(&["accord", "sync", "/a", "/b", "/c", "--batch"]));
+        let (_d, dir) = with_profile("roots = [\"/a\"]\n");
+        let err = expand_from(words(&["accord", "sync", "home"]), dir).unwrap_err();
+        assert!(err.contains("roots must be two"), "{err}");
     }
 
     #[test]
@@ -346,7 +365,7 @@ mod tests {
     #[test]
     fn bad_profiles_are_refused_with_their_path() {
         let cases = [
-            ("roots = [\"/a\"]", "two non-empty strings"),
+            ("roots = [\"/a\"]", "roots must be two"),
             ("prefer = \"A\"", "no roots"),
             (
                 "roots = [\"/a\", \"/b\"]\nnope = 1",
