@@ -237,7 +237,11 @@ impl Archive {
             .connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| ArchiveError::from_sqlite(file, e))?;
-        Ok(Batch { transaction, file })
+        Ok(Batch {
+            transaction,
+            file,
+            versions_digest: None,
+        })
     }
 
     /// SQLite's own check of the file's structure (every page read once).
@@ -477,6 +481,9 @@ impl Iterator for Entries<'_> {
 pub struct Batch<'a> {
     transaction: rusqlite::Transaction<'a>,
     file: &'a Path,
+    /// The digest of a set's versions as this batch leaves them, once a
+    /// write changed them (`versions.rs`).
+    versions_digest: Option<[u8; 32]>,
 }
 
 impl Batch<'_> {
@@ -540,7 +547,8 @@ impl Batch<'_> {
     }
 
     /// Apply every write of the batch at once, durably.
-    pub fn commit(self) -> Result<(), ArchiveError> {
+    pub fn commit(mut self) -> Result<(), ArchiveError> {
+        self.store_versions_digest()?;
         let file = self.file;
         self.transaction
             .commit()

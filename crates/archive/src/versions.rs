@@ -29,6 +29,12 @@ const PAIR_LEN: usize = 9;
 /// Where the count of runs is kept in `meta`.
 const RUNS: &str = "runs";
 
+/// Where the digest of every stored vector is kept in `meta`: the XOR of a
+/// hash of each row, kept as rows change, so that two replicas whose
+/// digests are equal hold the same vectors (a run then reads only the
+/// vectors of the paths some replica changed, not every one).
+const DIGEST: &str = "versions_digest";
+
 impl Archive {
     /// Open (creating if need be) the archive `this_root` keeps of the set
     /// named `set` (the identities of all its roots), with its table of
@@ -73,7 +79,41 @@ impl Archive {
                 .execute_batch(CREATE_VERSIONS)
                 .map_err(|e| self.sqlite(e))?;
         }
-        Ok(self)
+        let mut archive = self;
+        if archive.stored_digest()?.is_none() {
+            // Made before digests were kept: count every row once.
+            let digest = archive
+                .versions()?
+                .iter()
+                .fold([0; 32], |d, (path, counts)| xor(d, row_hash(path, counts)));
+            let mut batch = archive.batch()?;
+            batch.versions_digest = Some(digest);
+            batch.commit()?;
+        }
+        Ok(archive)
+    }
+
+    /// The digest of every stored vector: equal on two replicas when they
+    /// hold the same vectors.
+    pub fn versions_digest(&self) -> Result<[u8; 32], ArchiveError> {
+        Ok(self.stored_digest()?.unwrap_or([0; 32]))
+    }
+
+    fn stored_digest(&self) -> Result<Option<[u8; 32]>, ArchiveError> {
+        let stored: Option<Vec<u8>> = self
+            .connection
+            .query_row("SELECT value FROM meta WHERE name = ?1", [DIGEST], |row| {
+                row.get(0)
+            })
+            .optional()
+            .map_err(|e| self.sqlite(e))?;
+        stored
+            .map(|bytes| {
+                bytes.try_into().map_err(|_| {
+                    ArchiveError::damaged(&self.file, "its digest of versions is not 32 bytes")
+                })
+            })
+            .transpose()
     }
 
     /// Count one more run of this replica, durably, and return the new
@@ -153,6 +193,18 @@ impl Batch<'_> {
                 reason: format!("a vector of {} counts", counts.len()),
             });
         }
+        let old: Option<Vec<u8>> = self
+            .prepare("SELECT counts FROM versions WHERE key = ?1")?
+            .query_row([codec::key_of(path)], |row| row.get(0))
+            .optional()
+            .map_err(|e| self.sqlite(e))?;
+        let mut digest = self.current_digest()?;
+        if let Some(old) = old {
+            let old =
+                decode_counts(&old).map_err(|reason| ArchiveError::damaged(self.file, reason))?;
+            digest = xor(digest, row_hash(path, &old));
+        }
+        self.versions_digest = Some(xor(digest, row_hash(path, counts)));
         let mut statement =
             self.prepare("INSERT OR REPLACE INTO versions (key, counts) VALUES (?1, ?2)")?;
         statement
@@ -164,13 +216,65 @@ impl Batch<'_> {
         Ok(())
     }
 
+    /// The digest as this batch has left it so far.
+    fn current_digest(&self) -> Result<[u8; 32], ArchiveError> {
+        if let Some(digest) = self.versions_digest {
+            return Ok(digest);
+        }
+        let stored: Option<Vec<u8>> = self
+            .transaction
+            .query_row("SELECT value FROM meta WHERE name = ?1", [DIGEST], |row| {
+                row.get(0)
+            })
+            .optional()
+            .map_err(|e| self.sqlite(e))?;
+        match stored {
+            None => Ok([0; 32]),
+            Some(bytes) => bytes.try_into().map_err(|_| {
+                ArchiveError::damaged(self.file, "its digest of versions is not 32 bytes")
+            }),
+        }
+    }
+
+    /// Keep the digest this batch changed (called by `commit`).
+    pub(crate) fn store_versions_digest(&mut self) -> Result<(), ArchiveError> {
+        let Some(digest) = self.versions_digest else {
+            return Ok(());
+        };
+        self.transaction
+            .execute(
+                "INSERT OR REPLACE INTO meta (name, value) VALUES (?1, ?2)",
+                rusqlite::params![DIGEST, digest.to_vec()],
+            )
+            .map_err(|e| self.sqlite(e))?;
+        Ok(())
+    }
+
     /// Forget every stored vector (the set's agreement is lost).
     pub fn clear_versions(&mut self) -> Result<(), ArchiveError> {
         self.transaction
             .execute("DELETE FROM versions", [])
             .map_err(|e| self.sqlite(e))?;
+        self.versions_digest = Some([0; 32]);
         Ok(())
     }
+}
+
+/// The hash of one row, as the digest counts it.
+fn row_hash(path: &RelPath, counts: &[(u8, u64)]) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new_derive_key("accord set archive version row, version 1");
+    let key = codec::key_of(path);
+    hasher.update(&(key.len() as u64).to_le_bytes());
+    hasher.update(&key);
+    hasher.update(&encode_counts(counts));
+    *hasher.finalize().as_bytes()
+}
+
+fn xor(mut digest: [u8; 32], hash: [u8; 32]) -> [u8; 32] {
+    for (byte, other) in digest.iter_mut().zip(hash) {
+        *byte ^= other;
+    }
+    digest
 }
 
 fn encode_counts(counts: &[(u8, u64)]) -> Vec<u8> {
@@ -235,6 +339,18 @@ mod tests {
             ]
         );
         assert_eq!(archive.version(&path("z")).unwrap(), None);
+        // The digest follows the rows: the same rows written in another
+        // order, or overwritten back, give the same digest.
+        let digest = archive.versions_digest().unwrap();
+        assert_ne!(digest, [0; 32]);
+        let other_dir = tempfile::tempdir().unwrap();
+        let mut other = Archive::open_set(other_dir.path(), b"that", set).unwrap();
+        let mut batch = other.batch().unwrap();
+        batch.put_version(&path("b"), &[(0, 1)]).unwrap();
+        batch.put_version(&path("a/c"), &[(1, 1)]).unwrap();
+        batch.put_version(&path("b"), &[(0, 2), (3, 9)]).unwrap();
+        batch.commit().unwrap();
+        assert_eq!(other.versions_digest().unwrap(), digest);
         let mut batch = archive.batch().unwrap();
         batch.clear_versions().unwrap();
         batch.commit().unwrap();

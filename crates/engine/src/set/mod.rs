@@ -157,9 +157,6 @@ fn run(
         use_archive: true,
     };
     let mut scanned = scan_set(&mut members, &opts)?;
-    scanned
-        .paths
-        .retain(|at| !crate::sync::propagate::in_backup_dir(&at.path));
     let options = SetOptions {
         set_size: roots.len(),
         props: cfg.synced_props(),

@@ -19,12 +19,10 @@ use crate::sync::propagate::{propagate, Plan, Premerger};
 use crate::sync::{SyncConfig, SyncHooks, SyncReport};
 use accord_model::RelPath;
 use accord_plan::{Action, Outcome, Receive, SetItem, Side, SyncItem, VersionVector};
-use accord_replica::side::UNKNOWN_CTIME;
 use accord_replica::{
     ArchiveRecord, Replica, SideFailure, SideOptions, SideScan, SideSession, SyncRules,
 };
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
 /// Records written to a holder's archive per transaction.
 const RECORDS_PER_BATCH: usize = 4096;
@@ -44,13 +42,7 @@ pub(crate) fn carry_out(
     scanned: &Scanned,
     cfg: &SyncConfig,
 ) -> Carried {
-    let vectors: HashMap<RelPath, VersionVector> = items
-        .iter()
-        .filter_map(|item| match &item.outcome {
-            Outcome::Settled(settled) => Some((item.path.clone(), settled.vector.clone())),
-            Outcome::Conflict { .. } => None,
-        })
-        .collect();
+    let vectors = Vectors(items);
     let mut carried = Carried::default();
     for receiver in 0..members.len() {
         for (source, pair_items) in receives_of(members, receiver, items, scanned) {
@@ -98,8 +90,8 @@ fn receives_of(
             .map(|&holder| slot_of(members, holder))
             .min()
             .expect("a settled version has a holder");
-        let held = &scanned.held[&item.path];
-        let entry = |slot: usize| held[slot].as_ref().map(|o| Arc::new(o.entry.clone()));
+        let offers = &scanned.paths[scanned.index_of(&item.path)].offers;
+        let entry = |slot: usize| offers[slot].now.clone();
         let action = match receive {
             Receive::Whole => Action::Copy {
                 from: Side::A,
@@ -137,7 +129,7 @@ impl Pair<'_> {
         members: &mut [Member<'_>],
         items: Vec<SyncItem>,
         scanned: &Scanned,
-        vectors: &HashMap<RelPath, VersionVector>,
+        vectors: &Vectors<'_>,
         cfg: &SyncConfig,
         carried: &mut Carried,
     ) {
@@ -146,9 +138,8 @@ impl Pair<'_> {
         let ctimes = items
             .iter()
             .map(|item| {
-                let held = &scanned.held[&item.path];
-                let ctime = |slot: usize| held[slot].as_ref().map_or(UNKNOWN_CTIME, |o| o.ctime);
-                (item.path.clone(), [ctime(source), ctime(receiver)])
+                let ctimes = &scanned.ctimes[scanned.index_of(&item.path)];
+                (item.path.clone(), [ctimes[source], ctimes[receiver]])
             })
             .collect();
         let pair_scanned = crate::sync::scan::Scanned::of_ctimes(ctimes);
@@ -220,8 +211,8 @@ fn record_holder(
         if !settled.holders.contains(&index) {
             continue;
         }
-        records.push(match &scanned.held[&item.path][holder] {
-            Some(observed) => ArchiveRecord::Put(observed.clone()),
+        records.push(match scanned.observed(&item.path, holder) {
+            Some(observed) => ArchiveRecord::Put(observed),
             None => ArchiveRecord::Remove(item.path.clone()),
         });
         versions.push((item.path.clone(), settled.vector.clone()));
@@ -259,17 +250,27 @@ fn write_records(
     versions.clear();
 }
 
+/// The settled versions' vectors, by path (the plan is in path order).
+struct Vectors<'i>(&'i [SetItem]);
+
+impl Vectors<'_> {
+    fn get(&self, path: &RelPath) -> Option<&VersionVector> {
+        let index = self.0.binary_search_by(|item| item.path.cmp(path)).ok()?;
+        match &self.0[index].outcome {
+            Outcome::Settled(settled) => Some(&settled.vector),
+            Outcome::Conflict { .. } => None,
+        }
+    }
+}
+
 /// A member's side whose records carry the settled versions' vectors.
 struct Versioned<'s, 'v> {
     inner: &'s mut (dyn SideSession + 's),
-    vectors: &'v HashMap<RelPath, VersionVector>,
+    vectors: &'v Vectors<'v>,
 }
 
 impl<'s, 'v> Versioned<'s, 'v> {
-    fn new(
-        inner: &'s mut (dyn SideSession + 's),
-        vectors: &'v HashMap<RelPath, VersionVector>,
-    ) -> Self {
+    fn new(inner: &'s mut (dyn SideSession + 's), vectors: &'v Vectors<'v>) -> Self {
         Versioned { inner, vectors }
     }
 }

@@ -34,9 +34,9 @@ pub(crate) struct Scanned {
     /// Every path to settle, in order, with one offer per member (in the
     /// members' order).
     pub paths: Vec<PathOffers>,
-    /// Per path, per member: what the member holds as its archive may
-    /// record it (the ctime it may record), to record a version it keeps.
-    pub held: BTreeMap<RelPath, Vec<Option<Observed>>>,
+    /// Per path (as `paths`), per member: the ctime its archive may
+    /// record with what it holds there.
+    pub ctimes: Vec<Vec<Time>>,
     /// Entries each member's archive held and its scan found.
     pub counts: Vec<SideCounts>,
     /// Paths left out of the run (with their subtrees), by replica.
@@ -51,15 +51,15 @@ pub(crate) fn scan_set(
 ) -> Result<Scanned, SyncFatal> {
     let scans = each(members, |member| {
         let scan = member.side.scan(opts)?;
-        let versions = member.side.versions()?;
-        Ok((scan, versions))
+        let digest = member.side.versions_digest()?;
+        Ok((scan, digest))
     });
     let mut reported: Vec<BTreeMap<RelPath, SideChange>> = Vec::new();
-    let mut versions: Vec<BTreeMap<RelPath, VersionVector>> = Vec::new();
+    let mut digests = Vec::new();
     let mut counts = Vec::new();
     let mut failures = Vec::new();
     for (member, result) in members.iter().zip(scans) {
-        let (scan, member_versions) = result.map_err(|failure| fatal(member, failure))?;
+        let (scan, digest) = result.map_err(|failure| fatal(member, failure))?;
         check_order(&scan, member)?;
         counts.push(scan.counts);
         failures.extend(scan.failures.into_iter().map(|f| failure_of(member, f)));
@@ -69,8 +69,9 @@ pub(crate) fn scan_set(
                 .map(|c| (c.path.clone(), c))
                 .collect(),
         );
-        versions.push(member_versions.into_iter().collect());
+        digests.push(digest);
     }
+    let versions = read_versions(members, &reported, digests.windows(2).all(|d| d[0] == d[1]))?;
     let wanted = paths_to_settle(&reported, &versions);
     let asks: Vec<Vec<RelPath>> = reported
         .iter()
@@ -105,17 +106,69 @@ pub(crate) fn scan_set(
     left_out.extend(failures.iter().map(|f| f.failure.path.clone()));
     let mut scanned = Scanned {
         paths: Vec::new(),
-        held: BTreeMap::new(),
+        ctimes: Vec::new(),
         counts,
         failures,
     };
     for path in wanted {
-        if left_out.iter().any(|out| path.starts_with(out)) {
+        // The backup directory is never part of the tree, whatever a side
+        // says.
+        let out = left_out.iter().any(|out| path.starts_with(out));
+        if out || crate::sync::propagate::in_backup_dir(&path) {
             continue;
         }
         offers_at(&path, members, &mut reported, &versions, opts, &mut scanned)?;
     }
     Ok(scanned)
+}
+
+impl Scanned {
+    /// The index of `path` in `paths` (a path of the plan).
+    pub fn index_of(&self, path: &RelPath) -> usize {
+        self.paths
+            .binary_search_by(|at| at.path.cmp(path))
+            .expect("the plan's paths are the scan's")
+    }
+
+    /// What the member in `slot` holds at `path` as its archive records it.
+    pub fn observed(&self, path: &RelPath, slot: usize) -> Option<Observed> {
+        let index = self.index_of(path);
+        let now = self.paths[index].offers[slot].now.as_deref()?;
+        Some(Observed {
+            entry: now.clone(),
+            ctime: self.ctimes[index][slot],
+        })
+    }
+}
+
+/// Each member's vectors: at the paths some member reported when every
+/// member holds the same vectors (their digests are equal: a steady run
+/// reads a few), else all of them, to find where they differ.
+fn read_versions(
+    members: &mut [Member<'_>],
+    reported: &[BTreeMap<RelPath, SideChange>],
+    same: bool,
+) -> Result<Vec<BTreeMap<RelPath, VersionVector>>, SyncFatal> {
+    let paths: Vec<RelPath> = match same {
+        true => {
+            let all: BTreeSet<&RelPath> = reported.iter().flat_map(|m| m.keys()).collect();
+            all.into_iter().cloned().collect()
+        }
+        false => Vec::new(),
+    };
+    let read = each(members, |member| match same {
+        true => {
+            let vectors = member.side.versions_at(&paths)?;
+            let recorded = paths.iter().cloned().zip(vectors);
+            Ok(recorded.filter(|(_, v)| !v.is_empty()).collect())
+        }
+        false => Ok(member.side.versions()?.into_iter().collect()),
+    });
+    members
+        .iter()
+        .zip(read)
+        .map(|(member, result)| result.map_err(|failure| fatal(member, failure)))
+        .collect()
 }
 
 /// Every path some member reported, and every path whose recorded
@@ -151,7 +204,7 @@ fn offers_at(
     scanned: &mut Scanned,
 ) -> Result<(), SyncFatal> {
     let mut offers = Vec::with_capacity(members.len());
-    let mut held = Vec::with_capacity(members.len());
+    let mut ctimes = Vec::with_capacity(members.len());
     for (slot, member) in members.iter().enumerate() {
         let change = reported[slot]
             .remove(path)
@@ -170,10 +223,7 @@ fn offers_at(
                 entry.hash = was.entry.hash;
             }
         }
-        held.push(now.clone().map(|entry| Observed {
-            entry,
-            ctime: record_ctime(&change),
-        }));
+        ctimes.push(record_ctime(&change));
         offers.push(Offer {
             replica: member.index,
             update,
@@ -182,7 +232,7 @@ fn offers_at(
             change_count: member.change_count,
         });
     }
-    scanned.held.insert(path.clone(), held);
+    scanned.ctimes.push(ctimes);
     scanned.paths.push(PathOffers {
         path: path.clone(),
         offers,

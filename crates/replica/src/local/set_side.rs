@@ -28,6 +28,19 @@ impl<'a> LocalSide<'a> {
 }
 
 impl LocalSide<'_> {
+    /// The vector stored at `path` (empty: none), checked.
+    pub(super) fn checked_version(&self, path: &RelPath) -> Result<VersionVector, SideFailure> {
+        let Some(counts) = self.archive.version(path)? else {
+            return Ok(VersionVector::default());
+        };
+        VersionVector::from_counts(counts).map_err(|why| {
+            SideFailure::from(ArchiveError::Damaged {
+                file: self.archive.file().to_path_buf(),
+                reason: format!("its version vector of {} {why}", path.display()),
+            })
+        })
+    }
+
     /// Every stored vector, each checked.
     pub(super) fn checked_versions(&self) -> Result<Vec<(RelPath, VersionVector)>, SideFailure> {
         let file = self.archive.file().to_path_buf();

@@ -162,6 +162,19 @@ impl SideSession for LocalSide<'_> {
         self.checked_versions()
     }
 
+    fn versions_digest(&mut self) -> Result<[u8; 32], SideFailure> {
+        self.require_set()?;
+        Ok(self.archive.versions_digest()?)
+    }
+
+    fn versions_at(&mut self, paths: &[RelPath]) -> Result<Vec<VersionVector>, SideFailure> {
+        self.require_set()?;
+        paths
+            .iter()
+            .map(|path| self.checked_version(path))
+            .collect()
+    }
+
     fn record_versions(
         &mut self,
         records: &[ArchiveRecord],

@@ -176,6 +176,18 @@ pub trait SideSession: Send {
         Err(SideFailure::Failed(SideCause::Unsupported))
     }
 
+    /// In a sync of more than two replicas: the digest of every vector
+    /// the archive holds (equal on two replicas that hold the same ones).
+    fn versions_digest(&mut self) -> Result<[u8; 32], SideFailure> {
+        Err(SideFailure::Failed(SideCause::Unsupported))
+    }
+
+    /// In a sync of more than two replicas: the vector at each of `paths`
+    /// (empty where there is none), checked.
+    fn versions_at(&mut self, _paths: &[RelPath]) -> Result<Vec<VersionVector>, SideFailure> {
+        Err(SideFailure::Failed(SideCause::Unsupported))
+    }
+
     /// In a sync of more than two replicas: apply `records` and store
     /// `versions`, in one transaction.
     fn record_versions(
