@@ -286,10 +286,20 @@ fn summary(report: &SetReport) -> String {
         .filter(|c| c.receive == Receive::Delete)
         .count();
     let changes = count(report.changes.len(), "change", "changes");
-    let detail = if deleted > 0 {
-        format!(": {} deleted", crate::summary::count(deleted as u64))
-    } else {
-        String::new()
+    let mut detail = Vec::new();
+    if report.files_written > 0 {
+        detail.push(format!(
+            "{} written ({})",
+            count(report.files_written as usize, "file", "files"),
+            crate::summary::bytes(report.bytes_written)
+        ));
+    }
+    if deleted > 0 {
+        detail.push(format!("{} deleted", crate::summary::count(deleted as u64)));
+    }
+    let detail = match detail.is_empty() {
+        true => String::new(),
+        false => format!(": {}", detail.join(", ")),
     };
     let rest = format!(
         "{} agreed, {}, {}, {}, in {}",
@@ -318,6 +328,8 @@ struct JsonSet {
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
     agreed: u64,
+    files_written: u64,
+    bytes_written: u64,
     unreached: Vec<String>,
     refused: Option<String>,
     fatal: Option<String>,
@@ -421,6 +433,8 @@ fn print_json(report: &SetReport, letters: &[String], names: &[String]) {
             })
             .collect(),
         agreed: report.agreed,
+        files_written: report.files_written,
+        bytes_written: report.bytes_written,
         unreached: report
             .unreached
             .iter()

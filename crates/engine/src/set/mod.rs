@@ -23,6 +23,7 @@ use accord_plan::{
     SetPreference, Version, MAX_REPLICAS,
 };
 use accord_replica::{Replica, SideCause, SideFailure, SideOptions};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// One root of a set, as the caller found it.
@@ -78,6 +79,10 @@ pub struct SetReport {
     pub errors: Vec<SetFailure>,
     /// Paths settled where every replica already held the version.
     pub agreed: u64,
+    /// Files written on the replicas that received them, and their bytes
+    /// (a file written on two replicas counts twice).
+    pub files_written: u64,
+    pub bytes_written: u64,
     /// Roots that could not be reached, with why.
     pub unreached: Vec<(String, String)>,
     pub refusal: Option<String>,
@@ -184,6 +189,9 @@ fn run(
         return Ok(());
     }
     let carried = propagate::carry_out(&replicas, &mut members, &items, &scanned, cfg);
+    let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    report.files_written = done(&carried.written.files_done);
+    report.bytes_written = done(&carried.written.bytes_done);
     report.changes = carried.changes;
     report
         .changes

@@ -32,6 +32,9 @@ const RECORDS_PER_BATCH: usize = 4096;
 pub(crate) struct Carried {
     pub changes: Vec<SetChange>,
     pub failures: Vec<SetFailure>,
+    /// Files written (whole or as deltas) on every receiver, and their
+    /// bytes.
+    pub written: crate::Progress,
 }
 
 /// Carry out `items` on the members (`replicas` in the members' order).
@@ -158,13 +161,17 @@ impl Pair<'_> {
             premerged: &premerger,
         };
         let mut report = SyncReport::default();
+        let hooks = SyncHooks {
+            progress: Some(&carried.written),
+            ..SyncHooks::default()
+        };
         propagate(
             self.replicas,
             &mut sides,
             &pair_scanned,
             plan,
             cfg,
-            &SyncHooks::default(),
+            &hooks,
             &mut report,
         );
         carried
