@@ -37,7 +37,10 @@ pub(crate) struct Carried {
     pub written: crate::Progress,
 }
 
-/// Carry out `items` on the members (`replicas` in the members' order).
+/// Carry out `items` on the members (`replicas` in the members' order):
+/// every receiver at once, each on a thread of its own (a receiver's
+/// archive is its own; a source is only read, and its records are written
+/// last, by `record_holder`).
 pub(crate) fn carry_out(
     replicas: &[&dyn Replica],
     members: &mut [Member<'_>],
@@ -46,15 +49,48 @@ pub(crate) fn carry_out(
     cfg: &SyncConfig,
 ) -> Carried {
     let vectors = Vectors(items);
-    let mut carried = Carried::default();
-    for receiver in 0..members.len() {
-        for (source, pair_items) in receives_of(members, receiver, items, scanned) {
-            let pair = Pair {
-                replicas: [replicas[source], replicas[receiver]],
-                slots: [source, receiver],
-            };
-            pair.run(members, pair_items, scanned, &vectors, cfg, &mut carried);
-        }
+    let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+    let groups: Vec<_> = (0..members.len())
+        .map(|receiver| receives_of(members, receiver, items, scanned))
+        .collect();
+    let written = crate::Progress::default();
+    let per_receiver: Vec<Carried> = std::thread::scope(|s| {
+        let threads: Vec<_> = members
+            .iter_mut()
+            .zip(groups)
+            .enumerate()
+            .map(|(receiver, (member, groups))| {
+                let (names, vectors, written) = (&names, &vectors, &written);
+                s.spawn(move || {
+                    let mut carried = Carried::default();
+                    for (source, pair_items) in groups {
+                        let pair = Pair {
+                            replicas: [replicas[source], replicas[receiver]],
+                            slots: [source, receiver],
+                            names: [names[source].clone(), names[receiver].clone()],
+                        };
+                        let context = (scanned, vectors, cfg, written);
+                        pair.run(member, pair_items, context, &mut carried);
+                    }
+                    carried
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| match thread.join() {
+                Ok(carried) => carried,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    let mut carried = Carried {
+        written,
+        ..Carried::default()
+    };
+    for mut one in per_receiver {
+        carried.changes.append(&mut one.changes);
+        carried.failures.append(&mut one.failures);
     }
     for holder in 0..members.len() {
         record_holder(members, holder, items, scanned, &mut carried);
@@ -124,34 +160,41 @@ struct Pair<'a> {
     replicas: [&'a dyn Replica; 2],
     /// The members' slots: the source's, the receiver's.
     slots: [usize; 2],
+    names: [String; 2],
 }
+
+/// What every pair of a run reads: the scan, the vectors, the options, and
+/// the counters of what was written.
+type PairContext<'c> = (
+    &'c Scanned,
+    &'c Vectors<'c>,
+    &'c SyncConfig,
+    &'c crate::Progress,
+);
 
 impl Pair<'_> {
     fn run(
         &self,
-        members: &mut [Member<'_>],
+        receiver: &mut Member<'_>,
         items: Vec<SyncItem>,
-        scanned: &Scanned,
-        vectors: &Vectors<'_>,
-        cfg: &SyncConfig,
+        (scanned, vectors, cfg, written): PairContext<'_>,
         carried: &mut Carried,
     ) {
-        let [source, receiver] = self.slots;
-        let names = [members[source].name.clone(), members[receiver].name.clone()];
+        let [source_slot, receiver_slot] = self.slots;
         let ctimes = items
             .iter()
             .map(|item| {
                 let ctimes = &scanned.ctimes[scanned.index_of(&item.path)];
-                (item.path.clone(), [ctimes[source], ctimes[receiver]])
+                (
+                    item.path.clone(),
+                    [ctimes[source_slot], ctimes[receiver_slot]],
+                )
             })
             .collect();
         let pair_scanned = crate::sync::scan::Scanned::of_ctimes(ctimes);
-        let Ok([a, b]) = members.get_disjoint_mut([source, receiver]) else {
-            unreachable!("a member never receives from itself");
-        };
         let mut sides: [Box<dyn SideSession + '_>; 2] = [
-            Box::new(Versioned::new(a.side.as_mut(), vectors)),
-            Box::new(Versioned::new(b.side.as_mut(), vectors)),
+            Box::new(Unrecorded),
+            Box::new(Versioned::new(receiver.side.as_mut(), vectors)),
         ];
         let premerger = Premerger::new(self.replicas, cfg);
         let kept = Default::default();
@@ -162,11 +205,12 @@ impl Pair<'_> {
         };
         let mut report = SyncReport::default();
         let hooks = SyncHooks {
-            progress: Some(&carried.written),
+            progress: Some(written),
             ..SyncHooks::default()
         };
+        let replicas = self.replicas;
         propagate(
-            self.replicas,
+            replicas,
             &mut sides,
             &pair_scanned,
             plan,
@@ -174,20 +218,51 @@ impl Pair<'_> {
             &hooks,
             &mut report,
         );
+        let [from, on] = &self.names;
         carried
             .changes
             .extend(report.propagated.into_iter().map(|change| SetChange {
                 receive: receive_of(change.action),
                 path: change.path,
-                on: names[1].clone(),
-                from: names[0].clone(),
+                on: on.clone(),
+                from: from.clone(),
             }));
         carried
             .failures
             .extend(report.errors.into_iter().map(|failure| SetFailure {
-                replica: names[1].clone(),
+                replica: on.clone(),
                 failure,
             }));
+    }
+}
+
+/// The source's side in a pair: what it holds is recorded by
+/// `record_holder` once every receiver has been tried, not per pair.
+struct Unrecorded;
+
+impl SideSession for Unrecorded {
+    fn created(&self) -> bool {
+        false
+    }
+
+    fn forget(&mut self) -> Result<(), SideFailure> {
+        Ok(())
+    }
+
+    fn set_rules(&mut self, _rules: &SyncRules) -> Result<(), SideFailure> {
+        Ok(())
+    }
+
+    fn scan(&mut self, _opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        Err(SideFailure::said("a source of a pair is not scanned"))
+    }
+
+    fn lookup(&mut self, _paths: &[RelPath], _opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        Err(SideFailure::said("a source of a pair is not looked up"))
+    }
+
+    fn record(&mut self, _records: &[ArchiveRecord]) -> Result<(), SideFailure> {
+        Ok(())
     }
 }
 
