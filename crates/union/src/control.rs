@@ -92,6 +92,16 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
             .canonicalize()
             .unwrap_or_else(|_| PathBuf::from(p))
     };
+    let nc_refused = |path: &str, mode: &str| {
+        let nc = Mode::parse(mode) == Ok(Mode::Nc) && shared.pool.is_none();
+        match nc {
+            true => Err(crate::nc_needs_pool(Path::new(path))),
+            false => Ok(()),
+        }
+    };
+    if let ["add", path, _, mode] | ["mode", path, mode] = parts.as_slice() {
+        nc_refused(path, mode)?;
+    }
     let new: Table = match parts.as_slice() {
         ["ping"] => return Ok((String::new(), false)),
         ["list"] => return Ok((current.describe(), false)),

@@ -2,6 +2,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use super::index::is_private_xattr;
 use super::{Errno, Op, R};
@@ -37,6 +38,11 @@ impl Op<'_> {
         if is_private_xattr(name) {
             return Err(libc::EPERM);
         }
+        if let Some(p) = self.pool() {
+            let _ns = self.ns();
+            let set = |b, rel: &Path| sys::lsetxattr(&self.abs(b, rel), name, value, flags).e();
+            return self.pool_act(ino, &p, set);
+        }
         self.writable_branch(ino)?;
         let _ns = self.ns();
         let b = self.writable_branch_for(ino)?;
@@ -50,6 +56,11 @@ impl Op<'_> {
         }
         // Fail early without copying up when there is nothing to remove.
         self.do_getxattr(ino, name)?;
+        if let Some(p) = self.pool() {
+            let _ns = self.ns();
+            let remove = |b, rel: &Path| sys::lremovexattr(&self.abs(b, rel), name).e();
+            return self.pool_act(ino, &p, remove);
+        }
         self.writable_branch(ino)?;
         let _ns = self.ns();
         let b = self.writable_branch_for(ino)?;
