@@ -78,6 +78,13 @@ enum UnionCmd {
     },
     /// List the branches of the union at MNT: number, mode, directory.
     List { mountpoint: PathBuf },
+    /// Show a pool's policies, or change them while it is mounted: KEY=VALUE with mergerfs's
+    /// keys (category.create, func.create, category.action, category.search, minfreespace,
+    /// moveonenospc).
+    Policy {
+        mountpoint: PathBuf,
+        settings: Vec<String>,
+    },
     /// Put NEWDIR (created if missing) on top as the writable branch and make the branches
     /// that were writable read-only: the state until now is frozen below.
     Snapshot {
@@ -130,6 +137,14 @@ pub fn run(args: UnionArgs) -> i32 {
             )
         }
         UnionCmd::List { mountpoint } => control(&mountpoint, &[OsStr::new("list")]),
+        UnionCmd::Policy {
+            mountpoint,
+            settings,
+        } => {
+            let mut fields = vec![OsStr::new("policy")];
+            fields.extend(settings.iter().map(OsStr::new));
+            control(&mountpoint, &fields)
+        }
         UnionCmd::Snapshot { mountpoint, newdir } => snapshot(&mountpoint, &newdir),
     }
 }

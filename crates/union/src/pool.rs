@@ -129,6 +129,9 @@ pub struct Policies {
     pub action: Action,
     /// Bytes a branch must have available to be chosen for a create.
     pub min_free: u64,
+    /// mergerfs's `moveonenospc`: a write that finds its branch full moves the file to the
+    /// branch this policy chooses (among the others) and goes on; None: the write fails.
+    pub move_on_enospc: Option<Create>,
 }
 
 impl Default for Policies {
@@ -138,6 +141,7 @@ impl Default for Policies {
             create: Create::Epmfs,
             action: Action::Epall,
             min_free: DEFAULT_MIN_FREE,
+            move_on_enospc: None,
         }
     }
 }
@@ -160,6 +164,7 @@ impl Policies {
                 }
             }
             "minfreespace" => self.min_free = parse_size(value)?,
+            "moveonenospc" => self.move_on_enospc = parse_move(value)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -167,11 +172,30 @@ impl Policies {
 
     /// The options that give these settings back (for a daemon started with them).
     pub fn to_options(&self) -> Vec<String> {
+        let moving = self
+            .move_on_enospc
+            .map_or("false".into(), |c| c.to_string());
         vec![
             format!("category.create={}", self.create),
             format!("category.action={}", self.action),
             format!("minfreespace={}", self.min_free),
+            format!("moveonenospc={moving}"),
         ]
+    }
+}
+
+/// `moveonenospc=`: true (the branch with the most free space, as mergerfs), false, or a
+/// create policy that is not path-preserving.
+fn parse_move(value: &str) -> Result<Option<Create>, String> {
+    match value {
+        "true" => Ok(Some(Create::Mfs)),
+        "false" => Ok(None),
+        v => match Create::parse(v) {
+            Ok(c) if !c.path_preserving() => Ok(Some(c)),
+            _ => Err(format!(
+                "moveonenospc={v}: true, false, or one of ff, mfs, lfs, lus, rand, pfrd"
+            )),
+        },
     }
 }
 
@@ -329,6 +353,7 @@ mod tests {
             create: Create::parse(create).unwrap(),
             action: Action::Epall,
             min_free,
+            move_on_enospc: None,
         }
     }
 
@@ -389,6 +414,12 @@ mod tests {
         assert_eq!(p.set("minfreespace", "1M"), Ok(true));
         assert_eq!(p.min_free, 1 << 20);
         assert_eq!(p.set("allow_other", ""), Ok(false));
+        assert_eq!(p.set("moveonenospc", "true"), Ok(true));
+        assert_eq!(p.move_on_enospc, Some(Create::Mfs));
+        assert!(p
+            .set("moveonenospc", "epmfs")
+            .unwrap_err()
+            .contains("moveonenospc"));
         let err = p.set("category.create", "most").unwrap_err();
         assert!(
             err.contains("category.create=most") && err.contains("epmfs"),

@@ -19,16 +19,16 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use common::{fuse_ok, is_mounted, need, unmount, UnionMount};
 
-const SIZES_MB: [u64; 3] = [8, 12, 16];
+const SIZES_MB: [u64; 3] = [6, 7, 8];
 const MIN_FREE: &str = "2M";
 const POLICIES: [&str; 8] = ["ff", "epff", "mfs", "epmfs", "lfs", "eplfs", "lus", "eplus"];
-const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+const NAMES: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
 const MODES: [u32; 5] = [0o600, 0o644, 0o700, 0o755, 0o750];
 
 /// A tmpfs mount, unmounted when dropped.
@@ -135,7 +135,7 @@ enum Op {
 /// A path: an existing one (from the merged view) most of the time, else a new one of one to
 /// three components.
 fn path(rng: &mut Rng, existing: &[String]) -> String {
-    if !existing.is_empty() && rng.below(10) < 6 {
+    if !existing.is_empty() && rng.below(10) < 8 {
         return rng.pick(existing).clone();
     }
     let depth = 1 + rng.below(3);
@@ -158,13 +158,13 @@ fn random_op(rng: &mut Rng, view: &BTreeMap<String, String>) -> Op {
         .filter(|(_, d)| d.starts_with("mode=4"))
         .map(|(k, _)| k.clone())
         .collect();
-    match rng.below(9) {
-        0 | 1 => Op::Create(new_path(rng, &dirs), rng.below(96 * 1024)),
-        2 => Op::Mkdir(new_path(rng, &dirs)),
-        3 | 4 => Op::Rename(path(rng, &existing), new_path(rng, &dirs)),
-        5 => Op::Unlink(path(rng, &existing)),
-        6 => Op::Rmdir(path(rng, &existing)),
-        7 => Op::Chmod(path(rng, &existing), *rng.pick(&MODES)),
+    match rng.below(13) {
+        0..=2 => Op::Create(new_path(rng, &dirs), rng.below(256 * 1024)),
+        3 | 4 => Op::Mkdir(new_path(rng, &dirs)),
+        5 | 6 => Op::Rename(path(rng, &existing), new_path(rng, &dirs)),
+        7 | 8 => Op::Unlink(path(rng, &existing)),
+        9 => Op::Rmdir(path(rng, &existing)),
+        10 => Op::Chmod(path(rng, &existing), *rng.pick(&MODES)),
         _ => Op::Write(
             path(rng, &existing),
             rng.below(64 * 1024) as u64,
@@ -210,10 +210,38 @@ fn deliberately_different(op: &Op, mnt: &Path) -> bool {
     }
 }
 
-fn view(root: &Path) -> BTreeMap<String, String> {
-    let mut v = describe(root, false);
-    v.remove(".mergerfs");
-    v
+/// Every entry under `root`: kind and mode, a file's size, and with `data` a hash of its
+/// bytes (read every `DATA_EVERY` steps: reading every file at every step would dominate).
+fn view(root: &Path, data: bool) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    walk(root, root, data, &mut out);
+    out.remove(".mergerfs");
+    out
+}
+
+const DATA_EVERY: usize = 25;
+
+fn walk(root: &Path, dir: &Path, data: bool, out: &mut BTreeMap<String, String>) {
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let m = fs::symlink_metadata(&p).unwrap();
+        let mut d = format!("mode={:o}", m.mode());
+        if m.is_file() {
+            d += &format!(" size={}", m.len());
+            if data {
+                let bytes = fs::read(&p).unwrap();
+                let h = bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+                    (h ^ b as u64).wrapping_mul(0x100000001b3)
+                });
+                d += &format!(" data={h:x}");
+            }
+        }
+        let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        out.insert(rel, d);
+        if m.is_dir() {
+            walk(root, &p, data, out);
+        }
+    }
 }
 
 /// The first few differences between two trees, for the failure message.
@@ -252,7 +280,7 @@ fn run_policy(s: &Sides, policy: &str, seed: u64, ops: usize) -> (usize, usize, 
     let mut rng = Rng(seed);
     let (mut skipped, mut failed) = (0, 0);
     for step in 0..ops {
-        let op = random_op(&mut rng, &view(&s.mnt_ours));
+        let op = random_op(&mut rng, &view(&s.mnt_ours, false));
         if deliberately_different(&op, &s.mnt_ours) {
             skipped += 1;
             continue;
@@ -261,11 +289,12 @@ fn run_policy(s: &Sides, policy: &str, seed: u64, ops: usize) -> (usize, usize, 
         let at = format!("policy {policy}, seed {seed}, step {step}, {op:?}");
         assert_eq!(a, b, "{at}: accord answered {a:?}, mergerfs {b:?}");
         failed += a.is_err() as usize;
+        let data = step % DATA_EVERY == 0 || step + 1 == ops;
         for (i, (o, t)) in s.ours.iter().zip(&s.theirs).enumerate() {
-            let (vo, vt) = (view(&o.0), view(&t.0));
+            let (vo, vt) = (view(&o.0, data), view(&t.0, data));
             assert!(vo == vt, "{at}: branch {i} differs:\n{}", diff(&vo, &vt));
         }
-        let (vo, vt) = (view(&s.mnt_ours), view(&s.mnt_theirs));
+        let (vo, vt) = (view(&s.mnt_ours, data), view(&s.mnt_theirs, data));
         assert!(vo == vt, "{at}: merged views differ:\n{}", diff(&vo, &vt));
     }
     (ops, skipped, failed)
@@ -305,7 +334,9 @@ fn pool_places_names_as_mergerfs_does() {
     };
     for policy in POLICIES {
         let (n, skipped, failed) = run_policy(&sides, policy, seed, ops);
-        let per_branch: Vec<usize> = sides.ours.iter().map(|b| view(&b.0).len()).collect();
+        let per_branch: Vec<usize> = (sides.ours.iter())
+            .map(|b| view(&b.0, false).len())
+            .collect();
         eprintln!(
             "{test}: {policy}: {n} operations agreed ({skipped} skipped on purpose, {failed} \
              failed alike); names per branch at the end {per_branch:?}"

@@ -465,7 +465,7 @@ impl Op<'_> {
         if whiteout::is_reserved(name) {
             return Err(libc::EINVAL);
         }
-        if self.child(parent, name)?.is_some() {
+        if self.child(parent, name)?.is_some() || self.is_control(parent, name) {
             return Err(libc::EEXIST);
         }
         let u = match self.pool() {

@@ -72,6 +72,9 @@ impl Op<'_> {
     /// namespace lock, so a transient miss is never cached as an absence; so does one that
     /// found a file while a directory moved (the path may have named another file).
     pub(super) fn do_lookup(&self, parent: u64, name: &OsStr) -> R<Option<FileAttr>> {
+        if self.is_control(parent, name) {
+            return Ok(Some(self.control_attr()));
+        }
         self.name_fits(name)?;
         let missing = |e: i32| e == libc::ENOENT || e == libc::ENOTDIR;
         for _ in 0..2 {
@@ -200,6 +203,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_getattr(&self, ino: u64, fh: Option<u64>) -> R<FileAttr> {
+        if ino == super::pool_control::CONTROL_INO {
+            return Ok(self.control_attr());
+        }
         // An open handle answers even for a name that was unlinked meanwhile.
         if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
@@ -237,6 +243,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_setattr(&self, ino: u64, a: SetAttr) -> R<FileAttr> {
+        if ino == super::pool_control::CONTROL_INO {
+            return Err(libc::EPERM);
+        }
         // (Read from /proc, so only for truncations, and before the lock.)
         let kill = a.size.is_some() && a.mode.is_none() && !super::file::has_fsetid(a.caller);
         if let Some(p) = self.pool() {

@@ -13,6 +13,8 @@ mod index;
 mod kernel;
 mod names;
 mod pool;
+mod pool_control;
+mod pool_move;
 mod redirect;
 mod xattr;
 

@@ -36,7 +36,7 @@ impl Op<'_> {
 
     /// Branch `b` as a create policy sees it (a branch whose space cannot be read is never
     /// chosen, as in mergerfs).
-    fn candidate(&self, b: u32, has_parent: bool) -> Candidate {
+    pub(super) fn candidate(&self, b: u32, has_parent: bool) -> Candidate {
         let branch = self.table.get(b);
         let vfs = sys::fstatvfs(branch.fd()).ok();
         let (avail, used, readonly) = match vfs {
@@ -343,7 +343,7 @@ fn remove_any(fd: i32, rel: &Path) {
 
 /// A number below `n` (n > 0) for the random policies: a xorshift generator, seeded from the
 /// clock once; placement needs spread, not secrecy.
-fn draw(n: u64) -> u64 {
+pub(super) fn draw(n: u64) -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0);
     let mut x = STATE.load(Ordering::Relaxed);
     if x == 0 {

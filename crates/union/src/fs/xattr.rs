@@ -5,11 +5,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::index::is_private_xattr;
+use super::pool_control::CONTROL_INO;
 use super::{Errno, Op, R};
 use crate::sys;
 
 impl Op<'_> {
     pub(super) fn do_getxattr(&self, ino: u64, name: &OsStr) -> R<Vec<u8>> {
+        if ino == CONTROL_INO {
+            return self.control_getxattr(name);
+        }
         if is_private_xattr(name) {
             return Err(libc::ENODATA);
         }
@@ -20,6 +24,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_listxattr(&self, ino: u64) -> R<Vec<u8>> {
+        if ino == CONTROL_INO {
+            return Ok(self.control_listxattr());
+        }
         self.resolved(|| {
             let loc = self.locate(ino)?;
             let list = sys::llistxattr(&self.abs(loc.entry.winner(), &loc.winner_rel())).e()?;
@@ -35,6 +42,9 @@ impl Op<'_> {
     // path and change the file under the lock, so a rename cannot aim them at another file.
 
     pub(super) fn do_setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> R<()> {
+        if ino == CONTROL_INO {
+            return self.control_setxattr(name, value);
+        }
         if is_private_xattr(name) {
             return Err(libc::EPERM);
         }
@@ -51,6 +61,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_removexattr(&self, ino: u64, name: &OsStr) -> R<()> {
+        if ino == CONTROL_INO {
+            return Err(libc::EPERM);
+        }
         if is_private_xattr(name) {
             return Err(libc::EPERM);
         }
