@@ -25,9 +25,15 @@ pub enum Create {
     Eprand,
     Pfrd,
     Eppfrd,
+    /// "Most shared path": as the `ep` form on the deepest ancestor of the new name that some
+    /// eligible branch holds (the parent first, then its parent …).
+    Mspmfs,
+    Msplfs,
+    Msplus,
+    Msppfrd,
 }
 
-const CREATE_NAMES: [(&str, Create); 12] = [
+const CREATE_NAMES: [(&str, Create); 16] = [
     ("ff", Create::Ff),
     ("epff", Create::Epff),
     ("mfs", Create::Mfs),
@@ -40,6 +46,10 @@ const CREATE_NAMES: [(&str, Create); 12] = [
     ("eprand", Create::Eprand),
     ("pfrd", Create::Pfrd),
     ("eppfrd", Create::Eppfrd),
+    ("mspmfs", Create::Mspmfs),
+    ("msplfs", Create::Msplfs),
+    ("msplus", Create::Msplus),
+    ("msppfrd", Create::Msppfrd),
 ];
 
 /// Which copies a change (chmod, chown, utimens, truncate, xattrs, unlink, rmdir, rename)
@@ -72,14 +82,17 @@ impl Create {
     /// Path-preserving: only branches that hold the parent directory are chosen, and a
     /// rename keeps a file on its branch (EXDEV where it cannot).
     pub fn path_preserving(self) -> bool {
+        !matches!(
+            self,
+            Create::Ff | Create::Mfs | Create::Lfs | Create::Lus | Create::Rand | Create::Pfrd
+        )
+    }
+
+    /// A most-shared-path policy: it looks further up when no branch holds the parent.
+    pub fn most_shared_path(self) -> bool {
         matches!(
             self,
-            Create::Epff
-                | Create::Epmfs
-                | Create::Eplfs
-                | Create::Eplus
-                | Create::Eprand
-                | Create::Eppfrd
+            Create::Mspmfs | Create::Msplfs | Create::Msplus | Create::Msppfrd
         )
     }
 }
@@ -252,9 +265,9 @@ fn worse(cur: i32, new: i32) -> i32 {
     }
 }
 
-/// The branches `policy` may choose from (in branch order), or the errno to answer.
-fn eligible(p: &Policies, cands: &[Candidate]) -> Result<Vec<Candidate>, i32> {
-    let mut err = libc::ENOENT;
+/// The branches `policy` may choose from (in branch order); `err` keeps the weightiest
+/// reason a branch was passed over.
+fn eligible(p: &Policies, cands: &[Candidate], err: &mut i32) -> Vec<Candidate> {
     let mut out = Vec::new();
     for c in cands {
         let why = if !c.creatable {
@@ -269,35 +282,47 @@ fn eligible(p: &Policies, cands: &[Candidate]) -> Result<Vec<Candidate>, i32> {
             out.push(*c);
             continue;
         };
-        err = worse(err, why);
+        *err = worse(*err, why);
     }
-    if out.is_empty() {
-        Err(err)
-    } else {
-        Ok(out)
-    }
+    out
 }
 
-/// The branch a new name goes to. `random` draws a number below its argument (for `rand`,
-/// `pfrd` and their `ep` forms).
+/// The branch a new name goes to. `levels` holds the candidates as seen from the new name's
+/// parent directory (`has_parent`: the branch holds it), then, for the most-shared-path
+/// policies only, from each ancestor up to the root. `random` draws a number below its
+/// argument (for `rand`, `pfrd` and their forms).
 pub fn choose_create(
     p: &Policies,
-    cands: &[Candidate],
+    levels: &[Vec<Candidate>],
     random: &mut dyn FnMut(u64) -> u64,
 ) -> Result<u32, i32> {
-    let ok = eligible(p, cands)?;
-    let pick = match p.create {
-        Create::Ff | Create::Epff => ok[0],
+    let mut err = libc::ENOENT;
+    for level in levels {
+        let ok = eligible(p, level, &mut err);
+        if !ok.is_empty() {
+            return Ok(pick(p.create, &ok, random).branch);
+        }
+        if !p.create.most_shared_path() {
+            break;
+        }
+    }
+    Err(err)
+}
+
+/// `create`'s choice among the eligible branches `ok` (not empty).
+fn pick(create: Create, ok: &[Candidate], random: &mut dyn FnMut(u64) -> u64) -> Candidate {
+    use Create::*;
+    match create {
+        Ff | Epff => ok[0],
         // Ties go to the last branch (mergerfs replaces on equal; `max_by_key` keeps the
         // last of equals, `min_by_key` the first).
-        Create::Mfs | Create::Epmfs => *ok.iter().max_by_key(|c| c.avail).unwrap(),
-        Create::Lfs | Create::Eplfs => *ok.iter().rev().min_by_key(|c| c.avail).unwrap(),
+        Mfs | Epmfs | Mspmfs => *ok.iter().max_by_key(|c| c.avail).unwrap(),
+        Lfs | Eplfs | Msplfs => *ok.iter().rev().min_by_key(|c| c.avail).unwrap(),
         // Ties go to the first.
-        Create::Lus | Create::Eplus => *ok.iter().min_by_key(|c| c.used).unwrap(),
-        Create::Rand | Create::Eprand => ok[random(ok.len() as u64) as usize],
-        Create::Pfrd | Create::Eppfrd => proportional(&ok, random),
-    };
-    Ok(pick.branch)
+        Lus | Eplus | Msplus => *ok.iter().min_by_key(|c| c.used).unwrap(),
+        Rand | Eprand => ok[random(ok.len() as u64) as usize],
+        Pfrd | Eppfrd | Msppfrd => proportional(ok, random),
+    }
 }
 
 /// A branch drawn with a chance proportional to its available space.
@@ -369,12 +394,12 @@ mod tests {
             cand(2, 30, 1),
             cand(3, 5, 90),
         ];
-        let pick = |p: &str| choose_create(&policy(p, 0), &c, &mut never).unwrap();
+        let pick = |p: &str| choose_create(&policy(p, 0), &[c.to_vec()], &mut never).unwrap();
         assert_eq!(pick("ff"), 0);
         assert_eq!(pick("mfs"), 2, "ties go to the last");
         assert_eq!(pick("lfs"), 3);
         assert_eq!(pick("lus"), 1, "ties go to the first");
-        let floor = choose_create(&policy("lfs", 8), &c, &mut never).unwrap();
+        let floor = choose_create(&policy("lfs", 8), &[c.to_vec()], &mut never).unwrap();
         assert_eq!(floor, 0, "below minfreespace is not chosen");
     }
 
@@ -383,27 +408,70 @@ mod tests {
         let mut c = [cand(0, 50, 0), cand(1, 10, 0), cand(2, 20, 0)];
         c[0].has_parent = false;
         c[2].creatable = false;
-        assert_eq!(choose_create(&policy("epmfs", 0), &c, &mut never), Ok(1));
-        assert_eq!(choose_create(&policy("mfs", 0), &c, &mut never), Ok(0));
+        assert_eq!(
+            choose_create(&policy("epmfs", 0), &[c.to_vec()], &mut never),
+            Ok(1)
+        );
+        assert_eq!(
+            choose_create(&policy("mfs", 0), &[c.to_vec()], &mut never),
+            Ok(0)
+        );
         c[1].has_parent = false;
         assert_eq!(
-            choose_create(&policy("epff", 0), &c, &mut never),
+            choose_create(&policy("epff", 0), &[c.to_vec()], &mut never),
             Err(libc::EROFS),
             "the weightiest reason: branch 2 is nc"
         );
         let full = [cand(0, 1, 0)];
         assert_eq!(
-            choose_create(&policy("ff", 2), &full, &mut never),
+            choose_create(&policy("ff", 2), &[full.to_vec()], &mut never),
             Err(libc::ENOSPC)
+        );
+    }
+
+    #[test]
+    fn most_shared_path_looks_up_the_tree() {
+        let mut parent = [cand(0, 50, 0), cand(1, 10, 0)];
+        parent[0].has_parent = false;
+        parent[1].has_parent = false;
+        let root = [cand(0, 50, 0), cand(1, 10, 0)];
+        let levels = [parent.to_vec(), root.to_vec()];
+        assert_eq!(
+            choose_create(&policy("mspmfs", 0), &levels, &mut never),
+            Ok(0)
+        );
+        assert_eq!(
+            choose_create(&policy("msplfs", 0), &levels, &mut never),
+            Ok(1)
+        );
+        assert_eq!(
+            choose_create(&policy("epmfs", 0), &levels, &mut never),
+            Err(libc::ENOENT),
+            "ep policies look at the parent only"
+        );
+        parent[1].has_parent = true;
+        let levels = [parent.to_vec(), root.to_vec()];
+        assert_eq!(
+            choose_create(&policy("mspmfs", 0), &levels, &mut never),
+            Ok(1)
         );
     }
 
     #[test]
     fn random_policies_draw_among_the_eligible() {
         let c = [cand(0, 10, 0), cand(1, 30, 0)];
-        assert_eq!(choose_create(&policy("rand", 0), &c, &mut |_| 1), Ok(1));
-        assert_eq!(choose_create(&policy("pfrd", 0), &c, &mut |_| 9), Ok(0));
-        assert_eq!(choose_create(&policy("pfrd", 0), &c, &mut |_| 10), Ok(1));
+        assert_eq!(
+            choose_create(&policy("rand", 0), &[c.to_vec()], &mut |_| 1),
+            Ok(1)
+        );
+        assert_eq!(
+            choose_create(&policy("pfrd", 0), &[c.to_vec()], &mut |_| 9),
+            Ok(0)
+        );
+        assert_eq!(
+            choose_create(&policy("pfrd", 0), &[c.to_vec()], &mut |_| 10),
+            Ok(1)
+        );
     }
 
     #[test]

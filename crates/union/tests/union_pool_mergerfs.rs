@@ -11,7 +11,7 @@
 //! either (counted as skipped): removing or renaming over a directory that is empty in one
 //! branch but not in the merged view (mergerfs removes the empty copies and reports
 //! ENOTEMPTY or success; the pool refuses with ENOTEMPTY and changes nothing, as POSIX asks).
-//! The random policies (rand, eprand, pfrd, eppfrd) cannot be compared step by step and are
+//! The random policies (rand, eprand, pfrd, eppfrd, msppfrd) cannot be compared step by step and are
 //! left to the unit tests.
 
 mod common;
@@ -27,7 +27,9 @@ use common::{fuse_ok, is_mounted, need, unmount, UnionMount};
 
 const SIZES_MB: [u64; 3] = [6, 7, 8];
 const MIN_FREE: &str = "2M";
-const POLICIES: [&str; 8] = ["ff", "epff", "mfs", "epmfs", "lfs", "eplfs", "lus", "eplus"];
+const POLICIES: [&str; 11] = [
+    "ff", "epff", "mfs", "epmfs", "lfs", "eplfs", "lus", "eplus", "mspmfs", "msplfs", "msplus",
+];
 const NAMES: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
 const MODES: [u32; 5] = [0o600, 0o644, 0o700, 0o755, 0o750];
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use fuser::FileAttr;
 
-use super::{Errno, Op, R};
+use super::{Errno, Op, R, ROOT};
 use crate::merge::{Kind, MergedEntry};
 use crate::pool::{choose_action, choose_create, Candidate, Policies};
 use crate::sys;
@@ -24,14 +24,28 @@ impl Op<'_> {
     /// (cloned from the first branch that holds it) when the policy is not path-preserving.
     pub(super) fn pool_create_branch(&self, parent: u64, p: &Policies) -> R<u32> {
         let layers = self.ensure_view(parent)?.layers.clone();
-        let cands: Vec<Candidate> = (0..self.table.branches.len() as u32)
-            .map(|b| self.candidate(b, layers.contains(&b)))
-            .collect();
-        let b = choose_create(p, &cands, &mut draw)?;
+        let mut levels = vec![self.candidates(&layers)];
+        if p.create.most_shared_path() {
+            let mut dir = parent;
+            while dir != ROOT {
+                // (The node table's guard must be gone before the view is built.)
+                let up = self.nodes().entry(dir).ok_or(libc::ENOENT)?.0;
+                levels.push(self.candidates(&self.ensure_view(up)?.layers));
+                dir = up;
+            }
+        }
+        let b = choose_create(p, &levels, &mut draw)?;
         if !layers.contains(&b) {
             self.ensure_dir_in(parent, b, layers.first().copied())?;
         }
         Ok(b)
+    }
+
+    /// Every branch as a create policy sees it from a directory held by `layers`.
+    fn candidates(&self, layers: &[u32]) -> Vec<Candidate> {
+        (0..self.table.branches.len() as u32)
+            .map(|b| self.candidate(b, layers.contains(&b)))
+            .collect()
     }
 
     /// Branch `b` as a create policy sees it (a branch whose space cannot be read is never

@@ -33,7 +33,7 @@ impl Op<'_> {
             create: policy,
             ..*p
         };
-        let to = choose_create(&chooser, &others, &mut super::pool::draw)?;
+        let to = choose_create(&chooser, &[others], &mut super::pool::draw)?;
         self.ensure_dir_in(parent, to, Some(from))?;
         self.ns_changing();
         self.copy_to_branch(from, to, &rel)?;
