@@ -30,14 +30,17 @@ pub struct UnionArgs {
 enum UnionCmd {
     /// Mount a union of BRANCHES (highest priority first) at MNT.
     ///
-    /// A branch is DIR, DIR=rw or DIR=ro; without a mode the first branch is writable and the
-    /// others read-only. `-o dirs=/a=rw:/b=ro` is Unionfs's spelling of the same list.
+    /// A branch is DIR, DIR=rw, DIR=ro or (in a pool) DIR=nc; without a mode the first branch
+    /// is writable and the others read-only (in a pool, all writable). `-o dirs=/a=rw:/b=ro`
+    /// is Unionfs's spelling of the same list.
     Mount {
         mountpoint: PathBuf,
         branches: Vec<String>,
         /// Mount options, comma-separated: `dirs=` (branches), `redirect_dir=on|off` (off:
         /// renaming a directory with lower parts fails with EXDEV instead of moving it in
-        /// place), and the standard FUSE options: allow_other, allow_root,
+        /// place), mergerfs's pool options (`pool`, `category.create=POLICY`,
+        /// `category.action=`, `minfreespace=SIZE`: every writable branch takes new names as
+        /// the policy says), and the standard FUSE options: allow_other, allow_root,
         /// default_permissions, auto_unmount, fsname=, max_read=, ro, rw, nodev, nosuid,
         /// noexec, noatime, sync, dirsync and their opposites. May be given more than once.
         #[arg(short = 'o')]
@@ -60,13 +63,14 @@ enum UnionCmd {
         /// writable one on top (it takes the writes from then on).
         #[arg(long)]
         after: Option<usize>,
-        /// ro or rw.
+        /// ro, rw or (in a pool) nc.
         #[arg(long, default_value = "ro")]
         mode: String,
     },
     /// Remove branch DIR from the live union at MNT (open files keep working).
     Remove { mountpoint: PathBuf, dir: PathBuf },
-    /// Make branch DIR of the union at MNT read-only or writable.
+    /// Make branch DIR of the union at MNT read-only (ro), writable (rw) or, in a pool,
+    /// writable but not taking new names (nc).
     Mode {
         mountpoint: PathBuf,
         dir: PathBuf,
@@ -74,6 +78,13 @@ enum UnionCmd {
     },
     /// List the branches of the union at MNT: number, mode, directory.
     List { mountpoint: PathBuf },
+    /// Show a pool's policies, or change them while it is mounted: KEY=VALUE with mergerfs's
+    /// keys (category.create, func.create, category.action, category.search, minfreespace,
+    /// moveonenospc).
+    Policy {
+        mountpoint: PathBuf,
+        settings: Vec<String>,
+    },
     /// Put NEWDIR (created if missing) on top as the writable branch and make the branches
     /// that were writable read-only: the state until now is frozen below.
     Snapshot {
@@ -126,6 +137,14 @@ pub fn run(args: UnionArgs) -> i32 {
             )
         }
         UnionCmd::List { mountpoint } => control(&mountpoint, &[OsStr::new("list")]),
+        UnionCmd::Policy {
+            mountpoint,
+            settings,
+        } => {
+            let mut fields = vec![OsStr::new("policy")];
+            fields.extend(settings.iter().map(OsStr::new));
+            control(&mountpoint, &fields)
+        }
         UnionCmd::Snapshot { mountpoint, newdir } => snapshot(&mountpoint, &newdir),
     }
 }
@@ -274,8 +293,9 @@ fn mount_config(
     }
     Ok(MountConfig {
         mountpoint,
-        branches: resolve_branches(&specs)?,
+        branches: resolve_branches(&specs, opts.pool.is_some())?,
         redirect_dir: opts.redirect_dir,
+        pool: opts.pool,
         fuse: opts.fuse,
     })
 }
@@ -317,9 +337,9 @@ fn serve(cfg: &MountConfig, notify_fd: Option<i32>) -> i32 {
 
 /// The branch directories of `specs`, canonical, with their modes; or the exit code after the
 /// error was reported.
-fn resolve_branches(specs: &[BranchSpec]) -> Result<Vec<(PathBuf, Mode)>, i32> {
+fn resolve_branches(specs: &[BranchSpec], pool: bool) -> Result<Vec<(PathBuf, Mode)>, i32> {
     let mut resolved = Vec::new();
-    for (spec, (p, m)) in specs.iter().zip(default_modes(specs)) {
+    for (spec, (p, m)) in specs.iter().zip(default_modes(specs, pool)) {
         match p.canonicalize() {
             Ok(c) => resolved.push((c, m)),
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(missing_branch(spec, &e)),
@@ -341,7 +361,7 @@ fn missing_branch(spec: &BranchSpec, e: &std::io::Error) -> i32 {
     }
     match mistyped_mode(spec) {
         Some(word) => usage(&format!(
-            "branch {p}: unknown mode {word:?} (a mode is ro or rw), and no directory of that \
+            "branch {p}: unknown mode {word:?} (a mode is ro, rw or nc), and no directory of that \
              whole name exists"
         )),
         None => fail(&format!("branch {p}: {}", io_words(e))),
@@ -371,6 +391,9 @@ fn daemonize(cfg: &MountConfig) -> i32 {
     let mut options = cfg.fuse.clone();
     if !cfg.redirect_dir {
         options.push("redirect_dir=off".into());
+    }
+    if let Some(p) = &cfg.pool {
+        options.extend(p.to_options());
     }
     if !options.is_empty() {
         cmd.arg("-o").arg(options.join(","));

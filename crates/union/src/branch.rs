@@ -16,14 +16,18 @@ use std::sync::Arc;
 pub enum Mode {
     Ro,
     Rw,
+    /// Writable, but never chosen for a new name (mergerfs's `NC`, no create): a pool only.
+    Nc,
 }
 
 impl Mode {
+    /// `ro`, `rw` or `nc`, also in mergerfs's capitals (`RO`, `RW`, `NC`).
     pub fn parse(s: &str) -> Result<Mode, String> {
         match s {
-            "ro" => Ok(Mode::Ro),
-            "rw" => Ok(Mode::Rw),
-            _ => Err(format!("branch mode must be ro or rw, not {s:?}")),
+            "ro" | "RO" => Ok(Mode::Ro),
+            "rw" | "RW" => Ok(Mode::Rw),
+            "nc" | "NC" => Ok(Mode::Nc),
+            _ => Err(format!("branch mode must be ro, rw or nc, not {s:?}")),
         }
     }
 }
@@ -33,6 +37,7 @@ impl fmt::Display for Mode {
         f.write_str(match self {
             Mode::Ro => "ro",
             Mode::Rw => "rw",
+            Mode::Nc => "nc",
         })
     }
 }
@@ -48,9 +53,10 @@ pub fn parse_spec(s: &str) -> Result<BranchSpec, String> {
     if s.is_empty() {
         return Err("empty branch".into());
     }
-    // Only a trailing `=ro`/`=rw` is a mode, so a directory named `a=b` still works.
-    for (suffix, mode) in [("=ro", Mode::Ro), ("=rw", Mode::Rw)] {
-        if let Some(p) = s.strip_suffix(suffix) {
+    // Only a trailing mode is a mode, so a directory named `a=b` still works.
+    for word in ["ro", "rw", "nc", "RO", "RW", "NC"] {
+        let mode = Mode::parse(word)?;
+        if let Some(p) = s.strip_suffix(word).and_then(|p| p.strip_suffix('=')) {
             if p.is_empty() {
                 return Err(format!("branch {s:?} has no directory"));
             }
@@ -79,13 +85,15 @@ pub fn mistyped_mode(spec: &BranchSpec) -> Option<String> {
 }
 
 /// Fill in modes the user left out the way Unionfs did: the first branch is writable, the
-/// others read-only.
-pub fn default_modes(specs: &[BranchSpec]) -> Vec<(PathBuf, Mode)> {
+/// others read-only; in a pool (`pool`), every branch is writable, as in mergerfs.
+pub fn default_modes(specs: &[BranchSpec], pool: bool) -> Vec<(PathBuf, Mode)> {
     specs
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let m = s.mode.unwrap_or(if i == 0 { Mode::Rw } else { Mode::Ro });
+            let m = s
+                .mode
+                .unwrap_or(if i == 0 || pool { Mode::Rw } else { Mode::Ro });
             (s.path.clone(), m)
         })
         .collect()
@@ -138,7 +146,13 @@ impl Branch {
         self.fd.as_raw_fd()
     }
 
+    /// Its files may be changed (`rw`, or `nc` in a pool).
     pub fn writable(&self) -> bool {
+        self.mode != Mode::Ro
+    }
+
+    /// A pool's create policies may put new names here (`rw` only).
+    pub fn creatable(&self) -> bool {
         self.mode == Mode::Rw
     }
 }
@@ -294,6 +308,9 @@ mod tests {
             }
         );
         assert_eq!(parse_spec("/a=b").unwrap().path, PathBuf::from("/a=b"));
+        assert_eq!(parse_spec("/a=NC").unwrap().mode, Some(Mode::Nc));
+        assert_eq!(parse_spec("/a=RW").unwrap().mode, Some(Mode::Rw));
+        assert_eq!(parse_spec("/arw").unwrap().mode, None);
         assert_eq!(parse_spec("/a").unwrap().mode, None);
         assert!(parse_spec("=rw").is_err());
         let mode = |s| mistyped_mode(&parse_spec(s).unwrap());
@@ -306,9 +323,13 @@ mod tests {
             .iter()
             .map(|s| parse_spec(s).unwrap())
             .collect();
-        let d = default_modes(&v);
+        let d = default_modes(&v, false);
+        assert_eq!(default_modes(&v, true)[2].1, Mode::Rw);
         assert_eq!(d[2].1, Mode::Ro);
-        let d = default_modes(&[parse_spec("/x").unwrap(), parse_spec("/y").unwrap()]);
+        let d = default_modes(
+            &[parse_spec("/x").unwrap(), parse_spec("/y").unwrap()],
+            false,
+        );
         assert_eq!((d[0].1, d[1].1), (Mode::Rw, Mode::Ro));
     }
 

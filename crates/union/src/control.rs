@@ -2,7 +2,8 @@
 //! the mount point, one request line in, one answer out.
 //!
 //! Requests (tab-separated): `ping`, `list`, `stats`, `add PATH AFTER MODE` (AFTER: a branch
-//! number, or `-` for the default place), `remove PATH`, `mode PATH MODE`, `snapshot PATH`.
+//! number, or `-` for the default place), `remove PATH`, `mode PATH MODE`, `snapshot PATH`,
+//! `policy [KEY=VALUE…]` (a pool's policies, changed and listed).
 //! Answers: `ok\n` followed by data, or `err MSG\n`.
 //! Only root and the user who mounted may talk to it (checked with SO_PEERCRED): anyone able to
 //! add a branch could otherwise show arbitrary files under the mount.
@@ -92,6 +93,19 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
             .canonicalize()
             .unwrap_or_else(|_| PathBuf::from(p))
     };
+    let nc_refused = |path: &str, mode: &str| {
+        let nc = Mode::parse(mode) == Ok(Mode::Nc) && shared.pool.is_none();
+        match nc {
+            true => Err(crate::nc_needs_pool(Path::new(path))),
+            false => Ok(()),
+        }
+    };
+    if let ["add", path, _, mode] | ["mode", path, mode] = parts.as_slice() {
+        nc_refused(path, mode)?;
+    }
+    if let ["policy", pairs @ ..] = parts.as_slice() {
+        return Ok((policy(shared, pairs)?, false));
+    }
     let new: Table = match parts.as_slice() {
         ["ping"] => return Ok((String::new(), false)),
         ["list"] => return Ok((current.describe(), false)),
@@ -120,6 +134,30 @@ fn handle(shared: &Shared, line: &str) -> Result<(String, bool), String> {
     let desc = new.describe();
     *shared.table.lock().unwrap() = Arc::new(new);
     Ok((desc, true))
+}
+
+/// `policy KEY=VALUE…`: change a pool's policies (all or none), then list them, one
+/// `KEY=VALUE` a line.
+fn policy(shared: &Shared, pairs: &[&str]) -> Result<String, String> {
+    let pool = shared.pool.as_ref().ok_or(
+        "this union is an overlay, not a pool: its policies are fixed (a pool is mounted with \
+         -o category.create=POLICY)",
+    )?;
+    let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
+    let mut changed = *p;
+    for pair in pairs {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?}: give KEY=VALUE, as category.create=mfs"))?;
+        if !changed.set(key, value)? {
+            return Err(format!(
+                "{key}: not a pool option (category.create, func.create, category.action, \
+                 category.search, minfreespace, moveonenospc)"
+            ));
+        }
+    }
+    *p = changed;
+    Ok(p.to_options().iter().map(|o| format!("{o}\n")).collect())
 }
 
 /// Open `path` as a new branch of the live union, unless it lies inside a union of ours (see

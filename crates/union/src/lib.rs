@@ -49,6 +49,7 @@ mod fs;
 pub mod guard;
 pub mod merge;
 pub mod options;
+pub mod pool;
 pub mod redirect;
 mod sys;
 pub mod whiteout;
@@ -70,6 +71,9 @@ pub struct MountConfig {
     /// `-o redirect_dir=on|off`: rename directories with lower parts in place (on, the
     /// default) or refuse with EXDEV (off).
     pub redirect_dir: bool,
+    /// A pool's policies (mergerfs's model: every writable branch takes new names as the
+    /// create policy says, no copy-up, no whiteouts); None for an overlay.
+    pub pool: Option<pool::Policies>,
     /// Standard FUSE mount options, as [`options::parse_mount_options`] checked them.
     pub fuse: Vec<String>,
 }
@@ -139,6 +143,14 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         ));
     }
     let mountpoint = mount_point(&cfg.mountpoint)?;
+    if cfg.pool.is_none() {
+        if let Some((p, _)) = cfg.branches.iter().find(|(_, m)| *m == Mode::Nc) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                nc_needs_pool(p),
+            ));
+        }
+    }
     let branches = open_branches(cfg, &mountpoint)?;
     // Modes of new files are exactly what the caller asked for (the kernel applied the umask).
     // SAFETY: umask has no preconditions.
@@ -149,6 +161,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         notifier: std::sync::OnceLock::new(),
         mountpoint: mountpoint.clone(),
         redirect_dir: cfg.redirect_dir,
+        pool: cfg.pool.map(Mutex::new),
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
         let shown = mountpoint.display();
@@ -176,6 +189,15 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
     let session = fuser::Session::new(union, &mountpoint, &config).map_err(mount_refused)?;
     Ok((session, listener, shared))
+}
+
+/// The words for a branch of mode `nc` in a union that is not a pool.
+pub fn nc_needs_pool(branch: &Path) -> String {
+    format!(
+        "branch {} has mode nc (no create), which only a pool has: mount with \
+         -o category.create=POLICY (or -o pool), or give the branch ro or rw",
+        branch.display()
+    )
 }
 
 /// The FUSE mount options and access rule: ours, then what `-o` asked for.

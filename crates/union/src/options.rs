@@ -5,6 +5,7 @@
 //! mounted rather than ignored or reported by a helper program in its own words.
 
 use crate::branch::{parse_spec, BranchSpec};
+use crate::pool::Policies;
 
 /// Everything `-o` said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -13,6 +14,9 @@ pub struct MountOptions {
     pub branches: Vec<BranchSpec>,
     /// overlayfs's `redirect_dir=on|off` (see `crate::redirect`); on unless switched off.
     pub redirect_dir: bool,
+    /// A pool (mergerfs's model) rather than an overlay: set by `pool` or by any of
+    /// mergerfs's policy options (`category.create=`, `func.create=`, `minfreespace=` …).
+    pub pool: Option<Policies>,
     /// Standard FUSE options in their canonical spelling (`allow_other`, `nodev`,
     /// `fsname=NAME` …); when two say opposite things (`ro` and `rw`) the later one wins, as
     /// with mount(8).
@@ -39,7 +43,8 @@ const SWITCHES: [&str; 4] = [
 ];
 
 /// The options we take, for the error that names an unknown one.
-const KNOWN: &str = "dirs=, redirect_dir=on|off, allow_other, allow_root, default_permissions, \
+const KNOWN: &str = "dirs=, redirect_dir=on|off, pool, category.create=, func.create=, \
+     category.action=, category.search=ff, minfreespace=, allow_other, allow_root, default_permissions, \
      auto_unmount, fsname=, subtype=accord, max_read=, ro, rw, dev, nodev, suid, nosuid, exec, \
      noexec, atime, noatime, sync, async, dirsync";
 
@@ -60,12 +65,28 @@ pub fn parse_mount_options(opts: &str) -> Result<MountOptions, String> {
                 "off" => false,
                 _ => return Err(format!("redirect_dir={v:?}: on or off")),
             };
-        } else {
+        } else if opt == "pool" {
+            out.pool.get_or_insert_with(Policies::default);
+        } else if !pool_option(&mut out, opt)? {
             let fuse = fuse_option(opt)?;
             out.add_fuse(fuse);
         }
     }
     Ok(out)
+}
+
+/// A pool option (`KEY=VALUE` of mergerfs's): applied, and the union made a pool. Ok(false)
+/// when `opt` is not one.
+fn pool_option(out: &mut MountOptions, opt: &str) -> Result<bool, String> {
+    let Some((key, value)) = opt.split_once('=') else {
+        return Ok(false);
+    };
+    let mut p = out.pool.unwrap_or_default();
+    if !p.set(key, value)? {
+        return Ok(false);
+    }
+    out.pool = Some(p);
+    Ok(true)
 }
 
 impl MountOptions {
@@ -148,6 +169,24 @@ mod tests {
         assert!(!o.redirect_dir);
         assert_eq!(o.branches.len(), 1);
         assert!(parse_mount_options("redirect_dir=yes").is_err());
+    }
+
+    #[test]
+    fn pool_options() {
+        assert_eq!(parse_mount_options("dirs=/a").unwrap().pool, None);
+        let o = parse_mount_options("category.create=mfs,minfreespace=1G,allow_other").unwrap();
+        let p = o.pool.unwrap();
+        assert_eq!((p.create.to_string(), p.min_free), ("mfs".into(), 1 << 30));
+        assert_eq!(o.fuse, ["allow_other"]);
+        assert_eq!(
+            parse_mount_options("pool").unwrap().pool,
+            Some(Policies::default())
+        );
+        let err = parse_mount_options("func.create=best").unwrap_err();
+        assert!(
+            err.contains("func.create=best") && err.contains("lus"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -77,19 +77,31 @@ impl Op<'_> {
     /// with the mode, owner, times and xattrs of the copy the union shows. Returns the upper
     /// branch index. Only with the namespace lock held.
     pub(super) fn ensure_dir_upper(&self, ino: u64) -> R<u32> {
+        if self.pool().is_some() {
+            // A pool copies nothing up; its creates choose a branch (`pool.rs`).
+            return Err(libc::EROFS);
+        }
         let u = self.upper()?;
+        self.ensure_dir_in(ino, u, None)?;
+        Ok(u)
+    }
+
+    /// Make directory `ino` exist in writable branch `u` (its missing ancestors first), with
+    /// the metadata of its copy in branch `from` (a pool clones a path from one branch, as
+    /// mergerfs does), or else of the copy the union shows. Only with the namespace lock held.
+    pub(super) fn ensure_dir_in(&self, ino: u64, u: u32, from: Option<u32>) -> R<()> {
         let view = self.ensure_view(ino)?;
         let layers = view.layers.clone();
         if layers.contains(&u) {
-            return Ok(u);
+            return Ok(());
         }
         if ino == ROOT {
             // The root of the upper branch is hidden by an opaque root above it.
             return Err(libc::EROFS);
         }
-        let src = layers[0];
+        let src = from.filter(|b| layers.contains(b)).unwrap_or(layers[0]);
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
-        self.ensure_dir_upper(parent)?;
+        self.ensure_dir_in(parent, u, from)?;
         let rel = self.path(ino)?;
         // (Elsewhere in a lower branch when the directory is under a redirect.)
         let src_rel = view.path_in(src, &rel);
@@ -124,7 +136,7 @@ impl Op<'_> {
                 v.layers.insert(i, u);
             }
         });
-        Ok(u)
+        Ok(())
     }
 
     /// For an open with O_TRUNC (`flags`) of regular file `ino` on a read-only branch: copy
@@ -154,6 +166,10 @@ impl Op<'_> {
         pre: Option<Precopy<'_>>,
         truncated_open: Option<i32>,
     ) -> R<(u32, Option<File>)> {
+        if self.pool().is_some() {
+            // A pool changes files where they are; one on a read-only branch stays as it is.
+            return Err(libc::EROFS);
+        }
         let loc = self.locate(ino)?;
         let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
         let u = self.ensure_dir_upper(parent)?;
@@ -304,6 +320,9 @@ impl Op<'_> {
         if self.table.get(w).writable() {
             return Ok(w);
         }
+        if self.pool().is_some() {
+            return Err(libc::EROFS);
+        }
         // A big file's data is copied before the namespace lock is taken, so the union's
         // other changes (creates, unlinks, renames, attribute changes) do not wait for it.
         let pre = self.precopy(ino);
@@ -325,6 +344,9 @@ impl Op<'_> {
             // (Copied up by another request meanwhile: `pre` is dropped.)
             return Ok(w);
         }
+        if self.pool().is_some() {
+            return Err(libc::EROFS);
+        }
         if loc.entry.kind == Kind::Dir {
             return self.ensure_dir_upper(ino);
         }
@@ -338,6 +360,9 @@ impl Op<'_> {
     /// request at a time pre-copies a file; the others wait for it and then find the file
     /// copied up. Any failure here just means the copy is made under the lock as before.
     pub(super) fn precopy(&self, ino: u64) -> Option<Precopy<'_>> {
+        if self.pool().is_some() {
+            return None;
+        }
         let u = self.upper().ok()?;
         // A stat first: most copy-ups are of small files, which need nothing opened here.
         let (src, rel, src_rel, st) = self
@@ -440,10 +465,13 @@ impl Op<'_> {
         if whiteout::is_reserved(name) {
             return Err(libc::EINVAL);
         }
-        if self.child(parent, name)?.is_some() {
+        if self.child(parent, name)?.is_some() || self.is_control(parent, name) {
             return Err(libc::EEXIST);
         }
-        let u = self.ensure_dir_upper(parent)?;
+        let u = match self.pool() {
+            Some(p) => self.pool_create_branch(parent, &p)?,
+            None => self.ensure_dir_upper(parent)?,
+        };
         let prel = self.path(parent)?;
         let rel = if parent == ROOT {
             Path::new(name).to_path_buf()

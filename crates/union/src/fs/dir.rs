@@ -112,6 +112,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_rmdir(&self, parent: u64, name: &OsStr) -> R<()> {
+        if let Some(p) = self.pool() {
+            return self.pool_rmdir(parent, name, &p);
+        }
         let _ns = self.ns();
         self.dirs_moving();
         let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;

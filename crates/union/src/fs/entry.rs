@@ -72,6 +72,9 @@ impl Op<'_> {
     /// namespace lock, so a transient miss is never cached as an absence; so does one that
     /// found a file while a directory moved (the path may have named another file).
     pub(super) fn do_lookup(&self, parent: u64, name: &OsStr) -> R<Option<FileAttr>> {
+        if self.is_control(parent, name) {
+            return Ok(Some(self.control_attr()));
+        }
         self.name_fits(name)?;
         let missing = |e: i32| e == libc::ENOENT || e == libc::ENOTDIR;
         for _ in 0..2 {
@@ -200,6 +203,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_getattr(&self, ino: u64, fh: Option<u64>) -> R<FileAttr> {
+        if ino == super::pool_control::CONTROL_INO {
+            return Ok(self.control_attr());
+        }
         // An open handle answers even for a name that was unlinked meanwhile.
         if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
@@ -237,23 +243,52 @@ impl Op<'_> {
     }
 
     pub(super) fn do_setattr(&self, ino: u64, a: SetAttr) -> R<FileAttr> {
+        if ino == super::pool_control::CONTROL_INO {
+            return Err(libc::EPERM);
+        }
+        // (Read from /proc, so only for truncations, and before the lock.)
+        let kill = a.size.is_some() && a.mode.is_none() && !super::file::has_fsetid(a.caller);
+        if let Some(p) = self.pool() {
+            return self.pool_setattr(ino, &a, kill, &p);
+        }
         // Copy up first (that takes the namespace lock by itself), then resolve and change
         // the file under the lock, so a concurrent rename cannot aim the change at another
         // file.
         self.writable_branch(ino)?;
-        // (Read from /proc, so only for truncations, and before the lock.)
-        let kill = a.size.is_some() && a.mode.is_none() && !super::file::has_fsetid(a.caller);
         let _ns = self.ns();
         let b = self.writable_branch_for(ino)?;
-        let fd = self.fd(b);
         let rel = self.path(ino)?;
+        self.set_attrs(b, &rel, &a, kill)?;
+        let st = sys::fstatat(self.fd(b), &rel).e()?;
+        Ok(self.attr(ino, &st))
+    }
+
+    /// setattr in a pool: every copy the action policy names changes (a truncation through
+    /// an open file changes that file only); the attributes are the shown copy's.
+    fn pool_setattr(
+        &self,
+        ino: u64,
+        a: &SetAttr,
+        kill: bool,
+        p: &crate::pool::Policies,
+    ) -> R<FileAttr> {
+        let _ns = self.ns();
+        self.pool_act(ino, p, |b, rel| self.set_attrs(b, rel, a, kill))?;
+        let loc = self.locate(ino)?;
+        let st = sys::fstatat(self.fd(loc.entry.winner()), &loc.winner_rel()).e()?;
+        Ok(self.attr(ino, &st))
+    }
+
+    /// Apply `a` to `rel` of writable branch `b`.
+    fn set_attrs(&self, b: u32, rel: &Path, a: &SetAttr, kill: bool) -> R<()> {
+        let fd = self.fd(b);
         if a.uid.is_some() || a.gid.is_some() {
             let u = a.uid.unwrap_or(u32::MAX);
             let g = a.gid.unwrap_or(u32::MAX);
-            sys::lchown(fd, &rel, u, g).e()?;
+            sys::lchown(fd, rel, u, g).e()?;
         }
         if let Some(m) = a.mode {
-            sys::chmodat(fd, &rel, m & 0o7777).e()?;
+            sys::chmodat(fd, rel, m & 0o7777).e()?;
         }
         if let Some(size) = a.size {
             // Prefer the caller's handle (it may be the only way to reach an unlinked file),
@@ -261,27 +296,23 @@ impl Op<'_> {
             let via_handle =
                 a.fh.and_then(|fh| self.handle(fh).ok())
                     .filter(|h| self.table.by_id(h.branch_id).map(|x| x.writable()) == Some(true));
-            match via_handle {
-                Some(h) => {
-                    h.file.set_len(size).e()?;
-                    if kill {
-                        super::file::drop_set_id(h.file.as_raw_fd(), a.caller)?;
-                    }
-                }
+            let opened;
+            let file = match &via_handle {
+                Some(h) => &h.file,
                 None => {
-                    let f = sys::openat(fd, &rel, libc::O_WRONLY, 0).e()?;
-                    f.set_len(size).e()?;
-                    if kill {
-                        super::file::drop_set_id(f.as_raw_fd(), a.caller)?;
-                    }
+                    opened = sys::openat(fd, rel, libc::O_WRONLY, 0).e()?;
+                    &opened
                 }
+            };
+            file.set_len(size).e()?;
+            if kill {
+                super::file::drop_set_id(file.as_raw_fd(), a.caller)?;
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {
-            sys::utimensat(fd, &rel, spec(a.atime), spec(a.mtime)).e()?;
+            sys::utimensat(fd, rel, spec(a.atime), spec(a.mtime)).e()?;
         }
-        let st = sys::fstatat(fd, &rel).e()?;
-        Ok(self.attr(ino, &st))
+        Ok(())
     }
 
     pub(super) fn do_readlink(&self, ino: u64) -> R<OsString> {
@@ -292,7 +323,11 @@ impl Op<'_> {
     }
 
     /// Space is what the upper branch offers (where writes go); without one, the top branch.
+    /// A pool's is the sum of its branches'.
     pub(super) fn do_statfs(&self) -> R<libc::statvfs> {
+        if self.pool().is_some() {
+            return self.pool_statfs();
+        }
         let b = self.table.upper().unwrap_or(0);
         sys::fstatvfs(self.fd(b)).e()
     }

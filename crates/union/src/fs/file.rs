@@ -19,8 +19,18 @@ use crate::merge::Kind;
 use crate::sys;
 
 /// Flags the branch file is opened with: creation is done by us, not by the kernel's flags.
-fn branch_flags(flags: i32) -> i32 {
+pub(super) fn branch_flags(flags: i32) -> i32 {
     flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY)
+}
+
+/// Write `data` at `offset` through handle `h`.
+fn write_to(h: &Handle, offset: i64, data: &[u8]) -> R<usize> {
+    if h.flags & libc::O_APPEND != 0 {
+        // The branch file is O_APPEND too: the kernel appends whatever offset we pass.
+        h.file.write_at(data, 0).e()
+    } else {
+        h.file.write_at(data, offset as u64).e()
+    }
 }
 
 /// The process behind a request, as the kernel's set-ID rules need it: its pid (to read its
@@ -106,6 +116,10 @@ pub(super) fn wants_write(flags: i32) -> bool {
 impl Op<'_> {
     /// Open `ino` for the process `caller`.
     pub(super) fn do_open(&self, ino: u64, flags: i32, caller: Caller) -> R<u64> {
+        if ino == super::pool_control::CONTROL_INO {
+            // Only its extended attributes mean something.
+            return Err(libc::EACCES);
+        }
         if self.renoded().contains(&ino) {
             // The name has a new inode now (see `settle_open`): a stale kernel dentry still
             // points here. ESTALE makes the kernel look the path up again and retry the open.
@@ -296,13 +310,15 @@ impl Op<'_> {
                 self.attrs_changed(h.ino);
             }
         }
-        let n = if h.flags & libc::O_APPEND != 0 {
-            // The branch file is O_APPEND too: the kernel appends whatever offset we pass.
-            h.file.write_at(data, 0)
-        } else {
-            h.file.write_at(data, offset as u64)
-        }
-        .e()?;
+        let n = match write_to(&h, offset, data) {
+            Err(e) if e == libc::ENOSPC || e == libc::EDQUOT => {
+                // A pool with `moveonenospc` moves the file to a branch with room, once.
+                let p = self.pool().filter(|p| p.move_on_enospc.is_some());
+                let moved = p.ok_or(e).and_then(|p| self.move_full_file(fh, &p));
+                write_to(&*moved.map_err(|_| e)?, offset, data)?
+            }
+            r => r?,
+        };
         Ok(n as u32)
     }
 

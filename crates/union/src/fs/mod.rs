@@ -12,6 +12,9 @@ mod file;
 mod index;
 mod kernel;
 mod names;
+mod pool;
+mod pool_control;
+mod pool_move;
 mod redirect;
 mod xattr;
 
@@ -419,6 +422,9 @@ pub struct Shared {
     /// Rename directories with lower parts in place with a redirect (`redirect.rs`); when
     /// false, such renames fail with EXDEV.
     pub redirect_dir: bool,
+    /// A pool's policies (`crate::pool`, `pool.rs`); None for an overlay. Changeable while
+    /// mounted, so read once per request.
+    pub pool: Option<Mutex<crate::pool::Policies>>,
 }
 
 /// See `Op::view_inputs`.

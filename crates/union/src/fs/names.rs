@@ -36,6 +36,9 @@ impl Op<'_> {
     }
 
     pub(super) fn do_unlink(&self, parent: u64, name: &OsStr) -> R<()> {
+        if let Some(p) = self.pool() {
+            return self.pool_unlink(parent, name, &p);
+        }
         let _ns = self.ns();
         self.ns_changing();
         // A lower name of a file with other names goes from the upper copy, made now if need
@@ -78,6 +81,9 @@ impl Op<'_> {
         }
         if crate::whiteout::is_reserved(newname) {
             return Err(libc::EINVAL);
+        }
+        if let Some(p) = self.pool() {
+            return self.pool_rename(parent, name, newparent, newname, flags, &p);
         }
         // A rename that cannot succeed fails before a big lower file's data is copied up
         // (minutes for a big file); the checks are made again under the lock.
@@ -214,6 +220,12 @@ impl Op<'_> {
     }
 
     pub(super) fn do_link(&self, ino: u64, newparent: u64, newname: &OsStr) -> R<FileAttr> {
+        if crate::whiteout::is_reserved(newname) {
+            return Err(libc::EINVAL);
+        }
+        if let Some(p) = self.pool() {
+            return self.pool_link(ino, newparent, newname, &p);
+        }
         let pre = self.precopy(ino);
         let _ns = self.ns();
         let loc = self.locate(ino)?;

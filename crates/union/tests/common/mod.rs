@@ -203,7 +203,7 @@ impl Drop for OverlayMount {
     }
 }
 
-fn unmount(mnt: &Path, tool: &str, args: &[&str]) {
+pub fn unmount(mnt: &Path, tool: &str, args: &[&str]) {
     for _ in 0..50 {
         let ok = Command::new(tool)
             .args(args)

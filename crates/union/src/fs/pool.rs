@@ -1,0 +1,372 @@
+//! The pool model (mergerfs's): every writable branch takes new names as the create policy
+//! chooses (`crate::pool`), changes act on the copies the action policy names, and nothing is
+//! copied up or whited out. Each operation here replaces the overlay's when the union is a
+//! pool; all run with the namespace lock held, as the overlay's do.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fuser::FileAttr;
+
+use super::{Errno, Op, R, ROOT};
+use crate::merge::{Kind, MergedEntry};
+use crate::pool::{choose_action, choose_create, Candidate, Policies};
+use crate::sys;
+
+impl Op<'_> {
+    /// The pool's policies as they are now; None for an overlay.
+    pub(super) fn pool(&self) -> Option<Policies> {
+        (self.shared.pool.as_ref()).map(|p| *super::lock(p))
+    }
+
+    /// The branch a new name in directory `parent` goes to, with the directory made there
+    /// (cloned from the first branch that holds it) when the policy is not path-preserving.
+    pub(super) fn pool_create_branch(&self, parent: u64, p: &Policies) -> R<u32> {
+        let layers = self.ensure_view(parent)?.layers.clone();
+        let mut levels = vec![self.candidates(&layers)];
+        if p.create.most_shared_path() {
+            let mut dir = parent;
+            while dir != ROOT {
+                // (The node table's guard must be gone before the view is built.)
+                let up = self.nodes().entry(dir).ok_or(libc::ENOENT)?.0;
+                levels.push(self.candidates(&self.ensure_view(up)?.layers));
+                dir = up;
+            }
+        }
+        let b = choose_create(p, &levels, &mut draw)?;
+        if !layers.contains(&b) {
+            self.ensure_dir_in(parent, b, layers.first().copied())?;
+        }
+        Ok(b)
+    }
+
+    /// Every branch as a create policy sees it from a directory held by `layers`.
+    fn candidates(&self, layers: &[u32]) -> Vec<Candidate> {
+        (0..self.table.branches.len() as u32)
+            .map(|b| self.candidate(b, layers.contains(&b)))
+            .collect()
+    }
+
+    /// Branch `b` as a create policy sees it (a branch whose space cannot be read is never
+    /// chosen, as in mergerfs).
+    pub(super) fn candidate(&self, b: u32, has_parent: bool) -> Candidate {
+        let branch = self.table.get(b);
+        let vfs = sys::fstatvfs(branch.fd()).ok();
+        let (avail, used, readonly) = match vfs {
+            Some(v) => {
+                let frsize = v.f_frsize;
+                let avail = v.f_bavail.saturating_mul(frsize);
+                let used = v.f_blocks.saturating_sub(v.f_bavail).saturating_mul(frsize);
+                (avail, used, v.f_flag & libc::ST_RDONLY != 0)
+            }
+            None => (0, u64::MAX, true),
+        };
+        Candidate {
+            branch: b,
+            creatable: branch.creatable(),
+            has_parent,
+            fs_readonly: readonly,
+            avail,
+            used,
+        }
+    }
+
+    /// The copies of `e` an action acts on (EROFS when all are on read-only branches).
+    fn acted_on(&self, e: &MergedEntry, p: &Policies) -> R<Vec<u32>> {
+        let holders: Vec<(u32, bool)> = (e.positions.iter())
+            .map(|&b| (b, self.table.get(b).writable()))
+            .collect();
+        choose_action(p, &holders)
+    }
+
+    /// The path of `name` of directory `parent` in every branch (a pool has no redirects
+    /// of its own, but may sit on branches an overlay wrote).
+    fn paths_of(&self, parent: u64, name: &OsStr) -> R<impl Fn(u32) -> PathBuf> {
+        let view = self.ensure_view(parent)?;
+        let rel = self.path(parent)?;
+        let name = name.to_os_string();
+        Ok(move |b: u32| view.path_in(b, &rel).join(&name))
+    }
+
+    /// Apply `f` to the copies of `ino` the action policy names. As mergerfs answers: Ok
+    /// if every copy took it, the first error if none did, else what the copy the union shows
+    /// answered.
+    pub(super) fn pool_act(
+        &self,
+        ino: u64,
+        p: &Policies,
+        f: impl Fn(u32, &Path) -> R<()>,
+    ) -> R<()> {
+        let loc = self.locate(ino)?;
+        let targets = self.acted_on(&loc.entry, p)?;
+        let results: Vec<(u32, R<()>)> = targets.iter().map(|&b| (b, f(b, &loc.at(b)))).collect();
+        if results.iter().all(|(_, r)| r.is_err()) {
+            return results[0].1;
+        }
+        let shown = loc.entry.winner();
+        (results.iter().find(|(b, _)| *b == shown)).map_or(Ok(()), |(_, r)| *r)
+    }
+
+    /// unlink(2) in a pool: every copy the action policy names goes (mergerfs's `epall`
+    /// removes them all); the first error is the answer.
+    pub(super) fn pool_unlink(&self, parent: u64, name: &OsStr, p: &Policies) -> R<()> {
+        let _ns = self.ns();
+        self.ns_changing();
+        let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        if e.kind == Kind::Dir {
+            return Err(libc::EISDIR);
+        }
+        self.remove_copies(parent, name, &e, p, false)
+    }
+
+    /// rmdir(2) in a pool: refused while the merged directory has names; then as unlink.
+    pub(super) fn pool_rmdir(&self, parent: u64, name: &OsStr, p: &Policies) -> R<()> {
+        let _ns = self.ns();
+        self.dirs_moving();
+        let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        if e.kind != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        let ino = self.nodes().get_or_create(parent, name);
+        if !self.ensure_view(ino)?.entries.is_empty() {
+            return Err(libc::ENOTEMPTY);
+        }
+        let r = self.remove_copies(parent, name, &e, p, true);
+        self.forget_view(ino);
+        r
+    }
+
+    fn remove_copies(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        e: &MergedEntry,
+        p: &Policies,
+        dir: bool,
+    ) -> R<()> {
+        let targets = self.acted_on(e, p)?;
+        let at = self.paths_of(parent, name)?;
+        let mut first_err = None;
+        for b in targets {
+            if let Err(err) = sys::unlinkat(self.fd(b), &at(b), dir) {
+                first_err.get_or_insert(sys::errno(&err));
+            }
+        }
+        self.settle(parent, name);
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// After copies of `name` changed in several branches: read the directory again, and let
+    /// the name's node go if no copy is left.
+    fn settle(&self, parent: u64, name: &OsStr) {
+        self.forget_view(parent);
+        if !matches!(self.child(parent, name), Ok(Some(_))) {
+            self.nodes().detach(parent, name);
+        }
+    }
+
+    /// rename(2) in a pool, as mergerfs does it: the name moves in every branch that holds it
+    /// (as the action policy names them). With a path-preserving create policy a branch
+    /// without the new parent directory fails, and if all fail the answer is EXDEV (so `mv`
+    /// copies); otherwise the directory is cloned there first. Once one branch moved it, the
+    /// copies that could not move go, and so do other branches' copies of the new name.
+    pub(super) fn pool_rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        p: &Policies,
+    ) -> R<()> {
+        let _ns = self.ns();
+        let src = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let dst = self.child(newparent, newname)?;
+        self.pool_rename_checks(&src, dst.as_ref(), newparent, newname, flags)?;
+        if parent == newparent && name == newname {
+            return Ok(());
+        }
+        let is_dir = src.kind == Kind::Dir;
+        match is_dir {
+            true => self.dirs_moving(),
+            false => self.ns_changing(),
+        }
+        let holders = self.acted_on(&src, p)?;
+        let from = self.paths_of(parent, name)?;
+        let to = self.paths_of(newparent, newname)?;
+        let clone_from = self.ensure_view(newparent)?.layers.first().copied();
+        let mut moved = false;
+        let mut last_err = libc::EXDEV;
+        let mut leftovers: Vec<(u32, PathBuf)> = Vec::new();
+        for b in 0..self.table.branches.len() as u32 {
+            if !holders.contains(&b) {
+                if self.table.get(b).writable() {
+                    leftovers.push((b, to(b)));
+                }
+                continue;
+            }
+            let mut r = sys::renameat(self.fd(b), &from(b), &to(b), 0);
+            if r.is_err()
+                && !p.create.path_preserving()
+                && self.ensure_dir_in(newparent, b, clone_from).is_ok()
+            {
+                r = sys::renameat(self.fd(b), &from(b), &to(b), 0);
+            }
+            match r {
+                Ok(()) => moved = true,
+                Err(e) => {
+                    last_err = sys::errno(&e);
+                    leftovers.push((b, from(b)));
+                }
+            }
+        }
+        if !moved {
+            return Err(match p.create.path_preserving() {
+                true => libc::EXDEV,
+                false => last_err,
+            });
+        }
+        for (b, rel) in leftovers {
+            remove_any(self.fd(b), &rel);
+        }
+        let src_ino = self.nodes().lookup(parent, name);
+        self.forget_view(parent);
+        self.forget_view(newparent);
+        self.nodes().rename(parent, name, newparent, newname);
+        if let Some(ino) = src_ino.filter(|_| is_dir) {
+            self.forget_view(ino);
+        }
+        Ok(())
+    }
+
+    /// What makes a pool rename fail before anything changes.
+    fn pool_rename_checks(
+        &self,
+        src: &MergedEntry,
+        dst: Option<&MergedEntry>,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> R<()> {
+        let Some(d) = dst else {
+            return Ok(());
+        };
+        if flags & libc::RENAME_NOREPLACE != 0 {
+            return Err(libc::EEXIST);
+        }
+        match (src.kind == Kind::Dir, d.kind == Kind::Dir) {
+            (true, false) => Err(libc::ENOTDIR),
+            (false, true) => Err(libc::EISDIR),
+            (true, true) => {
+                // A replaced directory must be empty in every branch, not only in one.
+                let dino = self.nodes().get_or_create(newparent, newname);
+                match self.ensure_view(dino)?.entries.is_empty() {
+                    true => Ok(()),
+                    false => Err(libc::ENOTEMPTY),
+                }
+            }
+            (false, false) => Ok(()),
+        }
+    }
+
+    /// link(2) in a pool: a new name for the file in every branch that holds it (as the
+    /// action policy names them), the new directory cloned there unless the create policy is
+    /// path-preserving; EXDEV if no branch could.
+    pub(super) fn pool_link(
+        &self,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+        p: &Policies,
+    ) -> R<FileAttr> {
+        let _ns = self.ns();
+        self.ns_changing();
+        let loc = self.locate(ino)?;
+        if loc.entry.kind == Kind::Dir {
+            return Err(libc::EPERM);
+        }
+        if self.child(newparent, newname)?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        let layers = self.ensure_view(newparent)?.layers.clone();
+        let to = self.paths_of(newparent, newname)?;
+        let mut linked = None;
+        for b in self.acted_on(&loc.entry, p)? {
+            if !layers.contains(&b) {
+                if p.create.path_preserving() {
+                    continue;
+                }
+                self.ensure_dir_in(newparent, b, layers.first().copied())?;
+            }
+            sys::linkat(self.fd(b), &loc.at(b), &to(b)).e()?;
+            linked.get_or_insert(b);
+        }
+        let b = linked.ok_or(libc::EXDEV)?;
+        self.forget_view(newparent);
+        let st = sys::fstatat(self.fd(b), &to(b)).e()?;
+        let mut nodes = self.nodes();
+        nodes.add_alias(ino, newparent, newname);
+        nodes.add_ref(ino);
+        drop(nodes);
+        Ok(self.attr(ino, &st))
+    }
+
+    /// statfs of a pool: the sums over its branches' file systems, each counted once.
+    pub(super) fn pool_statfs(&self) -> R<libc::statvfs> {
+        let mut seen = Vec::new();
+        let mut total: Option<libc::statvfs> = None;
+        for b in &self.table.branches {
+            let dev = sys::fstat(b.fd()).e()?.st_dev;
+            if seen.contains(&dev) {
+                continue;
+            }
+            seen.push(dev);
+            let v = sys::fstatvfs(b.fd()).e()?;
+            total = Some(match total {
+                None => v,
+                Some(t) => add_statvfs(t, &v),
+            });
+        }
+        total.ok_or(libc::EIO)
+    }
+}
+
+/// `t` with `v`'s blocks and files added (counted in `t`'s fragment size).
+fn add_statvfs(mut t: libc::statvfs, v: &libc::statvfs) -> libc::statvfs {
+    let scale = |n: u64| n.saturating_mul(v.f_frsize) / t.f_frsize.max(1);
+    t.f_blocks = t.f_blocks.saturating_add(scale(v.f_blocks));
+    t.f_bfree = t.f_bfree.saturating_add(scale(v.f_bfree));
+    t.f_bavail = t.f_bavail.saturating_add(scale(v.f_bavail));
+    t.f_files = t.f_files.saturating_add(v.f_files);
+    t.f_ffree = t.f_ffree.saturating_add(v.f_ffree);
+    t.f_favail = t.f_favail.saturating_add(v.f_favail);
+    t.f_namemax = t.f_namemax.min(v.f_namemax);
+    t
+}
+
+/// Remove `rel` of branch `fd`, a file or an empty directory (remove(3)); what is not there,
+/// or not empty, stays.
+fn remove_any(fd: i32, rel: &Path) {
+    if let Err(e) = sys::unlinkat(fd, rel, false) {
+        if matches!(sys::errno(&e), libc::EISDIR | libc::EPERM) {
+            let _ = sys::unlinkat(fd, rel, true);
+        }
+    }
+}
+
+/// A number below `n` (n > 0) for the random policies: a xorshift generator, seeded from the
+/// clock once; placement needs spread, not secrecy.
+pub(super) fn draw(n: u64) -> u64 {
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let mut x = STATE.load(Ordering::Relaxed);
+    if x == 0 {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        x = now.map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64) | 1;
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    STATE.store(x, Ordering::Relaxed);
+    x % n.max(1)
+}
