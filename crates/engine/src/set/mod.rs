@@ -148,7 +148,7 @@ fn run(
     }
     if reached.len() < 2 {
         return Err(SyncFatal::Unreachable(
-            "fewer than two of the roots can be reached; nothing was changed".into(),
+            "fewer than two of the roots can be reached".into(),
         ));
     }
     let replicas: Vec<&dyn Replica> = reached
@@ -204,7 +204,7 @@ fn run(
 fn identities(roots: &[SetRoot<'_>]) -> Result<Vec<Vec<u8>>, SyncFatal> {
     if roots.len() > MAX_REPLICAS {
         return Err(SyncFatal::Unreachable(format!(
-            "a sync takes at most {MAX_REPLICAS} roots; nothing was changed"
+            "a sync takes at most {MAX_REPLICAS} roots"
         )));
     }
     let mut identities = Vec::with_capacity(roots.len());
@@ -313,10 +313,18 @@ fn open_members<'r>(
 fn input_fatal(error: SetInputError, roots: &[SetRoot<'_>], order: &[usize]) -> SyncFatal {
     let why = match error {
         SetInputError::ForcedAbsent(rank) => format!(
-            "--force names {}, which cannot be reached; nothing was changed",
+            "--force names {}, which cannot be reached",
             roots[order[rank]].name
         ),
-        other => format!("the scans did not agree ({other:?}); nothing was changed"),
+        SetInputError::SetSize(size) => {
+            format!("a sync takes 2 to {MAX_REPLICAS} roots, not {size}")
+        }
+        SetInputError::OutOfOrder(path)
+        | SetInputError::Offers(path)
+        | SetInputError::StaleCount(path) => format!(
+            "the roots' scans disagree at {} (a bug of accord; please report it)",
+            path.display()
+        ),
     };
     SyncFatal::Unreachable(why)
 }
@@ -409,7 +417,7 @@ fn guard(
         if would_delete > limit {
             return Err(format!(
                 "the sync would delete {would_delete} of replica {}'s {} entries, more than \
-                 the limit of {limit} (--max-delete); nothing was changed",
+                 the limit of {limit} (--max-delete)",
                 member.name, counts.scanned
             ));
         }
