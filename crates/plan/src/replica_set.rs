@@ -362,9 +362,43 @@ fn removes_directory(offers: &[Offer], settled: &Settled, beneath: &[Outcome]) -
         })
 }
 
+/// The vector of each offer's version, as reconciliation compares them.
+///
+/// A replica whose change made its path equal to a version another replica
+/// holds unchanged, and whose record that version's vector adds to, made no
+/// change of its own: it took a version that already was (the same edit
+/// made on two replicas in runs apart, one of them agreed on meanwhile).
+/// Its offer carries that version's vector rather than a new change, so
+/// that a replica which based a later change on that version is seen to
+/// come after it. (Counted as a change of its own, the two would look made
+/// apart, and that later change a conflict Unison's state-based rule does
+/// not make.) A change back to a version its record already includes is a
+/// change: the vector says nothing new about it.
+pub fn offered_vectors(offers: &[Offer], synced: &SyncedProps) -> Vec<VersionVector> {
+    offers
+        .iter()
+        .map(|offer| {
+            if !is_update(&offer.update) {
+                return offer.recorded.clone();
+            }
+            let held_unchanged = offers.iter().filter(|other| {
+                !is_update(&other.update)
+                    && same_version(other.now.as_deref(), offer.now.as_deref(), synced)
+            });
+            let taken =
+                held_unchanged.fold(offer.recorded.clone(), |v, other| v.merged(&other.recorded));
+            if taken.strictly_includes(&offer.recorded) {
+                taken
+            } else {
+                offer.vector()
+            }
+        })
+        .collect()
+}
+
 /// Settle one path on its own (without regard to its subtree).
 pub fn settle_path(offers: &[Offer], synced: &SyncedProps) -> Outcome {
-    let vectors: Vec<VersionVector> = offers.iter().map(Offer::vector).collect();
+    let vectors = offered_vectors(offers, synced);
     let latest: Vec<usize> = (0..offers.len())
         .filter(|&i| {
             !vectors
@@ -443,11 +477,9 @@ fn make_equal_to(replica: usize, offers: &[Offer], synced: &SyncedProps) -> Sett
         .iter()
         .position(|offer| offer.replica == replica)
         .expect("a policy's winner took part (checked)");
-    let merged = offers
+    let merged = offered_vectors(offers, synced)
         .iter()
-        .fold(VersionVector::default(), |merged, offer| {
-            merged.merged(&offer.vector())
-        });
+        .fold(VersionVector::default(), |merged, v| merged.merged(v));
     let count = offers[winner].change_count;
     let vector = if merged.count(replica) < count {
         merged.with_change(replica, count)
@@ -459,7 +491,7 @@ fn make_equal_to(replica: usize, offers: &[Offer], synced: &SyncedProps) -> Sett
 
 /// The versions of a conflict: each distinct one with its holders.
 fn conflict_outcome(offers: &[Offer], reason: SetConflict, synced: &SyncedProps) -> Outcome {
-    let vectors: Vec<VersionVector> = offers.iter().map(Offer::vector).collect();
+    let vectors = offered_vectors(offers, synced);
     let mut versions: Vec<Version> = Vec::new();
     for (i, offer) in offers.iter().enumerate() {
         let latest = !vectors
@@ -518,7 +550,7 @@ fn policy_winner(
 /// The replica holding the latest version with the latest (`Newer`) or
 /// earliest (`Older`) mtime, when exactly one version has it.
 fn by_mtime(offers: &[Offer], preference: SetPreference, synced: &SyncedProps) -> Option<usize> {
-    let vectors: Vec<VersionVector> = offers.iter().map(Offer::vector).collect();
+    let vectors = offered_vectors(offers, synced);
     let latest: Vec<&Offer> = (0..offers.len())
         .filter(|&i| {
             !vectors

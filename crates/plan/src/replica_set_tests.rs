@@ -211,6 +211,29 @@ fn a_change_made_while_away_wins_over_no_change_and_conflicts_with_a_change() {
 }
 
 #[test]
+fn a_change_to_a_version_already_agreed_elsewhere_is_no_change_of_its_own() {
+    // B changed f to v2 while A was away, and C took it; A then made the
+    // same edit, and C edited again on top of v2.
+    let old = vector(&[(0, 1)]);
+    let newer = vector(&[(0, 1), (1, 1)]);
+    let offers = [
+        offer(0, Some(file("f", 1)), old, Some(file("f", 2))),
+        offer(1, Some(file("f", 2)), newer.clone(), Some(file("f", 2))),
+        offer(2, Some(file("f", 2)), newer.clone(), Some(file("f", 3))),
+    ];
+    let outcome = settle_path(&offers, &SYNCED);
+    let settled = settled(&outcome);
+    assert_eq!(settled.holders, [2], "C's later edit wins: {outcome:?}");
+    // Without C's edit, A and B agree on B's version, with B's vector.
+    let outcome = settle_path(&offers[..2], &SYNCED);
+    assert_eq!(settled_vector(&outcome), &newer);
+}
+
+fn settled_vector(outcome: &Outcome) -> &VersionVector {
+    &settled(outcome).vector
+}
+
+#[test]
 fn a_deletion_is_kept_for_a_replica_that_was_away() {
     let base = vector(&[(1, 1)]);
     let deleted = [
@@ -498,18 +521,37 @@ fn model_decides(
     at: u8,
     next_change: &mut u32,
 ) -> (Decided, BTreeSet<u32>) {
+    // What each holds now, its agreed history, and whether it changed.
+    let states: Vec<(Option<u8>, BTreeSet<u32>, bool)> = took_part
+        .iter()
+        .map(|&r| {
+            let now = model[r].files.get(&at).copied();
+            let (agreed, history) = model[r].agreed.get(&at).cloned().unwrap_or_default();
+            (now, history, now != agreed)
+        })
+        .collect();
     let mut offers: Vec<(Option<u8>, BTreeSet<u32>)> = Vec::new();
-    for &r in took_part {
-        let replica = &mut model[r];
-        let now = replica.files.get(&at).copied();
-        let (agreed, mut history) = replica.agreed.get(&at).cloned().unwrap_or_default();
-        if now != agreed {
-            *next_change += 1;
-            let own = replica.own.entry(at).or_default();
-            own.insert(*next_change);
-            history.extend(own.iter().copied());
+    for (&r, (now, history, changed)) in took_part.iter().zip(&states) {
+        let mut history = history.clone();
+        if *changed {
+            // A change to a version another replica holds unchanged, with
+            // history this one lacks, takes that version's history.
+            let taken: BTreeSet<u32> = states
+                .iter()
+                .filter(|(other, _, other_changed)| !other_changed && other == now)
+                .flat_map(|(_, h, _)| h.iter().copied())
+                .chain(history.iter().copied())
+                .collect();
+            if taken.len() > history.len() {
+                history = taken;
+            } else {
+                *next_change += 1;
+                let own = model[r].own.entry(at).or_default();
+                own.insert(*next_change);
+                history.extend(own.iter().copied());
+            }
         }
-        offers.push((now, history));
+        offers.push((*now, history));
     }
     let latest: Vec<&(Option<u8>, BTreeSet<u32>)> = offers
         .iter()
