@@ -12,8 +12,11 @@
 //! it are skipped (a hub left out stops the star). The last step syncs all.
 //!
 //! The scenarios are named ones (changes on one, two and three replicas,
-//! replicas left out of several runs) and random histories (seed printed,
-//! fixed unless `ACCORD_TEST_SEED` is set) whose runs leave out only spokes.
+//! replicas left out of several runs), judged after their last sync, and
+//! random histories (seed printed, fixed unless `ACCORD_TEST_SEED` is set)
+//! whose runs leave out only spokes, judged after the first sync that leaves
+//! the tools' replicas different (what follows is history they no longer
+//! share).
 //!
 //! Per scenario, either the two tools end alike (the same three replicas,
 //! contents and modes, and the same conflicts in the last sync), or they
@@ -443,6 +446,24 @@ fn missed_rounds() -> Vec<Scenario> {
             Some(Deliberate::HubCarriesConflict),
         ),
         scenario(
+            "the same deletion on A and B in runs apart, then C creates the path".into(),
+            vec![
+                away(A, vec![(B, Op::Remove("g"))]),
+                away(C, vec![(A, Op::Remove("g"))]),
+                changes(vec![(C, Op::Write("g", "g made again on C".into()))]).remove(0),
+            ],
+            None,
+        ),
+        scenario(
+            "the same edit on A and B in runs apart, then C edits again".into(),
+            vec![
+                away(A, vec![(B, Op::Write("g", "v2".into()))]),
+                away(C, vec![(A, Op::Write("g", "v2".into()))]),
+                changes(vec![(C, edit("g", C))]).remove(0),
+            ],
+            None,
+        ),
+        scenario(
             "A misses a file created and deleted by the others".into(),
             vec![
                 away(A, vec![(B, Op::Write("brief", "short-lived".into()))]),
@@ -606,7 +627,7 @@ fn random_op(rng: &mut Rng, r: usize, step: usize) -> Op {
 /// of all. With only spokes left out, both tools see the same runs, so
 /// they must end alike, or differ only as a conflict carried by the hub.
 fn random_histories(seed: u64, count: usize) -> Vec<Scenario> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     (0..count)
         .map(|n| {
             let mut steps: Vec<Step> = (0..2 + rng.below(2))
@@ -785,6 +806,7 @@ fn unison_star(trio: &Trio, away: Option<usize>) -> Result<Conflicts, String> {
 // ---- comparing ---------------------------------------------------------------
 
 /// How one tool's history ended.
+#[derive(Clone)]
 struct Ended {
     trees: Trees,
     /// The conflicts of the last sync.
@@ -793,6 +815,8 @@ struct Ended {
     all: Conflicts,
     /// The trees before the last sync.
     before_last: Trees,
+    /// The replica the last sync left out.
+    away: Option<usize>,
 }
 
 impl Ended {
@@ -958,6 +982,17 @@ fn zone_difference(
     let theirs_conflict = covered(zone, &theirs.last);
     let alike_everywhere = |t: &Trees| t[A] == t[B] && t[B] == t[C];
     let empty_everywhere = |t: &Trees| t.iter().all(|tree| tree.is_empty());
+    // Empty on every replica of the last sync; the one it left out, if
+    // any, as Unison's.
+    let deleted_in_the_run = |t: &Trees| {
+        [A, B, C].iter().all(|&r| {
+            if ours.away == Some(r) {
+                t[r] == there[r]
+            } else {
+                t[r].is_empty()
+            }
+        })
+    };
     let why = |what: &str| Err(format!("{zone}: {what}"));
     match (ours_conflict, theirs_conflict) {
         _ if here == there && ours_conflict == theirs_conflict => Ok(None),
@@ -971,7 +1006,7 @@ fn zone_difference(
         (true, false) if covered(zone, &theirs.all) && here == inside(&ours.before_last) => {
             Ok(Some(Deliberate::HubCarriesConflict))
         }
-        (false, true) if empty_everywhere(&here) && unison_deleted_a_directory(&there) => {
+        (false, true) if deleted_in_the_run(&here) && unison_deleted_a_directory(&there) => {
             Ok(Some(Deliberate::DeletionBeneathDeletedDirectory))
         }
         (false, true) if alike_everywhere(&here) && versions_of(&here[A], &there) => {
@@ -1044,8 +1079,9 @@ fn verdict(s: &Scenario, ours: &Ended, theirs: &Ended) -> Result<BTreeSet<Delibe
 
 // ---- running -----------------------------------------------------------------
 
-/// Sync the base tree, then each step; how each tool ended.
-fn run_histories(s: &Scenario) -> Result<(Ended, Ended), String> {
+/// Sync the base tree, then each step; how each tool stood after each
+/// step's sync.
+fn run_histories(s: &Scenario) -> Result<Vec<(Ended, Ended)>, String> {
     let (ours, theirs) = (Trio::new(), Trio::new());
     base_tree(&ours.roots[A]);
     base_tree(&theirs.roots[A]);
@@ -1058,7 +1094,9 @@ fn run_histories(s: &Scenario) -> Result<(Ended, Ended), String> {
         last: Conflicts::new(),
         all: Conflicts::new(),
         before_last: trio.trees(),
+        away: None,
     });
+    let mut after_each = Vec::new();
     for step in &s.steps {
         for (trio, end) in [&ours, &theirs].into_iter().zip(ended.iter_mut()) {
             trio.apply(&step.changes);
@@ -1066,14 +1104,28 @@ fn run_histories(s: &Scenario) -> Result<(Ended, Ended), String> {
         }
         ended[0].last = accord(&ours, step.away)?;
         ended[1].last = unison_star(&theirs, step.away)?;
-        for end in &mut ended {
+        for (trio, end) in [&ours, &theirs].into_iter().zip(ended.iter_mut()) {
             end.all.extend(end.last.iter().cloned());
+            end.trees = trio.trees();
+            end.away = step.away;
         }
+        after_each.push((ended[0].clone(), ended[1].clone()));
     }
-    ended[0].trees = ours.trees();
-    ended[1].trees = theirs.trees();
-    let [o, t] = ended;
-    Ok((o, t))
+    Ok(after_each)
+}
+
+/// The step whose results are judged: the last for a named scenario;
+/// for a random one, the first after which the tools differ (what follows
+/// a deliberate difference is history the tools no longer share).
+fn judged(s: &Scenario, after_each: Vec<(Ended, Ended)>) -> (Ended, Ended) {
+    let first_difference = after_each
+        .iter()
+        .position(|(ours, theirs)| !same(ours, theirs));
+    let at = match first_difference {
+        Some(step) if !s.exact => step,
+        _ => after_each.len() - 1,
+    };
+    after_each.into_iter().nth(at).expect("a step")
 }
 
 /// One row of the table: (unison's result, accord's result, verdict).
@@ -1084,7 +1136,7 @@ fn run_scenario(s: &Scenario) -> (String, String, Result<BTreeSet<Deliberate>, S
         s.name
     );
     let (ours, theirs) = match run_histories(s) {
-        Ok(ended) => ended,
+        Ok(after_each) => judged(s, after_each),
         Err(why) => return ("-".into(), "-".into(), Err(why)),
     };
     let verdict = verdict(s, &ours, &theirs);
