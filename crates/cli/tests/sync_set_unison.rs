@@ -37,8 +37,10 @@
 //!   replicas, `sync_unison.rs`);
 //! - [`Deliberate::NoFalseConflict`]: a replica that missed runs while the
 //!   hub was away changed a path after the others' change reached it (the
-//!   spokes synced without the hub); Unison's star calls the two changes a
-//!   conflict, Accord carries the later one;
+//!   spokes synced without the hub), or a spoke made while away the same
+//!   change the others agreed on meanwhile and a later change followed;
+//!   Unison's star calls the two changes a conflict, Accord carries the
+//!   later one;
 //! - [`Deliberate::NoResurrection`]: likewise, a path created and then
 //!   deleted after the spokes synced without the hub; Unison's star brings it
 //!   back everywhere, Accord keeps it deleted.
@@ -625,7 +627,10 @@ fn random_op(rng: &mut Rng, r: usize, step: usize) -> Op {
 /// Random histories: two or three steps of one to three changes on random
 /// replicas, each step's sync leaving out nothing or a spoke, then a sync
 /// of all. With only spokes left out, both tools see the same runs, so
-/// they must end alike, or differ only as a conflict carried by the hub.
+/// they must end alike, or differ only as a conflict carried by the hub,
+/// or where a spoke left out made the same change the others agreed on
+/// meanwhile (Accord sees the two are one; Unison's pair of that spoke and
+/// the hub cannot, and a later change there is its false conflict).
 fn random_histories(seed: u64, count: usize) -> Vec<Scenario> {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     (0..count)
@@ -648,6 +653,7 @@ fn random_histories(seed: u64, count: usize) -> Vec<Scenario> {
                 deliberate: vec![
                     Deliberate::HubCarriesConflict,
                     Deliberate::DeletionBeneathDeletedDirectory,
+                    Deliberate::NoFalseConflict,
                 ],
                 exact: false,
             }
