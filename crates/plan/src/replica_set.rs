@@ -55,6 +55,9 @@ pub struct Offer {
     pub now: Option<Arc<Entry>>,
     /// The vector its archive recorded at the path (empty: no record).
     pub recorded: VersionVector,
+    /// The entry its archive recorded there: what a change was made from
+    /// (None: no record, or a deletion recorded).
+    pub base: Option<Arc<Entry>>,
     /// What this run counts a change of this replica as: the replica's
     /// count of its runs, raised and kept in its archive before the run
     /// records anything, so that it is above every count of this replica
@@ -374,26 +377,54 @@ fn removes_directory(offers: &[Offer], settled: &Settled, beneath: &[Outcome]) -
 /// apart, and that later change a conflict Unison's state-based rule does
 /// not make.) A change back to a version its record already includes is a
 /// change: the vector says nothing new about it.
+///
+/// And a change made from what another replica holds now (its record's
+/// version equals that replica's) includes that replica's vector: the
+/// other replica holds the very state this change was made from, and
+/// whatever it did to get there (a file made and deleted again, a change
+/// undone) this change undoes nothing of it.
 pub fn offered_vectors(offers: &[Offer], synced: &SyncedProps) -> Vec<VersionVector> {
+    let taken: Vec<Option<VersionVector>> = offers
+        .iter()
+        .map(|offer| version_taken(offers, offer, synced))
+        .collect();
+    let first: Vec<VersionVector> = offers
+        .iter()
+        .zip(&taken)
+        .map(|(offer, taken)| taken.clone().unwrap_or_else(|| offer.vector()))
+        .collect();
+    // A change made from what another replica holds now comes after that
+    // replica's version, whatever its history: Unison's rule is the
+    // states', and that replica made no change this one would undo.
     offers
         .iter()
-        .map(|offer| {
-            if !is_update(&offer.update) {
-                return offer.recorded.clone();
-            }
-            let held_unchanged = offers.iter().filter(|other| {
-                !is_update(&other.update)
-                    && same_version(other.now.as_deref(), offer.now.as_deref(), synced)
+        .zip(&taken)
+        .enumerate()
+        .map(|(i, (offer, taken))| {
+            let changed = is_update(&offer.update) && taken.is_none();
+            let from_base = (0..offers.len()).filter(|&j| {
+                changed
+                    && j != i
+                    && same_version(offers[j].now.as_deref(), offer.base.as_deref(), synced)
             });
-            let taken =
-                held_unchanged.fold(offer.recorded.clone(), |v, other| v.merged(&other.recorded));
-            if taken.strictly_includes(&offer.recorded) {
-                taken
-            } else {
-                offer.vector()
-            }
+            from_base.fold(first[i].clone(), |v, j| v.merged(&first[j]))
         })
         .collect()
+}
+
+/// The vector of a version `offer`'s change took from another replica
+/// that holds it unchanged, when that adds to its own record (see
+/// [`offered_vectors`]).
+fn version_taken(offers: &[Offer], offer: &Offer, synced: &SyncedProps) -> Option<VersionVector> {
+    if !is_update(&offer.update) {
+        return None;
+    }
+    let held_unchanged = offers.iter().filter(|other| {
+        !is_update(&other.update)
+            && same_version(other.now.as_deref(), offer.now.as_deref(), synced)
+    });
+    let taken = held_unchanged.fold(offer.recorded.clone(), |v, other| v.merged(&other.recorded));
+    taken.strictly_includes(&offer.recorded).then_some(taken)
 }
 
 /// Settle one path on its own (without regard to its subtree).

@@ -86,6 +86,7 @@ fn offer(
         update: update_of(recorded.as_deref(), now.as_deref()),
         now,
         recorded: vector,
+        base: recorded,
         change_count: 100,
     }
 }
@@ -227,6 +228,23 @@ fn a_change_to_a_version_already_agreed_elsewhere_is_no_change_of_its_own() {
     // Without C's edit, A and B agree on B's version, with B's vector.
     let outcome = settle_path(&offers[..2], &SYNCED);
     assert_eq!(settled_vector(&outcome), &newer);
+}
+
+#[test]
+fn a_change_made_from_what_another_holds_now_comes_after_it() {
+    // B made n and deleted it again (C took B's n meanwhile); A, which never
+    // had it, made its own n. A's change was made from what B holds now.
+    let bs = vector(&[(1, 1)]);
+    let offers = [
+        offer(0, None, VersionVector::default(), Some(file("n", 7))),
+        offer(1, Some(file("n", 5)), bs.clone(), None),
+    ];
+    let outcome = settle_path(&offers, &SYNCED);
+    assert_eq!(settled(&outcome).holders, [0], "{outcome:?}");
+    // C, with B's old n, takes A's later.
+    let c = offer(2, Some(file("n", 5)), bs, Some(file("n", 5)));
+    let outcome = settle_path(&[offers[0].clone(), offers[1].clone(), c], &SYNCED);
+    assert_eq!(settled(&outcome).holders, [0], "{outcome:?}");
 }
 
 fn settled_vector(outcome: &Outcome) -> &VersionVector {
@@ -531,8 +549,10 @@ fn model_decides(
         })
         .collect();
     let mut offers: Vec<(Option<u8>, BTreeSet<u32>)> = Vec::new();
+    let mut made_from: Vec<Option<Option<u8>>> = Vec::new();
     for (&r, (now, history, changed)) in took_part.iter().zip(&states) {
         let mut history = history.clone();
+        let mut base = None;
         if *changed {
             // A change to a version another replica holds unchanged, with
             // history this one lacks, takes that version's history.
@@ -549,9 +569,21 @@ fn model_decides(
                 let own = model[r].own.entry(at).or_default();
                 own.insert(*next_change);
                 history.extend(own.iter().copied());
+                base = Some(model[r].agreed.get(&at).and_then(|(value, _)| *value));
             }
         }
         offers.push((*now, history));
+        made_from.push(base);
+    }
+    // A change made from what another replica holds now comes after it.
+    let first = offers.clone();
+    for (i, base) in made_from.iter().enumerate() {
+        let Some(base) = base else { continue };
+        for (j, (value, history)) in first.iter().enumerate() {
+            if j != i && value == base {
+                offers[i].1.extend(history.iter().copied());
+            }
+        }
     }
     let latest: Vec<&(Option<u8>, BTreeSet<u32>)> = offers
         .iter()

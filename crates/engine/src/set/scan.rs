@@ -229,6 +229,10 @@ fn offers_at(
             update,
             now: now.map(Arc::new),
             recorded: versions[slot].get(path).cloned().unwrap_or_default(),
+            base: change
+                .archived
+                .as_deref()
+                .map(|was| Arc::new(was.entry.clone())),
             change_count: member.change_count,
         });
     }
