@@ -28,13 +28,17 @@ pub const FEATURE_SYNC_FOLLOW: u64 = 16;
 /// it is sent (groups only where its user belongs to them); asked for by
 /// a client that would tell its user so.
 pub const FEATURE_NO_OWNERS: u64 = 32;
+/// Feature bit: the server keeps a sync's side of more than two roots: the
+/// set's archive with its version vectors (requests 34 to 39).
+pub const FEATURE_SYNC_SET: u64 = 64;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
     | FEATURE_WATCH
     | FEATURE_SYNC_IGNORE
     | FEATURE_SYNC_FOLLOW
-    | FEATURE_NO_OWNERS;
+    | FEATURE_NO_OWNERS
+    | FEATURE_SYNC_SET;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -423,3 +423,17 @@ macro_rules! local_and_remote {
         }
     };
 }
+
+/// Deterministic bytes that do not compress (so that counts of bytes on
+/// the wire measure them, not zstd).
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
