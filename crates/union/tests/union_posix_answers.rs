@@ -306,7 +306,8 @@ fn a_tree_deeper_than_path_max_works_as_in_a_plain_directory_in_a_pool() {
 
 /// The link counts fstat gives for files open while their names go, in `dir`: one whose only
 /// name was unlinked, one of two hard links, one replaced by a rename, one opened for writing,
-/// and `extra` files already in `dir` (each unlinked while open).
+/// a directory removed, and `extra` files and directories already in `dir` (each unlinked or
+/// removed while open).
 fn open_link_counts(dir: &Path, extra: &[&str]) -> Vec<(String, u64)> {
     let open_then = |name: &str, write: bool, gone: &dyn Fn()| {
         let f = fs::File::options()
@@ -334,17 +335,25 @@ fn open_link_counts(dir: &Path, extra: &[&str]) -> Vec<(String, u64)> {
     fs::write(dir.join("w"), "w\n").unwrap();
     let n = open_then("w", true, &|| fs::remove_file(dir.join("w")).unwrap());
     v.push(("open for writing".to_string(), n));
+    fs::create_dir(dir.join("d")).unwrap();
+    let n = open_then("d", false, &|| fs::remove_dir(dir.join("d")).unwrap());
+    v.push(("directory".to_string(), n));
     for name in extra {
-        let n = open_then(name, false, &|| fs::remove_file(dir.join(name)).unwrap());
+        let p = dir.join(name);
+        let n = match p.is_dir() {
+            true => open_then(name, false, &|| fs::remove_dir(&p).unwrap()),
+            false => open_then(name, false, &|| fs::remove_file(&p).unwrap()),
+        };
         v.push((name.to_string(), n));
     }
     v
 }
 
-/// Files already in a branch (`branch`) and in the plain directory: one name, and two hard
-/// links of which the first will be unlinked.
+/// Files already in branches and in the plain directory (`dirs`): one name, two hard links
+/// of which the first will be unlinked, and an empty directory.
 fn branch_files(dirs: &[&Path]) {
     for d in dirs {
+        fs::create_dir(d.join("empty")).unwrap();
         fs::write(d.join("one"), "one\n").unwrap();
         fs::write(d.join("ln1"), "ln\n").unwrap();
         fs::hard_link(d.join("ln1"), d.join("ln2")).unwrap();
@@ -371,7 +380,7 @@ fn an_open_file_whose_name_went_has_the_links_the_branch_counts_in_an_overlay() 
         &plain.join("l"),
     ]);
     for sub in ["u", "l"] {
-        let extra = ["one", "ln1"];
+        let extra = ["one", "ln1", "empty"];
         let ours = open_link_counts(&s.mnt().join(sub), &extra);
         assert_eq!(ours, open_link_counts(&plain.join(sub), &extra), "{sub}");
     }
@@ -394,7 +403,7 @@ fn an_open_file_whose_name_went_has_the_links_the_branch_counts_in_a_pool() {
     for d in [b.join("p1"), b.join("p2"), plain.clone()] {
         fs::write(d.join("both"), "both\n").unwrap();
     }
-    let extra = ["one", "ln1", "both"];
+    let extra = ["one", "ln1", "both", "empty"];
     let ours = open_link_counts(s.mnt(), &extra);
     assert_eq!(ours, open_link_counts(&plain, &extra));
     assert!(!b.join("p1/both").exists() && !b.join("p2/both").exists());

@@ -236,10 +236,13 @@ impl Op<'_> {
     /// A file whose name through the union is gone and that is still open (an fstat after
     /// unlink, which sends no handle): its attributes through an open handle, with the names
     /// it has left, as the branch counts them (`names_left`: none for a file whose only name
-    /// went, also a lower one that a whiteout hides).
+    /// went, also a lower one that a whiteout hides); a directory removed through the union
+    /// has none either.
     fn unlinked_but_open(&self, ino: u64) -> R<FileAttr> {
         let open = self.handles_r().values().find(|h| h.ino == ino).cloned();
-        let h = open.ok_or(libc::ENOENT)?;
+        let Some(h) = open else {
+            return self.removed_dir(ino).ok_or(libc::ENOENT);
+        };
         let st = sys::fstat(h.file.as_raw_fd()).e()?;
         let mut a = super::attr_of(ino, &st);
         a.nlink = self.names_left(&h, &st);
