@@ -168,10 +168,14 @@ impl Op<'_> {
     /// of it still open answers its last attributes with no links, as the branch answers for a
     /// directory of its own (a lower one hidden by a whiteout keeps its links there).
     pub(super) fn keep_removed_dir(&self, ino: u64, before: Option<FileAttr>) {
-        if let Some(mut a) = before {
-            a.nlink = 0;
-            super::lock(&self.removed_dirs).insert(ino, a);
-        }
+        // Only while its node lives, checked under the node table's lock, which a FORGET
+        // takes before it drops the entry.
+        let nodes = self.nodes();
+        let Some(mut a) = before.filter(|_| nodes.alive(ino)) else {
+            return;
+        };
+        a.nlink = 0;
+        super::lock(&self.removed_dirs).insert(ino, a);
     }
 
     /// See `keep_removed_dir`.

@@ -397,6 +397,11 @@ impl Nodes {
         self.nodes.keys().copied().collect()
     }
 
+    /// Whether the kernel may still hold `ino` (its node is alive, named or not).
+    pub fn alive(&self, ino: u64) -> bool {
+        self.nodes.contains_key(&ino)
+    }
+
     /// How many inodes are alive (the root included).
     pub fn count(&self) -> usize {
         self.nodes.len()
