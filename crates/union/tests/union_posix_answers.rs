@@ -408,27 +408,3 @@ fn an_open_file_whose_name_went_has_the_links_the_branch_counts_in_a_pool() {
     assert_eq!(ours, open_link_counts(&plain, &extra));
     assert!(!b.join("p1/both").exists() && !b.join("p2/both").exists());
 }
-
-/// Whether chown(2) to owner and group -1 moves a file's change time, in `dir`.
-fn chown_nothing_moves_ctime(dir: &Path) -> bool {
-    let p = dir.join("c");
-    fs::write(&p, "c\n").unwrap();
-    let before = fs::symlink_metadata(&p).unwrap();
-    // Past the file system's timestamp granularity (a clock tick), so a new ctime differs.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    std::os::unix::fs::lchown(&p, None, None).unwrap();
-    let after = fs::symlink_metadata(&p).unwrap();
-    (after.ctime(), after.ctime_nsec()) != (before.ctime(), before.ctime_nsec())
-}
-
-#[test]
-fn chown_to_owner_and_group_minus_one_sets_the_change_time_as_the_branch_does() {
-    if !fuse_ok("chown_to_owner_and_group_minus_one_sets_the_change_time_as_the_branch_does") {
-        return;
-    }
-    for pool in [false, true] {
-        let s = Setup::new(pool);
-        let plain = chown_nothing_moves_ctime(&s.plain());
-        assert_eq!(chown_nothing_moves_ctime(s.mnt()), plain, "pool={pool}");
-    }
-}

@@ -42,9 +42,6 @@ pub(super) struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub fh: Option<u64>,
-    /// Only the change time is to be set, which chown(2) to owner and group -1 asks: a chown
-    /// to the same owner in the branch sets it, as the branch does for such a call.
-    pub ctime_only: bool,
     /// The calling process: a truncation by one without CAP_FSETID drops set-ID bits.
     pub caller: super::file::Caller,
 }
@@ -292,7 +289,7 @@ impl Op<'_> {
     /// Apply `a` to `rel` of writable branch `b`.
     fn set_attrs(&self, b: u32, rel: &Path, a: &SetAttr, kill: bool) -> R<()> {
         let fd = self.fd(b);
-        if a.uid.is_some() || a.gid.is_some() || a.ctime_only {
+        if a.uid.is_some() || a.gid.is_some() {
             let u = a.uid.unwrap_or(u32::MAX);
             let g = a.gid.unwrap_or(u32::MAX);
             sys::lchown(fd, rel, u, g).e()?;

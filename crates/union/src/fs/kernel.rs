@@ -157,7 +157,7 @@ impl fuser::Filesystem for Union {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
+        _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -173,11 +173,6 @@ impl fuser::Filesystem for Union {
             atime,
             mtime,
             fh: fh.map(|f| f.0),
-            ctime_only: ctime.is_some()
-                && [mode, uid, gid].iter().all(Option::is_none)
-                && size.is_none()
-                && atime.is_none()
-                && mtime.is_none(),
             caller: caller(req),
         };
         let ino = ino.0;
