@@ -28,6 +28,13 @@ struct Setup {
 
 impl Setup {
     fn new(pool: bool) -> Setup {
+        Setup::prepared(pool, |_| {})
+    }
+
+    /// A union whose branches `prepare` fills (given the base directory)
+    /// before it is mounted: what a test puts in a branch behind a mounted
+    /// union's back, the union may not see at once.
+    fn prepared(pool: bool, prepare: impl FnOnce(&Path)) -> Setup {
         let t = tempfile::tempdir().unwrap();
         let base = t.path().canonicalize().unwrap();
         for d in ["up", "lo", "p1", "p2", "plain"] {
@@ -36,6 +43,7 @@ impl Setup {
         let (first, second) = if pool { ("p1", "p2") } else { ("up", "lo") };
         fs::write(base.join(second).join("here"), "here\n").unwrap();
         fs::write(base.join("plain/here"), "here\n").unwrap();
+        prepare(&base);
         let mnt = base.join("mnt");
         let mount = if pool {
             let branches = [first, second].map(|d| base.join(d).display().to_string());
@@ -365,20 +373,20 @@ fn an_open_file_whose_name_went_has_the_links_the_branch_counts_in_an_overlay() 
     if !fuse_ok("an_open_file_whose_name_went_has_the_links_the_branch_counts_in_an_overlay") {
         return;
     }
-    let s = Setup::new(false);
-    let (b, plain) = (&s.base, s.plain());
     // Upper files made in the branch (their other name unknown to the union so far), and
     // lower ones (a whiteout hides the name; the lower file keeps its names in its branch).
-    fs::create_dir_all(b.join("up/u")).unwrap();
-    fs::create_dir_all(b.join("lo/l")).unwrap();
-    fs::create_dir_all(plain.join("u")).unwrap();
-    fs::create_dir_all(plain.join("l")).unwrap();
-    branch_files(&[
-        &b.join("up/u"),
-        &b.join("lo/l"),
-        &plain.join("u"),
-        &plain.join("l"),
-    ]);
+    let s = Setup::prepared(false, |b| {
+        for dir in ["up/u", "lo/l", "plain/u", "plain/l"] {
+            fs::create_dir_all(b.join(dir)).unwrap();
+        }
+        branch_files(&[
+            &b.join("up/u"),
+            &b.join("lo/l"),
+            &b.join("plain/u"),
+            &b.join("plain/l"),
+        ]);
+    });
+    let (b, plain) = (&s.base, s.plain());
     for sub in ["u", "l"] {
         let extra = ["one", "ln1", "empty"];
         let ours = open_link_counts(&s.mnt().join(sub), &extra);
@@ -396,13 +404,14 @@ fn an_open_file_whose_name_went_has_the_links_the_branch_counts_in_a_pool() {
     if !fuse_ok("an_open_file_whose_name_went_has_the_links_the_branch_counts_in_a_pool") {
         return;
     }
-    let s = Setup::new(true);
-    let (b, plain) = (&s.base, s.plain());
     // Files on the second branch (new ones go to the first), and one with a copy on each.
-    branch_files(&[&b.join("p2"), &plain]);
-    for d in [b.join("p1"), b.join("p2"), plain.clone()] {
-        fs::write(d.join("both"), "both\n").unwrap();
-    }
+    let s = Setup::prepared(true, |b| {
+        branch_files(&[&b.join("p2"), &b.join("plain")]);
+        for d in ["p1", "p2", "plain"] {
+            fs::write(b.join(d).join("both"), "both\n").unwrap();
+        }
+    });
+    let (b, plain) = (&s.base, s.plain());
     let extra = ["one", "ln1", "both", "empty"];
     let ours = open_link_counts(s.mnt(), &extra);
     assert_eq!(ours, open_link_counts(&plain, &extra));
