@@ -170,6 +170,7 @@ fn a_local_an_ssh_and_a_daemon_root_agree_in_one_run() {
     trio.assert_all_equal();
     for letter in ["B", "C"] {
         let (sent, received) = wire(&second, letter);
+        eprintln!("{SIZE}-byte file made on A: {letter} sent {sent} B, received {received} B");
         assert!(
             (SIZE..SIZE + (64 << 10)).contains(&sent),
             "{letter}: {sent} bytes sent for a {SIZE}-byte file: {second}"
@@ -190,6 +191,10 @@ fn a_local_an_ssh_and_a_daemon_root_agree_in_one_run() {
     trio.assert_all_equal();
     assert_eq!(changes_on(&shared, "C"), [("same".into(), "A".into())]);
     let (_, from_b) = wire(&shared, "B");
+    eprintln!(
+        "the same file made on A and B: C sent {} B, B received {from_b} B",
+        wire(&shared, "C").0
+    );
     assert!(from_b < 64 << 10, "B sent {from_b} bytes: {shared}");
 
     // A change made on a remote replica reaches the two others.
