@@ -11,7 +11,7 @@ mod sync_common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use sync_common::{assert_exit, bin, conflict_paths, snapshot};
+use sync_common::{assert_exit, bin, conflict_paths, json_report, snapshot};
 
 /// Roots `a`, `b`, `c` … (created, empty) and a private state directory.
 struct Set {
@@ -64,10 +64,7 @@ impl Set {
     fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let out = self.sync(&all);
-        assert_exit(&out, code);
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+        json_report(&self.sync(&all), code)
     }
 
     fn write(&self, letter: char, rel: &str, contents: &str) {

@@ -12,7 +12,9 @@ mod remote_common;
 mod sync_common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use sync_common::{assert_exit, bin, conflict_paths, noise, snapshot, Daemon, RemoteB};
+use sync_common::{
+    assert_exit, bin, conflict_paths, json_report, noise, snapshot, Daemon, RemoteB,
+};
 
 /// A local root `a`, a root `b` reached over ssh and a root `c` from the
 /// daemon, with a private state directory on this side.
@@ -93,10 +95,7 @@ impl Trio {
     fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let out = self.sync(&all);
-        assert_exit(&out, code);
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+        json_report(&self.sync(&all), code)
     }
 
     fn write(&self, letter: char, rel: &str, contents: &[u8]) {

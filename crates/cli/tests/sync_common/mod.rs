@@ -130,10 +130,7 @@ impl Pair {
     pub fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let out = self.sync(&all);
-        assert_exit(&out, code);
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+        json_report(&self.sync(&all), code)
     }
 
     pub fn write(&self, side: char, rel: &str, contents: &str) {
@@ -169,6 +166,14 @@ impl Pair {
 }
 
 /// Assert a run's exit status, showing its output when it differs.
+/// The JSON report a `--json` run printed, once its exit status is checked
+/// to be `code`.
+pub fn json_report(out: &Output, code: i32) -> serde_json::Value {
+    assert_exit(out, code);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 pub fn assert_exit(out: &Output, code: i32) {
     assert_eq!(
         out.status.code(),
