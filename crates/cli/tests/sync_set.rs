@@ -124,6 +124,34 @@ fn a_first_sync_makes_every_replica_hold_every_file() {
     assert_eq!(changes(&again), 0, "{again}");
 }
 
+/// More files in one directory than a receiver takes per chunk of its
+/// plan (4,096): made whole on every receiver, and deleted whole (its
+/// contents before it).
+#[test]
+fn a_directory_larger_than_a_chunk_is_made_and_deleted_whole() {
+    let set = Set::new(3);
+    for i in 0..5000 {
+        set.write('a', &format!("big/f{i:05}"), "x");
+    }
+    set.write('a', "small/f", "y");
+    let report = set.sync_json(&[], 0);
+    // 5,000 files, two directories and one more file, on each of two
+    // receivers.
+    assert_eq!(changes(&report), 2 * 5003);
+    set.assert_all_equal();
+    std::fs::remove_dir_all(set.path('b', "big")).unwrap();
+    let report = set.sync_json(&[], 0);
+    assert!(report["errors"].as_array().unwrap().is_empty(), "{report}");
+    assert_eq!(changes(&report), 2 * 5001);
+    for letter in ['a', 'c'] {
+        assert!(
+            !set.path(letter, "big").exists(),
+            "big is still on {letter}"
+        );
+    }
+    set.assert_all_equal();
+}
+
 #[test]
 fn a_change_on_one_replica_reaches_all_and_the_same_change_agrees() {
     let set = Set::new(4);

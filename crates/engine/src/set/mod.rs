@@ -25,6 +25,7 @@ use accord_plan::{
 };
 use accord_replica::{Replica, SideCause, SideFailure, SideOptions};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One root of a set, as the caller found it.
@@ -47,10 +48,10 @@ pub struct Unreached {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetChange {
     pub path: RelPath,
-    /// The replica changed, as written.
-    pub on: String,
+    /// The replica changed, as written (shared by its changes).
+    pub on: Arc<str>,
     /// The replica the version came from.
-    pub from: String,
+    pub from: Arc<str>,
     pub receive: Receive,
 }
 
@@ -125,6 +126,22 @@ pub fn sync_set(roots: &[SetRoot<'_>], cfg: &SyncConfig, policies: SetPolicies) 
     report
 }
 
+/// Give back to the system the memory freed since the last call. The
+/// members' scans and the receivers' propagations run on threads of their
+/// own, and glibc's allocator keeps what a thread frees in that thread's
+/// arena, where the next phase (on other threads) does not reuse it: a
+/// first sync of three roots held 2.2 times a sync of two resident
+/// rather than 1.4 times as much heap (100,000 files). Called between
+/// phases and chunks; it costs a walk of the free lists.
+pub(crate) fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages; it takes the
+    // allocator's own locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn run(
     roots: &[SetRoot<'_>],
     cfg: &SyncConfig,
@@ -173,6 +190,7 @@ fn run(
         use_archive: true,
     };
     let mut scanned = scan_set(&mut members, &opts)?;
+    release_freed_memory();
     let options = SetOptions {
         set_size: roots.len(),
         props: cfg.synced_props(),
@@ -205,11 +223,14 @@ fn run(
                     .map_or(true, |r| r.local_root().is_none())
             })
             .collect();
+        let names: Vec<Arc<str>> = names.iter().map(|name| name.as_str().into()).collect();
         report.changes = would_change(&items, &names, &far);
         sort_changes(&mut report.changes);
         return Ok(());
     }
-    let carried = propagate::carry_out(&replicas, &mut members, &items, &scanned, cfg);
+    let held = scanned.hold();
+    release_freed_memory();
+    let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg);
     let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     report.files_written = done(&carried.written.files_done);
     report.bytes_written = done(&carried.written.bytes_done);
@@ -376,7 +397,7 @@ fn sort_changes(changes: &mut [SetChange]) {
 
 /// A dry run's changes: what each receiver would take, and from which
 /// holder (`far`: by set index, the replicas across a wire).
-fn would_change(items: &[SetItem], names: &[String], far: &[bool]) -> Vec<SetChange> {
+fn would_change(items: &[SetItem], names: &[Arc<str>], far: &[bool]) -> Vec<SetChange> {
     let mut changes = Vec::new();
     for item in items {
         let Outcome::Settled(settled) = &item.outcome else {

@@ -13,16 +13,18 @@
 //! which the holders' newer vector includes: the next run gives it the
 //! version again, without a conflict.
 
-use crate::set::scan::{Member, Scanned};
+use crate::set::scan::{Held, Member};
 use crate::set::{SetChange, SetFailure};
 use crate::sync::propagate::{propagate, Plan, Premerger};
 use crate::sync::{SyncConfig, SyncHooks, SyncReport};
-use accord_model::RelPath;
+use accord_model::{Kind, RelPath};
 use accord_plan::{Action, Outcome, Receive, SetItem, Side, SyncItem, VersionVector};
+use accord_replica::side::UNKNOWN_CTIME;
 use accord_replica::{
     ArchiveRecord, Replica, SideFailure, SideOptions, SideScan, SideSession, SyncRules,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Records written to a holder's archive per transaction.
 const RECORDS_PER_BATCH: usize = 4096;
@@ -40,38 +42,49 @@ pub(crate) struct Carried {
 /// Carry out `items` on the members (`replicas` in the members' order):
 /// every receiver at once, each on a thread of its own (a receiver's
 /// archive is its own; a source is only read, and its records are written
-/// last, by `record_holder`).
+/// last, by `record_holder`). Each receiver takes its items a chunk at a
+/// time (`next_chunk`), so that a first sync of a large tree holds one
+/// chunk's plan per receiver rather than the whole of it.
 pub(crate) fn carry_out(
     replicas: &[&dyn Replica],
     members: &mut [Member<'_>],
     items: &[SetItem],
-    scanned: &Scanned,
+    held: &Held,
     cfg: &SyncConfig,
 ) -> Carried {
     let vectors = Vectors(items);
-    let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+    let names: Vec<Arc<str>> = members.iter().map(|m| m.name.as_str().into()).collect();
     let far: Vec<bool> = replicas.iter().map(|r| r.local_root().is_none()).collect();
-    let groups: Vec<_> = (0..members.len())
-        .map(|receiver| receives_of(members, &far, receiver, items, scanned))
-        .collect();
+    let indexes: Vec<usize> = members.iter().map(|m| m.index).collect();
     let written = crate::Progress::default();
     let per_receiver: Vec<Carried> = std::thread::scope(|s| {
         let threads: Vec<_> = members
             .iter_mut()
-            .zip(groups)
             .enumerate()
-            .map(|(receiver, (member, groups))| {
+            .map(|(receiver, member)| {
                 let (names, vectors, written) = (&names, &vectors, &written);
+                let takes = Takes {
+                    indexes: &indexes,
+                    far: &far,
+                    receiver,
+                    held,
+                };
                 s.spawn(move || {
                     let mut carried = Carried::default();
-                    for (source, pair_items) in groups {
-                        let pair = Pair {
-                            replicas: [replicas[source], replicas[receiver]],
-                            slots: [source, receiver],
-                            names: [names[source].clone(), names[receiver].clone()],
-                        };
-                        let context = (scanned, vectors, cfg, written);
-                        pair.run(member, pair_items, context, &mut carried);
+                    let mut rest = items;
+                    while !rest.is_empty() {
+                        let (groups, taken) = takes.next_chunk(rest);
+                        rest = &rest[taken..];
+                        for (source, pair_items) in groups {
+                            let pair = Pair {
+                                replicas: [replicas[source], replicas[receiver]],
+                                slots: [source, receiver],
+                                names: [names[source].clone(), names[receiver].clone()],
+                            };
+                            let context = (held, vectors, cfg, written);
+                            pair.run(member, pair_items, context, &mut carried);
+                        }
+                        super::release_freed_memory();
                     }
                     carried
                 })
@@ -89,13 +102,18 @@ pub(crate) fn carry_out(
         written,
         ..Carried::default()
     };
+    // One list of every receiver's changes, grown once.
+    let total = per_receiver.iter().map(|one| one.changes.len()).sum();
+    carried.changes.reserve_exact(total);
     for mut one in per_receiver {
         carried.changes.append(&mut one.changes);
         carried.failures.append(&mut one.failures);
     }
+    super::release_freed_memory();
     for holder in 0..members.len() {
-        record_holder(members, holder, items, scanned, &mut carried);
+        record_holder(members, holder, items, held, &mut carried);
     }
+    super::release_freed_memory();
     carried
 }
 
@@ -113,37 +131,75 @@ pub(crate) fn source_of(
         .expect("a settled version has a holder")
 }
 
-/// The slot of the member with set index `index`.
-fn slot_of(members: &[Member<'_>], index: usize) -> usize {
-    members
-        .iter()
-        .position(|member| member.index == index)
-        .expect("the plan names members only")
+/// Items a receiver takes per chunk, at least (a chunk ends only where no
+/// directory of it has more of its subtree to come: see `next_chunk`).
+const CHUNK_ITEMS: usize = 4096;
+
+/// What one receiver takes: the members' set indexes (by slot), which of
+/// them are across a wire, the receiver's slot, and what each holds.
+#[derive(Clone, Copy)]
+struct Takes<'t> {
+    indexes: &'t [usize],
+    far: &'t [bool],
+    receiver: usize,
+    held: &'t Held,
 }
 
-/// What `receiver` takes, grouped by the member it takes it from, each as
-/// an item of a two-replica plan (A: the source, B: the receiver). `far`:
-/// by slot, the members across a wire (see [`source_of`]).
-fn receives_of(
-    members: &[Member<'_>],
-    far: &[bool],
-    receiver: usize,
-    items: &[SetItem],
-    scanned: &Scanned,
-) -> BTreeMap<usize, Vec<SyncItem>> {
-    let mut groups: BTreeMap<usize, Vec<SyncItem>> = BTreeMap::new();
-    let index = members[receiver].index;
-    for item in items {
+impl Takes<'_> {
+    /// The slot of the member with set index `index`.
+    fn slot_of(&self, index: usize) -> usize {
+        self.indexes
+            .iter()
+            .position(|&at| at == index)
+            .expect("the plan names members only")
+    }
+
+    /// What the receiver takes of the first items of `items`, grouped by
+    /// the member it takes it from, each as an item of a two-replica plan
+    /// (A: the source, B: the receiver); and how many items that covers.
+    ///
+    /// A chunk holds at least `CHUNK_ITEMS` of the receiver's items, and
+    /// ends only outside the subtree of every directory it holds: the
+    /// two-replica propagation deletes a directory's contents before it,
+    /// and sets a directory's properties (a read-only mode, its mtime)
+    /// after its contents are in place, within one call.
+    fn next_chunk(&self, items: &[SetItem]) -> (BTreeMap<usize, Vec<SyncItem>>, usize) {
+        let mut groups: BTreeMap<usize, Vec<SyncItem>> = BTreeMap::new();
+        let mut taken = 0;
+        let mut count = 0;
+        let mut open: Vec<&RelPath> = Vec::new();
+        for item in items {
+            open.retain(|dir| item.path.starts_with(dir));
+            if count >= CHUNK_ITEMS && open.is_empty() {
+                break;
+            }
+            taken += 1;
+            let Some((source, sync_item)) = self.take(item) else {
+                continue;
+            };
+            count += 1;
+            if [&sync_item.a, &sync_item.b]
+                .iter()
+                .any(|entry| entry.as_ref().is_some_and(|e| e.kind == Kind::Dir))
+            {
+                open.push(&item.path);
+            }
+            groups.entry(source).or_default().push(sync_item);
+        }
+        (groups, taken)
+    }
+
+    /// What the receiver takes at `item`, and from which slot.
+    fn take(&self, item: &SetItem) -> Option<(usize, SyncItem)> {
         let Outcome::Settled(settled) = &item.outcome else {
-            continue;
+            return None;
         };
-        let Some(&(_, receive)) = settled.receivers.iter().find(|(r, _)| *r == index) else {
-            continue;
-        };
-        let holders = settled.holders.iter().map(|&h| slot_of(members, h));
-        let source = source_of(holders, |slot| far[slot]);
-        let offers = &scanned.paths[scanned.index_of(&item.path)].offers;
-        let entry = |slot: usize| offers[slot].now.clone();
+        let index = self.indexes[self.receiver];
+        let &(_, receive) = settled.receivers.iter().find(|(r, _)| *r == index)?;
+        let holders = settled.holders.iter().map(|&h| self.slot_of(h));
+        let source = source_of(holders, |slot| self.far[slot]);
+        let at = self.held.index_of(&item.path);
+        let entry = |slot: usize| self.held.now(at, slot).cloned();
         let action = match receive {
             Receive::Whole => Action::Copy {
                 from: Side::A,
@@ -155,17 +211,17 @@ fn receives_of(
             },
             Receive::Delete => Action::Delete { on: Side::B },
         };
-        groups.entry(source).or_default().push(SyncItem {
+        let sync_item = SyncItem {
             path: item.path.clone(),
             action,
             overridden: None,
             a: entry(source),
-            b: entry(receiver),
+            b: entry(self.receiver),
             moved: None,
             link: None,
-        });
+        };
+        Some((source, sync_item))
     }
-    groups
 }
 
 /// Two members, as the two-replica propagation takes them.
@@ -173,13 +229,13 @@ struct Pair<'a> {
     replicas: [&'a dyn Replica; 2],
     /// The members' slots: the source's, the receiver's.
     slots: [usize; 2],
-    names: [String; 2],
+    names: [Arc<str>; 2],
 }
 
 /// What every pair of a run reads: the scan, the vectors, the options, and
 /// the counters of what was written.
 type PairContext<'c> = (
-    &'c Scanned,
+    &'c Held,
     &'c Vectors<'c>,
     &'c SyncConfig,
     &'c crate::Progress,
@@ -190,18 +246,19 @@ impl Pair<'_> {
         &self,
         receiver: &mut Member<'_>,
         items: Vec<SyncItem>,
-        (scanned, vectors, cfg, written): PairContext<'_>,
+        (held, vectors, cfg, written): PairContext<'_>,
         carried: &mut Carried,
     ) {
-        let [source_slot, receiver_slot] = self.slots;
+        let receiver_slot = self.slots[1];
+        // Only the receiver's records are kept (the source's are written by
+        // `record_holder`), and only where it holds an entry that this run
+        // may leave as scanned: on a first sync, none.
         let ctimes = items
             .iter()
+            .filter(|item| item.b.is_some())
             .map(|item| {
-                let ctimes = &scanned.ctimes[scanned.index_of(&item.path)];
-                (
-                    item.path.clone(),
-                    [ctimes[source_slot], ctimes[receiver_slot]],
-                )
+                let ctime = held.ctime(held.index_of(&item.path), receiver_slot);
+                (item.path.clone(), [UNKNOWN_CTIME, ctime])
             })
             .collect();
         let pair_scanned = crate::sync::scan::Scanned::of_ctimes(ctimes);
@@ -243,7 +300,7 @@ impl Pair<'_> {
         carried
             .failures
             .extend(report.errors.into_iter().map(|failure| SetFailure {
-                replica: on.clone(),
+                replica: on.to_string(),
                 failure,
             }));
     }
@@ -293,7 +350,7 @@ fn record_holder(
     members: &mut [Member<'_>],
     holder: usize,
     items: &[SetItem],
-    scanned: &Scanned,
+    held: &Held,
     carried: &mut Carried,
 ) {
     let index = members[holder].index;
@@ -306,7 +363,7 @@ fn record_holder(
         if !settled.holders.contains(&index) {
             continue;
         }
-        records.push(match scanned.observed(&item.path, holder) {
+        records.push(match held.observed(&item.path, holder) {
             Some(observed) => ArchiveRecord::Put(observed),
             None => ArchiveRecord::Remove(item.path.clone()),
         });

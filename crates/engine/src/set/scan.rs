@@ -12,7 +12,7 @@
 
 use crate::set::SetFailure;
 use crate::sync::{SyncError, SyncFailure, SyncFatal};
-use accord_model::{Observed, RelPath, Time};
+use accord_model::{Entry, Observed, RelPath, Time};
 use accord_plan::reconcile::contents_updated;
 use accord_plan::{Offer, PathOffers, SideCounts, VersionVector};
 use accord_replica::side::UNKNOWN_CTIME;
@@ -35,8 +35,11 @@ pub(crate) struct Scanned {
     /// members' order).
     pub paths: Vec<PathOffers>,
     /// Per path (as `paths`), per member: the ctime its archive may
-    /// record with what it holds there.
-    pub ctimes: Vec<Vec<Time>>,
+    /// record with what it holds there (one flat table, not an allocation
+    /// per path).
+    ctimes: Vec<Time>,
+    /// Members that took part: the stride of `ctimes`.
+    members: usize,
     /// Entries each member's archive held and its scan found.
     pub counts: Vec<SideCounts>,
     /// Paths left out of the run (with their subtrees), by replica.
@@ -110,10 +113,12 @@ pub(crate) fn scan_set(
         }
         check_answered(asked, &reported[index], &left_out, member)?;
     }
+    crate::set::release_freed_memory();
     left_out.extend(failures.iter().map(|f| f.failure.path.clone()));
     let mut scanned = Scanned {
         paths: Vec::new(),
         ctimes: Vec::new(),
+        members: members.len(),
         counts,
         failures,
     };
@@ -130,20 +135,60 @@ pub(crate) fn scan_set(
 }
 
 impl Scanned {
-    /// The index of `path` in `paths` (a path of the plan).
+    /// What propagation reads once the plan is made: each member's entry
+    /// and ctime at every path. The offers are let go of (the plan holds
+    /// what it needs of them), so that what a run holds at once stays
+    /// near what a run of two holds.
+    pub fn hold(&mut self) -> Held {
+        let paths = std::mem::take(&mut self.paths);
+        let mut held = Held {
+            paths: Vec::with_capacity(paths.len()),
+            now: Vec::with_capacity(paths.len() * self.members),
+            ctimes: std::mem::take(&mut self.ctimes),
+            members: self.members,
+        };
+        for at in paths {
+            held.paths.push(at.path);
+            held.now
+                .extend(at.offers.into_iter().map(|offer| offer.now));
+        }
+        held
+    }
+}
+
+/// Every path of the plan with what each member holds there (see
+/// [`Scanned::hold`]), in flat tables indexed by path, then slot.
+pub(crate) struct Held {
+    paths: Vec<RelPath>,
+    now: Vec<Option<Arc<Entry>>>,
+    ctimes: Vec<Time>,
+    members: usize,
+}
+
+impl Held {
+    /// The index of `path` (a path of the plan).
     pub fn index_of(&self, path: &RelPath) -> usize {
         self.paths
-            .binary_search_by(|at| at.path.cmp(path))
+            .binary_search(path)
             .expect("the plan's paths are the scan's")
+    }
+
+    /// What the member in `slot` holds at the path of `index`.
+    pub fn now(&self, index: usize, slot: usize) -> Option<&Arc<Entry>> {
+        self.now[index * self.members + slot].as_ref()
+    }
+
+    /// The ctime the member in `slot` may record at the path of `index`.
+    pub fn ctime(&self, index: usize, slot: usize) -> Time {
+        self.ctimes[index * self.members + slot]
     }
 
     /// What the member in `slot` holds at `path` as its archive records it.
     pub fn observed(&self, path: &RelPath, slot: usize) -> Option<Observed> {
         let index = self.index_of(path);
-        let now = self.paths[index].offers[slot].now.as_deref()?;
         Some(Observed {
-            entry: now.clone(),
-            ctime: self.ctimes[index][slot],
+            entry: self.now(index, slot)?.as_ref().clone(),
+            ctime: self.ctime(index, slot),
         })
     }
 }
@@ -211,7 +256,6 @@ fn offers_at(
     scanned: &mut Scanned,
 ) -> Result<(), SyncFatal> {
     let mut offers = Vec::with_capacity(members.len());
-    let mut ctimes = Vec::with_capacity(members.len());
     for (slot, member) in members.iter().enumerate() {
         let change = reported[slot]
             .remove(path)
@@ -230,7 +274,7 @@ fn offers_at(
                 entry.hash = was.entry.hash;
             }
         }
-        ctimes.push(record_ctime(&change));
+        scanned.ctimes.push(record_ctime(&change));
         offers.push(Offer {
             replica: member.index,
             update,
@@ -243,7 +287,6 @@ fn offers_at(
             change_count: member.change_count,
         });
     }
-    scanned.ctimes.push(ctimes);
     scanned.paths.push(PathOffers {
         path: path.clone(),
         offers,
