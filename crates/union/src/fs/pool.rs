@@ -232,7 +232,7 @@ impl Op<'_> {
         let from = self.paths_of(parent, name)?;
         let to = self.paths_of(newparent, newname)?;
         let clone_from = self.ensure_view(newparent)?.layers.first().copied();
-        let mut moved = false;
+        let mut moved = Vec::new();
         let mut last_err = libc::EXDEV;
         let mut leftovers: Vec<(u32, PathBuf)> = Vec::new();
         for b in 0..self.table.branches.len() as u32 {
@@ -250,30 +250,75 @@ impl Op<'_> {
                 r = sys::renameat(self.fd(b), &from(b), &to(b), 0);
             }
             match r {
-                Ok(()) => moved = true,
+                Ok(()) => moved.push(b),
                 Err(e) => {
                     last_err = sys::errno(&e);
                     leftovers.push((b, from(b)));
                 }
             }
         }
-        if !moved {
+        // rename(2) of one file's two hard links leaves both names: then the old name's
+        // copies are still there.
+        let whole = !is_dir
+            && moved.len() == src.positions.len()
+            && dst.as_ref().is_none_or(|d| {
+                d.positions.iter().all(|b| moved.contains(b))
+                    && moved
+                        .iter()
+                        .all(|&b| sys::fstatat(self.fd(b), &from(b)).is_err())
+            });
+        // (The closures hold the cached views: gone before the views are patched, or the
+        // patch would copy them whole.)
+        drop((from, to));
+        if moved.is_empty() {
             return Err(match p.create.path_preserving() {
                 true => libc::EXDEV,
                 false => last_err,
             });
         }
-        for (b, rel) in leftovers {
-            remove_any(self.fd(b), &rel);
+        for (b, rel) in &leftovers {
+            remove_any(self.fd(*b), rel);
         }
         let src_ino = self.nodes().lookup(parent, name);
-        self.forget_view(parent);
-        self.forget_view(newparent);
+        if whole {
+            // Every copy moved and nothing else held the new name: the views are patched,
+            // not read again in every branch (as a create or an unlink patches them).
+            let entry = MergedEntry {
+                kind: src.kind,
+                positions: moved,
+            };
+            self.view_rename(parent, name, newparent, newname, entry);
+        } else {
+            self.forget_view(parent);
+            self.forget_view(newparent);
+        }
         self.nodes().rename(parent, name, newparent, newname);
         if let Some(ino) = src_ino.filter(|_| is_dir) {
             self.forget_view(ino);
         }
         Ok(())
+    }
+
+    /// After a rename that moved every copy of `name` and left no other copy of `newname`:
+    /// `entry` (where the copies are now) replaces both in the cached views. Within one
+    /// directory in one step, so a listing made meanwhile shows the entry once.
+    fn view_rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        entry: MergedEntry,
+    ) {
+        if parent != newparent {
+            self.view_remove(parent, name);
+        }
+        self.edit_view(newparent, |v| {
+            if parent == newparent {
+                v.entries.remove(name);
+            }
+            v.entries.insert(newname.to_os_string(), entry);
+        });
     }
 
     /// What makes a pool rename fail before anything changes.
