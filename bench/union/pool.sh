@@ -3,22 +3,25 @@
 # branches (each its own tmpfs mount, so free space differs between branches as they fill, as
 # on a pool of disks) with the same create policy, in one run. Rows: Postmark, a copy of a
 # source tree into the pool (`cp -a`), a `find` over the copied tree after dropping the
-# kernel's caches, a listing of it (`ls -lR`), and removing it (`rm -rf`). Each figure is the
+# kernel's caches, a listing of it (`ls -lR`), and removing it (`rm -rf`); then creating,
+# renaming and unlinking RATEN files in one directory (`fsops.c`). Each figure is the
 # median of RUNS runs, the two file systems alternating; the script prints wall time and the
 # daemon's CPU time (user + system of all its threads, from /proc: far less sensitive to
 # other load on the machine than wall time), and the ratio accord / mergerfs of both.
 #
 # usage: sudo bench/union/pool.sh [path/to/accord]   (needs root, /dev/fuse, gcc, postmark,
 #        mergerfs)
-# env:   RUNS=3  PM_FILES=1000  PM_TX=5000  TREES=20 (copies of the C project in the copied
-#        tree, 300 files each)  POLICY=mfs (create policy of both)  BRANCH_MB=2048 (size of
-#        each branch)  PRIO= (nice value for the whole run, as in run.sh)
+# env:   RUNS=3  PM_FILES=1000  PM_TX=5000  RATEN=10000  TREES=20 (copies of the C project
+#        in the copied tree, 300 files each)  POLICY=mfs (create policy of both)
+#        BRANCH_MB=2048 (size of each branch)  MIN_FREE=64M  PRIO= (nice value for the whole
+#        run, as in run.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ACCORD=${1:-${ACCORD_BIN:-$here/../../target/release/accord}}
 RUNS=${RUNS:-3}
 PM_FILES=${PM_FILES:-1000}
 PM_TX=${PM_TX:-5000}
+RATEN=${RATEN:-10000}
 TREES=${TREES:-20}
 POLICY=${POLICY:-mfs}
 BRANCH_MB=${BRANCH_MB:-2048}
@@ -51,6 +54,7 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # CPU nanoseconds all threads of process $1 have run so far.
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
 
+gcc -O2 -o "$B/fsops" "$here/fsops.c"
 echo "== $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), nice ${PRIO:-0}"
 echo "== pool of 4 branches (${BRANCH_MB} MiB tmpfs each), category.create=$POLICY, minfreespace=$MIN_FREE"
 "$here/gen-cproject.sh" "$B/proj" 150
@@ -104,6 +108,7 @@ copy_tree() { cp -a "$B/tree" "$1/tree"; }
 find_tree() { find "$1/tree" -printf '%s\n' | wc -l; }
 list_tree() { ls -lR "$1/tree" | wc -l; }
 remove_tree() { rm -rf "$1/tree"; }
+fsops() { "$B/fsops" "$@"; }
 
 for r in $(seq "$RUNS"); do
     echo "== run $r of $RUNS"
@@ -116,12 +121,17 @@ for r in $(seq "$RUNS"); do
         drop; sample "$fs" find find_tree "$M"
         drop; sample "$fs" list list_tree "$M"
         sample "$fs" remove remove_tree "$M"
+        mkdir "$M/rate"
+        sync; sample "$fs" create fsops create "$M/rate" "$RATEN"
+        sample "$fs" rename fsops rename "$M/rate" "$RATEN"
+        sample "$fs" unlink fsops unlink "$M/rate" "$RATEN" g
+        rmdir "$M/rate"
     done
 done
 echo "== branches of accord's pool after the runs (files per branch, should be empty):"
 for i in 0 1 2 3; do printf '   b%d: %s' "$i" "$(find "$B/accord-b$i" -mindepth 1 | wc -l)"; done; echo
 
-ROWS="postmark copy find list remove"
+ROWS="postmark copy find list remove create rename unlink"
 label() {
     case $1 in
         postmark) echo "postmark ($PM_TX tx)" ;;
@@ -129,6 +139,9 @@ label() {
         find) echo "find (cold)" ;;
         list) echo "ls -lR (cold)" ;;
         remove) echo "rm -rf tree" ;;
+        create) echo "create $RATEN" ;;
+        rename) echo "rename $RATEN" ;;
+        unlink) echo "unlink $RATEN" ;;
     esac
 }
 table() { # title array-name scale unit

@@ -114,7 +114,10 @@ fn what_an_unlink_or_rename_leaves_below_shows() {
     assert_eq!(fs::read_to_string(mnt.join("moved")).unwrap(), "ro");
     assert!(mnt.join("shadow").is_file());
     fs::remove_file(mnt.join("shadow")).unwrap();
-    assert!(mnt.join("shadow").is_dir(), "the ro branch's directory shows");
+    assert!(
+        mnt.join("shadow").is_dir(),
+        "the ro branch's directory shows"
+    );
     assert_eq!(
         names(&mnt.join("shadow")),
         BTreeSet::from(["inside".to_string()])

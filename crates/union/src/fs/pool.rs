@@ -237,7 +237,10 @@ impl Op<'_> {
         let mut leftovers: Vec<(u32, PathBuf)> = Vec::new();
         for b in 0..self.table.branches.len() as u32 {
             if !holders.contains(&b) {
-                if self.table.get(b).writable() {
+                // Another branch's copy of the new name goes (only where the merged view has
+                // one: an unlink per branch per rename was most of a rename's system calls).
+                let stale = dst.as_ref().is_some_and(|d| d.positions.contains(&b));
+                if stale && self.table.get(b).writable() {
                     leftovers.push((b, to(b)));
                 }
                 continue;
