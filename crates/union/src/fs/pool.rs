@@ -24,13 +24,13 @@ impl Op<'_> {
     /// (cloned from the first branch that holds it) when the policy is not path-preserving.
     pub(super) fn pool_create_branch(&self, parent: u64, p: &Policies) -> R<u32> {
         let layers = self.ensure_view(parent)?.layers.clone();
-        let mut levels = vec![self.candidates(&layers)];
+        let mut levels = vec![self.candidates(&layers, p)];
         if p.create.most_shared_path() {
             let mut dir = parent;
             while dir != ROOT {
                 // (The node table's guard must be gone before the view is built.)
                 let up = self.nodes().entry(dir).ok_or(libc::ENOENT)?.0;
-                levels.push(self.candidates(&self.ensure_view(up)?.layers));
+                levels.push(self.candidates(&self.ensure_view(up)?.layers, p));
                 dir = up;
             }
         }
@@ -41,15 +41,33 @@ impl Op<'_> {
         Ok(b)
     }
 
-    /// Every branch as a create policy sees it from a directory held by `layers`.
-    fn candidates(&self, layers: &[u32]) -> Vec<Candidate> {
+    /// Every branch as policy `p` sees it from a directory held by `layers`. The space of a
+    /// branch the policy passes over anyway (`nc`, `ro`, or without the parent for a
+    /// path-preserving policy) is not read: a statvfs per branch per create is most of what
+    /// placing a name costs.
+    fn candidates(&self, layers: &[u32], p: &Policies) -> Vec<Candidate> {
         (0..self.table.branches.len() as u32)
-            .map(|b| self.candidate(b, layers.contains(&b)))
+            .map(|b| {
+                let has_parent = layers.contains(&b);
+                let weighed =
+                    self.table.get(b).creatable() && (has_parent || !p.create.path_preserving());
+                match weighed {
+                    true => self.candidate(b, has_parent),
+                    false => Candidate {
+                        branch: b,
+                        creatable: self.table.get(b).creatable(),
+                        has_parent,
+                        fs_readonly: false,
+                        avail: 0,
+                        used: u64::MAX,
+                    },
+                }
+            })
             .collect()
     }
 
-    /// Branch `b` as a create policy sees it (a branch whose space cannot be read is never
-    /// chosen, as in mergerfs).
+    /// Branch `b` as a create policy sees it, its space read now (a branch whose space
+    /// cannot be read is never chosen, as in mergerfs).
     pub(super) fn candidate(&self, b: u32, has_parent: bool) -> Candidate {
         let branch = self.table.get(b);
         let vfs = sys::fstatvfs(branch.fd()).ok();
@@ -150,14 +168,28 @@ impl Op<'_> {
         dir: bool,
     ) -> R<()> {
         let targets = self.acted_on(e, p)?;
-        let at = self.paths_of(parent, name)?;
         let mut first_err = None;
-        for b in targets {
-            if let Err(err) = sys::unlinkat(self.fd(b), &at(b), dir) {
-                first_err.get_or_insert(sys::errno(&err));
+        {
+            // (`at` holds the cached view: gone before the view is patched, or the patch
+            // would copy it whole.)
+            let at = self.paths_of(parent, name)?;
+            for &b in &targets {
+                if let Err(err) = sys::unlinkat(self.fd(b), &at(b), dir) {
+                    first_err.get_or_insert(sys::errno(&err));
+                }
             }
         }
-        self.settle(parent, name);
+        let all_gone = first_err.is_none() && e.positions.iter().all(|b| targets.contains(b));
+        if all_gone {
+            // The name is gone from every branch: patched in the cached view, not read
+            // again (re-reading the directory in every branch after each unlink made
+            // `rm -rf` of a big directory quadratic).
+            self.view_remove(parent, name);
+            self.nodes().detach(parent, name);
+        } else {
+            // A copy is left, which may be of another kind than the one shown until now.
+            self.settle(parent, name);
+        }
         first_err.map_or(Ok(()), Err)
     }
 
@@ -200,12 +232,15 @@ impl Op<'_> {
         let from = self.paths_of(parent, name)?;
         let to = self.paths_of(newparent, newname)?;
         let clone_from = self.ensure_view(newparent)?.layers.first().copied();
-        let mut moved = false;
+        let mut moved = Vec::new();
         let mut last_err = libc::EXDEV;
         let mut leftovers: Vec<(u32, PathBuf)> = Vec::new();
         for b in 0..self.table.branches.len() as u32 {
             if !holders.contains(&b) {
-                if self.table.get(b).writable() {
+                // Another branch's copy of the new name goes (only where the merged view has
+                // one: an unlink per branch per rename was most of a rename's system calls).
+                let stale = dst.as_ref().is_some_and(|d| d.positions.contains(&b));
+                if stale && self.table.get(b).writable() {
                     leftovers.push((b, to(b)));
                 }
                 continue;
@@ -218,30 +253,75 @@ impl Op<'_> {
                 r = sys::renameat(self.fd(b), &from(b), &to(b), 0);
             }
             match r {
-                Ok(()) => moved = true,
+                Ok(()) => moved.push(b),
                 Err(e) => {
                     last_err = sys::errno(&e);
                     leftovers.push((b, from(b)));
                 }
             }
         }
-        if !moved {
+        // rename(2) of one file's two hard links leaves both names: then the old name's
+        // copies are still there.
+        let whole = !is_dir
+            && moved.len() == src.positions.len()
+            && dst.as_ref().is_none_or(|d| {
+                d.positions.iter().all(|b| moved.contains(b))
+                    && moved
+                        .iter()
+                        .all(|&b| sys::fstatat(self.fd(b), &from(b)).is_err())
+            });
+        // (The closures hold the cached views: gone before the views are patched, or the
+        // patch would copy them whole.)
+        drop((from, to));
+        if moved.is_empty() {
             return Err(match p.create.path_preserving() {
                 true => libc::EXDEV,
                 false => last_err,
             });
         }
-        for (b, rel) in leftovers {
-            remove_any(self.fd(b), &rel);
+        for (b, rel) in &leftovers {
+            remove_any(self.fd(*b), rel);
         }
         let src_ino = self.nodes().lookup(parent, name);
-        self.forget_view(parent);
-        self.forget_view(newparent);
+        if whole {
+            // Every copy moved and nothing else held the new name: the views are patched,
+            // not read again in every branch (as a create or an unlink patches them).
+            let entry = MergedEntry {
+                kind: src.kind,
+                positions: moved,
+            };
+            self.view_rename(parent, name, newparent, newname, entry);
+        } else {
+            self.forget_view(parent);
+            self.forget_view(newparent);
+        }
         self.nodes().rename(parent, name, newparent, newname);
         if let Some(ino) = src_ino.filter(|_| is_dir) {
             self.forget_view(ino);
         }
         Ok(())
+    }
+
+    /// After a rename that moved every copy of `name` and left no other copy of `newname`:
+    /// `entry` (where the copies are now) replaces both in the cached views. Within one
+    /// directory in one step, so a listing made meanwhile shows the entry once.
+    fn view_rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        entry: MergedEntry,
+    ) {
+        if parent != newparent {
+            self.view_remove(parent, name);
+        }
+        self.edit_view(newparent, |v| {
+            if parent == newparent {
+                v.entries.remove(name);
+            }
+            v.entries.insert(newname.to_os_string(), entry);
+        });
     }
 
     /// What makes a pool rename fail before anything changes.
