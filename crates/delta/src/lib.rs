@@ -4,6 +4,8 @@
 //! * [`Signature::generate`] sums the blocks of the old file;
 //! * [`make_delta`] scans the new file against a signature and writes COPY/ADD
 //!   commands, in target order or ordered for in-place patching ([`inplace`]);
+//!   [`make_delta_with`] also compresses the literals against the matched
+//!   bytes ([`packed`]);
 //! * [`Delta::parse`] decodes and validates a delta whole;
 //! * [`patch_to`] streams the new file out, [`patch_in_place`] rebuilds the old
 //!   file in its own storage. Both check the result's BLAKE3.
@@ -11,6 +13,7 @@
 pub mod format;
 pub mod inplace;
 pub mod matcher;
+pub mod packed;
 pub mod patch;
 pub mod rolling;
 pub mod signature;
@@ -18,6 +21,7 @@ mod wire;
 
 pub use format::{Command, Delta, Layout};
 pub use inplace::{CyclePolicy, InPlaceOptions, PlanStats};
+pub use packed::LiteralCoding;
 pub use patch::{patch_in_place, patch_to, InPlaceTarget, PatchError, PatchOptions};
 pub use signature::{Signature, SignatureOptions};
 
@@ -88,11 +92,25 @@ pub struct DeltaStats {
     pub plan: PlanStats,
 }
 
-/// Scans `new` against `sig` and writes the delta to `out`.
+/// Scans `new` against `sig` and writes the delta to `out`, its literals raw
+/// (for a delta applied where it is made).
 pub fn make_delta(
     sig: &Signature,
     new: &[u8],
     opts: &DeltaOptions,
+    out: &mut impl Write,
+) -> Result<DeltaStats, DeltaError> {
+    make_delta_with(sig, new, opts, LiteralCoding::Raw, out)
+}
+
+/// [`make_delta`] with the literals stored as `coding` says: compressed
+/// for a delta that travels (an in-place delta keeps them raw: its
+/// receiver overwrites the matched bytes a dictionary would be made of).
+pub fn make_delta_with(
+    sig: &Signature,
+    new: &[u8],
+    opts: &DeltaOptions,
+    coding: LiteralCoding,
     out: &mut impl Write,
 ) -> Result<DeltaStats, DeltaError> {
     if opts.in_place.is_some() && sig.strong_len < signature::MIN_UNVERIFIED_STRONG_LEN {
@@ -127,7 +145,7 @@ pub fn make_delta(
         result_hash,
         scratch_len,
     };
-    let delta_bytes = format::encode(&header, &commands, new, out)?;
+    let delta_bytes = format::encode_with(&header, &commands, new, coding, out)?;
     let mut st = DeltaStats {
         new_len,
         delta_bytes,
@@ -150,18 +168,13 @@ pub fn make_delta(
     Ok(st)
 }
 
-/// COPYs in target order with ADDs for the gaps.
+/// COPYs in target order with ADDs for the gaps, no ADD crossing the end
+/// of a segment of compressed literals ([`packed::SEGMENT`]).
 fn sequential_commands(copies: &[matcher::Copy], new_len: u64) -> Vec<Command> {
     let mut cmds = Vec::with_capacity(copies.len() * 2 + 1);
     let mut at = 0;
     for c in copies {
-        if c.dst > at {
-            cmds.push(Command::Add {
-                dst: at,
-                len: c.dst - at,
-                data: at as usize,
-            });
-        }
+        push_adds(&mut cmds, at, c.dst);
         cmds.push(Command::Copy {
             src: c.src,
             dst: c.dst,
@@ -169,14 +182,22 @@ fn sequential_commands(copies: &[matcher::Copy], new_len: u64) -> Vec<Command> {
         });
         at = c.dst + c.len;
     }
-    if at < new_len {
-        cmds.push(Command::Add {
-            dst: at,
-            len: new_len - at,
-            data: at as usize,
-        });
-    }
+    push_adds(&mut cmds, at, new_len);
     cmds
+}
+
+/// ADDs for the target bytes `from..to`, cut at segment ends.
+fn push_adds(cmds: &mut Vec<Command>, mut from: u64, to: u64) {
+    while from < to {
+        let seg_end = (from / packed::SEGMENT + 1) * packed::SEGMENT;
+        let end = to.min(seg_end);
+        cmds.push(Command::Add {
+            dst: from,
+            len: end - from,
+            data: from as usize,
+        });
+        from = end;
+    }
 }
 
 fn hash_parallel(data: &[u8]) -> [u8; 32] {

@@ -32,6 +32,21 @@ fn check_all(old: &[u8], new: &[u8], block: u32) {
     let mut out = Vec::new();
     patch_to(old, &d, &mut out).unwrap();
     assert_eq!(out, new, "sequential");
+    for level in [1, 9] {
+        let mut packed = Vec::new();
+        let opts = DeltaOptions::default();
+        let coding = LiteralCoding::Zstd { level };
+        let st = make_delta_with(&sig, new, &opts, coding, &mut packed).unwrap();
+        assert_eq!(st.literal_bytes, seq_st.literal_bytes);
+        // Never larger than raw literals but for a segment's kind byte.
+        assert!(
+            packed.len() <= seq.len() + 1 + (new.len() >> 24),
+            "level {level}"
+        );
+        let mut out = Vec::new();
+        patch_to(old, &Delta::parse(&packed).unwrap(), &mut out).unwrap();
+        assert_eq!(out, new, "compressed literals, level {level}");
+    }
     for policy in [CyclePolicy::Stash, CyclePolicy::Trim, CyclePolicy::Delete] {
         for scratch in [0u64, 64, 1 << 20] {
             for window_nodes in [2usize, 5, 1 << 20] {

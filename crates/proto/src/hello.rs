@@ -10,7 +10,7 @@ use std::io::{self, Read, Write};
 /// start-up file might print.
 pub const MAGIC: &[u8; 8] = b"\0ACCORD\0";
 /// The protocol version this build speaks.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Feature bit: zstd-compressed bulk data (`-z`).
 pub const FEATURE_ZSTD: u64 = 1;
 /// Feature bit: the server carries out a sync's renames (request 30).

@@ -13,7 +13,9 @@
 use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
 use crate::side::{SideCause, SideFailure, SideSession};
-use accord_delta::{make_delta, DeltaOptions, DeltaStats, InPlaceOptions, Signature};
+use accord_delta::{
+    make_delta_with, packed, DeltaOptions, DeltaStats, InPlaceOptions, LiteralCoding, Signature,
+};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use std::io::{self, Read};
@@ -389,10 +391,16 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
         in_place: in_place.then(InPlaceOptions::default),
     };
     let mut delta = Vec::new();
-    let stats = make_delta(&sig, &new, &opts, &mut delta).map_err(|source| Error::Delta {
-        action: Action::ReadSource,
-        source,
-    })?;
+    // The delta goes to the other side: its literals compressed against the
+    // matched bytes (in-place deltas keep them raw).
+    let coding = LiteralCoding::Zstd {
+        level: packed::DEFAULT_LEVEL,
+    };
+    let stats =
+        make_delta_with(&sig, &new, &opts, coding, &mut delta).map_err(|source| Error::Delta {
+            action: Action::ReadSource,
+            source,
+        })?;
     Ok((delta, stats))
 }
 
