@@ -20,6 +20,7 @@
 
 use crate::wire::{put_varint, Reader};
 use crate::{Command, DeltaError};
+use rayon::prelude::*;
 use std::io::{self, Write};
 use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DParameter};
 
@@ -98,6 +99,8 @@ fn groups(commands: &[Command]) -> Result<Vec<Group>, String> {
 
 /// Writes the literal section of a sequential delta whose ADDs do not
 /// cross segment ends (`make_delta` splits them); returns the bytes written.
+/// Segments are compressed in parallel, as many at a time as there are
+/// threads (so memory stays a few segments' worth).
 pub(crate) fn write_segments(
     commands: &[Command],
     new: &[u8],
@@ -106,33 +109,44 @@ pub(crate) fn write_segments(
 ) -> io::Result<u64> {
     let groups = groups(commands).map_err(io::Error::other)?;
     let mut written = 0;
-    for g in groups {
-        let start = g.index << SEGMENT_LOG;
-        let end = (start + SEGMENT).min(new.len() as u64);
-        let ranges: Vec<(u64, u64)> = g
-            .adds
-            .iter()
-            .map(|&i| commands[i].target().expect("an ADD has a target"))
+    for batch in groups.chunks(rayon::current_num_threads().max(1)) {
+        let encoded: Vec<io::Result<Vec<u8>>> = batch
+            .par_iter()
+            .map(|g| encode_segment(commands, new, g, level))
             .collect();
-        let (lits, prefix) = split_segment(new, start, end, &ranges);
-        let mut head = Vec::with_capacity(12);
-        match pack(&prefix, &lits, level)? {
-            Some(frame) => {
-                head.push(ZSTD);
-                put_varint(&mut head, frame.len() as u64);
-                out.write_all(&head)?;
-                out.write_all(&frame)?;
-                written += (head.len() + frame.len()) as u64;
-            }
-            None => {
-                head.push(RAW);
-                out.write_all(&head)?;
-                out.write_all(&lits)?;
-                written += (head.len() + lits.len()) as u64;
-            }
+        for seg in encoded {
+            let seg = seg?;
+            out.write_all(&seg)?;
+            written += seg.len() as u64;
         }
     }
     Ok(written)
+}
+
+/// One segment of the literal section: its kind, then the frame (with its
+/// length) or the raw literals.
+fn encode_segment(commands: &[Command], new: &[u8], g: &Group, level: i32) -> io::Result<Vec<u8>> {
+    let start = g.index << SEGMENT_LOG;
+    let end = (start + SEGMENT).min(new.len() as u64);
+    let ranges: Vec<(u64, u64)> = g
+        .adds
+        .iter()
+        .map(|&i| commands[i].target().expect("an ADD has a target"))
+        .collect();
+    let (lits, prefix) = split_segment(new, start, end, &ranges);
+    let mut seg = Vec::with_capacity(16);
+    match pack(&prefix, &lits, level)? {
+        Some(frame) => {
+            seg.push(ZSTD);
+            put_varint(&mut seg, frame.len() as u64);
+            seg.extend_from_slice(&frame);
+        }
+        None => {
+            seg.push(RAW);
+            seg.extend_from_slice(&lits);
+        }
+    }
+    Ok(seg)
 }
 
 /// A segment's literal bytes and its other bytes (the dictionary).
