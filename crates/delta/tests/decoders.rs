@@ -5,7 +5,17 @@
 use accord_delta::*;
 use proptest::prelude::*;
 
-fn sample() -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+/// An old file, its signature, and deltas against it: sequential, in
+/// place, and sequential with compressed literals.
+struct Sample {
+    old: Vec<u8>,
+    sig: Vec<u8>,
+    seq: Vec<u8>,
+    ip: Vec<u8>,
+    packed: Vec<u8>,
+}
+
+fn sample() -> Sample {
     let old: Vec<u8> = (0..5000u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
         .collect();
@@ -52,7 +62,13 @@ fn sample() -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
         &mut ip,
     )
     .unwrap();
-    (old, sig.encode(), seq, ip, packed)
+    Sample {
+        old,
+        sig: sig.encode(),
+        seq,
+        ip,
+        packed,
+    }
 }
 
 /// Applying whatever parses must either reproduce the promised checksum or fail.
@@ -116,7 +132,7 @@ proptest! {
 
     #[test]
     fn damaged_deltas_never_panic(which in 0usize..3, damages in prop::collection::vec(damage(), 1..4)) {
-        let (old, _, seq, ip, packed) = sample();
+        let Sample { old, seq, ip, packed, .. } = sample();
         let base = vec![seq, ip, packed].swap_remove(which);
         let bad = damages.iter().fold(base, hurt);
         apply_all_ways(&old, &bad);
@@ -124,7 +140,7 @@ proptest! {
 
     #[test]
     fn damaged_signatures_never_panic(damages in prop::collection::vec(damage(), 1..4)) {
-        let (_, sig, _, _, _) = sample();
+        let Sample { sig, .. } = sample();
         let bad = damages.iter().fold(sig, hurt);
         if let Ok(s) = Signature::decode(&bad) {
             let mut out = Vec::new();
