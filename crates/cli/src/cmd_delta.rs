@@ -14,8 +14,8 @@
 
 use crate::exit;
 use accord_delta::{
-    make_delta_with, packed, patch_in_place, patch_to, CyclePolicy, Delta, DeltaOptions,
-    InPlaceOptions, LiteralCoding, PatchOptions, Signature, SignatureOptions,
+    make_delta_with, patch_in_place, patch_to, CyclePolicy, Delta, DeltaOptions, InPlaceOptions,
+    LiteralCoding, PatchOptions, Signature, SignatureOptions,
 };
 use clap::{Args, Subcommand, ValueEnum};
 use std::fs::File;
@@ -60,9 +60,11 @@ enum DeltaCmd {
         /// Most copies ordered together in one planner window.
         #[arg(long, default_value_t = 1 << 20)]
         window_nodes: usize,
-        /// zstd level of the literal data, compressed against the matched
-        /// bytes (1..=22; 0 stores it raw; in-place deltas are always raw).
-        #[arg(long, default_value_t = packed::DEFAULT_LEVEL, value_parser = clap::value_parser!(i32).range(0..=22))]
+        /// Compress the literal data against the matched bytes at this zstd
+        /// level (1..=22; delta format 2, which older accords do not read). 0,
+        /// the default: raw (format 1, read by every accord). In-place
+        /// deltas are always raw.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=22))]
         compress_level: i32,
         sig: PathBuf,
         new: PathBuf,

@@ -3,19 +3,22 @@
 //! ```text
 //! "ACDL" version:u8 layout:u8 old_len new_len blake3(result):[32] scratch_len count
 //! count × command
-//! literals:   coding:u8, then the literal bytes (version 2)
+//! literals:   coding:u8, then the literal bytes (version 2 only)
 //! ```
 //! Numbers are LEB128 varints. Sequential layout: `0 src len` (COPY) and
-//! `1 len` (ADD), target offsets implicit. In-place layout: `0 src dst len`
-//! (COPY), `1 dst len` (ADD), `2 dst len` (KEEP: already in place),
+//! `1 len` (ADD; its bytes follow in version 1), target offsets implicit.
+//! In-place layout: `0 src dst len` (COPY), `1 dst len` (ADD), `2 dst len` (KEEP: already in place),
 //! `3 src len slot` (STASH old bytes into scratch), `4 slot dst len` (UNSTASH),
 //! executed in the order given.
 //!
-//! Version 2 keeps the ADD bytes after the commands: coding `0`, raw, in
-//! command order; coding `1` (sequential layout only), per segment of the
-//! target holding literals, zstd frames against the matched bytes
-//! ([`crate::packed`]). Version 1, still read, had each ADD's bytes right
-//! after its command and no literal section.
+//! Version 1 has each ADD's bytes right after its command and no literal
+//! section: it is what is written when the literals are raw, and what every
+//! accord reads. Version 2 keeps the ADD bytes after the commands: coding
+//! `1` (sequential layout only), per segment of the target holding
+//! literals, zstd frames against the matched bytes ([`crate::packed`]);
+//! written only for a reader known to take it (a peer that agreed to it at
+//! the handshake). Coding `0`, the raw bytes in command order, is read but
+//! not written.
 //!
 //! A delta is decoded and checked whole before anything is written: every
 //! command in bounds, targets covering the output exactly once, for the
@@ -30,9 +33,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 const MAGIC: &[u8; 4] = b"ACDL";
-/// Literals after the commands, raw or compressed.
+/// Literals after the commands, compressed (or raw).
 const VERSION: u8 = 2;
-/// Literals inline after each ADD; still decoded.
+/// Literals inline after each ADD: written when they are raw.
 const VERSION_INLINE: u8 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,9 +106,11 @@ pub fn encode(
     encode_with(h, commands, new, LiteralCoding::Raw, out)
 }
 
-/// Writes a delta with its literals stored as `coding` says (always raw in
-/// the in-place layout). Compressed literals need ADDs that do not cross a
-/// segment end (`make_delta` splits them).
+/// Writes a delta with its literals stored as `coding` says. Raw literals
+/// (and every in-place delta) are written in version 1, which every accord
+/// reads; compressed ones in version 2, for a reader known to take it.
+/// Compressed literals need ADDs that do not cross a segment end
+/// (`make_delta` splits them).
 pub fn encode_with(
     h: &Header,
     commands: &[Command],
@@ -113,9 +118,17 @@ pub fn encode_with(
     coding: LiteralCoding,
     out: &mut impl Write,
 ) -> std::io::Result<u64> {
+    let seq = h.layout == Layout::Sequential;
+    let packed_level = match coding {
+        LiteralCoding::Zstd { level } if seq => Some(level),
+        _ => None,
+    };
     let mut head = Vec::with_capacity(64);
     head.extend_from_slice(MAGIC);
-    head.push(VERSION);
+    head.push(match packed_level {
+        Some(_) => VERSION,
+        None => VERSION_INLINE,
+    });
     head.push(match h.layout {
         Layout::Sequential => 0,
         Layout::InPlace => 1,
@@ -127,7 +140,7 @@ pub fn encode_with(
     put_varint(&mut head, commands.len() as u64);
     out.write_all(&head)?;
     let mut written = head.len() as u64;
-    let seq = h.layout == Layout::Sequential;
+    let inline = packed_level.is_none();
     let mut buf = Vec::with_capacity(64 << 10);
     for c in commands {
         match *c {
@@ -145,6 +158,14 @@ pub fn encode_with(
                     put_varint(&mut buf, dst);
                 }
                 put_varint(&mut buf, len);
+                if inline {
+                    // Version 1: the bytes right after their command.
+                    out.write_all(&buf)?;
+                    written += buf.len() as u64;
+                    buf.clear();
+                    out.write_all(&new[dst as usize..(dst + len) as usize])?;
+                    written += len;
+                }
             }
             Command::Keep { dst, len } => {
                 buf.push(2);
@@ -172,33 +193,11 @@ pub fn encode_with(
     }
     out.write_all(&buf)?;
     written += buf.len() as u64;
-    Ok(written + write_literals(commands, new, coding, seq, out)?)
-}
-
-fn write_literals(
-    commands: &[Command],
-    new: &[u8],
-    coding: LiteralCoding,
-    seq: bool,
-    out: &mut impl Write,
-) -> std::io::Result<u64> {
-    match coding {
-        LiteralCoding::Zstd { level } if seq => {
-            out.write_all(&[LITERALS_PACKED])?;
-            Ok(1 + packed::write_segments(commands, new, level, out)?)
-        }
-        _ => {
-            out.write_all(&[LITERALS_RAW])?;
-            let mut written = 1;
-            for c in commands {
-                if let Command::Add { dst, len, .. } = *c {
-                    out.write_all(&new[dst as usize..(dst + len) as usize])?;
-                    written += len;
-                }
-            }
-            Ok(written)
-        }
+    if let Some(level) = packed_level {
+        out.write_all(&[LITERALS_PACKED])?;
+        written += 1 + packed::write_segments(commands, new, level, out)?;
     }
+    Ok(written)
 }
 
 /// Literal section codings.

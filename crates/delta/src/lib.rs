@@ -93,7 +93,7 @@ pub struct DeltaStats {
 }
 
 /// Scans `new` against `sig` and writes the delta to `out`, its literals raw
-/// (for a delta applied where it is made).
+/// (format version 1, which every accord reads).
 pub fn make_delta(
     sig: &Signature,
     new: &[u8],
@@ -104,8 +104,9 @@ pub fn make_delta(
 }
 
 /// [`make_delta`] with the literals stored as `coding` says: compressed
-/// for a delta that travels (an in-place delta keeps them raw: its
-/// receiver overwrites the matched bytes a dictionary would be made of).
+/// (format version 2) for a delta that crosses a compressed link to a
+/// reader that takes it. An in-place delta keeps them raw: its receiver
+/// overwrites the matched bytes a dictionary would be made of.
 pub fn make_delta_with(
     sig: &Signature,
     new: &[u8],
@@ -128,7 +129,7 @@ pub fn make_delta_with(
     let (layout, commands, plan, scratch_len) = match &opts.in_place {
         None => (
             Layout::Sequential,
-            sequential_commands(&copies, new_len),
+            sequential_commands(&copies, new_len, coding != LiteralCoding::Raw),
             PlanStats::default(),
             0,
         ),
@@ -168,13 +169,15 @@ pub fn make_delta_with(
     Ok(st)
 }
 
-/// COPYs in target order with ADDs for the gaps, no ADD crossing the end
-/// of a segment of compressed literals ([`packed::SEGMENT`]).
-fn sequential_commands(copies: &[matcher::Copy], new_len: u64) -> Vec<Command> {
+/// COPYs in target order with ADDs for the gaps; with `packed`, no ADD
+/// crossing the end of a segment of compressed literals
+/// ([`packed::SEGMENT`]).
+fn sequential_commands(copies: &[matcher::Copy], new_len: u64, packed: bool) -> Vec<Command> {
     let mut cmds = Vec::with_capacity(copies.len() * 2 + 1);
     let mut at = 0;
+    let cut = if packed { packed::SEGMENT } else { u64::MAX };
     for c in copies {
-        push_adds(&mut cmds, at, c.dst);
+        push_adds(&mut cmds, at, c.dst, cut);
         cmds.push(Command::Copy {
             src: c.src,
             dst: c.dst,
@@ -182,14 +185,14 @@ fn sequential_commands(copies: &[matcher::Copy], new_len: u64) -> Vec<Command> {
         });
         at = c.dst + c.len;
     }
-    push_adds(&mut cmds, at, new_len);
+    push_adds(&mut cmds, at, new_len, cut);
     cmds
 }
 
-/// ADDs for the target bytes `from..to`, cut at segment ends.
-fn push_adds(cmds: &mut Vec<Command>, mut from: u64, to: u64) {
+/// ADDs for the target bytes `from..to`, cut at multiples of `cut`.
+fn push_adds(cmds: &mut Vec<Command>, mut from: u64, to: u64, cut: u64) {
     while from < to {
-        let seg_end = (from / packed::SEGMENT + 1) * packed::SEGMENT;
+        let seg_end = (from / cut).saturating_add(1).saturating_mul(cut);
         let end = to.min(seg_end);
         cmds.push(Command::Add {
             dst: from,

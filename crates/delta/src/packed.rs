@@ -39,9 +39,27 @@ pub enum LiteralCoding {
     Zstd { level: i32 },
 }
 
-/// The default level of compressed literals: see ARCHITECTURE.md's delta
-/// section for the measurements behind it.
-pub const DEFAULT_LEVEL: i32 = 9;
+/// Most memory a zstd context of ours takes at `level`, with room to
+/// spare (measured with a whole segment: 2 MiB at level 6, 10 MiB at 9,
+/// 40 MiB at 12, 64 MiB at 15, 81 MiB at 19).
+fn cctx_memory(level: i32) -> u64 {
+    match level {
+        ..=6 => 4 << 20,
+        7..=9 => 16 << 20,
+        10..=12 => 48 << 20,
+        _ => 96 << 20,
+    }
+}
+
+/// A bound on the memory [`crate::make_delta_with`] takes besides the
+/// delta itself when it compresses the literals of a file of `new_len`
+/// bytes at `level`: per segment compressed at once, its bytes split in
+/// two, the frame and a zstd context.
+pub fn pack_memory(new_len: u64, level: i32) -> u64 {
+    let segments = new_len.div_ceil(SEGMENT).max(1);
+    let at_once = segments.min(rayon::current_num_threads().max(1) as u64);
+    at_once * (2 * new_len.min(SEGMENT) + cctx_memory(level))
+}
 
 /// Segment kinds on the wire.
 const RAW: u8 = 0;

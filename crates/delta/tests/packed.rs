@@ -339,3 +339,55 @@ fn raw_literal_encoding_still_round_trips_through_encode() {
     encode(&h, &cmds, &new, &mut out).unwrap();
     assert_eq!(patched(&[], &out).unwrap(), new);
 }
+
+/// Raw literals are written in format 1 byte for byte as before format 2
+/// (what every accord reads), whatever the layout; compressed ones only
+/// in format 2, and never in place.
+#[test]
+fn raw_literals_are_format_1_byte_for_byte() {
+    let new = b"0123456789literal".to_vec();
+    let h = Header {
+        layout: Layout::Sequential,
+        old_len: 10,
+        new_len: new.len() as u64,
+        result_hash: *blake3::hash(&new).as_bytes(),
+        scratch_len: 0,
+    };
+    let cmds = [
+        Command::Copy {
+            src: 0,
+            dst: 0,
+            len: 10,
+        },
+        Command::Add {
+            dst: 10,
+            len: 7,
+            data: 10,
+        },
+    ];
+    let mut out = Vec::new();
+    encode(&h, &cmds, &new, &mut out).unwrap();
+    let mut v1 = b"ACDL\x01\x00".to_vec();
+    varint(&mut v1, 10);
+    varint(&mut v1, new.len() as u64);
+    v1.extend_from_slice(blake3::hash(&new).as_bytes());
+    v1.extend_from_slice(&[0, 2, 0, 0, 10, 1, 7]);
+    v1.extend_from_slice(b"literal");
+    assert_eq!(out, v1);
+
+    let old = pseudo_text(300_000, 8);
+    let mut new = old.clone();
+    new.splice(100_000..100_000, pseudo_text(40_000, 9));
+    let mut raw = Vec::new();
+    make_delta(&sig_of(&old), &new, &DeltaOptions::default(), &mut raw).unwrap();
+    assert_eq!(raw[4], 1, "raw literals: format 1");
+    let (packed, _) = packed_delta(&old, &new);
+    assert_eq!(packed[4], 2, "compressed literals: format 2");
+    let opts = DeltaOptions {
+        in_place: Some(InPlaceOptions::default()),
+    };
+    let mut in_place = Vec::new();
+    let coding = LiteralCoding::Zstd { level: 3 };
+    make_delta_with(&sig_of(&old), &new, &opts, coding, &mut in_place).unwrap();
+    assert_eq!(in_place[4], 1, "in place: format 1");
+}

@@ -10,7 +10,7 @@ use std::io::{self, Read, Write};
 /// start-up file might print.
 pub const MAGIC: &[u8; 8] = b"\0ACCORD\0";
 /// The protocol version this build speaks.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 2;
 /// Feature bit: zstd-compressed bulk data (`-z`).
 pub const FEATURE_ZSTD: u64 = 1;
 /// Feature bit: the server carries out a sync's renames (request 30).
@@ -28,13 +28,17 @@ pub const FEATURE_SYNC_FOLLOW: u64 = 16;
 /// it is sent (groups only where its user belongs to them); asked for by
 /// a client that would tell its user so.
 pub const FEATURE_NO_OWNERS: u64 = 32;
+/// Feature bit: both sides read delta format 2 (literals compressed
+/// against the matched bytes), and `MakeDelta` may ask for it.
+pub const FEATURE_PACKED_DELTA: u64 = 64;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
     | FEATURE_WATCH
     | FEATURE_SYNC_IGNORE
     | FEATURE_SYNC_FOLLOW
-    | FEATURE_NO_OWNERS;
+    | FEATURE_NO_OWNERS
+    | FEATURE_PACKED_DELTA;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

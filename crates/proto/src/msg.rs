@@ -73,12 +73,16 @@ pub enum Request {
         in_place: bool,
     },
     /// Body: the receiver's signature. Reply: literal and matched byte
-    /// counts, then the delta.
+    /// counts, then the delta. `pack_level`: the delta's reader takes
+    /// delta format 2, and its literals are to be compressed at this zstd
+    /// level (sent only to a server that agreed to `FEATURE_PACKED_DELTA`;
+    /// `None`: format 1, as every server writes it).
     MakeDelta {
         dir: RelPath,
         name: Vec<u8>,
         expect: Expect,
         in_place: bool,
+        pack_level: Option<i32>,
     },
     /// Body: the whole contents, or a delta against the basis.
     Receive {

@@ -301,14 +301,21 @@ fn request() -> impl Strategy<Value = Request> {
                 in_place,
             }
         }),
-        (dn(), expect(), any::<bool>()).prop_map(|((dir, name), expect, in_place)| {
-            Request::MakeDelta {
-                dir,
-                name,
-                expect,
-                in_place,
-            }
-        }),
+        (
+            dn(),
+            expect(),
+            any::<bool>(),
+            proptest::option::of(-7i32..=19)
+        )
+            .prop_map(|((dir, name), expect, in_place, pack_level)| {
+                Request::MakeDelta {
+                    dir,
+                    name,
+                    expect,
+                    in_place,
+                    pack_level,
+                }
+            }),
         (dn(), basis(), props(), mask()).prop_map(|((dir, name), basis, props, mask)| {
             Request::Receive {
                 dir,
@@ -671,6 +678,16 @@ fn one_of_each() -> Vec<Request> {
             name: name(),
             expect: Expect::Absent,
             in_place: false,
+            pack_level: None,
+        },
+        // Asking for compressed literals (to a server that agreed to
+        // them): the same bytes and the level.
+        Request::MakeDelta {
+            dir: dir(),
+            name: name(),
+            expect: Expect::Absent,
+            in_place: false,
+            pack_level: Some(6),
         },
         receive(Basis::Nothing),
         receive(Basis::Entry(Expect::Entry(found))),
@@ -763,7 +780,7 @@ fn one_of_each() -> Vec<Request> {
 /// has them (taken from the encoder before it was split into one function
 /// per kind of request). A change here is a change of the protocol: a peer
 /// of another version would misread the request.
-const ONE_OF_EACH_BYTES: [&str; 35] = [
+const ONE_OF_EACH_BYTES: [&str; 36] = [
     "01",
     "0203642f6502032a2e6f04746d702f010005",
     "0303642f65",
@@ -775,6 +792,7 @@ const ONE_OF_EACH_BYTES: [&str; 35] = [
     "0903642f65016e01000405ac020303",
     "0a03642f65016e020001",
     "0b03642f65016e0000",
+    "0b03642f65016e00000c",
     "0c03642f65016e00ed13e807640303010106757365722e6b01760100010105",
     "0c03642f65016e0101000405ac020303ed13e807640303010106757365722e6b01760100010105",
     "0c03642f65016e02ed13e807640303010106757365722e6b01760100010105",
@@ -843,6 +861,11 @@ fn malformed_requests_get_their_errors() {
     assert_eq!(
         Request::decode(&e.finish()),
         invalid("a wait of 60001 ms (at most 60000)")
+    );
+    // MakeDelta: the root, the name "n", absent, not in place, level 20.
+    assert_eq!(
+        Request::decode(&[11, 0, 1, b'n', 0, 0, 40]),
+        invalid("level of compressed literals 20 outside -7..=19")
     );
     let mut e = Enc::new();
     e.u8(6).str(".memo");

@@ -7,20 +7,22 @@ use crate::budget::{Budget, Held};
 use crate::errors::from_wire;
 use crate::mux::{ChunkCursor, Conn, Role};
 use crate::sync_client::RemoteSide;
-use accord_delta::DeltaStats;
+use accord_delta::{DeltaStats, LiteralCoding};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{
     FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
 };
-use accord_proto::hello::{FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE};
+use accord_proto::hello::{FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE};
 use accord_proto::limits;
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
     Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
 };
-use accord_replica::{Action, Deleted, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
+use accord_replica::{
+    Action, Deleted, DeltaWire, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir,
+};
 use accord_replica::{SideFailure, SideSession};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
@@ -92,6 +94,9 @@ pub struct RemoteReplica {
     sync_follow: bool,
     /// The server keeps the owners it is sent (it runs as root).
     keeps_owners: bool,
+    /// What a delta crossing this connection may hold: format 2 when the
+    /// server agreed to the feature, compressed at the level of `-z`.
+    delta_wire: DeltaWire,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -140,7 +145,8 @@ impl RemoteReplica {
             | FEATURE_WATCH
             | FEATURE_SYNC_IGNORE
             | FEATURE_SYNC_FOLLOW
-            | FEATURE_NO_OWNERS;
+            | FEATURE_NO_OWNERS
+            | FEATURE_PACKED_DELTA;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -196,6 +202,10 @@ impl RemoteReplica {
             sync_ignore: features & FEATURE_SYNC_IGNORE != 0,
             sync_follow: features & FEATURE_SYNC_FOLLOW != 0,
             keeps_owners: features & FEATURE_NO_OWNERS == 0,
+            delta_wire: DeltaWire {
+                reads_packed: features & FEATURE_PACKED_DELTA != 0,
+                level: compress,
+            },
         };
         if mode.writes() {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
@@ -848,12 +858,26 @@ impl ReplicaDir for RemoteDir<'_> {
         expect: &Expect,
         signature: &[u8],
         in_place: bool,
+        wire: DeltaWire,
     ) -> Result<(Vec<u8>, DeltaStats), Error> {
+        // The server writes format 2 only when asked, and is asked only when
+        // it agreed and the delta's reader (beyond this client) takes it;
+        // the literals are compressed at the level of the links crossed.
+        let own = self.replica.delta_wire;
+        let crossing = DeltaWire {
+            reads_packed: own.reads_packed && wire.reads_packed,
+            level: wire.level.or(own.level),
+        };
+        let pack_level = match crossing.coding() {
+            LiteralCoding::Zstd { level } if !in_place => Some(level),
+            _ => None,
+        };
         let req = Request::MakeDelta {
             dir: self.dir.clone(),
             name: name.to_vec(),
             expect: *expect,
             in_place,
+            pack_level,
         };
         let b = match self.replica.call(&req, Some(&mut &signature[..])) {
             Ok(b) => b,
@@ -863,7 +887,7 @@ impl ReplicaDir for RemoteDir<'_> {
                 // wire, the same delta).
                 Error::Io { source, .. } if source.kind() == io::ErrorKind::OutOfMemory => {
                     return accord_replica::delta_from_stream(
-                        self, name, expect, signature, in_place,
+                        self, name, expect, signature, in_place, wire,
                     )
                 }
                 e => return Err(e),
@@ -882,6 +906,10 @@ impl ReplicaDir for RemoteDir<'_> {
             ..DeltaStats::default()
         };
         Ok((d.rest().to_vec(), stats))
+    }
+
+    fn delta_wire(&self) -> DeltaWire {
+        self.replica.delta_wire
     }
 
     fn start_receive(

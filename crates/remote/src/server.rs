@@ -629,7 +629,8 @@ impl Session<'_> {
                 name,
                 expect,
                 in_place,
-            } => self.make_delta(stream, dir, name, expect, *in_place),
+                pack_level,
+            } => self.make_delta(stream, (dir, name, expect), *in_place, *pack_level),
             Request::Receive {
                 dir,
                 name,

@@ -14,12 +14,42 @@ use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
 use crate::side::{SideCause, SideFailure, SideSession};
 use accord_delta::{
-    make_delta_with, packed, DeltaOptions, DeltaStats, InPlaceOptions, LiteralCoding, Signature,
+    make_delta_with, DeltaOptions, DeltaStats, InPlaceOptions, LiteralCoding, Signature,
 };
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use std::io::{self, Read};
 use std::path::Path;
+
+/// What a delta made for a destination may hold: the format its reader
+/// takes and the compression of the link it crosses. Its literals are
+/// compressed against the matched bytes (delta format 2) only when both
+/// allow it; otherwise it is format 1, which every accord reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaWire {
+    /// The reader takes delta format 2 (a remote one agreed to it at the
+    /// handshake).
+    pub reads_packed: bool,
+    /// The zstd level of the link the delta crosses (`-z`); `None`: the
+    /// link does not compress, nor then do the literals.
+    pub level: Option<i32>,
+}
+
+impl DeltaWire {
+    /// What a local destination takes, the link being none.
+    pub const LOCAL: DeltaWire = DeltaWire {
+        reads_packed: true,
+        level: None,
+    };
+
+    /// How the literals are stored.
+    pub fn coding(self) -> LiteralCoding {
+        match self.level {
+            Some(level) if self.reads_packed => LiteralCoding::Zstd { level },
+            _ => LiteralCoding::Raw,
+        }
+    }
+}
 
 /// A replica as the engine sees it.
 pub trait Replica: Send + Sync {
@@ -197,15 +227,23 @@ pub trait ReplicaDir: Send + Sync {
     /// A delta from the receiver's encoded `signature` to the regular file
     /// at `name`, which must still be what `expect` says, made where that
     /// file is (so from a remote source only the delta crosses the wire);
-    /// `in_place`: a delta for `patch_in_place`.
+    /// `in_place`: a delta for `patch_in_place`; `wire`: what the
+    /// receiver's [`ReplicaDir::delta_wire`] said (a remote source adds its
+    /// own link's compression).
     fn make_delta(
         &self,
         name: &[u8],
         expect: &Expect,
         signature: &[u8],
         in_place: bool,
+        wire: DeltaWire,
     ) -> Result<(Vec<u8>, DeltaStats), Error> {
-        delta_from_stream(self, name, expect, signature, in_place)
+        delta_from_stream(self, name, expect, signature, in_place, wire)
+    }
+    /// What a delta sent to this directory may hold. The default, for a
+    /// reader of unknown age: format 1.
+    fn delta_wire(&self) -> DeltaWire {
+        DeltaWire::default()
     }
     /// Write new contents for `name` into a hidden temp file beside it, with
     /// `props` applied; the temp's name. `incoming` is read before this
@@ -355,13 +393,15 @@ pub trait ReplicaDir: Send + Sync {
 pub const STREAM_DELTA_MAX: u64 = 1 << 30;
 
 /// `make_delta` for any directory: read the file whole, check it is the
-/// planned version, match it against the signature.
+/// planned version, match it against the signature; the literals stored as
+/// `wire` allows.
 pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
     dir: &D,
     name: &[u8],
     expect: &Expect,
     signature: &[u8],
     in_place: bool,
+    wire: DeltaWire,
 ) -> Result<(Vec<u8>, DeltaStats), Error> {
     let size = match expect {
         Expect::Entry(f) if f.kind == Kind::File => f.size,
@@ -391,15 +431,12 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
         in_place: in_place.then(InPlaceOptions::default),
     };
     let mut delta = Vec::new();
-    // The delta goes to the other side: its literals compressed against the
-    // matched bytes (in-place deltas keep them raw).
-    let coding = LiteralCoding::Zstd {
-        level: packed::DEFAULT_LEVEL,
-    };
     let stats =
-        make_delta_with(&sig, &new, &opts, coding, &mut delta).map_err(|source| Error::Delta {
-            action: Action::ReadSource,
-            source,
+        make_delta_with(&sig, &new, &opts, wire.coding(), &mut delta).map_err(|source| {
+            Error::Delta {
+                action: Action::ReadSource,
+                source,
+            }
         })?;
     Ok((delta, stats))
 }
@@ -465,5 +502,31 @@ fn emit(e: Entry, batch: usize, pending: &mut Vec<Entry>, sink: &mut dyn FnMut(V
     pending.push(e);
     if pending.len() >= batch {
         sink(std::mem::take(pending));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_compressed_only_for_a_reader_that_takes_them_over_z() {
+        let raw = LiteralCoding::Raw;
+        assert_eq!(
+            DeltaWire::default().coding(),
+            raw,
+            "a reader of unknown age"
+        );
+        assert_eq!(DeltaWire::LOCAL.coding(), raw, "no link, no -z");
+        let old_reader = DeltaWire {
+            reads_packed: false,
+            level: Some(6),
+        };
+        assert_eq!(old_reader.coding(), raw, "-z to an older reader");
+        let new_reader = DeltaWire {
+            reads_packed: true,
+            level: Some(6),
+        };
+        assert_eq!(new_reader.coding(), LiteralCoding::Zstd { level: 6 });
     }
 }

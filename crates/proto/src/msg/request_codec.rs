@@ -124,7 +124,8 @@ impl Request {
                 name,
                 expect,
                 in_place,
-            } => put_make_delta(e, dir, name, expect, *in_place),
+                pack_level,
+            } => put_make_delta(e, dir, name, expect, (*in_place, *pack_level)),
             Request::Receive {
                 dir,
                 name,
@@ -364,24 +365,53 @@ fn get_signature(d: &mut Dec) -> Result<Request, ProtoError> {
     })
 }
 
-// MakeDelta: the fields of `Signature`.
+// MakeDelta: the fields of `Signature`, then the level of compressed
+// literals when there is one (a field an older server never sees: it is
+// sent only to a server that agreed to `FEATURE_PACKED_DELTA`).
 
-fn put_make_delta(e: &mut Enc, dir: &RelPath, name: &[u8], expect: &Expect, in_place: bool) {
+fn put_make_delta(
+    e: &mut Enc,
+    dir: &RelPath,
+    name: &[u8],
+    expect: &Expect,
+    (in_place, pack_level): (bool, Option<i32>),
+) {
     put_dir_name(e, dir, name);
     put_expect(e, expect);
     e.bool(in_place);
+    if let Some(level) = pack_level {
+        e.svarint(level.into());
+    }
 }
 
 fn get_make_delta(d: &mut Dec) -> Result<Request, ProtoError> {
     let (dir, name) = get_dir_name(d)?;
     let expect = get_expect(d)?;
     let in_place = d.bool("in place")?;
+    let pack_level = match d.remaining() {
+        0 => None,
+        _ => Some(get_pack_level(d)?),
+    };
     Ok(Request::MakeDelta {
         dir,
         name,
         expect,
         in_place,
+        pack_level,
     })
+}
+
+fn get_pack_level(d: &mut Dec) -> Result<i32, ProtoError> {
+    let level = d.svarint("level of compressed literals")?;
+    let range = i64::from(crate::limits::MIN_PACK_LEVEL)..=i64::from(crate::limits::MAX_PACK_LEVEL);
+    if !range.contains(&level) {
+        return Err(ProtoError::Invalid(format!(
+            "level of compressed literals {level} outside {}..={}",
+            range.start(),
+            range.end()
+        )));
+    }
+    Ok(level as i32)
 }
 
 // Receive

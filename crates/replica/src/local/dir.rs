@@ -5,7 +5,7 @@
 use super::{check_open, guarded_in_place, map, LocalReplica};
 use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
-use crate::seam::{recheck, ReplicaDir};
+use crate::seam::{recheck, DeltaWire, ReplicaDir};
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
 use accord_fsys::{fstat, Dir, Mapped, PropsMask};
 use accord_model::{Entry, Expect, Found, Kind, Props, RelPath};
@@ -474,6 +474,10 @@ impl ReplicaDir for LocalDir<'_> {
 
     fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
         Pending::ready(self.do_partial_signature(name))
+    }
+
+    fn delta_wire(&self) -> DeltaWire {
+        DeltaWire::LOCAL
     }
 
     fn start_receive(

@@ -217,7 +217,8 @@ pub(super) fn write_generic(
     let mut started = match method {
         Method::Resume => {
             let sig = resume_from.expect("a resumed transfer has its signature");
-            let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, false)?;
+            let (delta, stats) =
+                sdir.make_delta(name, &expect_src, &sig, false, ddir.delta_wire())?;
             let xfer = Xfer {
                 written: stats.literal_bytes,
                 literal: stats.literal_bytes,
@@ -252,7 +253,8 @@ pub(super) fn write_generic(
                 None => ddir.signature(name, &expect_dst, method == Method::InPlace)?,
             };
             let in_place = method == Method::InPlace;
-            let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, in_place)?;
+            let (delta, stats) =
+                sdir.make_delta(name, &expect_src, &sig, in_place, ddir.delta_wire())?;
             let xfer = Xfer {
                 written: stats.literal_bytes,
                 literal: stats.literal_bytes,
