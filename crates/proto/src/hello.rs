@@ -29,8 +29,9 @@ pub const FEATURE_SYNC_FOLLOW: u64 = 16;
 /// a client that would tell its user so.
 pub const FEATURE_NO_OWNERS: u64 = 32;
 /// Feature bit: both sides read delta format 2 (literals compressed
-/// against the matched bytes), and `MakeDelta` may ask for it.
-pub const FEATURE_PACKED_DELTA: u64 = 64;
+/// against the matched bytes), and `MakeDelta` may ask for it. (64 is
+/// left to the feature of a sync's set of replicas.)
+pub const FEATURE_PACKED_DELTA: u64 = 128;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
