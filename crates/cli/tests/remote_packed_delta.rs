@@ -132,3 +132,39 @@ fn with_z_and_the_feature_literals_are_compressed_at_the_z_level() {
         Some(-3)
     );
 }
+
+/// A server that sends compressed literals it was not asked for (one that
+/// did not agree to them): the file fails and keeps its old contents;
+/// such a delta is never passed on to a reader that may be older.
+#[test]
+fn compressed_literals_not_asked_for_are_refused() {
+    use accord_delta::{make_delta_with, DeltaOptions, LiteralCoding};
+    let sb = Sandbox::new();
+    let dst = sb.root.join("dst");
+    std::fs::create_dir(&dst).unwrap();
+    let (old, new) = versions();
+    std::fs::write(dst.join("f"), &old).unwrap();
+    let sig = Signature::generate(&old, &SignatureOptions::default()).unwrap();
+    let mut delta = Vec::new();
+    let coding = LiteralCoding::Zstd { level: 3 };
+    make_delta_with(&sig, &new, &DeltaOptions::default(), coding, &mut delta).unwrap();
+    assert_eq!(delta[4], 2);
+    let mut reply = accord_proto::Enc::new();
+    reply.varint(50_000).varint(150_000).raw(&delta);
+    let reply = reply.finish();
+    let listing = listing_reply(&[root_entry(), file_at("f", &new)], &[]);
+    let (src, fake) = fake_server(RootMode::Read, (FEATURE_ZSTD, Some(6)), move |a| {
+        match &a.request {
+            Request::ListDir { .. } => Answer::Reply(listing.clone()),
+            Request::ReadState { .. } => Answer::Reply(vec![0]),
+            Request::MakeDelta { .. } => Answer::Reply(reply.clone()),
+            Request::OpenRead { .. } => Answer::Error(refusal("not in this test")),
+            _ => Answer::Reply(Vec::new()),
+        }
+    });
+    let report = mirror_into_local(&src, &dst);
+    drop(src);
+    fake.join().unwrap();
+    assert!(!report.errors.is_empty(), "the file did not fail");
+    assert_eq!(std::fs::read(dst.join("f")).unwrap(), old);
+}

@@ -200,6 +200,12 @@ pub fn encode_with(
     Ok(written)
 }
 
+/// Whether encoded delta bytes claim format 2, which only a reader that
+/// agreed to it may be given (a relay checks what it passes on).
+pub fn is_format_2(bytes: &[u8]) -> bool {
+    bytes.len() > MAGIC.len() && bytes.starts_with(MAGIC) && bytes[MAGIC.len()] == VERSION
+}
+
 /// Literal section codings.
 const LITERALS_RAW: u8 = 0;
 const LITERALS_PACKED: u8 = 1;

@@ -900,12 +900,19 @@ impl ReplicaDir for RemoteDir<'_> {
         let mut d = Dec::new(&b);
         let literal_bytes = d.varint("literal bytes").map_err(bad)?;
         let matched_bytes = d.varint("matched bytes").map_err(bad)?;
+        let delta = d.rest();
+        if pack_level.is_none() && accord_delta::format::is_format_2(delta) {
+            // Its reader may be an older accord: never pass it on.
+            return Err(bad(accord_proto::ProtoError::Invalid(
+                "a delta with compressed literals, which were not asked for".into(),
+            )));
+        }
         let stats = DeltaStats {
             literal_bytes,
             matched_bytes,
             ..DeltaStats::default()
         };
-        Ok((d.rest().to_vec(), stats))
+        Ok((delta.to_vec(), stats))
     }
 
     fn delta_wire(&self) -> DeltaWire {
