@@ -227,7 +227,7 @@ pub struct SyncArgs {
     state_dir: Option<PathBuf>,
 
     #[command(flatten)]
-    remote: crate::remote_args::RemoteArgs,
+    pub(crate) remote: crate::remote_args::RemoteArgs,
 }
 
 /// `$XDG_DATA_HOME/accord`, or `~/.local/share/accord`.
@@ -771,54 +771,30 @@ fn print_text(report: &SyncReport, quiet: bool, copied: (u64, u64)) {
     }
 }
 
-/// `N`, then the word in the singular or the plural.
-fn count(n: usize, one: &str, many: &str) -> String {
-    let n = crate::summary::count(n as u64);
-    format!("{n} {}", if n == "1" { one } else { many })
-}
-
-/// The last line: what was changed (what would be, in a dry run), in the
-/// words of a mirror's summary: `12 changes made: 9 files written
-/// (3.1 MiB), 2 deleted, 1 renamed; 230 agreed, 1 conflict, 0 errors, in
-/// 0.42 s`.
+/// The last line (`summary::sync_line`).
 fn summary(report: &SyncReport, (files, bytes): (u64, u64)) -> String {
-    let changes = count(report.propagated.len(), "change", "changes");
-    let mut detail = Vec::new();
-    if !report.dry_run && files > 0 {
-        detail.push(format!(
-            "{} written ({})",
-            count(files as usize, "file", "files"),
-            crate::summary::bytes(bytes)
-        ));
-    }
-    for (n, what) in [
-        (deleted(report), "deleted"),
-        (renamed(report), "renamed"),
-        (linked(report), "linked"),
-        (kept_both(report), "kept both"),
-        (merged(report), "merged"),
-    ] {
-        if n > 0 {
-            detail.push(format!("{} {what}", crate::summary::count(n as u64)));
-        }
-    }
-    let detail = if detail.is_empty() {
-        String::new()
+    let written = if report.dry_run {
+        (0, 0)
     } else {
-        format!(": {}", detail.join(", "))
+        (files, bytes)
     };
-    let rest = format!(
-        "{} agreed, {}, {}, in {}",
-        crate::summary::count(report.agreed),
-        count(report.conflicts.len(), "conflict", "conflicts"),
-        count(report.errors.len(), "error", "errors"),
-        crate::summary::duration(report.elapsed_s)
-    );
-    if report.dry_run {
-        format!("dry run, nothing was changed: {changes} would be made{detail}; {rest}")
-    } else {
-        format!("{changes} made{detail}; {rest}")
-    }
+    crate::summary::sync_line(&crate::summary::SyncFigures {
+        dry_run: report.dry_run,
+        changes: report.propagated.len() as u64,
+        written,
+        kinds: &[
+            (deleted(report) as u64, "deleted"),
+            (renamed(report) as u64, "renamed"),
+            (linked(report) as u64, "linked"),
+            (kept_both(report) as u64, "kept both"),
+            (merged(report) as u64, "merged"),
+        ],
+        agreed: report.agreed,
+        conflicts: report.conflicts.len() as u64,
+        errors: report.errors.len() as u64,
+        unreached: None,
+        elapsed_s: report.elapsed_s,
+    })
 }
 
 #[derive(Serialize)]

@@ -3,19 +3,25 @@
 //! written, in what is printed and in `--prefer`/`--force` (which also take
 //! a root as written).
 //!
+//! Each root may be local, over ssh or from the daemon: the client talks
+//! to each. A remote root that cannot be reached is left out of the run
+//! like a local one that cannot be opened, named by the identity it gave
+//! when last reached (`root_identities.rs`).
+//!
 //! What a run of two roots does and a set does not do yet is refused with a
-//! usage error rather than done another way: remote roots, `--keep-both`,
-//! `--backup`, `--merge`, `--watch`, renames and hard links as such (a
-//! renamed file travels as a copy and a deletion), the interactive mode (a
-//! set's run is always batch: conflicts are listed and left alone).
+//! usage error rather than done another way: `--keep-both`, `--merge`,
+//! `--watch`, renames and hard links as such (a renamed file
+//! travels as a copy and a deletion), the interactive mode (a set's run is
+//! always batch: conflicts are listed and left alone).
 
-use crate::cmd_sync::{config, usage, SyncArgs};
+use crate::cmd_sync::{config, remote_spec, usage, SyncArgs};
 use crate::exit;
 use accord_engine::{
     LocalReplica, Receive, Replica, SetChange, SetConflict, SetConflictReport, SetPolicies,
     SetPreference, SetReport, SetRoot, Unreached,
 };
 use accord_model::{Entry, Kind};
+use accord_remote::{RemoteReplica, RemoteSpec, RootMode};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -25,10 +31,14 @@ pub const UNREACHED: i32 = 4;
 /// Run a sync of the roots `args` names (more than two).
 pub fn run(args: &SyncArgs) -> i32 {
     let roots = args.roots();
-    if let Err(why) = refused_options(args, &roots) {
+    let specs = match specs_of(&roots) {
+        Ok(specs) => specs,
+        Err(why) => return usage(&why),
+    };
+    if let Err(why) = refused_options(args) {
         return usage(&why);
     }
-    if let Some(why) = nested(&roots) {
+    if let Some(why) = nested(&roots, &specs) {
         eprintln!("accord sync: {why}");
         return exit::FATAL;
     }
@@ -40,15 +50,19 @@ pub fn run(args: &SyncArgs) -> i32 {
         Ok(cfg) => cfg,
         Err(code) => return code,
     };
-    let opened: Vec<Result<LocalReplica, Unreached>> = roots.iter().map(|r| open(r)).collect();
     let names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    let opened = open_all(args, &roots, &specs, &cfg);
+    if let Some(why) = unnamed(&opened, &names) {
+        eprintln!("accord sync: {why}");
+        return exit::FATAL;
+    }
     let set_roots: Vec<SetRoot<'_>> = names
         .iter()
         .zip(&opened)
         .map(|(name, opened)| SetRoot {
             name: name.clone(),
             replica: match opened {
-                Ok(replica) => Ok(replica as &dyn Replica),
+                Ok(root) => Ok(root.replica()),
                 Err(unreached) => Err(Unreached {
                     identity: unreached.identity.clone(),
                     why: unreached.why.clone(),
@@ -59,26 +73,25 @@ pub fn run(args: &SyncArgs) -> i32 {
     let report = accord_engine::sync_set(&set_roots, &cfg, policies);
     let letters = letters(&roots);
     if args.json {
-        print_json(&report, &letters, &names);
+        let wire: Vec<Option<(u64, u64)>> = opened
+            .iter()
+            .map(|o| o.as_ref().ok().and_then(Opened::wire_bytes))
+            .collect();
+        print_json(&report, &letters, &names, &wire);
     } else {
         print_text(&report, &letters, &names, args.quiet);
     }
     exit_code(&report)
 }
 
-fn refused_options(args: &SyncArgs, roots: &[PathBuf]) -> Result<(), String> {
-    for root in roots {
-        if let Ok(Some(_)) | Err(_) = crate::cmd_sync::remote_spec(root) {
-            return Err(format!(
-                "{}: a sync of more than two roots takes local roots only for now; sync a \
-                 remote root with one of them in a run of two",
-                root.display()
-            ));
-        }
-    }
+/// Each root's remote address, if it is one.
+fn specs_of(roots: &[PathBuf]) -> Result<Vec<Option<RemoteSpec>>, String> {
+    roots.iter().map(|root| remote_spec(root)).collect()
+}
+
+fn refused_options(args: &SyncArgs) -> Result<(), String> {
     let not_yet = [
         (args.keep_both, "--keep-both"),
-        (args.backup, "--backup"),
         (args.merge.is_some(), "--merge"),
         (args.watch, "--watch"),
     ];
@@ -90,21 +103,124 @@ fn refused_options(args: &SyncArgs, roots: &[PathBuf]) -> Result<(), String> {
     }
 }
 
-/// Open a local root; one that cannot be opened is not reached this run
-/// (a disk not mounted), named by its path as written, made absolute.
-fn open(root: &Path) -> Result<LocalReplica, Unreached> {
-    LocalReplica::open(root).map_err(|error| {
-        let absolute = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
-        Unreached {
-            identity: accord_engine::local_identity(&absolute),
-            why: format!("cannot open it: {}", accord_fsys::io_words(&error)),
+/// A root of the run, reached.
+enum Opened {
+    Local(LocalReplica),
+    Remote(RemoteReplica),
+}
+
+impl Opened {
+    fn replica(&self) -> &dyn Replica {
+        match self {
+            Opened::Local(replica) => replica,
+            Opened::Remote(replica) => replica,
         }
+    }
+
+    /// Bytes sent to and received from a remote root.
+    fn wire_bytes(&self) -> Option<(u64, u64)> {
+        match self {
+            Opened::Local(_) => None,
+            Opened::Remote(replica) => Some(replica.wire_bytes()),
+        }
+    }
+}
+
+/// Open every root: the local ones here, the remote ones each on a thread
+/// of its own (each connection waits on its host, not on the others).
+fn open_all(
+    args: &SyncArgs,
+    roots: &[PathBuf],
+    specs: &[Option<RemoteSpec>],
+    cfg: &accord_engine::SyncConfig,
+) -> Vec<Result<Opened, Unreached>> {
+    std::thread::scope(|s| {
+        let threads: Vec<_> = roots
+            .iter()
+            .zip(specs)
+            .map(|(root, spec)| {
+                s.spawn(move || match spec {
+                    Some(spec) => open_remote(args, root, spec, cfg),
+                    None => open_local(root),
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("opening a root does not panic"))
+            .collect()
     })
 }
 
-/// One root inside another would copy itself into itself.
-fn nested(roots: &[PathBuf]) -> Option<String> {
-    let canonical: Vec<PathBuf> = roots.iter().map(|r| accord_fsys::canonical(r)).collect();
+/// Open a local root; one that cannot be opened is not reached this run
+/// (a disk not mounted), named by its path as written, made absolute.
+fn open_local(root: &Path) -> Result<Opened, Unreached> {
+    LocalReplica::open(root)
+        .map(Opened::Local)
+        .map_err(|error| {
+            let absolute = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+            Unreached {
+                identity: accord_engine::local_identity(&absolute),
+                why: format!("cannot open it: {}", accord_fsys::io_words(&error)),
+            }
+        })
+}
+
+/// Reach a remote root (its host opens the root for writing, or a dry
+/// run's for inspection), and keep the identity it gives; one that cannot
+/// be reached is named by the identity it gave last (none: never reached
+/// from here, see `unnamed`).
+fn open_remote(
+    args: &SyncArgs,
+    root: &Path,
+    spec: &RemoteSpec,
+    cfg: &accord_engine::SyncConfig,
+) -> Result<Opened, Unreached> {
+    let written = root.display().to_string();
+    let mode = match cfg.dry_run {
+        true => RootMode::Inspect,
+        false => RootMode::WriteExisting,
+    };
+    match args.remote.connect(spec, mode) {
+        Ok(remote) => {
+            if let Ok(identity) = Replica::sync_identity(&remote) {
+                // Not kept: the next run that cannot reach it says so.
+                let _ = crate::root_identities::remember(&cfg.state_dir, &written, &identity);
+            }
+            Ok(Opened::Remote(remote))
+        }
+        Err(why) => Err(Unreached {
+            identity: crate::root_identities::recall(&cfg.state_dir, &written).unwrap_or_default(),
+            why,
+        }),
+    }
+}
+
+/// A root that cannot be reached and was never reached from this host
+/// cannot be named, nor can the set: why, if one is so.
+fn unnamed(opened: &[Result<Opened, Unreached>], names: &[String]) -> Option<String> {
+    opened
+        .iter()
+        .zip(names)
+        .find_map(|(opened, name)| match opened {
+            Err(unreached) if unreached.identity.is_empty() => Some(format!(
+                "cannot reach {name} ({}), and it has never been reached from this host, so the \
+             set of roots cannot be named without it; nothing was changed. Run again when it \
+             can be reached",
+                unreached.why
+            )),
+            _ => None,
+        })
+}
+
+/// One local root inside another would copy itself into itself.
+fn nested(roots: &[PathBuf], specs: &[Option<RemoteSpec>]) -> Option<String> {
+    let canonical: Vec<PathBuf> = roots
+        .iter()
+        .zip(specs)
+        .filter(|(_, spec)| spec.is_none())
+        .map(|(r, _)| accord_fsys::canonical(r))
+        .collect();
     for inner in &canonical {
         for outer in &canonical {
             if inner != outer && inner.starts_with(outer) {
@@ -276,48 +392,22 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
 }
 
 fn summary(report: &SetReport) -> String {
-    let count = |n: usize, one: &str, many: &str| {
-        let n = crate::summary::count(n as u64);
-        format!("{n} {}", if n == "1" { one } else { many })
-    };
     let deleted = report
         .changes
         .iter()
         .filter(|c| c.receive == Receive::Delete)
         .count();
-    let changes = count(report.changes.len(), "change", "changes");
-    let mut detail = Vec::new();
-    if report.files_written > 0 {
-        detail.push(format!(
-            "{} written ({})",
-            count(report.files_written as usize, "file", "files"),
-            crate::summary::bytes(report.bytes_written)
-        ));
-    }
-    if deleted > 0 {
-        detail.push(format!("{} deleted", crate::summary::count(deleted as u64)));
-    }
-    let detail = match detail.is_empty() {
-        true => String::new(),
-        false => format!(": {}", detail.join(", ")),
-    };
-    let rest = format!(
-        "{} agreed, {}, {}, {}, in {}",
-        crate::summary::count(report.agreed),
-        count(report.conflicts.len(), "conflict", "conflicts"),
-        count(report.errors.len(), "error", "errors"),
-        count(
-            report.unreached.len(),
-            "root not reached",
-            "roots not reached"
-        ),
-        crate::summary::duration(report.elapsed_s)
-    );
-    if report.dry_run {
-        format!("dry run, nothing was changed: {changes} would be made{detail}; {rest}")
-    } else {
-        format!("{changes} made{detail}; {rest}")
-    }
+    crate::summary::sync_line(&crate::summary::SyncFigures {
+        dry_run: report.dry_run,
+        changes: report.changes.len() as u64,
+        written: (report.files_written, report.bytes_written),
+        kinds: &[(deleted as u64, "deleted")],
+        agreed: report.agreed,
+        conflicts: report.conflicts.len() as u64,
+        errors: report.errors.len() as u64,
+        unreached: Some(report.unreached.len() as u64),
+        elapsed_s: report.elapsed_s,
+    })
 }
 
 #[derive(Serialize)]
@@ -340,6 +430,11 @@ struct JsonSet {
 struct JsonRoot {
     letter: String,
     root: String,
+    /// A remote root's bytes on the wire, sent and received.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_sent: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_received: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -373,16 +468,24 @@ struct JsonError {
     error: String,
 }
 
-fn print_json(report: &SetReport, letters: &[String], names: &[String]) {
+fn print_json(
+    report: &SetReport,
+    letters: &[String],
+    names: &[String],
+    wire: &[Option<(u64, u64)>],
+) {
     let letter = |name: &str| letter_of(letters, names, name).to_string();
     let json = JsonSet {
         dry_run: report.dry_run,
         roots: letters
             .iter()
             .zip(names)
-            .map(|(l, n)| JsonRoot {
+            .zip(wire)
+            .map(|((l, n), wire)| JsonRoot {
                 letter: l.clone(),
                 root: n.clone(),
+                bytes_sent: wire.map(|w| w.0),
+                bytes_received: wire.map(|w| w.1),
             })
             .collect(),
         changes: report

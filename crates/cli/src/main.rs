@@ -19,6 +19,7 @@ mod mirror_rules;
 mod mirror_sources;
 mod progress;
 mod remote_args;
+mod root_identities;
 mod summary;
 mod sync_profile;
 mod sync_rules;

@@ -51,6 +51,66 @@ pub fn duration(secs: f64) -> String {
     format!("{} h {:02} min", whole / 3600, (whole % 3600) / 60)
 }
 
+/// `n` and the word for it: `1 conflict`, `1,200 conflicts`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    let n = count(n);
+    format!("{n} {}", if n == "1" { one } else { many })
+}
+
+/// The figures of a sync's last line, of two roots or more.
+pub struct SyncFigures<'a> {
+    pub dry_run: bool,
+    pub changes: u64,
+    /// Files written and their bytes (left out when none).
+    pub written: (u64, u64),
+    /// Changes of a kind worth its own count (`deleted`, `renamed` …),
+    /// left out when 0.
+    pub kinds: &'a [(u64, &'a str)],
+    pub agreed: u64,
+    pub conflicts: u64,
+    pub errors: u64,
+    /// Roots not reached, for a sync of more than two.
+    pub unreached: Option<u64>,
+    pub elapsed_s: f64,
+}
+
+/// A sync's last line: what was changed (what would be, in a dry run), in
+/// the words of a mirror's summary: `12 changes made: 9 files written
+/// (3.1 MiB), 2 deleted, 1 renamed; 230 agreed, 1 conflict, 0 errors, in
+/// 0.42 s`.
+pub fn sync_line(f: &SyncFigures<'_>) -> String {
+    let changes = counted(f.changes, "change", "changes");
+    let mut detail = Vec::new();
+    let (files, bytes_written) = f.written;
+    if files > 0 {
+        let files = counted(files, "file", "files");
+        detail.push(format!("{files} written ({})", bytes(bytes_written)));
+    }
+    for &(n, what) in f.kinds.iter().filter(|(n, _)| *n > 0) {
+        detail.push(format!("{} {what}", count(n)));
+    }
+    let detail = match detail.is_empty() {
+        true => String::new(),
+        false => format!(": {}", detail.join(", ")),
+    };
+    let mut rest = format!(
+        "{} agreed, {}, {}",
+        count(f.agreed),
+        counted(f.conflicts, "conflict", "conflicts"),
+        counted(f.errors, "error", "errors"),
+    );
+    if let Some(unreached) = f.unreached {
+        let roots = counted(unreached, "root not reached", "roots not reached");
+        write!(rest, ", {roots}").expect("a String takes it");
+    }
+    write!(rest, ", in {}", duration(f.elapsed_s)).expect("a String takes it");
+    if f.dry_run {
+        format!("dry run, nothing was changed: {changes} would be made{detail}; {rest}")
+    } else {
+        format!("{changes} made{detail}; {rest}")
+    }
+}
+
 /// The figures every mirror run has, whichever executor made it.
 #[derive(Clone, Debug, Default)]
 pub struct Figures {

@@ -13,20 +13,6 @@ use sync_common::*;
 
 const SIZE: usize = 4 << 20;
 
-/// Deterministic bytes that do not compress (so the figures measure the
-/// delta, not zstd).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 /// `data` with `len` bytes changed at `at`.
 fn edited(data: &[u8], at: usize, len: usize, seed: u64) -> Vec<u8> {
     let mut out = data.to_vec();

@@ -48,19 +48,6 @@ fn write_in_place(pair: &Pair, side: char, rel: &str, contents: &[u8]) {
     file.write_all(contents).unwrap();
 }
 
-/// Bytes no compressor shrinks (a xorshift stream).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
-
 fn pair_of(remote: Option<&RemoteB>) -> Pair {
     match remote {
         Some(remote) => Pair::with_remote_b(remote),

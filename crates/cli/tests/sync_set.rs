@@ -11,7 +11,7 @@ mod sync_common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use sync_common::{assert_exit, bin, conflict_paths, snapshot};
+use sync_common::{assert_exit, bin, conflict_paths, json_report, snapshot};
 
 /// Roots `a`, `b`, `c` … (created, empty) and a private state directory.
 struct Set {
@@ -64,10 +64,7 @@ impl Set {
     fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let out = self.sync(&all);
-        assert_exit(&out, code);
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+        json_report(&self.sync(&all), code)
     }
 
     fn write(&self, letter: char, rel: &str, contents: &str) {
@@ -267,12 +264,37 @@ fn a_dry_run_changes_nothing() {
 }
 
 #[test]
+fn backup_keeps_what_each_replica_had_before_it_was_overwritten_or_deleted() {
+    let set = Set::new(3);
+    set.write('a', "notes/todo", "agreed");
+    set.write('a', "old", "to be deleted");
+    set.sync_json(&[], 0);
+    set.write('b', "notes/todo", "edited on b");
+    std::fs::remove_file(set.path('c', "old")).unwrap();
+    set.sync_json(&["--backup"], 0);
+    set.assert_all_equal();
+    for letter in ['a', 'c'] {
+        let backup = set.read(letter, ".accord-backup/notes/todo.~1~");
+        assert_eq!(backup.as_deref(), Some("agreed"), "{letter}");
+    }
+    for letter in ['a', 'b'] {
+        let backup = set.read(letter, ".accord-backup/old.~1~");
+        assert_eq!(backup.as_deref(), Some("to be deleted"), "{letter}");
+    }
+    // Where nothing was overwritten, nothing is backed up; and the backup
+    // directories are never synced between replicas.
+    assert_eq!(set.read('b', ".accord-backup/notes/todo.~1~"), None);
+    assert_eq!(set.read('c', ".accord-backup/old.~1~"), None);
+    let steady = set.sync_json(&["--backup"], 0);
+    assert_eq!(changes(&steady), 0, "{steady}");
+}
+
+#[test]
 fn what_a_set_cannot_do_yet_is_refused_before_anything_changes() {
     let set = Set::new(3);
     set.write('a', "f", "v1");
     for args in [
         vec!["--keep-both"],
-        vec!["--backup"],
         vec!["--merge", "true"],
         vec!["--watch"],
         vec!["--prefer", "E"],
@@ -285,10 +307,10 @@ fn what_a_set_cannot_do_yet_is_refused_before_anything_changes() {
         );
     }
     let mut remote = set.command(&[]);
-    remote.arg("somehost:dir");
+    remote.arg("accord://somehost:99999/module/dir");
     let out = remote.output().unwrap();
     assert_exit(&out, 64);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("local roots only"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a port number"));
     assert_eq!(set.read('b', "f"), None);
 }
 

@@ -28,9 +28,11 @@ pub const FEATURE_SYNC_FOLLOW: u64 = 16;
 /// it is sent (groups only where its user belongs to them); asked for by
 /// a client that would tell its user so.
 pub const FEATURE_NO_OWNERS: u64 = 32;
+/// Feature bit: the server keeps a sync's side of more than two roots: the
+/// set's archive with its version vectors (requests 34 to 39).
+pub const FEATURE_SYNC_SET: u64 = 64;
 /// Feature bit: both sides read delta format 2 (literals compressed
-/// against the matched bytes), and `MakeDelta` may ask for it. (64 is
-/// left to the feature of a sync's set of replicas.)
+/// against the matched bytes), and `MakeDelta` may ask for it.
 pub const FEATURE_PACKED_DELTA: u64 = 128;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
@@ -39,6 +41,7 @@ pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_SYNC_IGNORE
     | FEATURE_SYNC_FOLLOW
     | FEATURE_NO_OWNERS
+    | FEATURE_SYNC_SET
     | FEATURE_PACKED_DELTA;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;

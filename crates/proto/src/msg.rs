@@ -21,6 +21,11 @@ pub const MAX_PATTERN: usize = accord_fsys::MAX_PATTERN;
 pub const MAX_STATE_NAME: usize = 255;
 /// Longest identity of a sync root (a host name and a path).
 pub const MAX_SYNC_IDENTITY: usize = 16 << 10;
+/// Most roots in a sync of a set (as `accord_plan::MAX_REPLICAS`).
+pub const MAX_SET_ROOTS: usize = 32;
+/// Longest name of a set: a short prefix, then each root's identity after
+/// its length.
+pub const MAX_SET_IDENTITY: usize = 64 + MAX_SET_ROOTS * (MAX_SYNC_IDENTITY + 8);
 
 /// How a replica is listed (the scanner's options that cross the wire).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,6 +209,23 @@ pub enum Request {
     SyncFollow {
         patterns: Vec<String>,
     },
+    /// A sync of more than two roots: open (and lock) this root's archive
+    /// of the set named `set` (every root's identity), replacing the one
+    /// open. Sent only to a server that agreed to `FEATURE_SYNC_SET`; so
+    /// are the five that follow, on the set's archive.
+    SyncOpenSet {
+        set: Vec<u8>,
+    },
+    /// Count this run in the set's archive; reply: its number.
+    SyncCountRun,
+    /// Reply: every version vector the set's archive holds, by path.
+    SyncVersions,
+    /// Reply: the digest of every version vector held.
+    SyncVersionsDigest,
+    /// Reply: the version vector at each path of the body, in order.
+    SyncVersionsAt,
+    /// Record the body's entries and version vectors, in one transaction.
+    SyncRecordVersions,
 }
 
 /// The longest a `WaitChange` may be asked to wait: a client that wants
@@ -291,6 +313,8 @@ impl Request {
             Request::WriteState { .. }
                 | Request::SyncLookup { .. }
                 | Request::SyncRecord
+                | Request::SyncVersionsAt
+                | Request::SyncRecordVersions
                 | Request::MakeDelta { .. }
                 | Request::Receive { .. }
                 | Request::PatchInPlace { .. }
@@ -316,6 +340,9 @@ impl Request {
                 | Request::WaitChange { .. }
                 | Request::SyncRules { .. }
                 | Request::SyncFollow { .. }
+                | Request::SyncVersions
+                | Request::SyncVersionsDigest
+                | Request::SyncVersionsAt
         )
     }
 
@@ -353,6 +380,12 @@ impl Request {
             Request::SyncRecord => "record in archive",
             Request::SyncRules { .. } => "set ignore rules",
             Request::SyncFollow { .. } => "set follow rules",
+            Request::SyncOpenSet { .. } => "open the set's archive",
+            Request::SyncCountRun => "count the run",
+            Request::SyncVersions => "read version vectors",
+            Request::SyncVersionsDigest => "read the version vectors' digest",
+            Request::SyncVersionsAt => "look up version vectors",
+            Request::SyncRecordVersions => "record in the set's archive",
             Request::RenameFrom { .. } => "rename",
             Request::WaitChange { .. } => "wait for a change",
         }

@@ -406,6 +406,12 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u8>().prop_map(|flags| Request::SyncScan { flags }),
         any::<u8>().prop_map(|flags| Request::SyncLookup { flags }),
         Just(Request::SyncRecord),
+        proptest::collection::vec(any::<u8>(), 1..64).prop_map(|set| Request::SyncOpenSet { set }),
+        Just(Request::SyncCountRun),
+        Just(Request::SyncVersions),
+        Just(Request::SyncVersionsDigest),
+        Just(Request::SyncVersionsAt),
+        Just(Request::SyncRecordVersions),
     ]
 }
 
@@ -773,6 +779,14 @@ fn one_of_each() -> Vec<Request> {
         Request::SyncFollow {
             patterns: vec!["link".into()],
         },
+        Request::SyncOpenSet {
+            set: b"set".to_vec(),
+        },
+        Request::SyncCountRun,
+        Request::SyncVersions,
+        Request::SyncVersionsDigest,
+        Request::SyncVersionsAt,
+        Request::SyncRecordVersions,
     ]
 }
 
@@ -780,7 +794,7 @@ fn one_of_each() -> Vec<Request> {
 /// has them (taken from the encoder before it was split into one function
 /// per kind of request). A change here is a change of the protocol: a peer
 /// of another version would misread the request.
-const ONE_OF_EACH_BYTES: [&str; 36] = [
+const ONE_OF_EACH_BYTES: [&str; 42] = [
     "01",
     "0203642f6502032a2e6f04746d702f010005",
     "0303642f65",
@@ -817,6 +831,12 @@ const ONE_OF_EACH_BYTES: [&str; 36] = [
     "1fe807",
     "2001022a7e01",
     "2101046c696e6b",
+    "2203736574",
+    "23",
+    "24",
+    "25",
+    "26",
+    "27",
 ];
 
 #[test]
@@ -824,7 +844,7 @@ fn every_kind_of_request_has_its_pinned_bytes() {
     let requests = one_of_each();
     assert_eq!(requests.len(), ONE_OF_EACH_BYTES.len());
     let names: std::collections::BTreeSet<_> = requests.iter().map(Request::name).collect();
-    assert_eq!(names.len(), 33, "every kind of request once at least");
+    assert_eq!(names.len(), 39, "every kind of request once at least");
     for (r, pinned) in requests.iter().zip(ONE_OF_EACH_BYTES) {
         let bytes = r.encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -840,7 +860,11 @@ fn malformed_requests_get_their_errors() {
     let invalid = |m: &str| Err(Invalid(m.into()));
     assert_eq!(Request::decode(&[]), Err(Truncated("operation")));
     assert_eq!(Request::decode(&[0]), invalid("unknown operation 0"));
-    assert_eq!(Request::decode(&[34]), invalid("unknown operation 34"));
+    assert_eq!(Request::decode(&[40]), invalid("unknown operation 40"));
+    assert_eq!(
+        Request::decode(&[34, 0]),
+        invalid("a set named with no bytes")
+    );
     assert_eq!(
         Request::decode(&[1, 0]),
         invalid("1 unexpected bytes after the request")

@@ -14,7 +14,9 @@ use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{
     FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
 };
-use accord_proto::hello::{FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE};
+use accord_proto::hello::{
+    FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE, FEATURE_SYNC_SET,
+};
 use accord_proto::limits;
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
@@ -92,6 +94,9 @@ pub struct RemoteReplica {
     /// The server follows a sync's `--follow` links on its side: it agreed
     /// to the feature.
     sync_follow: bool,
+    /// The server keeps a side of a sync of more than two roots: it agreed
+    /// to the feature.
+    sync_set: bool,
     /// The server keeps the owners it is sent (it runs as root).
     keeps_owners: bool,
     /// What a delta crossing this connection may hold: format 2 when the
@@ -145,6 +150,7 @@ impl RemoteReplica {
             | FEATURE_WATCH
             | FEATURE_SYNC_IGNORE
             | FEATURE_SYNC_FOLLOW
+            | FEATURE_SYNC_SET
             | FEATURE_NO_OWNERS
             | FEATURE_PACKED_DELTA;
         Hello {
@@ -201,6 +207,7 @@ impl RemoteReplica {
             watches: features & FEATURE_WATCH != 0,
             sync_ignore: features & FEATURE_SYNC_IGNORE != 0,
             sync_follow: features & FEATURE_SYNC_FOLLOW != 0,
+            sync_set: features & FEATURE_SYNC_SET != 0,
             keeps_owners: features & FEATURE_NO_OWNERS == 0,
             delta_wire: DeltaWire {
                 reads_packed: features & FEATURE_PACKED_DELTA != 0,
@@ -780,6 +787,25 @@ impl Replica for RemoteReplica {
         Ok(Box::new(RemoteSide::open(
             self.conn.clone(),
             other,
+            self.sync_ignore,
+            self.sync_follow,
+        )?))
+    }
+
+    fn open_set_side(
+        &self,
+        set: &[u8],
+        _archive_dir: &std::path::Path,
+    ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
+        if !self.sync_set {
+            return Err(SideFailure::said(
+                "its accord server is too old to sync more than two roots; upgrade accord there, \
+                 or sync it with one other root in a run of two",
+            ));
+        }
+        Ok(Box::new(RemoteSide::open_set(
+            self.conn.clone(),
+            set,
             self.sync_ignore,
             self.sync_follow,
         )?))

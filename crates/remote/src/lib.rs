@@ -19,6 +19,7 @@ mod server;
 mod ssh;
 mod sync_client;
 mod sync_server;
+pub mod sync_set_wire;
 pub mod sync_wire;
 mod tally;
 mod tcp;

@@ -489,7 +489,8 @@ impl Session<'_> {
     }
 
     /// A dry run's sync takes the root's lock and opens, empties and walks
-    /// its archive: a scratch copy in a session that inspects the root.
+    /// its archive (a set's also counts the run there): a scratch copy in a
+    /// session that inspects the root.
     fn dry_run_sync(&self, req: &Request) -> bool {
         self.sync.dry_run()
             && matches!(
@@ -498,6 +499,8 @@ impl Session<'_> {
                     | Request::SyncOpen { .. }
                     | Request::SyncForget
                     | Request::SyncScan { .. }
+                    | Request::SyncOpenSet { .. }
+                    | Request::SyncCountRun
             )
     }
 
@@ -689,7 +692,13 @@ impl Session<'_> {
             | Request::SyncLookup { .. }
             | Request::SyncRecord
             | Request::SyncFollow { .. }
-            | Request::SyncRules { .. } => self.sync_request(stream, req),
+            | Request::SyncRules { .. }
+            | Request::SyncOpenSet { .. }
+            | Request::SyncCountRun
+            | Request::SyncVersions
+            | Request::SyncVersionsDigest
+            | Request::SyncVersionsAt
+            | Request::SyncRecordVersions => self.sync_request(stream, req),
             Request::RemoveStaleTemp { dir, name } => self.remove_stale_temp(dir, name),
         }
     }

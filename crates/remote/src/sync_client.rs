@@ -5,9 +5,11 @@
 
 use crate::client::{start_on, CallError};
 use crate::mux::Conn;
+use crate::sync_set_wire::{encode_record_versions, get_vectors, get_versions};
 use crate::sync_wire::{encode_paths, encode_records, flags_of, get_lookup, get_outcome};
 use crate::sync_wire::{get_side_scan, TELLS_EXCLUDED};
 use accord_model::RelPath;
+use accord_plan::VersionVector;
 use accord_proto::{Dec, ProtoError, Request};
 use accord_replica::{ArchiveRecord, SideFailure, SideOptions, SideScan, SideSession, SyncRules};
 use std::sync::Arc;
@@ -35,7 +37,18 @@ impl RemoteSide {
         let req = Request::SyncOpen {
             other: other.to_vec(),
         };
-        let created = call(&conn, &req, None, |d| d.bool("created"))?;
+        RemoteSide::opened_by(conn, &req, can_ignore, can_follow)
+    }
+
+    /// Send `req`, which opens an archive on the server, and make the side
+    /// of what it opened.
+    fn opened_by(
+        conn: Arc<Conn>,
+        req: &Request,
+        can_ignore: bool,
+        can_follow: bool,
+    ) -> Result<RemoteSide, SideFailure> {
+        let created = call(&conn, req, None, |d| d.bool("created"))?;
         Ok(RemoteSide {
             conn,
             created,
@@ -43,6 +56,20 @@ impl RemoteSide {
             rules_sent: false,
             can_follow,
         })
+    }
+}
+
+impl RemoteSide {
+    /// Ask the server to open its archive of the set named `set` (it
+    /// agreed to `FEATURE_SYNC_SET`).
+    pub(crate) fn open_set(
+        conn: Arc<Conn>,
+        set: &[u8],
+        can_ignore: bool,
+        can_follow: bool,
+    ) -> Result<RemoteSide, SideFailure> {
+        let req = Request::SyncOpenSet { set: set.to_vec() };
+        RemoteSide::opened_by(conn, &req, can_ignore, can_follow)
     }
 }
 
@@ -159,6 +186,40 @@ impl SideSession for RemoteSide {
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
         let body = encode_records(records);
         call(&self.conn, &Request::SyncRecord, Some(body), |_| Ok(()))
+    }
+
+    fn count_run(&mut self) -> Result<u64, SideFailure> {
+        call(&self.conn, &Request::SyncCountRun, None, |d| {
+            d.varint("count of runs")
+        })
+    }
+
+    fn versions(&mut self) -> Result<Vec<(RelPath, VersionVector)>, SideFailure> {
+        call(&self.conn, &Request::SyncVersions, None, get_versions)
+    }
+
+    fn versions_digest(&mut self) -> Result<[u8; 32], SideFailure> {
+        call(&self.conn, &Request::SyncVersionsDigest, None, |d| {
+            let raw = d.raw(32, "digest")?;
+            Ok(raw.try_into().expect("32 bytes read"))
+        })
+    }
+
+    fn versions_at(&mut self, paths: &[RelPath]) -> Result<Vec<VersionVector>, SideFailure> {
+        let body = Some(encode_paths(paths));
+        call(&self.conn, &Request::SyncVersionsAt, body, |d| {
+            get_vectors(d, paths.len())
+        })
+    }
+
+    fn record_versions(
+        &mut self,
+        records: &[ArchiveRecord],
+        versions: &[(RelPath, VersionVector)],
+    ) -> Result<(), SideFailure> {
+        let body = encode_record_versions(records, versions);
+        let req = Request::SyncRecordVersions;
+        call(&self.conn, &req, Some(body), |_| Ok(()))
     }
 }
 

@@ -3,6 +3,7 @@
 //! the client's `Sync*` requests (`sync_client.rs` is the other end).
 
 use crate::errors::protocol;
+use crate::sync_set_wire::{decode_record_versions, decode_versions_at, put_vectors, put_versions};
 use crate::sync_wire::{decode_paths, decode_records, lookup_options_of, options_of};
 use crate::sync_wire::{put_lookup, put_outcome, put_side_scan};
 use accord_proto::{Enc, Request, WireError};
@@ -112,6 +113,39 @@ impl<'a> SyncServer<'a> {
                 let done = self.with_side(|side| side.record(&records));
                 put_outcome(&mut e, &done, |_, _| {});
             }
+            Request::SyncOpenSet { set } => {
+                let opened = self.open_set(set);
+                put_outcome(&mut e, &opened, |e, created| {
+                    e.bool(*created);
+                });
+            }
+            Request::SyncCountRun => {
+                let count = self.with_side(|side| side.count_run());
+                put_outcome(&mut e, &count, |e, count| {
+                    e.varint(*count);
+                });
+            }
+            Request::SyncVersions => {
+                let versions = self.with_side(|side| side.versions());
+                put_outcome(&mut e, &versions, |e, versions| put_versions(e, versions));
+            }
+            Request::SyncVersionsDigest => {
+                let digest = self.with_side(|side| side.versions_digest());
+                put_outcome(&mut e, &digest, |e, digest| {
+                    e.raw(digest);
+                });
+            }
+            Request::SyncVersionsAt => {
+                let paths = decode_versions_at(body).map_err(|e| protocol(e.to_string()))?;
+                let vectors = self.with_side(|side| side.versions_at(&paths));
+                put_outcome(&mut e, &vectors, |e, vectors| put_vectors(e, vectors));
+            }
+            Request::SyncRecordVersions => {
+                let (records, versions) =
+                    decode_record_versions(body).map_err(|e| protocol(e.to_string()))?;
+                let done = self.with_side(|side| side.record_versions(&records, &versions));
+                put_outcome(&mut e, &done, |_, _| {});
+            }
             _ => unreachable!("only sync requests come here"),
         }
         Ok(e.finish())
@@ -120,6 +154,21 @@ impl<'a> SyncServer<'a> {
     /// Open (and lock) the archive of this root's pair with `other`,
     /// replacing one this session opened before.
     fn open(&self, other: &[u8]) -> Result<bool, SideFailure> {
+        self.open_with(other, LocalSide::open)
+    }
+
+    /// Open (and lock) this root's archive of the set named `set`.
+    fn open_set(&self, set: &[u8]) -> Result<bool, SideFailure> {
+        self.open_with(set, LocalSide::open_set)
+    }
+
+    /// Open an archive named by `other` (the other root of a pair, or a
+    /// set) with `open`, replacing the one open.
+    fn open_with(
+        &self,
+        other: &[u8],
+        open: impl FnOnce(&'a LocalReplica, &[u8], &Path) -> Result<LocalSide<'a>, SideFailure>,
+    ) -> Result<bool, SideFailure> {
         let Some(dir) = &self.archive_dir else {
             return Err(SideFailure::said(
                 "the server has no directory for archives (no HOME, XDG_DATA_HOME or ACCORD_STATE_DIR)"
@@ -130,7 +179,7 @@ impl<'a> SyncServer<'a> {
         // The old archive's lock goes first: it may be this very pair's.
         *slot = None;
         let dir = self.scratch_copy(dir, other)?;
-        let mut side = LocalSide::open(self.replica, other, &dir)?;
+        let mut side = open(self.replica, other, &dir)?;
         if let Some(rules) = self.rules.lock().unwrap().as_ref() {
             side.set_rules(rules)?;
         }

@@ -14,7 +14,7 @@ use accord_replica::{ArchiveRecord, SideCause, SideChange, SideFailure, SideOpti
 
 /// Most changes, paths or records in one message (each takes bytes too,
 /// which bound them further).
-const MAX_ITEMS: u64 = 1 << 32;
+pub const MAX_ITEMS: u64 = 1 << 32;
 /// Longest failure message kept.
 const MAX_MESSAGE: usize = 64 << 10;
 
@@ -238,7 +238,7 @@ pub fn encode_paths(paths: &[RelPath]) -> Vec<u8> {
     e.finish()
 }
 
-fn put_paths(e: &mut Enc, paths: &[RelPath]) {
+pub fn put_paths(e: &mut Enc, paths: &[RelPath]) {
     e.varint(paths.len() as u64);
     for path in paths {
         put_path(e, path);
@@ -253,7 +253,7 @@ pub fn decode_paths(b: &[u8]) -> Result<Vec<RelPath>, ProtoError> {
 }
 
 /// Paths in strictly increasing order, their count bounded by the bytes.
-fn get_paths(d: &mut Dec) -> Result<Vec<RelPath>, ProtoError> {
+pub fn get_paths(d: &mut Dec) -> Result<Vec<RelPath>, ProtoError> {
     let n = d.count(MAX_ITEMS, 1, "path count")?;
     let mut paths = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
@@ -286,20 +286,27 @@ pub fn encode_records(records: &[ArchiveRecord]) -> Vec<u8> {
 
 pub fn decode_records(b: &[u8]) -> Result<Vec<ArchiveRecord>, ProtoError> {
     let mut d = Dec::new(b);
+    let records = get_records(&mut d)?;
+    d.end("the records")?;
+    Ok(records)
+}
+
+/// Records as [`encode_records`] writes them, read from `d` (which may
+/// hold more after them).
+pub fn get_records(d: &mut Dec) -> Result<Vec<ArchiveRecord>, ProtoError> {
     let n = d.count(MAX_ITEMS, 2, "record count")?;
     let mut records = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
         let record = match d.u8("record")? {
-            0 => match get_observed(&mut d)? {
+            0 => match get_observed(d)? {
                 Some(o) => ArchiveRecord::Put(o),
                 None => return Err(ProtoError::Invalid("a record without its entry".into())),
             },
-            1 => ArchiveRecord::Remove(get_path(&mut d, "removed path")?),
+            1 => ArchiveRecord::Remove(get_path(d, "removed path")?),
             x => return Err(ProtoError::Invalid(format!("unknown record {x}"))),
         };
         records.push(record);
     }
-    d.end("the records")?;
     Ok(records)
 }
 

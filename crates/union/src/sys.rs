@@ -16,8 +16,48 @@ use crate::merge::Kind;
 
 pub type Stat = libc::stat;
 
-fn cstr(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+/// A path the kernel takes (shorter than PATH_MAX): `rel` under `dir` as it is, or, for a
+/// longer one, its last part under a handle on the directories before it. A union path can be
+/// deeper than any caller's: a caller's path is relative to its working directory, the
+/// branch's from its root.
+struct At {
+    dir: RawFd,
+    path: CString,
+    _held: Option<OwnedFd>,
+}
+
+/// `rel` under `dir` as an `At` whose path is shorter than `limit` bytes.
+fn at_within(dir: RawFd, rel: &Path, limit: usize) -> io::Result<At> {
+    let mut rest = rel.as_os_str().as_bytes();
+    let mut held: Option<OwnedFd> = None;
+    let mut cur = dir;
+    while rest.len() >= limit {
+        // The longest leading part that ends at a separator and fits (a single name longer
+        // than that cannot exist).
+        let cut = (rest[..limit].iter().rposition(|&b| b == b'/'))
+            .filter(|&i| i > 0)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
+        let lead =
+            CString::new(&rest[..cut]).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        // SAFETY: valid C string; the descriptor is owned below.
+        let fd = cvt(unsafe { libc::openat(cur, lead.as_ptr(), flags) })?;
+        // SAFETY: a fresh descriptor of ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        cur = fd.as_raw_fd();
+        held = Some(fd);
+        let next = rest[cut..].iter().position(|&b| b != b'/');
+        rest = &rest[cut + next.unwrap_or(rest.len() - cut)..];
+    }
+    Ok(At {
+        dir: cur,
+        path: CString::new(rest).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+        _held: held,
+    })
+}
+
+fn at(dir: RawFd, rel: &Path) -> io::Result<At> {
+    at_within(dir, rel, libc::PATH_MAX as usize)
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -33,21 +73,36 @@ pub fn errno(e: &io::Error) -> i32 {
 }
 
 pub fn fstatat(dir: RawFd, rel: &Path) -> io::Result<Stat> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     let mut st = MaybeUninit::<Stat>::uninit();
     // SAFETY: valid C string and out pointer.
-    cvt(unsafe { libc::fstatat(dir, c.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) })?;
+    cvt(unsafe {
+        libc::fstatat(
+            c.dir,
+            c.path.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
     // SAFETY: fstatat succeeded and filled the struct.
     Ok(unsafe { st.assume_init() })
 }
 
 /// The id of the mount `rel` of `dir` is on (`""`: `dir` itself), from statx.
 pub fn mount_id(dir: RawFd, rel: &Path) -> io::Result<u64> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     let mut stx = MaybeUninit::<libc::statx>::uninit();
     let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH;
     // SAFETY: valid C string and out pointer.
-    cvt(unsafe { libc::statx(dir, c.as_ptr(), flags, libc::STATX_MNT_ID, stx.as_mut_ptr()) })?;
+    cvt(unsafe {
+        libc::statx(
+            c.dir,
+            c.path.as_ptr(),
+            flags,
+            libc::STATX_MNT_ID,
+            stx.as_mut_ptr(),
+        )
+    })?;
     // SAFETY: statx succeeded and filled the struct.
     let stx = unsafe { stx.assume_init() };
     if stx.stx_mask & libc::STATX_MNT_ID == 0 {
@@ -65,12 +120,12 @@ pub fn fstat(fd: RawFd) -> io::Result<Stat> {
 }
 
 pub fn openat(dir: RawFd, rel: &Path, flags: i32, mode: u32) -> io::Result<File> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     // SAFETY: valid C string; the returned fd is owned by the File.
     let fd = cvt(unsafe {
         libc::openat(
-            dir,
-            c.as_ptr(),
+            c.dir,
+            c.path.as_ptr(),
             flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
             mode as libc::c_uint,
         )
@@ -89,31 +144,38 @@ pub fn open_noatime(dir: RawFd, rel: &Path, flags: i32) -> io::Result<File> {
 }
 
 pub fn mkdirat(dir: RawFd, rel: &Path, mode: u32) -> io::Result<()> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     // SAFETY: valid C string.
-    cvt(unsafe { libc::mkdirat(dir, c.as_ptr(), mode as libc::mode_t) }).map(drop)
+    cvt(unsafe { libc::mkdirat(c.dir, c.path.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
 pub fn mknodat(dir: RawFd, rel: &Path, mode: u32, rdev: u64) -> io::Result<()> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     // SAFETY: valid C string.
-    cvt(unsafe { libc::mknodat(dir, c.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) })
-        .map(drop)
+    cvt(unsafe {
+        libc::mknodat(
+            c.dir,
+            c.path.as_ptr(),
+            mode as libc::mode_t,
+            rdev as libc::dev_t,
+        )
+    })
+    .map(drop)
 }
 
 pub fn symlinkat(target: &OsStr, dir: RawFd, rel: &Path) -> io::Result<()> {
     let t =
         CString::new(target.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     // SAFETY: valid C strings.
-    cvt(unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) }).map(drop)
+    cvt(unsafe { libc::symlinkat(t.as_ptr(), c.dir, c.path.as_ptr()) }).map(drop)
 }
 
 pub fn readlinkat(dir: RawFd, rel: &Path) -> io::Result<OsString> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
     // SAFETY: buffer is valid for its length.
-    let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = unsafe { libc::readlinkat(c.dir, c.path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -122,36 +184,37 @@ pub fn readlinkat(dir: RawFd, rel: &Path) -> io::Result<OsString> {
 }
 
 pub fn linkat(dir: RawFd, from: &Path, to: &Path) -> io::Result<()> {
-    let a = cstr(from)?;
-    let b = cstr(to)?;
+    let a = at(dir, from)?;
+    let b = at(dir, to)?;
     // SAFETY: valid C strings.
-    cvt(unsafe { libc::linkat(dir, a.as_ptr(), dir, b.as_ptr(), 0) }).map(drop)
+    cvt(unsafe { libc::linkat(a.dir, a.path.as_ptr(), b.dir, b.path.as_ptr(), 0) }).map(drop)
 }
 
 pub fn unlinkat(dir: RawFd, rel: &Path, is_dir: bool) -> io::Result<()> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
     // SAFETY: valid C string.
-    cvt(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) }).map(drop)
+    cvt(unsafe { libc::unlinkat(c.dir, c.path.as_ptr(), flags) }).map(drop)
 }
 
 pub fn renameat(dir: RawFd, from: &Path, to: &Path, flags: u32) -> io::Result<()> {
-    let a = cstr(from)?;
-    let b = cstr(to)?;
+    let a = at(dir, from)?;
+    let b = at(dir, to)?;
     // SAFETY: valid C strings.
-    cvt(unsafe { libc::renameat2(dir, a.as_ptr(), dir, b.as_ptr(), flags) }).map(drop)
+    cvt(unsafe { libc::renameat2(a.dir, a.path.as_ptr(), b.dir, b.path.as_ptr(), flags) }).map(drop)
 }
 
 pub fn lchown(dir: RawFd, rel: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     // SAFETY: valid C string.
-    cvt(unsafe { libc::fchownat(dir, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+    cvt(unsafe { libc::fchownat(c.dir, c.path.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
+        .map(drop)
 }
 
 pub fn chmodat(dir: RawFd, rel: &Path, mode: u32) -> io::Result<()> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     // SAFETY: valid C string. (Linux cannot chmod a symlink; callers never ask.)
-    cvt(unsafe { libc::fchmodat(dir, c.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
+    cvt(unsafe { libc::fchmodat(c.dir, c.path.as_ptr(), mode as libc::mode_t, 0) }).map(drop)
 }
 
 /// `None` leaves a time unchanged; `Some(None)` sets it to now.
@@ -175,11 +238,18 @@ fn timespec(t: TimeSpec) -> libc::timespec {
 }
 
 pub fn utimensat(dir: RawFd, rel: &Path, atime: TimeSpec, mtime: TimeSpec) -> io::Result<()> {
-    let c = cstr(rel)?;
+    let c = at(dir, rel)?;
     let ts = [timespec(atime), timespec(mtime)];
     // SAFETY: valid C string and two timespecs.
-    cvt(unsafe { libc::utimensat(dir, c.as_ptr(), ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
-        .map(drop)
+    cvt(unsafe {
+        libc::utimensat(
+            c.dir,
+            c.path.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
 }
 
 pub fn stat_times(st: &Stat) -> (TimeSpec, TimeSpec) {
@@ -300,7 +370,7 @@ pub fn list_dir_with(
 }
 
 /// Extended attribute `name` of open file `fd` if it has one of at most `max` bytes.
-fn fgetxattr_max(fd: RawFd, name: &OsStr, max: usize) -> Option<Vec<u8>> {
+pub fn fgetxattr_max(fd: RawFd, name: &OsStr, max: usize) -> Option<Vec<u8>> {
     let n = CString::new(name.as_bytes()).ok()?;
     let mut buf = vec![0u8; max];
     // SAFETY: valid descriptor, string and buffer of the stated length.
@@ -346,15 +416,35 @@ pub fn copy_data(src: &File, dst: &File) -> io::Result<()> {
 // Extended attributes go by absolute path (the l* calls never follow a final symlink); a
 // branch's path is fixed when it is added.
 
-fn abs(p: &Path) -> io::Result<CString> {
-    cstr(p)
+struct Abs {
+    path: CString,
+    _held: Option<OwnedFd>,
+}
+
+/// Absolute path `p` as the kernel takes it: as it is, or, when PATH_MAX or longer, through
+/// `/proc/self/fd` of a handle on its leading directories (see `At`).
+fn abs(p: &Path) -> io::Result<Abs> {
+    const PROC_FD: usize = 32; // "/proc/self/fd/" and a descriptor number
+    let a = at_within(libc::AT_FDCWD, p, libc::PATH_MAX as usize - PROC_FD)?;
+    if a._held.is_none() {
+        return Ok(Abs {
+            path: a.path,
+            _held: None,
+        });
+    }
+    let mut path = format!("/proc/self/fd/{}/", a.dir).into_bytes();
+    path.extend_from_slice(a.path.as_bytes());
+    Ok(Abs {
+        path: CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+        _held: a._held,
+    })
 }
 
 pub fn llistxattr(p: &Path) -> io::Result<Vec<u8>> {
     let c = abs(p)?;
     loop {
         // SAFETY: size query with a null buffer.
-        let n = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
+        let n = unsafe { libc::llistxattr(c.path.as_ptr(), std::ptr::null_mut(), 0) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -363,7 +453,7 @@ pub fn llistxattr(p: &Path) -> io::Result<Vec<u8>> {
             return Ok(buf);
         }
         // SAFETY: buffer valid for its length.
-        let m = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let m = unsafe { libc::llistxattr(c.path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
         if m < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ERANGE) {
@@ -382,7 +472,7 @@ pub fn lgetxattr(p: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
         CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     loop {
         // SAFETY: size query.
-        let len = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+        let len = unsafe { libc::lgetxattr(c.path.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
         if len < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -391,8 +481,14 @@ pub fn lgetxattr(p: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
             return Ok(buf);
         }
         // SAFETY: buffer valid for its length.
-        let m =
-            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let m = unsafe {
+            libc::lgetxattr(
+                c.path.as_ptr(),
+                n.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
         if m < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ERANGE) {
@@ -412,7 +508,7 @@ pub fn lsetxattr(p: &Path, name: &OsStr, value: &[u8], flags: i32) -> io::Result
     // SAFETY: valid strings and buffer.
     cvt(unsafe {
         libc::lsetxattr(
-            c.as_ptr(),
+            c.path.as_ptr(),
             n.as_ptr(),
             value.as_ptr().cast(),
             value.len(),
@@ -427,7 +523,7 @@ pub fn lremovexattr(p: &Path, name: &OsStr) -> io::Result<()> {
     let n =
         CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: valid strings.
-    cvt(unsafe { libc::lremovexattr(c.as_ptr(), n.as_ptr()) }).map(drop)
+    cvt(unsafe { libc::lremovexattr(c.path.as_ptr(), n.as_ptr()) }).map(drop)
 }
 
 /// Copy every extended attribute from `src` to `dst`. Attributes the target file system or our

@@ -130,10 +130,7 @@ impl Pair {
     pub fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let out = self.sync(&all);
-        assert_exit(&out, code);
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+        json_report(&self.sync(&all), code)
     }
 
     pub fn write(&self, side: char, rel: &str, contents: &str) {
@@ -169,6 +166,14 @@ impl Pair {
 }
 
 /// Assert a run's exit status, showing its output when it differs.
+/// The JSON report a `--json` run printed, once its exit status is checked
+/// to be `code`.
+pub fn json_report(out: &Output, code: i32) -> serde_json::Value {
+    assert_exit(out, code);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 pub fn assert_exit(out: &Output, code: i32) {
     assert_eq!(
         out.status.code(),
@@ -422,4 +427,18 @@ macro_rules! local_and_remote {
             $scenario(&|| Pair::with_remote_b(&remote));
         }
     };
+}
+
+/// Deterministic bytes that do not compress (so that counts of bytes on
+/// the wire measure them, not zstd).
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
 }

@@ -15,8 +15,9 @@
 pub(crate) mod propagate;
 pub(crate) mod scan;
 
+use crate::set::propagate::source_of;
 use crate::set::scan::{each, scan_set, Member};
-use crate::sync::{SyncConfig, SyncFailure, SyncFatal};
+use crate::sync::{dry_run_scratch, lock_in_order, SyncConfig, SyncFailure, SyncFatal};
 use accord_model::{Entry, RelPath};
 use accord_plan::{
     reconcile_set, MaxDelete, Outcome, Receive, SetConflict, SetInputError, SetItem, SetOptions,
@@ -155,8 +156,18 @@ fn run(
         .iter()
         .map(|&place| *roots[place].replica.as_ref().ok().expect("reached"))
         .collect();
-    lock_all(&replicas)?;
-    let mut members = open_members(&replicas, roots, &reached, &set_name, cfg, rank)?;
+    lock_in_order(&replicas)?;
+    // Copied under the locks: no other run writes them meanwhile.
+    let archives = replicas
+        .iter()
+        .zip(&reached)
+        .map(|(&replica, &place)| (replica, identities[place].as_slice(), set_name.as_slice()));
+    let scratch = dry_run_scratch(archives, cfg)?;
+    let archive_dir = scratch
+        .as_ref()
+        .map_or(cfg.state_dir.as_path(), |s| s.dir());
+    let opening = (roots, reached.as_slice(), set_name.as_slice(), archive_dir);
+    let mut members = open_members(&replicas, opening, cfg, rank)?;
     let opts = SideOptions {
         detect: cfg.detect_options(),
         use_archive: true,
@@ -185,7 +196,17 @@ fn run(
     }
     report.agreed = agreed(&items);
     if cfg.dry_run {
-        report.changes = would_change(&items, &names);
+        let far: Vec<bool> = order
+            .iter()
+            .map(|&place| {
+                roots[place]
+                    .replica
+                    .as_ref()
+                    .map_or(true, |r| r.local_root().is_none())
+            })
+            .collect();
+        report.changes = would_change(&items, &names, &far);
+        sort_changes(&mut report.changes);
         return Ok(());
     }
     let carried = propagate::carry_out(&replicas, &mut members, &items, &scanned, cfg);
@@ -193,9 +214,7 @@ fn run(
     report.files_written = done(&carried.written.files_done);
     report.bytes_written = done(&carried.written.bytes_done);
     report.changes = carried.changes;
-    report
-        .changes
-        .sort_by(|x, y| x.path.cmp(&y.path).then(x.on.cmp(&y.on)));
+    sort_changes(&mut report.changes);
     report.errors.extend(carried.failures);
     Ok(())
 }
@@ -243,30 +262,20 @@ fn set_identity(identities: &[Vec<u8>], order: &[usize]) -> Vec<u8> {
     name
 }
 
-/// Take every replica's write lock, in the set's order.
-fn lock_all(replicas: &[&dyn Replica]) -> Result<(), SyncFatal> {
-    for replica in replicas {
-        match replica.try_lock() {
-            Ok(true) => {}
-            Ok(false) => return Err(SyncFatal::Busy(replica.describe())),
-            Err(source) => {
-                return Err(SyncFatal::Lock {
-                    replica: replica.describe(),
-                    source,
-                })
-            }
-        }
-    }
-    Ok(())
-}
+/// What opens the members: the roots, the places of those reached, the
+/// set's name, and the directory of this host's archives.
+type Opening<'o> = (
+    &'o [SetRoot<'o>],
+    &'o [usize],
+    &'o [u8],
+    &'o std::path::Path,
+);
 
 /// Open every reached replica's side (in the set's order), give it the
 /// ignore rules, and count this run on it.
 fn open_members<'r>(
     replicas: &[&'r dyn Replica],
-    roots: &[SetRoot<'_>],
-    reached: &[usize],
-    set_name: &[u8],
+    (roots, reached, set_name, archive_dir): Opening<'_>,
     cfg: &SyncConfig,
     rank: impl Fn(usize) -> usize,
 ) -> Result<Vec<Member<'r>>, SyncFatal> {
@@ -279,13 +288,13 @@ fn open_members<'r>(
         };
         let side =
             replica
-                .open_set_side(set_name, &cfg.state_dir)
+                .open_set_side(set_name, archive_dir)
                 .map_err(|failure| match failure {
                     SideFailure::Failed(SideCause::Unsupported) => SyncFatal::Side {
                         replica: name.clone(),
                         failure: SideFailure::said(
-                            "a sync of more than two roots takes local roots only for now; \
-                         sync a remote root with one of them in a run of two",
+                            "this root cannot take part in a sync of more than two roots; \
+                         sync it with one other root in a run of two",
                         ),
                     },
                     failure => fail(failure),
@@ -359,9 +368,15 @@ fn agreed(items: &[SetItem]) -> u64 {
     agreed.count() as u64
 }
 
-/// A dry run's changes: what each receiver would take, from the first
-/// holder.
-fn would_change(items: &[SetItem], names: &[String]) -> Vec<SetChange> {
+/// Changes in path order, then by the replica changed (a real run's and
+/// a dry run's alike).
+fn sort_changes(changes: &mut [SetChange]) {
+    changes.sort_by(|x, y| x.path.cmp(&y.path).then(x.on.cmp(&y.on)));
+}
+
+/// A dry run's changes: what each receiver would take, and from which
+/// holder (`far`: by set index, the replicas across a wire).
+fn would_change(items: &[SetItem], names: &[String], far: &[bool]) -> Vec<SetChange> {
     let mut changes = Vec::new();
     for item in items {
         let Outcome::Settled(settled) = &item.outcome else {
@@ -371,7 +386,7 @@ fn would_change(items: &[SetItem], names: &[String]) -> Vec<SetChange> {
             changes.push(SetChange {
                 path: item.path.clone(),
                 on: names[receiver].clone(),
-                from: names[settled.holders[0]].clone(),
+                from: names[source_of(settled.holders.iter().copied(), |h| far[h])].clone(),
                 receive,
             });
         }

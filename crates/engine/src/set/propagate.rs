@@ -1,7 +1,7 @@
 //! Propagation of a set's plan. Each replica that must receive something
-//! takes it from one replica that holds the settled version (the first of
-//! them in the set's order, so that one source gives a receiver a new
-//! directory and what it holds), through the two-replica propagation
+//! takes it from one replica that holds the settled version (`source_of`:
+//! the first of them in the set's order on this host, else the first),
+//! through the two-replica propagation
 //! (`sync/propagate/`): the same checks before every change, temps and
 //! renames, deletions deepest first, the same crash invariant. What it
 //! records goes with the settled version's vector, in the same transaction
@@ -50,8 +50,9 @@ pub(crate) fn carry_out(
 ) -> Carried {
     let vectors = Vectors(items);
     let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+    let far: Vec<bool> = replicas.iter().map(|r| r.local_root().is_none()).collect();
     let groups: Vec<_> = (0..members.len())
-        .map(|receiver| receives_of(members, receiver, items, scanned))
+        .map(|receiver| receives_of(members, &far, receiver, items, scanned))
         .collect();
     let written = crate::Progress::default();
     let per_receiver: Vec<Carried> = std::thread::scope(|s| {
@@ -98,6 +99,20 @@ pub(crate) fn carry_out(
     carried
 }
 
+/// The holder a receiver takes a version from: the first in the set's
+/// order of those on this host (`far` false), else the first. A version on
+/// this host is then read here, not fetched from one host to be sent to
+/// another; and as the choice depends on the holders only, one source
+/// gives a receiver a new directory and what it holds.
+pub(crate) fn source_of(
+    holders: impl Iterator<Item = usize>,
+    far: impl Fn(usize) -> bool,
+) -> usize {
+    holders
+        .min_by_key(|&holder| (far(holder), holder))
+        .expect("a settled version has a holder")
+}
+
 /// The slot of the member with set index `index`.
 fn slot_of(members: &[Member<'_>], index: usize) -> usize {
     members
@@ -107,9 +122,11 @@ fn slot_of(members: &[Member<'_>], index: usize) -> usize {
 }
 
 /// What `receiver` takes, grouped by the member it takes it from, each as
-/// an item of a two-replica plan (A: the source, B: the receiver).
+/// an item of a two-replica plan (A: the source, B: the receiver). `far`:
+/// by slot, the members across a wire (see [`source_of`]).
 fn receives_of(
     members: &[Member<'_>],
+    far: &[bool],
     receiver: usize,
     items: &[SetItem],
     scanned: &Scanned,
@@ -123,12 +140,8 @@ fn receives_of(
         let Some(&(_, receive)) = settled.receivers.iter().find(|(r, _)| *r == index) else {
             continue;
         };
-        let source = settled
-            .holders
-            .iter()
-            .map(|&holder| slot_of(members, holder))
-            .min()
-            .expect("a settled version has a holder");
+        let holders = settled.holders.iter().map(|&h| slot_of(members, h));
+        let source = source_of(holders, |slot| far[slot]);
         let offers = &scanned.paths[scanned.index_of(&item.path)].offers;
         let entry = |slot: usize| offers[slot].now.clone();
         let action = match receive {

@@ -331,7 +331,8 @@ fn run(
     }
     lock_both(replicas, &identities)?;
     // Copied under both locks: no other run writes them meanwhile.
-    let scratch = dry_run_scratch(replicas, &identities, cfg)?;
+    let [a_id, b_id] = [identities[0].as_slice(), identities[1].as_slice()];
+    let scratch = dry_run_scratch([(a, a_id, b_id), (b, b_id, a_id)], cfg)?;
     let case = settle_case(replicas, cfg, report)?;
     let archive_dir = scratch
         .as_ref()
@@ -416,10 +417,11 @@ fn run(
 }
 
 /// A dry run's scratch copies of the local replicas' archives (None: a
-/// real run); a remote replica's host copies its own.
-fn dry_run_scratch(
-    replicas: [&dyn Replica; 2],
-    identities: &[Vec<u8>; 2],
+/// real run); a remote replica's host copies its own. `archives`: each
+/// replica, with the bytes that name it and those that name the other
+/// root of its pair (or its set).
+pub(crate) fn dry_run_scratch<'i>(
+    archives: impl IntoIterator<Item = (&'i dyn Replica, &'i [u8], &'i [u8])>,
     cfg: &SyncConfig,
 ) -> Result<Option<accord_replica::side::scratch::Scratch>, SyncFatal> {
     if !cfg.dry_run {
@@ -427,10 +429,10 @@ fn dry_run_scratch(
     }
     let scratch =
         accord_replica::side::scratch::Scratch::new().map_err(SyncFatal::DryRunScratch)?;
-    for (this, other) in [(0, 1), (1, 0)] {
-        if replicas[this].local_root().is_some() {
+    for (replica, this, other) in archives {
+        if replica.local_root().is_some() {
             scratch
-                .copy_archive(&cfg.state_dir, &identities[this], &identities[other])
+                .copy_archive(&cfg.state_dir, this, other)
                 .map_err(SyncFatal::DryRunScratch)?;
         }
     }
@@ -501,8 +503,15 @@ fn root_identity(replica: &dyn Replica) -> Result<Vec<u8>, SyncFatal> {
 /// Take both replicas' write locks in the order of their identities, so
 /// that of two runs over overlapping roots one gets both.
 fn lock_both(replicas: [&dyn Replica; 2], identities: &[Vec<u8>; 2]) -> Result<(), SyncFatal> {
-    for index in identity_order(identities) {
-        let replica = replicas[index];
+    let [first, second] = identity_order(identities);
+    lock_in_order(&[replicas[first], replicas[second]])
+}
+
+/// Take every replica's write lock, in the order given (every run takes
+/// them in the order of the roots' identities, so two runs that share
+/// roots never each wait for the other).
+pub(crate) fn lock_in_order(replicas: &[&dyn Replica]) -> Result<(), SyncFatal> {
+    for replica in replicas {
         match replica.try_lock() {
             Ok(true) => {}
             Ok(false) => return Err(SyncFatal::Busy(replica.describe())),

@@ -4,6 +4,7 @@
 //! by a `get_` function kept next to it, so a reader can check the coding
 //! one request at a time.
 
+use super::MAX_SET_IDENTITY;
 use super::{Basis, ListOptions, Request};
 use super::{MAX_PATTERN, MAX_PATTERNS, MAX_STATE_NAME, MAX_SYNC_IDENTITY, MAX_WAIT_CHANGE_MS};
 use crate::codec::{
@@ -49,6 +50,12 @@ mod op {
     pub const WAIT_CHANGE: u8 = 31;
     pub const SYNC_RULES: u8 = 32;
     pub const SYNC_FOLLOW: u8 = 33;
+    pub const SYNC_OPEN_SET: u8 = 34;
+    pub const SYNC_COUNT_RUN: u8 = 35;
+    pub const SYNC_VERSIONS: u8 = 36;
+    pub const SYNC_VERSIONS_DIGEST: u8 = 37;
+    pub const SYNC_VERSIONS_AT: u8 = 38;
+    pub const SYNC_RECORD_VERSIONS: u8 = 39;
 }
 
 impl Request {
@@ -95,6 +102,12 @@ impl Request {
             Request::WaitChange { .. } => op::WAIT_CHANGE,
             Request::SyncRules { .. } => op::SYNC_RULES,
             Request::SyncFollow { .. } => op::SYNC_FOLLOW,
+            Request::SyncOpenSet { .. } => op::SYNC_OPEN_SET,
+            Request::SyncCountRun => op::SYNC_COUNT_RUN,
+            Request::SyncVersions => op::SYNC_VERSIONS,
+            Request::SyncVersionsDigest => op::SYNC_VERSIONS_DIGEST,
+            Request::SyncVersionsAt => op::SYNC_VERSIONS_AT,
+            Request::SyncRecordVersions => op::SYNC_RECORD_VERSIONS,
         }
     }
 
@@ -105,7 +118,12 @@ impl Request {
             | Request::SyncAll
             | Request::SyncIdentity
             | Request::SyncForget
-            | Request::SyncRecord => {}
+            | Request::SyncRecord
+            | Request::SyncCountRun
+            | Request::SyncVersions
+            | Request::SyncVersionsDigest
+            | Request::SyncVersionsAt
+            | Request::SyncRecordVersions => {}
             Request::ListDir { dir, opts } => put_list_dir(e, dir, opts),
             Request::Fingerprint { path } => put_fingerprint(e, path),
             Request::OpenDir { dir } => put_open_dir(e, dir),
@@ -187,6 +205,7 @@ impl Request {
                 ignore_files,
             } => put_sync_rules(e, excludes, *ignore_files),
             Request::SyncFollow { patterns } => put_sync_follow(e, patterns),
+            Request::SyncOpenSet { set } => put_sync_open_set(e, set),
         }
     }
 
@@ -229,6 +248,12 @@ impl Request {
             op::WAIT_CHANGE => get_wait_change(d)?,
             op::SYNC_RULES => get_sync_rules(d)?,
             op::SYNC_FOLLOW => get_sync_follow(d)?,
+            op::SYNC_OPEN_SET => get_sync_open_set(d)?,
+            op::SYNC_COUNT_RUN => Request::SyncCountRun,
+            op::SYNC_VERSIONS => Request::SyncVersions,
+            op::SYNC_VERSIONS_DIGEST => Request::SyncVersionsDigest,
+            op::SYNC_VERSIONS_AT => Request::SyncVersionsAt,
+            op::SYNC_RECORD_VERSIONS => Request::SyncRecordVersions,
             n => return Err(ProtoError::Invalid(format!("unknown operation {n}"))),
         };
         d.end("the request")?;
@@ -764,6 +789,20 @@ fn put_sync_follow(e: &mut Enc, patterns: &[String]) {
 fn get_sync_follow(d: &mut Dec) -> Result<Request, ProtoError> {
     let patterns = get_patterns(d)?;
     Ok(Request::SyncFollow { patterns })
+}
+
+// SyncOpenSet
+
+fn put_sync_open_set(e: &mut Enc, set: &[u8]) {
+    e.bytes(set);
+}
+
+fn get_sync_open_set(d: &mut Dec) -> Result<Request, ProtoError> {
+    let set = d.bytes(MAX_SET_IDENTITY, "set identity")?.to_vec();
+    if set.is_empty() {
+        return Err(ProtoError::Invalid("a set named with no bytes".into()));
+    }
+    Ok(Request::SyncOpenSet { set })
 }
 
 // The fields that several requests share.

@@ -129,6 +129,7 @@ impl Op<'_> {
         if !self.ensure_view(ino)?.entries.is_empty() {
             return Err(libc::ENOTEMPTY);
         }
+        let before = self.dir_attr(parent, name, e.winner(), ino);
         let rel = self.path(ino)?;
         let fd = self.fd(u);
         let in_upper = e.positions.contains(&u);
@@ -151,7 +152,35 @@ impl Op<'_> {
         self.view_remove(parent, name);
         self.nodes().detach(parent, name);
         self.forget_view(ino);
+        self.keep_removed_dir(ino, before);
         Ok(())
+    }
+
+    /// The attributes of directory `name` of `parent` in branch `b`, before it is removed.
+    pub(super) fn dir_attr(&self, parent: u64, name: &OsStr, b: u32, ino: u64) -> Option<FileAttr> {
+        let rel = self.branch_rel(parent, name, b).ok()?;
+        sys::fstatat(self.fd(b), &rel)
+            .ok()
+            .map(|st| super::attr_of(ino, &st))
+    }
+
+    /// Directory `ino` was removed through the union: until the kernel forgets it, an fstat
+    /// of it still open answers its last attributes with no links, as the branch answers for a
+    /// directory of its own (a lower one hidden by a whiteout keeps its links there).
+    pub(super) fn keep_removed_dir(&self, ino: u64, before: Option<FileAttr>) {
+        // Only while its node lives, checked under the node table's lock, which a FORGET
+        // takes before it drops the entry.
+        let nodes = self.nodes();
+        let Some(mut a) = before.filter(|_| nodes.alive(ino)) else {
+            return;
+        };
+        a.nlink = 0;
+        super::lock(&self.removed_dirs).insert(ino, a);
+    }
+
+    /// See `keep_removed_dir`.
+    pub(super) fn removed_dir(&self, ino: u64) -> Option<FileAttr> {
+        super::lock(&self.removed_dirs).get(&ino).copied()
     }
 
     /// fsync of a directory reaches every writable branch that holds it (the only ones our

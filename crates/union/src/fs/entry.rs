@@ -209,7 +209,11 @@ impl Op<'_> {
         // An open handle answers even for a name that was unlinked meanwhile.
         if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
-            return Ok(self.attr(ino, &st));
+            let mut a = self.attr(ino, &st);
+            if self.nodes().entry(ino).is_none() {
+                a.nlink = self.names_left(&h, &st);
+            }
+            return Ok(a);
         }
         if self.renoded().contains(&ino) {
             // The name moved to a new inode; this one lives on through its open files (fstat
@@ -229,16 +233,19 @@ impl Op<'_> {
         }
     }
 
-    /// A file whose every name is gone and that is still open (an fstat after unlink, which
-    /// sends no handle): its attributes through an open handle, with no links, as the branch
-    /// answers for a file of its own (a lower file hidden by a whiteout still has its name
-    /// in its branch).
+    /// A file whose name through the union is gone and that is still open (an fstat after
+    /// unlink, which sends no handle): its attributes through an open handle, with the names
+    /// it has left, as the branch counts them (`names_left`: none for a file whose only name
+    /// went, also a lower one that a whiteout hides); a directory removed through the union
+    /// has none either.
     fn unlinked_but_open(&self, ino: u64) -> R<FileAttr> {
         let open = self.handles_r().values().find(|h| h.ino == ino).cloned();
-        let h = open.ok_or(libc::ENOENT)?;
+        let Some(h) = open else {
+            return self.removed_dir(ino).ok_or(libc::ENOENT);
+        };
         let st = sys::fstat(h.file.as_raw_fd()).e()?;
-        let mut a = self.attr(ino, &st);
-        a.nlink = 0;
+        let mut a = super::attr_of(ino, &st);
+        a.nlink = self.names_left(&h, &st);
         Ok(a)
     }
 

@@ -26,6 +26,7 @@
 //!   namespace lock (no pre-copy as for opens and renames).
 
 use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -63,8 +64,11 @@ fn index_rel(key: (u64, u64)) -> PathBuf {
 }
 
 fn read_links(abs: &Path) -> Option<u64> {
-    let v = sys::lgetxattr(abs, OsStr::new(LINKS_XATTR)).ok()?;
-    std::str::from_utf8(&v).ok()?.parse().ok()
+    parse_links(&sys::lgetxattr(abs, OsStr::new(LINKS_XATTR)).ok()?)
+}
+
+fn parse_links(v: &[u8]) -> Option<u64> {
+    std::str::from_utf8(v).ok()?.parse().ok()
 }
 
 fn write_links(abs: &Path, n: u64) -> std::io::Result<()> {
@@ -80,6 +84,33 @@ impl Op<'_> {
             a.nlink = (links(st) - 1 + n).min(u32::MAX as u64) as u32;
         }
         a
+    }
+
+    /// How many names the file open as `h` has left once its union name went (`st`: its
+    /// attributes): a file of the upper branch, or of a pool, has the branch's count (an
+    /// indexed copy less its index link, plus the lower names still to link to it); a lower
+    /// file hidden by a whiteout has those of its copy in the index, if another of its names
+    /// still shows it, else none (its own names in the read-only branch no longer show).
+    pub(super) fn names_left(&self, h: &super::Handle, st: &Stat) -> u32 {
+        let upper = self.table.upper().map(|u| self.table.get(u).id);
+        let n = if self.pool().is_some() || upper == Some(h.branch_id) {
+            let pending = sys::fgetxattr_max(h.file.as_raw_fd(), OsStr::new(LINKS_XATTR), 32);
+            match pending.and_then(|v| parse_links(&v)) {
+                Some(p) if links(st) > 0 => links(st) - 1 + p,
+                _ => links(st),
+            }
+        } else {
+            self.indexed_names(st).unwrap_or(0)
+        };
+        n.min(u32::MAX as u64) as u32
+    }
+
+    /// The names of lower file `st` that show its copy in the index (see `names_left`).
+    fn indexed_names(&self, st: &Stat) -> Option<u64> {
+        let u = self.upper().ok()?;
+        let rel = self.index_entry(u, st)?;
+        let copy = sys::fstatat(self.fd(u), &rel).ok()?;
+        Some(links(&copy) - 1 + read_links(&self.abs(u, &rel)).unwrap_or(0))
     }
 
     /// `LINKS_XATTR` of the file `st`, if it is the file `ino`'s name shows. (Also on a

@@ -397,6 +397,11 @@ impl Nodes {
         self.nodes.keys().copied().collect()
     }
 
+    /// Whether the kernel may still hold `ino` (its node is alive, named or not).
+    pub fn alive(&self, ino: u64) -> bool {
+        self.nodes.contains_key(&ino)
+    }
+
     /// How many inodes are alive (the root included).
     pub fn count(&self) -> usize {
         self.nodes.len()
@@ -566,6 +571,9 @@ pub struct State {
     /// inode was bound to a passthrough backing file; they live on through their open handles.
     renoded: Mutex<HashSet<u64>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirItem>>>>,
+    /// The attributes of directories removed through the union, with no links, while the
+    /// kernel holds their inodes (an fstat of one still open; see `keep_removed_dir`).
+    removed_dirs: Mutex<HashMap<u64, FileAttr>>,
     next_fh: AtomicU64,
     next_serial: AtomicU64,
     tmp_counter: AtomicU64,
@@ -712,6 +720,7 @@ impl State {
             passthrough: AtomicBool::new(false),
             renoded: Default::default(),
             dirs: Mutex::new(HashMap::new()),
+            removed_dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),
             tmp_counter: AtomicU64::new(0),
@@ -959,6 +968,12 @@ impl State {
             let mut renoded = self.renoded();
             for ino in &gone {
                 renoded.remove(ino);
+            }
+        }
+        {
+            let mut removed = lock(&self.removed_dirs);
+            for ino in &gone {
+                removed.remove(ino);
             }
         }
         let mut views = self.views_w();

@@ -132,8 +132,12 @@ impl Op<'_> {
         if !self.ensure_view(ino)?.entries.is_empty() {
             return Err(libc::ENOTEMPTY);
         }
+        let before = self.dir_attr(parent, name, e.winner(), ino);
         let r = self.remove_copies(parent, name, &e, p, true);
         self.forget_view(ino);
+        if r.is_ok() {
+            self.keep_removed_dir(ino, before);
+        }
         r
     }
 

@@ -1,0 +1,301 @@
+//! `accord sync A B C` with remote roots (issue 29): A local, B over ssh
+//! and C from the daemon, in one run. Every replica ends with every file; a
+//! change made on the local replica crosses the wire once to each remote
+//! host (and is not fetched back from one to be sent to the other); a
+//! change made on a remote replica reaches the two others; a remote root
+//! that cannot be reached is left out and catches up later, named as it
+//! was when last reached; one never reached stops the run before anything
+//! changes; a dry run changes nothing on any host.
+
+mod mirror_common;
+mod remote_common;
+mod sync_common;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use sync_common::{
+    assert_exit, bin, conflict_paths, json_report, noise, snapshot, Daemon, RemoteB,
+};
+
+/// A local root `a`, a root `b` reached over ssh and a root `c` from the
+/// daemon, with a private state directory on this side.
+struct Trio {
+    _tmp: tempfile::TempDir,
+    _c_dir: tempfile::TempDir,
+    a: PathBuf,
+    b: PathBuf,
+    c: PathBuf,
+    state: PathBuf,
+    ssh: RemoteB,
+    daemon: RemoteB,
+}
+
+impl Trio {
+    fn new(sshd: &remote_common::Sshd, daemon: &Daemon) -> Trio {
+        let tmp = tempfile::tempdir().unwrap();
+        let ssh = RemoteB::over_ssh(tmp.path(), &sshd.rsh());
+        let daemon = daemon.remote_b();
+        let c_dir = tempfile::tempdir_in(&daemon.base).unwrap();
+        // A's path sorts after B's: the set's order puts B first, so a
+        // version both hold is taken from A only if a local holder is
+        // preferred.
+        let (a, b, c) = (
+            tmp.path().join("z-local"),
+            tmp.path().join("b"),
+            c_dir.path().join("c"),
+        );
+        for root in [&a, &b, &c] {
+            std::fs::create_dir(root).unwrap();
+        }
+        let state = tmp.path().join("state");
+        Trio {
+            _tmp: tmp,
+            _c_dir: c_dir,
+            a,
+            b,
+            c,
+            state,
+            ssh,
+            daemon,
+        }
+    }
+
+    fn root(&self, letter: char) -> &Path {
+        match letter {
+            'a' => &self.a,
+            'b' => &self.b,
+            'c' => &self.c,
+            _ => panic!("root {letter}"),
+        }
+    }
+
+    fn path(&self, letter: char, rel: &str) -> PathBuf {
+        self.root(letter).join(rel)
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin());
+        command
+            .arg("sync")
+            .arg(&self.a)
+            .arg(self.ssh.address(&self.b))
+            .arg(self.daemon.address(&self.c))
+            .args(&self.ssh.args)
+            .args(&self.daemon.args)
+            .envs(self.daemon.env.iter().map(|(k, v)| (k, v)))
+            .args(["--max-delete", "100%"])
+            .args(args)
+            .env("ACCORD_STATE_DIR", &self.state);
+        command
+    }
+
+    fn sync(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn sync_json(&self, args: &[&str], code: i32) -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        json_report(&self.sync(&all), code)
+    }
+
+    fn write(&self, letter: char, rel: &str, contents: &[u8]) {
+        let path = self.path(letter, rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+
+    fn read(&self, letter: char, rel: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.path(letter, rel)).ok()
+    }
+
+    fn assert_all_equal(&self) {
+        let a = snapshot(&self.a);
+        assert_eq!(snapshot(&self.b), a, "B differs from A");
+        assert_eq!(snapshot(&self.c), a, "C differs from A");
+    }
+}
+
+/// Bytes sent to and received from the root lettered `letter`.
+fn wire(report: &serde_json::Value, letter: &str) -> (u64, u64) {
+    let roots = report["roots"].as_array().unwrap();
+    let root = roots
+        .iter()
+        .find(|r| r["letter"] == letter)
+        .unwrap_or_else(|| panic!("no root {letter}: {report}"));
+    (
+        root["bytes_sent"].as_u64().unwrap(),
+        root["bytes_received"].as_u64().unwrap(),
+    )
+}
+
+fn changes_on(report: &serde_json::Value, on: &str) -> Vec<(String, String)> {
+    report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["on"] == on)
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_string(),
+                c["from"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn start() -> Option<(remote_common::Sshd, Daemon)> {
+    let sshd = remote_common::Sshd::start()?;
+    Some((sshd, Daemon::start()))
+}
+
+#[test]
+fn a_local_an_ssh_and_a_daemon_root_agree_in_one_run() {
+    let Some((sshd, daemon)) = start() else {
+        return;
+    };
+    let trio = Trio::new(&sshd, &daemon);
+    trio.write('a', "docs/a.txt", b"from a");
+    trio.write('b', "b.txt", b"from b");
+    trio.write('c', "deep/er/c.txt", b"from c");
+    let first = trio.sync_json(&[], 0);
+    trio.assert_all_equal();
+    assert!(first["roots"][0]["bytes_sent"].is_null(), "{first}");
+
+    // A change made on the local replica: sent once to each remote host,
+    // and nothing the size of it comes back from either.
+    const SIZE: u64 = 1 << 20;
+    trio.write('a', "docs/big", &noise(SIZE as usize, 1));
+    let second = trio.sync_json(&[], 0);
+    trio.assert_all_equal();
+    for letter in ["B", "C"] {
+        let (sent, received) = wire(&second, letter);
+        eprintln!("{SIZE}-byte file made on A: {letter} sent {sent} B, received {received} B");
+        assert!(
+            (SIZE..SIZE + (64 << 10)).contains(&sent),
+            "{letter}: {sent} bytes sent for a {SIZE}-byte file: {second}"
+        );
+        assert!(received < 64 << 10, "{letter}: {received} received");
+        assert_eq!(
+            changes_on(&second, letter),
+            [("docs/big".into(), "A".into())]
+        );
+    }
+
+    // The same new file on A and B: C takes it from A, on this host, not
+    // from B through this host.
+    let same = noise(SIZE as usize, 2);
+    trio.write('a', "same", &same);
+    trio.write('b', "same", &same);
+    let shared = trio.sync_json(&[], 0);
+    trio.assert_all_equal();
+    assert_eq!(changes_on(&shared, "C"), [("same".into(), "A".into())]);
+    let (_, from_b) = wire(&shared, "B");
+    eprintln!(
+        "the same file made on A and B: C sent {} B, B received {from_b} B",
+        wire(&shared, "C").0
+    );
+    assert!(from_b < 64 << 10, "B sent {from_b} bytes: {shared}");
+
+    // A change made on a remote replica reaches the two others.
+    trio.write('b', "docs/a.txt", b"edited on b");
+    let third = trio.sync_json(&[], 0);
+    assert_eq!(trio.read('a', "docs/a.txt").unwrap(), b"edited on b");
+    assert_eq!(trio.read('c', "docs/a.txt").unwrap(), b"edited on b");
+    assert_eq!(changes_on(&third, "C"), [("docs/a.txt".into(), "B".into())]);
+
+    // A deletion on C reaches A and B; no change: nothing to do.
+    std::fs::remove_file(trio.path('c', "b.txt")).unwrap();
+    trio.sync_json(&[], 0);
+    trio.assert_all_equal();
+    assert!(!trio.path('a', "b.txt").exists());
+    let steady = trio.sync_json(&[], 0);
+    assert!(steady["changes"].as_array().unwrap().is_empty(), "{steady}");
+}
+
+#[test]
+fn a_conflict_between_two_remote_replicas_is_listed_once() {
+    let Some((sshd, daemon)) = start() else {
+        return;
+    };
+    let trio = Trio::new(&sshd, &daemon);
+    trio.write('a', "notes", b"agreed");
+    trio.sync_json(&[], 0);
+    trio.write('b', "notes", b"b's edit");
+    trio.write('c', "notes", b"c's longer edit");
+    let report = trio.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&report), ["notes"]);
+    let versions = report["conflicts"][0]["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 3, "{report}");
+    assert_eq!(trio.read('a', "notes").unwrap(), b"agreed");
+    // --force picks C's on every replica.
+    trio.sync_json(&["--force", "C"], 0);
+    trio.assert_all_equal();
+    assert_eq!(trio.read('b', "notes").unwrap(), b"c's longer edit");
+}
+
+#[test]
+fn an_unreachable_remote_root_is_left_out_and_catches_up() {
+    let Some((sshd, daemon)) = start() else {
+        return;
+    };
+    let trio = Trio::new(&sshd, &daemon);
+    trio.write('a', "kept", b"one");
+    trio.write('a', "gone", b"to be deleted");
+    trio.sync_json(&[], 0);
+    // B's root is away (a disk not mounted on its host).
+    let away = trio.b.with_extension("away");
+    std::fs::rename(&trio.b, &away).unwrap();
+    trio.write('a', "kept", b"two");
+    std::fs::remove_file(trio.path('c', "gone")).unwrap();
+    let report = trio.sync_json(&[], 4);
+    assert_eq!(report["unreached"], serde_json::json!(["B"]), "{report}");
+    assert_eq!(trio.read('c', "kept").unwrap(), b"two");
+    assert!(!trio.path('a', "gone").exists());
+    // Back: it takes both changes, without a conflict or a deletion
+    // brought back.
+    std::fs::rename(&away, &trio.b).unwrap();
+    let back = trio.sync_json(&[], 0);
+    assert!(back["conflicts"].as_array().unwrap().is_empty(), "{back}");
+    trio.assert_all_equal();
+    assert_eq!(trio.read('b', "kept").unwrap(), b"two");
+    assert!(!trio.path('b', "gone").exists());
+}
+
+#[test]
+fn a_remote_root_never_reached_stops_the_run_before_any_change() {
+    let Some((sshd, daemon)) = start() else {
+        return;
+    };
+    let trio = Trio::new(&sshd, &daemon);
+    trio.write('a', "file", b"from a");
+    std::fs::remove_dir(&trio.b).unwrap();
+    let out = trio.sync(&[]);
+    assert_exit(&out, 3);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("has never been reached from this host"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(!trio.path('c', "file").exists());
+}
+
+#[test]
+fn a_dry_run_with_remote_roots_changes_nothing() {
+    let Some((sshd, daemon)) = start() else {
+        return;
+    };
+    let trio = Trio::new(&sshd, &daemon);
+    trio.write('a', "x", b"from a");
+    trio.sync_json(&[], 0);
+    trio.write('b', "y", b"from b");
+    let dry = trio.sync_json(&["--dry-run"], 0);
+    assert_eq!(changes_on(&dry, "A"), [("y".into(), "B".into())], "{dry}");
+    assert_eq!(changes_on(&dry, "C"), [("y".into(), "B".into())], "{dry}");
+    assert!(!trio.path('a', "y").exists() && !trio.path('c', "y").exists());
+    // The real run then does what the dry run listed, from the same
+    // archives (the dry run counted nothing in them).
+    let real = trio.sync_json(&[], 0);
+    assert_eq!(real["changes"], dry["changes"]);
+    trio.assert_all_equal();
+}
