@@ -10,6 +10,7 @@
 //! * [`patch_to`] streams the new file out, [`patch_in_place`] rebuilds the old
 //!   file in its own storage. Both check the result's BLAKE3.
 
+pub mod fine;
 pub mod format;
 pub mod inplace;
 pub mod matcher;
@@ -146,16 +147,28 @@ pub fn make_delta_with(
         result_hash,
         scratch_len,
     };
-    let delta_bytes = format::encode_with(&header, &commands, new, coding, out)?;
+    let mut st = encode_counted(&header, &commands, new, coding, out)?;
+    st.block_len = sig.block_len;
+    st.strong_len = sig.strong_len;
+    st.plan = plan;
+    Ok(st)
+}
+
+/// Encodes `commands` and counts what they hold.
+pub(crate) fn encode_counted(
+    header: &format::Header,
+    commands: &[Command],
+    new: &[u8],
+    coding: LiteralCoding,
+    out: &mut impl Write,
+) -> Result<DeltaStats, DeltaError> {
+    let delta_bytes = format::encode_with(header, commands, new, coding, out)?;
     let mut st = DeltaStats {
-        new_len,
+        new_len: header.new_len,
         delta_bytes,
-        block_len: sig.block_len,
-        strong_len: sig.strong_len,
-        plan,
         ..Default::default()
     };
-    for c in &commands {
+    for c in commands {
         match c {
             Command::Copy { .. } => st.copy_commands += 1,
             Command::Add { len, .. } => {
@@ -165,14 +178,18 @@ pub fn make_delta_with(
             _ => {}
         }
     }
-    st.matched_bytes = new_len - st.literal_bytes;
+    st.matched_bytes = header.new_len - st.literal_bytes;
     Ok(st)
 }
 
 /// COPYs in target order with ADDs for the gaps; with `packed`, no ADD
 /// crossing the end of a segment of compressed literals
 /// ([`packed::SEGMENT`]).
-fn sequential_commands(copies: &[matcher::Copy], new_len: u64, packed: bool) -> Vec<Command> {
+pub(crate) fn sequential_commands(
+    copies: &[matcher::Copy],
+    new_len: u64,
+    packed: bool,
+) -> Vec<Command> {
     let mut cmds = Vec::with_capacity(copies.len() * 2 + 1);
     let mut at = 0;
     let cut = if packed { packed::SEGMENT } else { u64::MAX };

@@ -89,6 +89,15 @@ pub enum Request {
         in_place: bool,
         pack_level: Option<i32>,
     },
+    /// Body: a gap request (`accord_delta::fine::GapRequest`): the old
+    /// file's ranges that a first round's literal runs replace. Reply:
+    /// their fine signature. Sent only to a server that agreed to
+    /// `FEATURE_FINE_SIGNATURE`.
+    FineSignature {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
+    },
     /// Body: the whole contents, or a delta against the basis.
     Receive {
         dir: RelPath,
@@ -316,6 +325,7 @@ impl Request {
                 | Request::SyncVersionsAt
                 | Request::SyncRecordVersions
                 | Request::MakeDelta { .. }
+                | Request::FineSignature { .. }
                 | Request::Receive { .. }
                 | Request::PatchInPlace { .. }
         )
@@ -334,6 +344,7 @@ impl Request {
                 | Request::OpenRead { .. }
                 | Request::Signature { .. }
                 | Request::PartialSignature { .. }
+                | Request::FineSignature { .. }
                 | Request::MakeDelta { .. }
                 | Request::SyncIdentity
                 | Request::SyncLookup { .. }
@@ -360,6 +371,7 @@ impl Request {
             Request::OpenRead { .. } => "read",
             Request::Signature { .. } => "signature",
             Request::MakeDelta { .. } => "delta",
+            Request::FineSignature { .. } => "fine signature",
             Request::Receive { .. } => "receive",
             Request::PatchInPlace { .. } => "patch in place",
             Request::MakeNode { .. } => "make node",

@@ -293,6 +293,11 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|(name, durable)| Request::WriteState { name, durable }),
         dn().prop_map(|(dir, name)| Request::Stat { dir, name }),
         (dn(), expect()).prop_map(|((dir, name), expect)| Request::OpenRead { dir, name, expect }),
+        (dn(), expect()).prop_map(|((dir, name), expect)| Request::FineSignature {
+            dir,
+            name,
+            expect
+        }),
         (dn(), expect(), any::<bool>()).prop_map(|((dir, name), expect, in_place)| {
             Request::Signature {
                 dir,
@@ -787,6 +792,12 @@ fn one_of_each() -> Vec<Request> {
         Request::SyncVersionsDigest,
         Request::SyncVersionsAt,
         Request::SyncRecordVersions,
+        // The second round of a delta: the fields of `OpenRead`.
+        Request::FineSignature {
+            dir: dir(),
+            name: name(),
+            expect: Expect::Entry(found),
+        },
     ]
 }
 
@@ -794,7 +805,7 @@ fn one_of_each() -> Vec<Request> {
 /// has them (taken from the encoder before it was split into one function
 /// per kind of request). A change here is a change of the protocol: a peer
 /// of another version would misread the request.
-const ONE_OF_EACH_BYTES: [&str; 42] = [
+const ONE_OF_EACH_BYTES: [&str; 43] = [
     "01",
     "0203642f6502032a2e6f04746d702f010005",
     "0303642f65",
@@ -837,6 +848,7 @@ const ONE_OF_EACH_BYTES: [&str; 42] = [
     "25",
     "26",
     "27",
+    "2803642f65016e01000405ac020303",
 ];
 
 #[test]
@@ -844,7 +856,7 @@ fn every_kind_of_request_has_its_pinned_bytes() {
     let requests = one_of_each();
     assert_eq!(requests.len(), ONE_OF_EACH_BYTES.len());
     let names: std::collections::BTreeSet<_> = requests.iter().map(Request::name).collect();
-    assert_eq!(names.len(), 39, "every kind of request once at least");
+    assert_eq!(names.len(), 40, "every kind of request once at least");
     for (r, pinned) in requests.iter().zip(ONE_OF_EACH_BYTES) {
         let bytes = r.encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -860,7 +872,9 @@ fn malformed_requests_get_their_errors() {
     let invalid = |m: &str| Err(Invalid(m.into()));
     assert_eq!(Request::decode(&[]), Err(Truncated("operation")));
     assert_eq!(Request::decode(&[0]), invalid("unknown operation 0"));
-    assert_eq!(Request::decode(&[40]), invalid("unknown operation 40"));
+    assert_eq!(Request::decode(&[41]), invalid("unknown operation 41"));
+    // FineSignature: its fields are `OpenRead`'s.
+    assert_eq!(Request::decode(&[40]), Err(Truncated("directory")));
     assert_eq!(
         Request::decode(&[34, 0]),
         invalid("a set named with no bytes")

@@ -15,7 +15,8 @@ use accord_proto::hello::{
     FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
 };
 use accord_proto::hello::{
-    FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE, FEATURE_SYNC_SET,
+    FEATURE_FINE_SIGNATURE, FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE,
+    FEATURE_SYNC_SET,
 };
 use accord_proto::limits;
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
@@ -99,6 +100,9 @@ pub struct RemoteReplica {
     sync_set: bool,
     /// The server keeps the owners it is sent (it runs as root).
     keeps_owners: bool,
+    /// The server signs a delta's gaps for a second round: it agreed to
+    /// the feature.
+    fine_signatures: bool,
     /// What a delta crossing this connection may hold: format 2 when the
     /// server agreed to the feature, compressed at the level of `-z`.
     delta_wire: DeltaWire,
@@ -152,7 +156,8 @@ impl RemoteReplica {
             | FEATURE_SYNC_FOLLOW
             | FEATURE_SYNC_SET
             | FEATURE_NO_OWNERS
-            | FEATURE_PACKED_DELTA;
+            | FEATURE_PACKED_DELTA
+            | FEATURE_FINE_SIGNATURE;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -209,6 +214,7 @@ impl RemoteReplica {
             sync_follow: features & FEATURE_SYNC_FOLLOW != 0,
             sync_set: features & FEATURE_SYNC_SET != 0,
             keeps_owners: features & FEATURE_NO_OWNERS == 0,
+            fine_signatures: features & FEATURE_FINE_SIGNATURE != 0,
             delta_wire: DeltaWire {
                 reads_packed: features & FEATURE_PACKED_DELTA != 0,
                 level: compress,
@@ -470,9 +476,9 @@ pub(crate) fn start_on(
 fn reply_limit(req: &Request) -> (u64, &'static str) {
     match req {
         Request::ListDir { .. } => (limits::MAX_LISTING, "a listing"),
-        Request::Signature { .. } | Request::PartialSignature { .. } => {
-            (limits::MAX_SIGNATURE, "a signature")
-        }
+        Request::Signature { .. }
+        | Request::PartialSignature { .. }
+        | Request::FineSignature { .. } => (limits::MAX_SIGNATURE, "a signature"),
         Request::MakeDelta { expect, .. } => {
             let size = match expect {
                 Expect::Entry(f) => f.size.min(limits::MAX_DELTA_FILE),
@@ -943,6 +949,26 @@ impl ReplicaDir for RemoteDir<'_> {
 
     fn delta_wire(&self) -> DeltaWire {
         self.replica.delta_wire
+    }
+
+    fn fine_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        request: &[u8],
+    ) -> Result<Option<Vec<u8>>, Error> {
+        if !self.replica.fine_signatures {
+            return Ok(None);
+        }
+        let req = Request::FineSignature {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+        };
+        self.replica
+            .call(&req, Some(&mut &request[..]))
+            .map(Some)
+            .map_err(|e| e.into_error(Action::OpenDestination))
     }
 
     fn start_receive(

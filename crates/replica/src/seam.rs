@@ -13,8 +13,9 @@
 use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
 use crate::side::{SideCause, SideFailure, SideSession};
+use accord_delta::fine::{refine, FineSignature, GapRequest};
 use accord_delta::{
-    make_delta_with, DeltaOptions, DeltaStats, InPlaceOptions, LiteralCoding, Signature,
+    make_delta_with, Delta, DeltaOptions, DeltaStats, InPlaceOptions, LiteralCoding, Signature,
 };
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
@@ -240,6 +241,50 @@ pub trait ReplicaDir: Send + Sync {
     ) -> Result<(Vec<u8>, DeltaStats), Error> {
         delta_from_stream(self, name, expect, signature, in_place, wire)
     }
+    /// The encoded fine signature (`accord_delta::fine::FineSignature`)
+    /// of the gaps that `request`, an encoded `GapRequest`, names in the
+    /// regular file at `name`, which must still be what `expect` says: the
+    /// receiver's side of a delta's second round. `None`: this directory
+    /// does not sign gaps (a server that did not agree to it), and the
+    /// first round's delta is sent as it is.
+    fn fine_signature(
+        &self,
+        _name: &[u8],
+        _expect: &Expect,
+        _request: &[u8],
+    ) -> Result<Option<Vec<u8>>, Error> {
+        Ok(None)
+    }
+    /// Whether [`ReplicaDir::refine_delta`] runs where the file is (the
+    /// default reads the file whole, which from a remote source would cost
+    /// more than the second round saves).
+    fn refines_deltas(&self) -> bool {
+        false
+    }
+    /// The sender's side of a delta's second round: `first`, the delta
+    /// this directory made for `name`, with each literal run scanned
+    /// against the blocks of `fine`, the receiver's answer to `request`.
+    fn refine_delta(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        (first, request, fine): (&[u8], &GapRequest, &[u8]),
+        wire: DeltaWire,
+    ) -> Result<(Vec<u8>, DeltaStats), Error> {
+        let new = read_planned(self, name, expect)?;
+        let bad = |source| Error::Delta {
+            action: Action::ReadSource,
+            source,
+        };
+        let first = Delta::parse(first).map_err(bad)?;
+        let fine = FineSignature::decode(fine, request).map_err(|source| Error::Delta {
+            action: Action::OpenDestination,
+            source,
+        })?;
+        let mut delta = Vec::new();
+        let stats = refine(&first, &fine, &new, wire.coding(), &mut delta).map_err(bad)?;
+        Ok((delta, stats))
+    }
     /// What a delta sent to this directory may hold. The default, for a
     /// reader of unknown age: format 1.
     fn delta_wire(&self) -> DeltaWire {
@@ -403,30 +448,11 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
     in_place: bool,
     wire: DeltaWire,
 ) -> Result<(Vec<u8>, DeltaStats), Error> {
-    let size = match expect {
-        Expect::Entry(f) if f.kind == Kind::File => f.size,
-        _ => return Err(Error::Changed(End::Read)),
-    };
-    if size > STREAM_DELTA_MAX {
-        return Err(Error::io(Action::ReadSource)(io::Error::other(
-            "too large for a delta made from a stream",
-        )));
-    }
     let sig = Signature::decode(signature).map_err(|source| Error::Delta {
         action: Action::OpenDestination,
         source,
     })?;
-    let mut new = Vec::with_capacity(size as usize);
-    dir.open_read(name, expect)?
-        .take(size + 1)
-        .read_to_end(&mut new)
-        .map_err(Error::io(Action::ReadSource))?;
-    // What was read is the planned version, whole (an in-place patch
-    // cannot be taken back once it began).
-    if new.len() as u64 != size {
-        return Err(Error::Changed(End::Read));
-    }
-    recheck(dir, name, expect, End::Read)?;
+    let new = read_planned(dir, name, expect)?;
     let opts = DeltaOptions {
         in_place: in_place.then(InPlaceOptions::default),
     };
@@ -439,6 +465,36 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
             }
         })?;
     Ok((delta, stats))
+}
+
+/// The regular file at `name`, read whole: the version `expect` plans
+/// (at most [`STREAM_DELTA_MAX`] bytes).
+fn read_planned<D: ReplicaDir + ?Sized>(
+    dir: &D,
+    name: &[u8],
+    expect: &Expect,
+) -> Result<Vec<u8>, Error> {
+    let size = match expect {
+        Expect::Entry(f) if f.kind == Kind::File => f.size,
+        _ => return Err(Error::Changed(End::Read)),
+    };
+    if size > STREAM_DELTA_MAX {
+        return Err(Error::io(Action::ReadSource)(io::Error::other(
+            "too large for a delta made from a stream",
+        )));
+    }
+    let mut new = Vec::with_capacity(size as usize);
+    dir.open_read(name, expect)?
+        .take(size + 1)
+        .read_to_end(&mut new)
+        .map_err(Error::io(Action::ReadSource))?;
+    // What was read is the planned version, whole (an in-place patch
+    // cannot be taken back once it began).
+    if new.len() as u64 != size {
+        return Err(Error::Changed(End::Read));
+    }
+    recheck(dir, name, expect, End::Read)?;
+    Ok(new)
 }
 
 /// Check `expect` against what `dir` has at `name` now.

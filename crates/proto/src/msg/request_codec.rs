@@ -56,6 +56,7 @@ mod op {
     pub const SYNC_VERSIONS_DIGEST: u8 = 37;
     pub const SYNC_VERSIONS_AT: u8 = 38;
     pub const SYNC_RECORD_VERSIONS: u8 = 39;
+    pub const FINE_SIGNATURE: u8 = 40;
 }
 
 impl Request {
@@ -92,6 +93,7 @@ impl Request {
             Request::Delete { .. } => op::DELETE,
             Request::RemoveStaleTemp { .. } => op::REMOVE_STALE_TEMP,
             Request::PartialSignature { .. } => op::PARTIAL_SIGNATURE,
+            Request::FineSignature { .. } => op::FINE_SIGNATURE,
             Request::SyncIdentity => op::SYNC_IDENTITY,
             Request::SyncOpen { .. } => op::SYNC_OPEN,
             Request::SyncForget => op::SYNC_FORGET,
@@ -190,6 +192,7 @@ impl Request {
             Request::Delete { dir, name, expect } => put_delete(e, dir, name, expect),
             Request::RemoveStaleTemp { dir, name } => put_remove_stale_temp(e, dir, name),
             Request::PartialSignature { dir, name } => put_partial_signature(e, dir, name),
+            Request::FineSignature { dir, name, expect } => put_open_read(e, dir, name, expect),
             Request::SyncOpen { other } => put_sync_open(e, other),
             Request::SyncScan { flags } => put_sync_scan(e, *flags),
             Request::SyncLookup { flags } => put_sync_lookup(e, *flags),
@@ -254,6 +257,7 @@ impl Request {
             op::SYNC_VERSIONS_DIGEST => Request::SyncVersionsDigest,
             op::SYNC_VERSIONS_AT => Request::SyncVersionsAt,
             op::SYNC_RECORD_VERSIONS => Request::SyncRecordVersions,
+            op::FINE_SIGNATURE => get_fine_signature(d)?,
             n => return Err(ProtoError::Invalid(format!("unknown operation {n}"))),
         };
         d.end("the request")?;
@@ -679,6 +683,14 @@ fn put_remove_stale_temp(e: &mut Enc, dir: &RelPath, name: &[u8]) {
 fn get_remove_stale_temp(d: &mut Dec) -> Result<Request, ProtoError> {
     let (dir, name) = get_dir_name(d)?;
     Ok(Request::RemoveStaleTemp { dir, name })
+}
+
+// FineSignature: the fields of `OpenRead` (its body the gap request).
+
+fn get_fine_signature(d: &mut Dec) -> Result<Request, ProtoError> {
+    let (dir, name) = get_dir_name(d)?;
+    let expect = get_expect(d)?;
+    Ok(Request::FineSignature { dir, name, expect })
 }
 
 // PartialSignature

@@ -112,6 +112,26 @@ impl Session<'_> {
             .map_err(w)
     }
 
+    /// The second round of a delta: the body names the gaps of the file
+    /// to sign in smaller blocks.
+    pub(super) fn fine_signature(
+        &self,
+        stream: u32,
+        dir: &RelPath,
+        name: &[u8],
+        expect: &Expect,
+    ) -> Reply {
+        let request = self.body_bytes(
+            stream,
+            Action::OpenDestination,
+            (MAX_SIGNATURE, "a gap request"),
+        )?;
+        self.dir(dir, Action::OpenDestination)?
+            .fine_signature(name, expect, &request)
+            .map_err(w)?
+            .ok_or_else(|| protocol("this server does not sign a delta's gaps"))
+    }
+
     /// `pack_level`: the client reads delta format 2 (see
     /// `Request::MakeDelta`).
     pub(super) fn make_delta(
