@@ -138,7 +138,10 @@ fn request(gaps: &[(u64, u64)]) -> GapRequest {
         old_len: 10_000,
         new_len: 10_000,
         block_len: 64,
-        gaps: gaps.iter().map(|&(start, len)| Gap { start, len }).collect(),
+        gaps: gaps
+            .iter()
+            .map(|&(start, len)| Gap { start, len })
+            .collect(),
     }
 }
 
