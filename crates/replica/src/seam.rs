@@ -255,9 +255,10 @@ pub trait ReplicaDir: Send + Sync {
     ) -> Result<Option<Vec<u8>>, Error> {
         Ok(None)
     }
-    /// Whether [`ReplicaDir::refine_delta`] runs where the file is (the
-    /// default reads the file whole, which from a remote source would cost
-    /// more than the second round saves).
+    /// Whether [`ReplicaDir::refine_delta`] runs where the file is: true
+    /// for a directory on this host (the default reads the file whole,
+    /// which from a remote source would cost more than the second round
+    /// saves).
     fn refines_deltas(&self) -> bool {
         false
     }

@@ -288,8 +288,9 @@ pub(super) fn write_generic(
 
 /// A delta's second, finer round over its first round's literal runs
 /// (`accord_delta::fine`), where the literals are many, the source makes
-/// it where the file is and the destination signs the gaps: the smaller
-/// of the two deltas.
+/// it where the file is, the destination is across a link (a local one
+/// has no bytes on a wire to save) and signs the gaps: the smaller of the
+/// two deltas.
 fn second_round(
     sdir: &dyn ReplicaDir,
     ddir: &dyn ReplicaDir,
@@ -297,7 +298,8 @@ fn second_round(
     (expect_src, expect_dst): (&Expect, &Expect),
     (first, stats): (Vec<u8>, accord_delta::DeltaStats),
 ) -> Result<(Vec<u8>, accord_delta::DeltaStats), Error> {
-    if stats.literal_bytes < accord_delta::fine::MIN_LITERAL || !sdir.refines_deltas() {
+    let across_a_link = sdir.refines_deltas() && !ddir.refines_deltas();
+    if stats.literal_bytes < accord_delta::fine::MIN_LITERAL || !across_a_link {
         return Ok((first, stats));
     }
     let request = accord_delta::Delta::parse(&first)
