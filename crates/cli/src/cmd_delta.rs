@@ -14,8 +14,8 @@
 
 use crate::exit;
 use accord_delta::{
-    make_delta, patch_in_place, patch_to, CyclePolicy, Delta, DeltaOptions, InPlaceOptions,
-    PatchOptions, Signature, SignatureOptions,
+    make_delta_with, patch_in_place, patch_to, CyclePolicy, Delta, DeltaOptions, InPlaceOptions,
+    LiteralCoding, PatchOptions, Signature, SignatureOptions,
 };
 use clap::{Args, Subcommand, ValueEnum};
 use std::fs::File;
@@ -60,6 +60,12 @@ enum DeltaCmd {
         /// Most copies ordered together in one planner window.
         #[arg(long, default_value_t = 1 << 20)]
         window_nodes: usize,
+        /// Compress the literal data against the matched bytes at this zstd
+        /// level (1..=22; delta format 2, which older accords do not read). 0,
+        /// the default: raw (format 1, read by every accord). In-place
+        /// deltas are always raw.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=22))]
+        compress_level: i32,
         sig: PathBuf,
         new: PathBuf,
         delta: PathBuf,
@@ -146,6 +152,7 @@ fn run_checked(cmd: DeltaCmd) -> Result<(), Failure> {
             scratch,
             policy,
             window_nodes,
+            compress_level,
             sig,
             new,
             delta,
@@ -159,7 +166,11 @@ fn run_checked(cmd: DeltaCmd) -> Result<(), Failure> {
                 },
                 window_nodes,
             });
-            write_delta(&sig, &new, &delta, ip, json)
+            let coding = match compress_level {
+                0 => LiteralCoding::Raw,
+                level => LiteralCoding::Zstd { level },
+            };
+            write_delta(&sig, &new, &delta, (ip, coding), json)
         }
         DeltaCmd::Patch {
             in_place,
@@ -259,7 +270,7 @@ fn write_delta(
     sig_path: &Path,
     new: &Path,
     out: &Path,
-    in_place: Option<InPlaceOptions>,
+    (in_place, coding): (Option<InPlaceOptions>, LiteralCoding),
     json: bool,
 ) -> Result<(), Failure> {
     let sig_bytes = read_whole(sig_path)?;
@@ -268,12 +279,13 @@ fn write_delta(
     let data = Input::open(new)?;
     let mut stats = None;
     write_atomically(out, false, None, |mut w| {
-        let st = make_delta(
+        let st = make_delta_with(
             &sig,
             data.bytes(),
             &DeltaOptions {
                 in_place: in_place.clone(),
             },
+            coding,
             &mut w,
         )
         .map_err(|e| std::io::Error::other(e.to_string()))?;

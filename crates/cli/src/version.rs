@@ -24,7 +24,7 @@ fn long() -> &'static str {
              remote roots: the far end (over ssh or accord://) must run an accord of protocol {PROTOCOL}; \
              another protocol is refused at the handshake. With an older release of protocol {PROTOCOL}, \
              what it lacks is done another way (renames as copies, --watch by periodic runs, \
-             no compression) or refused with a message (a sync's --exclude and --follow)",
+             no compression, deltas with raw literals) or refused with a message (a sync's --exclude and --follow)",
             short(),
             features().join(", ")
         )

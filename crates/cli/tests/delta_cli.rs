@@ -532,3 +532,45 @@ fn dash_where_a_stream_cannot_work_is_a_usage_error() {
         )
     );
 }
+
+/// `accord delta delta` writes raw literals in format 1 unless asked to
+/// compress them (`--compress-level N`: format 2, smaller, patched alike).
+#[test]
+fn compress_level_writes_format_2_and_the_default_format_1() {
+    let f = Files::new();
+    let text: Vec<u8> = (0..300_000u32)
+        .flat_map(|i| format!("line {} of a text file\n", i % 977).into_bytes())
+        .collect();
+    let old = f.write("old", &text);
+    let mut new_bytes = text.clone();
+    for i in 0..40 {
+        let at = i * 100_003 % (new_bytes.len() - 4000);
+        let words = format!("an edit {i} that no block of the old file holds ").repeat(60);
+        new_bytes.splice(at..at, words.into_bytes());
+    }
+    let new = f.write("new", &new_bytes);
+    let (sig, raw, packed) = (f.path("sig"), f.path("raw"), f.path("packed"));
+    ok(&["delta", "signature"], &[&old, &sig]);
+    ok(&["delta", "delta"], &[&sig, &new, &raw]);
+    ok(
+        &["delta", "delta", "--compress-level", "9"],
+        &[&sig, &new, &packed],
+    );
+    let (raw_bytes, packed_bytes) = (
+        std::fs::read(&raw).unwrap(),
+        std::fs::read(&packed).unwrap(),
+    );
+    assert_eq!(raw_bytes[4], 1, "the default: format 1");
+    assert_eq!(packed_bytes[4], 2, "--compress-level: format 2");
+    assert!(
+        packed_bytes.len() * 4 < raw_bytes.len(),
+        "{} against {}",
+        packed_bytes.len(),
+        raw_bytes.len()
+    );
+    for (delta, out) in [(&raw, "out-raw"), (&packed, "out-packed")] {
+        let out = f.path(out);
+        ok(&["delta", "patch"], &[&old, delta, &out]);
+        assert_eq!(std::fs::read(&out).unwrap(), new_bytes);
+    }
+}

@@ -81,6 +81,7 @@ fn hostile_requests(n: usize) -> Vec<((String, RootMode), Request)> {
                 name: b"big".to_vec(),
                 expect: big,
                 in_place: false,
+                pack_level: None,
             },
         ),
         (

@@ -49,6 +49,7 @@ fn a_zeros_signature_is_refused_at_its_limit() {
         name: b"file".to_vec(),
         expect,
         in_place: false,
+        pack_level: None,
     };
     let answer = zeros_body(&w, &d, ("ro/pub", RootMode::Read), make_delta, 1500).unwrap();
     let grew = peak_kib(&d).saturating_sub(before);

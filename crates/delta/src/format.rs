@@ -3,24 +3,40 @@
 //! ```text
 //! "ACDL" version:u8 layout:u8 old_len new_len blake3(result):[32] scratch_len count
 //! count × command
+//! literals:   coding:u8, then the literal bytes (version 2 only)
 //! ```
 //! Numbers are LEB128 varints. Sequential layout: `0 src len` (COPY) and
-//! `1 len bytes` (ADD), target offsets implicit. In-place layout: `0 src dst len`
-//! (COPY), `1 dst len bytes` (ADD), `2 dst len` (KEEP: already in place),
+//! `1 len` (ADD; its bytes follow in version 1), target offsets implicit.
+//! In-place layout: `0 src dst len` (COPY), `1 dst len` (ADD), `2 dst len` (KEEP: already in place),
 //! `3 src len slot` (STASH old bytes into scratch), `4 slot dst len` (UNSTASH),
 //! executed in the order given.
 //!
+//! Version 1 has each ADD's bytes right after its command and no literal
+//! section: it is what is written when the literals are raw, and what every
+//! accord reads. Version 2 keeps the ADD bytes after the commands: coding
+//! `1` (sequential layout only), per segment of the target holding
+//! literals, zstd frames against the matched bytes ([`crate::packed`]);
+//! written only for a reader known to take it (a peer that agreed to it at
+//! the handshake). Coding `0`, the raw bytes in command order, is read but
+//! not written.
+//!
 //! A delta is decoded and checked whole before anything is written: every
-//! command in bounds, targets covering the output exactly once, and for the
-//! in-place layout no command reading bytes an earlier command overwrote.
+//! command in bounds, targets covering the output exactly once, for the
+//! in-place layout no command reading bytes an earlier command overwrote,
+//! and every compressed frame whole and declaring the length its commands
+//! need.
 
+use crate::packed::{self, LiteralCoding, PackedSegment};
 use crate::wire::{put_varint, Reader};
 use crate::DeltaError;
 use std::collections::BTreeMap;
 use std::io::Write;
 
 const MAGIC: &[u8; 4] = b"ACDL";
-const VERSION: u8 = 1;
+/// Literals after the commands, compressed (or raw).
+const VERSION: u8 = 2;
+/// Literals inline after each ADD: written when they are raw.
+const VERSION_INLINE: u8 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -30,8 +46,10 @@ pub enum Layout {
     InPlace,
 }
 
-/// One command. `Add::data` is an offset into the delta's bytes when decoded,
-/// and into the new file when encoding (where it equals `dst`).
+/// One command. `Add::data` is where its bytes are when decoded (an offset
+/// into the delta's bytes, or into its decoded segment when the literals
+/// are compressed), and an offset into the new file when encoding (where it
+/// equals `dst`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
     Copy { src: u64, dst: u64, len: u64 },
@@ -64,6 +82,8 @@ pub struct Delta<'a> {
     pub scratch_len: u64,
     pub commands: Vec<Command>,
     buf: &'a [u8],
+    /// The segments whose literals are zstd frames, in target order.
+    packed: Vec<PackedSegment>,
 }
 
 /// What the encoder needs besides the commands.
@@ -75,16 +95,40 @@ pub struct Header {
     pub scratch_len: u64,
 }
 
-/// Writes a delta; ADD bytes are taken from `new` at the command's target offset.
+/// Writes a delta with raw literals; ADD bytes are taken from `new` at the
+/// command's target offset.
 pub fn encode(
     h: &Header,
     commands: &[Command],
     new: &[u8],
     out: &mut impl Write,
 ) -> std::io::Result<u64> {
+    encode_with(h, commands, new, LiteralCoding::Raw, out)
+}
+
+/// Writes a delta with its literals stored as `coding` says. Raw literals
+/// (and every in-place delta) are written in version 1, which every accord
+/// reads; compressed ones in version 2, for a reader known to take it.
+/// Compressed literals need ADDs that do not cross a segment end
+/// (`make_delta` splits them).
+pub fn encode_with(
+    h: &Header,
+    commands: &[Command],
+    new: &[u8],
+    coding: LiteralCoding,
+    out: &mut impl Write,
+) -> std::io::Result<u64> {
+    let seq = h.layout == Layout::Sequential;
+    let packed_level = match coding {
+        LiteralCoding::Zstd { level } if seq => Some(level),
+        _ => None,
+    };
     let mut head = Vec::with_capacity(64);
     head.extend_from_slice(MAGIC);
-    head.push(VERSION);
+    head.push(match packed_level {
+        Some(_) => VERSION,
+        None => VERSION_INLINE,
+    });
     head.push(match h.layout {
         Layout::Sequential => 0,
         Layout::InPlace => 1,
@@ -96,7 +140,7 @@ pub fn encode(
     put_varint(&mut head, commands.len() as u64);
     out.write_all(&head)?;
     let mut written = head.len() as u64;
-    let seq = h.layout == Layout::Sequential;
+    let inline = packed_level.is_none();
     let mut buf = Vec::with_capacity(64 << 10);
     for c in commands {
         match *c {
@@ -114,11 +158,14 @@ pub fn encode(
                     put_varint(&mut buf, dst);
                 }
                 put_varint(&mut buf, len);
-                out.write_all(&buf)?;
-                written += buf.len() as u64;
-                buf.clear();
-                out.write_all(&new[dst as usize..(dst + len) as usize])?;
-                written += len;
+                if inline {
+                    // Version 1: the bytes right after their command.
+                    out.write_all(&buf)?;
+                    written += buf.len() as u64;
+                    buf.clear();
+                    out.write_all(&new[dst as usize..(dst + len) as usize])?;
+                    written += len;
+                }
             }
             Command::Keep { dst, len } => {
                 buf.push(2);
@@ -146,8 +193,22 @@ pub fn encode(
     }
     out.write_all(&buf)?;
     written += buf.len() as u64;
+    if let Some(level) = packed_level {
+        out.write_all(&[LITERALS_PACKED])?;
+        written += 1 + packed::write_segments(commands, new, level, out)?;
+    }
     Ok(written)
 }
+
+/// Whether encoded delta bytes claim format 2, which only a reader that
+/// agreed to it may be given (a relay checks what it passes on).
+pub fn is_format_2(bytes: &[u8]) -> bool {
+    bytes.len() > MAGIC.len() && bytes.starts_with(MAGIC) && bytes[MAGIC.len()] == VERSION
+}
+
+/// Literal section codings.
+const LITERALS_RAW: u8 = 0;
+const LITERALS_PACKED: u8 = 1;
 
 impl<'a> Delta<'a> {
     /// Decodes and validates a whole delta.
@@ -159,11 +220,13 @@ impl<'a> Delta<'a> {
             ));
         }
         let version = r.u8("delta version")?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_INLINE {
             return Err(DeltaError::Corrupt(format!(
-                "delta format version {version} is not supported (expected {VERSION})"
+                "delta format version {version} is not supported (this accord reads {VERSION_INLINE} and {VERSION}); \
+                 make the delta again with this accord"
             )));
         }
+        let inline = version == VERSION_INLINE;
         let layout = match r.u8("delta layout")? {
             0 => Layout::Sequential,
             1 => Layout::InPlace,
@@ -181,10 +244,15 @@ impl<'a> Delta<'a> {
         let mut commands = Vec::with_capacity(count as usize);
         let mut next_dst = 0u64;
         for _ in 0..count {
-            let c = read_command(&mut r, layout, &mut next_dst)?;
+            let c = read_command(&mut r, layout, inline, &mut next_dst)?;
             commands.push(c);
         }
-        r.expect_end("last delta command")?;
+        let packed = if inline {
+            Vec::new()
+        } else {
+            read_literals(&mut r, layout, &mut commands)?
+        };
+        r.expect_end("delta's literal data")?;
         let d = Delta {
             layout,
             old_len,
@@ -193,14 +261,35 @@ impl<'a> Delta<'a> {
             scratch_len,
             commands,
             buf,
+            packed,
         };
         d.validate()?;
         Ok(d)
     }
 
-    /// The literal bytes of an ADD command.
+    /// The literal bytes of an ADD command whose bytes are stored raw
+    /// (see [`Delta::packed_segment`]).
     pub fn add_bytes(&self, data: usize, len: u64) -> &'a [u8] {
         &self.buf[data..data + len as usize]
+    }
+
+    /// Whether some literals are compressed (then [`crate::patch_to`]
+    /// decodes them; in-place deltas never have them).
+    pub fn has_packed_literals(&self) -> bool {
+        !self.packed.is_empty()
+    }
+
+    /// The packed segment holding the target byte `dst`, if its literals
+    /// are compressed.
+    pub(crate) fn packed_segment(&self, dst: u64) -> Option<&PackedSegment> {
+        let start = dst >> packed::SEGMENT_LOG << packed::SEGMENT_LOG;
+        let i = self.packed.partition_point(|p| p.start < start);
+        self.packed.get(i).filter(|p| p.start == start)
+    }
+
+    /// A packed segment's frame.
+    pub(crate) fn frame(&self, seg: &PackedSegment) -> &'a [u8] {
+        &self.buf[seg.frame.0..seg.frame.0 + seg.frame.1]
     }
 
     fn validate(&self) -> Result<(), DeltaError> {
@@ -322,9 +411,38 @@ impl<'a> Delta<'a> {
     }
 }
 
+/// The literal section of a version-2 delta: raw bytes in command order,
+/// or packed segments (sequential layout only).
+fn read_literals(
+    r: &mut Reader<'_>,
+    layout: Layout,
+    commands: &mut [Command],
+) -> Result<Vec<PackedSegment>, DeltaError> {
+    match r.u8("literal coding")? {
+        LITERALS_RAW => {
+            for c in commands.iter_mut() {
+                if let Command::Add { len, data, .. } = c {
+                    if *len > r.remaining() as u64 {
+                        return Err(DeltaError::Truncated("add data"));
+                    }
+                    *data = r.position();
+                    r.bytes(*len as usize, "add data")?;
+                }
+            }
+            Ok(Vec::new())
+        }
+        LITERALS_PACKED if layout == Layout::Sequential => packed::read_segments(r, commands),
+        LITERALS_PACKED => Err(DeltaError::Corrupt(
+            "compressed literals in an in-place delta".into(),
+        )),
+        x => Err(DeltaError::Corrupt(format!("unknown literal coding {x}"))),
+    }
+}
+
 fn read_command(
     r: &mut Reader<'_>,
     layout: Layout,
+    inline: bool,
     next_dst: &mut u64,
 ) -> Result<Command, DeltaError> {
     let seq = layout == Layout::Sequential;
@@ -358,11 +476,15 @@ fn read_command(
                 Some(r.varint("add target")?)
             };
             let len = r.varint("add length")?;
-            if len > r.remaining() as u64 {
-                return Err(DeltaError::Truncated("add data"));
+            // Version 2: the bytes come after the commands (`data` set then).
+            let mut data = 0;
+            if inline {
+                if len > r.remaining() as u64 {
+                    return Err(DeltaError::Truncated("add data"));
+                }
+                data = r.position();
+                r.bytes(len as usize, "add data")?;
             }
-            let data = r.position();
-            r.bytes(len as usize, "add data")?;
             let dst = match dst {
                 Some(d) => d,
                 None => implicit_dst(len)?,

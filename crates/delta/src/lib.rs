@@ -4,13 +4,17 @@
 //! * [`Signature::generate`] sums the blocks of the old file;
 //! * [`make_delta`] scans the new file against a signature and writes COPY/ADD
 //!   commands, in target order or ordered for in-place patching ([`inplace`]);
+//!   [`make_delta_with`] also compresses the literals against the matched
+//!   bytes ([`packed`]);
 //! * [`Delta::parse`] decodes and validates a delta whole;
 //! * [`patch_to`] streams the new file out, [`patch_in_place`] rebuilds the old
 //!   file in its own storage. Both check the result's BLAKE3.
 
+pub mod fine;
 pub mod format;
 pub mod inplace;
 pub mod matcher;
+pub mod packed;
 pub mod patch;
 pub mod rolling;
 pub mod signature;
@@ -18,6 +22,7 @@ mod wire;
 
 pub use format::{Command, Delta, Layout};
 pub use inplace::{CyclePolicy, InPlaceOptions, PlanStats};
+pub use packed::LiteralCoding;
 pub use patch::{patch_in_place, patch_to, InPlaceTarget, PatchError, PatchOptions};
 pub use signature::{Signature, SignatureOptions};
 
@@ -88,11 +93,26 @@ pub struct DeltaStats {
     pub plan: PlanStats,
 }
 
-/// Scans `new` against `sig` and writes the delta to `out`.
+/// Scans `new` against `sig` and writes the delta to `out`, its literals raw
+/// (format version 1, which every accord reads).
 pub fn make_delta(
     sig: &Signature,
     new: &[u8],
     opts: &DeltaOptions,
+    out: &mut impl Write,
+) -> Result<DeltaStats, DeltaError> {
+    make_delta_with(sig, new, opts, LiteralCoding::Raw, out)
+}
+
+/// [`make_delta`] with the literals stored as `coding` says: compressed
+/// (format version 2) for a delta that crosses a compressed link to a
+/// reader that takes it. An in-place delta keeps them raw: its receiver
+/// overwrites the matched bytes a dictionary would be made of.
+pub fn make_delta_with(
+    sig: &Signature,
+    new: &[u8],
+    opts: &DeltaOptions,
+    coding: LiteralCoding,
     out: &mut impl Write,
 ) -> Result<DeltaStats, DeltaError> {
     if opts.in_place.is_some() && sig.strong_len < signature::MIN_UNVERIFIED_STRONG_LEN {
@@ -110,7 +130,7 @@ pub fn make_delta(
     let (layout, commands, plan, scratch_len) = match &opts.in_place {
         None => (
             Layout::Sequential,
-            sequential_commands(&copies, new_len),
+            sequential_commands(&copies, new_len, coding != LiteralCoding::Raw),
             PlanStats::default(),
             0,
         ),
@@ -127,16 +147,28 @@ pub fn make_delta(
         result_hash,
         scratch_len,
     };
-    let delta_bytes = format::encode(&header, &commands, new, out)?;
+    let mut st = encode_counted(&header, &commands, new, coding, out)?;
+    st.block_len = sig.block_len;
+    st.strong_len = sig.strong_len;
+    st.plan = plan;
+    Ok(st)
+}
+
+/// Encodes `commands` and counts what they hold.
+pub(crate) fn encode_counted(
+    header: &format::Header,
+    commands: &[Command],
+    new: &[u8],
+    coding: LiteralCoding,
+    out: &mut impl Write,
+) -> Result<DeltaStats, DeltaError> {
+    let delta_bytes = format::encode_with(header, commands, new, coding, out)?;
     let mut st = DeltaStats {
-        new_len,
+        new_len: header.new_len,
         delta_bytes,
-        block_len: sig.block_len,
-        strong_len: sig.strong_len,
-        plan,
         ..Default::default()
     };
-    for c in &commands {
+    for c in commands {
         match c {
             Command::Copy { .. } => st.copy_commands += 1,
             Command::Add { len, .. } => {
@@ -146,22 +178,23 @@ pub fn make_delta(
             _ => {}
         }
     }
-    st.matched_bytes = new_len - st.literal_bytes;
+    st.matched_bytes = header.new_len - st.literal_bytes;
     Ok(st)
 }
 
-/// COPYs in target order with ADDs for the gaps.
-fn sequential_commands(copies: &[matcher::Copy], new_len: u64) -> Vec<Command> {
+/// COPYs in target order with ADDs for the gaps; with `packed`, no ADD
+/// crossing the end of a segment of compressed literals
+/// ([`packed::SEGMENT`]).
+pub(crate) fn sequential_commands(
+    copies: &[matcher::Copy],
+    new_len: u64,
+    packed: bool,
+) -> Vec<Command> {
     let mut cmds = Vec::with_capacity(copies.len() * 2 + 1);
     let mut at = 0;
+    let cut = if packed { packed::SEGMENT } else { u64::MAX };
     for c in copies {
-        if c.dst > at {
-            cmds.push(Command::Add {
-                dst: at,
-                len: c.dst - at,
-                data: at as usize,
-            });
-        }
+        push_adds(&mut cmds, at, c.dst, cut);
         cmds.push(Command::Copy {
             src: c.src,
             dst: c.dst,
@@ -169,14 +202,22 @@ fn sequential_commands(copies: &[matcher::Copy], new_len: u64) -> Vec<Command> {
         });
         at = c.dst + c.len;
     }
-    if at < new_len {
-        cmds.push(Command::Add {
-            dst: at,
-            len: new_len - at,
-            data: at as usize,
-        });
-    }
+    push_adds(&mut cmds, at, new_len, cut);
     cmds
+}
+
+/// ADDs for the target bytes `from..to`, cut at multiples of `cut`.
+fn push_adds(cmds: &mut Vec<Command>, mut from: u64, to: u64, cut: u64) {
+    while from < to {
+        let seg_end = (from / cut).saturating_add(1).saturating_mul(cut);
+        let end = to.min(seg_end);
+        cmds.push(Command::Add {
+            dst: from,
+            len: end - from,
+            data: from as usize,
+        });
+        from = end;
+    }
 }
 
 fn hash_parallel(data: &[u8]) -> [u8; 32] {

@@ -2,6 +2,7 @@
 //! old file in its own storage.
 
 use crate::format::{Command, Delta, Layout};
+use crate::packed;
 use crate::DeltaError;
 use std::io::{self, Write};
 
@@ -104,7 +105,8 @@ enum Source {
 
 /// Writes the new file to `out`, reading the old one from `old`. Works for
 /// both layouts; checks the result's BLAKE3 at the end (the caller discards
-/// the output on error).
+/// the output on error). Compressed literals are decoded one segment at a
+/// time, just before that segment is written.
 pub fn patch_to(old: &[u8], delta: &Delta<'_>, out: &mut impl Write) -> Result<(), DeltaError> {
     if old.len() as u64 != delta.old_len {
         return Err(DeltaError::WrongBasis {
@@ -117,16 +119,47 @@ pub fn patch_to(old: &[u8], delta: &Delta<'_>, out: &mut impl Write) -> Result<(
         pieces.sort_unstable_by_key(|p| p.0);
     }
     let mut hasher = blake3::Hasher::new();
-    for (_, len, src) in pieces {
-        let bytes = match src {
+    // The decoded literals of the packed segment being written.
+    let mut unpacked: Option<(u64, Vec<u8>)> = None;
+    for &(dst, len, ref src) in &pieces {
+        let bytes = match *src {
             Source::Old(off) => &old[off as usize..(off + len) as usize],
-            Source::Literal(data) => delta.add_bytes(data, len),
+            Source::Literal(data) => match delta.packed_segment(dst) {
+                None => delta.add_bytes(data, len),
+                Some(seg) => {
+                    if unpacked.as_ref().map(|u| u.0) != Some(seg.start) {
+                        let prefix = matched_bytes(old, &pieces, seg.start);
+                        let lits = packed::unpack(delta.frame(seg), &prefix, seg.lit_len)?;
+                        unpacked = Some((seg.start, lits));
+                    }
+                    let lits = &unpacked.as_ref().expect("just decoded").1;
+                    &lits[data..data + len as usize]
+                }
+            },
         };
         hasher.update(bytes);
         out.write_all(bytes)?;
     }
     out.flush()?;
     check_hash(delta, hasher.finalize())
+}
+
+/// The dictionary of the packed segment starting at `start`: the bytes the
+/// old file gives that segment, in target order (`pieces` are in target
+/// order; a piece may straddle the segment's ends).
+fn matched_bytes(old: &[u8], pieces: &[(u64, u64, Source)], start: u64) -> Vec<u8> {
+    let end = start + packed::SEGMENT;
+    let first = pieces.partition_point(|p| p.0 + p.1 <= start);
+    let mut prefix = Vec::new();
+    for &(dst, len, ref src) in pieces[first..].iter().take_while(|p| p.0 < end) {
+        if let Source::Old(off) = *src {
+            let a = dst.max(start);
+            let b = (dst + len).min(end);
+            let from = off + (a - dst);
+            prefix.extend_from_slice(&old[from as usize..(from + b - a) as usize]);
+        }
+    }
+    prefix
 }
 
 /// Each target range with the place its bytes come from, in command order.

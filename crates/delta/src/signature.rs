@@ -81,6 +81,17 @@ pub fn verified_strong_len(file_len: u64, block_len: u32) -> u8 {
     (bits.div_ceil(8) as u8).clamp(STRONG_LEN_LIMITS.0, STRONG_LEN_LIMITS.1)
 }
 
+/// Strong-sum length of one gap of a second round ([`crate::fine`]):
+/// every gap's blocks are compared at most at the `scanned` positions of
+/// the whole new file, so a false match anywhere in the file stays less
+/// likely than 2^-24, as in the first round.
+pub fn fine_strong_len(scanned: u64, gap_len: u64, block_len: u32) -> u8 {
+    let blocks = gap_len.div_ceil(block_len as u64).max(1);
+    let bits = (REDO_BITS + log2_ceil(scanned.max(block_len as u64)) + log2_ceil(blocks))
+        .saturating_sub(WEAK_BITS);
+    (bits.div_ceil(8) as u8).clamp(STRONG_LEN_LIMITS.0, STRONG_LEN_LIMITS.1)
+}
+
 fn log2_ceil(v: u64) -> u32 {
     64 - v.max(1).saturating_sub(1).leading_zeros()
 }
@@ -261,7 +272,7 @@ fn check_block_len(b: u32) -> Result<u32, DeltaError> {
     }
 }
 
-fn random_key() -> Result<[u8; 32], DeltaError> {
+pub(crate) fn random_key() -> Result<[u8; 32], DeltaError> {
     let mut key = [0u8; 32];
     getrandom::getrandom(&mut key)
         .map_err(|e| DeltaError::Usage(format!("no random source for the signature key: {e}")))?;

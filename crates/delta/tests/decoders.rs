@@ -5,7 +5,17 @@
 use accord_delta::*;
 use proptest::prelude::*;
 
-fn sample() -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+/// An old file, its signature, and deltas against it: sequential, in
+/// place, and sequential with compressed literals.
+struct Sample {
+    old: Vec<u8>,
+    sig: Vec<u8>,
+    seq: Vec<u8>,
+    ip: Vec<u8>,
+    packed: Vec<u8>,
+}
+
+fn sample() -> Sample {
     let old: Vec<u8> = (0..5000u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
         .collect();
@@ -23,6 +33,21 @@ fn sample() -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
     .unwrap();
     let mut seq = Vec::new();
     make_delta(&sig, &new, &DeltaOptions::default(), &mut seq).unwrap();
+    // Compressed literals: the inserted text compresses against the
+    // matched bytes around it.
+    let mut packed_new = old.clone();
+    packed_new.splice(2000..2000, old[100..1100].iter().copied());
+    let mut packed = Vec::new();
+    let coding = LiteralCoding::Zstd { level: 3 };
+    make_delta_with(
+        &sig,
+        &packed_new,
+        &DeltaOptions::default(),
+        coding,
+        &mut packed,
+    )
+    .unwrap();
+    assert!(Delta::parse(&packed).unwrap().has_packed_literals());
     let mut ip = Vec::new();
     let ipo = InPlaceOptions {
         scratch: 256,
@@ -37,7 +62,13 @@ fn sample() -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
         &mut ip,
     )
     .unwrap();
-    (old, sig.encode(), seq, ip)
+    Sample {
+        old,
+        sig: sig.encode(),
+        seq,
+        ip,
+        packed,
+    }
 }
 
 /// Applying whatever parses must either reproduce the promised checksum or fail.
@@ -100,16 +131,16 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn damaged_deltas_never_panic(which in 0usize..2, damages in prop::collection::vec(damage(), 1..4)) {
-        let (old, _, seq, ip) = sample();
-        let base = if which == 0 { seq } else { ip };
+    fn damaged_deltas_never_panic(which in 0usize..3, damages in prop::collection::vec(damage(), 1..4)) {
+        let Sample { old, seq, ip, packed, .. } = sample();
+        let base = vec![seq, ip, packed].swap_remove(which);
         let bad = damages.iter().fold(base, hurt);
         apply_all_ways(&old, &bad);
     }
 
     #[test]
     fn damaged_signatures_never_panic(damages in prop::collection::vec(damage(), 1..4)) {
-        let (_, sig, _, _) = sample();
+        let Sample { sig, .. } = sample();
         let bad = damages.iter().fold(sig, hurt);
         if let Ok(s) = Signature::decode(&bad) {
             let mut out = Vec::new();
@@ -120,9 +151,12 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Signature::decode(&bytes);
-        let mut with_magic = b"ACDL\x01".to_vec();
-        with_magic.extend_from_slice(&bytes);
-        apply_all_ways(&[1, 2, 3], &with_magic);
+        for version in [1u8, 2] {
+            let mut with_magic = b"ACDL".to_vec();
+            with_magic.push(version);
+            with_magic.extend_from_slice(&bytes);
+            apply_all_ways(&[1, 2, 3], &with_magic);
+        }
     }
 }
 

@@ -32,6 +32,25 @@ fn check_all(old: &[u8], new: &[u8], block: u32) {
     let mut out = Vec::new();
     patch_to(old, &d, &mut out).unwrap();
     assert_eq!(out, new, "sequential");
+    for level in [1, 9] {
+        let mut packed = Vec::new();
+        let opts = DeltaOptions::default();
+        let coding = LiteralCoding::Zstd { level };
+        let st = make_delta_with(&sig, new, &opts, coding, &mut packed).unwrap();
+        assert_eq!(st.literal_bytes, seq_st.literal_bytes);
+        // Never larger than raw literals (format 1) but for the literal
+        // section's coding byte and a few bytes a segment (its kind, its
+        // frame's length, an ADD cut at its end).
+        let segments = 1 + (new.len() >> 24);
+        assert!(
+            packed.len() <= seq.len() + 1 + 8 * segments,
+            "level {level}"
+        );
+        assert_eq!(seq[4], 1, "raw literals are written in format 1");
+        let mut out = Vec::new();
+        patch_to(old, &Delta::parse(&packed).unwrap(), &mut out).unwrap();
+        assert_eq!(out, new, "compressed literals, level {level}");
+    }
     for policy in [CyclePolicy::Stash, CyclePolicy::Trim, CyclePolicy::Delete] {
         for scratch in [0u64, 64, 1 << 20] {
             for window_nodes in [2usize, 5, 1 << 20] {

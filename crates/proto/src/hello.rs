@@ -31,6 +31,12 @@ pub const FEATURE_NO_OWNERS: u64 = 32;
 /// Feature bit: the server keeps a sync's side of more than two roots: the
 /// set's archive with its version vectors (requests 34 to 39).
 pub const FEATURE_SYNC_SET: u64 = 64;
+/// Feature bit: both sides read delta format 2 (literals compressed
+/// against the matched bytes), and `MakeDelta` may ask for it.
+pub const FEATURE_PACKED_DELTA: u64 = 128;
+/// Feature bit: the server signs the gaps of a delta's first round in
+/// smaller blocks (`FineSignature`), for a second round over them.
+pub const FEATURE_FINE_SIGNATURE: u64 = 256;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
@@ -38,7 +44,9 @@ pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_SYNC_IGNORE
     | FEATURE_SYNC_FOLLOW
     | FEATURE_NO_OWNERS
-    | FEATURE_SYNC_SET;
+    | FEATURE_SYNC_SET
+    | FEATURE_PACKED_DELTA
+    | FEATURE_FINE_SIGNATURE;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

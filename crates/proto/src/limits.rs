@@ -22,6 +22,13 @@ pub fn max_delta(size: u64) -> u64 {
     size.saturating_add(size / 8).saturating_add(1 << 20)
 }
 
+/// The zstd levels a delta's literals may be compressed at (those of
+/// `-z`): the cost of the highest is bounded by the segment size of the
+/// compressed literals.
+pub const MIN_PACK_LEVEL: i32 = -7;
+/// See [`MIN_PACK_LEVEL`].
+pub const MAX_PACK_LEVEL: i32 = 19;
+
 /// Any delta: one for the largest file a delta is made for.
 pub const MAX_DELTA: u64 = MAX_DELTA_FILE + MAX_DELTA_FILE / 8 + (1 << 20);
 

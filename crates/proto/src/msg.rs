@@ -78,12 +78,25 @@ pub enum Request {
         in_place: bool,
     },
     /// Body: the receiver's signature. Reply: literal and matched byte
-    /// counts, then the delta.
+    /// counts, then the delta. `pack_level`: the delta's reader takes
+    /// delta format 2, and its literals are to be compressed at this zstd
+    /// level (sent only to a server that agreed to `FEATURE_PACKED_DELTA`;
+    /// `None`: format 1, as every server writes it).
     MakeDelta {
         dir: RelPath,
         name: Vec<u8>,
         expect: Expect,
         in_place: bool,
+        pack_level: Option<i32>,
+    },
+    /// Body: a gap request (`accord_delta::fine::GapRequest`): the old
+    /// file's ranges that a first round's literal runs replace. Reply:
+    /// their fine signature. Sent only to a server that agreed to
+    /// `FEATURE_FINE_SIGNATURE`.
+    FineSignature {
+        dir: RelPath,
+        name: Vec<u8>,
+        expect: Expect,
     },
     /// Body: the whole contents, or a delta against the basis.
     Receive {
@@ -312,6 +325,7 @@ impl Request {
                 | Request::SyncVersionsAt
                 | Request::SyncRecordVersions
                 | Request::MakeDelta { .. }
+                | Request::FineSignature { .. }
                 | Request::Receive { .. }
                 | Request::PatchInPlace { .. }
         )
@@ -330,6 +344,7 @@ impl Request {
                 | Request::OpenRead { .. }
                 | Request::Signature { .. }
                 | Request::PartialSignature { .. }
+                | Request::FineSignature { .. }
                 | Request::MakeDelta { .. }
                 | Request::SyncIdentity
                 | Request::SyncLookup { .. }
@@ -356,6 +371,7 @@ impl Request {
             Request::OpenRead { .. } => "read",
             Request::Signature { .. } => "signature",
             Request::MakeDelta { .. } => "delta",
+            Request::FineSignature { .. } => "fine signature",
             Request::Receive { .. } => "receive",
             Request::PatchInPlace { .. } => "patch in place",
             Request::MakeNode { .. } => "make node",

@@ -293,6 +293,11 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|(name, durable)| Request::WriteState { name, durable }),
         dn().prop_map(|(dir, name)| Request::Stat { dir, name }),
         (dn(), expect()).prop_map(|((dir, name), expect)| Request::OpenRead { dir, name, expect }),
+        (dn(), expect()).prop_map(|((dir, name), expect)| Request::FineSignature {
+            dir,
+            name,
+            expect
+        }),
         (dn(), expect(), any::<bool>()).prop_map(|((dir, name), expect, in_place)| {
             Request::Signature {
                 dir,
@@ -301,14 +306,21 @@ fn request() -> impl Strategy<Value = Request> {
                 in_place,
             }
         }),
-        (dn(), expect(), any::<bool>()).prop_map(|((dir, name), expect, in_place)| {
-            Request::MakeDelta {
-                dir,
-                name,
-                expect,
-                in_place,
-            }
-        }),
+        (
+            dn(),
+            expect(),
+            any::<bool>(),
+            proptest::option::of(-7i32..=19)
+        )
+            .prop_map(|((dir, name), expect, in_place, pack_level)| {
+                Request::MakeDelta {
+                    dir,
+                    name,
+                    expect,
+                    in_place,
+                    pack_level,
+                }
+            }),
         (dn(), basis(), props(), mask()).prop_map(|((dir, name), basis, props, mask)| {
             Request::Receive {
                 dir,
@@ -677,6 +689,16 @@ fn one_of_each() -> Vec<Request> {
             name: name(),
             expect: Expect::Absent,
             in_place: false,
+            pack_level: None,
+        },
+        // Asking for compressed literals (to a server that agreed to
+        // them): the same bytes and the level.
+        Request::MakeDelta {
+            dir: dir(),
+            name: name(),
+            expect: Expect::Absent,
+            in_place: false,
+            pack_level: Some(6),
         },
         receive(Basis::Nothing),
         receive(Basis::Entry(Expect::Entry(found))),
@@ -770,6 +792,12 @@ fn one_of_each() -> Vec<Request> {
         Request::SyncVersionsDigest,
         Request::SyncVersionsAt,
         Request::SyncRecordVersions,
+        // The second round of a delta: the fields of `OpenRead`.
+        Request::FineSignature {
+            dir: dir(),
+            name: name(),
+            expect: Expect::Entry(found),
+        },
     ]
 }
 
@@ -777,7 +805,7 @@ fn one_of_each() -> Vec<Request> {
 /// has them (taken from the encoder before it was split into one function
 /// per kind of request). A change here is a change of the protocol: a peer
 /// of another version would misread the request.
-const ONE_OF_EACH_BYTES: [&str; 41] = [
+const ONE_OF_EACH_BYTES: [&str; 43] = [
     "01",
     "0203642f6502032a2e6f04746d702f010005",
     "0303642f65",
@@ -789,6 +817,7 @@ const ONE_OF_EACH_BYTES: [&str; 41] = [
     "0903642f65016e01000405ac020303",
     "0a03642f65016e020001",
     "0b03642f65016e0000",
+    "0b03642f65016e00000c",
     "0c03642f65016e00ed13e807640303010106757365722e6b01760100010105",
     "0c03642f65016e0101000405ac020303ed13e807640303010106757365722e6b01760100010105",
     "0c03642f65016e02ed13e807640303010106757365722e6b01760100010105",
@@ -819,6 +848,7 @@ const ONE_OF_EACH_BYTES: [&str; 41] = [
     "25",
     "26",
     "27",
+    "2803642f65016e01000405ac020303",
 ];
 
 #[test]
@@ -826,7 +856,7 @@ fn every_kind_of_request_has_its_pinned_bytes() {
     let requests = one_of_each();
     assert_eq!(requests.len(), ONE_OF_EACH_BYTES.len());
     let names: std::collections::BTreeSet<_> = requests.iter().map(Request::name).collect();
-    assert_eq!(names.len(), 39, "every kind of request once at least");
+    assert_eq!(names.len(), 40, "every kind of request once at least");
     for (r, pinned) in requests.iter().zip(ONE_OF_EACH_BYTES) {
         let bytes = r.encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -842,7 +872,9 @@ fn malformed_requests_get_their_errors() {
     let invalid = |m: &str| Err(Invalid(m.into()));
     assert_eq!(Request::decode(&[]), Err(Truncated("operation")));
     assert_eq!(Request::decode(&[0]), invalid("unknown operation 0"));
-    assert_eq!(Request::decode(&[40]), invalid("unknown operation 40"));
+    assert_eq!(Request::decode(&[41]), invalid("unknown operation 41"));
+    // FineSignature: its fields are `OpenRead`'s.
+    assert_eq!(Request::decode(&[40]), Err(Truncated("directory")));
     assert_eq!(
         Request::decode(&[34, 0]),
         invalid("a set named with no bytes")
@@ -867,6 +899,11 @@ fn malformed_requests_get_their_errors() {
     assert_eq!(
         Request::decode(&e.finish()),
         invalid("a wait of 60001 ms (at most 60000)")
+    );
+    // MakeDelta: the root, the name "n", absent, not in place, level 20.
+    assert_eq!(
+        Request::decode(&[11, 0, 1, b'n', 0, 0, 40]),
+        invalid("level of compressed literals 20 outside -7..=19")
     );
     let mut e = Enc::new();
     e.u8(6).str(".memo");

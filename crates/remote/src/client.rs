@@ -7,20 +7,25 @@ use crate::budget::{Budget, Held};
 use crate::errors::from_wire;
 use crate::mux::{ChunkCursor, Conn, Role};
 use crate::sync_client::RemoteSide;
-use accord_delta::DeltaStats;
+use accord_delta::{DeltaStats, LiteralCoding};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
 use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{
     FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
 };
-use accord_proto::hello::{FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE, FEATURE_SYNC_SET};
+use accord_proto::hello::{
+    FEATURE_FINE_SIGNATURE, FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE,
+    FEATURE_SYNC_SET,
+};
 use accord_proto::limits;
 use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
     Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
 };
-use accord_replica::{Action, Deleted, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
+use accord_replica::{
+    Action, Deleted, DeltaWire, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir,
+};
 use accord_replica::{SideFailure, SideSession};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
@@ -95,6 +100,12 @@ pub struct RemoteReplica {
     sync_set: bool,
     /// The server keeps the owners it is sent (it runs as root).
     keeps_owners: bool,
+    /// The server signs a delta's gaps for a second round: it agreed to
+    /// the feature.
+    fine_signatures: bool,
+    /// What a delta crossing this connection may hold: format 2 when the
+    /// server agreed to the feature, compressed at the level of `-z`.
+    delta_wire: DeltaWire,
 }
 
 type PendingReply = Pending<Result<Vec<u8>, CallError>>;
@@ -144,7 +155,9 @@ impl RemoteReplica {
             | FEATURE_SYNC_IGNORE
             | FEATURE_SYNC_FOLLOW
             | FEATURE_SYNC_SET
-            | FEATURE_NO_OWNERS;
+            | FEATURE_NO_OWNERS
+            | FEATURE_PACKED_DELTA
+            | FEATURE_FINE_SIGNATURE;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -201,6 +214,11 @@ impl RemoteReplica {
             sync_follow: features & FEATURE_SYNC_FOLLOW != 0,
             sync_set: features & FEATURE_SYNC_SET != 0,
             keeps_owners: features & FEATURE_NO_OWNERS == 0,
+            fine_signatures: features & FEATURE_FINE_SIGNATURE != 0,
+            delta_wire: DeltaWire {
+                reads_packed: features & FEATURE_PACKED_DELTA != 0,
+                level: compress,
+            },
         };
         if mode.writes() {
             *replica.lock_asked.lock().unwrap() = Some(replica.call_later(&Request::Lock, None));
@@ -458,9 +476,9 @@ pub(crate) fn start_on(
 fn reply_limit(req: &Request) -> (u64, &'static str) {
     match req {
         Request::ListDir { .. } => (limits::MAX_LISTING, "a listing"),
-        Request::Signature { .. } | Request::PartialSignature { .. } => {
-            (limits::MAX_SIGNATURE, "a signature")
-        }
+        Request::Signature { .. }
+        | Request::PartialSignature { .. }
+        | Request::FineSignature { .. } => (limits::MAX_SIGNATURE, "a signature"),
         Request::MakeDelta { expect, .. } => {
             let size = match expect {
                 Expect::Entry(f) => f.size.min(limits::MAX_DELTA_FILE),
@@ -872,12 +890,26 @@ impl ReplicaDir for RemoteDir<'_> {
         expect: &Expect,
         signature: &[u8],
         in_place: bool,
+        wire: DeltaWire,
     ) -> Result<(Vec<u8>, DeltaStats), Error> {
+        // The server writes format 2 only when asked, and is asked only when
+        // it agreed and the delta's reader (beyond this client) takes it;
+        // the literals are compressed at the level of the links crossed.
+        let own = self.replica.delta_wire;
+        let crossing = DeltaWire {
+            reads_packed: own.reads_packed && wire.reads_packed,
+            level: wire.level.or(own.level),
+        };
+        let pack_level = match crossing.coding() {
+            LiteralCoding::Zstd { level } if !in_place => Some(level),
+            _ => None,
+        };
         let req = Request::MakeDelta {
             dir: self.dir.clone(),
             name: name.to_vec(),
             expect: *expect,
             in_place,
+            pack_level,
         };
         let b = match self.replica.call(&req, Some(&mut &signature[..])) {
             Ok(b) => b,
@@ -887,7 +919,7 @@ impl ReplicaDir for RemoteDir<'_> {
                 // wire, the same delta).
                 Error::Io { source, .. } if source.kind() == io::ErrorKind::OutOfMemory => {
                     return accord_replica::delta_from_stream(
-                        self, name, expect, signature, in_place,
+                        self, name, expect, signature, in_place, wire,
                     )
                 }
                 e => return Err(e),
@@ -900,12 +932,43 @@ impl ReplicaDir for RemoteDir<'_> {
         let mut d = Dec::new(&b);
         let literal_bytes = d.varint("literal bytes").map_err(bad)?;
         let matched_bytes = d.varint("matched bytes").map_err(bad)?;
+        let delta = d.rest();
+        if pack_level.is_none() && accord_delta::format::is_format_2(delta) {
+            // Its reader may be an older accord: never pass it on.
+            return Err(bad(accord_proto::ProtoError::Invalid(
+                "a delta with compressed literals, which were not asked for".into(),
+            )));
+        }
         let stats = DeltaStats {
             literal_bytes,
             matched_bytes,
             ..DeltaStats::default()
         };
-        Ok((d.rest().to_vec(), stats))
+        Ok((delta.to_vec(), stats))
+    }
+
+    fn delta_wire(&self) -> DeltaWire {
+        self.replica.delta_wire
+    }
+
+    fn fine_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        request: &[u8],
+    ) -> Result<Option<Vec<u8>>, Error> {
+        if !self.replica.fine_signatures {
+            return Ok(None);
+        }
+        let req = Request::FineSignature {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            expect: *expect,
+        };
+        self.replica
+            .call(&req, Some(&mut &request[..]))
+            .map(Some)
+            .map_err(|e| e.into_error(Action::OpenDestination))
     }
 
     fn start_receive(

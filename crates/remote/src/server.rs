@@ -632,7 +632,11 @@ impl Session<'_> {
                 name,
                 expect,
                 in_place,
-            } => self.make_delta(stream, dir, name, expect, *in_place),
+                pack_level,
+            } => self.make_delta(stream, (dir, name, expect), *in_place, *pack_level),
+            Request::FineSignature { dir, name, expect } => {
+                self.fine_signature(stream, dir, name, expect)
+            }
             Request::Receive {
                 dir,
                 name,

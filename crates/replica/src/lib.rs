@@ -27,7 +27,7 @@ pub use error::{Action, End, EndWords, Error, InWords};
 pub use local::side::LocalSide;
 pub use local::{LocalOptions, LocalReplica};
 pub use pending::{Deleted, Incoming, Pending, PendingTemp};
-pub use seam::{delta_from_stream, recheck, Replica, ReplicaDir, STREAM_DELTA_MAX};
+pub use seam::{delta_from_stream, recheck, DeltaWire, Replica, ReplicaDir, STREAM_DELTA_MAX};
 pub use side::rules::{SyncRules, BACKUP_DIR};
 pub use side::{
     local_identity, ArchiveRecord, SideCause, SideChange, SideFailure, SideOptions, SideScan,

@@ -13,11 +13,44 @@
 use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
 use crate::side::{SideCause, SideFailure, SideSession};
-use accord_delta::{make_delta, DeltaOptions, DeltaStats, InPlaceOptions, Signature};
+use accord_delta::fine::{refine, FineSignature, GapRequest};
+use accord_delta::{
+    make_delta_with, Delta, DeltaOptions, DeltaStats, InPlaceOptions, LiteralCoding, Signature,
+};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use std::io::{self, Read};
 use std::path::Path;
+
+/// What a delta made for a destination may hold: the format its reader
+/// takes and the compression of the link it crosses. Its literals are
+/// compressed against the matched bytes (delta format 2) only when both
+/// allow it; otherwise it is format 1, which every accord reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaWire {
+    /// The reader takes delta format 2 (a remote one agreed to it at the
+    /// handshake).
+    pub reads_packed: bool,
+    /// The zstd level of the link the delta crosses (`-z`); `None`: the
+    /// link does not compress, nor then do the literals.
+    pub level: Option<i32>,
+}
+
+impl DeltaWire {
+    /// What a local destination takes, the link being none.
+    pub const LOCAL: DeltaWire = DeltaWire {
+        reads_packed: true,
+        level: None,
+    };
+
+    /// How the literals are stored.
+    pub fn coding(self) -> LiteralCoding {
+        match self.level {
+            Some(level) if self.reads_packed => LiteralCoding::Zstd { level },
+            _ => LiteralCoding::Raw,
+        }
+    }
+}
 
 /// A replica as the engine sees it.
 pub trait Replica: Send + Sync {
@@ -195,15 +228,68 @@ pub trait ReplicaDir: Send + Sync {
     /// A delta from the receiver's encoded `signature` to the regular file
     /// at `name`, which must still be what `expect` says, made where that
     /// file is (so from a remote source only the delta crosses the wire);
-    /// `in_place`: a delta for `patch_in_place`.
+    /// `in_place`: a delta for `patch_in_place`; `wire`: what the
+    /// receiver's [`ReplicaDir::delta_wire`] said (a remote source adds its
+    /// own link's compression).
     fn make_delta(
         &self,
         name: &[u8],
         expect: &Expect,
         signature: &[u8],
         in_place: bool,
+        wire: DeltaWire,
     ) -> Result<(Vec<u8>, DeltaStats), Error> {
-        delta_from_stream(self, name, expect, signature, in_place)
+        delta_from_stream(self, name, expect, signature, in_place, wire)
+    }
+    /// The encoded fine signature (`accord_delta::fine::FineSignature`)
+    /// of the gaps that `request`, an encoded `GapRequest`, names in the
+    /// regular file at `name`, which must still be what `expect` says: the
+    /// receiver's side of a delta's second round. `None`: this directory
+    /// does not sign gaps (a server that did not agree to it), and the
+    /// first round's delta is sent as it is.
+    fn fine_signature(
+        &self,
+        _name: &[u8],
+        _expect: &Expect,
+        _request: &[u8],
+    ) -> Result<Option<Vec<u8>>, Error> {
+        Ok(None)
+    }
+    /// Whether [`ReplicaDir::refine_delta`] runs where the file is: true
+    /// for a directory on this host (the default reads the file whole,
+    /// which from a remote source would cost more than the second round
+    /// saves).
+    fn refines_deltas(&self) -> bool {
+        false
+    }
+    /// The sender's side of a delta's second round: `first`, the delta
+    /// this directory made for `name`, with each literal run scanned
+    /// against the blocks of `fine`, the receiver's answer to `request`.
+    fn refine_delta(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        (first, request, fine): (&[u8], &GapRequest, &[u8]),
+        wire: DeltaWire,
+    ) -> Result<(Vec<u8>, DeltaStats), Error> {
+        let new = read_planned(self, name, expect)?;
+        let bad = |source| Error::Delta {
+            action: Action::ReadSource,
+            source,
+        };
+        let first = Delta::parse(first).map_err(bad)?;
+        let fine = FineSignature::decode(fine, request).map_err(|source| Error::Delta {
+            action: Action::OpenDestination,
+            source,
+        })?;
+        let mut delta = Vec::new();
+        let stats = refine(&first, &fine, &new, wire.coding(), &mut delta).map_err(bad)?;
+        Ok((delta, stats))
+    }
+    /// What a delta sent to this directory may hold. The default, for a
+    /// reader of unknown age: format 1.
+    fn delta_wire(&self) -> DeltaWire {
+        DeltaWire::default()
     }
     /// Write new contents for `name` into a hidden temp file beside it, with
     /// `props` applied; the temp's name. `incoming` is read before this
@@ -353,14 +439,42 @@ pub trait ReplicaDir: Send + Sync {
 pub const STREAM_DELTA_MAX: u64 = 1 << 30;
 
 /// `make_delta` for any directory: read the file whole, check it is the
-/// planned version, match it against the signature.
+/// planned version, match it against the signature; the literals stored as
+/// `wire` allows.
 pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
     dir: &D,
     name: &[u8],
     expect: &Expect,
     signature: &[u8],
     in_place: bool,
+    wire: DeltaWire,
 ) -> Result<(Vec<u8>, DeltaStats), Error> {
+    let sig = Signature::decode(signature).map_err(|source| Error::Delta {
+        action: Action::OpenDestination,
+        source,
+    })?;
+    let new = read_planned(dir, name, expect)?;
+    let opts = DeltaOptions {
+        in_place: in_place.then(InPlaceOptions::default),
+    };
+    let mut delta = Vec::new();
+    let stats =
+        make_delta_with(&sig, &new, &opts, wire.coding(), &mut delta).map_err(|source| {
+            Error::Delta {
+                action: Action::ReadSource,
+                source,
+            }
+        })?;
+    Ok((delta, stats))
+}
+
+/// The regular file at `name`, read whole: the version `expect` plans
+/// (at most [`STREAM_DELTA_MAX`] bytes).
+fn read_planned<D: ReplicaDir + ?Sized>(
+    dir: &D,
+    name: &[u8],
+    expect: &Expect,
+) -> Result<Vec<u8>, Error> {
     let size = match expect {
         Expect::Entry(f) if f.kind == Kind::File => f.size,
         _ => return Err(Error::Changed(End::Read)),
@@ -370,10 +484,6 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
             "too large for a delta made from a stream",
         )));
     }
-    let sig = Signature::decode(signature).map_err(|source| Error::Delta {
-        action: Action::OpenDestination,
-        source,
-    })?;
     let mut new = Vec::with_capacity(size as usize);
     dir.open_read(name, expect)?
         .take(size + 1)
@@ -385,15 +495,7 @@ pub fn delta_from_stream<D: ReplicaDir + ?Sized>(
         return Err(Error::Changed(End::Read));
     }
     recheck(dir, name, expect, End::Read)?;
-    let opts = DeltaOptions {
-        in_place: in_place.then(InPlaceOptions::default),
-    };
-    let mut delta = Vec::new();
-    let stats = make_delta(&sig, &new, &opts, &mut delta).map_err(|source| Error::Delta {
-        action: Action::ReadSource,
-        source,
-    })?;
-    Ok((delta, stats))
+    Ok(new)
 }
 
 /// Check `expect` against what `dir` has at `name` now.
@@ -457,5 +559,31 @@ fn emit(e: Entry, batch: usize, pending: &mut Vec<Entry>, sink: &mut dyn FnMut(V
     pending.push(e);
     if pending.len() >= batch {
         sink(std::mem::take(pending));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_compressed_only_for_a_reader_that_takes_them_over_z() {
+        let raw = LiteralCoding::Raw;
+        assert_eq!(
+            DeltaWire::default().coding(),
+            raw,
+            "a reader of unknown age"
+        );
+        assert_eq!(DeltaWire::LOCAL.coding(), raw, "no link, no -z");
+        let old_reader = DeltaWire {
+            reads_packed: false,
+            level: Some(6),
+        };
+        assert_eq!(old_reader.coding(), raw, "-z to an older reader");
+        let new_reader = DeltaWire {
+            reads_packed: true,
+            level: Some(6),
+        };
+        assert_eq!(new_reader.coding(), LiteralCoding::Zstd { level: 6 });
     }
 }

@@ -575,23 +575,46 @@ pub enum Answer {
 /// hangs up; it returns the requests it saw.
 pub fn hostile_server(
     mode: RootMode,
+    answer: impl FnMut(&Asked) -> Answer + Send + 'static,
+) -> (RemoteReplica, JoinHandle<Vec<Request>>) {
+    fake_server(mode, (0, None), answer)
+}
+
+/// [`hostile_server`] agreeing to `features` (those the client asks for
+/// among them), the client asking for `-z` at `compress`: the fake then
+/// speaks zstd both ways.
+pub fn fake_server(
+    mode: RootMode,
+    (features, compress): (u64, Option<i32>),
     mut answer: impl FnMut(&Asked) -> Answer + Send + 'static,
 ) -> (RemoteReplica, JoinHandle<Vec<Request>>) {
+    use accord_proto::hello::FEATURE_ZSTD;
+    use accord_remote::compress::{ZstdReader, ZstdWriter};
     let (ours, theirs) = UnixStream::pair().unwrap();
     // A fake that is never hung up on still ends.
     ours.set_read_timeout(Some(WAIT)).unwrap();
     let thread = std::thread::spawn(move || {
         let mut r = ours.try_clone().unwrap();
         let mut w = ours;
-        let _hello = Hello::read(&mut r).unwrap();
+        let hello = Hello::read(&mut r).unwrap();
+        let features = features & hello.features;
         Welcome::Accepted {
             version: VERSION,
-            features: 0,
+            features,
             identity: (99, 99),
             describe: "hostile".into(),
         }
         .write(&mut w)
         .unwrap();
+        let (mut r, mut w): (Box<dyn std::io::Read + Send>, Box<dyn Write + Send>) =
+            if features & FEATURE_ZSTD != 0 {
+                (
+                    Box::new(ZstdReader::new(Box::new(r)).unwrap()),
+                    Box::new(ZstdWriter::new(Box::new(w), 3).unwrap()),
+                )
+            } else {
+                (Box::new(r), Box::new(w))
+            };
         let mut seen = Vec::new();
         let mut bodies: HashMap<u32, (Request, Vec<u8>)> = HashMap::new();
         while let Ok(Some(f)) = read_frame(&mut r) {
@@ -623,6 +646,7 @@ pub fn hostile_server(
                     // Give the body's credit back, as a real server does.
                     let grant = (body.len() as u32).max(1);
                     let _ = write_frame(&mut w, 0, FrameKind::Credit, &grant.to_le_bytes());
+                    let _ = w.flush();
                     Asked {
                         stream: f.stream,
                         request,
@@ -669,16 +693,21 @@ pub fn hostile_server(
                 Answer::Raw(b) => b,
                 Answer::Nothing => Vec::new(),
             };
-            if w.write_all(&bytes).is_err() {
+            if w.write_all(&bytes).and_then(|()| w.flush()).is_err() {
                 break;
             }
         }
         seen
     });
     let r = theirs.try_clone().unwrap();
-    let replica =
-        RemoteReplica::connect(Box::new(r), Box::new(ShutOnDrop(theirs)), b"/x", mode, None)
-            .expect("connect to the fake server");
+    let replica = RemoteReplica::connect(
+        Box::new(r),
+        Box::new(ShutOnDrop(theirs)),
+        b"/x",
+        mode,
+        compress,
+    )
+    .expect("connect to the fake server");
     (replica, thread)
 }
 

@@ -56,6 +56,7 @@ mod op {
     pub const SYNC_VERSIONS_DIGEST: u8 = 37;
     pub const SYNC_VERSIONS_AT: u8 = 38;
     pub const SYNC_RECORD_VERSIONS: u8 = 39;
+    pub const FINE_SIGNATURE: u8 = 40;
 }
 
 impl Request {
@@ -92,6 +93,7 @@ impl Request {
             Request::Delete { .. } => op::DELETE,
             Request::RemoveStaleTemp { .. } => op::REMOVE_STALE_TEMP,
             Request::PartialSignature { .. } => op::PARTIAL_SIGNATURE,
+            Request::FineSignature { .. } => op::FINE_SIGNATURE,
             Request::SyncIdentity => op::SYNC_IDENTITY,
             Request::SyncOpen { .. } => op::SYNC_OPEN,
             Request::SyncForget => op::SYNC_FORGET,
@@ -142,7 +144,8 @@ impl Request {
                 name,
                 expect,
                 in_place,
-            } => put_make_delta(e, dir, name, expect, *in_place),
+                pack_level,
+            } => put_make_delta(e, dir, name, expect, (*in_place, *pack_level)),
             Request::Receive {
                 dir,
                 name,
@@ -189,6 +192,7 @@ impl Request {
             Request::Delete { dir, name, expect } => put_delete(e, dir, name, expect),
             Request::RemoveStaleTemp { dir, name } => put_remove_stale_temp(e, dir, name),
             Request::PartialSignature { dir, name } => put_partial_signature(e, dir, name),
+            Request::FineSignature { dir, name, expect } => put_open_read(e, dir, name, expect),
             Request::SyncOpen { other } => put_sync_open(e, other),
             Request::SyncScan { flags } => put_sync_scan(e, *flags),
             Request::SyncLookup { flags } => put_sync_lookup(e, *flags),
@@ -253,6 +257,7 @@ impl Request {
             op::SYNC_VERSIONS_DIGEST => Request::SyncVersionsDigest,
             op::SYNC_VERSIONS_AT => Request::SyncVersionsAt,
             op::SYNC_RECORD_VERSIONS => Request::SyncRecordVersions,
+            op::FINE_SIGNATURE => get_fine_signature(d)?,
             n => return Err(ProtoError::Invalid(format!("unknown operation {n}"))),
         };
         d.end("the request")?;
@@ -389,24 +394,53 @@ fn get_signature(d: &mut Dec) -> Result<Request, ProtoError> {
     })
 }
 
-// MakeDelta: the fields of `Signature`.
+// MakeDelta: the fields of `Signature`, then the level of compressed
+// literals when there is one (a field an older server never sees: it is
+// sent only to a server that agreed to `FEATURE_PACKED_DELTA`).
 
-fn put_make_delta(e: &mut Enc, dir: &RelPath, name: &[u8], expect: &Expect, in_place: bool) {
+fn put_make_delta(
+    e: &mut Enc,
+    dir: &RelPath,
+    name: &[u8],
+    expect: &Expect,
+    (in_place, pack_level): (bool, Option<i32>),
+) {
     put_dir_name(e, dir, name);
     put_expect(e, expect);
     e.bool(in_place);
+    if let Some(level) = pack_level {
+        e.svarint(level.into());
+    }
 }
 
 fn get_make_delta(d: &mut Dec) -> Result<Request, ProtoError> {
     let (dir, name) = get_dir_name(d)?;
     let expect = get_expect(d)?;
     let in_place = d.bool("in place")?;
+    let pack_level = match d.remaining() {
+        0 => None,
+        _ => Some(get_pack_level(d)?),
+    };
     Ok(Request::MakeDelta {
         dir,
         name,
         expect,
         in_place,
+        pack_level,
     })
+}
+
+fn get_pack_level(d: &mut Dec) -> Result<i32, ProtoError> {
+    let level = d.svarint("level of compressed literals")?;
+    let range = i64::from(crate::limits::MIN_PACK_LEVEL)..=i64::from(crate::limits::MAX_PACK_LEVEL);
+    if !range.contains(&level) {
+        return Err(ProtoError::Invalid(format!(
+            "level of compressed literals {level} outside {}..={}",
+            range.start(),
+            range.end()
+        )));
+    }
+    Ok(level as i32)
 }
 
 // Receive
@@ -649,6 +683,14 @@ fn put_remove_stale_temp(e: &mut Enc, dir: &RelPath, name: &[u8]) {
 fn get_remove_stale_temp(d: &mut Dec) -> Result<Request, ProtoError> {
     let (dir, name) = get_dir_name(d)?;
     Ok(Request::RemoveStaleTemp { dir, name })
+}
+
+// FineSignature: the fields of `OpenRead` (its body the gap request).
+
+fn get_fine_signature(d: &mut Dec) -> Result<Request, ProtoError> {
+    let (dir, name) = get_dir_name(d)?;
+    let expect = get_expect(d)?;
+    Ok(Request::FineSignature { dir, name, expect })
 }
 
 // PartialSignature

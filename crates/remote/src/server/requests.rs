@@ -7,11 +7,13 @@ use super::{denied, io_error, protocol, to_wire, Reply, Session, MAX_IGNORE_FILE
 use super::{encode_found, put_failures, put_listing, ScanOptions, IGNORE_FILE};
 use super::{Action, Error, Incoming, Replica};
 use super::{Basis, Enc, IgnoreRules, Kind, ListOptions, RelPath, Request, WireError};
+use accord_delta::packed::pack_memory;
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Props};
 use accord_proto::limits::{
     max_delta, MAX_DELTA, MAX_DELTA_FILE, MAX_SIGNATURE, MAX_STATE, MAX_SYNC,
 };
+use accord_replica::DeltaWire;
 use std::io::{self, Read};
 use std::sync::Arc;
 
@@ -110,13 +112,34 @@ impl Session<'_> {
             .map_err(w)
     }
 
-    pub(super) fn make_delta(
+    /// The second round of a delta: the body names the gaps of the file
+    /// to sign in smaller blocks.
+    pub(super) fn fine_signature(
         &self,
         stream: u32,
         dir: &RelPath,
         name: &[u8],
         expect: &Expect,
+    ) -> Reply {
+        let request = self.body_bytes(
+            stream,
+            Action::OpenDestination,
+            (MAX_SIGNATURE, "a gap request"),
+        )?;
+        self.dir(dir, Action::OpenDestination)?
+            .fine_signature(name, expect, &request)
+            .map_err(w)?
+            .ok_or_else(|| protocol("this server does not sign a delta's gaps"))
+    }
+
+    /// `pack_level`: the client reads delta format 2 (see
+    /// `Request::MakeDelta`).
+    pub(super) fn make_delta(
+        &self,
+        stream: u32,
+        (dir, name, expect): (&RelPath, &[u8], &Expect),
         in_place: bool,
+        pack_level: Option<i32>,
     ) -> Reply {
         let sig = self.body_bytes(stream, Action::ReadSource, (MAX_SIGNATURE, "a signature"))?;
         // The delta is made in memory: the most it can be is charged
@@ -128,9 +151,21 @@ impl Session<'_> {
         if size > MAX_DELTA_FILE {
             return Err(protocol("a delta asked for a file above the limit"));
         }
-        let _room = self.reserve(max_delta(size), "the delta", Action::ReadSource)?;
+        let wire = DeltaWire {
+            reads_packed: pack_level.is_some(),
+            level: pack_level,
+        };
+        // Compressing the literals takes a few segments' worth more.
+        let packing = match pack_level {
+            Some(level) if !in_place => pack_memory(size, level),
+            _ => 0,
+        };
+        let room = max_delta(size).saturating_add(packing);
+        let _room = self.reserve(room, "the delta", Action::ReadSource)?;
         let d = self.dir(dir, Action::OpenSource)?;
-        let (delta, stats) = d.make_delta(name, expect, &sig, in_place).map_err(w)?;
+        let (delta, stats) = d
+            .make_delta(name, expect, &sig, in_place, wire)
+            .map_err(w)?;
         let mut e = Enc::new();
         e.varint(stats.literal_bytes).varint(stats.matched_bytes);
         e.raw(&delta);

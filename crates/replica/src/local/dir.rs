@@ -5,7 +5,8 @@
 use super::{check_open, guarded_in_place, map, LocalReplica};
 use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
-use crate::seam::{recheck, ReplicaDir};
+use crate::seam::{recheck, DeltaWire, ReplicaDir};
+use accord_delta::fine::{FineSignature, GapRequest};
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
 use accord_fsys::{fstat, Dir, Mapped, PropsMask};
 use accord_model::{Entry, Expect, Found, Kind, Props, RelPath};
@@ -187,6 +188,22 @@ fn signature_of(f: &File, verified: bool) -> Result<Vec<u8>, Error> {
         return Err(Error::Changed(End::Written));
     }
     Ok(sig.encode())
+}
+
+/// The fine signature of the gaps `request` names in `f` (the second
+/// round of a delta checked whole, as the first's signature is).
+fn fine_signature_of(f: &File, request: &[u8]) -> Result<Vec<u8>, Error> {
+    let bad = delta_err(Action::OpenDestination);
+    let request = GapRequest::decode(request).map_err(&bad)?;
+    let len = fstat(f.as_fd())
+        .map_err(Error::io(Action::OpenDestination))?
+        .size;
+    let m = map(f, len).map_err(Error::io(Action::OpenDestination))?;
+    let fine = FineSignature::generate(m.as_deref().unwrap_or(&[]), &request).map_err(bad)?;
+    if m.as_ref().is_some_and(Mapped::damaged) {
+        return Err(Error::Changed(End::Written));
+    }
+    Ok(fine.encode())
 }
 
 /// The checks of `accord_delta::patch_in_place` that come before any
@@ -474,6 +491,24 @@ impl ReplicaDir for LocalDir<'_> {
 
     fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
         Pending::ready(self.do_partial_signature(name))
+    }
+
+    fn fine_signature(
+        &self,
+        name: &[u8],
+        expect: &Expect,
+        request: &[u8],
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let f = self.open_checked(name, expect, End::Written)?;
+        fine_signature_of(&f, request).map(Some)
+    }
+
+    fn refines_deltas(&self) -> bool {
+        true
+    }
+
+    fn delta_wire(&self) -> DeltaWire {
+        DeltaWire::LOCAL
     }
 
     fn start_receive(

@@ -217,7 +217,8 @@ pub(super) fn write_generic(
     let mut started = match method {
         Method::Resume => {
             let sig = resume_from.expect("a resumed transfer has its signature");
-            let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, false)?;
+            let (delta, stats) =
+                sdir.make_delta(name, &expect_src, &sig, false, ddir.delta_wire())?;
             let xfer = Xfer {
                 written: stats.literal_bytes,
                 literal: stats.literal_bytes,
@@ -252,7 +253,13 @@ pub(super) fn write_generic(
                 None => ddir.signature(name, &expect_dst, method == Method::InPlace)?,
             };
             let in_place = method == Method::InPlace;
-            let (delta, stats) = sdir.make_delta(name, &expect_src, &sig, in_place)?;
+            let (delta, stats) =
+                sdir.make_delta(name, &expect_src, &sig, in_place, ddir.delta_wire())?;
+            let (delta, stats) = if in_place {
+                (delta, stats)
+            } else {
+                second_round(sdir, ddir, name, (&expect_src, &expect_dst), (delta, stats))?
+            };
             let xfer = Xfer {
                 written: stats.literal_bytes,
                 literal: stats.literal_bytes,
@@ -277,4 +284,38 @@ pub(super) fn write_generic(
     // checked with the temp's reply).
     started.src_check = Some((sdir.start_stat(name), expect_src));
     Ok(Some(started))
+}
+
+/// A delta's second, finer round over its first round's literal runs
+/// (`accord_delta::fine`), where the literals are many, the source makes
+/// it where the file is, the destination is across a link (a local one
+/// has no bytes on a wire to save) and signs the gaps: the smaller of the
+/// two deltas.
+fn second_round(
+    sdir: &dyn ReplicaDir,
+    ddir: &dyn ReplicaDir,
+    name: &[u8],
+    (expect_src, expect_dst): (&Expect, &Expect),
+    (first, stats): (Vec<u8>, accord_delta::DeltaStats),
+) -> Result<(Vec<u8>, accord_delta::DeltaStats), Error> {
+    let across_a_link = sdir.refines_deltas() && !ddir.refines_deltas();
+    if stats.literal_bytes < accord_delta::fine::MIN_LITERAL || !across_a_link {
+        return Ok((first, stats));
+    }
+    let request = accord_delta::Delta::parse(&first)
+        .ok()
+        .and_then(|d| accord_delta::fine::GapRequest::for_delta(&d));
+    let Some(request) = request else {
+        return Ok((first, stats));
+    };
+    let Some(fine) = ddir.fine_signature(name, expect_dst, &request.encode())? else {
+        return Ok((first, stats));
+    };
+    let parts = (&first[..], &request, &fine[..]);
+    let (refined, refined_stats) = sdir.refine_delta(name, expect_src, parts, ddir.delta_wire())?;
+    Ok(if refined.len() < first.len() {
+        (refined, refined_stats)
+    } else {
+        (first, stats)
+    })
 }

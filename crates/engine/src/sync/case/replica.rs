@@ -11,7 +11,7 @@ use accord_delta::DeltaStats;
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
 use accord_replica::Error;
-use accord_replica::{Deleted, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
+use accord_replica::{Deleted, DeltaWire, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
@@ -163,9 +163,13 @@ impl ReplicaDir for SpelledDir<'_> {
         expect: &Expect,
         signature: &[u8],
         in_place: bool,
+        wire: DeltaWire,
     ) -> Result<(Vec<u8>, DeltaStats), Error> {
         self.inner
-            .make_delta(&self.name(name), expect, signature, in_place)
+            .make_delta(&self.name(name), expect, signature, in_place, wire)
+    }
+    fn delta_wire(&self) -> DeltaWire {
+        self.inner.delta_wire()
     }
     fn patch_in_place(
         &self,

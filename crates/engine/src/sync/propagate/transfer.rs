@@ -176,7 +176,8 @@ fn delta_temp(
     );
     let basis = Expect::entry(old);
     let signature = tdir.signature(name, &basis, false)?;
-    let (delta, _stats) = sdir.make_delta(name, &Expect::entry(source), &signature, false)?;
+    let wire = tdir.delta_wire();
+    let (delta, _stats) = sdir.make_delta(name, &Expect::entry(source), &signature, false, wire)?;
     let promised = Delta::parse(&delta)
         .map_err(|source| crate::Error::Delta {
             action: Action::ReadSource,
