@@ -3,6 +3,7 @@
 //! rule, no-op re-syncs, touches, lost archives, the deletion guard, and
 //! the policies.
 
+mod mirror_common;
 mod sync_common;
 use std::process::Command;
 use sync_common::*;
@@ -498,4 +499,139 @@ fn a_profile_names_the_roots_and_options() {
     let out = run(&["nosuch"]);
     assert_exit(&out, 64);
     assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch.toml"));
+}
+
+/// The run after a first sync reads none of the files that run wrote,
+/// where the roots' file system moves a ctime that was read at the file's
+/// next change (multigrain timestamps: Linux 6.13 and later on ext4, XFS,
+/// Btrfs and tmpfs): each is recorded with the ctime read right after it
+/// was put in place. Elsewhere such a ctime cannot vouch yet, and the next
+/// run reads every file once more. Either way a change made behind the
+/// records' back (same size, mtime put back) is still seen.
+#[test]
+fn the_run_after_a_first_sync_reads_no_file_it_wrote() {
+    let pair = Pair::new();
+    let files = 24;
+    for i in 0..files {
+        pair.write(
+            'a',
+            &format!("d{}/payload-{i}.txt", i % 3),
+            &format!("file {i:02}"),
+        );
+    }
+    pair.write('b', "d0/payload-b.txt", "made on b");
+    pair.sync_json(&[], 0);
+    pair.assert_equal();
+    // What the first run wrote: A's files on B, B's file on A. (The files
+    // the test wrote just now are younger than any ctime that can vouch
+    // on a file system with coarse timestamps: read again, and not counted.)
+    let written = |(root, name): &(String, String)| {
+        let b = pair.b.display().to_string();
+        let a = pair.a.display().to_string();
+        (root == &b && name != "payload-b.txt") || (root == &a && name == "payload-b.txt")
+    };
+    let opened: Vec<_> = payloads_opened(&pair).into_iter().filter(written).collect();
+    if ctimes_vouch_at_once(&pair.a) {
+        assert_eq!(
+            opened,
+            Vec::new(),
+            "no file the first run wrote is read again"
+        );
+    } else {
+        eprintln!(
+            "coarse ctimes here: {} written files read again",
+            opened.len()
+        );
+        assert!(!opened.is_empty());
+    }
+    rewrite_keeping_mtime(&pair.path('b', "d1/payload-1.txt"), b"FILE 01");
+    rewrite_keeping_mtime(&pair.path('a', "d0/payload-b.txt"), b"MADE ON B");
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 2, "{report}");
+    assert_eq!(
+        pair.read('a', "d1/payload-1.txt").as_deref(),
+        Some("FILE 01")
+    );
+    assert_eq!(
+        pair.read('b', "d0/payload-b.txt").as_deref(),
+        Some("MADE ON B")
+    );
+}
+
+/// The payload files a no-change sync of `pair` opens other than as
+/// directories, as strace sees them: (the root it lies in, its name).
+fn payloads_opened(pair: &Pair) -> Vec<(String, String)> {
+    if Command::new("strace").arg("-V").output().is_err() {
+        mirror_common::skip_or_fail("strace is not installed (apt-get install strace)");
+        return Vec::new();
+    }
+    let log = pair.state.with_extension("trace");
+    let inner = pair.command(&["--json"]);
+    // -y: each descriptor with the path it names, so that an open
+    // relative to a root's descriptor tells the root.
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-y", "-e", "trace=open,openat,openat2", "-o"])
+        .arg(&log)
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    let report = json_report(&out, 0);
+    assert_eq!(report["propagated"], 0, "{report}");
+    let roots = [
+        pair.a.canonicalize().unwrap(),
+        pair.b.canonicalize().unwrap(),
+    ];
+    let trace = std::fs::read_to_string(&log).unwrap();
+    trace
+        .lines()
+        .filter(|line| line.contains("payload-") && !line.contains("O_DIRECTORY"))
+        .map(|line| {
+            let root = roots
+                .iter()
+                .find(|root| line.contains(&format!("<{}>", root.display())))
+                .unwrap_or_else(|| panic!("an open not relative to a root: {line}"));
+            let name = line.split('"').nth(1).unwrap_or_default();
+            let root = if root == &roots[0] { &pair.a } else { &pair.b };
+            let file = name.rsplit('/').next().unwrap_or_default();
+            (root.display().to_string(), file.to_owned())
+        })
+        .collect()
+}
+
+/// Whether this kernel and the file system holding `dir` give multigrain
+/// ctimes (see the test above), told by `uname -r` and `findmnt`.
+fn ctimes_vouch_at_once(dir: &std::path::Path) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = numbers.next().unwrap().parse().unwrap();
+    let minor: u32 = numbers.next().unwrap().parse().unwrap();
+    let out = Command::new("findmnt")
+        .args(["-n", "-o", "FSTYPE", "-T"])
+        .arg(dir)
+        .output()
+        .expect("findmnt (util-linux)");
+    let fs_type = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (major, minor) >= (6, 13) && ["ext4", "xfs", "btrfs", "tmpfs"].contains(&fs_type.as_str())
+}
+
+/// A directory replaced by a symlink on one side: the other side's copy,
+/// unchanged since the last run, goes with everything in it, and the link
+/// takes its place (its contents were once left behind, the directory "not
+/// empty", when the walk took a name beneath the link for one it could not
+/// read).
+#[test]
+fn a_directory_replaced_by_a_symlink_is_replaced_on_the_other_side() {
+    let pair = synced_pair();
+    pair.sync_json(&[], 0);
+    std::fs::remove_dir_all(pair.path('a', "dir")).unwrap();
+    std::os::unix::fs::symlink("f", pair.path('a', "dir")).unwrap();
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["errors"], serde_json::json!([]), "{report}");
+    pair.assert_equal();
+    assert_eq!(
+        std::fs::read_link(pair.path('b', "dir")).unwrap(),
+        std::path::PathBuf::from("f")
+    );
 }

@@ -11,6 +11,7 @@
 //! with `O_CREAT | O_EXCL | O_NOFOLLOW` in the target directory, which is then
 //! renamed over the target ([`Dir::rename`]).
 
+mod change_time;
 mod copy;
 mod follow;
 mod mapped;
@@ -23,6 +24,7 @@ mod watch_rules;
 mod words;
 mod xattr;
 
+pub use change_time::ctime_moves_after_stat;
 pub use copy::{copy_data, copy_data_paced, hash_file, write_sparse, CopyStats, Reflink};
 pub use follow::{
     flush_file, list_dir_following, open_dir_following, same_dir, FollowListing, FollowRules,

@@ -18,7 +18,7 @@ use accord_delta::{
     make_delta_with, Delta, DeltaOptions, DeltaStats, InPlaceOptions, LiteralCoding, Signature,
 };
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
-use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
+use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath, Time};
 use std::io::{self, Read};
 use std::path::Path;
 
@@ -193,6 +193,15 @@ pub trait ReplicaDir: Send + Sync {
     /// `start_stat`, waited for. Not overridden: implement `start_stat`.
     fn stat(&self, name: &[u8]) -> io::Result<Option<Found>> {
         self.start_stat(name).wait()
+    }
+    /// What is at `name` now, with a ctime that vouches for it from this
+    /// call on: one that this host's file system moves at the entry's next
+    /// change, however soon it comes (`accord_fsys::ctime_moves_after_stat`).
+    /// `Ok(None)` where that cannot be promised, or nothing is there. The
+    /// default promises nothing: a replica across a link leaves the ctimes
+    /// of what it wrote to its next scan.
+    fn start_vouching_stat(&self, _name: &[u8]) -> Pending<io::Result<Option<(Found, Time)>>> {
+        Pending::ready(Ok(None))
     }
     /// Read a regular file that must still be what `expect` says.
     fn open_read(

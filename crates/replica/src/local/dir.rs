@@ -9,7 +9,7 @@ use crate::seam::{recheck, DeltaWire, ReplicaDir};
 use accord_delta::fine::{FineSignature, GapRequest};
 use accord_delta::{Delta, PatchOptions, Signature, SignatureOptions};
 use accord_fsys::{fstat, Dir, Mapped, PropsMask};
-use accord_model::{Entry, Expect, Found, Kind, Props, RelPath};
+use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, Time};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
@@ -280,6 +280,22 @@ impl LocalDir<'_> {
         stat_now(&self.dir, name)
     }
 
+    /// See `ReplicaDir::start_vouching_stat`. Nothing is promised for a
+    /// replica that follows links (the entry may be a link's target).
+    fn do_vouching_stat(&self, name: &[u8]) -> io::Result<Option<(Found, Time)>> {
+        if self.replica.follows() {
+            return Ok(None);
+        }
+        match self.dir.stat(name) {
+            Ok(st) if accord_fsys::ctime_moves_after_stat(st.dev) => {
+                Ok(Some((st.found(), st.ctime)))
+            }
+            Ok(_) => Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn do_signature(&self, name: &[u8], expect: &Expect, in_place: bool) -> Result<Vec<u8>, Error> {
         let f = self.open_checked(name, expect, End::Written)?;
         signature_of(&f, !in_place)
@@ -474,6 +490,10 @@ impl LocalDir<'_> {
 impl ReplicaDir for LocalDir<'_> {
     fn start_stat(&self, name: &[u8]) -> Pending<io::Result<Option<Found>>> {
         Pending::ready(self.do_stat(name))
+    }
+
+    fn start_vouching_stat(&self, name: &[u8]) -> Pending<io::Result<Option<(Found, Time)>>> {
+        Pending::ready(self.do_vouching_stat(name))
     }
 
     fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {

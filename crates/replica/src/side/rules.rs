@@ -95,7 +95,11 @@ pub fn child_excluded(
 }
 
 /// Is there an entry at `path` on this side (an error counts as one: it is
-/// nothing to take as deleted)?
+/// nothing to take as deleted)? A parent that is a symlink now (ELOOP: a
+/// walk never goes through one unless `--follow` says so) holds nothing
+/// here, as a parent that is a file does: a directory replaced by a link
+/// has its old contents deleted. With `--follow`, ELOOP may also be a
+/// followed link's loop, and counts as an entry, as other errors do.
 fn present_here(replica: &LocalReplica, path: &RelPath) -> bool {
     let parent = path.parent().unwrap_or_default();
     match replica.open_dir_following(&parent) {
@@ -103,7 +107,11 @@ fn present_here(replica: &LocalReplica, path: &RelPath) -> bool {
             Ok(_) => true,
             Err(e) => e.raw_os_error() != Some(libc::ENOENT),
         },
-        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => false,
+            Some(libc::ELOOP) => replica.follows(),
+            _ => true,
+        },
     }
 }
 

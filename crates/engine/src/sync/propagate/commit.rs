@@ -4,6 +4,7 @@
 //! deepest first once their contents are in place.
 
 use super::*;
+use accord_model::Time;
 
 impl<'a> Propagation<'a> {
     /// Make the chunk's temps durable, then rename each over its target
@@ -18,29 +19,62 @@ impl<'a> Propagation<'a> {
         // Backups are made durable with the temps, before any overwrite.
         let staged = self.back_up_staged(staged);
         self.flush_replicas();
+        let temps: Vec<_> = staged
+            .iter()
+            .map(|one| self.vouching_stat_of_temp(one))
+            .collect();
         let started: Vec<_> = staged
             .into_iter()
-            .map(|one| {
+            .zip(temps)
+            .map(|(one, temp)| {
                 let commit = self.start_commit(&one);
-                (one, commit)
+                (one, temp, commit)
             })
             .collect();
         let mut committed = Vec::new();
-        for (one, commit) in started {
+        for (one, temp, commit) in started {
             match commit.and_then(|pending| Ok(pending.wait()?)) {
-                Ok(()) => committed.push(one),
+                Ok(()) => committed.push((one, temp)),
                 Err(error) => {
                     self.discard(&one);
                     self.fail(&one.item.path, error);
                 }
             }
         }
-        let stats: Vec<_> = committed.iter().map(|one| self.start_stat(one)).collect();
-        for (one, found) in committed.into_iter().zip(stats) {
-            let found = found.wait().ok().flatten();
+        let stats: Vec<_> = committed
+            .iter()
+            .map(|(one, temp)| self.start_stat_written(one, temp.is_some()))
+            .collect();
+        for ((one, temp), stat) in committed.into_iter().zip(stats) {
+            let (found, ctime) = stat.wait();
             self.leaders.written(one.to, &one.item.path, found);
-            let recorded = changed_entry(&one.taken, found, self.cfg);
+            let mut recorded = changed_entry(&one.taken, found, self.cfg);
+            recorded.ctime = vouched_ctime(temp, found, ctime);
             self.after_commit(&one, recorded);
+        }
+    }
+
+    /// The temp as written, with a ctime that vouches for it, where its
+    /// replica can promise one (`ReplicaDir::start_vouching_stat`). Read
+    /// before the rename: that read is what makes the file system stamp
+    /// any later change of the file with a later time.
+    fn vouching_stat_of_temp(&self, staged: &Staged) -> Option<Found> {
+        let (parent, _) = split(&staged.item.path);
+        let dir = self.replicas[index(staged.to)].open_dir(&parent).ok()?;
+        let (found, _) = dir.start_vouching_stat(&staged.temp).wait().ok()??;
+        Some(found)
+    }
+
+    /// Stat what was committed: with a ctime that vouches where the temp's
+    /// replica promised one (`vouching`), else as a plain stat.
+    fn start_stat_written(&self, staged: &Staged, vouching: bool) -> WrittenStat {
+        if !vouching {
+            return WrittenStat::Plain(self.start_stat(staged));
+        }
+        let (parent, name) = split(&staged.item.path);
+        match self.replicas[index(staged.to)].open_dir(&parent) {
+            Ok(dir) => WrittenStat::Vouching(dir.start_vouching_stat(name)),
+            Err(e) => WrittenStat::Plain(Pending::ready(Err(e))),
         }
     }
 
@@ -261,5 +295,37 @@ impl<'a> Propagation<'a> {
                 }
             }
         }
+    }
+}
+
+/// A stat of a committed entry, started (`Propagation::start_stat_written`).
+enum WrittenStat {
+    Plain(Pending<std::io::Result<Option<Found>>>),
+    Vouching(Pending<std::io::Result<Option<(Found, Time)>>>),
+}
+
+impl WrittenStat {
+    /// What is there now, and its ctime where it vouches.
+    fn wait(self) -> (Option<Found>, Option<Time>) {
+        match self {
+            WrittenStat::Plain(pending) => (pending.wait().ok().flatten(), None),
+            WrittenStat::Vouching(pending) => match pending.wait().ok().flatten() {
+                Some((found, ctime)) => (Some(found), Some(ctime)),
+                None => (None, None),
+            },
+        }
+    }
+}
+
+/// The ctime to record for an entry this run wrote: the one read after
+/// the rename, when the entry there is the temp as it was read before the
+/// rename (same inode, size and modification time). A write by anyone else
+/// in between would have moved the modification time past the one read
+/// (the temp's stat made the file system stamp later changes later);
+/// otherwise unknown, and the next run reads the file.
+fn vouched_ctime(temp: Option<Found>, found: Option<Found>, ctime: Option<Time>) -> Time {
+    match (temp, found, ctime) {
+        (Some(temp), Some(found), Some(ctime)) if temp == found => ctime,
+        _ => UNKNOWN_CTIME,
     }
 }
