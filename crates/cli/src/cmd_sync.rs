@@ -440,7 +440,9 @@ pub fn run(args: SyncArgs) -> i32 {
         }
     };
     if args.watch {
-        return crate::sync_watch::watch(&watch_options(&args, &specs, &cfg), &mut cycle);
+        let roots = [args.a.clone(), args.b.clone()];
+        let opts = watch_options(&args, &roots, specs.as_slice(), &cfg);
+        return crate::sync_watch::watch(&opts, &mut cycle);
     }
     cycle().code
 }
@@ -499,9 +501,12 @@ fn sync_once(
     }
 }
 
-fn watch_options(
+/// What `--watch` watches: each root, local or remote (a remote one on its
+/// own host, through a connection of its own).
+pub(crate) fn watch_options(
     args: &SyncArgs,
-    specs: &[Option<RemoteSpec>; 2],
+    roots: &[PathBuf],
+    specs: &[Option<RemoteSpec>],
     cfg: &SyncConfig,
 ) -> crate::sync_watch::WatchOptions {
     use crate::sync_watch::WatchRoot;
@@ -516,7 +521,11 @@ fn watch_options(
         None => WatchRoot::Local(path.clone()),
     };
     crate::sync_watch::WatchOptions {
-        roots: [root(&args.a, &specs[0]), root(&args.b, &specs[1])],
+        roots: roots
+            .iter()
+            .zip(specs)
+            .map(|(path, spec)| root(path, spec))
+            .collect(),
         interval: std::time::Duration::from_secs(args.watch_interval),
         state_dir: cfg.state_dir.clone(),
         rules: cfg.rules.clone(),

@@ -6,16 +6,19 @@
 //! Each root may be local, over ssh or from the daemon: the client talks
 //! to each. A remote root that cannot be reached is left out of the run
 //! like a local one that cannot be opened, named by the identity it gave
-//! when last reached (`root_identities.rs`).
+//! when last reached (`root_identities.rs`). `--watch` repeats the run
+//! whenever a root changes, as for two (`sync_watch`); a root that cannot
+//! be reached is polled, and caught up when it can be.
 //!
 //! What a run of two roots does and a set does not do yet is refused with a
 //! usage error rather than done another way: `--keep-both`, `--merge`,
-//! `--watch`, renames and hard links as such (a renamed file
+//! renames and hard links as such (a renamed file
 //! travels as a copy and a deletion), the interactive mode (a set's run is
 //! always batch: conflicts are listed and left alone).
 
 use crate::cmd_sync::{config, remote_spec, usage, SyncArgs};
 use crate::exit;
+use crate::sync_watch::Cycle;
 use accord_engine::{
     LocalReplica, Receive, Replica, SetChange, SetConflict, SetConflictReport, SetPolicies,
     SetPreference, SetReport, SetRoot, Unreached,
@@ -50,11 +53,31 @@ pub fn run(args: &SyncArgs) -> i32 {
         Ok(cfg) => cfg,
         Err(code) => return code,
     };
+    let mut cycle = || run_once(args, (&roots, &specs), &cfg, policies);
+    if args.watch {
+        let opts = crate::cmd_sync::watch_options(args, &roots, &specs, &cfg);
+        return crate::sync_watch::watch(&opts, &mut cycle);
+    }
+    cycle().code
+}
+
+/// One run of the set (each cycle of `--watch`): reach the roots, sync
+/// those reached, print what was done.
+fn run_once(
+    args: &SyncArgs,
+    (roots, specs): (&[PathBuf], &[Option<RemoteSpec>]),
+    cfg: &accord_engine::SyncConfig,
+    policies: SetPolicies,
+) -> Cycle {
     let names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-    let opened = open_all(args, &roots, &specs, &cfg);
+    let opened = open_all(args, roots, specs, cfg);
     if let Some(why) = unnamed(&opened, &names) {
         eprintln!("accord sync: {why}");
-        return exit::FATAL;
+        return Cycle {
+            code: exit::FATAL,
+            refused: false,
+            fatal: true,
+        };
     }
     let set_roots: Vec<SetRoot<'_>> = names
         .iter()
@@ -70,8 +93,8 @@ pub fn run(args: &SyncArgs) -> i32 {
             },
         })
         .collect();
-    let report = accord_engine::sync_set(&set_roots, &cfg, policies);
-    let letters = letters(&roots);
+    let report = accord_engine::sync_set(&set_roots, cfg, policies);
+    let letters = letters(roots);
     if args.json {
         let wire: Vec<Option<(u64, u64)>> = opened
             .iter()
@@ -81,7 +104,11 @@ pub fn run(args: &SyncArgs) -> i32 {
     } else {
         print_text(&report, &letters, &names, args.quiet);
     }
-    exit_code(&report)
+    Cycle {
+        code: exit_code(&report),
+        refused: report.refusal.is_some(),
+        fatal: report.fatal.is_some(),
+    }
 }
 
 /// Each root's remote address, if it is one.
@@ -93,7 +120,6 @@ fn refused_options(args: &SyncArgs) -> Result<(), String> {
     let not_yet = [
         (args.keep_both, "--keep-both"),
         (args.merge.is_some(), "--merge"),
-        (args.watch, "--watch"),
     ];
     match not_yet.iter().find(|(given, _)| *given) {
         Some((_, flag)) => Err(format!(

@@ -1,10 +1,10 @@
-//! `accord sync --watch`: after a first full sync, keep the pair in
-//! agreement until interrupted.
+//! `accord sync --watch`: after a first full sync, keep the roots (a pair,
+//! or a set of more) in agreement until interrupted.
 //!
 //! Local roots are watched with inotify (`accord_fsys::watch`), a remote
 //! root by its own host's `accord server` (`sync_watch_remote`).
 //! Events only say *that* something changed: every cycle is a full sync
-//! run of the pair, never a sync of the paths events named, because
+//! run of all the roots, never a sync of the paths events named, because
 //! inotify can lose events (queue overflow, a directory created just
 //! before its watch) and a full run cannot; a no-change run over 20,000
 //! files costs about 0.2 s. A burst of events is debounced into one run.
@@ -24,6 +24,7 @@ use crate::sync_watch_remote::RemoteWatch;
 use accord_fsys::watch::WatchRules;
 use accord_fsys::watch::{canonical_prefix, watch_tree, OwnFiles, Seen, TreeWatch, WatchFailure};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -48,7 +49,7 @@ pub(crate) enum WatchRoot {
 }
 
 pub(crate) struct WatchOptions {
-    pub roots: [WatchRoot; 2],
+    pub roots: Vec<WatchRoot>,
     /// Between syncs of a root that cannot be watched.
     pub interval: Duration,
     /// Where the archives are kept: writes there are our own.
@@ -69,7 +70,7 @@ pub(crate) struct Cycle {
     pub fatal: bool,
 }
 
-/// Watch the pair, running `cycle` (one sync run, printed) first and then
+/// Watch the roots, running `cycle` (one sync run, printed) first and then
 /// whenever something changed. Returns the exit status.
 pub(crate) fn watch(opts: &WatchOptions, cycle: &mut dyn FnMut() -> Cycle) -> i32 {
     let inbox = Arc::new(Inbox::default());
@@ -134,7 +135,7 @@ fn run_cycle(inbox: &Inbox, cycle: &mut dyn FnMut() -> Cycle) -> Option<Cycle> {
 /// Say why a run that is more than "something changed" happens.
 fn announce(work: &Work) {
     for why in &work.rescan {
-        eprintln!("accord sync: {why}: rescanning both roots in full");
+        eprintln!("accord sync: {why}: rescanning every root in full");
     }
 }
 
@@ -148,10 +149,10 @@ pub(crate) struct Pending {
     /// Why the next run is a rescan, for the message before it.
     rescan: Vec<String>,
     /// Roots (by index) whose watch hit the kernel's limit, or was lost.
-    limit_hit: [bool; 2],
-    lost: [bool; 2],
+    limit_hit: BTreeSet<usize>,
+    lost: BTreeSet<usize>,
     /// Remote roots (by index) whose watch ended, and why.
-    pub(crate) remote_down: [Option<WatchDown>; 2],
+    pub(crate) remote_down: BTreeMap<usize, WatchDown>,
     /// SIGINT or SIGTERM arrived.
     stop: bool,
     /// A run is going on (a stop waits for its end).
@@ -196,9 +197,9 @@ impl Pending {
 /// What a run about to start must deal with first.
 struct Work {
     rescan: Vec<String>,
-    limit_hit: [bool; 2],
-    lost: [bool; 2],
-    remote_down: [Option<WatchDown>; 2],
+    limit_hit: BTreeSet<usize>,
+    lost: BTreeSet<usize>,
+    remote_down: BTreeMap<usize, WatchDown>,
 }
 
 /// Why a root is no longer watched, and how it is polled instead.
@@ -342,24 +343,29 @@ enum PollReason {
 struct RootWatches<'o> {
     opts: &'o WatchOptions,
     /// Local roots, canonical (as inotify names their paths).
-    paths: [Option<PathBuf>; 2],
-    watches: [RootWatch; 2],
+    paths: Vec<Option<PathBuf>>,
+    watches: Vec<RootWatch>,
 }
 
 impl<'o> RootWatches<'o> {
     fn start(opts: &'o WatchOptions, inbox: &Arc<Inbox>, own: &Arc<OwnFiles>) -> RootWatches<'o> {
-        let paths = opts.roots.each_ref().map(|root| match root {
-            WatchRoot::Local(path) => Some(canonical_prefix(path)),
-            WatchRoot::Remote { .. } => None,
-        });
+        let paths = opts
+            .roots
+            .iter()
+            .map(|root| match root {
+                WatchRoot::Local(path) => Some(canonical_prefix(path)),
+                WatchRoot::Remote { .. } => None,
+            })
+            .collect();
         let mut roots = RootWatches {
             opts,
             paths,
             // Set below, root by root.
-            watches: [
-                RootWatch::Polled(PollReason::Unwatched),
-                RootWatch::Polled(PollReason::Unwatched),
-            ],
+            watches: opts
+                .roots
+                .iter()
+                .map(|_| RootWatch::Polled(PollReason::Unwatched))
+                .collect(),
         };
         for (index, root) in opts.roots.iter().enumerate() {
             match root {
@@ -382,18 +388,19 @@ impl<'o> RootWatches<'o> {
     /// had hit the limit or could not be watched).
     fn repair(&mut self, work: &Work, inbox: &Arc<Inbox>, own: &Arc<OwnFiles>) {
         let hangup = work.rescan.iter().any(|why| why.starts_with("SIGHUP"));
-        for index in 0..2 {
-            if work.limit_hit[index] {
+        for index in 0..self.watches.len() {
+            let lost = work.lost.contains(&index);
+            if work.limit_hit.contains(&index) {
                 self.watches[index] = RootWatch::Polled(PollReason::Limit);
                 self.say_limit(index);
                 continue;
             }
-            if let Some(down) = &work.remote_down[index] {
+            if let Some(down) = work.remote_down.get(&index) {
                 self.watches[index] = RootWatch::Polled(down.reason);
                 self.say_unwatched(index, down);
                 continue;
             }
-            if work.lost[index] {
+            if lost {
                 eprintln!(
                     "accord sync: lost the watch on {} (moved or deleted): \
                      rescanning in full",
@@ -401,7 +408,7 @@ impl<'o> RootWatches<'o> {
                 );
             }
             let retry = match &self.watches[index] {
-                RootWatch::Watched { .. } => work.lost[index],
+                RootWatch::Watched { .. } => lost,
                 RootWatch::Remote { .. } => false,
                 RootWatch::Polled(PollReason::Unwatched) => true,
                 RootWatch::Polled(PollReason::Limit | PollReason::Unwatchable) => hangup,
@@ -508,11 +515,11 @@ pub(crate) fn note_seen(inbox: &Inbox, index: usize, seen: Seen) {
         Seen::Change => inbox.update(Pending::note_change),
         Seen::Rescan(why) => inbox.update(|pending| pending.note_rescan(why)),
         Seen::Lost => inbox.update(|pending| {
-            pending.lost[index] = true;
+            pending.lost.insert(index);
             pending.note_change();
         }),
         Seen::Limit => inbox.update(|pending| {
-            pending.limit_hit[index] = true;
+            pending.limit_hit.insert(index);
             pending.note_change();
         }),
     }

@@ -64,7 +64,7 @@ pub(crate) fn start(
             if let Some(down) = relay(&replica, index, &inbox, &stopped) {
                 if !stopped.load(Ordering::Relaxed) {
                     inbox.update(|pending| {
-                        pending.remote_down[index] = Some(down);
+                        pending.remote_down.insert(index, down);
                         pending.note_change();
                     });
                 }

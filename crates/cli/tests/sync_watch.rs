@@ -513,3 +513,63 @@ fn changes_of_excluded_paths_start_no_run() {
     assert!(!pair.exists('b', "run.log") && !pair.exists('a', "b.log"));
     assert!(!pair.exists('a', "build/deep") && !pair.exists('b', "build/out0.o"));
 }
+
+/// `--watch` of a set of three roots: a save on any root reaches the two
+/// others; a root that goes away is left out (the cycle says so) and, once
+/// back, catches up with what it missed, by a periodic run.
+#[test]
+fn a_set_of_three_roots_is_kept_in_agreement() {
+    let pair = Pair::new();
+    let c = pair.a.parent().unwrap().join("c");
+    std::fs::create_dir(&c).unwrap();
+    pair.write('a', "seed", "seed");
+    let mut command = std::process::Command::new(bin());
+    command
+        .args([
+            "sync",
+            "--batch",
+            "--watch",
+            "--json",
+            "--watch-interval",
+            "1",
+        ])
+        .args([&pair.a, &pair.b, &c])
+        .env("ACCORD_STATE_DIR", &pair.state);
+    let mut watch = Watch::start_command(command);
+    let first = watch.next_cycle(Duration::from_secs(30));
+    assert_eq!(first["fatal"], serde_json::Value::Null, "{first}");
+    let seeded = wait_until(Duration::from_secs(10), || c.join("seed").exists());
+    assert!(seeded, "the first run did not reach C");
+
+    save(&c, "from-c.txt", "saved on C\n");
+    let arrived = wait_until(Duration::from_secs(10), || {
+        [&pair.a, &pair.b].iter().all(|root| {
+            std::fs::read_to_string(root.join("from-c.txt"))
+                .ok()
+                .as_deref()
+                == Some("saved on C\n")
+        })
+    });
+    assert!(arrived, "a save on C did not reach A and B");
+
+    let away = pair.a.parent().unwrap().join("b-away");
+    std::fs::rename(&pair.b, &away).unwrap();
+    save(&pair.a, "while-b-away.txt", "saved on A\n");
+    let reached_c = wait_until(Duration::from_secs(10), || {
+        c.join("while-b-away.txt").exists()
+    });
+    assert!(reached_c, "a save on A did not reach C while B was away");
+    watch.wait_stderr("cannot watch", Duration::from_secs(10));
+    std::fs::rename(&away, &pair.b).unwrap();
+    let caught_up = wait_until(Duration::from_secs(10), || {
+        pair.read('b', "while-b-away.txt").as_deref() == Some("saved on A\n")
+    });
+    assert!(caught_up, "B did not catch up once back");
+    let cycles = watch.drain_cycles();
+    assert!(
+        cycles
+            .iter()
+            .any(|cycle| cycle["unreached"].as_array().is_some_and(|u| !u.is_empty())),
+        "no cycle said B was left out: {cycles:?}"
+    );
+}
