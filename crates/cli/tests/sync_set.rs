@@ -469,7 +469,7 @@ fn keep_both_keeps_one_copy_of_a_version_two_roots_hold() {
     assert!(conflict_paths(&report).is_empty(), "{report}");
     let kept = kept_name("f", 'a');
     for letter in set.letters() {
-        assert_eq!(kept_copies(&set, letter), [kept.clone()], "{report}");
+        assert_eq!(kept_copies(&set, letter), [kept.as_str()], "{report}");
         assert_eq!(set.read(letter, &kept).as_deref(), Some("the same edit"));
         assert_eq!(set.read(letter, "f").as_deref(), Some("edited on c"));
     }

@@ -208,7 +208,7 @@ impl Held {
             ctimes: Vec::with_capacity(total * self.members),
             members: self.members,
         };
-        let old = std::mem::replace(self, Held::default());
+        let old = std::mem::take(self);
         let mut new_rows = rows.into_iter().peekable();
         let stride = old.members;
         for (index, path) in old.paths.into_iter().enumerate() {
