@@ -10,11 +10,19 @@
 //! whenever a root changes, as for two (`sync_watch`); a root that cannot
 //! be reached is polled, and caught up when it can be.
 //!
+//! `--keep-both` settles a conflict as the engine's `set/keep.rs` says:
+//! the winner's version keeps the name, each other latest version is kept
+//! beside it on every root (`kept on B  f.conflict-…` where a root that
+//! held it made the copy, `A -> C  f.conflict-…` where one received it;
+//! `--json`: the action `keep`, and `kept_both` and `kept` as a run of two
+//! roots counts them).
+//!
 //! What a run of two roots does and a set does not do yet is refused with a
-//! usage error rather than done another way: `--keep-both`, `--merge`,
-//! renames and hard links as such (a renamed file
-//! travels as a copy and a deletion), the interactive mode (a set's run is
-//! always batch: conflicts are listed and left alone).
+//! usage error rather than done another way: `--merge`; renames
+//! and hard links are not carried as such (a renamed file travels as a
+//! copy and a deletion), and there is no interactive mode (a set's run is
+//! always batch: conflicts are listed and left alone unless a policy
+//! settles them).
 
 use crate::cmd_sync::{config, remote_spec, usage, SyncArgs};
 use crate::exit;
@@ -117,10 +125,7 @@ fn specs_of(roots: &[PathBuf]) -> Result<Vec<Option<RemoteSpec>>, String> {
 }
 
 fn refused_options(args: &SyncArgs) -> Result<(), String> {
-    let not_yet = [
-        (args.keep_both, "--keep-both"),
-        (args.merge.is_some(), "--merge"),
-    ];
+    let not_yet = [(args.merge.is_some(), "--merge")];
     match not_yet.iter().find(|(given, _)| *given) {
         Some((_, flag)) => Err(format!(
             "{flag} is not built yet for a sync of more than two roots; run it with two"
@@ -325,6 +330,9 @@ fn letter_of<'l>(letters: &'l [String], names: &[String], name: &str) -> &'l str
 fn change_text(change: &SetChange, letters: &[String], names: &[String]) -> String {
     let on = letter_of(letters, names, &change.on);
     let from = letter_of(letters, names, &change.from);
+    if change.kept {
+        return format!("kept on {on}");
+    }
     match change.receive {
         Receive::Whole => format!("{from} -> {on}"),
         Receive::Props => format!("props {from} -> {on}"),
@@ -417,17 +425,25 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
     }
 }
 
+/// Paths settled by keeping their other versions aside.
+fn kept_both(report: &SetReport) -> usize {
+    let mut paths: Vec<_> = report.kept.iter().map(|(path, _)| path).collect();
+    paths.dedup();
+    paths.len()
+}
+
 fn summary(report: &SetReport) -> String {
     let deleted = report
         .changes
         .iter()
         .filter(|c| c.receive == Receive::Delete)
         .count();
+    let kept = kept_both(report);
     crate::summary::sync_line(&crate::summary::SyncFigures {
         dry_run: report.dry_run,
         changes: report.changes.len() as u64,
         written: (report.files_written, report.bytes_written),
-        kinds: &[(deleted as u64, "deleted")],
+        kinds: &[(deleted as u64, "deleted"), (kept as u64, "kept both")],
         agreed: report.agreed,
         conflicts: report.conflicts.len() as u64,
         errors: report.errors.len() as u64,
@@ -441,6 +457,9 @@ struct JsonSet {
     dry_run: bool,
     roots: Vec<JsonRoot>,
     changes: Vec<JsonChange>,
+    /// --keep-both: paths settled by keeping their other versions aside.
+    kept_both: usize,
+    kept: Vec<JsonKept>,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
     agreed: u64,
@@ -469,6 +488,13 @@ struct JsonChange {
     on: String,
     from: String,
     action: &'static str,
+}
+
+/// A losing version kept (on every root reached) beside its path.
+#[derive(Serialize)]
+struct JsonKept {
+    path: String,
+    kept_as: String,
 }
 
 #[derive(Serialize)]
@@ -522,10 +548,20 @@ fn print_json(
                 on: letter(&c.on),
                 from: letter(&c.from),
                 action: match c.receive {
+                    _ if c.kept => "keep",
                     Receive::Whole => "copy",
                     Receive::Props => "props",
                     Receive::Delete => "delete",
                 },
+            })
+            .collect(),
+        kept_both: kept_both(report),
+        kept: report
+            .kept
+            .iter()
+            .map(|(path, kept_as)| JsonKept {
+                path: path.display(),
+                kept_as: kept_as.display(),
             })
             .collect(),
         conflicts: report

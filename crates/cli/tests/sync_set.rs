@@ -8,10 +8,11 @@
 //! converges without a conflict (`ACCORD_SYNC_SET_KILL_TRIALS`, default 50).
 
 mod sync_common;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use sync_common::{assert_exit, bin, conflict_paths, json_report, snapshot};
+use sync_common::{assert_exit, bin, conflict_paths, json_report, set_mtime, snapshot};
 
 /// Roots `a`, `b`, `c` … (created, empty) and a private state directory.
 struct Set {
@@ -322,7 +323,6 @@ fn what_a_set_cannot_do_yet_is_refused_before_anything_changes() {
     let set = Set::new(3);
     set.write('a', "f", "v1");
     for args in [
-        vec!["--keep-both"],
         vec!["--merge", "true"],
         vec!["--watch"],
         vec!["--prefer", "E"],
@@ -353,6 +353,210 @@ fn fewer_than_two_reachable_roots_change_nothing() {
     set.back('b', &b);
     set.back('c', &c);
     assert_eq!(set.read('b', "f"), None);
+}
+
+// ---- --keep-both ----
+
+/// The mtimes given to the versions of a conflict: C's the newest.
+const TIMES: [(char, i64, &str); 3] = [
+    ('a', 1_000_000_000, "20010909-014640"),
+    ('b', 1_100_000_000, "20041109-113320"),
+    ('c', 1_200_000_000, "20080110-212000"),
+];
+
+fn host() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    name.trim().to_string()
+}
+
+/// The name `letter`'s version of `rel` is kept under (its mtime from
+/// `TIMES`).
+fn kept_name(rel: &str, letter: char) -> String {
+    let date = TIMES.iter().find(|t| t.0 == letter).unwrap().2;
+    format!("{rel}.conflict-{}-{date}", host())
+}
+
+/// A synced set of three holding `f`, then `f` edited on each root in
+/// `edits` (to `edited on X`, with its mtime from `TIMES`).
+fn edited_apart(edits: &[char]) -> Set {
+    let set = Set::new(3);
+    set.write('a', "f", "base");
+    set.write('a', "other", "untouched");
+    set.sync_json(&[], 0);
+    for &letter in edits {
+        set.write(letter, "f", &format!("edited on {letter}"));
+        let time = TIMES.iter().find(|t| t.0 == letter).unwrap().1;
+        set_mtime(&set.path(letter, "f"), time);
+    }
+    set
+}
+
+/// The names in `letter`'s root that start with `f.conflict-`.
+fn kept_copies(set: &Set, letter: char) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(set.root(letter))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("f.conflict-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn keep_both_keeps_every_losing_version_on_every_root() {
+    let set = edited_apart(&['a', 'b', 'c']);
+    let ino_on_a = std::fs::metadata(set.path('a', "f")).unwrap().ino();
+    let report = set.sync_json(&["--keep-both"], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    assert_eq!(report["kept_both"], 1, "{report}");
+    let (kept_a, kept_b) = (kept_name("f", 'a'), kept_name("f", 'b'));
+    for letter in set.letters() {
+        assert_eq!(set.read(letter, "f").as_deref(), Some("edited on c"));
+        assert_eq!(kept_copies(&set, letter), [kept_a.clone(), kept_b.clone()]);
+        assert_eq!(set.read(letter, &kept_a).as_deref(), Some("edited on a"));
+        assert_eq!(set.read(letter, &kept_b).as_deref(), Some("edited on b"));
+    }
+    set.assert_all_equal();
+    // A's version was kept by a hard link, not copied.
+    let kept_ino = std::fs::metadata(set.path('a', &kept_a)).unwrap().ino();
+    assert_eq!(kept_ino, ino_on_a);
+    let kept_lines: Vec<String> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["action"] == "keep")
+        .map(|c| format!("{} {}", c["on"], c["path"]))
+        .collect();
+    assert_eq!(
+        kept_lines,
+        [format!("\"A\" \"{kept_a}\""), format!("\"B\" \"{kept_b}\"")],
+        "{report}"
+    );
+    // Recorded as settled everywhere: the next run changes nothing.
+    let again = set.sync_json(&["--keep-both"], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+    assert!(conflict_paths(&again).is_empty(), "{again}");
+    let plain = set.sync_json(&[], 0);
+    assert_eq!(changes(&plain), 0, "{plain}");
+}
+
+#[test]
+fn keep_both_prints_what_it_kept_where() {
+    let set = edited_apart(&['a', 'c']);
+    let out = set.sync(&["--keep-both"]);
+    assert_exit(&out, 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let kept = kept_name("f", 'a');
+    for line in [
+        format!("{:<14} {kept}", "kept on A"),
+        format!("{:<14} {kept}", "A -> B"),
+        format!("{:<14} f", "C -> B"),
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "{line:?} in {stdout}");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 kept both"), "{stderr}");
+}
+
+#[test]
+fn keep_both_keeps_one_copy_of_a_version_two_roots_hold() {
+    let set = edited_apart(&['c']);
+    for letter in ['a', 'b'] {
+        set.write(letter, "f", "the same edit");
+        set_mtime(&set.path(letter, "f"), TIMES[0].1);
+    }
+    let report = set.sync_json(&["--keep-both"], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    let kept = kept_name("f", 'a');
+    for letter in set.letters() {
+        assert_eq!(kept_copies(&set, letter), [kept.as_str()], "{report}");
+        assert_eq!(set.read(letter, &kept).as_deref(), Some("the same edit"));
+        assert_eq!(set.read(letter, "f").as_deref(), Some("edited on c"));
+    }
+    let again = set.sync_json(&[], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+}
+
+#[test]
+fn keep_both_leaves_a_deletion_or_a_directory_among_the_latest_a_conflict() {
+    let set = edited_apart(&['a', 'b']);
+    std::fs::remove_file(set.path('c', "f")).unwrap();
+    let report = set.sync_json(&["--keep-both"], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert_eq!(set.read('c', "f"), None);
+    for letter in set.letters() {
+        assert!(kept_copies(&set, letter).is_empty());
+    }
+    let set = edited_apart(&['a', 'b']);
+    std::fs::remove_file(set.path('c', "f")).unwrap();
+    set.write('c', "f/inside", "a directory now");
+    let report = set.sync_json(&["--keep-both"], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert_eq!(set.read('a', "f").as_deref(), Some("edited on a"));
+    assert_eq!(
+        set.read('c', "f/inside").as_deref(),
+        Some("a directory now")
+    );
+}
+
+#[test]
+fn force_wins_over_keep_both() {
+    let set = edited_apart(&['a', 'b', 'c']);
+    let report = set.sync_json(&["--keep-both", "--force", "B"], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    set.assert_all_equal();
+    assert_eq!(set.read('a', "f").as_deref(), Some("edited on b"));
+    assert!(kept_copies(&set, 'a').is_empty());
+}
+
+#[test]
+fn a_kept_name_already_taken_gets_the_next_number() {
+    let set = edited_apart(&['a', 'b', 'c']);
+    let taken = kept_name("f", 'b');
+    set.write('c', &taken, "someone else's file");
+    // A dry run names it and changes nothing.
+    let dry = set.sync_json(&["--keep-both", "-n"], 0);
+    let mut kept: Vec<&str> = dry["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kept_as"].as_str().unwrap())
+        .collect();
+    kept.sort();
+    let second = format!("{taken}-2");
+    assert_eq!(
+        kept,
+        [kept_name("f", 'a').as_str(), second.as_str()],
+        "{dry}"
+    );
+    assert_eq!(set.read('b', &second), None);
+    set.sync_json(&["--keep-both"], 0);
+    for letter in set.letters() {
+        assert_eq!(set.read(letter, &second).as_deref(), Some("edited on b"));
+        assert_eq!(
+            set.read(letter, &taken).as_deref(),
+            Some("someone else's file")
+        );
+    }
+    set.assert_all_equal();
+    assert_eq!(changes(&set.sync_json(&[], 0)), 0);
+}
+
+#[test]
+fn a_root_away_during_keep_both_catches_up_without_a_conflict() {
+    let set = edited_apart(&['a', 'b']);
+    let away = set.away('c');
+    let report = set.sync_json(&["--keep-both"], 4);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    set.back('c', &away);
+    let report = set.sync_json(&[], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    set.assert_all_equal();
+    assert_eq!(set.read('c', "f").as_deref(), Some("edited on b"));
+    assert_eq!(
+        set.read('c', &kept_name("f", 'a')).as_deref(),
+        Some("edited on a")
+    );
 }
 
 // ---- Kill test ----
@@ -494,5 +698,129 @@ fn killed_runs_leave_every_file_old_or_new_everywhere_and_the_next_run_converges
         assert_eq!(changes(&again), 0, "trial {trial}: {again}");
     }
     eprintln!("{killed_midway} of {trials} runs were killed before they finished");
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}
+
+// ---- Kill test with --keep-both ----
+
+const KEPT_FILES: usize = 60;
+
+fn kept_file(i: usize) -> String {
+    format!("k/f{i:02}")
+}
+
+/// What root `letter` makes of kept file `i`.
+fn edit_of(letter: char, i: usize) -> String {
+    format!("edited on {letter}, file {i} ").repeat(500)
+}
+
+/// Every kept file edited differently on A, B and C (C's the newest).
+fn prepared_keep_set() -> Set {
+    let set = Set::new(3);
+    for i in 0..KEPT_FILES {
+        set.write('a', &kept_file(i), "base");
+    }
+    set.sync_json(&[], 0);
+    for i in 0..KEPT_FILES {
+        for (letter, time, _) in TIMES {
+            set.write(letter, &kept_file(i), &edit_of(letter, i));
+            set_mtime(&set.path(letter, &kept_file(i)), time);
+        }
+    }
+    set
+}
+
+/// On every root each file holds its own edit or the winner's, and each
+/// root's own edit is still there under the name or its kept name.
+fn check_kept_old_or_new(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        for i in 0..KEPT_FILES {
+            let now = set.read(letter, &kept_file(i));
+            let allowed = [Some(edit_of(letter, i)), Some(edit_of('c', i))];
+            assert!(allowed.contains(&now), "trial {trial}: {letter}/f{i}");
+            for loser in ['a', 'b'] {
+                let kept = set.read(letter, &kept_name(&kept_file(i), loser));
+                assert!(
+                    kept.is_none() || kept == Some(edit_of(loser, i)),
+                    "trial {trial}: {letter}'s copy of {loser}'s f{i}"
+                );
+            }
+            if letter != 'c' {
+                let own = Some(edit_of(letter, i));
+                let kept = set.read(letter, &kept_name(&kept_file(i), letter));
+                assert!(
+                    now == own || kept == own,
+                    "trial {trial}: {letter}'s f{i} lost"
+                );
+            }
+        }
+    }
+}
+
+/// The winner under every name, each loser kept once, on every root.
+fn check_kept_converged(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        let names = std::fs::read_dir(set.path(letter, "k")).unwrap().count();
+        assert_eq!(
+            names,
+            3 * KEPT_FILES,
+            "trial {trial}: a version kept twice on {letter}"
+        );
+        for i in 0..KEPT_FILES {
+            let at = kept_file(i);
+            assert_eq!(
+                set.read(letter, &at),
+                Some(edit_of('c', i)),
+                "trial {trial}"
+            );
+            for loser in ['a', 'b'] {
+                let kept = set.read(letter, &kept_name(&at, loser));
+                assert_eq!(kept, Some(edit_of(loser, i)), "trial {trial}: {letter}");
+            }
+        }
+    }
+    set.assert_all_equal();
+}
+
+#[test]
+fn killed_keep_both_runs_lose_no_version_and_the_next_run_keeps_each_once() {
+    let trials: usize = std::env::var("ACCORD_SYNC_SET_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50)
+        / 2;
+    let timing = prepared_keep_set();
+    let start = Instant::now();
+    timing.sync_json(&["--keep-both"], 0);
+    let mut full_run = start.elapsed();
+    check_kept_converged(&timing, usize::MAX);
+    let mut random = 0x6b65_u64 ^ u64::from(std::process::id());
+    let mut killed_midway = 0;
+    for trial in 0..trials {
+        let set = prepared_keep_set();
+        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
+        let started = Instant::now();
+        let mut child = set
+            .command(&["--json", "--keep-both"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        if kill_after(&mut child, started, delay) {
+            killed_midway += 1;
+        } else {
+            full_run = full_run.min(started.elapsed());
+        }
+        check_kept_old_or_new(&set, trial);
+        let report = set.sync_json(&["--keep-both"], 0);
+        assert!(
+            conflict_paths(&report).is_empty(),
+            "trial {trial}: conflicts after a kill at {delay:?}: {report}"
+        );
+        check_kept_converged(&set, trial);
+        let again = set.sync_json(&[], 0);
+        assert_eq!(changes(&again), 0, "trial {trial}: {again}");
+    }
+    eprintln!("{killed_midway} of {trials} keep-both runs were killed before they finished");
     assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
 }

@@ -233,6 +233,36 @@ fn a_conflict_between_two_remote_replicas_is_listed_once() {
     assert_eq!(trio.read('b', "notes").unwrap(), b"c's longer edit");
 }
 
+/// --keep-both with the versions on the two remote roots: the losing
+/// version made there by a hard link, the other received from it.
+#[test]
+fn keep_both_keeps_a_remote_replicas_version_on_every_root() {
+    let Some((sshd, daemon)) = start() else {
+        return;
+    };
+    let trio = Trio::new(&sshd, &daemon);
+    trio.write('a', "notes", b"agreed");
+    trio.sync_json(&[], 0);
+    trio.write('b', "notes", b"b's edit");
+    trio.write('c', "notes", b"c's newer edit");
+    sync_common::set_mtime(&trio.path('b', "notes"), 1_000_000_000);
+    sync_common::set_mtime(&trio.path('c', "notes"), 1_100_000_000);
+    let report = trio.sync_json(&["--keep-both"], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    let kept = report["kept"][0]["kept_as"].as_str().unwrap().to_string();
+    assert!(
+        kept.starts_with("notes.conflict-") && kept.ends_with("-20010909-014640"),
+        "{report}"
+    );
+    trio.assert_all_equal();
+    for letter in ['a', 'b', 'c'] {
+        assert_eq!(trio.read(letter, "notes").unwrap(), b"c's newer edit");
+        assert_eq!(trio.read(letter, &kept).unwrap(), b"b's edit");
+    }
+    let again = trio.sync_json(&[], 0);
+    assert!(again["changes"].as_array().unwrap().is_empty(), "{again}");
+}
+
 #[test]
 fn an_unreachable_remote_root_is_left_out_and_catches_up() {
     let Some((sshd, daemon)) = start() else {

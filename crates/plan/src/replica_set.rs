@@ -127,6 +127,10 @@ pub struct Settled {
     /// What every replica that took part records with it (with no entry
     /// when the path is gone).
     pub vector: VersionVector,
+    /// `--keep-both`: the other latest versions, each to be kept beside
+    /// the path under a name of its own on every replica (empty
+    /// otherwise).
+    pub kept: Vec<Version>,
 }
 
 /// Why a path is a conflict.
@@ -169,6 +173,9 @@ pub enum SetPolicy {
     Prefer(SetPreference),
     /// `--force`: this replica's version wins everywhere this run.
     Force(usize),
+    /// `--keep-both`: the winner keeps the path, the other latest versions
+    /// are kept beside it (`Settled::kept`).
+    KeepBoth,
 }
 
 /// Options of a set's reconciliation.
@@ -178,8 +185,14 @@ pub struct SetOptions {
     pub set_size: usize,
     pub props: SyncedProps,
     pub prefer: Option<SetPreference>,
-    /// Wins over `prefer`. The replica must have taken part.
+    /// Wins over `prefer` and `keep_both`. The replica must have taken
+    /// part.
     pub force: Option<usize>,
+    /// `--keep-both`: a conflict between versions that are all present,
+    /// none a directory, each with contents of its own, is settled to one
+    /// of them (`--prefer`'s when it decides, else the newest), the others
+    /// kept (see [`keep_both_winner`]).
+    pub keep_both: bool,
 }
 
 /// One item of a set's plan.
@@ -287,7 +300,11 @@ fn plan_at(
         }
         Outcome::Settled(_) => None,
     };
-    let winner = policy_winner(at, conflict, options);
+    let keep = keep_both_winner(at, conflict, options);
+    let winner = match keep {
+        Some(replica) => Some((replica, SetPolicy::KeepBoth)),
+        None => policy_winner(at, conflict, options),
+    };
     let covers = conflict.is_some() && !at.offers.iter().all(Offer::is_dir);
     let (from, to) = if covers {
         (index, end)
@@ -301,13 +318,13 @@ fn plan_at(
                 // The conflict over a directory is the tree's, not its own.
                 let decided = (offset == 0 && conflict.is_some()) || found_differs(found, replica);
                 items.push(if decided {
+                    let mut settled = make_equal_to(replica, &beneath.offers, &options.props);
+                    if offset == 0 && keep.is_some() {
+                        settled.kept = losing_versions(&beneath.offers, replica, &options.props);
+                    }
                     SetItem {
                         path: beneath.path.clone(),
-                        outcome: Outcome::Settled(make_equal_to(
-                            replica,
-                            &beneath.offers,
-                            &options.props,
-                        )),
+                        outcome: Outcome::Settled(settled),
                         decided_by: Some(policy),
                     }
                 } else {
@@ -480,6 +497,7 @@ fn settled_as(
         holders,
         receivers,
         vector,
+        kept: Vec::new(),
     }
 }
 
@@ -576,6 +594,76 @@ fn policy_winner(
         }
     }?;
     Some((replica, SetPolicy::Prefer(preference)))
+}
+
+/// The replica whose version keeps the path when `--keep-both` settles the
+/// conflict at `at`: the conflict is between latest versions that are all
+/// present, none of them a directory (nor is any older one: a directory's
+/// subtree is not a version to keep), and no two of them with the same
+/// contents (a conflict over properties only has nothing to keep). The
+/// winner: `--prefer`'s when it names a replica holding a latest version
+/// or decides by mtime; else the version with the newest mtime, on a tie
+/// the one held by the first replica in the set's order. `None`: the
+/// option is off, `--force` decides, or the conflict is not of that kind.
+fn keep_both_winner(
+    at: &PathOffers,
+    conflict: Option<SetConflict>,
+    options: &SetOptions,
+) -> Option<usize> {
+    if !options.keep_both
+        || options.force.is_some()
+        || conflict != Some(SetConflict::ChangedApart)
+        || at.offers.iter().any(Offer::is_dir)
+    {
+        return None;
+    }
+    let latest = latest_versions(&at.offers, &options.props);
+    let apart = latest.iter().enumerate().all(|(i, x)| {
+        x.entry.is_some()
+            && latest[i + 1..]
+                .iter()
+                .all(|y| !same_contents(x.entry.as_deref(), y.entry.as_deref()))
+    });
+    if !apart {
+        return None;
+    }
+    let preferred = options.prefer.and_then(|preference| match preference {
+        SetPreference::Replica(replica) => latest
+            .iter()
+            .any(|v| v.holders.contains(&replica))
+            .then_some(replica),
+        SetPreference::Newer | SetPreference::Older => {
+            by_mtime(&at.offers, preference, &options.props)
+        }
+    });
+    preferred.or_else(|| newest(&latest))
+}
+
+/// The first holder of the version with the newest mtime; on a tie, the
+/// version whose first holder comes first in the set's order.
+fn newest(versions: &[Version]) -> Option<usize> {
+    let time = |v: &Version| v.entry.as_ref().map(|entry| entry.props.mtime);
+    versions
+        .iter()
+        .filter(|v| v.entry.is_some())
+        .min_by_key(|v| (std::cmp::Reverse(time(v)), v.holders[0]))
+        .map(|v| v.holders[0])
+}
+
+/// The distinct latest versions at a path, each with its holders.
+fn latest_versions(offers: &[Offer], synced: &SyncedProps) -> Vec<Version> {
+    match conflict_outcome(offers, SetConflict::ChangedApart, synced) {
+        Outcome::Conflict { versions, .. } => versions.into_iter().filter(|v| v.latest).collect(),
+        Outcome::Settled(_) => unreachable!("conflict_outcome lists versions"),
+    }
+}
+
+/// The latest versions `--keep-both` keeps beside the path: all but the
+/// winner's.
+fn losing_versions(offers: &[Offer], winner: usize, synced: &SyncedProps) -> Vec<Version> {
+    let mut versions = latest_versions(offers, synced);
+    versions.retain(|v| !v.holders.contains(&winner));
+    versions
 }
 
 /// The replica holding the latest version with the latest (`Newer`) or

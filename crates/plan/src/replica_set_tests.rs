@@ -97,6 +97,7 @@ fn options(set_size: usize) -> SetOptions {
         props: SYNCED,
         prefer: None,
         force: None,
+        keep_both: false,
     }
 }
 
@@ -411,6 +412,58 @@ fn force_makes_every_path_equal_to_one_replica() {
         reconcile_set(&paths, &opts),
         Err(SetInputError::ForcedAbsent(3))
     );
+}
+
+#[test]
+fn keep_both_settles_to_the_newest_and_keeps_each_other_latest_version_once() {
+    let f = |value| Some(file("f", value));
+    // A and C made the same edit (older), B another (newer).
+    let paths = vec![three("f", f(1), [f(5), f(7), f(5)])];
+    let mut opts = options(3);
+    opts.keep_both = true;
+    let items = reconcile_set(&paths, &opts).unwrap();
+    assert_eq!(items[0].decided_by, Some(SetPolicy::KeepBoth));
+    let won = settled(&items[0].outcome);
+    assert_eq!(won.holders, [1]);
+    assert_eq!(won.kept.len(), 1, "one copy per losing version");
+    assert_eq!(won.kept[0].holders, [0, 2]);
+    assert_eq!(won.kept[0].entry, f(5));
+    for offer in &paths[0].offers {
+        assert!(won.vector.strictly_includes(&offer.vector()));
+    }
+    // --prefer names the winner when it holds a latest version.
+    opts.prefer = Some(SetPreference::Replica(2));
+    let items = reconcile_set(&paths, &opts).unwrap();
+    let won = settled(&items[0].outcome);
+    assert_eq!(
+        (won.holders.as_slice(), won.kept[0].holders.as_slice()),
+        (&[0, 2][..], &[1][..])
+    );
+    // --force wins over it: nothing kept.
+    opts.force = Some(1);
+    let items = reconcile_set(&paths, &opts).unwrap();
+    assert!(settled(&items[0].outcome).kept.is_empty());
+    assert_eq!(items[0].decided_by, Some(SetPolicy::Force(1)));
+}
+
+#[test]
+fn keep_both_leaves_deletions_directories_and_equal_contents_a_conflict() {
+    let f = |value| Some(file("f", value));
+    let mut opts = options(3);
+    opts.keep_both = true;
+    let deleted = three("f", f(1), [f(5), f(7), None]);
+    let with_dir = three("f", f(1), [f(5), f(7), Some(dir("f"))]);
+    let mut props_only = three("f", f(1), [f(5), f(1), f(1)]);
+    let mut other_mode = (*file("f", 5)).clone();
+    other_mode.props.mode = 0o600;
+    props_only.offers[1] = offer(1, f(1), vector(&[(0, 1)]), Some(Arc::new(other_mode)));
+    for paths in [vec![deleted], vec![with_dir], vec![props_only]] {
+        let items = reconcile_set(&paths, &opts).unwrap();
+        assert!(
+            matches!(items[0].outcome, Outcome::Conflict { .. }),
+            "{items:?}"
+        );
+    }
 }
 
 #[test]

@@ -7,11 +7,13 @@
 //! which is also the order that gives each replica its index in the
 //! vectors); lock and open every replica that can be reached, in that
 //! order; count this run on each (what its changes count as); scan every
-//! one against its own archive (`scan.rs`); reconcile; check the deletion
-//! guard; propagate from a holder of each settled version to each replica
-//! that lacks it (`propagate.rs`). A replica that cannot be reached does
+//! one against its own archive (`scan.rs`); reconcile; name the copies of
+//! the versions `--keep-both` keeps (`keep.rs`); check the deletion guard;
+//! make those copies on their holders; propagate from a holder of each
+//! settled version to each replica that lacks it (`propagate.rs`). A replica that cannot be reached does
 //! not stop the others: it is listed, and catches up at its next run.
 
+pub(crate) mod keep;
 pub(crate) mod propagate;
 pub(crate) mod scan;
 
@@ -53,6 +55,9 @@ pub struct SetChange {
     /// The replica the version came from.
     pub from: Arc<str>,
     pub receive: Receive,
+    /// `--keep-both`: a losing version kept under `path` on a replica that
+    /// holds it (a hard link, nothing received; `from` is `on`).
+    pub kept: bool,
 }
 
 /// A path that failed on one replica.
@@ -78,6 +83,10 @@ pub struct SetReport {
     /// Changes made (or, in a dry run, to be made), in path order.
     pub changes: Vec<SetChange>,
     pub conflicts: Vec<SetConflictReport>,
+    /// `--keep-both`: each path settled by keeping its other latest
+    /// versions, and where each was kept (one entry per version), in
+    /// path order.
+    pub kept: Vec<(RelPath, RelPath)>,
     pub errors: Vec<SetFailure>,
     /// Paths settled where every replica already held the version.
     pub agreed: u64,
@@ -199,9 +208,12 @@ fn run(
             other => other,
         }),
         force: policies.force.map(rank),
+        keep_both: cfg.keep_both,
     };
-    let items =
+    let mut items =
         reconcile_set(&scanned.paths, &options).map_err(|e| input_fatal(e, roots, &order))?;
+    let props = options.props;
+    let kept = keep::name_copies(&replicas, &members, &scanned, &mut items, &order, &props);
     let names: Vec<String> = order
         .iter()
         .map(|&place| roots[place].name.clone())
@@ -225,16 +237,22 @@ fn run(
             .collect();
         let names: Vec<Arc<str>> = names.iter().map(|name| name.as_str().into()).collect();
         report.changes = would_change(&items, &names, &far);
+        report.changes.extend(keep::would_link(&kept, &members));
+        report.kept = keep::kept_paths(&kept, &items);
         sort_changes(&mut report.changes);
         return Ok(());
     }
-    let held = scanned.hold();
+    let mut held = scanned.hold();
     release_freed_memory();
+    let linked = keep::link_copies(&replicas, &members, &kept, &mut items, &mut held, cfg);
+    report.errors.extend(linked.failures);
+    report.kept = keep::kept_paths(&kept, &items);
     let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg);
     let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     report.files_written = done(&carried.written.files_done);
     report.bytes_written = done(&carried.written.bytes_done);
     report.changes = carried.changes;
+    report.changes.extend(linked.changes);
     sort_changes(&mut report.changes);
     report.errors.extend(carried.failures);
     Ok(())
@@ -409,6 +427,7 @@ fn would_change(items: &[SetItem], names: &[Arc<str>], far: &[bool]) -> Vec<SetC
                 on: names[receiver].clone(),
                 from: names[source_of(settled.holders.iter().copied(), |h| far[h])].clone(),
                 receive,
+                kept: false,
             });
         }
     }

@@ -296,6 +296,7 @@ impl Pair<'_> {
                 path: change.path,
                 on: on.clone(),
                 from: from.clone(),
+                kept: false,
             }));
         carried
             .failures

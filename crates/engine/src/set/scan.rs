@@ -156,8 +156,12 @@ impl Scanned {
     }
 }
 
+/// A path, and per member what it holds there and the ctime it may record.
+pub(crate) type HeldRow = (RelPath, Vec<(Option<Arc<Entry>>, Time)>);
+
 /// Every path of the plan with what each member holds there (see
 /// [`Scanned::hold`]), in flat tables indexed by path, then slot.
+#[derive(Default)]
 pub(crate) struct Held {
     paths: Vec<RelPath>,
     now: Vec<Option<Arc<Entry>>>,
@@ -181,6 +185,56 @@ impl Held {
     /// The ctime the member in `slot` may record at the path of `index`.
     pub fn ctime(&self, index: usize, slot: usize) -> Time {
         self.ctimes[index * self.members + slot]
+    }
+
+    /// The index of `path`, if it is a path of the plan.
+    pub fn find(&self, path: &RelPath) -> Option<usize> {
+        self.paths.binary_search(path).ok()
+    }
+
+    /// Put `rows` in (each a path, and per slot what the member holds
+    /// there and the ctime it may record), replacing those of their paths
+    /// already here: the copies `--keep-both` adds to the plan
+    /// (`set/keep.rs`).
+    pub fn put_rows(&mut self, mut rows: Vec<HeldRow>) {
+        if rows.is_empty() {
+            return;
+        }
+        rows.sort_by(|x, y| x.0.cmp(&y.0));
+        let total = self.paths.len() + rows.len();
+        let mut merged = Held {
+            paths: Vec::with_capacity(total),
+            now: Vec::with_capacity(total * self.members),
+            ctimes: Vec::with_capacity(total * self.members),
+            members: self.members,
+        };
+        let old = std::mem::take(self);
+        let mut new_rows = rows.into_iter().peekable();
+        let stride = old.members;
+        for (index, path) in old.paths.into_iter().enumerate() {
+            while new_rows.peek().is_some_and(|row| row.0 < path) {
+                merged.push(new_rows.next().expect("peeked"));
+            }
+            if new_rows.peek().is_some_and(|row| row.0 == path) {
+                merged.push(new_rows.next().expect("peeked"));
+                continue;
+            }
+            let cells = index * stride..(index + 1) * stride;
+            merged.paths.push(path);
+            merged.now.extend_from_slice(&old.now[cells.clone()]);
+            merged.ctimes.extend_from_slice(&old.ctimes[cells]);
+        }
+        new_rows.for_each(|row| merged.push(row));
+        *self = merged;
+    }
+
+    fn push(&mut self, (path, cells): HeldRow) {
+        assert_eq!(cells.len(), self.members, "one cell per member");
+        self.paths.push(path);
+        for (now, ctime) in cells {
+            self.now.push(now);
+            self.ctimes.push(ctime);
+        }
     }
 
     /// What the member in `slot` holds at `path` as its archive records it.

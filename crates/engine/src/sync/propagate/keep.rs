@@ -70,53 +70,14 @@ impl<'a> Propagation<'a> {
             self.dir(Side::B, &parent, Step::OpenDestination)?,
         ];
         if !copy.linked {
-            self.keep_in_place(dirs[index(loser)].as_ref(), loser, lost, &at_copy)?;
+            // Step 1: on the losing side, the loser also under the copy's
+            // name.
+            let (replica, dir) = (self.replicas[index(loser)], dirs[index(loser)].as_ref());
+            keep_beside(replica, dir, lost, &at_copy, self.cfg)?;
         }
         let temps = self.receive_both(item, winner, &at_copy, &dirs)?;
         self.flush_replicas();
         self.commit_both(item, winner, &at_copy, &dirs, temps)
-    }
-
-    /// Step 1: on the losing side, the loser also under the copy's name.
-    fn keep_in_place(
-        &self,
-        dir: &dyn ReplicaDir,
-        loser: Side,
-        lost: &Entry,
-        at_copy: &Entry,
-    ) -> Result<(), SyncError> {
-        let name = at_copy.path.file_name();
-        let temp = if lost.kind == Kind::File {
-            dir.link_temp(name, &lost.path)?
-        } else {
-            let (props, mask) = synced_props(lost, self.cfg);
-            let node = Entry {
-                props,
-                ..at_copy.clone()
-            };
-            dir.make_node(name, &node, mask)?
-        };
-        if self.cfg.fsync {
-            self.replicas[index(loser)]
-                .sync_all()
-                .map_err(crate::Error::io(Step::Flush))?;
-        }
-        if let Err(e) = dir.commit(&temp, name, &Expect::Absent) {
-            dir.discard(&temp);
-            return Err(e.into());
-        }
-        if lost.kind != Kind::File {
-            return Ok(());
-        }
-        // The link is of whatever P held: it must be the loser's version.
-        let found = dir.stat(name).map_err(crate::Error::io(Step::MakeLink))?;
-        if Expect::entry(lost).still_holds(found.as_ref()) {
-            return Ok(());
-        }
-        dir.delete(name, &expect_found(found))?;
-        Err(SyncError::Replica(crate::Error::Changed(
-            accord_replica::End::Written,
-        )))
     }
 
     /// Step 2: the winner's version for P on the losing side, the loser's
@@ -236,6 +197,51 @@ impl<'a> Propagation<'a> {
             from: None,
         });
     }
+}
+
+/// On a replica that holds `lost`, the same version also under the name of
+/// `at_copy` (in `dir`, the directory of both): a hard link for a regular
+/// file (no data is copied), a copy of the node otherwise. A link found
+/// not to be of `lost` (the file changed since the scan) is removed again
+/// and the path fails. Also the first step of `--keep-both` for a set
+/// (`set/keep.rs`).
+pub(crate) fn keep_beside(
+    replica: &dyn accord_replica::Replica,
+    dir: &dyn ReplicaDir,
+    lost: &Entry,
+    at_copy: &Entry,
+    cfg: &crate::sync::SyncConfig,
+) -> Result<(), SyncError> {
+    let name = at_copy.path.file_name();
+    let temp = if lost.kind == Kind::File {
+        dir.link_temp(name, &lost.path)?
+    } else {
+        let (props, mask) = synced_props(lost, cfg);
+        let node = Entry {
+            props,
+            ..at_copy.clone()
+        };
+        dir.make_node(name, &node, mask)?
+    };
+    if cfg.fsync {
+        replica.sync_all().map_err(crate::Error::io(Step::Flush))?;
+    }
+    if let Err(e) = dir.commit(&temp, name, &Expect::Absent) {
+        dir.discard(&temp);
+        return Err(e.into());
+    }
+    if lost.kind != Kind::File {
+        return Ok(());
+    }
+    // The link is of whatever P held: it must be the loser's version.
+    let found = dir.stat(name).map_err(crate::Error::io(Step::MakeLink))?;
+    if Expect::entry(lost).still_holds(found.as_ref()) {
+        return Ok(());
+    }
+    dir.delete(name, &expect_found(found))?;
+    Err(SyncError::Replica(crate::Error::Changed(
+        accord_replica::End::Written,
+    )))
 }
 
 /// The entry a side is made to hold: `entry` with the synced properties.

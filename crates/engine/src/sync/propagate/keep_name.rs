@@ -13,9 +13,9 @@
 //! second time as `-2`.
 
 use crate::sync::propagate::{index, split};
-use accord_model::{Expect, Found, RelPath};
+use accord_model::{Entry, Expect, Found, RelPath};
 use accord_plan::{conflict_name, utc_stamp, Action, ConflictReason, Side, SyncItem};
-use accord_replica::Replica;
+use accord_replica::{Replica, ReplicaDir};
 use std::collections::{HashMap, HashSet};
 
 /// Names tried before the conflict is left to the user.
@@ -90,27 +90,48 @@ fn name_one(
 ) -> Option<KeptCopy> {
     let loser = winner.other();
     let lost = item.entry(loser)?;
-    let (parent, name) = split(&item.path);
-    let date = utc_stamp(lost.props.mtime);
-    let dirs = [
+    let (parent, _) = split(&item.path);
+    let dirs = vec![
         replicas[0].open_dir(&parent).ok()?,
         replicas[1].open_dir(&parent).ok()?,
     ];
-    for attempt in 1..=MAX_ATTEMPTS {
-        let candidate = conflict_name(name, loser_host, &date, attempt)?;
-        let path = parent.join(&candidate).ok()?;
-        let stats = dirs.each_ref().map(|dir| dir.start_stat(&candidate));
-        let [a, b] = stats.map(|pending| pending.wait());
-        let found = [a.ok()?, b.ok()?];
+    let accepted = first_accepted(&dirs, &item.path, lost, loser_host, |path, found| {
         let linked = match (&found[index(loser)], &found[index(winner)]) {
             (None, None) => false,
             (Some(there), None) if Expect::entry(lost).still_holds(Some(there)) => true,
-            _ => continue,
+            _ => return None,
         };
-        if planned.contains(&path) && !linked {
-            continue;
+        (linked || !planned.contains(path)).then_some(linked)
+    });
+    accepted.map(|(path, linked)| KeptCopy { path, linked })
+}
+
+/// The first name for the copy of `lost` (the version at `path`, kept
+/// from `host`) that `verdict` accepts, and its answer; `verdict` is given
+/// the candidate's path and what each replica holds there (`dirs`: the
+/// path's directory on each, in their order). `None` when no candidate
+/// is accepted, or a replica cannot be read. Used by a set's
+/// `--keep-both` too (`set/keep.rs`).
+pub(crate) fn first_accepted<T>(
+    dirs: &[Box<dyn ReplicaDir + '_>],
+    path: &RelPath,
+    lost: &Entry,
+    host: &str,
+    mut verdict: impl FnMut(&RelPath, &[Option<Found>]) -> Option<T>,
+) -> Option<(RelPath, T)> {
+    let (parent, name) = split(path);
+    let date = utc_stamp(lost.props.mtime);
+    for attempt in 1..=MAX_ATTEMPTS {
+        let candidate = conflict_name(name, host, &date, attempt)?;
+        let at = parent.join(&candidate).ok()?;
+        let stats: Vec<_> = dirs.iter().map(|dir| dir.start_stat(&candidate)).collect();
+        let found: Vec<Option<Found>> = stats
+            .into_iter()
+            .map(|pending| pending.wait().ok())
+            .collect::<Option<_>>()?;
+        if let Some(answer) = verdict(&at, &found) {
+            return Some((at, answer));
         }
-        return Some(KeptCopy { path, linked });
     }
     None
 }
@@ -118,7 +139,7 @@ fn name_one(
 /// The host name in a replica's sync identity (`accord root 1`, NUL, the
 /// machine id, `/`, the host name, NUL, the path), made safe for a file
 /// name; "unknown" when it cannot be read.
-fn host_of(replica: &dyn Replica) -> String {
+pub(crate) fn host_of(replica: &dyn Replica) -> String {
     let identity = replica.sync_identity().unwrap_or_default();
     let host = identity
         .split(|&b| b == 0)

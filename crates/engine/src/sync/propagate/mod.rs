@@ -38,7 +38,7 @@ use std::sync::atomic::Ordering;
 
 mod backup;
 mod commit;
-mod keep;
+pub(crate) mod keep;
 pub(crate) mod keep_name;
 mod links;
 mod merge;
