@@ -96,7 +96,7 @@ impl Mergerfs {
         fs::create_dir_all(mnt).unwrap();
         let list = branches;
         let out = Command::new("mergerfs")
-            .args(["-o", &opts, &list.join(":")])
+            .args(["-o", opts, &list.join(":")])
             .arg(mnt)
             .output()
             .unwrap();

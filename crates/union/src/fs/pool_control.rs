@@ -1,8 +1,9 @@
 //! A pool's control file, as mergerfs has it: `/.mergerfs` at the root of the mount, never
 //! listed, whose extended attributes `user.mergerfs.KEY` read and set the pool's options while
 //! it is mounted (`getfattr -n user.mergerfs.category.create /pool/.mergerfs`,
-//! `setfattr -n user.mergerfs.category.create -v mfs /pool/.mergerfs`), so scripts written for
-//! mergerfs keep working. It belongs to the user who mounted, mode 0644: the kernel lets only
+//! `setfattr -n user.mergerfs.category.create -v mfs /pool/.mergerfs`: the categories, each
+//! function's policy as `func.NAME`, `minfreespace`, `moveonenospc`, and the branch list), so
+//! scripts written for mergerfs keep working. It belongs to the user who mounted, mode 0644: the kernel lets only
 //! that user (and root) set attributes.
 
 use std::ffi::OsStr;
