@@ -11,7 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use accord_union::branch::{default_modes, mistyped_mode, parse_spec, BranchSpec};
+use accord_union::branch::{default_modes, mistyped_mode, parse_spec, BranchConfig, BranchSpec};
 use accord_union::options::parse_mount_options;
 use accord_union::{guard, io_words};
 use accord_union::{Mode, MountConfig};
@@ -31,7 +31,8 @@ enum UnionCmd {
     /// Mount a union of BRANCHES (highest priority first) at MNT.
     ///
     /// A branch is DIR, DIR=rw, DIR=ro or (in a pool) DIR=nc; without a mode the first branch
-    /// is writable and the others read-only (in a pool, all writable). `-o dirs=/a=rw:/b=ro`
+    /// is writable and the others read-only (in a pool, all writable). In a pool a branch may
+    /// have a minfreespace of its own, as mergerfs spells it: DIR=RW,10G. `-o dirs=/a=rw:/b=ro`
     /// is Unionfs's spelling of the same list.
     Mount {
         mountpoint: PathBuf,
@@ -39,8 +40,9 @@ enum UnionCmd {
         /// Mount options, comma-separated: `dirs=` (branches), `redirect_dir=on|off` (off:
         /// renaming a directory with lower parts fails with EXDEV instead of moving it in
         /// place), mergerfs's pool options (`pool`, `category.create=POLICY`,
-        /// `category.action=`, `minfreespace=SIZE`: every writable branch takes new names as
-        /// the policy says), and the standard FUSE options: allow_other, allow_root,
+        /// `category.action=`, `category.search=`, `func.NAME=POLICY`, `minfreespace=SIZE`,
+        /// `moveonenospc=`: every writable branch takes new names as the policy says), and the
+        /// standard FUSE options: allow_other, allow_root,
         /// default_permissions, auto_unmount, fsname=, max_read=, ro, rw, nodev, nosuid,
         /// noexec, noatime, sync, dirsync and their opposites. May be given more than once.
         #[arg(short = 'o')]
@@ -79,8 +81,8 @@ enum UnionCmd {
     /// List the branches of the union at MNT: number, mode, directory.
     List { mountpoint: PathBuf },
     /// Show a pool's policies, or change them while it is mounted: KEY=VALUE with mergerfs's
-    /// keys (category.create, func.create, category.action, category.search, minfreespace,
-    /// moveonenospc).
+    /// keys (category.create, category.action, category.search, func.NAME as func.chmod,
+    /// minfreespace, moveonenospc).
     Policy {
         mountpoint: PathBuf,
         settings: Vec<String>,
@@ -337,13 +339,16 @@ fn serve(cfg: &MountConfig, notify_fd: Option<i32>) -> i32 {
 
 /// The branch directories of `specs`, canonical, with their modes; or the exit code after the
 /// error was reported.
-fn resolve_branches(specs: &[BranchSpec], pool: bool) -> Result<Vec<(PathBuf, Mode)>, i32> {
+fn resolve_branches(specs: &[BranchSpec], pool: bool) -> Result<Vec<BranchConfig>, i32> {
     let mut resolved = Vec::new();
-    for (spec, (p, m)) in specs.iter().zip(default_modes(specs, pool)) {
-        match p.canonicalize() {
-            Ok(c) => resolved.push((c, m)),
+    for (spec, b) in specs.iter().zip(default_modes(specs, pool)) {
+        match b.path.canonicalize() {
+            Ok(path) => resolved.push(BranchConfig { path, ..b }),
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(missing_branch(spec, &e)),
-            Err(e) => return Err(fail(&format!("branch {}: {}", p.display(), io_words(&e)))),
+            Err(e) => {
+                let p = b.path.display();
+                return Err(fail(&format!("branch {p}: {}", io_words(&e))));
+            }
         }
     }
     Ok(resolved)
@@ -398,10 +403,8 @@ fn daemonize(cfg: &MountConfig) -> i32 {
     if !options.is_empty() {
         cmd.arg("-o").arg(options.join(","));
     }
-    for (p, m) in &cfg.branches {
-        let mut s = p.clone().into_os_string();
-        s.push(format!("={m}"));
-        cmd.arg(s);
+    for b in &cfg.branches {
+        cmd.arg(b.to_arg());
     }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -42,34 +42,73 @@ impl fmt::Display for Mode {
     }
 }
 
-/// A branch as the user named it: `DIR`, `DIR=rw` or `DIR=ro`.
+/// A branch as the user named it: `DIR`, `DIR=MODE`, or (as mergerfs spells a branch with a
+/// `minfreespace` of its own) `DIR=MODE,SIZE`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BranchSpec {
     pub path: PathBuf,
     pub mode: Option<Mode>,
+    /// Bytes a create policy needs the branch to have available (a pool only).
+    pub min_free: Option<u64>,
 }
 
 pub fn parse_spec(s: &str) -> Result<BranchSpec, String> {
     if s.is_empty() {
         return Err("empty branch".into());
     }
-    // Only a trailing mode is a mode, so a directory named `a=b` still works.
-    for word in ["ro", "rw", "nc", "RO", "RW", "NC"] {
-        let mode = Mode::parse(word)?;
-        if let Some(p) = s.strip_suffix(word).and_then(|p| p.strip_suffix('=')) {
-            if p.is_empty() {
-                return Err(format!("branch {s:?} has no directory"));
-            }
-            return Ok(BranchSpec {
-                path: PathBuf::from(p),
-                mode: Some(mode),
-            });
-        }
-    }
-    Ok(BranchSpec {
+    let whole = BranchSpec {
         path: PathBuf::from(s),
         mode: None,
+        min_free: None,
+    };
+    // Only a trailing mode is a mode, so a directory named `a=b` still works.
+    let Some((dir, opts)) = s.rsplit_once('=') else {
+        return Ok(whole);
+    };
+    let (word, size) = match opts.split_once(',') {
+        Some((w, size)) => (w, Some(size)),
+        None => (opts, None),
+    };
+    let Ok(mode) = Mode::parse(word) else {
+        return Ok(whole);
+    };
+    if dir.is_empty() {
+        return Err(format!("branch {s:?} has no directory"));
+    }
+    let min_free = match size {
+        Some(v) => Some(crate::pool::parse_size(v).map_err(|_| {
+            format!(
+                "branch {s:?}: {v:?} is not a size (DIR=MODE,SIZE takes bytes, or a number \
+                 followed by K, M, G or T, as /mnt/disk=RW,10G)"
+            )
+        })?),
+        None => None,
+    };
+    Ok(BranchSpec {
+        path: PathBuf::from(dir),
+        mode: Some(mode),
+        min_free,
     })
+}
+
+/// A branch to mount: its directory, its mode, and its own `minfreespace` if it has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchConfig {
+    pub path: PathBuf,
+    pub mode: Mode,
+    pub min_free: Option<u64>,
+}
+
+impl BranchConfig {
+    /// The branch as a command-line argument gives it back: `DIR=MODE[,SIZE]`.
+    pub fn to_arg(&self) -> std::ffi::OsString {
+        let mut s = self.path.clone().into_os_string();
+        s.push(format!("={}", self.mode));
+        if let Some(n) = self.min_free {
+            s.push(format!(",{n}"));
+        }
+        s
+    }
 }
 
 /// For a branch given without a valid mode: the word after its last `=`, if it looks like a
@@ -86,7 +125,7 @@ pub fn mistyped_mode(spec: &BranchSpec) -> Option<String> {
 
 /// Fill in modes the user left out the way Unionfs did: the first branch is writable, the
 /// others read-only; in a pool (`pool`), every branch is writable, as in mergerfs.
-pub fn default_modes(specs: &[BranchSpec], pool: bool) -> Vec<(PathBuf, Mode)> {
+pub fn default_modes(specs: &[BranchSpec], pool: bool) -> Vec<BranchConfig> {
     specs
         .iter()
         .enumerate()
@@ -94,7 +133,11 @@ pub fn default_modes(specs: &[BranchSpec], pool: bool) -> Vec<(PathBuf, Mode)> {
             let m = s
                 .mode
                 .unwrap_or(if i == 0 || pool { Mode::Rw } else { Mode::Ro });
-            (s.path.clone(), m)
+            BranchConfig {
+                path: s.path.clone(),
+                mode: m,
+                min_free: s.min_free,
+            }
         })
         .collect()
 }
@@ -108,6 +151,8 @@ pub struct Branch {
     pub id: u64,
     pub path: PathBuf,
     pub mode: Mode,
+    /// Its own `minfreespace` (a pool's create policies), if given.
+    pub min_free: Option<u64>,
     fd: Arc<OwnedFd>,
 }
 
@@ -122,8 +167,32 @@ impl Branch {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             path,
             mode,
+            min_free: None,
             fd: Arc::new(OwnedFd::from(f)),
         })
+    }
+
+    /// The same branch with its own `minfreespace` (None: the pool's).
+    pub fn with_min_free(mut self, min_free: Option<u64>) -> Branch {
+        self.min_free = min_free;
+        self
+    }
+
+    /// `DIR=MODE[,SIZE]`, mergerfs's spelling of a branch (its mode in capitals, its own
+    /// `minfreespace` as mergerfs shows sizes).
+    pub fn mergerfs_spec(&self) -> String {
+        let mode = self.mode.to_string().to_uppercase();
+        let size = self.min_free.map(|n| format!(",{}", humanize(n)));
+        format!("{}={mode}{}", self.path.display(), size.unwrap_or_default())
+    }
+
+    /// Same directory and handle, another mode and own `minfreespace` (keeps the id so open
+    /// files stay attributed).
+    pub fn with_settings(&self, mode: Mode, min_free: Option<u64>) -> Branch {
+        Branch {
+            min_free,
+            ..self.with_mode(mode)
+        }
     }
 
     /// Same directory and handle, another mode (keeps the id so open files stay attributed).
@@ -132,6 +201,7 @@ impl Branch {
             id: self.id,
             path: self.path.clone(),
             mode,
+            min_free: self.min_free,
             fd: self.fd.clone(),
         }
     }
@@ -155,6 +225,17 @@ impl Branch {
     pub fn creatable(&self) -> bool {
         self.mode == Mode::Rw
     }
+}
+
+/// A size as mergerfs shows one: in the largest unit of T, G, M, K that divides it, else in
+/// bytes.
+pub fn humanize(n: u64) -> String {
+    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 #[derive(Debug, Default)]
@@ -266,6 +347,19 @@ impl Table {
         Ok(self.next(v))
     }
 
+    /// The table with exactly `v` as its branches (highest first): none twice, not empty.
+    pub fn with_list(&self, v: Vec<Arc<Branch>>) -> Result<Table, String> {
+        if v.is_empty() {
+            return Err("cannot remove the last branch".into());
+        }
+        for (i, b) in v.iter().enumerate() {
+            if v[..i].iter().any(|x| x.path == b.path) {
+                return Err(format!("{} is already a branch", b.path.display()));
+            }
+        }
+        Ok(self.next(v))
+    }
+
     /// The paper's snapshot: `b` goes on top as the only writable branch; every branch that was
     /// writable becomes read-only, so the state at this instant is frozen below.
     pub fn with_snapshot(&self, b: Branch) -> Result<Table, String> {
@@ -304,8 +398,32 @@ mod tests {
             parse_spec("/a=ro").unwrap(),
             BranchSpec {
                 path: "/a".into(),
-                mode: Some(Mode::Ro)
+                mode: Some(Mode::Ro),
+                min_free: None,
             }
+        );
+        let own = parse_spec("/mnt/d1=RW,10G").unwrap();
+        assert_eq!(
+            (own.path.to_str(), own.mode),
+            (Some("/mnt/d1"), Some(Mode::Rw))
+        );
+        assert_eq!(own.min_free, Some(10 << 30));
+        assert_eq!(parse_spec("/a=nc,123").unwrap().min_free, Some(123));
+        let err = parse_spec("/a=RW,4Q").unwrap_err();
+        assert!(err.contains("4Q") && err.contains("10G"), "{err}");
+        assert_eq!(
+            parse_spec("/a=b,1G").unwrap().path,
+            PathBuf::from("/a=b,1G")
+        );
+        let cfg = &default_modes(&[own], true)[0];
+        assert_eq!(cfg.to_arg(), "/mnt/d1=rw,10737418240");
+        assert_eq!(
+            parse_spec(cfg.to_arg().to_str().unwrap()).unwrap().min_free,
+            Some(10 << 30)
+        );
+        assert_eq!(
+            (humanize(10 << 30), humanize(1536), humanize(1000)),
+            ("10G".into(), "1536".into(), "1000".into())
         );
         assert_eq!(parse_spec("/a=b").unwrap().path, PathBuf::from("/a=b"));
         assert_eq!(parse_spec("/a=NC").unwrap().mode, Some(Mode::Nc));
@@ -324,13 +442,13 @@ mod tests {
             .map(|s| parse_spec(s).unwrap())
             .collect();
         let d = default_modes(&v, false);
-        assert_eq!(default_modes(&v, true)[2].1, Mode::Rw);
-        assert_eq!(d[2].1, Mode::Ro);
+        assert_eq!(default_modes(&v, true)[2].mode, Mode::Rw);
+        assert_eq!(d[2].mode, Mode::Ro);
         let d = default_modes(
             &[parse_spec("/x").unwrap(), parse_spec("/y").unwrap()],
             false,
         );
-        assert_eq!((d[0].1, d[1].1), (Mode::Rw, Mode::Ro));
+        assert_eq!((d[0].mode, d[1].mode), (Mode::Rw, Mode::Ro));
     }
 
     fn dirs(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {

@@ -17,7 +17,7 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::branch::{Branch, Mode, Table};
+use crate::branch::{parse_spec, Branch, BranchSpec, Mode, Table};
 use crate::fs::Shared;
 use crate::guard;
 
@@ -151,13 +151,82 @@ fn policy(shared: &Shared, pairs: &[&str]) -> Result<String, String> {
             .ok_or_else(|| format!("{pair:?}: give KEY=VALUE, as category.create=mfs"))?;
         if !changed.set(key, value)? {
             return Err(format!(
-                "{key}: not a pool option (category.create, func.create, category.action, \
-                 category.search, minfreespace, moveonenospc)"
+                "{key}: not a pool option (category.create, category.action, category.search, \
+                 func.NAME as func.chmod, minfreespace, moveonenospc)"
             ));
         }
     }
     *p = changed;
     Ok(p.to_options().iter().map(|o| format!("{o}\n")).collect())
+}
+
+/// A change to the branch list as mergerfs's control file takes it (`user.mergerfs.branches`):
+/// `LIST` or `=LIST` replaces the list, `+LIST` or `+>LIST` appends, `+<LIST` prepends,
+/// `-LIST` removes the branches named, `-<` the first and `->` the last. LIST is
+/// `DIR[=MODE[,SIZE]]:…` (a branch without a mode is `rw`, as in mergerfs). Applied at once
+/// (all or nothing); the caller makes the kernel forget what it cached.
+pub(crate) fn change_branches(shared: &Shared, value: &str) -> Result<(), String> {
+    let (op, list) = match value.as_bytes() {
+        [b'+' | b'-', b'<' | b'>', ..] => value.split_at(2),
+        [b'+' | b'-' | b'=', ..] => value.split_at(1),
+        _ => ("=", value),
+    };
+    let current = shared
+        .table
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut v = current.branches.clone();
+    let named = || -> Result<Vec<Arc<Branch>>, String> {
+        let specs = list.split(':').filter(|s| !s.is_empty()).map(parse_spec);
+        let specs: Vec<BranchSpec> = specs.collect::<Result<_, _>>()?;
+        specs
+            .iter()
+            .map(|s| branch_for(&current, s, &shared.mountpoint))
+            .collect()
+    };
+    match op {
+        "=" => v = named()?,
+        "+" | "+>" => v.extend(named()?),
+        "+<" => v.splice(0..0, named()?).for_each(drop),
+        "-" => {
+            // (The paths as the list shows them: nothing is looked up, so a path inside the
+            // union is never resolved by the thread that serves it.)
+            let gone: Vec<&Path> = list.split(':').map(Path::new).collect();
+            v.retain(|b| !gone.contains(&b.path.as_path()));
+        }
+        "-<" if list.is_empty() && !v.is_empty() => drop(v.remove(0)),
+        "->" if list.is_empty() => drop(v.pop()),
+        _ => return Err(format!("{value:?}: not a change of the branch list")),
+    }
+    let new = current.with_list(v)?;
+    *shared.table.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+    Ok(())
+}
+
+/// The branch `spec` names: a branch of `current` with the mode and `minfreespace` given, or a
+/// directory opened as a new one (checked as `add` checks it).
+fn branch_for(
+    current: &Table,
+    spec: &BranchSpec,
+    mountpoint: &Path,
+) -> Result<Arc<Branch>, String> {
+    let mode = spec.mode.unwrap_or(Mode::Rw);
+    // Judged by its components before anything is looked up (see `open_checked`).
+    let mounts = guard::our_mounts()
+        .map_err(|e| format!("cannot read the mount table: {}", crate::io_words(&e)))?;
+    guard::check_lexically(&spec.path, &mounts)?;
+    let canon = spec
+        .path
+        .canonicalize()
+        .unwrap_or_else(|_| spec.path.clone());
+    if let Some(i) = current.find(&canon) {
+        return Ok(Arc::new(
+            current.branches[i].with_settings(mode, spec.min_free),
+        ));
+    }
+    let b = open_checked(&spec.path, mode, mountpoint)?;
+    Ok(Arc::new(b.with_min_free(spec.min_free)))
 }
 
 /// Open `path` as a new branch of the live union, unless it lies inside a union of ours (see

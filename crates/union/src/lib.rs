@@ -50,6 +50,7 @@ pub mod guard;
 pub mod merge;
 pub mod options;
 pub mod pool;
+mod pool_action;
 pub mod redirect;
 mod sys;
 pub mod whiteout;
@@ -67,7 +68,7 @@ pub use branch::Mode;
 pub struct MountConfig {
     pub mountpoint: PathBuf,
     /// Highest priority first.
-    pub branches: Vec<(PathBuf, Mode)>,
+    pub branches: Vec<branch::BranchConfig>,
     /// `-o redirect_dir=on|off`: rename directories with lower parts in place (on, the
     /// default) or refuse with EXDEV (off).
     pub redirect_dir: bool,
@@ -90,32 +91,36 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
             return Err(e);
         }
     };
-    let notifier = session.notifier();
-    let _ = shared.notifier.set(notifier.clone());
+    let _ = shared.notifier.set(session.notifier());
     let shared2 = shared.clone();
     let mp = cfg.mountpoint.clone();
     std::thread::spawn(move || {
         // Runs once the session answers (the stat waits for it, which is why it is not done
         // before `run`).
         raise_readahead(&mp);
-        control::serve(listener, shared2.clone(), || {
-            // Make the kernel forget every name it may have cached from the old table, so the
-            // change shows at once instead of after the entry timeout.
-            let (names, inos) = {
-                let n = shared2.nodes.lock().unwrap();
-                (n.names(), n.inos())
-            };
-            for (parent, name) in names {
-                let _ = notifier.inval_entry(fuser::INodeNo(parent), &name);
-            }
-            // Cached attributes and pages may now belong to another branch's copy.
-            for ino in inos {
-                let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
-            }
-        })
+        control::serve(listener, shared2.clone(), || forget_cached(&shared2))
     });
     ready(Ok(()));
     session.run()
+}
+
+/// After the branch table changed: make the kernel forget every name it may have cached from
+/// the old table, so the change shows at once instead of after the entry timeout.
+pub(crate) fn forget_cached(shared: &fs::Shared) {
+    let Some(notifier) = shared.notifier.get() else {
+        return;
+    };
+    let (names, inos) = {
+        let n = shared.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        (n.names(), n.inos())
+    };
+    for (parent, name) in names {
+        let _ = notifier.inval_entry(fuser::INodeNo(parent), &name);
+    }
+    // Cached attributes and pages may now belong to another branch's copy.
+    for ino in inos {
+        let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
+    }
 }
 
 /// FUSE mounts start with the kernel's 128 KiB readahead, which caps every read request at
@@ -144,11 +149,16 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     }
     let mountpoint = mount_point(&cfg.mountpoint)?;
     if cfg.pool.is_none() {
-        if let Some((p, _)) = cfg.branches.iter().find(|(_, m)| *m == Mode::Nc) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                nc_needs_pool(p),
-            ));
+        let invalid = |msg| io::Error::new(io::ErrorKind::InvalidInput, msg);
+        if let Some(b) = cfg.branches.iter().find(|b| b.mode == Mode::Nc) {
+            return Err(invalid(nc_needs_pool(&b.path)));
+        }
+        if let Some(b) = cfg.branches.iter().find(|b| b.min_free.is_some()) {
+            return Err(invalid(format!(
+                "branch {} has a minfreespace of its own, which only a pool uses: mount with \
+                 -o category.create=POLICY (or -o pool), or give the branch without it",
+                b.path.display()
+            )));
         }
     }
     let branches = open_branches(cfg, &mountpoint)?;
@@ -341,13 +351,14 @@ fn open_branches(cfg: &MountConfig, mountpoint: &Path) -> io::Result<Vec<branch:
     let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
     let mounts = guard::our_mounts()?;
     let mut branches: Vec<branch::Branch> = Vec::new();
-    for (p, m) in &cfg.branches {
-        let b = branch::Branch::open(p, *m).map_err(|e| {
+    for c in &cfg.branches {
+        let b = branch::Branch::open(&c.path, c.mode).map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!("branch {}: {}", p.display(), io_words(&e)),
+                format!("branch {}: {}", c.path.display(), io_words(&e)),
             )
         })?;
+        let b = b.with_min_free(c.min_free);
         if branches.iter().any(|x| x.path == b.path) {
             return Err(invalid(format!("branch {} given twice", b.path.display())));
         }

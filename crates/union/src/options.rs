@@ -43,8 +43,8 @@ const SWITCHES: [&str; 4] = [
 ];
 
 /// The options we take, for the error that names an unknown one.
-const KNOWN: &str = "dirs=, redirect_dir=on|off, pool, category.create=, func.create=, \
-     category.action=, category.search=ff, minfreespace=, allow_other, allow_root, default_permissions, \
+const KNOWN: &str = "dirs=, redirect_dir=on|off, pool, category.create=, category.action=, \
+     category.search=, func.NAME=, minfreespace=, moveonenospc=, allow_other, allow_root, default_permissions, \
      auto_unmount, fsname=, subtype=accord, max_read=, ro, rw, dev, nodev, suid, nosuid, exec, \
      noexec, atime, noatime, sync, async, dirsync";
 
@@ -176,7 +176,14 @@ mod tests {
         assert_eq!(parse_mount_options("dirs=/a").unwrap().pool, None);
         let o = parse_mount_options("category.create=mfs,minfreespace=1G,allow_other").unwrap();
         let p = o.pool.unwrap();
-        assert_eq!((p.create.to_string(), p.min_free), ("mfs".into(), 1 << 30));
+        let create = p.create(crate::pool::CreateFn::Create);
+        assert_eq!((create.to_string(), p.min_free), ("mfs".into(), 1 << 30));
+        let per_function = parse_mount_options("func.chmod=epff,func.getattr=ff").unwrap();
+        let chmod = per_function
+            .pool
+            .unwrap()
+            .action(crate::pool::ActionFn::Chmod);
+        assert_eq!(chmod.to_string(), "epff");
         assert_eq!(o.fuse, ["allow_other"]);
         assert_eq!(
             parse_mount_options("pool").unwrap().pool,

@@ -1,14 +1,17 @@
 //! The pool model's policies, as mergerfs names them: where a new name goes (*create*), which
-//! copies a change acts on (*action*) and which copy a lookup shows (*search*).
+//! copies a change acts on (*action*, `pool_action`) and which copy a lookup shows (*search*),
+//! each set for a whole category (`category.action=`) or for one function (`func.chmod=`).
 //!
 //! Pure: the FUSE layer (`fs/pool.rs`) gathers each candidate branch's state and asks here
 //! which to use. The rules follow mergerfs 2.33: a create policy considers only branches of
 //! mode `rw` (never `ro` or `nc`) on a file system mounted read-write with at least
-//! `minfreespace` available; the path-preserving ones (`ep…`) only those that already hold the
-//! new name's parent directory. Among equals, `mfs`/`lfs` take the last branch, `lus` the
-//! first, as mergerfs does.
+//! `minfreespace` available (the branch's own value, `DIR=RW,SIZE`, else the pool's); the
+//! path-preserving ones (`ep…`) only those that already hold the new name's parent directory.
+//! Among equals, `mfs`/`lfs` take the last branch, `lus` the first, as mergerfs does.
 
 use std::fmt;
+
+pub use crate::pool_action::{choose_action, Action, Holder, Search};
 
 /// Where a new file, directory, symlink or device node goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,23 +55,6 @@ const CREATE_NAMES: [(&str, Create); 16] = [
     ("msppfrd", Create::Msppfrd),
 ];
 
-/// Which copies a change (chmod, chown, utimens, truncate, xattrs, unlink, rmdir, rename)
-/// acts on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Every copy on a branch that is not `ro` (`all` is the same for changes).
-    Epall,
-    /// The first such copy only.
-    Epff,
-}
-
-const ACTION_NAMES: [(&str, Action); 4] = [
-    ("epall", Action::Epall),
-    ("all", Action::Epall),
-    ("epff", Action::Epff),
-    ("ff", Action::Epff),
-];
-
 impl Create {
     pub fn parse(s: &str) -> Result<Create, String> {
         lookup(&CREATE_NAMES, s).ok_or_else(|| {
@@ -97,50 +83,107 @@ impl Create {
     }
 }
 
-impl Action {
-    pub fn parse(s: &str) -> Result<Action, String> {
-        lookup(&ACTION_NAMES, s).ok_or_else(|| {
-            format!(
-                "category.action={s}: unknown or unbuilt action policy (built: {})",
-                names(&ACTION_NAMES)
-            )
-        })
-    }
-}
-
 impl fmt::Display for Create {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(name_of(&CREATE_NAMES, *self))
     }
 }
 
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(name_of(&ACTION_NAMES, *self))
-    }
-}
-
-fn lookup<T: Copy>(table: &[(&str, T)], s: &str) -> Option<T> {
+pub(crate) fn lookup<T: Copy>(table: &[(&str, T)], s: &str) -> Option<T> {
     table.iter().find(|(n, _)| *n == s).map(|(_, p)| *p)
 }
 
-fn name_of<T: Copy + PartialEq>(table: &[(&'static str, T)], p: T) -> &'static str {
+pub(crate) fn name_of<T: Copy + PartialEq>(table: &[(&'static str, T)], p: T) -> &'static str {
     table.iter().find(|(_, x)| *x == p).map_or("?", |(n, _)| n)
 }
 
-fn names<T>(table: &[(&str, T)]) -> String {
+pub(crate) fn names<T>(table: &[(&str, T)]) -> String {
     table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
 }
 
 /// mergerfs's default `minfreespace`: 4 GiB.
 pub const DEFAULT_MIN_FREE: u64 = 4 << 30;
 
-/// The pool's settings (`-o category.create=…,minfreespace=…`).
+/// The functions mergerfs gives a policy each, by category: `category.KIND=` sets all of a
+/// category's, `func.NAME=` one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionFn {
+    Chmod,
+    Chown,
+    Link,
+    Removexattr,
+    Rename,
+    Rmdir,
+    Setxattr,
+    Truncate,
+    Unlink,
+    Utimens,
+}
+
+pub const ACTION_FNS: [(&str, ActionFn); 10] = [
+    ("chmod", ActionFn::Chmod),
+    ("chown", ActionFn::Chown),
+    ("link", ActionFn::Link),
+    ("removexattr", ActionFn::Removexattr),
+    ("rename", ActionFn::Rename),
+    ("rmdir", ActionFn::Rmdir),
+    ("setxattr", ActionFn::Setxattr),
+    ("truncate", ActionFn::Truncate),
+    ("unlink", ActionFn::Unlink),
+    ("utimens", ActionFn::Utimens),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateFn {
+    Create,
+    Mkdir,
+    Mknod,
+    Symlink,
+}
+
+pub const CREATE_FNS: [(&str, CreateFn); 4] = [
+    ("create", CreateFn::Create),
+    ("mkdir", CreateFn::Mkdir),
+    ("mknod", CreateFn::Mknod),
+    ("symlink", CreateFn::Symlink),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchFn {
+    Access,
+    Getattr,
+    Getxattr,
+    Listxattr,
+    Open,
+    Readlink,
+}
+
+pub const SEARCH_FNS: [(&str, SearchFn); 6] = [
+    ("access", SearchFn::Access),
+    ("getattr", SearchFn::Getattr),
+    ("getxattr", SearchFn::Getxattr),
+    ("listxattr", SearchFn::Listxattr),
+    ("open", SearchFn::Open),
+    ("readlink", SearchFn::Readlink),
+];
+
+/// Every `func.NAME` key, category by category (for the control file's listing).
+pub fn func_keys() -> impl Iterator<Item = String> {
+    let action = ACTION_FNS.iter().map(|(n, _)| *n);
+    let create = CREATE_FNS.iter().map(|(n, _)| *n);
+    let search = SEARCH_FNS.iter().map(|(n, _)| *n);
+    (action.chain(create).chain(search)).map(|n| format!("func.{n}"))
+}
+
+/// The pool's settings (`-o category.create=…,func.chmod=…,minfreespace=…`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policies {
-    pub create: Create,
-    pub action: Action,
-    /// Bytes a branch must have available to be chosen for a create.
+    /// Indexed by `CreateFn`, `ActionFn`, `SearchFn`.
+    create: [Create; 4],
+    action: [Action; 10],
+    search: [Search; 6],
+    /// Bytes a branch must have available to be chosen for a create, unless the branch has
+    /// a value of its own (`DIR=RW,SIZE`).
     pub min_free: u64,
     /// mergerfs's `moveonenospc`: a write that finds its branch full moves the file to the
     /// branch this policy chooses (among the others) and goes on; None: the write fails.
@@ -151,8 +194,9 @@ impl Default for Policies {
     /// mergerfs's defaults: create `epmfs`, action `epall`, search `ff`, 4G.
     fn default() -> Self {
         Policies {
-            create: Create::Epmfs,
-            action: Action::Epall,
+            create: [Create::Epmfs; 4],
+            action: [Action::Epall; 10],
+            search: [Search::Ff; 6],
             min_free: DEFAULT_MIN_FREE,
             move_on_enospc: None,
         }
@@ -160,40 +204,104 @@ impl Default for Policies {
 }
 
 impl Policies {
-    /// Set one pool option (`category.create`, `func.create`, `category.action`,
-    /// `category.search`, `func.NAME`, `minfreespace`); Ok(false) if `key` is not one.
+    /// The create policy of `f`.
+    pub fn create(&self, f: CreateFn) -> Create {
+        self.create[f as usize]
+    }
+
+    /// The action policy of `f`.
+    pub fn action(&self, f: ActionFn) -> Action {
+        self.action[f as usize]
+    }
+
+    /// The search policy of `f`.
+    pub fn search(&self, f: SearchFn) -> Search {
+        self.search[f as usize]
+    }
+
+    /// Set one pool option (`category.KIND`, `func.NAME`, `minfreespace`, `moveonenospc`);
+    /// Ok(false) if `key` is not one.
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        let named = |e: String, category: &str| e.replacen(category, key, 1);
         match key {
-            "category.create" | "func.create" | "func.mkdir" | "func.mknod" | "func.symlink" => {
-                self.create =
-                    Create::parse(value).map_err(|e| e.replacen("category.create", key, 1))?
+            "category.create" => {
+                self.create = [Create::parse(value).map_err(|e| named(e, "category.create"))?; 4]
             }
-            "category.action" => self.action = Action::parse(value)?,
-            "category.search" | "func.getattr" | "func.open" => {
-                if value != "ff" {
-                    return Err(format!(
-                        "{key}={value}: the only search policy built is ff (first found)"
-                    ));
-                }
-            }
+            "category.action" => self.action = [Action::parse(value)?; 10],
+            "category.search" => self.search = [Search::parse(value)?; 6],
             "minfreespace" => self.min_free = parse_size(value)?,
             "moveonenospc" => self.move_on_enospc = parse_move(value)?,
-            _ => return Ok(false),
+            _ => {
+                let Some(func) = key.strip_prefix("func.") else {
+                    return Ok(false);
+                };
+                if let Some(f) = lookup(&CREATE_FNS, func) {
+                    let c = Create::parse(value).map_err(|e| named(e, "category.create"))?;
+                    self.create[f as usize] = c;
+                } else if let Some(f) = lookup(&ACTION_FNS, func) {
+                    let a = Action::parse(value).map_err(|e| named(e, "category.action"))?;
+                    self.action[f as usize] = a;
+                } else if let Some(f) = lookup(&SEARCH_FNS, func) {
+                    let s = Search::parse(value).map_err(|e| named(e, "category.search"))?;
+                    self.search[f as usize] = s;
+                } else {
+                    return Ok(false);
+                }
+            }
         }
         Ok(true)
     }
 
-    /// The options that give these settings back (for a daemon started with them).
+    /// The value of option `key` as mergerfs shows it: a category's is its functions'
+    /// policies, each once, sorted and joined by commas. None for a key that is not one.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let category = |v: Vec<String>| {
+            let set: std::collections::BTreeSet<String> = v.into_iter().collect();
+            set.into_iter().collect::<Vec<_>>().join(",")
+        };
+        Some(match key {
+            "category.create" => category(self.create.iter().map(|p| p.to_string()).collect()),
+            "category.action" => category(self.action.iter().map(|p| p.to_string()).collect()),
+            "category.search" => category(self.search.iter().map(|p| p.to_string()).collect()),
+            "minfreespace" => self.min_free.to_string(),
+            "moveonenospc" => (self.move_on_enospc).map_or("false".into(), |c| c.to_string()),
+            _ => {
+                let func = key.strip_prefix("func.")?;
+                if let Some(f) = lookup(&CREATE_FNS, func) {
+                    self.create(f).to_string()
+                } else if let Some(f) = lookup(&ACTION_FNS, func) {
+                    self.action(f).to_string()
+                } else {
+                    self.search(lookup(&SEARCH_FNS, func)?).to_string()
+                }
+            }
+        })
+    }
+
+    /// The options that give these settings back (for a daemon started with them): a
+    /// category whose functions share one policy as `category.KIND=`, else each function's.
     pub fn to_options(&self) -> Vec<String> {
-        let moving = self
-            .move_on_enospc
-            .map_or("false".into(), |c| c.to_string());
-        vec![
-            format!("category.create={}", self.create),
-            format!("category.action={}", self.action),
-            format!("minfreespace={}", self.min_free),
-            format!("moveonenospc={moving}"),
-        ]
+        let mut out = Vec::new();
+        let mut category = |kind: &str, funcs: Vec<&str>| {
+            let key = format!("category.{kind}");
+            let value = self.get(&key).unwrap_or_default();
+            match value.contains(',') {
+                false => out.push(format!("{key}={value}")),
+                true => {
+                    for f in funcs {
+                        let k = format!("func.{f}");
+                        out.push(format!("{k}={}", self.get(&k).unwrap_or_default()));
+                    }
+                }
+            }
+        };
+        category("create", CREATE_FNS.iter().map(|f| f.0).collect());
+        category("action", ACTION_FNS.iter().map(|f| f.0).collect());
+        category("search", SEARCH_FNS.iter().map(|f| f.0).collect());
+        for key in ["minfreespace", "moveonenospc"] {
+            out.push(format!("{key}={}", self.get(key).unwrap_or_default()));
+        }
+        out
     }
 }
 
@@ -247,6 +355,8 @@ pub struct Candidate {
     pub avail: u64,
     /// Bytes used (f_blocks − f_bavail) × f_frsize.
     pub used: u64,
+    /// Bytes it must have available to be chosen: its own `minfreespace`, else the pool's.
+    pub min_free: u64,
 }
 
 /// Why no branch was chosen, mergerfs's way: the weightiest reason met (no parent < full <
@@ -267,16 +377,16 @@ fn worse(cur: i32, new: i32) -> i32 {
 
 /// The branches `policy` may choose from (in branch order); `err` keeps the weightiest
 /// reason a branch was passed over.
-fn eligible(p: &Policies, cands: &[Candidate], err: &mut i32) -> Vec<Candidate> {
+fn eligible(create: Create, cands: &[Candidate], err: &mut i32) -> Vec<Candidate> {
     let mut out = Vec::new();
     for c in cands {
         let why = if !c.creatable {
             libc::EROFS
-        } else if p.create.path_preserving() && !c.has_parent {
+        } else if create.path_preserving() && !c.has_parent {
             libc::ENOENT
         } else if c.fs_readonly {
             libc::EROFS
-        } else if c.avail < p.min_free {
+        } else if c.avail < c.min_free {
             libc::ENOSPC
         } else {
             out.push(*c);
@@ -287,22 +397,22 @@ fn eligible(p: &Policies, cands: &[Candidate], err: &mut i32) -> Vec<Candidate> 
     out
 }
 
-/// The branch a new name goes to. `levels` holds the candidates as seen from the new name's
+/// The branch a new name goes to by policy `create`. `levels` holds the candidates as seen from the new name's
 /// parent directory (`has_parent`: the branch holds it), then, for the most-shared-path
 /// policies only, from each ancestor up to the root. `random` draws a number below its
 /// argument (for `rand`, `pfrd` and their forms).
 pub fn choose_create(
-    p: &Policies,
+    create: Create,
     levels: &[Vec<Candidate>],
     random: &mut dyn FnMut(u64) -> u64,
 ) -> Result<u32, i32> {
     let mut err = libc::ENOENT;
     for level in levels {
-        let ok = eligible(p, level, &mut err);
+        let ok = eligible(create, level, &mut err);
         if !ok.is_empty() {
-            return Ok(pick(p.create, &ok, random).branch);
+            return Ok(pick(create, &ok, random).branch);
         }
-        if !p.create.most_shared_path() {
+        if !create.most_shared_path() {
             break;
         }
     }
@@ -327,35 +437,24 @@ fn pick(create: Create, ok: &[Candidate], random: &mut dyn FnMut(u64) -> u64) ->
 
 /// A branch drawn with a chance proportional to its available space.
 fn proportional(ok: &[Candidate], random: &mut dyn FnMut(u64) -> u64) -> Candidate {
-    let sum: u64 = ok.iter().map(|c| c.avail).fold(0, u64::saturating_add);
-    if sum == 0 {
-        return ok[0];
-    }
-    let mut left = random(sum);
-    for c in ok {
-        if left < c.avail {
-            return *c;
-        }
-        left -= c.avail;
-    }
-    ok[ok.len() - 1]
+    ok[pick_proportional(&ok.iter().map(|c| c.avail).collect::<Vec<_>>(), random)]
 }
 
-/// The copies an action acts on, from the branches holding the name (highest first) and
-/// whether each is writable (not `ro`); EROFS when none is.
-pub fn choose_action(p: &Policies, holders: &[(u32, bool)]) -> Result<Vec<u32>, i32> {
-    let writable: Vec<u32> = holders.iter().filter(|h| h.1).map(|h| h.0).collect();
-    if writable.is_empty() {
-        return Err(if holders.is_empty() {
-            libc::ENOENT
-        } else {
-            libc::EROFS
-        });
+/// The index of one of `avail` (not empty) drawn with a chance proportional to its value;
+/// the first when all are 0.
+pub(crate) fn pick_proportional(avail: &[u64], random: &mut dyn FnMut(u64) -> u64) -> usize {
+    let sum: u64 = avail.iter().fold(0, |s, a| s.saturating_add(*a));
+    if sum == 0 {
+        return 0;
     }
-    Ok(match p.action {
-        Action::Epall => writable,
-        Action::Epff => writable[..1].to_vec(),
-    })
+    let mut left = random(sum);
+    for (i, a) in avail.iter().enumerate() {
+        if left < *a {
+            return i;
+        }
+        left -= a;
+    }
+    avail.len() - 1
 }
 
 #[cfg(test)]
@@ -370,16 +469,21 @@ mod tests {
             fs_readonly: false,
             avail,
             used,
+            min_free: 0,
         }
     }
 
-    fn policy(create: &str, min_free: u64) -> Policies {
-        Policies {
-            create: Create::parse(create).unwrap(),
-            action: Action::Epall,
-            min_free,
-            move_on_enospc: None,
-        }
+    /// `choose_create` with `create` named and every candidate needing `min_free`.
+    fn choose(
+        create: &str,
+        min_free: u64,
+        levels: &[Vec<Candidate>],
+        random: &mut dyn FnMut(u64) -> u64,
+    ) -> Result<u32, i32> {
+        let levels: Vec<Vec<Candidate>> = (levels.iter())
+            .map(|l| l.iter().map(|c| Candidate { min_free, ..*c }).collect())
+            .collect();
+        choose_create(Create::parse(create).unwrap(), &levels, random)
     }
 
     fn never(_: u64) -> u64 {
@@ -394,12 +498,12 @@ mod tests {
             cand(2, 30, 1),
             cand(3, 5, 90),
         ];
-        let pick = |p: &str| choose_create(&policy(p, 0), &[c.to_vec()], &mut never).unwrap();
+        let pick = |p: &str| choose(p, 0, &[c.to_vec()], &mut never).unwrap();
         assert_eq!(pick("ff"), 0);
         assert_eq!(pick("mfs"), 2, "ties go to the last");
         assert_eq!(pick("lfs"), 3);
         assert_eq!(pick("lus"), 1, "ties go to the first");
-        let floor = choose_create(&policy("lfs", 8), &[c.to_vec()], &mut never).unwrap();
+        let floor = choose("lfs", 8, &[c.to_vec()], &mut never).unwrap();
         assert_eq!(floor, 0, "below minfreespace is not chosen");
     }
 
@@ -408,23 +512,17 @@ mod tests {
         let mut c = [cand(0, 50, 0), cand(1, 10, 0), cand(2, 20, 0)];
         c[0].has_parent = false;
         c[2].creatable = false;
-        assert_eq!(
-            choose_create(&policy("epmfs", 0), &[c.to_vec()], &mut never),
-            Ok(1)
-        );
-        assert_eq!(
-            choose_create(&policy("mfs", 0), &[c.to_vec()], &mut never),
-            Ok(0)
-        );
+        assert_eq!(choose("epmfs", 0, &[c.to_vec()], &mut never), Ok(1));
+        assert_eq!(choose("mfs", 0, &[c.to_vec()], &mut never), Ok(0));
         c[1].has_parent = false;
         assert_eq!(
-            choose_create(&policy("epff", 0), &[c.to_vec()], &mut never),
+            choose("epff", 0, &[c.to_vec()], &mut never),
             Err(libc::EROFS),
             "the weightiest reason: branch 2 is nc"
         );
         let full = [cand(0, 1, 0)];
         assert_eq!(
-            choose_create(&policy("ff", 2), &[full.to_vec()], &mut never),
+            choose("ff", 2, &[full.to_vec()], &mut never),
             Err(libc::ENOSPC)
         );
     }
@@ -436,52 +534,49 @@ mod tests {
         parent[1].has_parent = false;
         let root = [cand(0, 50, 0), cand(1, 10, 0)];
         let levels = [parent.to_vec(), root.to_vec()];
+        assert_eq!(choose("mspmfs", 0, &levels, &mut never), Ok(0));
+        assert_eq!(choose("msplfs", 0, &levels, &mut never), Ok(1));
         assert_eq!(
-            choose_create(&policy("mspmfs", 0), &levels, &mut never),
-            Ok(0)
-        );
-        assert_eq!(
-            choose_create(&policy("msplfs", 0), &levels, &mut never),
-            Ok(1)
-        );
-        assert_eq!(
-            choose_create(&policy("epmfs", 0), &levels, &mut never),
+            choose("epmfs", 0, &levels, &mut never),
             Err(libc::ENOENT),
             "ep policies look at the parent only"
         );
         parent[1].has_parent = true;
         let levels = [parent.to_vec(), root.to_vec()];
-        assert_eq!(
-            choose_create(&policy("mspmfs", 0), &levels, &mut never),
-            Ok(1)
-        );
+        assert_eq!(choose("mspmfs", 0, &levels, &mut never), Ok(1));
     }
 
     #[test]
     fn random_policies_draw_among_the_eligible() {
         let c = [cand(0, 10, 0), cand(1, 30, 0)];
-        assert_eq!(
-            choose_create(&policy("rand", 0), &[c.to_vec()], &mut |_| 1),
-            Ok(1)
-        );
-        assert_eq!(
-            choose_create(&policy("pfrd", 0), &[c.to_vec()], &mut |_| 9),
-            Ok(0)
-        );
-        assert_eq!(
-            choose_create(&policy("pfrd", 0), &[c.to_vec()], &mut |_| 10),
-            Ok(1)
-        );
+        assert_eq!(choose("rand", 0, &[c.to_vec()], &mut |_| 1), Ok(1));
+        assert_eq!(choose("pfrd", 0, &[c.to_vec()], &mut |_| 9), Ok(0));
+        assert_eq!(choose("pfrd", 0, &[c.to_vec()], &mut |_| 10), Ok(1));
+    }
+
+    #[test]
+    fn a_branch_of_its_own_minfreespace() {
+        let mut c = [cand(0, 10, 0), cand(1, 30, 0), cand(2, 20, 0)];
+        c[1].min_free = 31;
+        let pick = |p: &str| choose_create(Create::parse(p).unwrap(), &[c.to_vec()], &mut never);
+        assert_eq!(pick("mfs"), Ok(2), "branch 1 is below its own minfreespace");
+        c[0].min_free = 11;
+        c[2].min_free = 21;
+        let pick = |p: &str| choose_create(Create::parse(p).unwrap(), &[c.to_vec()], &mut never);
+        assert_eq!(pick("ff"), Err(libc::ENOSPC));
     }
 
     #[test]
     fn options_and_sizes() {
         let mut p = Policies::default();
         assert_eq!(p.set("func.create", "lus"), Ok(true));
-        assert_eq!(p.create, Create::Lus);
+        assert_eq!(p.create(CreateFn::Create), Create::Lus);
+        assert_eq!(p.create(CreateFn::Mkdir), Create::Epmfs);
+        assert_eq!(p.get("category.create").as_deref(), Some("epmfs,lus"));
         assert_eq!(p.set("minfreespace", "1M"), Ok(true));
         assert_eq!(p.min_free, 1 << 20);
         assert_eq!(p.set("allow_other", ""), Ok(false));
+        assert_eq!(p.set("func.frobnicate", "ff"), Ok(false));
         assert_eq!(p.set("moveonenospc", "true"), Ok(true));
         assert_eq!(p.move_on_enospc, Some(Create::Mfs));
         assert!(p
@@ -493,11 +588,22 @@ mod tests {
             err.contains("category.create=most") && err.contains("epmfs"),
             "{err}"
         );
+        let err = p.set("func.chmod", "most").unwrap_err();
+        assert!(
+            err.contains("func.chmod=most") && err.contains("newest"),
+            "{err}"
+        );
         assert!(p
             .set("minfreespace", "4Q")
             .unwrap_err()
             .contains("minfreespace"));
-        assert!(p.set("category.search", "epmfs").is_err());
+        assert!(p.set("category.search", "newest").is_err());
+        assert!(p
+            .set("func.getattr", "mfs")
+            .unwrap_err()
+            .contains("func.getattr=mfs"));
+        assert_eq!(p.set("func.open", "epff"), Ok(true));
+        assert_eq!(p.get("func.open").as_deref(), Some("epff"));
         assert_eq!(parse_size("4G"), Ok(DEFAULT_MIN_FREE));
         assert_eq!(parse_size("123"), Ok(123));
         let mut back = Policies::default();
@@ -509,17 +615,32 @@ mod tests {
     }
 
     #[test]
-    fn actions() {
-        let p = Policies::default();
+    fn categories_and_functions() {
+        let mut p = Policies::default();
+        p.set("func.chmod", "epff").unwrap();
+        p.set("func.unlink", "newest").unwrap();
+        assert_eq!(p.action(ActionFn::Chmod), Action::Epff);
+        assert_eq!(p.action(ActionFn::Unlink), Action::Newest);
+        assert_eq!(p.action(ActionFn::Rename), Action::Epall);
         assert_eq!(
-            choose_action(&p, &[(0, false), (1, true), (2, true)]),
-            Ok(vec![1, 2])
+            p.get("category.action").as_deref(),
+            Some("epall,epff,newest")
         );
-        assert_eq!(choose_action(&p, &[(0, false)]), Err(libc::EROFS));
-        let ff = Policies {
-            action: Action::Epff,
-            ..p
-        };
-        assert_eq!(choose_action(&ff, &[(1, true), (2, true)]), Ok(vec![1]));
+        assert_eq!(p.get("func.unlink").as_deref(), Some("newest"));
+        let opts = p.to_options();
+        assert!(opts.contains(&"func.chmod=epff".to_string()), "{opts:?}");
+        assert!(
+            opts.contains(&"category.create=epmfs".to_string()),
+            "{opts:?}"
+        );
+        // As in mergerfs, the later option wins: a category overrides its functions.
+        p.set("category.action", "ff").unwrap();
+        assert_eq!(p.action(ActionFn::Chmod), Action::Ff);
+        assert_eq!(p.get("category.action").as_deref(), Some("ff"));
+        assert_eq!(func_keys().count(), 20);
+        assert!(
+            func_keys().all(|k| p.get(&k).is_some()),
+            "every function reads back"
+        );
     }
 }

@@ -13,6 +13,13 @@
 //! ENOTEMPTY or success; the pool refuses with ENOTEMPTY and changes nothing, as POSIX asks).
 //! The random policies (rand, eprand, pfrd, eppfrd, msppfrd) cannot be compared step by step and are
 //! left to the unit tests.
+//!
+//! A second test does the same for the action policies, function by function
+//! (`func.chmod=epff`, `func.unlink=eplfs` …, and chowns, truncations and time changes besides):
+//! the branches start with copies of the same names on several branches, one branch is tagged
+//! `RO` and its file system mounted read-only, and some branches have a `minfreespace` of their
+//! own (`DIR=RW,7M`), which the create policies must honour as mergerfs does. (`newest` compares
+//! modification times, which the two sides give at their own instants: left to the unit tests.)
 
 mod common;
 
@@ -50,6 +57,20 @@ impl Tmpfs {
         Tmpfs(dir.to_path_buf())
     }
 
+    /// Mount it read-only or read-write again.
+    fn remount(&self, ro: bool) {
+        let opts = if ro { "remount,ro" } else { "remount,rw" };
+        let ok = Command::new("mount")
+            .args(["-o", opts])
+            .arg(&self.0)
+            .status();
+        assert!(
+            ok.unwrap().success(),
+            "mount -o {opts} {}",
+            self.0.display()
+        );
+    }
+
     fn wipe(&self) {
         for e in fs::read_dir(&self.0).unwrap() {
             let p = e.unwrap().path();
@@ -71,12 +92,11 @@ impl Drop for Tmpfs {
 struct Mergerfs(PathBuf);
 
 impl Mergerfs {
-    fn new(branches: &[PathBuf], mnt: &Path, policy: &str) -> Mergerfs {
+    fn new(branches: &[String], mnt: &Path, opts: &str) -> Mergerfs {
         fs::create_dir_all(mnt).unwrap();
-        let list: Vec<String> = branches.iter().map(|b| b.display().to_string()).collect();
-        let opts = format!("category.create={policy},minfreespace={MIN_FREE}");
+        let list = branches;
         let out = Command::new("mergerfs")
-            .args(["-o", &opts, &list.join(":")])
+            .args(["-o", opts, &list.join(":")])
             .arg(mnt)
             .output()
             .unwrap();
@@ -132,6 +152,9 @@ enum Op {
     Rmdir(String),
     Chmod(String, u32),
     Write(String, u64, usize),
+    Chown(String, u32),
+    Truncate(String, u64),
+    Utimens(String, i64),
 }
 
 /// A path: an existing one (from the merged view) most of the time, else a new one of one to
@@ -151,6 +174,21 @@ fn new_path(rng: &mut Rng, dirs: &[String]) -> String {
     match rng.below(dirs.len() + 1) {
         0 => name.to_string(),
         i => format!("{}/{name}", dirs[i - 1]),
+    }
+}
+
+/// `random_op`, or with `attrs` as often one of the other changes of attributes (chown,
+/// truncate, utimens: each its own function for the action policies).
+fn random_step(rng: &mut Rng, view: &BTreeMap<String, String>, attrs: bool) -> Op {
+    if !attrs || rng.below(4) != 0 {
+        return random_op(rng, view);
+    }
+    let existing: Vec<String> = view.keys().cloned().collect();
+    let p = path(rng, &existing);
+    match rng.below(3) {
+        0 => Op::Chown(p, 1000 + rng.below(3) as u32),
+        1 => Op::Truncate(p, rng.below(32 * 1024) as u64),
+        _ => Op::Utimens(p, 1_000_000 + rng.below(1000) as i64),
     }
 }
 
@@ -197,8 +235,32 @@ fn run(op: &Op, root: &Path) -> Result<(), i32> {
             .write(true)
             .open(p(f))
             .and_then(|h| h.write_all_at(&data(*n, *off as usize), *off)),
+        Op::Chown(f, uid) => std::os::unix::fs::lchown(p(f), Some(*uid), None),
+        Op::Truncate(f, len) => by_path(&p(f), |c| unsafe { libc::truncate(c, *len as i64) }),
+        Op::Utimens(f, secs) => {
+            let t = libc::timespec {
+                tv_sec: *secs,
+                tv_nsec: 0,
+            };
+            let times = [t, t];
+            // SAFETY: a valid path and two timespecs.
+            by_path(&p(f), |c| unsafe {
+                libc::utimensat(libc::AT_FDCWD, c, times.as_ptr(), 0)
+            })
+        }
     }
     .map_err(errno)
+}
+
+/// Call `f` with `p` as a C string (a change by path: the kernel sends no file handle, so the
+/// function's own policy applies on both sides); its -1 as the error.
+fn by_path(p: &Path, f: impl FnOnce(*const libc::c_char) -> i32) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    match f(c.as_ptr()) {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 /// The cases where the pool differs from mergerfs on purpose (see the top): a directory that
@@ -227,7 +289,12 @@ fn walk(root: &Path, dir: &Path, data: bool, out: &mut BTreeMap<String, String>)
     for e in fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         let m = fs::symlink_metadata(&p).unwrap();
-        let mut d = format!("mode={:o}", m.mode());
+        let mut d = format!("mode={:o} uid={}", m.mode(), m.uid());
+        // Times the test set itself (far in the past) are compared; the others are each
+        // side's own clock.
+        if m.mtime() < 1_000_000_000 && !m.is_dir() {
+            d += &format!(" mtime={}", m.mtime());
+        }
         if m.is_file() {
             d += &format!(" size={}", m.len());
             if data {
@@ -265,30 +332,89 @@ struct Sides {
     mnt_theirs: PathBuf,
 }
 
-/// Run `ops` random steps with `policy`; returns (steps run, skipped, failures seen).
-fn run_policy(s: &Sides, policy: &str, seed: u64, ops: usize) -> (usize, usize, usize) {
+/// One run's setup: the options (both sides take the same), each branch's suffix
+/// (`=RW`, `=RO`, `=RW,7M`), the branch whose file system is mounted read-only, whether the
+/// branches start with copies of the same names, and whether chowns, truncations and time
+/// changes are among the steps.
+struct Setup<'a> {
+    opts: String,
+    suffixes: [&'a str; 3],
+    ro_mounted: Option<usize>,
+    seeded: bool,
+    attrs: bool,
+}
+
+impl Setup<'_> {
+    fn create(policy: &str) -> Setup<'static> {
+        Setup {
+            opts: format!("category.create={policy}"),
+            suffixes: ["=RW"; 3],
+            ro_mounted: None,
+            seeded: false,
+            attrs: false,
+        }
+    }
+}
+
+/// Copies of the same names on several branches, the same on both sides (`seed` chooses
+/// which): files and directories at the root, some with a file inside.
+fn seed_copies(s: &Sides, seed: u64) {
+    for side in [&s.ours, &s.theirs] {
+        let mut rng = Rng(seed);
+        for (i, name) in NAMES.iter().enumerate() {
+            let dir = rng.below(3) == 0;
+            let mask = 1 + rng.below(7);
+            let inner = rng.below(2) == 0;
+            for (b, t) in side
+                .iter()
+                .enumerate()
+                .filter(|(b, _)| mask & (1 << b) != 0)
+            {
+                let p = t.0.join(name);
+                match dir {
+                    true => fs::create_dir(&p).unwrap(),
+                    false => fs::write(&p, data(1024 * (i + 1), b)).unwrap(),
+                }
+                if dir && inner {
+                    fs::write(p.join("x"), data(512, b)).unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// Run `ops` random steps with `setup`; returns (steps run, skipped, failures seen).
+fn run_setup(s: &Sides, setup: &Setup, seed: u64, ops: usize) -> (usize, usize, usize) {
     for t in s.ours.iter().chain(&s.theirs) {
+        t.remount(false);
         t.wipe();
     }
-    let theirs: Vec<PathBuf> = s.theirs.iter().map(|t| t.0.clone()).collect();
-    let _m = Mergerfs::new(&theirs, &s.mnt_theirs, policy);
-    let branches: Vec<String> = s
-        .ours
-        .iter()
-        .map(|t| format!("{}=rw", t.0.display()))
-        .collect();
-    let opts = format!("category.create={policy},minfreespace={MIN_FREE}");
-    let _u = UnionMount::with_options(&s.mnt_ours, &branches, &["-o", &opts]);
+    if setup.seeded {
+        seed_copies(s, seed);
+    }
+    if let Some(i) = setup.ro_mounted {
+        s.ours[i].remount(true);
+        s.theirs[i].remount(true);
+    }
+    let spec = |ts: &[Tmpfs]| -> Vec<String> {
+        (ts.iter().zip(setup.suffixes))
+            .map(|(t, sfx)| format!("{}{sfx}", t.0.display()))
+            .collect()
+    };
+    let opts = format!("{},minfreespace={MIN_FREE}", setup.opts);
+    let _m = Mergerfs::new(&[spec(&s.theirs).join(":")], &s.mnt_theirs, &opts);
+    let _u = UnionMount::with_options(&s.mnt_ours, &spec(&s.ours), &["-o", &opts]);
     let mut rng = Rng(seed);
     let (mut skipped, mut failed) = (0, 0);
+    let what = format!("{} with branches {:?}", setup.opts, setup.suffixes);
     for step in 0..ops {
-        let op = random_op(&mut rng, &view(&s.mnt_ours, false));
+        let op = random_step(&mut rng, &view(&s.mnt_ours, false), setup.attrs);
         if deliberately_different(&op, &s.mnt_ours) {
             skipped += 1;
             continue;
         }
         let (a, b) = (run(&op, &s.mnt_ours), run(&op, &s.mnt_theirs));
-        let at = format!("policy {policy}, seed {seed}, step {step}, {op:?}");
+        let at = format!("{what}, seed {seed}, step {step}, {op:?}");
         assert_eq!(a, b, "{at}: accord answered {a:?}, mergerfs {b:?}");
         failed += a.is_err() as usize;
         let data = step % DATA_EVERY == 0 || step + 1 == ops;
@@ -302,12 +428,8 @@ fn run_policy(s: &Sides, policy: &str, seed: u64, ops: usize) -> (usize, usize, 
     (ops, skipped, failed)
 }
 
-#[test]
-fn pool_places_names_as_mergerfs_does() {
-    let test = "pool_places_names_as_mergerfs_does";
-    if !fuse_ok(test) || !need(test, "mergerfs", "mergerfs") {
-        return;
-    }
+/// The seed (ACCORD_POOL_SEED, else from the clock) and the length of a run (ACCORD_POOL_OPS).
+fn seed_and_length(test: &str) -> (u64, usize) {
     let seed = std::env::var("ACCORD_POOL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -319,29 +441,102 @@ fn pool_places_names_as_mergerfs_does() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(500);
-    eprintln!(
-        "{test}: seed {seed} (ACCORD_POOL_SEED={seed} replays it), {ops} operations per policy"
-    );
-    let t = tempfile::tempdir().unwrap();
+    eprintln!("{test}: seed {seed} (ACCORD_POOL_SEED={seed} replays it), {ops} operations a run");
+    (seed, ops)
+}
+
+/// Three tmpfs branches a side, of `SIZES_MB`, under `t`.
+fn sides(t: &Path) -> Sides {
     let tmpfs = |side: &str| -> Vec<Tmpfs> {
         (SIZES_MB.iter().enumerate())
-            .map(|(i, mb)| Tmpfs::new(&t.path().join(format!("{side}{i}")), *mb))
+            .map(|(i, mb)| Tmpfs::new(&t.join(format!("{side}{i}")), *mb))
             .collect()
     };
-    let sides = Sides {
+    Sides {
         ours: tmpfs("ours"),
         theirs: tmpfs("theirs"),
-        mnt_ours: t.path().join("mnt-ours"),
-        mnt_theirs: t.path().join("mnt-theirs"),
-    };
+        mnt_ours: t.join("mnt-ours"),
+        mnt_theirs: t.join("mnt-theirs"),
+    }
+}
+
+fn report(test: &str, what: &str, s: &Sides, (n, skipped, failed): (usize, usize, usize)) {
+    let per_branch: Vec<usize> = (s.ours.iter()).map(|b| view(&b.0, false).len()).collect();
+    eprintln!(
+        "{test}: {what}: {n} operations agreed ({skipped} skipped on purpose, {failed} failed \
+         alike); names per branch at the end {per_branch:?}"
+    );
+}
+
+#[test]
+fn pool_places_names_as_mergerfs_does() {
+    let test = "pool_places_names_as_mergerfs_does";
+    if !fuse_ok(test) || !need(test, "mergerfs", "mergerfs") {
+        return;
+    }
+    let (seed, ops) = seed_and_length(test);
+    let t = tempfile::tempdir().unwrap();
+    let s = sides(t.path());
     for policy in POLICIES {
-        let (n, skipped, failed) = run_policy(&sides, policy, seed, ops);
-        let per_branch: Vec<usize> = (sides.ours.iter())
-            .map(|b| view(&b.0, false).len())
-            .collect();
-        eprintln!(
-            "{test}: {policy}: {n} operations agreed ({skipped} skipped on purpose, {failed} \
-             failed alike); names per branch at the end {per_branch:?}"
-        );
+        let r = run_setup(&s, &Setup::create(policy), seed, ops);
+        report(test, policy, &s, r);
+    }
+}
+
+#[test]
+fn pool_acts_as_mergerfs_does() {
+    let test = "pool_acts_as_mergerfs_does";
+    if !fuse_ok(test) || !need(test, "mergerfs", "mergerfs") {
+        return;
+    }
+    let (seed, ops) = seed_and_length(test);
+    let t = tempfile::tempdir().unwrap();
+    let s = sides(t.path());
+    let setups = [
+        Setup {
+            opts: "category.create=ff,func.chmod=epff,func.unlink=eplfs,func.rename=eplus,\
+                   func.rmdir=epmfs,func.chown=ff,func.truncate=mfs,func.utimens=lus"
+                .into(),
+            suffixes: ["=RW", "=RO", "=RW"],
+            ro_mounted: Some(1),
+            seeded: true,
+            attrs: true,
+        },
+        Setup {
+            opts: "category.create=epmfs,category.action=ff,func.truncate=epall".into(),
+            suffixes: ["=RW", "=RW", "=RW"],
+            ro_mounted: None,
+            seeded: true,
+            attrs: true,
+        },
+        Setup {
+            opts: "category.create=mfs,category.action=lfs,func.chmod=all,func.utimens=erofs"
+                .into(),
+            suffixes: ["=RW", "=RW", "=RW"],
+            ro_mounted: None,
+            seeded: true,
+            attrs: true,
+        },
+        // A branch's own minfreespace: the largest drops out of mfs's choice once it has
+        // less than 7M (the pool's is 2M); the first out of ff's below 5M.
+        Setup {
+            suffixes: ["=RW", "=RW", "=RW,7M"],
+            ..Setup::create("mfs")
+        },
+        Setup {
+            suffixes: ["=RW,5M", "=RW", "=RW"],
+            ..Setup::create("ff")
+        },
+        Setup {
+            opts: "category.create=eplus,func.mkdir=mfs,func.create=lfs".into(),
+            suffixes: ["=RW", "=RW,4M", "=RW"],
+            ro_mounted: None,
+            seeded: true,
+            attrs: false,
+        },
+    ];
+    for setup in &setups {
+        let r = run_setup(&s, setup, seed, ops);
+        report(test, &format!("{} {:?}", setup.opts, setup.suffixes), &s, r);
     }
 }

@@ -459,9 +459,14 @@ impl Op<'_> {
     }
 
     /// Checks and preparation before creating `name` in directory `parent`: the name must be
-    /// free and not reserved; the directory is copied up. Returns (upper, rel path of the new
-    /// name).
-    pub(super) fn prepare_create(&self, parent: u64, name: &OsStr) -> R<(u32, std::path::PathBuf)> {
+    /// free and not reserved; the directory is copied up (in a pool: the branch is the one the
+    /// create policy of `f` chooses). Returns (upper, rel path of the new name).
+    pub(super) fn prepare_create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        f: crate::pool::CreateFn,
+    ) -> R<(u32, std::path::PathBuf)> {
         if whiteout::is_reserved(name) {
             return Err(libc::EINVAL);
         }
@@ -469,7 +474,7 @@ impl Op<'_> {
             return Err(libc::EEXIST);
         }
         let u = match self.pool() {
-            Some(p) => self.pool_create_branch(parent, &p)?,
+            Some(p) => self.pool_create_branch(parent, &p, f)?,
             None => self.ensure_dir_upper(parent)?,
         };
         let prel = self.path(parent)?;

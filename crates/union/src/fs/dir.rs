@@ -80,7 +80,7 @@ impl Op<'_> {
     ) -> R<FileAttr> {
         let _ns = self.ns();
         self.ns_changing();
-        let (u, rel) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name, crate::pool::CreateFn::Mkdir)?;
         let had_whiteout = self.has_whiteout(u, parent, name)?;
         let fd = self.fd(u);
         sys::mkdirat(fd, &rel, mode & 0o7777).e()?;

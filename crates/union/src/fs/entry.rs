@@ -34,6 +34,7 @@ enum Slot {
     Missing,
 }
 
+#[derive(Clone, Copy)]
 pub(super) struct SetAttr {
     pub mode: Option<u32>,
     pub uid: Option<u32>,
@@ -270,8 +271,9 @@ impl Op<'_> {
         Ok(self.attr(ino, &st))
     }
 
-    /// setattr in a pool: every copy the action policy names changes (a truncation through
-    /// an open file changes that file only); the attributes are the shown copy's.
+    /// setattr in a pool: each change goes to the copies its own function's action policy
+    /// names (`func.chown`, `func.chmod`, `func.truncate`, `func.utimens`, in that order, as
+    /// mergerfs gets them as separate calls); the attributes are the shown copy's.
     fn pool_setattr(
         &self,
         ino: u64,
@@ -279,8 +281,62 @@ impl Op<'_> {
         kill: bool,
         p: &crate::pool::Policies,
     ) -> R<FileAttr> {
+        use crate::pool::ActionFn;
         let _ns = self.ns();
-        self.pool_act(ino, p, |b, rel| self.set_attrs(b, rel, a, kill))?;
+        let none = SetAttr {
+            mode: None,
+            uid: None,
+            gid: None,
+            size: None,
+            atime: None,
+            mtime: None,
+            ..*a
+        };
+        let parts = [
+            (
+                ActionFn::Chown,
+                SetAttr {
+                    uid: a.uid,
+                    gid: a.gid,
+                    ..none
+                },
+            ),
+            (
+                ActionFn::Chmod,
+                SetAttr {
+                    mode: a.mode,
+                    ..none
+                },
+            ),
+            (
+                ActionFn::Truncate,
+                SetAttr {
+                    size: a.size,
+                    ..none
+                },
+            ),
+            (
+                ActionFn::Utimens,
+                SetAttr {
+                    atime: a.atime,
+                    mtime: a.mtime,
+                    ..none
+                },
+            ),
+        ];
+        for (f, part) in parts {
+            let some = part.uid.is_some()
+                || part.gid.is_some()
+                || part.mode.is_some()
+                || part.size.is_some()
+                || part.atime.is_some()
+                || part.mtime.is_some();
+            if some {
+                self.pool_act(ino, p.action(f), |b, rel| {
+                    self.set_attrs(b, rel, &part, kill)
+                })?;
+            }
+        }
         let loc = self.locate(ino)?;
         let st = sys::fstatat(self.fd(loc.entry.winner()), &loc.winner_rel()).e()?;
         Ok(self.attr(ino, &st))

@@ -206,7 +206,7 @@ impl Op<'_> {
     ) -> R<(FileAttr, u64)> {
         let _ns = self.ns();
         self.ns_changing();
-        let (u, rel) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name, crate::pool::CreateFn::Create)?;
         let fd = self.fd(u);
         let file = sys::openat(
             fd,

@@ -234,7 +234,7 @@ impl Op<'_> {
         }
         self.copy_up_with(ino, pre, None)?;
         self.ns_changing();
-        let (u, rel) = self.prepare_create(newparent, newname)?;
+        let (u, rel) = self.prepare_create(newparent, newname, crate::pool::CreateFn::Create)?;
         let from = self.path(ino)?;
         sys::linkat(self.fd(u), &from, &rel).e()?;
         self.view_insert(newparent, newname, loc.entry.kind, u);
@@ -259,7 +259,7 @@ impl Op<'_> {
     ) -> R<FileAttr> {
         let _ns = self.ns();
         self.ns_changing();
-        let (u, rel) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name, crate::pool::CreateFn::Symlink)?;
         sys::symlinkat(target.as_os_str(), self.fd(u), &rel).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {
             let _ = sys::unlinkat(self.fd(u), &rel, false);
@@ -284,7 +284,7 @@ impl Op<'_> {
     ) -> R<FileAttr> {
         let _ns = self.ns();
         self.ns_changing();
-        let (u, rel) = self.prepare_create(parent, name)?;
+        let (u, rel) = self.prepare_create(parent, name, crate::pool::CreateFn::Mknod)?;
         sys::mknodat(self.fd(u), &rel, mode, rdev as u64).e()?;
         if let Err(e) = self.own(u, &rel, uid, gid) {
             let _ = sys::unlinkat(self.fd(u), &rel, false);

@@ -11,7 +11,9 @@ use fuser::FileAttr;
 
 use super::{Errno, Op, R, ROOT};
 use crate::merge::{Kind, MergedEntry};
-use crate::pool::{choose_action, choose_create, Candidate, Policies};
+use crate::pool::{
+    choose_action, choose_create, Action, ActionFn, Candidate, Create, CreateFn, Holder, Policies,
+};
 use crate::sys;
 
 impl Op<'_> {
@@ -20,39 +22,42 @@ impl Op<'_> {
         (self.shared.pool.as_ref()).map(|p| *super::lock(p))
     }
 
-    /// The branch a new name in directory `parent` goes to, with the directory made there
-    /// (cloned from the first branch that holds it) when the policy is not path-preserving.
-    pub(super) fn pool_create_branch(&self, parent: u64, p: &Policies) -> R<u32> {
+    /// The branch a new name in directory `parent` goes to (by the create policy of function
+    /// `f`), with the directory made there (cloned from the first branch that holds it) when
+    /// the policy is not path-preserving.
+    pub(super) fn pool_create_branch(&self, parent: u64, p: &Policies, f: CreateFn) -> R<u32> {
+        let create = p.create(f);
         let layers = self.ensure_view(parent)?.layers.clone();
-        let mut levels = vec![self.candidates(&layers, p)];
-        if p.create.most_shared_path() {
+        let mut levels = vec![self.candidates(&layers, create, p.min_free)];
+        if create.most_shared_path() {
             let mut dir = parent;
             while dir != ROOT {
                 // (The node table's guard must be gone before the view is built.)
                 let up = self.nodes().entry(dir).ok_or(libc::ENOENT)?.0;
-                levels.push(self.candidates(&self.ensure_view(up)?.layers, p));
+                let up_layers = &self.ensure_view(up)?.layers;
+                levels.push(self.candidates(up_layers, create, p.min_free));
                 dir = up;
             }
         }
-        let b = choose_create(p, &levels, &mut draw)?;
+        let b = choose_create(create, &levels, &mut draw)?;
         if !layers.contains(&b) {
             self.ensure_dir_in(parent, b, layers.first().copied())?;
         }
         Ok(b)
     }
 
-    /// Every branch as policy `p` sees it from a directory held by `layers`. The space of a
-    /// branch the policy passes over anyway (`nc`, `ro`, or without the parent for a
-    /// path-preserving policy) is not read: a statvfs per branch per create is most of what
-    /// placing a name costs.
-    fn candidates(&self, layers: &[u32], p: &Policies) -> Vec<Candidate> {
+    /// Every branch as policy `create` sees it from a directory held by `layers` (`min_free`:
+    /// the pool's `minfreespace`). The space of a branch the policy passes over anyway (`nc`,
+    /// `ro`, or without the parent for a path-preserving policy) is not read: a statvfs per
+    /// branch per create is most of what placing a name costs.
+    fn candidates(&self, layers: &[u32], create: Create, min_free: u64) -> Vec<Candidate> {
         (0..self.table.branches.len() as u32)
             .map(|b| {
                 let has_parent = layers.contains(&b);
                 let weighed =
-                    self.table.get(b).creatable() && (has_parent || !p.create.path_preserving());
+                    self.table.get(b).creatable() && (has_parent || !create.path_preserving());
                 match weighed {
-                    true => self.candidate(b, has_parent),
+                    true => self.candidate(b, has_parent, min_free),
                     false => Candidate {
                         branch: b,
                         creatable: self.table.get(b).creatable(),
@@ -60,6 +65,7 @@ impl Op<'_> {
                         fs_readonly: false,
                         avail: 0,
                         used: u64::MAX,
+                        min_free,
                     },
                 }
             })
@@ -67,35 +73,78 @@ impl Op<'_> {
     }
 
     /// Branch `b` as a create policy sees it, its space read now (a branch whose space
-    /// cannot be read is never chosen, as in mergerfs).
-    pub(super) fn candidate(&self, b: u32, has_parent: bool) -> Candidate {
+    /// cannot be read is never chosen, as in mergerfs). `min_free` is the pool's
+    /// `minfreespace`, which the branch's own replaces.
+    pub(super) fn candidate(&self, b: u32, has_parent: bool, min_free: u64) -> Candidate {
         let branch = self.table.get(b);
-        let vfs = sys::fstatvfs(branch.fd()).ok();
-        let (avail, used, readonly) = match vfs {
-            Some(v) => {
-                let frsize = v.f_frsize;
-                let avail = v.f_bavail.saturating_mul(frsize);
-                let used = v.f_blocks.saturating_sub(v.f_bavail).saturating_mul(frsize);
-                (avail, used, v.f_flag & libc::ST_RDONLY != 0)
-            }
-            None => (0, u64::MAX, true),
-        };
+        let space = self.space(b);
         Candidate {
             branch: b,
             creatable: branch.creatable(),
             has_parent,
-            fs_readonly: readonly,
-            avail,
-            used,
+            fs_readonly: space.readonly,
+            avail: space.avail,
+            used: space.used,
+            min_free: branch.min_free.unwrap_or(min_free),
         }
     }
 
-    /// The copies of `e` an action acts on (EROFS when all are on read-only branches).
-    fn acted_on(&self, e: &MergedEntry, p: &Policies) -> R<Vec<u32>> {
-        let holders: Vec<(u32, bool)> = (e.positions.iter())
-            .map(|&b| (b, self.table.get(b).writable()))
+    /// Branch `b`'s file system now: bytes available and used, and whether it is mounted
+    /// read-only (so it is when its state cannot be read).
+    fn space(&self, b: u32) -> Space {
+        match sys::fstatvfs(self.fd(b)) {
+            Ok(v) => {
+                let frsize = v.f_frsize;
+                Space {
+                    avail: v.f_bavail.saturating_mul(frsize),
+                    used: v.f_blocks.saturating_sub(v.f_bavail).saturating_mul(frsize),
+                    readonly: v.f_flag & libc::ST_RDONLY != 0,
+                }
+            }
+            Err(_) => Space {
+                avail: 0,
+                used: u64::MAX,
+                readonly: true,
+            },
+        }
+    }
+
+    /// The copies of `e` (at `loc` paths, see `Loc::at`) that action policy `policy` acts
+    /// on: EROFS when every copy is on a read-only branch. Each writable copy's file system
+    /// is asked whether it is mounted read-only (as mergerfs does), and its space or the
+    /// copy's age only when the policy weighs them.
+    fn acted_on(
+        &self,
+        e: &MergedEntry,
+        at: &dyn Fn(u32) -> PathBuf,
+        policy: Action,
+    ) -> R<Vec<u32>> {
+        let holders: Vec<Holder> = (e.positions.iter())
+            .map(|&b| {
+                let writable = self.table.get(b).writable();
+                let space = match writable {
+                    true => self.space(b),
+                    false => Space {
+                        avail: 0,
+                        used: u64::MAX,
+                        readonly: true,
+                    },
+                };
+                let mtime = match writable && policy.weighs_mtime() {
+                    true => sys::fstatat(self.fd(b), &at(b)).map_or(i64::MIN, |st| st.st_mtime),
+                    false => 0,
+                };
+                Holder {
+                    branch: b,
+                    writable,
+                    fs_readonly: space.readonly,
+                    avail: space.avail,
+                    used: space.used,
+                    mtime,
+                }
+            })
             .collect();
-        choose_action(p, &holders)
+        choose_action(policy, &holders, &mut draw)
     }
 
     /// The path of `name` of directory `parent` in every branch (a pool has no redirects
@@ -107,17 +156,17 @@ impl Op<'_> {
         Ok(move |b: u32| view.path_in(b, &rel).join(&name))
     }
 
-    /// Apply `f` to the copies of `ino` the action policy names. As mergerfs answers: Ok
-    /// if every copy took it, the first error if none did, else what the copy the union shows
-    /// answered.
+    /// Apply `f` to the copies of `ino` that action policy `policy` names. As mergerfs
+    /// answers: Ok if every copy took it, the first error if none did, else what the copy the
+    /// union shows answered.
     pub(super) fn pool_act(
         &self,
         ino: u64,
-        p: &Policies,
+        policy: Action,
         f: impl Fn(u32, &Path) -> R<()>,
     ) -> R<()> {
         let loc = self.locate(ino)?;
-        let targets = self.acted_on(&loc.entry, p)?;
+        let targets = self.acted_on(&loc.entry, &|b| loc.at(b), policy)?;
         let results: Vec<(u32, R<()>)> = targets.iter().map(|&b| (b, f(b, &loc.at(b)))).collect();
         if results.iter().all(|(_, r)| r.is_err()) {
             return results[0].1;
@@ -126,8 +175,8 @@ impl Op<'_> {
         (results.iter().find(|(b, _)| *b == shown)).map_or(Ok(()), |(_, r)| *r)
     }
 
-    /// unlink(2) in a pool: every copy the action policy names goes (mergerfs's `epall`
-    /// removes them all); the first error is the answer.
+    /// unlink(2) in a pool: every copy `func.unlink` names goes (mergerfs's `epall` removes
+    /// them all); the first error is the answer.
     pub(super) fn pool_unlink(&self, parent: u64, name: &OsStr, p: &Policies) -> R<()> {
         let _ns = self.ns();
         self.ns_changing();
@@ -135,10 +184,11 @@ impl Op<'_> {
         if e.kind == Kind::Dir {
             return Err(libc::EISDIR);
         }
-        self.remove_copies(parent, name, &e, p, false)
+        self.remove_copies(parent, name, &e, p.action(ActionFn::Unlink), false)
     }
 
-    /// rmdir(2) in a pool: refused while the merged directory has names; then as unlink.
+    /// rmdir(2) in a pool: refused while the merged directory has names; then as unlink, by
+    /// `func.rmdir`.
     pub(super) fn pool_rmdir(&self, parent: u64, name: &OsStr, p: &Policies) -> R<()> {
         let _ns = self.ns();
         self.dirs_moving();
@@ -151,7 +201,7 @@ impl Op<'_> {
             return Err(libc::ENOTEMPTY);
         }
         let before = self.dir_attr(parent, name, e.winner(), ino);
-        let r = self.remove_copies(parent, name, &e, p, true);
+        let r = self.remove_copies(parent, name, &e, p.action(ActionFn::Rmdir), true);
         self.forget_view(ino);
         if r.is_ok() {
             self.keep_removed_dir(ino, before);
@@ -164,15 +214,16 @@ impl Op<'_> {
         parent: u64,
         name: &OsStr,
         e: &MergedEntry,
-        p: &Policies,
+        policy: Action,
         dir: bool,
     ) -> R<()> {
-        let targets = self.acted_on(e, p)?;
         let mut first_err = None;
+        let targets;
         {
             // (`at` holds the cached view: gone before the view is patched, or the patch
             // would copy it whole.)
             let at = self.paths_of(parent, name)?;
+            targets = self.acted_on(e, &at, policy)?;
             for &b in &targets {
                 if let Err(err) = sys::unlinkat(self.fd(b), &at(b), dir) {
                     first_err.get_or_insert(sys::errno(&err));
@@ -194,16 +245,29 @@ impl Op<'_> {
     }
 
     /// After copies of `name` changed in several branches: read the directory again, and let
-    /// the name's node go if no copy is left.
+    /// the name's node go if no copy is left. If copies are left, the one shown may now be
+    /// another (the shown one went): the kernel must drop what it cached of the inode.
     fn settle(&self, parent: u64, name: &OsStr) {
         self.forget_view(parent);
         if !matches!(self.child(parent, name), Ok(Some(_))) {
             self.nodes().detach(parent, name);
+        } else if let Some(ino) = self.nodes().lookup(parent, name) {
+            self.shown_copy_changed(ino);
+        }
+    }
+
+    /// The copy inode `ino` shows may now be another one, with other bytes of the same size
+    /// (an action that acted on some copies only): make the kernel drop its cached pages and
+    /// attributes. (Reads run on worker threads, so a page a reader holds locked meanwhile is
+    /// answered while we wait.)
+    fn shown_copy_changed(&self, ino: u64) {
+        if let Some(n) = self.shared.notifier.get() {
+            let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
         }
     }
 
     /// rename(2) in a pool, as mergerfs does it: the name moves in every branch that holds it
-    /// (as the action policy names them). With a path-preserving create policy a branch
+    /// (as `func.rename` names them). With a path-preserving `func.create` a branch
     /// without the new parent directory fails, and if all fail the answer is EXDEV (so `mv`
     /// copies); otherwise the directory is cloned there first. Once one branch moved it, the
     /// copies that could not move go, and so do other branches' copies of the new name.
@@ -228,8 +292,9 @@ impl Op<'_> {
             true => self.dirs_moving(),
             false => self.ns_changing(),
         }
-        let holders = self.acted_on(&src, p)?;
+        let preserving = p.create(CreateFn::Create).path_preserving();
         let from = self.paths_of(parent, name)?;
+        let holders = self.acted_on(&src, &from, p.action(ActionFn::Rename))?;
         let to = self.paths_of(newparent, newname)?;
         let clone_from = self.ensure_view(newparent)?.layers.first().copied();
         let mut moved = Vec::new();
@@ -246,10 +311,7 @@ impl Op<'_> {
                 continue;
             }
             let mut r = sys::renameat(self.fd(b), &from(b), &to(b), 0);
-            if r.is_err()
-                && !p.create.path_preserving()
-                && self.ensure_dir_in(newparent, b, clone_from).is_ok()
-            {
+            if r.is_err() && !preserving && self.ensure_dir_in(newparent, b, clone_from).is_ok() {
                 r = sys::renameat(self.fd(b), &from(b), &to(b), 0);
             }
             match r {
@@ -274,7 +336,7 @@ impl Op<'_> {
         // patch would copy them whole.)
         drop((from, to));
         if moved.is_empty() {
-            return Err(match p.create.path_preserving() {
+            return Err(match preserving {
                 true => libc::EXDEV,
                 false => last_err,
             });
@@ -283,6 +345,7 @@ impl Op<'_> {
             remove_any(self.fd(*b), rel);
         }
         let src_ino = self.nodes().lookup(parent, name);
+        let copies_left = moved != src.positions;
         if whole {
             // Every copy moved and nothing else held the new name: the views are patched,
             // not read again in every branch (as a create or an unlink patches them).
@@ -298,6 +361,10 @@ impl Op<'_> {
         self.nodes().rename(parent, name, newparent, newname);
         if let Some(ino) = src_ino.filter(|_| is_dir) {
             self.forget_view(ino);
+        }
+        if let Some(ino) = src_ino.filter(|_| !is_dir && copies_left) {
+            // Copies stayed behind: the new name may show another copy than the old did.
+            self.shown_copy_changed(ino);
         }
         Ok(())
     }
@@ -354,8 +421,8 @@ impl Op<'_> {
         }
     }
 
-    /// link(2) in a pool: a new name for the file in every branch that holds it (as the
-    /// action policy names them), the new directory cloned there unless the create policy is
+    /// link(2) in a pool: a new name for the file in every branch that holds it (as
+    /// `func.link` names them), the new directory cloned there unless `func.create` is
     /// path-preserving; EXDEV if no branch could.
     pub(super) fn pool_link(
         &self,
@@ -376,9 +443,9 @@ impl Op<'_> {
         let layers = self.ensure_view(newparent)?.layers.clone();
         let to = self.paths_of(newparent, newname)?;
         let mut linked = None;
-        for b in self.acted_on(&loc.entry, p)? {
+        for b in self.acted_on(&loc.entry, &|b| loc.at(b), p.action(ActionFn::Link))? {
             if !layers.contains(&b) {
-                if p.create.path_preserving() {
+                if p.create(CreateFn::Create).path_preserving() {
                     continue;
                 }
                 self.ensure_dir_in(newparent, b, layers.first().copied())?;
@@ -414,6 +481,13 @@ impl Op<'_> {
         }
         total.ok_or(libc::EIO)
     }
+}
+
+/// A branch's file system as the policies weigh it.
+struct Space {
+    avail: u64,
+    used: u64,
+    readonly: bool,
 }
 
 /// `t` with `v`'s blocks and files added (counted in `t`'s fragment size).

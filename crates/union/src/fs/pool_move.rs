@@ -27,13 +27,9 @@ impl Op<'_> {
         let rel = self.path(h.ino)?;
         let others: Vec<_> = (0..self.table.branches.len() as u32)
             .filter(|&b| b != from)
-            .map(|b| self.candidate(b, true))
+            .map(|b| self.candidate(b, true, p.min_free))
             .collect();
-        let chooser = Policies {
-            create: policy,
-            ..*p
-        };
-        let to = choose_create(&chooser, &[others], &mut super::pool::draw)?;
+        let to = choose_create(policy, &[others], &mut super::pool::draw)?;
         self.ensure_dir_in(parent, to, Some(from))?;
         self.ns_changing();
         self.copy_to_branch(from, to, &rel)?;

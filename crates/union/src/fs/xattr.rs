@@ -51,7 +51,7 @@ impl Op<'_> {
         if let Some(p) = self.pool() {
             let _ns = self.ns();
             let set = |b, rel: &Path| sys::lsetxattr(&self.abs(b, rel), name, value, flags).e();
-            return self.pool_act(ino, &p, set);
+            return self.pool_act(ino, p.action(crate::pool::ActionFn::Setxattr), set);
         }
         self.writable_branch(ino)?;
         let _ns = self.ns();
@@ -72,7 +72,7 @@ impl Op<'_> {
         if let Some(p) = self.pool() {
             let _ns = self.ns();
             let remove = |b, rel: &Path| sys::lremovexattr(&self.abs(b, rel), name).e();
-            return self.pool_act(ino, &p, remove);
+            return self.pool_act(ino, p.action(crate::pool::ActionFn::Removexattr), remove);
         }
         self.writable_branch(ino)?;
         let _ns = self.ns();
