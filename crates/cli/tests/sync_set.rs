@@ -655,24 +655,61 @@ fn kill_after(child: &mut std::process::Child, started: Instant, delay: Duration
 
 #[test]
 fn killed_runs_leave_every_file_old_or_new_everywhere_and_the_next_run_converges() {
-    let trials: usize = std::env::var("ACCORD_SYNC_SET_KILL_TRIALS")
+    let trials = kill_trials();
+    let killed_midway = run_kill_trials(
+        KillTrials {
+            trials,
+            seed: 0x5e7,
+            args: &[],
+            prepare: prepared_set,
+            old_or_new: check_old_or_new,
+            converged: check_converged,
+        },
+        "false conflicts",
+    );
+    eprintln!("{killed_midway} of {trials} runs were killed before they finished");
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}
+
+/// How many runs a kill test kills (`ACCORD_SYNC_SET_KILL_TRIALS`, 50).
+fn kill_trials() -> usize {
+    std::env::var("ACCORD_SYNC_SET_KILL_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
-    let timing = prepared_set();
+        .unwrap_or(50)
+}
+
+/// A kill test: sets made by `prepare`, each synced with `args` and killed
+/// at a random moment of an uninterrupted run's time, then checked
+/// (`old_or_new`), synced again (no conflict), checked (`converged`) and
+/// synced once more (no change).
+struct KillTrials<'a> {
+    trials: usize,
+    seed: u64,
+    args: &'a [&'a str],
+    prepare: fn() -> Set,
+    old_or_new: fn(&Set, usize),
+    converged: fn(&Set, usize),
+}
+
+/// Run `kill`; how many runs were killed before they finished.
+fn run_kill_trials(kill: KillTrials<'_>, conflicts_are: &str) -> usize {
+    let timing = (kill.prepare)();
     let start = Instant::now();
-    timing.sync_json(&[], 0);
+    timing.sync_json(kill.args, 0);
     let mut full_run = start.elapsed();
-    check_converged(&timing, usize::MAX);
+    (kill.converged)(&timing, usize::MAX);
     eprintln!("an uninterrupted run took {full_run:?}");
-    let mut random = 0x5e7_u64 ^ u64::from(std::process::id());
+    let mut random = kill.seed ^ u64::from(std::process::id());
     let mut killed_midway = 0;
-    for trial in 0..trials {
-        let set = prepared_set();
+    let mut with_json = vec!["--json"];
+    with_json.extend_from_slice(kill.args);
+    for trial in 0..kill.trials {
+        let set = (kill.prepare)();
         let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
         let started = Instant::now();
         let mut child = set
-            .command(&["--json"])
+            .command(&with_json)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -683,18 +720,17 @@ fn killed_runs_leave_every_file_old_or_new_everywhere_and_the_next_run_converges
             // The machine got faster: aim the next kills earlier.
             full_run = full_run.min(started.elapsed());
         }
-        check_old_or_new(&set, trial);
-        let report = set.sync_json(&[], 0);
+        (kill.old_or_new)(&set, trial);
+        let report = set.sync_json(kill.args, 0);
         assert!(
             conflict_paths(&report).is_empty(),
-            "trial {trial}: false conflicts after a kill at {delay:?}: {report}"
+            "trial {trial}: {conflicts_are} after a kill at {delay:?}: {report}"
         );
-        check_converged(&set, trial);
+        (kill.converged)(&set, trial);
         let again = set.sync_json(&[], 0);
         assert_eq!(changes(&again), 0, "trial {trial}: {again}");
     }
-    eprintln!("{killed_midway} of {trials} runs were killed before they finished");
-    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+    killed_midway
 }
 
 // ---- Kill test with --keep-both ----
@@ -780,43 +816,18 @@ fn check_kept_converged(set: &Set, trial: usize) {
 
 #[test]
 fn killed_keep_both_runs_lose_no_version_and_the_next_run_keeps_each_once() {
-    let trials: usize = std::env::var("ACCORD_SYNC_SET_KILL_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50)
-        / 2;
-    let timing = prepared_keep_set();
-    let start = Instant::now();
-    timing.sync_json(&["--keep-both"], 0);
-    let mut full_run = start.elapsed();
-    check_kept_converged(&timing, usize::MAX);
-    let mut random = 0x6b65_u64 ^ u64::from(std::process::id());
-    let mut killed_midway = 0;
-    for trial in 0..trials {
-        let set = prepared_keep_set();
-        let delay = full_run.mul_f64((next_random(&mut random) % 1000) as f64 / 1000.0);
-        let started = Instant::now();
-        let mut child = set
-            .command(&["--json", "--keep-both"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        if kill_after(&mut child, started, delay) {
-            killed_midway += 1;
-        } else {
-            full_run = full_run.min(started.elapsed());
-        }
-        check_kept_old_or_new(&set, trial);
-        let report = set.sync_json(&["--keep-both"], 0);
-        assert!(
-            conflict_paths(&report).is_empty(),
-            "trial {trial}: conflicts after a kill at {delay:?}: {report}"
-        );
-        check_kept_converged(&set, trial);
-        let again = set.sync_json(&[], 0);
-        assert_eq!(changes(&again), 0, "trial {trial}: {again}");
-    }
+    let trials = kill_trials() / 2;
+    let killed_midway = run_kill_trials(
+        KillTrials {
+            trials,
+            seed: 0x6b65,
+            args: &["--keep-both"],
+            prepare: prepared_keep_set,
+            old_or_new: check_kept_old_or_new,
+            converged: check_kept_converged,
+        },
+        "conflicts",
+    );
     eprintln!("{killed_midway} of {trials} keep-both runs were killed before they finished");
     assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
 }
