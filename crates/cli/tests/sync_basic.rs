@@ -568,9 +568,11 @@ fn payloads_opened(pair: &Pair) -> Vec<(String, String)> {
     let log = pair.state.with_extension("trace");
     let inner = pair.command(&["--json"]);
     // -y: each descriptor with the path it names, so that an open
-    // relative to a root's descriptor tells the root.
+    // relative to a root's descriptor tells the root. -ff: one log per
+    // thread (LOG.TID), so that no call is split into an "unfinished" and
+    // a "resumed" line by another thread's call.
     let out = Command::new("strace")
-        .args(["-f", "-qq", "-y", "-e", "trace=open,openat,openat2", "-o"])
+        .args(["-ff", "-qq", "-y", "-e", "trace=open,openat,openat2", "-o"])
         .arg(&log)
         .arg(inner.get_program())
         .args(inner.get_args())
@@ -583,7 +585,14 @@ fn payloads_opened(pair: &Pair) -> Vec<(String, String)> {
         pair.a.canonicalize().unwrap(),
         pair.b.canonicalize().unwrap(),
     ];
-    let trace = std::fs::read_to_string(&log).unwrap();
+    let prefix = format!("{}.", log.file_name().unwrap().to_string_lossy());
+    let mut trace = String::new();
+    for entry in std::fs::read_dir(log.parent().unwrap()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            trace += &std::fs::read_to_string(entry.path()).unwrap();
+        }
+    }
     trace
         .lines()
         .filter(|line| line.contains("payload-") && !line.contains("O_DIRECTORY"))
