@@ -804,6 +804,13 @@ impl Dir {
         })
     }
 
+    /// A fresh temp name for a file beside `hint` (nothing is made): what
+    /// `create_temp` would pick, for a temp whose name must be agreed on
+    /// before it is made (`create_temp_named`).
+    pub fn new_temp_name(hint: &[u8]) -> Vec<u8> {
+        Self::temp_name(hint)
+    }
+
     fn temp_name(hint: &[u8]) -> Vec<u8> {
         let mut n = TEMP_PREFIX.to_vec();
         // Keep a recognisable piece of the target name, bounded.
@@ -822,6 +829,38 @@ impl Dir {
     /// Create a new, empty temp file (mode 0600) with a hidden random name.
     pub fn create_temp(&self, hint: &[u8]) -> io::Result<(Vec<u8>, File)> {
         self.writing(|| self.create_temp_once(hint))
+    }
+
+    /// Create the empty temp file `name` (mode 0600; a name with the temp
+    /// prefix, else an error), or `None` when something is there already.
+    pub fn create_temp_named(&self, name: &[u8]) -> io::Result<Option<File>> {
+        if !name.starts_with(TEMP_PREFIX) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a temp file's name",
+            ));
+        }
+        let c = check_name(name)?;
+        let created = self.writing(|| {
+            cvt_retry(|| unsafe {
+                libc::openat(
+                    self.raw(),
+                    c.as_ptr(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC
+                        | libc::O_NOCTTY,
+                    0o600 as libc::c_uint,
+                )
+            })
+        });
+        match created {
+            Ok(fd) => Ok(Some(unsafe { File::from_raw_fd(fd) })),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn create_temp_once(&self, hint: &[u8]) -> io::Result<(Vec<u8>, File)> {

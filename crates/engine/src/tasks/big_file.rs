@@ -5,6 +5,7 @@
 //! as every commit of the mirror).
 
 use crate::mirror::error::Failure;
+use crate::tasks::claims::{hex, unhex};
 use crate::tasks::error::{Problem, TaskError};
 use crate::tasks::execute::{already_done, count_written, push_verify, stat};
 use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
@@ -49,8 +50,10 @@ pub(crate) fn range_bounds(size: u64, index: u32, count: u32) -> (u64, u64) {
     (start, (start + chunk).min(size))
 }
 
-/// Make the shared temp file and push the ranges (once: a second run of
-/// this task removes the temp it made).
+/// Make the shared temp file and push the ranges, once however often
+/// this task runs: every attempt uses the temp the first one named
+/// (`shared_temp`), so that an attempt whose queue call failed midway
+/// leaves no temp of its own behind.
 pub(crate) fn big_file(ctx: &Ctx, item: &Item) -> TaskResult {
     let s = source(item);
     let path = &item.path;
@@ -59,10 +62,13 @@ pub(crate) fn big_file(ctx: &Ctx, item: &Item) -> TaskResult {
         return Ok(Outcome::Done);
     }
     let count = range_count(s.size, ctx.spec.range_size);
-    let (temp, f) = ctx
+    let temp = shared_temp(ctx, path)?;
+    let (f, made) = ctx
         .dst
-        .create_temp_beside(path)
+        .open_or_make_temp_beside(path, &temp)
         .map_err(failed("make a temp file for", path))?;
+    // Sized whole at once (the ranges leave holes where they skip zeros);
+    // the same size again for a temp an earlier attempt made.
     f.set_len(s.size)
         .map_err(failed("size the temp of", path))?;
     let ranges: Vec<Vec<u8>> = (0..count)
@@ -80,10 +86,31 @@ pub(crate) fn big_file(ctx: &Ctx, item: &Item) -> TaskResult {
     let (_, pushed) = ctx
         .queue
         .add_once(&mark, &keys::with("rn", path), count as i64, &ranges)?;
-    if !pushed {
+    if !pushed && made {
+        // The ranges were pushed before and their temp is gone: renamed
+        // over the target already. This call made an empty one again.
         let _ = ctx.dst.remove_temp_beside(path, &temp);
     }
     Ok(Outcome::Done)
+}
+
+/// The name of `path`'s shared temp: the one the first attempt claimed in
+/// the queue, whichever attempt asks (the store is hostile: checked).
+fn shared_temp(ctx: &Ctx, path: &RelPath) -> Result<Vec<u8>, TaskError> {
+    let fresh = accord_fsys::Dir::new_temp_name(path.file_name());
+    let Some(held) = ctx.queue.claim(&keys::with("bt", path), &hex(&fresh))? else {
+        return Ok(fresh);
+    };
+    unhex(&held, accord_model::MAX_NAME_LEN)
+        .filter(|name| {
+            name.starts_with(accord_fsys::TEMP_PREFIX) && accord_model::validate_name(name).is_ok()
+        })
+        .ok_or_else(|| {
+            TaskError::failed(format!(
+                "{}: a damaged claim of its temp file {held:.80}",
+                path.display()
+            ))
+        })
 }
 
 /// Copy one range into the shared temp; the last one counted commits.

@@ -9,6 +9,7 @@
 //! to it. A leader whose worker is lost is led again by the worker its
 //! task is handed to (the claim names the path, not the worker).
 
+use crate::tasks::claims::{hex, unhex};
 use crate::tasks::error::TaskError;
 use crate::tasks::execute::{already_done, carry_out, count_written, stat};
 use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
@@ -124,21 +125,11 @@ fn is_copy_of(f: &Found, src: &Entry, times: bool) -> bool {
     f.kind == Kind::File && f.size == src.size && (!times || f.mtime == src.props.mtime)
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// The leader's path from its claim (the store is hostile: checked).
 fn leader_path(owner: &str) -> Result<RelPath, TaskError> {
     let bad = || TaskError::failed(format!("a damaged hard-link claim {owner:.80}"));
-    if !owner.len().is_multiple_of(2) || owner.len() > 2 * accord_model::MAX_PATH_LEN {
-        return Err(bad());
-    }
-    let bytes: Option<Vec<u8>> = (0..owner.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(owner.get(i..i + 2)?, 16).ok())
-        .collect();
-    match RelPath::new(&bytes.ok_or_else(bad)?) {
+    let bytes = unhex(owner, accord_model::MAX_PATH_LEN).ok_or_else(bad)?;
+    match RelPath::new(&bytes) {
         Ok(p) if !p.is_root() => Ok(p),
         _ => Err(bad()),
     }

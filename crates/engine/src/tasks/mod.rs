@@ -16,6 +16,7 @@
 //! trailing bytes are refused.
 
 pub(crate) mod big_file;
+pub(crate) mod claims;
 pub(crate) mod deferred_deletes;
 pub(crate) mod error;
 pub(crate) mod execute;

@@ -60,16 +60,22 @@ impl LocalReplica {
         }
     }
 
-    /// A new hidden temp file beside `path` (its name and the file open
-    /// to write), for writers that fill it in parts before it is
-    /// committed through the seam.
-    pub fn create_temp_beside(&self, path: &RelPath) -> io::Result<(Vec<u8>, File)> {
-        self.root()
-            .open_dir(&parent(path))?
-            .create_temp(path.file_name())
+    /// The temp `temp` beside `path`, opened to read and write, made empty
+    /// (mode 0600) when it is not there: the file, and whether this call
+    /// made it. `temp` must be a temp's name (`Dir::new_temp_name`).
+    pub fn open_or_make_temp_beside(
+        &self,
+        path: &RelPath,
+        temp: &[u8],
+    ) -> io::Result<(File, bool)> {
+        let dir = self.root().open_dir(&parent(path))?;
+        match dir.create_temp_named(temp)? {
+            Some(made) => Ok((made, true)),
+            None => Ok((dir.open_rw(temp)?, false)),
+        }
     }
 
-    /// Remove the temp `temp` made beside `path` by `create_temp_beside`.
+    /// Remove the temp `temp` made beside `path` by `open_or_make_temp_beside`.
     pub fn remove_temp_beside(&self, path: &RelPath, temp: &[u8]) -> io::Result<()> {
         self.root().open_dir(&parent(path))?.unlink(temp)
     }
