@@ -881,7 +881,10 @@ fn actions(report: &serde_json::Value) -> Vec<(String, String, String)> {
 #[test]
 fn merge_gives_two_versions_to_the_program_in_the_order_written() {
     // A and C made the same edit, B another: two versions, A's first.
-    let set = edited(3, &[('b', "from b\n"), ('a', "from a\n"), ('c', "from a\n")]);
+    let set = edited(
+        3,
+        &[('b', "from b\n"), ('a', "from a\n"), ('c', "from a\n")],
+    );
     let log = set.state.with_file_name("log");
     let program = logging_concat(&log);
     let out = set.sync(&["--merge", &program]);
@@ -920,7 +923,9 @@ fn more_versions_are_folded_in_the_order_of_their_first_holders() {
     }
     let merged_actions = actions(&report);
     assert_eq!(merged_actions.len(), 4, "{report}");
-    assert!(merged_actions.iter().all(|(_, _, action)| action == "merged"));
+    assert!(merged_actions
+        .iter()
+        .all(|(_, _, action)| action == "merged"));
     assert_eq!(changes(&set.sync_json(&[], 0)), 0);
 }
 
@@ -937,7 +942,10 @@ fn files_of(set: &Set) -> Vec<(Option<String>, u64)> {
 
 #[test]
 fn a_failing_step_leaves_the_conflict_and_every_version_as_it_was() {
-    let set = edited(3, &[('a', "from a\n"), ('b', "from b\n"), ('c', "from c\n")]);
+    let set = edited(
+        3,
+        &[('a', "from a\n"), ('b', "from b\n"), ('c', "from c\n")],
+    );
     let before = files_of(&set);
     // The first step succeeds, the second (the result so far with C's)
     // fails.
@@ -963,7 +971,10 @@ fn a_failing_step_leaves_the_conflict_and_every_version_as_it_was() {
     // The next run without a program sees the same conflict.
     let again = set.sync_json(&[], 1);
     assert_eq!(conflict_paths(&again), ["f"]);
-    assert_eq!(again["conflicts"][0]["versions"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        again["conflicts"][0]["versions"].as_array().unwrap().len(),
+        3
+    );
     assert_eq!(files_of(&set), before);
 }
 
@@ -1019,7 +1030,10 @@ fn only_conflicts_between_files_alike_in_properties_are_given_to_the_program() {
 #[test]
 fn keep_both_decides_before_the_merge() {
     let set = edited(3, &[('a', "from a\n"), ('b', "from b\n")]);
-    let report = set.sync_json(&["--keep-both", "--merge", "cat CURRENT1 CURRENT2 > NEW"], 0);
+    let report = set.sync_json(
+        &["--keep-both", "--merge", "cat CURRENT1 CURRENT2 > NEW"],
+        0,
+    );
     assert_eq!(report["merged"], 0, "{report}");
     assert_eq!(report["kept_both"], 1, "{report}");
 }

@@ -126,10 +126,7 @@ pub(crate) fn candidates(
         latest.sort_by_key(|v| first_place(&v.holders));
         let entry = |v: &accord_plan::Version| v.entry.clone().expect("a file");
         let first = entry(latest[0]);
-        if latest
-            .iter()
-            .any(|v| !props_agree(&first, &entry(v), cfg))
-        {
+        if latest.iter().any(|v| !props_agree(&first, &entry(v), cfg)) {
             not_merged.push((
                 item.path.clone(),
                 "not merged: the versions' permissions, owners, extended attributes or ACLs \
@@ -151,7 +148,13 @@ pub(crate) fn candidates(
                 None => {
                     let place = first_place(&version.holders).expect("a holder");
                     let label = label_of(place);
-                    inputs.push((held, Input { holders: slots, label }));
+                    inputs.push((
+                        held,
+                        Input {
+                            holders: slots,
+                            label,
+                        },
+                    ));
                 }
             }
         }
@@ -220,29 +223,30 @@ impl Merging<'_, '_> {
         merges: &mut Merges,
     ) -> Result<HeldRow, String> {
         let path = &candidate.path;
-        let far: Vec<bool> = self.replicas.iter().map(|r| r.local_root().is_none()).collect();
+        let far: Vec<bool> = self
+            .replicas
+            .iter()
+            .map(|r| r.local_root().is_none())
+            .collect();
         // Each version read from its nearest holder, which writes it too.
         let sources: Vec<usize> = candidate
             .inputs
             .iter()
             .map(|input| source_of(input.holders.iter().copied(), |s| far[s]))
             .collect();
-        let merged = self.run_program(candidate, &sources).map_err(|not| {
-            self.not_merged_why(path, sources[0], not, merges)
-        })?;
+        let merged = self
+            .run_program(candidate, &sources)
+            .map_err(|not| self.not_merged_why(path, sources[0], not, merges))?;
         let count = match fresh_count {
             Some(count) => *count,
             None => {
                 let counted = self.members[0].side.count_run();
-                let count = counted.map_err(|failure| {
-                    self.fail(0, path, SyncError::Archive(failure), merges)
-                })?;
+                let count = counted
+                    .map_err(|failure| self.fail(0, path, SyncError::Archive(failure), merges))?;
                 *fresh_count.insert(count)
             }
         };
-        let vector = candidate
-            .before
-            .with_change(self.members[0].index, count);
+        let vector = candidate.before.with_change(self.members[0].index, count);
         self.record_before(candidate, merges)?;
         let pair = [sources[0], sources[1]];
         let facts = merged.facts();
@@ -292,7 +296,10 @@ impl Merging<'_, '_> {
         merges: &mut Merges,
     ) -> String {
         match not {
-            NotMerged::Ineligible(why) => format!("not merged: {}", why.unwrap_or("not two files")),
+            NotMerged::Ineligible(why) => format!(
+                "not merged: {}",
+                why.unwrap_or("the versions are not all regular files")
+            ),
             NotMerged::Program(failure) => failure.to_string(),
             NotMerged::Sync(error) => self.fail(slot, path, error, merges),
         }
@@ -336,7 +343,13 @@ impl Merging<'_, '_> {
 
     /// The merge as the plan's version: held by the pair it is written
     /// on, received whole by every other member.
-    fn settled(&self, path: &RelPath, pair: [usize; 2], facts: Facts, vector: VersionVector) -> Settled {
+    fn settled(
+        &self,
+        path: &RelPath,
+        pair: [usize; 2],
+        facts: Facts,
+        vector: VersionVector,
+    ) -> Settled {
         let at = self.held.index_of(path);
         let first = self.held.now(at, pair[0]).expect("a holder");
         let entry = merged_version(first, facts, self.cfg);
@@ -398,7 +411,15 @@ impl Merging<'_, '_> {
         ];
         let mut report = SyncReport::default();
         let hooks = SyncHooks::default();
-        propagate(replicas, &mut sides, &scanned, plan, self.cfg, &hooks, &mut report);
+        propagate(
+            replicas,
+            &mut sides,
+            &scanned,
+            plan,
+            self.cfg,
+            &hooks,
+            &mut report,
+        );
         drop(sides);
         self.take_report(path, pair, report, merges)
     }
@@ -411,7 +432,10 @@ impl Merging<'_, '_> {
         report: SyncReport,
         merges: &mut Merges,
     ) -> Result<(), String> {
-        let merged = report.propagated.iter().any(|c| c.merged && c.path == *path);
+        let merged = report
+            .propagated
+            .iter()
+            .any(|c| c.merged && c.path == *path);
         for failure in report.errors {
             let slot = match &failure.error {
                 SyncError::MergedOnOneSide { .. } => pair[1],
