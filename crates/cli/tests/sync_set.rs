@@ -1028,6 +1028,29 @@ fn only_conflicts_between_files_alike_in_properties_are_given_to_the_program() {
 }
 
 #[test]
+fn a_dry_run_lists_the_conflict_and_runs_no_program() {
+    let set = edited(3, &[('a', "from a\n"), ('b', "from b\n")]);
+    let log = set.state.with_file_name("log");
+    let report = set.sync_json(&["-n", "--merge", &logging_concat(&log)], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert!(log_of(&log).is_empty(), "the program ran");
+    assert_eq!(set.read('c', "f").as_deref(), Some("base\n"));
+}
+
+#[test]
+fn backup_keeps_every_version_the_merge_replaced() {
+    let set = edited(
+        3,
+        &[('a', "from a\n"), ('b', "from b\n"), ('c', "from c\n")],
+    );
+    set.sync_json(&["--backup", "--merge", "cat CURRENT1 CURRENT2 > NEW"], 0);
+    for letter in set.letters() {
+        let backup = set.read(letter, ".accord-backup/f.~1~");
+        assert_eq!(backup, Some(format!("from {letter}\n")), "{letter}");
+    }
+}
+
+#[test]
 fn keep_both_decides_before_the_merge() {
     let set = edited(3, &[('a', "from a\n"), ('b', "from b\n")]);
     let report = set.sync_json(
