@@ -17,12 +17,19 @@
 //! `--json`: the action `keep`, and `kept_both` and `kept` as a run of two
 //! roots counts them).
 //!
-//! What a run of two roots does and a set does not do yet is refused with a
-//! usage error rather than done another way: `--merge`; renames
+//! `--merge CMD` gives a conflict whose latest versions are all regular
+//! files to the program, as the engine's `set/merge.rs` says (more than two
+//! versions are folded, in the order of their first holders as written);
+//! the result is written to every root reached (`merged on A  f` where the
+//! merge was written over a version, `merged A -> C  f` where a root
+//! received it; `--json`: the action `merged`, and `merged` counts the
+//! paths), and a conflict it did not merge says why (`not_merged`).
+//!
+//! What a run of two roots does and a set does not do yet: renames
 //! and hard links are not carried as such (a renamed file travels as a
 //! copy and a deletion), and there is no interactive mode (a set's run is
-//! always batch: conflicts are listed and left alone unless a policy
-//! settles them).
+//! always batch: conflicts are listed and left alone unless a policy or
+//! the merge program settles them).
 
 use crate::cmd_sync::{config, remote_spec, usage, SyncArgs};
 use crate::exit;
@@ -46,9 +53,6 @@ pub fn run(args: &SyncArgs) -> i32 {
         Ok(specs) => specs,
         Err(why) => return usage(&why),
     };
-    if let Err(why) = refused_options(args) {
-        return usage(&why);
-    }
     if let Some(why) = nested(&roots, &specs) {
         eprintln!("accord sync: {why}");
         return exit::FATAL;
@@ -122,16 +126,6 @@ fn run_once(
 /// Each root's remote address, if it is one.
 fn specs_of(roots: &[PathBuf]) -> Result<Vec<Option<RemoteSpec>>, String> {
     roots.iter().map(|root| remote_spec(root)).collect()
-}
-
-fn refused_options(args: &SyncArgs) -> Result<(), String> {
-    let not_yet = [(args.merge.is_some(), "--merge")];
-    match not_yet.iter().find(|(given, _)| *given) {
-        Some((_, flag)) => Err(format!(
-            "{flag} is not built yet for a sync of more than two roots; run it with two"
-        )),
-        None => Ok(()),
-    }
 }
 
 /// A root of the run, reached.
@@ -327,11 +321,22 @@ fn letter_of<'l>(letters: &'l [String], names: &[String], name: &str) -> &'l str
         .map_or("?", |place| letters[place].as_str())
 }
 
-fn change_text(change: &SetChange, letters: &[String], names: &[String]) -> String {
+/// Was `change` the writing of a merge (`--merge`)?
+fn is_merge(report: &SetReport, change: &SetChange) -> bool {
+    report.merged.binary_search(&change.path).is_ok()
+}
+
+fn change_text(change: &SetChange, merged: bool, letters: &[String], names: &[String]) -> String {
     let on = letter_of(letters, names, &change.on);
     let from = letter_of(letters, names, &change.from);
     if change.kept {
         return format!("kept on {on}");
+    }
+    if merged {
+        return match on == from {
+            true => format!("merged on {on}"),
+            false => format!("merged {from} -> {on}"),
+        };
     }
     match change.receive {
         Receive::Whole => format!("{from} -> {on}"),
@@ -378,8 +383,12 @@ fn conflict_text(conflict: &SetConflictReport, letters: &[String], names: &[Stri
         SetConflict::ChangedApart => "changed apart",
         SetConflict::ChangedBeneathRemovedDirectory => "directory removed, changed beneath",
     };
+    let merge = conflict
+        .not_merged
+        .as_ref()
+        .map_or(String::new(), |why| format!("; {why}"));
     format!(
-        "{} ({why}; {})",
+        "{} ({why}; {}{merge})",
         conflict.path.display(),
         versions.join("; ")
     )
@@ -404,7 +413,7 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
         for change in &report.changes {
             println!(
                 "{:<14} {}",
-                change_text(change, letters, names),
+                change_text(change, is_merge(report, change), letters, names),
                 change.path.display()
             );
         }
@@ -443,7 +452,11 @@ fn summary(report: &SetReport) -> String {
         dry_run: report.dry_run,
         changes: report.changes.len() as u64,
         written: (report.files_written, report.bytes_written),
-        kinds: &[(deleted as u64, "deleted"), (kept as u64, "kept both")],
+        kinds: &[
+            (deleted as u64, "deleted"),
+            (kept as u64, "kept both"),
+            (report.merged.len() as u64, "merged"),
+        ],
         agreed: report.agreed,
         conflicts: report.conflicts.len() as u64,
         errors: report.errors.len() as u64,
@@ -460,6 +473,8 @@ struct JsonSet {
     /// --keep-both: paths settled by keeping their other versions aside.
     kept_both: usize,
     kept: Vec<JsonKept>,
+    /// --merge: paths whose versions the merge program merged.
+    merged: usize,
     conflicts: Vec<JsonConflict>,
     errors: Vec<JsonError>,
     agreed: u64,
@@ -502,6 +517,9 @@ struct JsonConflict {
     path: String,
     reason: &'static str,
     versions: Vec<JsonVersion>,
+    /// --merge: why the program did not merge it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_merged: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -549,6 +567,7 @@ fn print_json(
                 from: letter(&c.from),
                 action: match c.receive {
                     _ if c.kept => "keep",
+                    _ if is_merge(report, c) => "merged",
                     Receive::Whole => "copy",
                     Receive::Props => "props",
                     Receive::Delete => "delete",
@@ -556,6 +575,7 @@ fn print_json(
             })
             .collect(),
         kept_both: kept_both(report),
+        merged: report.merged.len(),
         kept: report
             .kept
             .iter()
@@ -586,6 +606,7 @@ fn print_json(
                         latest: *latest,
                     })
                     .collect(),
+                not_merged: c.not_merged.clone(),
             })
             .collect(),
         errors: report

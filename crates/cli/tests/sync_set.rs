@@ -3,9 +3,11 @@
 //! every other replica, the same change agreeing, a conflict listed once
 //! with every version, a replica away for several runs catching up without
 //! a conflict (and without bringing a deletion back), policies, a dry run,
-//! what is refused, and the crash invariant: runs killed at random moments
-//! leave every file old or new on every replica, and the next run
-//! converges without a conflict (`ACCORD_SYNC_SET_KILL_TRIALS`, default 50).
+//! what is refused, `--merge` (two versions, more folded, a failing
+//! program, a root away), and the crash invariant: runs killed at random
+//! moments leave every file old or new on every replica, and the next run
+//! converges without a conflict (`ACCORD_SYNC_SET_KILL_TRIALS`, default 50),
+//! with `--keep-both` and `--merge` too.
 
 mod sync_common;
 use std::os::unix::fs::MetadataExt;
@@ -323,6 +325,7 @@ fn what_a_set_cannot_do_yet_is_refused_before_anything_changes() {
     let set = Set::new(3);
     set.write('a', "f", "v1");
     for args in [vec!["--merge", "true"], vec!["--prefer", "E"]] {
+        // (`--merge true` names no NEW: refused as with two roots.)
         let out = set.sync(&args);
         assert_exit(&out, 64);
         assert!(
@@ -829,5 +832,292 @@ fn killed_keep_both_runs_lose_no_version_and_the_next_run_keeps_each_once() {
         "conflicts",
     );
     eprintln!("{killed_midway} of {trials} keep-both runs were killed before they finished");
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}
+
+// ---- --merge ----
+
+/// Concatenates its two versions, and logs the names of the files it was
+/// given (in the log file `log`, outside every root).
+fn logging_concat(log: &Path) -> String {
+    format!(
+        "basename CURRENT1 >> '{log}'; basename CURRENT2 >> '{log}'; cat CURRENT1 CURRENT2 > NEW",
+        log = log.display()
+    )
+}
+
+fn log_of(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().map(str::to_owned).collect()
+}
+
+/// A synced set of `count` holding `f` and `other`, then `f` written on
+/// each root of `edits` (to its contents there).
+fn edited(count: usize, edits: &[(char, &str)]) -> Set {
+    let set = Set::new(count);
+    set.write('a', "f", "base\n");
+    set.write('a', "other", "untouched\n");
+    set.sync_json(&[], 0);
+    for (letter, contents) in edits {
+        set.write(*letter, "f", contents);
+    }
+    set
+}
+
+fn actions(report: &serde_json::Value) -> Vec<(String, String, String)> {
+    let mut found: Vec<(String, String, String)> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let text = |key: &str| c[key].as_str().unwrap().to_string();
+            (text("on"), text("from"), text("action"))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn merge_gives_two_versions_to_the_program_in_the_order_written() {
+    // A and C made the same edit, B another: two versions, A's first.
+    let set = edited(
+        3,
+        &[('b', "from b\n"), ('a', "from a\n"), ('c', "from a\n")],
+    );
+    let log = set.state.with_file_name("log");
+    let program = logging_concat(&log);
+    let out = set.sync(&["--merge", &program]);
+    assert_exit(&out, 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in ["merged on A    f", "merged on B    f", "merged A -> C  f"] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 merged"));
+    assert_eq!(log_of(&log), ["A-f", "B-f"]);
+    for letter in set.letters() {
+        assert_eq!(set.read(letter, "f").as_deref(), Some("from a\nfrom b\n"));
+    }
+    set.assert_all_equal();
+    let again = set.sync_json(&["--merge", &program], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+    assert_eq!(log_of(&log).len(), 2, "the program ran again");
+}
+
+#[test]
+fn more_versions_are_folded_in_the_order_of_their_first_holders() {
+    // D's edit is older in time but its root comes last; B holds the
+    // base, older than every edit, and takes the result.
+    let set = edited(
+        4,
+        &[('d', "from d\n"), ('c', "from c\n"), ('a', "from a\n")],
+    );
+    let log = set.state.with_file_name("log");
+    let report = set.sync_json(&["--merge", &logging_concat(&log)], 0);
+    assert_eq!(report["merged"], 1, "{report}");
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    assert_eq!(log_of(&log), ["A-f", "C-f", "AC-f", "D-f"]);
+    let merged = "from a\nfrom c\nfrom d\n";
+    for letter in set.letters() {
+        assert_eq!(set.read(letter, "f").as_deref(), Some(merged), "{letter}");
+    }
+    let merged_actions = actions(&report);
+    assert_eq!(merged_actions.len(), 4, "{report}");
+    assert!(merged_actions
+        .iter()
+        .all(|(_, _, action)| action == "merged"));
+    assert_eq!(changes(&set.sync_json(&[], 0)), 0);
+}
+
+/// Each root's `f`: contents and inode.
+fn files_of(set: &Set) -> Vec<(Option<String>, u64)> {
+    set.letters()
+        .into_iter()
+        .map(|l| {
+            let ino = std::fs::metadata(set.path(l, "f")).map_or(0, |m| m.ino());
+            (set.read(l, "f"), ino)
+        })
+        .collect()
+}
+
+#[test]
+fn a_failing_step_leaves_the_conflict_and_every_version_as_it_was() {
+    let set = edited(
+        3,
+        &[('a', "from a\n"), ('b', "from b\n"), ('c', "from c\n")],
+    );
+    let before = files_of(&set);
+    // The first step succeeds, the second (the result so far with C's)
+    // fails.
+    let program = "case CURRENT1 in *AB-f) echo second step >&2; exit 3;; esac; \
+                   cat CURRENT1 CURRENT2 > NEW";
+    let report = set.sync_json(&["--merge", program], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    let why = report["conflicts"][0]["not_merged"].as_str().unwrap();
+    assert!(
+        why.contains("exited with status 3") && why.contains("second step"),
+        "{report}"
+    );
+    assert_eq!(report["merged"], 0);
+    assert_eq!(changes(&report), 0, "{report}");
+    assert_eq!(files_of(&set), before);
+    let text = set.sync(&["--merge", "exit 3 # NEW"]);
+    assert_exit(&text, 1);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("; merge program exited with status 3"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    // The next run without a program sees the same conflict.
+    let again = set.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&again), ["f"]);
+    assert_eq!(
+        again["conflicts"][0]["versions"].as_array().unwrap().len(),
+        3
+    );
+    assert_eq!(files_of(&set), before);
+}
+
+#[test]
+fn a_root_away_during_a_merge_takes_the_result_later_without_a_conflict() {
+    let set = edited(3, &[('a', "from a\n"), ('b', "from b\n")]);
+    let away = set.away('c');
+    let report = set.sync_json(&["--merge", "cat CURRENT1 CURRENT2 > NEW"], 4);
+    assert_eq!(report["merged"], 1, "{report}");
+    set.back('c', &away);
+    assert_eq!(set.read('c', "f").as_deref(), Some("base\n"));
+    let report = set.sync_json(&[], 0);
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    set.assert_all_equal();
+    assert_eq!(set.read('c', "f").as_deref(), Some("from a\nfrom b\n"));
+    assert_eq!(changes(&set.sync_json(&[], 0)), 0);
+}
+
+#[test]
+fn only_conflicts_between_files_alike_in_properties_are_given_to_the_program() {
+    let mark = |set: &Set| set.state.with_file_name("ran");
+    let program = |set: &Set| {
+        format!(
+            "touch '{}'; cat CURRENT1 CURRENT2 > NEW",
+            mark(set).display()
+        )
+    };
+    // A deletion among the latest versions.
+    let set = edited(3, &[('a', "from a\n")]);
+    std::fs::remove_file(set.path('b', "f")).unwrap();
+    let report = set.sync_json(&["--merge", &program(&set)], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert!(report["conflicts"][0]["not_merged"].is_null(), "{report}");
+    assert!(!mark(&set).exists(), "the program ran: {report}");
+    // A directory.
+    let set = edited(3, &[('a', "from a\n")]);
+    std::fs::remove_file(set.path('b', "f")).unwrap();
+    set.write('b', "f/inner", "x");
+    let report = set.sync_json(&["--merge", &program(&set)], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert!(!mark(&set).exists(), "the program ran: {report}");
+    // Permissions that differ: said so.
+    let set = edited(3, &[('a', "from a\n"), ('b', "from b\n")]);
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(set.path('b', "f"), mode).unwrap();
+    let report = set.sync_json(&["--merge", &program(&set)], 1);
+    let why = report["conflicts"][0]["not_merged"].as_str().unwrap();
+    assert!(why.contains("permissions"), "{report}");
+    assert!(!mark(&set).exists(), "the program ran: {report}");
+    assert_eq!(set.read('a', "f").as_deref(), Some("from a\n"));
+}
+
+#[test]
+fn a_dry_run_lists_the_conflict_and_runs_no_program() {
+    let set = edited(3, &[('a', "from a\n"), ('b', "from b\n")]);
+    let log = set.state.with_file_name("log");
+    let report = set.sync_json(&["-n", "--merge", &logging_concat(&log)], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert!(log_of(&log).is_empty(), "the program ran");
+    assert_eq!(set.read('c', "f").as_deref(), Some("base\n"));
+}
+
+#[test]
+fn backup_keeps_every_version_the_merge_replaced() {
+    let set = edited(
+        3,
+        &[('a', "from a\n"), ('b', "from b\n"), ('c', "from c\n")],
+    );
+    set.sync_json(&["--backup", "--merge", "cat CURRENT1 CURRENT2 > NEW"], 0);
+    for letter in set.letters() {
+        let backup = set.read(letter, ".accord-backup/f.~1~");
+        assert_eq!(backup, Some(format!("from {letter}\n")), "{letter}");
+    }
+}
+
+#[test]
+fn keep_both_decides_before_the_merge() {
+    let set = edited(3, &[('a', "from a\n"), ('b', "from b\n")]);
+    let report = set.sync_json(
+        &["--keep-both", "--merge", "cat CURRENT1 CURRENT2 > NEW"],
+        0,
+    );
+    assert_eq!(report["merged"], 0, "{report}");
+    assert_eq!(report["kept_both"], 1, "{report}");
+}
+
+// ---- Kill test with --merge ----
+
+const MERGED_FILES: usize = 40;
+
+/// Every merged file edited differently on A, B and C.
+fn prepared_merge_set() -> Set {
+    let set = Set::new(3);
+    for i in 0..MERGED_FILES {
+        set.write('a', &kept_file(i), "base");
+    }
+    set.sync_json(&[], 0);
+    for i in 0..MERGED_FILES {
+        for letter in ['a', 'b', 'c'] {
+            set.write(letter, &kept_file(i), &edit_of(letter, i));
+        }
+    }
+    set
+}
+
+fn merge_of(i: usize) -> String {
+    ['a', 'b', 'c'].map(|letter| edit_of(letter, i)).concat()
+}
+
+fn check_merged_old_or_new(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        for i in 0..MERGED_FILES {
+            let now = set.read(letter, &kept_file(i));
+            let allowed = [Some(edit_of(letter, i)), Some(merge_of(i))];
+            assert!(allowed.contains(&now), "trial {trial}: {letter}/f{i}");
+        }
+    }
+}
+
+fn check_merged_converged(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        for i in 0..MERGED_FILES {
+            let now = set.read(letter, &kept_file(i));
+            assert_eq!(now, Some(merge_of(i)), "trial {trial}: {letter}/f{i}");
+        }
+    }
+    set.assert_all_equal();
+}
+
+#[test]
+fn killed_merge_runs_leave_old_or_merged_files_and_the_next_run_merges_each_once() {
+    let trials = kill_trials() / 2;
+    let killed_midway = run_kill_trials(
+        KillTrials {
+            trials,
+            seed: 0x6d72,
+            args: &["--merge", "cat CURRENT1 CURRENT2 > NEW"],
+            prepare: prepared_merge_set,
+            old_or_new: check_merged_old_or_new,
+            converged: check_merged_converged,
+        },
+        "conflicts",
+    );
+    eprintln!("{killed_midway} of {trials} merge runs were killed before they finished");
     assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
 }

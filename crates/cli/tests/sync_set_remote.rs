@@ -5,7 +5,8 @@
 //! change made on a remote replica reaches the two others; a remote root
 //! that cannot be reached is left out and catches up later, named as it
 //! was when last reached; one never reached stops the run before anything
-//! changes; a dry run changes nothing on any host.
+//! changes; a dry run changes nothing on any host; `--merge` reads the
+//! remote versions and writes its result on every host.
 
 mod mirror_common;
 mod remote_common;
@@ -258,6 +259,33 @@ fn keep_both_keeps_a_remote_replicas_version_on_every_root() {
     for letter in ['a', 'b', 'c'] {
         assert_eq!(trio.read(letter, "notes").unwrap(), b"c's newer edit");
         assert_eq!(trio.read(letter, &kept).unwrap(), b"b's edit");
+    }
+    let again = trio.sync_json(&[], 0);
+    assert!(again["changes"].as_array().unwrap().is_empty(), "{again}");
+}
+
+/// --merge with a version on each root: the remote ones fetched for the
+/// program (run here), the result written on every host.
+#[test]
+fn merge_folds_the_local_and_the_remote_versions_and_writes_the_result_everywhere() {
+    let Some((sshd, daemon)) = start() else {
+        return;
+    };
+    let trio = Trio::new(&sshd, &daemon);
+    trio.write('a', "notes", b"agreed\n");
+    trio.sync_json(&[], 0);
+    trio.write('c', "notes", b"c's edit\n");
+    trio.write('b', "notes", b"b's edit\n");
+    trio.write('a', "notes", b"a's edit\n");
+    let report = trio.sync_json(&["--merge", "cat CURRENT1 CURRENT2 > NEW"], 0);
+    assert_eq!(report["merged"], 1, "{report}");
+    assert!(conflict_paths(&report).is_empty(), "{report}");
+    trio.assert_all_equal();
+    for letter in ['a', 'b', 'c'] {
+        assert_eq!(
+            trio.read(letter, "notes").unwrap(),
+            b"a's edit\nb's edit\nc's edit\n"
+        );
     }
     let again = trio.sync_json(&[], 0);
     assert!(again["changes"].as_array().unwrap().is_empty(), "{again}");

@@ -235,7 +235,7 @@ impl Naming<'_> {
 }
 
 /// The offers at `path`, if it is a path of the scan.
-fn offers_at<'s>(scanned: &'s Scanned, path: &RelPath) -> Option<&'s PathOffers> {
+pub(crate) fn offers_at<'s>(scanned: &'s Scanned, path: &RelPath) -> Option<&'s PathOffers> {
     let index = scanned
         .paths
         .binary_search_by(|at| at.path.cmp(path))

@@ -8,12 +8,15 @@
 //! vectors); lock and open every replica that can be reached, in that
 //! order; count this run on each (what its changes count as); scan every
 //! one against its own archive (`scan.rs`); reconcile; name the copies of
-//! the versions `--keep-both` keeps (`keep.rs`); check the deletion guard;
-//! make those copies on their holders; propagate from a holder of each
+//! the versions `--keep-both` keeps (`keep.rs`), and find the conflicts
+//! `--merge`'s program is to merge (`merge.rs`); check the deletion guard;
+//! make those copies on their holders; run the program and write each
+//! result on two replicas; propagate from a holder of each
 //! settled version to each replica that lacks it (`propagate.rs`). A replica that cannot be reached does
 //! not stop the others: it is listed, and catches up at its next run.
 
 pub(crate) mod keep;
+pub(crate) mod merge;
 pub(crate) mod propagate;
 pub(crate) mod scan;
 
@@ -75,6 +78,9 @@ pub struct SetConflictReport {
     /// Each distinct version with the replicas that hold it (as written);
     /// `latest`: not older than another.
     pub versions: Vec<(Option<Entry>, Vec<String>, bool)>,
+    /// `--merge`: why the program did not merge it, when it was given to
+    /// it (or its versions' properties kept it from it).
+    pub not_merged: Option<String>,
 }
 
 /// What a run of a set did.
@@ -87,6 +93,9 @@ pub struct SetReport {
     /// versions, and where each was kept (one entry per version), in
     /// path order.
     pub kept: Vec<(RelPath, RelPath)>,
+    /// `--merge`: the paths whose versions the program merged, in path
+    /// order (their changes are the result, written to each root).
+    pub merged: Vec<RelPath>,
     pub errors: Vec<SetFailure>,
     /// Paths settled where every replica already held the version.
     pub agreed: u64,
@@ -214,6 +223,11 @@ fn run(
         reconcile_set(&scanned.paths, &options).map_err(|e| input_fatal(e, roots, &order))?;
     let props = options.props;
     let kept = keep::name_copies(&replicas, &members, &scanned, &mut items, &order, &props);
+    let mut not_merged = Vec::new();
+    let to_merge = match cfg.merge.is_some() && !cfg.dry_run {
+        true => merge::candidates(&items, &members, &scanned, &order, cfg, &mut not_merged),
+        false => Vec::new(),
+    };
     let names: Vec<String> = order
         .iter()
         .map(|&place| roots[place].name.clone())
@@ -247,12 +261,25 @@ fn run(
     let linked = keep::link_copies(&replicas, &members, &kept, &mut items, &mut held, cfg);
     report.errors.extend(linked.failures);
     report.kept = keep::kept_paths(&kept, &items);
+    let merges = merge::Merging {
+        replicas: &replicas,
+        members: &mut members,
+        items: &mut items,
+        held: &mut held,
+        cfg,
+    }
+    .merge_all(&to_merge);
+    report.errors.extend(merges.failures);
+    not_merged.extend(merges.not_merged);
+    merge::settle_conflicts(&mut report.conflicts, &merges.merged, not_merged);
+    report.merged = merges.merged;
     let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg);
     let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     report.files_written = done(&carried.written.files_done);
     report.bytes_written = done(&carried.written.bytes_done);
     report.changes = carried.changes;
     report.changes.extend(linked.changes);
+    report.changes.extend(merges.changes);
     sort_changes(&mut report.changes);
     report.errors.extend(carried.failures);
     Ok(())
@@ -385,6 +412,7 @@ fn conflicts_of(items: &[SetItem], names: &[String]) -> Vec<SetConflictReport> {
                 path: item.path.clone(),
                 reason: *reason,
                 versions: versions.iter().map(|v| version_of(v, names)).collect(),
+                not_merged: None,
             }),
             Outcome::Settled(_) => None,
         })

@@ -404,7 +404,7 @@ fn write_records(
 }
 
 /// The settled versions' vectors, by path (the plan is in path order).
-struct Vectors<'i>(&'i [SetItem]);
+pub(crate) struct Vectors<'i>(pub &'i [SetItem]);
 
 impl Vectors<'_> {
     fn get(&self, path: &RelPath) -> Option<&VersionVector> {
@@ -417,13 +417,13 @@ impl Vectors<'_> {
 }
 
 /// A member's side whose records carry the settled versions' vectors.
-struct Versioned<'s, 'v> {
+pub(crate) struct Versioned<'s, 'v> {
     inner: &'s mut (dyn SideSession + 's),
     vectors: &'v Vectors<'v>,
 }
 
 impl<'s, 'v> Versioned<'s, 'v> {
-    fn new(inner: &'s mut (dyn SideSession + 's), vectors: &'v Vectors<'v>) -> Self {
+    pub(crate) fn new(inner: &'s mut (dyn SideSession + 's), vectors: &'v Vectors<'v>) -> Self {
         Versioned { inner, vectors }
     }
 }

@@ -70,8 +70,13 @@ pub(crate) struct Merged {
 }
 
 impl Merged {
-    pub(super) fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Its fingerprint, size and mtime.
+    pub(crate) fn facts(&self) -> (Fingerprint, u64, Time) {
+        (self.hash, self.size, self.mtime)
     }
 }
 
@@ -263,27 +268,83 @@ pub(super) fn run_merge(
     dirs: &[Box<dyn ReplicaDir + '_>; 2],
     program: &MergeProgram,
 ) -> Result<Merged, NotMerged> {
-    let setup = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e));
-    let work = MergeDir::new().map_err(setup)?;
-    let name = item.path.file_name();
-    let files: [PathBuf; 3] = [
-        work.file("A", name),
-        work.file("B", name),
-        work.file("NEW", name),
-    ];
-    for (side, version) in [Side::A, Side::B].into_iter().zip(versions) {
-        fetch(dirs[index(side)].as_ref(), version, &files[index(side)])?;
+    let inputs = [Side::A, Side::B].map(|side| MergeInput {
+        dir: dirs[index(side)].as_ref(),
+        version: versions[index(side)],
+        label: side_label(side),
+    });
+    run_fold(&item.path, &inputs, program)
+}
+
+fn side_label(side: Side) -> String {
+    match side {
+        Side::A => "A".into(),
+        Side::B => "B".into(),
     }
-    let words = MergeWords {
-        current1: &files[0],
-        current2: &files[1],
-        new: &files[2],
-        path: item.path.as_bytes(),
-    };
-    let new = run_program(program, &work, &words).map_err(NotMerged::Program)?;
-    // Taken into a file of ours, so nothing the program left running
-    // can change what is sent after it was fingerprinted.
-    seal_merged(new, &work.file("MERGED", name)).map_err(setup)
+}
+
+/// One version the program reads: the directory of a replica holding it
+/// (the file there must still be `version`), and the label its copy is
+/// named with.
+pub(crate) struct MergeInput<'i> {
+    pub dir: &'i dyn ReplicaDir,
+    pub version: &'i Entry,
+    pub label: String,
+}
+
+/// Steps 1 and 2 for two versions or more: the program merges the first
+/// two, then its result with the third, and so on (CURRENT1: the result
+/// so far, named by the labels it merged, `AB-NAME`; CURRENT2: the next
+/// version), one run of the program per step, each in a private directory
+/// of its own. Any step that fails leaves the whole merge undone.
+pub(crate) fn run_fold(
+    path: &RelPath,
+    inputs: &[MergeInput<'_>],
+    program: &MergeProgram,
+) -> Result<Merged, NotMerged> {
+    let setup = |e: io::Error| NotMerged::Program(MergeFailure::Setup(e));
+    let (first, rest) = inputs
+        .split_first()
+        .filter(|(_, rest)| !rest.is_empty())
+        .expect("a merge takes two versions at least");
+    let name = path.file_name();
+    let mut label = first.label.clone();
+    let mut so_far: Option<Merged> = None;
+    for next in rest {
+        let work = MergeDir::new().map_err(setup)?;
+        let files: [PathBuf; 3] = [
+            work.file(&label, name),
+            work.file(&next.label, name),
+            work.file("NEW", name),
+        ];
+        match &mut so_far {
+            None => fetch(first.dir, first.version, &files[0])?,
+            Some(merged) => copy_merged(merged, &files[0]).map_err(setup)?,
+        }
+        fetch(next.dir, next.version, &files[1])?;
+        let words = MergeWords {
+            current1: &files[0],
+            current2: &files[1],
+            new: &files[2],
+            path: path.as_bytes(),
+        };
+        let new = run_program(program, &work, &words).map_err(NotMerged::Program)?;
+        // Taken into a file of ours, so nothing the program left running
+        // can change what is sent after it was fingerprinted.
+        so_far = Some(seal_merged(new, &work.file("MERGED", name)).map_err(setup)?);
+        label.push_str(&next.label);
+    }
+    Ok(so_far.expect("one step at least"))
+}
+
+/// The result so far as a new read-only file at `to` (the next step's
+/// CURRENT1).
+fn copy_merged(merged: &mut Merged, to: &Path) -> io::Result<()> {
+    merged.file.rewind()?;
+    let mut file = create_version(to)?;
+    io::copy(&mut merged.file, &mut file)?;
+    drop(file);
+    seal_version(to)
 }
 
 /// The temps holding the merge on each side, and what they hold.
@@ -296,20 +357,28 @@ struct MergedTemps {
 
 /// What a side holds once the merge replaced its version.
 fn merged_entry(version: &Entry, temps: &MergedTemps, cfg: &crate::sync::SyncConfig) -> Entry {
+    merged_version(version, (temps.hash, temps.size, temps.mtime), cfg)
+}
+
+/// What a replica holds once a merge (its fingerprint, size and mtime:
+/// [`Merged::facts`]) replaced `version` there: the merge's contents with
+/// the version's synced properties.
+pub(crate) fn merged_version(
+    version: &Entry,
+    (hash, size, mtime): (Fingerprint, u64, Time),
+    cfg: &crate::sync::SyncConfig,
+) -> Entry {
     let (props, _) = synced_props(version, cfg);
     Entry {
-        size: temps.size,
-        hash: Some(temps.hash),
-        props: Props {
-            mtime: temps.mtime,
-            ..props
-        },
+        size,
+        hash: Some(hash),
+        props: Props { mtime, ..props },
         ..version.clone()
     }
 }
 
 /// Do the synced properties of both versions agree (the mtime aside)?
-fn props_agree(a: &Entry, b: &Entry, cfg: &crate::sync::SyncConfig) -> bool {
+pub(crate) fn props_agree(a: &Entry, b: &Entry, cfg: &crate::sync::SyncConfig) -> bool {
     let ((pa, _), (pb, _)) = (synced_props(a, cfg), synced_props(b, cfg));
     let xattrs = |props: &Props| props.xattrs.clone().filter(|list| !list.is_empty());
     pa.mode == pb.mode

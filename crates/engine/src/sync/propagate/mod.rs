@@ -47,6 +47,7 @@ mod renames;
 pub(crate) mod transfer;
 
 pub(crate) use backup::in_backup_dir;
+pub(crate) use merge::{merged_version, props_agree, run_fold, MergeInput, Merged, NotMerged};
 pub use premerge::MergeNow;
 pub(crate) use premerge::Premerger;
 
@@ -247,7 +248,7 @@ fn synced_props(entry: &Entry, cfg: &SyncConfig) -> (Props, PropsMask) {
 /// its owner is whoever made it, not the source's: recorded as unknown, so
 /// that a later run with `--owner` takes it as no change of this side's
 /// rather than as a change to carry back.
-fn changed_entry(taken: &Entry, found: Option<Found>, cfg: &SyncConfig) -> Observed {
+pub(crate) fn changed_entry(taken: &Entry, found: Option<Found>, cfg: &SyncConfig) -> Observed {
     let mut entry = taken.clone();
     if !cfg.owner {
         entry.props.uid = UNKNOWN_OWNER;

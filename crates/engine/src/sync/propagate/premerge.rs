@@ -41,6 +41,12 @@ impl<'r> Premerger<'r> {
         }
     }
 
+    /// Keep `merged` as the result for `path` (a set's merge, made before
+    /// the pair that writes it runs: `set/merge.rs`).
+    pub(crate) fn keep(&self, path: RelPath, merged: Merged) {
+        self.lock().insert(path, merged);
+    }
+
     /// The result made for `path`, if any (taken: used once).
     pub(crate) fn take(&self, path: &RelPath) -> Option<Merged> {
         self.lock().remove(path)
