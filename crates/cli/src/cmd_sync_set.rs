@@ -333,6 +333,9 @@ fn change_text(change: &SetChange, letters: &[String], names: &[String]) -> Stri
     if change.kept {
         return format!("kept on {on}");
     }
+    if change.renamed_from.is_some() {
+        return format!("renamed on {on}");
+    }
     match change.receive {
         Receive::Whole => format!("{from} -> {on}"),
         Receive::Props => format!("props {from} -> {on}"),
@@ -405,7 +408,7 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
             println!(
                 "{:<14} {}",
                 change_text(change, letters, names),
-                change.path.display()
+                change_path(change)
             );
         }
     }
@@ -423,6 +426,19 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
     if !quiet {
         eprintln!("{}", summary(report));
     }
+}
+
+/// A change's path; a rename's as `old -> new`, as for two roots.
+fn change_path(change: &SetChange) -> String {
+    match &change.renamed_from {
+        Some(from) => format!("{} -> {}", from.display(), change.path.display()),
+        None => change.path.display(),
+    }
+}
+
+fn renamed(report: &SetReport) -> usize {
+    let renames = report.changes.iter().filter(|c| c.renamed_from.is_some());
+    renames.count()
 }
 
 /// Paths settled by keeping their other versions aside.
@@ -443,7 +459,11 @@ fn summary(report: &SetReport) -> String {
         dry_run: report.dry_run,
         changes: report.changes.len() as u64,
         written: (report.files_written, report.bytes_written),
-        kinds: &[(deleted as u64, "deleted"), (kept as u64, "kept both")],
+        kinds: &[
+            (renamed(report) as u64, "renamed"),
+            (deleted as u64, "deleted"),
+            (kept as u64, "kept both"),
+        ],
         agreed: report.agreed,
         conflicts: report.conflicts.len() as u64,
         errors: report.errors.len() as u64,
@@ -457,6 +477,8 @@ struct JsonSet {
     dry_run: bool,
     roots: Vec<JsonRoot>,
     changes: Vec<JsonChange>,
+    /// Of the changes, renames (a moved directory counts once).
+    renamed: usize,
     /// --keep-both: paths settled by keeping their other versions aside.
     kept_both: usize,
     kept: Vec<JsonKept>,
@@ -488,6 +510,9 @@ struct JsonChange {
     on: String,
     from: String,
     action: &'static str,
+    /// A rename's old path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    renamed_from: Option<String>,
 }
 
 /// A losing version kept (on every root reached) beside its path.
@@ -549,12 +574,15 @@ fn print_json(
                 from: letter(&c.from),
                 action: match c.receive {
                     _ if c.kept => "keep",
+                    _ if c.renamed_from.is_some() => "rename",
                     Receive::Whole => "copy",
                     Receive::Props => "props",
                     Receive::Delete => "delete",
                 },
+                renamed_from: c.renamed_from.as_ref().map(|p| p.display()),
             })
             .collect(),
+        renamed: renamed(report),
         kept_both: kept_both(report),
         kept: report
             .kept

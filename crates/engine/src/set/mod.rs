@@ -15,6 +15,7 @@
 
 pub(crate) mod keep;
 pub(crate) mod propagate;
+pub(crate) mod renames;
 pub(crate) mod scan;
 
 use crate::set::propagate::source_of;
@@ -55,6 +56,9 @@ pub struct SetChange {
     /// The replica the version came from.
     pub from: Arc<str>,
     pub receive: Receive,
+    /// A rename: the path the receiver renamed to `path` (`receive` is
+    /// `Whole`; nothing was sent).
+    pub renamed_from: Option<RelPath>,
     /// `--keep-both`: a losing version kept under `path` on a replica that
     /// holds it (a hard link, nothing received; `from` is `on`).
     pub kept: bool,
@@ -247,7 +251,8 @@ fn run(
     let linked = keep::link_copies(&replicas, &members, &kept, &mut items, &mut held, cfg);
     report.errors.extend(linked.failures);
     report.kept = keep::kept_paths(&kept, &items);
-    let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg);
+    let unread: Vec<RelPath> = report.errors.iter().map(|e| e.failure.path.clone()).collect();
+    let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg, &unread);
     let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     report.files_written = done(&carried.written.files_done);
     report.bytes_written = done(&carried.written.bytes_done);
@@ -427,6 +432,7 @@ fn would_change(items: &[SetItem], names: &[Arc<str>], far: &[bool]) -> Vec<SetC
                 on: names[receiver].clone(),
                 from: names[source_of(settled.holders.iter().copied(), |h| far[h])].clone(),
                 receive,
+                renamed_from: None,
                 kept: false,
             });
         }
