@@ -428,12 +428,19 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
     }
 }
 
-/// A change's path; a rename's as `old -> new`, as for two roots.
+/// A change's path; a rename's as `old -> new`, a hard link's as
+/// `new => the name it was linked to`, as for two roots.
 fn change_path(change: &SetChange) -> String {
-    match &change.renamed_from {
-        Some(from) => format!("{} -> {}", from.display(), change.path.display()),
-        None => change.path.display(),
+    match (&change.renamed_from, &change.linked_to) {
+        (Some(from), _) => format!("{} -> {}", from.display(), change.path.display()),
+        (None, Some(leader)) => format!("{} => {}", change.path.display(), leader.display()),
+        (None, None) => change.path.display(),
     }
+}
+
+fn linked(report: &SetReport) -> usize {
+    let links = report.changes.iter().filter(|c| c.linked_to.is_some());
+    links.count()
 }
 
 fn renamed(report: &SetReport) -> usize {
@@ -461,6 +468,7 @@ fn summary(report: &SetReport) -> String {
         written: (report.files_written, report.bytes_written),
         kinds: &[
             (renamed(report) as u64, "renamed"),
+            (linked(report) as u64, "linked"),
             (deleted as u64, "deleted"),
             (kept as u64, "kept both"),
         ],
@@ -479,6 +487,9 @@ struct JsonSet {
     changes: Vec<JsonChange>,
     /// Of the changes, renames (a moved directory counts once).
     renamed: usize,
+    /// Of the changes, copies made as hard links to another name of their
+    /// group (no contents sent).
+    linked: usize,
     /// --keep-both: paths settled by keeping their other versions aside.
     kept_both: usize,
     kept: Vec<JsonKept>,
@@ -513,6 +524,9 @@ struct JsonChange {
     /// A rename's old path.
     #[serde(skip_serializing_if = "Option::is_none")]
     renamed_from: Option<String>,
+    /// A copy made as a hard link: the name it was linked to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linked_to: Option<String>,
 }
 
 /// A losing version kept (on every root reached) beside its path.
@@ -580,9 +594,11 @@ fn print_json(
                     Receive::Delete => "delete",
                 },
                 renamed_from: c.renamed_from.as_ref().map(|p| p.display()),
+                linked_to: c.linked_to.as_ref().map(|p| p.display()),
             })
             .collect(),
         renamed: renamed(report),
+        linked: linked(report),
         kept_both: kept_both(report),
         kept: report
             .kept

@@ -1065,3 +1065,51 @@ fn killed_runs_with_renames_lose_no_file_and_the_next_run_converges() {
     eprintln!("{killed_midway} of {trials} runs with renames were killed before they finished");
     assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
 }
+
+// ---- Hard links ----
+
+#[test]
+fn a_new_hard_link_group_reaches_the_others_as_links() {
+    let set = synced_with_tree();
+    set.write('a', "group/g", &"the group's contents ".repeat(2000));
+    std::fs::hard_link(set.path('a', "group/g"), set.path('a', "group/h")).unwrap();
+    std::fs::hard_link(set.path('a', "group/g"), set.path('a', "tree/g2")).unwrap();
+    let report = set.sync_json(&[], 0);
+    assert_eq!(report["files_written"], 2, "one copy per receiver: {report}");
+    assert_eq!(report["linked"], 4, "{report}");
+    let links: Vec<(String, String, String)> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["linked_to"].is_string())
+        .map(|c| {
+            let text = |key: &str| c[key].as_str().unwrap().to_string();
+            (text("on"), text("path"), text("linked_to"))
+        })
+        .collect();
+    assert_eq!(links.len(), 4, "{report}");
+    for letter in ['b', 'c'] {
+        let inodes = ["group/g", "group/h", "tree/g2"].map(|rel| ino(&set, letter, rel));
+        assert!(inodes.iter().all(|&i| i == inodes[0]), "{letter}: {inodes:?}");
+        let nlink = std::fs::metadata(set.path(letter, "group/g")).unwrap().nlink();
+        assert_eq!(nlink, 3, "{letter}");
+    }
+    assert_ne!(ino(&set, 'b', "group/g"), ino(&set, 'c', "group/g"));
+    set.assert_all_equal();
+    set.sync_json(&[], 0);
+    let again = set.sync_json(&[], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+    let unlinked = set.sync_json(&["--no-hard-links"], 0);
+    assert_eq!(changes(&unlinked), 0, "{unlinked}");
+}
+
+#[test]
+fn no_hard_links_copies_each_name_of_a_group() {
+    let set = synced_with_tree();
+    set.write('a', "g", "the group's contents");
+    std::fs::hard_link(set.path('a', "g"), set.path('a', "h")).unwrap();
+    let report = set.sync_json(&["--no-hard-links"], 0);
+    assert_eq!(report["linked"], 0, "{report}");
+    assert_eq!(report["files_written"], 4, "{report}");
+    assert_ne!(ino(&set, 'b', "g"), ino(&set, 'b', "h"));
+}

@@ -29,6 +29,7 @@ pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update,
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
 pub use keep_both::{conflict_name, host_label, keep_both_winner, utc_stamp};
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};
+pub use links::plan_links;
 pub use renames::pair_renames;
 pub use reconcile::{
     choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason, LinkTo,

@@ -295,6 +295,7 @@ fn kept_change(path: &RelPath, member: &Member<'_>) -> SetChange {
         from: name,
         receive: Receive::Whole,
         renamed_from: None,
+        linked_to: None,
         kept: true,
     }
 }

@@ -59,6 +59,9 @@ pub struct SetChange {
     /// A rename: the path the receiver renamed to `path` (`receive` is
     /// `Whole`; nothing was sent).
     pub renamed_from: Option<RelPath>,
+    /// A copy made as a hard link: the name of its group it was linked to
+    /// on the receiver (nothing was sent).
+    pub linked_to: Option<RelPath>,
     /// `--keep-both`: a losing version kept under `path` on a replica that
     /// holds it (a hard link, nothing received; `from` is `on`).
     pub kept: bool,
@@ -433,6 +436,7 @@ fn would_change(items: &[SetItem], names: &[Arc<str>], far: &[bool]) -> Vec<SetC
                 from: names[source_of(settled.holders.iter().copied(), |h| far[h])].clone(),
                 receive,
                 renamed_from: None,
+                linked_to: None,
                 kept: false,
             });
         }

@@ -20,7 +20,7 @@ use crate::sync::propagate::{propagate, Plan, Premerger};
 use crate::sync::{SyncConfig, SyncHooks, SyncReport};
 use accord_model::{Kind, RelPath, Time};
 use accord_plan::{
-    Action, Outcome, Receive, SetItem, Side, SyncItem, SyncedProps, VersionVector,
+    plan_links, Action, Outcome, Receive, SetItem, Side, SyncItem, SyncedProps, VersionVector,
 };
 use accord_replica::side::UNKNOWN_CTIME;
 use accord_replica::{
@@ -77,15 +77,20 @@ pub(crate) fn carry_out(
                 };
                 s.spawn(move || {
                     let mut carried = Carried::default();
+                    let synced = cfg.synced_props();
                     let renames = match cfg.renames && replicas[receiver].can_rename() {
-                        true => takes.renames(items, &cfg.synced_props(), unread),
+                        true => takes.renames(items, &synced, unread),
                         false => Renames::default(),
                     };
                     let mut rest = items;
                     while !rest.is_empty() {
                         let (groups, taken) = takes.next_chunk(rest, &renames);
                         rest = &rest[taken..];
-                        for (source, pair_items) in groups {
+                        for (source, mut pair_items) in groups {
+                            // Hard links as for two replicas, within what one
+                            // call propagates (a group's names from one holder
+                            // in one chunk).
+                            plan_links(&mut pair_items, &synced, cfg.hard_links);
                             let pair = Pair {
                                 replicas: [replicas[source], replicas[receiver]],
                                 slots: [source, receiver],
@@ -330,6 +335,7 @@ impl Pair<'_> {
             .extend(report.propagated.into_iter().map(|change| SetChange {
                 receive: receive_of(change.action),
                 renamed_from: change.from,
+                linked_to: change.linked_to,
                 path: change.path,
                 on: on.clone(),
                 from: from.clone(),
