@@ -17,12 +17,16 @@
 //! `--json`: the action `keep`, and `kept_both` and `kept` as a run of two
 //! roots counts them).
 //!
+//! Renames and moves reach each other root as renames (`renamed on B
+//! f -> g`; `--json`: the action `rename` with `renamed_from`, and
+//! `renamed`), a new hard-link group as links (`A -> B  h => g`; `--json`:
+//! `linked_to`, and `linked`), as for two roots (the engine's
+//! `set/renames.rs`; `--no-renames`, `--no-hard-links`).
+//!
 //! What a run of two roots does and a set does not do yet is refused with a
-//! usage error rather than done another way: `--merge`; renames
-//! and hard links are not carried as such (a renamed file travels as a
-//! copy and a deletion), and there is no interactive mode (a set's run is
-//! always batch: conflicts are listed and left alone unless a policy
-//! settles them).
+//! usage error rather than done another way: `--merge`; and there is no
+//! interactive mode (a set's run is always batch: conflicts are listed and
+//! left alone unless a policy settles them).
 
 use crate::cmd_sync::{config, remote_spec, usage, SyncArgs};
 use crate::exit;

@@ -899,7 +899,11 @@ fn a_renamed_file_and_a_moved_tree_reach_the_others_as_renames() {
     );
     assert_eq!(report["renamed"], 4);
     assert_eq!(report["files_written"], 0, "{report}");
-    assert_eq!(inodes("g"), f_before, "the receivers' own files were renamed");
+    assert_eq!(
+        inodes("g"),
+        f_before,
+        "the receivers' own files were renamed"
+    );
     assert_eq!([ino(&set, 'a', "moved/tree/sub/y")], y_before);
     set.assert_all_equal();
     for letter in set.letters() {
@@ -1075,7 +1079,10 @@ fn a_new_hard_link_group_reaches_the_others_as_links() {
     std::fs::hard_link(set.path('a', "group/g"), set.path('a', "group/h")).unwrap();
     std::fs::hard_link(set.path('a', "group/g"), set.path('a', "tree/g2")).unwrap();
     let report = set.sync_json(&[], 0);
-    assert_eq!(report["files_written"], 2, "one copy per receiver: {report}");
+    assert_eq!(
+        report["files_written"], 2,
+        "one copy per receiver: {report}"
+    );
     assert_eq!(report["linked"], 4, "{report}");
     let links: Vec<(String, String, String)> = report["changes"]
         .as_array()
@@ -1090,8 +1097,13 @@ fn a_new_hard_link_group_reaches_the_others_as_links() {
     assert_eq!(links.len(), 4, "{report}");
     for letter in ['b', 'c'] {
         let inodes = ["group/g", "group/h", "tree/g2"].map(|rel| ino(&set, letter, rel));
-        assert!(inodes.iter().all(|&i| i == inodes[0]), "{letter}: {inodes:?}");
-        let nlink = std::fs::metadata(set.path(letter, "group/g")).unwrap().nlink();
+        assert!(
+            inodes.iter().all(|&i| i == inodes[0]),
+            "{letter}: {inodes:?}"
+        );
+        let nlink = std::fs::metadata(set.path(letter, "group/g"))
+            .unwrap()
+            .nlink();
         assert_eq!(nlink, 3, "{letter}");
     }
     assert_ne!(ino(&set, 'b', "group/g"), ino(&set, 'c', "group/g"));

@@ -10,7 +10,8 @@
 //! one against its own archive (`scan.rs`); reconcile; name the copies of
 //! the versions `--keep-both` keeps (`keep.rs`); check the deletion guard;
 //! make those copies on their holders; propagate from a holder of each
-//! settled version to each replica that lacks it (`propagate.rs`). A replica that cannot be reached does
+//! settled version to each replica that lacks it (`propagate.rs`), with
+//! renames and hard links as for two (`renames.rs`, `plan_links`). A replica that cannot be reached does
 //! not stop the others: it is listed, and catches up at its next run.
 
 pub(crate) mod keep;
@@ -254,7 +255,11 @@ fn run(
     let linked = keep::link_copies(&replicas, &members, &kept, &mut items, &mut held, cfg);
     report.errors.extend(linked.failures);
     report.kept = keep::kept_paths(&kept, &items);
-    let unread: Vec<RelPath> = report.errors.iter().map(|e| e.failure.path.clone()).collect();
+    let unread: Vec<RelPath> = report
+        .errors
+        .iter()
+        .map(|e| e.failure.path.clone())
+        .collect();
     let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg, &unread);
     let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     report.files_written = done(&carried.written.files_done);

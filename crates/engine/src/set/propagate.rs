@@ -298,11 +298,8 @@ impl Pair<'_> {
         (held, vectors, cfg, written, renames): PairContext<'_>,
         carried: &mut Carried,
     ) {
-        let pair_scanned = crate::sync::scan::Scanned::of_ctimes(receiver_ctimes(
-            &items,
-            held,
-            self.slots[1],
-        ));
+        let pair_scanned =
+            crate::sync::scan::Scanned::of_ctimes(receiver_ctimes(&items, held, self.slots[1]));
         let mut sides: [Box<dyn SideSession + '_>; 2] = [
             Box::new(Unrecorded),
             Box::new(Versioned::new(receiver.side.as_mut(), vectors, renames)),
@@ -355,12 +352,21 @@ impl Pair<'_> {
 /// holds an entry that this run may leave as scanned (on a first sync,
 /// none), including what a rename moves (found at its source).
 fn receiver_ctimes(items: &[SyncItem], held: &Held, slot: usize) -> Vec<(RelPath, [Time; 2])> {
-    let at = |path: &RelPath| (path.clone(), [UNKNOWN_CTIME, held.ctime(held.index_of(path), slot)]);
+    let at = |path: &RelPath| {
+        (
+            path.clone(),
+            [UNKNOWN_CTIME, held.ctime(held.index_of(path), slot)],
+        )
+    };
     let mut ctimes: Vec<_> = items
         .iter()
         .filter(|item| item.b.is_some())
         .map(|item| at(&item.path))
-        .chain(items.iter().filter_map(|item| item.moved.as_ref().map(|m| at(&m.from))))
+        .chain(
+            items
+                .iter()
+                .filter_map(|item| item.moved.as_ref().map(|m| at(&m.from))),
+        )
         .collect();
     ctimes.sort_by(|x, y| x.0.cmp(&y.0));
     ctimes

@@ -136,7 +136,10 @@ fn from_one_member(top: &SyncItem, slots: &HashMap<RelPath, usize>) -> bool {
         std::iter::successors(path.parent(), RelPath::parent).filter(|a| !a.is_root())
     };
     let same = |path: &RelPath| slots.get(path).map_or(true, |s| Some(s) == slot);
-    slots.get(from) == slot && ancestors(from).chain(ancestors(&top.path)).all(|a| same(&a))
+    slots.get(from) == slot
+        && ancestors(from)
+            .chain(ancestors(&top.path))
+            .all(|a| same(&a))
 }
 
 /// Does a directory rename move, or land on, a path that could not be
