@@ -987,7 +987,7 @@ fn no_renames_carries_a_rename_as_a_copy_and_a_deletion() {
 /// Where A renames file `i` of the kill test: every other one outside
 /// `d4` (which B moves), some into another directory.
 fn renamed_name(i: usize) -> Option<String> {
-    (i % 2 == 0 && i % 5 != 4).then(|| format!("d{}/r{i:03}", (i / 2) % 4))
+    (i.is_multiple_of(2) && i % 5 != 4).then(|| format!("d{}/r{i:03}", (i / 2) % 4))
 }
 
 /// The kill test's files, synced; then A renames every other file and B

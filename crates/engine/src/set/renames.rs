@@ -135,7 +135,7 @@ fn from_one_member(top: &SyncItem, slots: &HashMap<RelPath, usize>) -> bool {
     let ancestors = |path: &RelPath| {
         std::iter::successors(path.parent(), RelPath::parent).filter(|a| !a.is_root())
     };
-    let same = |path: &RelPath| slots.get(path).map_or(true, |s| Some(s) == slot);
+    let same = |path: &RelPath| slots.get(path).is_none_or(|s| Some(s) == slot);
     slots.get(from) == slot
         && ancestors(from)
             .chain(ancestors(&top.path))
