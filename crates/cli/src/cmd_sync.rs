@@ -73,7 +73,7 @@ pub struct SyncArgs {
     /// are made, as in batch mode. With --batch (Unison's -batch -auto),
     /// nothing is shown.
     #[arg(long)]
-    auto: bool,
+    pub(crate) auto: bool,
     /// Show what would be propagated and change nothing: no file, no
     /// archive (the archives are read from scratch copies), no lock left.
     /// On a terminal the plan can still be edited first. Two local roots
