@@ -58,7 +58,8 @@ pub struct SyncArgs {
     b: PathBuf,
     /// More roots (C, D …): all the roots are synced in one run, with the
     /// semantics of two generalised (see the sync semantics document).
-    /// Local roots only for now; the run is batch.
+    /// On a terminal the plan is shown first, a column per root, and a
+    /// root's version can be chosen for a path (as --force does there).
     #[arg(value_name = "ROOT")]
     pub(crate) more: Vec<PathBuf>,
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use sync_common::{bin, json_report, snapshot};
 use tui_common::*;
 
-/// Roots `a`, `b`, `c` … and a private state directory.
+/// Roots A, B, C … (`a`, `b`, `c` here) and a private state directory.
 struct Set {
     _tmp: tempfile::TempDir,
     roots: Vec<PathBuf>,
@@ -19,10 +19,13 @@ struct Set {
 }
 
 impl Set {
+    /// The roots' names on disk are not in the order written (`r1 r2 r0`
+    /// for three), so that the set's own order (by path) is another: the
+    /// columns and letters must follow the order written.
     fn new(count: usize) -> Set {
         let tmp = tempfile::tempdir().unwrap();
         let roots: Vec<PathBuf> = (0..count)
-            .map(|i| tmp.path().join(char::from(b'a' + i as u8).to_string()))
+            .map(|i| tmp.path().join(format!("r{}", (i + 1) % count)))
             .collect();
         for root in &roots {
             std::fs::create_dir(root).unwrap();
