@@ -67,9 +67,14 @@ impl Set {
     /// `accord sync a b c …` (interactive: no --batch) in a tmux pane; its
     /// exit status goes to `self.status`.
     fn start(&self) -> Tmux {
+        self.start_with("")
+    }
+
+    /// `start` with options (`extra`, as the shell reads them).
+    fn start_with(&self, extra: &str) -> Tmux {
         let roots: Vec<String> = self.roots.iter().map(|r| quoted(r)).collect();
         Tmux::start(&format!(
-            "ACCORD_STATE_DIR={} {} sync {}; echo $? > {}; sleep 600",
+            "ACCORD_STATE_DIR={} {} sync {extra} {}; echo $? > {}; sleep 600",
             quoted(&self.state),
             quoted(&bin()),
             roots.join(" "),
@@ -249,4 +254,24 @@ fn tui_set_quit_changes_nothing() {
     // Still the conflict and the change for the next run.
     let next = set.sync_json(1);
     assert_eq!((changes(&next), conflicts(&next)), (2, 1), "{next}");
+}
+
+#[test]
+fn tui_set_auto_lists_only_the_conflicts() {
+    if !have_tmux() {
+        return;
+    }
+    let set = set_with_a_conflict(3);
+    let tmux = set.start_with("--auto");
+    let screen = tmux.wait_for_row("f.txt", "conflict: changed apart");
+    assert!(row(&screen, "one.txt").is_none(), "{screen}");
+    tmux.type_text("C");
+    tmux.wait_for_row("f.txt", "C's version wins");
+    tmux.type_text("g");
+    // The change not shown is carried out as planned.
+    assert_eq!(wait_for_status(&set.status), 0, "{}", tmux.screen());
+    for root in ['a', 'b', 'c'] {
+        assert_eq!(set.read(root, "f.txt").as_deref(), Some("from c\n"));
+        assert_eq!(set.read(root, "one.txt").as_deref(), Some("one new\n"));
+    }
 }
