@@ -58,7 +58,8 @@ pub struct SyncArgs {
     b: PathBuf,
     /// More roots (C, D …): all the roots are synced in one run, with the
     /// semantics of two generalised (see the sync semantics document).
-    /// Local roots only for now; the run is batch.
+    /// On a terminal the plan is shown first, a column per root, and a
+    /// root's version can be chosen for a path (as --force does there).
     #[arg(value_name = "ROOT")]
     pub(crate) more: Vec<PathBuf>,
 
@@ -73,7 +74,7 @@ pub struct SyncArgs {
     /// are made, as in batch mode. With --batch (Unison's -batch -auto),
     /// nothing is shown.
     #[arg(long)]
-    auto: bool,
+    pub(crate) auto: bool,
     /// Show what would be propagated and change nothing: no file, no
     /// archive (the archives are read from scratch copies), no lock left.
     /// On a terminal the plan can still be edited first. Two local roots

@@ -31,16 +31,19 @@
 //! received it; `--json`: the action `merged`, and `merged` counts the
 //! paths), and a conflict it did not merge says why (`not_merged`).
 //!
-//! What a run of two roots does and a set does not do yet: there is no
-//! interactive mode (a set's run is always batch: conflicts are listed and
-//! left alone unless a policy or the merge program settles them).
+//! On a terminal, without `--batch` (nor `--watch` or `--json`), the plan
+//! is shown before anything is changed, a column per root
+//! (`sync_tui_set.rs`): a person chooses a root's version for a path (as
+//! `--force` does there) or skips it, then goes or quits.
 
 use crate::cmd_sync::{config, remote_spec, usage, SyncArgs};
 use crate::exit;
+use crate::sync_tui_set::SetInteractive;
 use crate::sync_watch::Cycle;
+use accord_engine::set_plan::SetPlanEdit;
 use accord_engine::{
-    LocalReplica, Receive, Replica, SetChange, SetConflict, SetConflictReport, SetPolicies,
-    SetPreference, SetReport, SetRoot, Unreached,
+    EditSetPlan, LocalReplica, Receive, Replica, SetChange, SetConflict, SetConflictReport,
+    SetPolicies, SetPreference, SetReport, SetRoot, Unreached,
 };
 use accord_model::{Entry, Kind};
 use accord_remote::{RemoteReplica, RemoteSpec, RootMode};
@@ -69,7 +72,14 @@ pub fn run(args: &SyncArgs) -> i32 {
         Ok(cfg) => cfg,
         Err(code) => return code,
     };
-    let mut cycle = || run_once(args, (&roots, &specs), &cfg, policies);
+    let asked = crate::sync_tui::Asked {
+        batch: args.batch || args.watch || args.json,
+        auto: args.auto,
+        merge: false,
+    };
+    let remote: Vec<bool> = specs.iter().map(Option::is_some).collect();
+    let ui = crate::sync_tui_set::SetInteractive::for_run(asked, &roots, &remote);
+    let mut cycle = || run_once(args, (&roots, &specs), &cfg, (policies, ui.as_ref()));
     if args.watch {
         let opts = crate::cmd_sync::watch_options(args, &roots, &specs, &cfg);
         return crate::sync_watch::watch(&opts, &mut cycle);
@@ -83,7 +93,7 @@ fn run_once(
     args: &SyncArgs,
     (roots, specs): (&[PathBuf], &[Option<RemoteSpec>]),
     cfg: &accord_engine::SyncConfig,
-    policies: SetPolicies,
+    (policies, ui): (SetPolicies, Option<&SetInteractive>),
 ) -> Cycle {
     let names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
     let opened = open_all(args, roots, specs, cfg);
@@ -109,7 +119,10 @@ fn run_once(
             },
         })
         .collect();
-    let report = accord_engine::sync_set(&set_roots, cfg, policies);
+    let edit_plan =
+        ui.map(|ui| move |edit: &mut SetPlanEdit<'_>, order: &[usize]| ui.edit(edit, order));
+    let edit_plan = edit_plan.as_ref().map(|hook| hook as &EditSetPlan);
+    let report = accord_engine::sync_set_edited(&set_roots, cfg, policies, edit_plan);
     let letters = letters(roots);
     if args.json {
         let wire: Vec<Option<(u64, u64)>> = opened
@@ -121,7 +134,7 @@ fn run_once(
         print_text(&report, &letters, &names, args.quiet);
     }
     Cycle {
-        code: exit_code(&report),
+        code: ui.map_or(exit_code(&report), |ui| ui.finish(exit_code(&report))),
         refused: report.refusal.is_some(),
         fatal: report.fatal.is_some(),
     }

@@ -25,6 +25,8 @@ mod sync_profile;
 mod sync_rules;
 mod sync_tui;
 mod sync_tui_diff;
+mod sync_tui_set;
+mod sync_tui_set_view;
 mod sync_tui_view;
 mod sync_watch;
 mod sync_watch_remote;

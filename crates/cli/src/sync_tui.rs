@@ -23,7 +23,7 @@ use std::sync::Mutex;
 
 /// How the person left the plan.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     /// Not asked: nothing to show, or no terminal to show it on.
     #[default]
     NotAsked,
@@ -64,8 +64,7 @@ impl Interactive {
     /// The interactive mode, when the run is one: not `--batch` or
     /// `--json`, and a person at a terminal on both stdin and stdout.
     pub(crate) fn for_run(asked: Asked, [a, b]: [&Path; 2], remote: [bool; 2]) -> Option<Self> {
-        let terminal = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-        if asked.batch || !terminal {
+        if !asks(asked) {
             return None;
         }
         let local = |root: &Path, is_remote: bool| (!is_remote).then(|| root.to_path_buf());
@@ -122,36 +121,52 @@ impl Interactive {
     /// run quit with changes pending, are not "all agreed" (status 1, as
     /// for conflicts left).
     pub(crate) fn finish(&self, code: i32) -> i32 {
-        let outcome = *self.outcome.lock().unwrap_or_else(|e| e.into_inner());
-        let left = match outcome {
-            Outcome::NotAsked => return code,
-            Outcome::Confirmed { skipped } => {
-                if skipped > 0 {
-                    eprintln!("accord sync: {skipped} path(s) skipped; left for another run");
-                }
-                skipped
+        finish_with(
+            *self.outcome.lock().unwrap_or_else(|e| e.into_inner()),
+            code,
+        )
+    }
+}
+
+/// Is the run interactive: not `--batch` (nor what implies it), and a
+/// person at a terminal on both stdin and stdout?
+pub(crate) fn asks(asked: Asked) -> bool {
+    let terminal = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    !asked.batch && terminal
+}
+
+/// The exit status, given the run's own and how the person left the plan:
+/// paths a person skipped, or a run quit with changes pending, are not
+/// "all agreed" (status 1, as for conflicts left).
+pub(crate) fn finish_with(outcome: Outcome, code: i32) -> i32 {
+    let left = match outcome {
+        Outcome::NotAsked => return code,
+        Outcome::Confirmed { skipped } => {
+            if skipped > 0 {
+                eprintln!("accord sync: {skipped} path(s) skipped; left for another run");
             }
-            Outcome::Quit { pending } => {
-                eprintln!("accord sync: quit; nothing was changed");
-                pending
-            }
-        };
-        if code == exit::OK && left > 0 {
-            exit::CONFLICTS
-        } else {
-            code
+            skipped
         }
+        Outcome::Quit { pending } => {
+            eprintln!("accord sync: quit; nothing was changed");
+            pending
+        }
+    };
+    if code == exit::OK && left > 0 {
+        exit::CONFLICTS
+    } else {
+        code
     }
 }
 
 /// The terminal in raw mode on the alternate screen, given back as it was
 /// when dropped (also on an early return or an error).
-struct Screen {
-    terminal: ratatui::DefaultTerminal,
+pub(crate) struct Screen {
+    pub(crate) terminal: ratatui::DefaultTerminal,
 }
 
 impl Screen {
-    fn open() -> std::io::Result<Screen> {
+    pub(crate) fn open() -> std::io::Result<Screen> {
         match ratatui::try_init() {
             Ok(terminal) => Ok(Screen { terminal }),
             Err(e) => {
@@ -382,7 +397,7 @@ fn ask(app: &mut App, roots: &[Option<PathBuf>; 2]) -> std::io::Result<Outcome> 
             continue;
         }
         if app.diff.is_some() {
-            on_diff_key(app, key);
+            on_pane_key(&mut app.diff, key);
             continue;
         }
         if let Some(outcome) = on_list_key(app, key, roots) {
@@ -391,7 +406,7 @@ fn ask(app: &mut App, roots: &[Option<PathBuf>; 2]) -> std::io::Result<Outcome> 
     }
 }
 
-fn is_interrupt(key: KeyEvent) -> bool {
+pub(crate) fn is_interrupt(key: KeyEvent) -> bool {
     key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c')
 }
 
@@ -427,8 +442,9 @@ fn on_list_key(app: &mut App, key: KeyEvent, roots: &[Option<PathBuf>; 2]) -> Op
     None
 }
 
-fn on_diff_key(app: &mut App, key: KeyEvent) {
-    let Some(diff) = app.diff.as_mut() else {
+/// A key on the pane over the list (a diff, the keys): scroll, or close.
+pub(crate) fn on_pane_key(pane: &mut Option<DiffView>, key: KeyEvent) {
+    let Some(diff) = pane.as_mut() else {
         return;
     };
     match key.code {
@@ -436,8 +452,8 @@ fn on_diff_key(app: &mut App, key: KeyEvent) {
         KeyCode::Down | KeyCode::Char('j') | KeyCode::Enter => diff.scroll(1),
         KeyCode::PageUp | KeyCode::Char('b') => diff.scroll(-20),
         KeyCode::PageDown | KeyCode::Char(' ') => diff.scroll(20),
-        KeyCode::Char('q') | KeyCode::Esc | KeyCode::Char('d') => app.diff = None,
-        _ if is_interrupt(key) => app.diff = None,
+        KeyCode::Char('q') | KeyCode::Esc | KeyCode::Char('d') => *pane = None,
+        _ if is_interrupt(key) => *pane = None,
         _ => {}
     }
 }

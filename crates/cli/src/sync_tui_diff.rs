@@ -48,12 +48,24 @@ impl DiffView {
 
     /// The keys of the list, in a pane over it ('?').
     pub(crate) fn keys() -> DiffView {
+        DiffView::keys_of(crate::sync_tui_view::KEYS, Vec::new())
+    }
+
+    /// `keys` with what each does, then `more` lines, in a pane.
+    pub(crate) fn keys_of(keys: &[(&str, &str)], more: Vec<String>) -> DiffView {
+        let mut lines: Vec<String> = keys
+            .iter()
+            .map(|(keys, what)| format!("{keys:<16} {what}"))
+            .collect();
+        lines.extend(more);
+        DiffView::of_lines(" keys (q: back) ".into(), lines)
+    }
+
+    /// A pane of `lines` under `title`.
+    pub(crate) fn of_lines(title: String, lines: Vec<String>) -> DiffView {
         DiffView {
-            title: " keys (q: back) ".into(),
-            lines: crate::sync_tui_view::KEYS
-                .iter()
-                .map(|(keys, what)| format!("{keys:<16} {what}"))
-                .collect(),
+            title,
+            lines,
             top: 0,
         }
     }
@@ -77,7 +89,7 @@ impl DiffView {
 }
 
 /// One side's entry in a line.
-fn describe(side: &str, entry: Option<&Entry>) -> String {
+pub(crate) fn describe(side: &str, entry: Option<&Entry>) -> String {
     let Some(entry) = entry else {
         return format!("{side}: absent");
     };
@@ -157,13 +169,18 @@ fn contents_diff(item: &SyncItem, roots: &[Option<PathBuf>; 2]) -> Vec<String> {
     let [Some(a), Some(b)] = roots else {
         return vec!["(a remote side's contents are not fetched for a diff)".into()];
     };
-    match run_diff(&host_path(a, &item.path), &host_path(b, &item.path)) {
+    file_diff(&host_path(a, &item.path), &host_path(b, &item.path))
+}
+
+/// The lines of `diff -u a b`, or why it could not run.
+pub(crate) fn file_diff(a: &Path, b: &Path) -> Vec<String> {
+    match run_diff(a, b) {
         Ok(lines) => lines,
         Err(e) => vec![format!("(diff could not run: {e})")],
     }
 }
 
-fn host_path(root: &Path, path: &RelPath) -> PathBuf {
+pub(crate) fn host_path(root: &Path, path: &RelPath) -> PathBuf {
     root.join(std::ffi::OsStr::from_bytes(path.as_bytes()))
 }
 

@@ -269,23 +269,32 @@ pub(crate) fn draw(frame: &mut Frame, app: &mut App) {
         None => String::new(),
     };
     frame.render_widget(Paragraph::new(status_line), status);
-    frame.render_widget(
-        Paragraph::new(HELP).style(Style::new().add_modifier(Modifier::REVERSED)),
-        help,
-    );
+    frame.render_widget(help_bar(HELP), help);
     if let Some(diff) = app.diff.as_mut() {
         diff.draw(frame, list);
     }
 }
 
+/// The help line at the foot of the screen.
+pub(crate) fn help_bar(text: &str) -> Paragraph<'_> {
+    Paragraph::new(text).style(Style::new().add_modifier(Modifier::REVERSED))
+}
+
+/// The first row to draw so that the selected one is on screen, moving
+/// the view as little as it can from `top`.
+pub(crate) fn keep_in_view(selected: usize, top: usize, height: usize) -> usize {
+    if selected < top {
+        selected
+    } else if height > 0 && selected >= top + height {
+        selected + 1 - height
+    } else {
+        top
+    }
+}
+
 fn draw_list(frame: &mut Frame, app: &mut App, area: Rect) {
     let height = area.height as usize;
-    // Keep the selection on screen.
-    if app.selected < app.top {
-        app.top = app.selected;
-    } else if height > 0 && app.selected >= app.top + height {
-        app.top = app.selected + 1 - height;
-    }
+    app.top = keep_in_view(app.selected, app.top, height);
     let items = app.edit.items();
     let lines: Vec<Line> = app
         .rows

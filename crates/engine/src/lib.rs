@@ -32,6 +32,13 @@ pub mod sync_plan {
     pub use accord_plan::{winner, Action, Choice, Side};
 }
 pub use accord_plan::{utc_stamp, Receive, SetConflict, SetPreference};
+/// A set's plan, as its interactive mode sees and edits it.
+pub mod set_plan {
+    pub use accord_plan::{
+        Offer, Outcome, PathOffers, SetChoice, SetEditRefused, SetItem, SetPlanEdit, SetPolicy,
+        Settled, Update, Version,
+    };
+}
 pub use accord_plan::{
     Change, DeltaMode, Facts, Item as PlanItem, Kinds, MaxDelete, Method, MirrorOptions,
     MirrorPlan, Op, Refusal, Selection, Summary as PlanSummary, TransferOptions,
@@ -47,7 +54,8 @@ pub use mirror::run::{mirror, mirror_replicas, open_local_root};
 pub use mirror::{Backup, BackupPlace, MirrorConfig, Report};
 pub use progress::Progress;
 pub use set::{
-    sync_set, SetChange, SetConflictReport, SetFailure, SetPolicies, SetReport, SetRoot, Unreached,
+    sync_set, sync_set_edited, EditSetPlan, SetChange, SetConflictReport, SetFailure, SetPolicies,
+    SetReport, SetRoot, Unreached,
 };
 pub use sync::merge_program::{MergeFailure, MergeProgram};
 pub use sync::propagate::MergeNow;

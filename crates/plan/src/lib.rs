@@ -22,6 +22,7 @@ pub mod plan_edit;
 pub mod reconcile;
 mod renames;
 pub mod replica_set;
+pub mod replica_set_edit;
 pub mod sync_guard;
 pub mod version_vector;
 
@@ -40,6 +41,7 @@ pub use replica_set::{
     reconcile_set, settle_path, Offer, Outcome, PathOffers, Receive, SetConflict, SetInputError,
     SetItem, SetOptions, SetPolicy, SetPreference, Settled, Version,
 };
+pub use replica_set_edit::{SetChoice, SetEditRefused, SetPlanEdit};
 pub use sync_guard::{check_deletions, SideCounts, SyncRefusal};
 pub use version_vector::{VectorError, VersionVector, MAX_REPLICAS};
 

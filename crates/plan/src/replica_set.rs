@@ -76,7 +76,7 @@ impl Offer {
         }
     }
 
-    fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         self.now
             .as_ref()
             .is_some_and(|entry| entry.kind == Kind::Dir)
@@ -176,6 +176,9 @@ pub enum SetPolicy {
     /// `--keep-both`: the winner keeps the path, the other latest versions
     /// are kept beside it (`Settled::kept`).
     KeepBoth,
+    /// A person chose this replica's version (the interactive mode), which
+    /// is carried out as `--force` is at that path.
+    Chosen(usize),
 }
 
 /// Options of a set's reconciliation.
@@ -360,7 +363,7 @@ fn found_differs(found: &Outcome, replica: usize) -> bool {
 }
 
 /// The index just past the subtree of `paths[index]`.
-fn subtree_end(paths: &[PathOffers], index: usize) -> usize {
+pub(crate) fn subtree_end(paths: &[PathOffers], index: usize) -> usize {
     let dir = &paths[index].path;
     index
         + 1

@@ -28,7 +28,7 @@ use crate::sync::{dry_run_scratch, lock_in_order, SyncConfig, SyncFailure, SyncF
 use accord_model::{Entry, RelPath};
 use accord_plan::{
     reconcile_set, MaxDelete, Outcome, Receive, SetConflict, SetInputError, SetItem, SetOptions,
-    SetPreference, Version, MAX_REPLICAS,
+    SetPlanEdit, SetPreference, Version, MAX_REPLICAS,
 };
 use accord_replica::{Replica, SideCause, SideFailure, SideOptions};
 use std::sync::atomic::Ordering;
@@ -137,15 +137,33 @@ pub struct SetPolicies {
     pub force: Option<usize>,
 }
 
+/// The interactive mode's edit of a set's plan, called between
+/// reconciliation and propagation with the plan and, by set index, each
+/// replica's place in the roots as given (the plan's replicas are in the
+/// set's own order).
+pub type EditSetPlan<'a> = dyn Fn(&mut SetPlanEdit<'_>, &[usize]) + Sync + 'a;
+
 /// Sync the roots of a set (at least three). `policies` name roots by
 /// their place in `roots`.
 pub fn sync_set(roots: &[SetRoot<'_>], cfg: &SyncConfig, policies: SetPolicies) -> SetReport {
+    sync_set_edited(roots, cfg, policies, None)
+}
+
+/// `sync_set` with the plan given to `edit_plan` (when there is one)
+/// before anything is changed; what it skips is left alone, as a conflict
+/// is.
+pub fn sync_set_edited(
+    roots: &[SetRoot<'_>],
+    cfg: &SyncConfig,
+    policies: SetPolicies,
+    edit_plan: Option<&EditSetPlan<'_>>,
+) -> SetReport {
     let start = Instant::now();
     let mut report = SetReport {
         dry_run: cfg.dry_run,
         ..SetReport::default()
     };
-    if let Err(fatal) = run(roots, cfg, policies, &mut report) {
+    if let Err(fatal) = run(roots, cfg, (policies, edit_plan), &mut report) {
         report.fatal = Some(fatal);
     }
     report.elapsed_s = start.elapsed().as_secs_f64();
@@ -171,7 +189,7 @@ pub(crate) fn release_freed_memory() {
 fn run(
     roots: &[SetRoot<'_>],
     cfg: &SyncConfig,
-    policies: SetPolicies,
+    (policies, edit_plan): (SetPolicies, Option<&EditSetPlan<'_>>),
     report: &mut SetReport,
 ) -> Result<(), SyncFatal> {
     let identities = identities(roots)?;
@@ -229,10 +247,23 @@ fn run(
     };
     let mut items =
         reconcile_set(&scanned.paths, &options).map_err(|e| input_fatal(e, roots, &order))?;
+    let mut quit = false;
+    if let Some(edit_plan) = edit_plan {
+        // Not shown a plan the guard refuses; it checks the edited one below.
+        if let Err(refusal) = guard(&items, &members, &scanned, cfg.max_delete) {
+            report.refusal = Some(refusal);
+            return Ok(());
+        }
+        let mut edit = SetPlanEdit::new(&scanned.paths, options, items);
+        edit_plan(&mut edit, &order);
+        quit = edit.quit();
+        (items, _) = edit.into_items();
+    }
     let props = options.props;
     let kept = keep::name_copies(&replicas, &members, &scanned, &mut items, &order, &props);
     let mut not_merged = Vec::new();
-    let to_merge = match cfg.merge.is_some() && !cfg.dry_run {
+    // A person who quit changes nothing: the conflicts left are listed.
+    let to_merge = match cfg.merge.is_some() && !cfg.dry_run && !quit {
         true => merge::candidates(&items, &members, &scanned, &order, cfg, &mut not_merged),
         false => Vec::new(),
     };
