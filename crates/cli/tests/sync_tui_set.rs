@@ -256,6 +256,25 @@ fn tui_set_quit_changes_nothing() {
     assert_eq!((changes(&next), conflicts(&next)), (2, 1), "{next}");
 }
 
+/// Quitting with `--merge` given runs no program: the conflict is left
+/// as it was on every root.
+#[test]
+fn tui_set_quit_runs_no_merge_program() {
+    if !have_tmux() {
+        return;
+    }
+    let set = set_with_a_conflict(3);
+    let tmux = set.start_with("--merge 'cat CURRENT1 CURRENT2 > NEW'");
+    wait_for_plan(&tmux);
+    tmux.type_text("q");
+
+    assert_eq!(wait_for_status(&set.status), 1, "{}", tmux.screen());
+    for (letter, held) in [('a', "base\n"), ('b', "from b\n"), ('c', "from c\n")] {
+        assert_eq!(set.read(letter, "f.txt").as_deref(), Some(held), "{letter}");
+    }
+    assert_eq!(set.read('b', "one.txt").as_deref(), Some("one base\n"));
+}
+
 #[test]
 fn tui_set_auto_lists_only_the_conflicts() {
     if !have_tmux() {
