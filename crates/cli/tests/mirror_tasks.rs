@@ -563,7 +563,32 @@ fn killed_mid_run(make: impl Fn(&Path)) {
         "{s:?}\n{}",
         String::from_utf8_lossy(&errors.stderr)
     );
-    assert_same(&src, &dst);
+    assert_same_but_the_victims_temp(&src, &dst, &state);
+}
+
+/// After a run whose worker was killed: the destination is the source's
+/// copy but for the temp files the victim was writing (docs/cluster.md),
+/// which the next run into it removes.
+fn assert_same_but_the_victims_temp(src: &Path, dst: &Path, state: &Path) {
+    let d = differences(&snapshot(src), &snapshot(dst));
+    let temps = d
+        .iter()
+        .filter(|x| x.starts_with("extra in copy") && x.contains(".accord-tmp-"))
+        .count();
+    assert!(
+        temps == d.len(),
+        "{} differences: {:?}",
+        d.len(),
+        &d[..d.len().min(20)]
+    );
+    let out = Command::new(bin())
+        .args(["mirror", "-q"])
+        .args([src, dst])
+        .env("ACCORD_STATE_DIR", state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_same(src, dst);
 }
 
 #[test]

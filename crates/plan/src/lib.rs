@@ -23,6 +23,8 @@ pub mod reconcile;
 mod renames;
 pub mod replica_set;
 pub mod replica_set_edit;
+#[cfg(test)]
+mod replica_set_fixtures;
 pub mod sync_guard;
 pub mod version_vector;
 
