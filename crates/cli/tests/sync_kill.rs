@@ -623,3 +623,67 @@ fn keep_kill_trials(remote: Option<&RemoteB>, trials: usize) {
         caught[0], caught[1]
     );
 }
+
+// ---- a run killed between a new directory's making and its permissions ----
+
+/// strace kills the run at its first `chmod`: the permissions of the first
+/// directory it makes on B (a directory's are set through its O_PATH
+/// descriptor, files' by `fchmod`). A directory left at its name with the
+/// 0700 of `mkdir` would be new on both sides with other permissions than
+/// A's: a false conflict. The next run finds none, and no temp stays.
+#[test]
+fn a_run_killed_before_a_new_directorys_permissions_leaves_no_false_conflict() {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        mirror_common::skip_or_fail("strace is not installed (apt-get install strace)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let pair = Pair::new();
+    std::fs::create_dir_all(pair.path('a', "d/e")).unwrap();
+    std::fs::write(pair.path('a', "d/e/f"), "new on A").unwrap();
+    for dir in ["d", "d/e"] {
+        let perms = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(pair.path('a', dir), perms).unwrap();
+    }
+    let inner = pair.command(&[]);
+    let out = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=chmod"])
+        .args(["-e", "inject=chmod:error=EPERM:signal=KILL:when=1"])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the run was not killed at a chmod: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = |rel: &str| {
+        let meta = std::fs::symlink_metadata(pair.path('b', rel));
+        meta.ok().map(|m| m.permissions().mode() & 0o7777)
+    };
+    assert!(
+        matches!(mode("d"), None | Some(0o755)),
+        "the killed run left d on B with mode {:o}",
+        mode("d").unwrap()
+    );
+    let report = sync_after_kill(&pair);
+    assert_eq!(
+        conflict_paths(&report).len(),
+        0,
+        "false conflicts: {report}"
+    );
+    assert_eq!((mode("d"), mode("d/e")), (Some(0o755), Some(0o755)));
+    assert_eq!(pair.read('b', "d/e/f").as_deref(), Some("new on A"));
+    let names: Vec<_> = std::fs::read_dir(&pair.b)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["d"], "a temp stayed on B");
+    assert_eq!(pair.sync_json(&[], 0)["propagated"], 0);
+}

@@ -42,7 +42,7 @@ pub use words::{io_words, IoWords};
 pub use xattr::XattrFilter;
 
 use accord_model::{validate_name, Kind, Props, RelPath, Time, Xattr};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -841,47 +841,52 @@ impl Dir {
             ));
         }
         let c = check_name(name)?;
-        let created = self.writing(|| {
-            cvt_retry(|| unsafe {
-                libc::openat(
-                    self.raw(),
-                    c.as_ptr(),
-                    libc::O_RDWR
-                        | libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_NOFOLLOW
-                        | libc::O_CLOEXEC
-                        | libc::O_NOCTTY,
-                    0o600 as libc::c_uint,
-                )
-            })
-        });
-        match created {
-            Ok(fd) => Ok(Some(unsafe { File::from_raw_fd(fd) })),
+        match self.writing(|| self.create_exclusive(&c)) {
+            Ok(file) => Ok(Some(file)),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     fn create_temp_once(&self, hint: &[u8]) -> io::Result<(Vec<u8>, File)> {
+        let mut made = None;
+        let name = self.make_temp(hint, |c| {
+            made = Some(self.create_exclusive(c)?);
+            Ok(())
+        })?;
+        Ok((name, made.expect("made when named")))
+    }
+
+    /// Create the empty file `c` (mode 0600), failing if anything is there.
+    fn create_exclusive(&self, c: &CStr) -> io::Result<File> {
+        let fd = cvt_retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_RDWR
+                    | libc::O_CREAT
+                    | libc::O_EXCL
+                    | libc::O_NOFOLLOW
+                    | libc::O_CLOEXEC
+                    | libc::O_NOCTTY,
+                0o600 as libc::c_uint,
+            )
+        })?;
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Make something under a fresh temp name beside `hint` with `make`,
+    /// trying another name while the one picked exists; the name.
+    fn make_temp(
+        &self,
+        hint: &[u8],
+        mut make: impl FnMut(&CStr) -> io::Result<()>,
+    ) -> io::Result<Vec<u8>> {
         loop {
             let name = Self::temp_name(hint);
             let c = cstr(&name)?;
-            let r = cvt_retry(|| unsafe {
-                libc::openat(
-                    self.raw(),
-                    c.as_ptr(),
-                    libc::O_RDWR
-                        | libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_NOFOLLOW
-                        | libc::O_CLOEXEC
-                        | libc::O_NOCTTY,
-                    0o600 as libc::c_uint,
-                )
-            });
-            match r {
-                Ok(fd) => return Ok((name, unsafe { File::from_raw_fd(fd) })),
+            match make(&c) {
+                Ok(()) => return Ok(name),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
                 Err(e) => return Err(e),
             }
@@ -935,17 +940,10 @@ impl Dir {
     /// Create a symlink with a temp name.
     pub fn symlink_temp(&self, target: &[u8], hint: &[u8]) -> io::Result<Vec<u8>> {
         let t = cstr(target)?;
-        loop {
-            let name = Self::temp_name(hint);
-            let c = cstr(&name)?;
-            match self
-                .writing(|| cvt(unsafe { libc::symlinkat(t.as_ptr(), self.raw(), c.as_ptr()) }))
-            {
-                Ok(_) => return Ok(name),
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
-                Err(e) => return Err(e),
-            }
-        }
+        self.make_temp(hint, |c| {
+            self.writing(|| cvt(unsafe { libc::symlinkat(t.as_ptr(), self.raw(), c.as_ptr()) }))
+                .map(|_| ())
+        })
     }
 
     /// Create a fifo, socket or device node with a temp name.
@@ -957,16 +955,30 @@ impl Dir {
             Kind::BlockDev => libc::S_IFBLK,
             _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
         };
-        loop {
-            let name = Self::temp_name(hint);
-            let c = cstr(&name)?;
-            match self.writing(|| {
+        self.make_temp(hint, |c| {
+            self.writing(|| {
                 cvt(unsafe { libc::mknodat(self.raw(), c.as_ptr(), fmt | 0o600, rdev) })
-            }) {
-                Ok(_) => return Ok(name),
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
-                Err(e) => return Err(e),
-            }
+            })
+            .map(|_| ())
+        })
+    }
+
+    /// Create an empty directory (mode 0700) with a temp name: given its
+    /// properties there and renamed into place, a new directory never
+    /// shows at its name with other permissions than its own.
+    pub fn mkdir_temp(&self, hint: &[u8]) -> io::Result<Vec<u8>> {
+        self.make_temp(hint, |c| {
+            self.writing(|| cvt(unsafe { libc::mkdirat(self.raw(), c.as_ptr(), 0o700) }))
+                .map(|_| ())
+        })
+    }
+
+    /// Remove our temp `name`: a file, or an empty directory (a directory
+    /// temp is renamed into place before anything goes in).
+    pub fn remove_temp(&self, name: &[u8]) -> io::Result<()> {
+        match self.unlink(name) {
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => self.rmdir(name),
+            r => r,
         }
     }
 

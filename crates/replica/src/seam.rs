@@ -332,8 +332,11 @@ pub trait ReplicaDir: Send + Sync {
         props: &Props,
         mask: PropsMask,
     ) -> Result<(), Error>;
-    /// Make a symlink, fifo, socket or device node like `entry` under a temp
-    /// name, with its properties; the temp's name.
+    /// Make a symlink, fifo, socket, device node or empty directory like
+    /// `entry` under a temp name, with its properties; the temp's name. (A
+    /// directory made so and committed shows at its name only with its
+    /// properties: a run killed between would otherwise leave it there with
+    /// `mkdir`'s 0700.)
     fn start_make_node(&self, name: &[u8], entry: &Entry, mask: PropsMask) -> PendingTemp;
     /// `start_make_node`, waited for. Not overridden: implement
     /// `start_make_node`.

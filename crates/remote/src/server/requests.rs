@@ -235,8 +235,8 @@ impl Session<'_> {
         entry: &Entry,
         mask: PropsMask,
     ) -> Reply {
-        if entry.kind == Kind::File || entry.kind == Kind::Dir {
-            return Err(protocol("make node of a file or directory"));
+        if entry.kind == Kind::File {
+            return Err(protocol("make node of a regular file"));
         }
         let d = self.dir(dir, Action::MakeNode)?;
         let temp = d.make_node(name, entry, mask).map_err(w)?;

@@ -365,11 +365,12 @@ impl LocalDir<'_> {
             Kind::Symlink => self
                 .dir
                 .symlink_temp(entry.link_target.as_deref().unwrap_or_default(), name),
+            Kind::Dir => self.dir.mkdir_temp(name),
             kind => self.dir.mknod_temp(kind, entry.rdev, name),
         }
         .map_err(Error::io(Action::MakeNode))?;
         if let Err(e) = self.dir.set_props_at(&temp, entry.kind, &entry.props, mask) {
-            let _ = self.dir.unlink(&temp);
+            let _ = self.dir.remove_temp(&temp);
             return Err(Error::io(Action::SetProps)(e));
         }
         Ok(temp)
@@ -606,7 +607,7 @@ impl ReplicaDir for LocalDir<'_> {
             let _ = dir.unlink(temp);
             return;
         }
-        let _ = self.dir.unlink(temp);
+        let _ = self.dir.remove_temp(temp);
     }
 
     fn start_set_props(
@@ -650,7 +651,7 @@ impl ReplicaDir for LocalDir<'_> {
         if name.starts_with(accord_fsys::TEMP_PREFIX)
             || name.starts_with(accord_fsys::PARTIAL_PREFIX)
         {
-            let _ = self.dir.unlink(name);
+            let _ = self.dir.remove_temp(name);
         }
     }
 

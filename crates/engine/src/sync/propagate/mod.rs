@@ -579,12 +579,13 @@ impl<'a> Propagation<'a> {
     }
 
     /// A directory where `to` has none: what is there is removed first (an
-    /// entry of another kind, which the plan replaces). It is given its
-    /// final permissions at once, owner bits added so it can be filled (they
-    /// go when its properties are set, after its contents): a run killed
-    /// before that leaves a directory the next run agrees with, where one
-    /// left at the 0700 `mkdir` gives would look like a permission change
-    /// and conflict with the other side's.
+    /// entry of another kind, which the plan replaces). It is made under a
+    /// temp name with its final permissions, owner bits added so it can be
+    /// filled (they go when its properties are set, after its contents),
+    /// and renamed into place: a run killed at any moment leaves no
+    /// directory or one the next run agrees with, where one left at the 0700
+    /// `mkdir` gives would look like a permission change and conflict with
+    /// the other side's.
     fn make_directory(
         &self,
         item: &'a SyncItem,
@@ -601,10 +602,20 @@ impl<'a> Propagation<'a> {
         let source = item.entry(from).expect("a copy has a source");
         let (mut props, mask) = synced_props(source, self.cfg);
         props.mode |= 0o700;
-        let waits = vec![
-            dir.start_mkdir(name),
-            dir.start_set_props(name, &Expect::Made(Kind::Dir), Kind::Dir, &props, mask),
-        ];
+        let waits = match item.entry(to) {
+            // A directory there already (made by a run before): only its
+            // properties.
+            Some(old) if old.kind == Kind::Dir => {
+                vec![dir.start_set_props(name, &Expect::entry(old), Kind::Dir, &props, mask)]
+            }
+            _ => {
+                let node = Entry {
+                    props,
+                    ..source.clone()
+                };
+                make_and_commit(&*dir, name, &node, mask)?
+            }
+        };
         Ok(InFlight {
             item,
             waits,
@@ -721,4 +732,23 @@ fn rename_source_directories(items: &[SyncItem]) -> HashSet<(Side, RelPath)> {
 
 fn is_dir(entry: Option<&Entry>) -> bool {
     entry.is_some_and(|e| e.kind == Kind::Dir)
+}
+
+/// Make `node` under a temp name and commit it at `name`, where nothing
+/// is: both sent at once where the replica names its temps before making
+/// them, so a new directory costs no round trip of its own.
+fn make_and_commit(
+    dir: &dyn ReplicaDir,
+    name: &[u8],
+    node: &Entry,
+    mask: PropsMask,
+) -> Result<Vec<Pending<Result<(), crate::Error>>>, SyncError> {
+    let made = dir.start_make_node(name, node, mask);
+    Ok(match made.handle().map(<[u8]>::to_vec) {
+        Some(handle) => vec![
+            Pending::later(move || made.wait().map(drop)),
+            dir.start_commit(&handle, name, &Expect::Absent),
+        ],
+        None => vec![dir.start_commit(&made.wait()?, name, &Expect::Absent)],
+    })
 }
