@@ -17,6 +17,12 @@
 //! `--json`: the action `keep`, and `kept_both` and `kept` as a run of two
 //! roots counts them).
 //!
+//! Renames and moves reach each other root as renames (`renamed on B
+//! f -> g`; `--json`: the action `rename` with `renamed_from`, and
+//! `renamed`), a new hard-link group as links (`A -> B  h => g`; `--json`:
+//! `linked_to`, and `linked`), as for two roots (the engine's
+//! `set/renames.rs`; `--no-renames`, `--no-hard-links`).
+//!
 //! `--merge CMD` gives a conflict whose latest versions are all regular
 //! files to the program, as the engine's `set/merge.rs` says (more than two
 //! versions are folded, in the order of their first holders as written);
@@ -29,10 +35,6 @@
 //! is shown before anything is changed, a column per root
 //! (`sync_tui_set.rs`): a person chooses a root's version for a path (as
 //! `--force` does there) or skips it, then goes or quits.
-//!
-//! What a run of two roots does and a set does not do yet: renames and
-//! hard links are not carried as such (a renamed file travels as a copy
-//! and a deletion, each name of a hard-link group as a file of its own).
 
 use crate::cmd_sync::{config, remote_spec, usage, SyncArgs};
 use crate::exit;
@@ -347,6 +349,9 @@ fn change_text(change: &SetChange, merged: bool, letters: &[String], names: &[St
     if change.kept {
         return format!("kept on {on}");
     }
+    if change.renamed_from.is_some() {
+        return format!("renamed on {on}");
+    }
     if merged {
         return match on == from {
             true => format!("merged on {on}"),
@@ -429,7 +434,7 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
             println!(
                 "{:<14} {}",
                 change_text(change, is_merge(report, change), letters, names),
-                change.path.display()
+                change_path(change)
             );
         }
     }
@@ -447,6 +452,26 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
     if !quiet {
         eprintln!("{}", summary(report));
     }
+}
+
+/// A change's path; a rename's as `old -> new`, a hard link's as
+/// `new => the name it was linked to`, as for two roots.
+fn change_path(change: &SetChange) -> String {
+    match (&change.renamed_from, &change.linked_to) {
+        (Some(from), _) => format!("{} -> {}", from.display(), change.path.display()),
+        (None, Some(leader)) => format!("{} => {}", change.path.display(), leader.display()),
+        (None, None) => change.path.display(),
+    }
+}
+
+fn linked(report: &SetReport) -> usize {
+    let links = report.changes.iter().filter(|c| c.linked_to.is_some());
+    links.count()
+}
+
+fn renamed(report: &SetReport) -> usize {
+    let renames = report.changes.iter().filter(|c| c.renamed_from.is_some());
+    renames.count()
 }
 
 /// Paths settled by keeping their other versions aside.
@@ -468,6 +493,8 @@ fn summary(report: &SetReport) -> String {
         changes: report.changes.len() as u64,
         written: (report.files_written, report.bytes_written),
         kinds: &[
+            (renamed(report) as u64, "renamed"),
+            (linked(report) as u64, "linked"),
             (deleted as u64, "deleted"),
             (kept as u64, "kept both"),
             (report.merged.len() as u64, "merged"),
@@ -485,6 +512,11 @@ struct JsonSet {
     dry_run: bool,
     roots: Vec<JsonRoot>,
     changes: Vec<JsonChange>,
+    /// Of the changes, renames (a moved directory counts once).
+    renamed: usize,
+    /// Of the changes, copies made as hard links to another name of their
+    /// group (no contents sent).
+    linked: usize,
     /// --keep-both: paths settled by keeping their other versions aside.
     kept_both: usize,
     kept: Vec<JsonKept>,
@@ -518,6 +550,12 @@ struct JsonChange {
     on: String,
     from: String,
     action: &'static str,
+    /// A rename's old path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    renamed_from: Option<String>,
+    /// A copy made as a hard link: the name it was linked to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linked_to: Option<String>,
 }
 
 /// A losing version kept (on every root reached) beside its path.
@@ -582,13 +620,18 @@ fn print_json(
                 from: letter(&c.from),
                 action: match c.receive {
                     _ if c.kept => "keep",
+                    _ if c.renamed_from.is_some() => "rename",
                     _ if is_merge(report, c) => "merged",
                     Receive::Whole => "copy",
                     Receive::Props => "props",
                     Receive::Delete => "delete",
                 },
+                renamed_from: c.renamed_from.as_ref().map(|p| p.display()),
+                linked_to: c.linked_to.as_ref().map(|p| p.display()),
             })
             .collect(),
+        renamed: renamed(report),
+        linked: linked(report),
         kept_both: kept_both(report),
         merged: report.merged.len(),
         kept: report

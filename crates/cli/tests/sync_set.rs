@@ -1121,3 +1121,297 @@ fn killed_merge_runs_leave_old_or_merged_files_and_the_next_run_merges_each_once
     eprintln!("{killed_midway} of {trials} merge runs were killed before they finished");
     assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
 }
+
+// ---- Renames ----
+
+fn ino(set: &Set, letter: char, rel: &str) -> u64 {
+    std::fs::symlink_metadata(set.path(letter, rel))
+        .unwrap_or_else(|e| panic!("{letter}:{rel}: {e}"))
+        .ino()
+}
+
+fn mv(set: &Set, letter: char, from: &str, to: &str) {
+    let target = set.path(letter, to);
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::rename(set.path(letter, from), target).unwrap();
+}
+
+/// The report's changes as `(action, on, path, renamed_from)`.
+fn change_list(report: &serde_json::Value) -> Vec<(String, String, String, Option<String>)> {
+    let text = |c: &serde_json::Value, key: &str| c[key].as_str().map(str::to_string);
+    let changes = report["changes"].as_array().unwrap().iter();
+    changes
+        .map(|c| {
+            let field = |key| text(c, key).unwrap();
+            (
+                field("action"),
+                field("on"),
+                field("path"),
+                text(c, "renamed_from"),
+            )
+        })
+        .collect()
+}
+
+fn rename(on: &str, path: &str, from: &str) -> (String, String, String, Option<String>) {
+    ("rename".into(), on.into(), path.into(), Some(from.into()))
+}
+
+/// Three roots holding a file `f` of 64 KiB and a tree `tree`.
+fn synced_with_tree() -> Set {
+    let set = Set::new(3);
+    set.write('a', "f", &"the contents of f ".repeat(4000));
+    set.write('a', "tree/x", "the contents of x");
+    set.write('a', "tree/sub/y", "the contents of y");
+    set.sync_json(&[], 0);
+    set
+}
+
+#[test]
+fn a_renamed_file_and_a_moved_tree_reach_the_others_as_renames() {
+    let set = synced_with_tree();
+    let inodes = |rel: &str| ['b', 'c'].map(|letter| ino(&set, letter, rel));
+    let (f_before, y_before) = (inodes("f"), [ino(&set, 'a', "tree/sub/y")]);
+    mv(&set, 'a', "f", "g");
+    mv(&set, 'b', "tree", "moved/tree");
+    let report = set.sync_json(&[], 0);
+    assert_eq!(
+        change_list(&report),
+        [
+            rename("B", "g", "f"),
+            rename("C", "g", "f"),
+            ("copy".into(), "A".into(), "moved".into(), None),
+            ("copy".into(), "C".into(), "moved".into(), None),
+            rename("A", "moved/tree", "tree"),
+            rename("C", "moved/tree", "tree"),
+        ],
+        "{report}"
+    );
+    assert_eq!(report["renamed"], 4);
+    assert_eq!(report["files_written"], 0, "{report}");
+    assert_eq!(
+        inodes("g"),
+        f_before,
+        "the receivers' own files were renamed"
+    );
+    assert_eq!([ino(&set, 'a', "moved/tree/sub/y")], y_before);
+    set.assert_all_equal();
+    for letter in set.letters() {
+        assert!(!set.path(letter, "f").exists() && !set.path(letter, "tree").exists());
+    }
+    let again = set.sync_json(&[], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+}
+
+#[test]
+fn a_rename_prints_as_for_two_roots() {
+    let set = synced_with_tree();
+    mv(&set, 'a', "f", "g");
+    let out = set.sync(&[]);
+    assert_exit(&out, 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("renamed on B   f -> g"), "{stdout}");
+    assert!(stdout.contains("renamed on C   f -> g"), "{stdout}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("2 renamed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_rename_made_while_a_root_was_away_reaches_it_as_a_rename() {
+    let set = synced_with_tree();
+    let c_before = ino(&set, 'c', "f");
+    let away = set.away('c');
+    mv(&set, 'a', "f", "g");
+    mv(&set, 'a', "tree", "other");
+    let first = set.sync_json(&[], 4);
+    assert_eq!(first["renamed"], 2, "{first}");
+    set.back('c', &away);
+    let report = set.sync_json(&[], 0);
+    assert_eq!(
+        change_list(&report),
+        [rename("C", "g", "f"), rename("C", "other", "tree")],
+        "{report}"
+    );
+    assert_eq!(ino(&set, 'c', "g"), c_before);
+    set.assert_all_equal();
+    let again = set.sync_json(&[], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+}
+
+#[test]
+fn a_rename_of_a_file_a_receiver_changed_is_a_conflict_and_a_copy() {
+    let set = synced_with_tree();
+    let c_before = ino(&set, 'c', "f");
+    mv(&set, 'a', "f", "g");
+    set.write('b', "f", "changed on b");
+    let report = set.sync_json(&[], 1);
+    assert_eq!(conflict_paths(&report), ["f"]);
+    assert_eq!(
+        change_list(&report),
+        [
+            ("copy".into(), "B".into(), "g".into(), None),
+            ("copy".into(), "C".into(), "g".into(), None),
+        ],
+        "{report}"
+    );
+    assert_eq!(ino(&set, 'c', "f"), c_before, "C's f is left alone");
+    assert_eq!(set.read('b', "f").as_deref(), Some("changed on b"));
+    assert_eq!(set.read('c', "g"), set.read('a', "g"));
+}
+
+#[test]
+fn no_renames_carries_a_rename_as_a_copy_and_a_deletion() {
+    let set = synced_with_tree();
+    mv(&set, 'a', "f", "g");
+    let report = set.sync_json(&["--no-renames"], 0);
+    assert_eq!(report["renamed"], 0, "{report}");
+    assert_eq!(report["files_written"], 2, "{report}");
+    set.assert_all_equal();
+}
+
+// ---- Kill test with renames ----
+
+/// Where A renames file `i` of the kill test: every other one outside
+/// `d4` (which B moves), some into another directory.
+fn renamed_name(i: usize) -> Option<String> {
+    (i.is_multiple_of(2) && i % 5 != 4).then(|| format!("d{}/r{i:03}", (i / 2) % 4))
+}
+
+/// The kill test's files, synced; then A renames every other file and B
+/// moves the directory `d4`.
+fn prepared_rename_set() -> Set {
+    let set = Set::new(3);
+    for i in 0..FILES {
+        set.write('a', &name(i), &original(i));
+    }
+    set.sync_json(&[], 0);
+    for i in 0..FILES {
+        if let Some(to) = renamed_name(i) {
+            mv(&set, 'a', &name(i), &to);
+        }
+    }
+    mv(&set, 'b', "d4", "moved/d4");
+    set
+}
+
+/// Where file `i` ends: its new name, under `moved/` if it is in `d4`.
+fn final_name(i: usize) -> String {
+    let at = renamed_name(i).unwrap_or_else(|| name(i));
+    match at.starts_with("d4/") {
+        true => format!("moved/{at}"),
+        false => at,
+    }
+}
+
+/// Every name file `i` may have on a root mid-way, its final one first.
+fn names_of(i: usize) -> Vec<String> {
+    let mut names = vec![final_name(i), name(i)];
+    names.extend(renamed_name(i));
+    names.extend([format!("moved/{}", name(i))]);
+    names.dedup();
+    names
+}
+
+fn check_renamed_old_or_new(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        for i in 0..FILES {
+            let held: Vec<String> = names_of(i)
+                .iter()
+                .filter_map(|at| set.read(letter, at))
+                .collect();
+            assert!(
+                !held.is_empty() && held.iter().all(|c| *c == original(i)),
+                "trial {trial}: {letter} lost file {i} (or changed it)"
+            );
+        }
+    }
+}
+
+fn check_renamed_converged(set: &Set, trial: usize) {
+    for letter in set.letters() {
+        for i in 0..FILES {
+            for at in names_of(i) {
+                let expected = (at == final_name(i)).then(|| original(i));
+                assert_eq!(set.read(letter, &at), expected, "trial {trial}: {at}");
+            }
+        }
+    }
+    set.assert_all_equal();
+}
+
+#[test]
+fn killed_runs_with_renames_lose_no_file_and_the_next_run_converges() {
+    let trials = kill_trials() / 2;
+    let killed_midway = run_kill_trials(
+        KillTrials {
+            trials,
+            seed: 0x7e4a,
+            args: &[],
+            prepare: prepared_rename_set,
+            old_or_new: check_renamed_old_or_new,
+            converged: check_renamed_converged,
+        },
+        "false conflicts",
+    );
+    eprintln!("{killed_midway} of {trials} runs with renames were killed before they finished");
+    assert!(killed_midway * 2 >= trials, "too few runs were interrupted");
+}
+
+// ---- Hard links ----
+
+#[test]
+fn a_new_hard_link_group_reaches_the_others_as_links() {
+    let set = synced_with_tree();
+    set.write('a', "group/g", &"the group's contents ".repeat(2000));
+    std::fs::hard_link(set.path('a', "group/g"), set.path('a', "group/h")).unwrap();
+    std::fs::hard_link(set.path('a', "group/g"), set.path('a', "tree/g2")).unwrap();
+    let report = set.sync_json(&[], 0);
+    assert_eq!(
+        report["files_written"], 2,
+        "one copy per receiver: {report}"
+    );
+    assert_eq!(report["linked"], 4, "{report}");
+    let links: Vec<(String, String, String)> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["linked_to"].is_string())
+        .map(|c| {
+            let text = |key: &str| c[key].as_str().unwrap().to_string();
+            (text("on"), text("path"), text("linked_to"))
+        })
+        .collect();
+    assert_eq!(links.len(), 4, "{report}");
+    for letter in ['b', 'c'] {
+        let inodes = ["group/g", "group/h", "tree/g2"].map(|rel| ino(&set, letter, rel));
+        assert!(
+            inodes.iter().all(|&i| i == inodes[0]),
+            "{letter}: {inodes:?}"
+        );
+        let nlink = std::fs::metadata(set.path(letter, "group/g"))
+            .unwrap()
+            .nlink();
+        assert_eq!(nlink, 3, "{letter}");
+    }
+    assert_ne!(ino(&set, 'b', "group/g"), ino(&set, 'c', "group/g"));
+    set.assert_all_equal();
+    set.sync_json(&[], 0);
+    let again = set.sync_json(&[], 0);
+    assert_eq!(changes(&again), 0, "{again}");
+    let unlinked = set.sync_json(&["--no-hard-links"], 0);
+    assert_eq!(changes(&unlinked), 0, "{unlinked}");
+}
+
+#[test]
+fn no_hard_links_copies_each_name_of_a_group() {
+    let set = synced_with_tree();
+    set.write('a', "g", "the group's contents");
+    std::fs::hard_link(set.path('a', "g"), set.path('a', "h")).unwrap();
+    let report = set.sync_json(&["--no-hard-links"], 0);
+    assert_eq!(report["linked"], 0, "{report}");
+    assert_eq!(report["files_written"], 4, "{report}");
+    assert_ne!(ino(&set, 'b', "g"), ino(&set, 'b', "h"));
+}

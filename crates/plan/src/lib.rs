@@ -31,12 +31,14 @@ pub mod version_vector;
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update, UNKNOWN_OWNER};
 pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
 pub use keep_both::{conflict_name, host_label, keep_both_winner, utc_stamp};
+pub use links::plan_links;
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};
 pub use reconcile::{
     choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason, LinkTo,
     Moved, OutOfOrder, Override, PathUpdate, Policy, Preference, ReconcileOptions, Side, SideState,
     SyncItem,
 };
+pub use renames::pair_renames;
 pub use replica_set::{
     reconcile_set, settle_path, Offer, Outcome, PathOffers, Receive, SetConflict, SetInputError,
     SetItem, SetOptions, SetPolicy, SetPreference, Settled, Version,

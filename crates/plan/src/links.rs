@@ -61,6 +61,18 @@ use crate::reconcile::{same_contents, same_props, Action, LinkTo, Side, SyncItem
 use accord_model::{Entry, Kind};
 use std::collections::HashMap;
 
+/// What hard links make of a plan (see the module's comment): in-place
+/// property changes kept to their names, then, with `hard_links`, each
+/// group's copies made one copy (or none) and links. `items` are in
+/// `RelPath` order, with their renames paired: a reconciled plan, or one
+/// receiver's plan in a sync of more than two replicas.
+pub fn plan_links(items: &mut [SyncItem], synced: &SyncedProps, hard_links: bool) {
+    keep_props_to_their_names(items);
+    if hard_links {
+        link_groups(items, synced);
+    }
+}
+
 /// Turn the copies of each hard-link group's names into one copy (or
 /// none) and links (see the module's comment). `items` are in `RelPath`
 /// order.

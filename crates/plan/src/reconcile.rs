@@ -527,10 +527,7 @@ pub(crate) fn reconcile_chosen(
     if options.renames {
         items = crate::renames::pair_renames(items, &options.props);
     }
-    crate::links::keep_props_to_their_names(&mut items);
-    if options.hard_links {
-        crate::links::link_groups(&mut items, &options.props);
-    }
+    crate::links::plan_links(&mut items, &options.props, options.hard_links);
     items
 }
 

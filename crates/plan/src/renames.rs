@@ -37,8 +37,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 /// Pair deletions with equal creations on each side (see the module's
-/// comment). `items` are in `RelPath` order, as reconciliation made them.
-pub(crate) fn pair_renames(items: Vec<SyncItem>, synced: &SyncedProps) -> Vec<SyncItem> {
+/// comment). `items` are in `RelPath` order, as reconciliation made them
+/// (or as a set's propagation makes one receiver's plan).
+pub fn pair_renames(items: Vec<SyncItem>, synced: &SyncedProps) -> Vec<SyncItem> {
     let mut pairs = Vec::new();
     for on in [Side::A, Side::B] {
         pairs.extend(Pairing::new(&items, on, synced).find());

@@ -294,6 +294,8 @@ fn kept_change(path: &RelPath, member: &Member<'_>) -> SetChange {
         on: name.clone(),
         from: name,
         receive: Receive::Whole,
+        renamed_from: None,
+        linked_to: None,
         kept: true,
     }
 }

@@ -36,6 +36,7 @@
 
 use crate::set::keep::offers_at;
 use crate::set::propagate::{source_of, Vectors, Versioned};
+use crate::set::renames::Renames;
 use crate::set::scan::{Held, HeldRow, Member, Scanned};
 use crate::set::{SetChange, SetConflictReport, SetFailure};
 use crate::sync::propagate::{
@@ -404,10 +405,12 @@ impl Merging<'_, '_> {
             premerged: &premerger,
         };
         let vectors = Vectors(self.items);
+        // A merge's result is written in place of a version: no rename.
+        let no_renames = Renames::default();
         let [first, second] = pair_of(self.members, pair);
         let mut sides: [Box<dyn SideSession + '_>; 2] = [
-            Box::new(Versioned::new(first.side.as_mut(), &vectors)),
-            Box::new(Versioned::new(second.side.as_mut(), &vectors)),
+            Box::new(Versioned::new(first.side.as_mut(), &vectors, &no_renames)),
+            Box::new(Versioned::new(second.side.as_mut(), &vectors, &no_renames)),
         ];
         let mut report = SyncReport::default();
         let hooks = SyncHooks::default();
@@ -457,6 +460,8 @@ impl Merging<'_, '_> {
                 on: name.clone(),
                 from: name,
                 receive: Receive::Whole,
+                renamed_from: None,
+                linked_to: None,
                 kept: false,
             });
         }

@@ -12,12 +12,14 @@
 //! `--merge`'s program is to merge (`merge.rs`); check the deletion guard;
 //! make those copies on their holders; run the program and write each
 //! result on two replicas; propagate from a holder of each
-//! settled version to each replica that lacks it (`propagate.rs`). A replica that cannot be reached does
+//! settled version to each replica that lacks it (`propagate.rs`), with
+//! renames and hard links as for two (`renames.rs`, `plan_links`). A replica that cannot be reached does
 //! not stop the others: it is listed, and catches up at its next run.
 
 pub(crate) mod keep;
 pub(crate) mod merge;
 pub(crate) mod propagate;
+pub(crate) mod renames;
 pub(crate) mod scan;
 
 use crate::set::propagate::source_of;
@@ -58,6 +60,12 @@ pub struct SetChange {
     /// The replica the version came from.
     pub from: Arc<str>,
     pub receive: Receive,
+    /// A rename: the path the receiver renamed to `path` (`receive` is
+    /// `Whole`; nothing was sent).
+    pub renamed_from: Option<RelPath>,
+    /// A copy made as a hard link: the name of its group it was linked to
+    /// on the receiver (nothing was sent).
+    pub linked_to: Option<RelPath>,
     /// `--keep-both`: a losing version kept under `path` on a replica that
     /// holds it (a hard link, nothing received; `from` is `on`).
     pub kept: bool,
@@ -292,6 +300,11 @@ fn run(
     let linked = keep::link_copies(&replicas, &members, &kept, &mut items, &mut held, cfg);
     report.errors.extend(linked.failures);
     report.kept = keep::kept_paths(&kept, &items);
+    let unread: Vec<RelPath> = report
+        .errors
+        .iter()
+        .map(|e| e.failure.path.clone())
+        .collect();
     let merges = merge::Merging {
         replicas: &replicas,
         members: &mut members,
@@ -304,7 +317,7 @@ fn run(
     not_merged.extend(merges.not_merged);
     merge::settle_conflicts(&mut report.conflicts, &merges.merged, not_merged);
     report.merged = merges.merged;
-    let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg);
+    let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg, &unread);
     let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     report.files_written = done(&carried.written.files_done);
     report.bytes_written = done(&carried.written.bytes_done);
@@ -486,6 +499,8 @@ fn would_change(items: &[SetItem], names: &[Arc<str>], far: &[bool]) -> Vec<SetC
                 on: names[receiver].clone(),
                 from: names[source_of(settled.holders.iter().copied(), |h| far[h])].clone(),
                 receive,
+                renamed_from: None,
+                linked_to: None,
                 kept: false,
             });
         }

@@ -13,12 +13,15 @@
 //! which the holders' newer vector includes: the next run gives it the
 //! version again, without a conflict.
 
+use crate::set::renames::Renames;
 use crate::set::scan::{Held, Member};
 use crate::set::{SetChange, SetFailure};
 use crate::sync::propagate::{propagate, Plan, Premerger};
 use crate::sync::{SyncConfig, SyncHooks, SyncReport};
-use accord_model::{Kind, RelPath};
-use accord_plan::{Action, Outcome, Receive, SetItem, Side, SyncItem, VersionVector};
+use accord_model::{Kind, RelPath, Time};
+use accord_plan::{
+    plan_links, Action, Outcome, Receive, SetItem, Side, SyncItem, SyncedProps, VersionVector,
+};
 use accord_replica::side::UNKNOWN_CTIME;
 use accord_replica::{
     ArchiveRecord, Replica, SideFailure, SideOptions, SideScan, SideSession, SyncRules,
@@ -44,13 +47,16 @@ pub(crate) struct Carried {
 /// archive is its own; a source is only read, and its records are written
 /// last, by `record_holder`). Each receiver takes its items a chunk at a
 /// time (`next_chunk`), so that a first sync of a large tree holds one
-/// chunk's plan per receiver rather than the whole of it.
+/// chunk's plan per receiver rather than the whole of it. A receiver that
+/// deletes something first pairs its renames on its whole plan
+/// (`renames.rs`; `unread`: paths the scans could not read).
 pub(crate) fn carry_out(
     replicas: &[&dyn Replica],
     members: &mut [Member<'_>],
     items: &[SetItem],
     held: &Held,
     cfg: &SyncConfig,
+    unread: &[RelPath],
 ) -> Carried {
     let vectors = Vectors(items);
     let names: Vec<Arc<str>> = members.iter().map(|m| m.name.as_str().into()).collect();
@@ -71,17 +77,26 @@ pub(crate) fn carry_out(
                 };
                 s.spawn(move || {
                     let mut carried = Carried::default();
+                    let synced = cfg.synced_props();
+                    let renames = match cfg.renames && replicas[receiver].can_rename() {
+                        true => takes.renames(items, &synced, unread),
+                        false => Renames::default(),
+                    };
                     let mut rest = items;
                     while !rest.is_empty() {
-                        let (groups, taken) = takes.next_chunk(rest);
+                        let (groups, taken) = takes.next_chunk(rest, &renames);
                         rest = &rest[taken..];
-                        for (source, pair_items) in groups {
+                        for (source, mut pair_items) in groups {
+                            // Hard links as for two replicas, within what one
+                            // call propagates (a group's names from one holder
+                            // in one chunk).
+                            plan_links(&mut pair_items, &synced, cfg.hard_links);
                             let pair = Pair {
                                 replicas: [replicas[source], replicas[receiver]],
                                 slots: [source, receiver],
                                 names: [names[source].clone(), names[receiver].clone()],
                             };
-                            let context = (held, vectors, cfg, written);
+                            let context = (held, vectors, cfg, written, &renames);
                             pair.run(member, pair_items, context, &mut carried);
                         }
                         super::release_freed_memory();
@@ -162,21 +177,39 @@ impl Takes<'_> {
     /// ends only outside the subtree of every directory it holds: the
     /// two-replica propagation deletes a directory's contents before it,
     /// and sets a directory's properties (a read-only mode, its mtime)
-    /// after its contents are in place, within one call.
-    fn next_chunk(&self, items: &[SetItem]) -> (BTreeMap<usize, Vec<SyncItem>>, usize) {
+    /// after its contents are in place, within one call. Nor does it end
+    /// between the source and the target of a rename (`renames`): the
+    /// rename is the source's deletion, made before its directories'.
+    fn next_chunk<'i>(
+        &self,
+        items: &'i [SetItem],
+        renames: &'i Renames,
+    ) -> (BTreeMap<usize, Vec<SyncItem>>, usize) {
         let mut groups: BTreeMap<usize, Vec<SyncItem>> = BTreeMap::new();
         let mut taken = 0;
         let mut count = 0;
         let mut open: Vec<&RelPath> = Vec::new();
+        let mut awaited: Vec<&RelPath> = Vec::new();
         for item in items {
             open.retain(|dir| item.path.starts_with(dir));
-            if count >= CHUNK_ITEMS && open.is_empty() {
+            if count >= CHUNK_ITEMS && open.is_empty() && awaited.is_empty() {
                 break;
             }
             taken += 1;
-            let Some((source, sync_item)) = self.take(item) else {
+            if let Some(partner) = renames.partner(&item.path) {
+                match awaited.iter().position(|&p| p == &item.path) {
+                    Some(at) => {
+                        awaited.swap_remove(at);
+                    }
+                    None => awaited.push(partner),
+                }
+            }
+            let Some((source, mut sync_item)) = self.take(item) else {
                 continue;
             };
+            if !renames.apply(&mut sync_item) {
+                continue;
+            }
             count += 1;
             if [&sync_item.a, &sync_item.b]
                 .iter()
@@ -187,6 +220,21 @@ impl Takes<'_> {
             groups.entry(source).or_default().push(sync_item);
         }
         (groups, taken)
+    }
+
+    /// The renames the receiver makes (`renames.rs`), paired on its whole
+    /// plan: built only when it deletes something.
+    fn renames(&self, items: &[SetItem], synced: &SyncedProps, unread: &[RelPath]) -> Renames {
+        let index = self.indexes[self.receiver];
+        let deletes = |item: &SetItem| match &item.outcome {
+            Outcome::Settled(settled) => settled.receivers.contains(&(index, Receive::Delete)),
+            Outcome::Conflict { .. } => false,
+        };
+        if !items.iter().any(deletes) {
+            return Renames::default();
+        }
+        let plan = items.iter().filter_map(|item| self.take(item)).collect();
+        Renames::pair(plan, synced, unread)
     }
 
     /// What the receiver takes at `item`, and from which slot.
@@ -232,13 +280,14 @@ struct Pair<'a> {
     names: [Arc<str>; 2],
 }
 
-/// What every pair of a run reads: the scan, the vectors, the options, and
-/// the counters of what was written.
+/// What every pair of a run reads: the scan, the vectors, the options,
+/// the counters of what was written, and the receiver's renames.
 type PairContext<'c> = (
     &'c Held,
     &'c Vectors<'c>,
     &'c SyncConfig,
     &'c crate::Progress,
+    &'c Renames,
 );
 
 impl Pair<'_> {
@@ -246,25 +295,14 @@ impl Pair<'_> {
         &self,
         receiver: &mut Member<'_>,
         items: Vec<SyncItem>,
-        (held, vectors, cfg, written): PairContext<'_>,
+        (held, vectors, cfg, written, renames): PairContext<'_>,
         carried: &mut Carried,
     ) {
-        let receiver_slot = self.slots[1];
-        // Only the receiver's records are kept (the source's are written by
-        // `record_holder`), and only where it holds an entry that this run
-        // may leave as scanned: on a first sync, none.
-        let ctimes = items
-            .iter()
-            .filter(|item| item.b.is_some())
-            .map(|item| {
-                let ctime = held.ctime(held.index_of(&item.path), receiver_slot);
-                (item.path.clone(), [UNKNOWN_CTIME, ctime])
-            })
-            .collect();
-        let pair_scanned = crate::sync::scan::Scanned::of_ctimes(ctimes);
+        let pair_scanned =
+            crate::sync::scan::Scanned::of_ctimes(receiver_ctimes(&items, held, self.slots[1]));
         let mut sides: [Box<dyn SideSession + '_>; 2] = [
             Box::new(Unrecorded),
-            Box::new(Versioned::new(receiver.side.as_mut(), vectors)),
+            Box::new(Versioned::new(receiver.side.as_mut(), vectors, renames)),
         ];
         let premerger = Premerger::new(self.replicas, cfg);
         let kept = Default::default();
@@ -293,6 +331,8 @@ impl Pair<'_> {
             .changes
             .extend(report.propagated.into_iter().map(|change| SetChange {
                 receive: receive_of(change.action),
+                renamed_from: change.from,
+                linked_to: change.linked_to,
                 path: change.path,
                 on: on.clone(),
                 from: from.clone(),
@@ -305,6 +345,31 @@ impl Pair<'_> {
                 failure,
             }));
     }
+}
+
+/// The ctimes the receiver (in `slot`) may record: only its records are
+/// kept (the source's are written by `record_holder`), and only where it
+/// holds an entry that this run may leave as scanned (on a first sync,
+/// none), including what a rename moves (found at its source).
+fn receiver_ctimes(items: &[SyncItem], held: &Held, slot: usize) -> Vec<(RelPath, [Time; 2])> {
+    let at = |path: &RelPath| {
+        (
+            path.clone(),
+            [UNKNOWN_CTIME, held.ctime(held.index_of(path), slot)],
+        )
+    };
+    let mut ctimes: Vec<_> = items
+        .iter()
+        .filter(|item| item.b.is_some())
+        .map(|item| at(&item.path))
+        .chain(
+            items
+                .iter()
+                .filter_map(|item| item.moved.as_ref().map(|m| at(&m.from))),
+        )
+        .collect();
+    ctimes.sort_by(|x, y| x.0.cmp(&y.0));
+    ctimes
 }
 
 /// The source's side in a pair: what it holds is recorded by
@@ -416,15 +481,25 @@ impl Vectors<'_> {
     }
 }
 
-/// A member's side whose records carry the settled versions' vectors.
+/// A member's side whose records carry the settled versions' vectors
+/// (a rename's source: also those of what moved with it).
 pub(crate) struct Versioned<'s, 'v> {
     inner: &'s mut (dyn SideSession + 's),
     vectors: &'v Vectors<'v>,
+    renames: &'v Renames,
 }
 
 impl<'s, 'v> Versioned<'s, 'v> {
-    pub(crate) fn new(inner: &'s mut (dyn SideSession + 's), vectors: &'v Vectors<'v>) -> Self {
-        Versioned { inner, vectors }
+    pub(crate) fn new(
+        inner: &'s mut (dyn SideSession + 's),
+        vectors: &'v Vectors<'v>,
+        renames: &'v Renames,
+    ) -> Self {
+        Versioned {
+            inner,
+            vectors,
+            renames,
+        }
     }
 }
 
@@ -450,15 +525,15 @@ impl SideSession for Versioned<'_, '_> {
     }
 
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
-        let versions: Vec<(RelPath, VersionVector)> = records
-            .iter()
-            .filter_map(|record| {
-                let path = match record {
-                    ArchiveRecord::Put(observed) => &observed.entry.path,
-                    ArchiveRecord::Remove(path) => path,
-                };
-                self.vectors.get(path).map(|v| (path.clone(), v.clone()))
-            })
+        let paths = records.iter().flat_map(|record| {
+            let (path, below) = match record {
+                ArchiveRecord::Put(observed) => (&observed.entry.path, None),
+                ArchiveRecord::Remove(path) => (path, Some(self.renames.moved_below(path))),
+            };
+            std::iter::once(path).chain(below.into_iter().flatten())
+        });
+        let versions: Vec<(RelPath, VersionVector)> = paths
+            .filter_map(|path| self.vectors.get(path).map(|v| (path.clone(), v.clone())))
             .collect();
         self.inner.record_versions(records, &versions)
     }
