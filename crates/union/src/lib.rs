@@ -35,8 +35,8 @@
 //! checks on what is read back; `fs/redirect.rs` follows and writes it). `-o redirect_dir=off`
 //! makes such renames fail with EXDEV instead (`mv` then copies).
 //!
-//! Concurrency: four reader threads (one when confined to one CPU; `ACCORD_UNION_THREADS`)
-//! answer the quick requests concurrently; slow ones (copy-up, truncate, fsync, big reads and
+//! Concurrency: a reader thread per CPU, at most four (`ACCORD_UNION_THREADS`), each
+//! answers the quick requests concurrently; slow ones (copy-up, truncate, fsync, big reads and
 //! writes) run on worker threads meanwhile (`fs/kernel.rs`). See `fs::State` for the locks.
 //!
 //! Inodes: the daemon keeps a node per inode the kernel holds and drops it on FORGET, so memory
@@ -185,16 +185,14 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
     })?;
     let mut config = fuse_config(&cfg.fuse)?;
     // Reader threads (each with its own clone of the FUSE device) answer the quick requests
-    // themselves; slow ones go to workers (see fs/kernel.rs). Four readers: on an idle 2-CPU
-    // machine they beat one by 30-50 % on every metadata workload (bench/union/README.md).
+    // themselves; slow ones go to workers (see fs/kernel.rs). One reader per CPU, at most
+    // four: on the 2-CPU machine two beat four on every row of the pooled table against
+    // mergerfs and on the overlay's metadata rows (bench/union/README.md), and four beat one.
     // Confined to one CPU (taskset, a cpuset), one: the kernel hands each request to the
     // reader that waited longest, so a caller's chain of calls would wake a different thread
     // every time, and none of them can run beside another.
-    let one_cpu = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
-    config.n_threads = Some(env_count(
-        "ACCORD_UNION_THREADS",
-        if one_cpu { 1 } else { 4 },
-    ));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    config.n_threads = Some(env_count("ACCORD_UNION_THREADS", cpus.min(4)));
     config.clone_fd = true;
     let union = fs::Union::new(shared.clone(), env_count("ACCORD_UNION_WORKERS", 4));
     let session = fuser::Session::new(union, &mountpoint, &config).map_err(mount_refused)?;
