@@ -10,6 +10,7 @@
 #        BRANCHES="1 200 1000"  ONLY="plain overlayfs ..." (subset of file systems)  FLOOR=0
 #        PRIO=-10 (nice value for the whole run: every daemon and workload inherits it, so
 #        other load on a shared machine disturbs the figures less; all file systems alike)
+#        ACCORD_OPTS= (mount options of accord's mounts, e.g. readdirplus=off)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ACCORD=${1:-${ACCORD_BIN:-$here/../../target/release/accord}}
@@ -24,6 +25,8 @@ ALL="plain overlayfs fuse-overlayfs unionfs-fuse mergerfs accord"
 ONLY=${ONLY:-$ALL}
 B=${BENCH_DIR:-/tmp/accord-union-bench}
 PRIO=${PRIO:-}
+ACCORD_OPTS=${ACCORD_OPTS:-}
+aopts=(); [ -z "$ACCORD_OPTS" ] || aopts=(-o "$ACCORD_OPTS")
 
 [ "$(id -u)" = 0 ] || { echo "run as root (overlayfs, tmpfs, drop_caches)"; exit 2; }
 [ -x "$ACCORD" ] || { echo "accord binary not found at $ACCORD"; exit 2; }
@@ -67,7 +70,7 @@ mount_fs() { # name upper work mnt
         fuse-overlayfs) fuse-overlayfs -o "lowerdir=$L,upperdir=$U,workdir=$W" "$M" ;;
         unionfs-fuse) unionfs-fuse -o cow,allow_other "$U=RW:$L=RO" "$M" ;;
         mergerfs) mergerfs -o allow_other,category.create=ff "$U=RW:$L=RO" "$M" ;;
-        accord) "$ACCORD" union mount "$M" "$U=rw" "$L=ro" ;;
+        accord) "$ACCORD" union mount "${aopts[@]}" "$M" "$U=rw" "$L=ro" ;;
     esac
     [ "$fs" = plain ] || MOUNTS+=("$M")
 }
@@ -201,7 +204,7 @@ if [ "${FLOOR:-1}" = 1 ]; then
             overlayfs) mount -t overlay overlay -o "lowerdir=$F/lower,upperdir=$F/upper-ovl,workdir=$F/work-ovl" "$M" ;;
             nullfs) taskset -c 0 "$B/nullfs" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
             passfs) taskset -c 0 "$B/passfs" "$F/backing-pass" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
-            accord) taskset -c 0 "$ACCORD" union mount "$M" "$F/upper-acc=rw" "$F/lower=ro" ;;
+            accord) taskset -c 0 "$ACCORD" union mount "${aopts[@]}" "$M" "$F/upper-acc=rw" "$F/lower=ro" ;;
         esac
         MOUNTS+=("$M")
     done
@@ -263,7 +266,7 @@ for fs in accord unionfs-fuse mergerfs; do
         case $fs in
             accord)
                 spec=("$root/b0=rw"); for i in $(seq 1 $((n - 1))); do spec+=("$root/b$i=ro"); done
-                "$ACCORD" union mount "$M" "${spec[@]}" ;;
+                "$ACCORD" union mount "${aopts[@]}" "$M" "${spec[@]}" ;;
             unionfs-fuse|mergerfs)
                 s="$root/b0=RW"; for i in $(seq 1 $((n - 1))); do s="$s:$root/b$i=RO"; done
                 if [ $fs = unionfs-fuse ]; then unionfs-fuse -o cow "$s" "$M"; else mergerfs -o category.create=ff "$s" "$M"; fi ;;

@@ -39,7 +39,8 @@ enum UnionCmd {
         branches: Vec<String>,
         /// Mount options, comma-separated: `dirs=` (branches), `redirect_dir=on|off` (off:
         /// renaming a directory with lower parts fails with EXDEV instead of moving it in
-        /// place), mergerfs's pool options (`pool`, `category.create=POLICY`,
+        /// place), `readdirplus=on|off` (off: listings of names only, which the kernel then
+        /// looks up one by one when they are stat'ed), mergerfs's pool options (`pool`, `category.create=POLICY`,
         /// `category.action=`, `category.search=`, `func.NAME=POLICY`, `minfreespace=SIZE`,
         /// `moveonenospc=`: every writable branch takes new names as the policy says), and the
         /// standard FUSE options: allow_other, allow_root,
@@ -297,6 +298,7 @@ fn mount_config(
         mountpoint,
         branches: resolve_branches(&specs, opts.pool.is_some())?,
         redirect_dir: opts.redirect_dir,
+        readdirplus: opts.readdirplus,
         pool: opts.pool,
         fuse: opts.fuse,
     })
@@ -396,6 +398,9 @@ fn daemonize(cfg: &MountConfig) -> i32 {
     let mut options = cfg.fuse.clone();
     if !cfg.redirect_dir {
         options.push("redirect_dir=off".into());
+    }
+    if !cfg.readdirplus {
+        options.push("readdirplus=off".into());
     }
     if let Some(p) = &cfg.pool {
         options.extend(p.to_options());

@@ -72,6 +72,9 @@ pub struct MountConfig {
     /// `-o redirect_dir=on|off`: rename directories with lower parts in place (on, the
     /// default) or refuse with EXDEV (off).
     pub redirect_dir: bool,
+    /// `-o readdirplus=on|off`: listings with each name's attributes (on, the default) or
+    /// names only.
+    pub readdirplus: bool,
     /// A pool's policies (mergerfs's model: every writable branch takes new names as the
     /// create policy says, no copy-up, no whiteouts); None for an overlay.
     pub pool: Option<pool::Policies>,
@@ -171,6 +174,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         notifier: std::sync::OnceLock::new(),
         mountpoint: mountpoint.clone(),
         redirect_dir: cfg.redirect_dir,
+        readdirplus: cfg.readdirplus,
         pool: cfg.pool.map(Mutex::new),
     });
     let listener = control::listen(&mountpoint).map_err(|e| {

@@ -14,6 +14,10 @@ pub struct MountOptions {
     pub branches: Vec<BranchSpec>,
     /// overlayfs's `redirect_dir=on|off` (see `crate::redirect`); on unless switched off.
     pub redirect_dir: bool,
+    /// `readdirplus=on|off`: listings carry each name's attributes (on, the default: one
+    /// request per chunk of a listing for `ls -l`, `find`, `du`), or names only (off: a
+    /// listing of names alone costs less, and each name stat'ed after costs a LOOKUP).
+    pub readdirplus: bool,
     /// A pool (mergerfs's model) rather than an overlay: set by `pool` or by any of
     /// mergerfs's policy options (`category.create=`, `func.create=`, `minfreespace=` …).
     pub pool: Option<Policies>,
@@ -43,7 +47,7 @@ const SWITCHES: [&str; 4] = [
 ];
 
 /// The options we take, for the error that names an unknown one.
-const KNOWN: &str = "dirs=, redirect_dir=on|off, pool, category.create=, category.action=, \
+const KNOWN: &str = "dirs=, redirect_dir=on|off, readdirplus=on|off, pool, category.create=, category.action=, \
      category.search=, func.NAME=, minfreespace=, moveonenospc=, allow_other, allow_root, default_permissions, \
      auto_unmount, fsname=, subtype=accord, max_read=, ro, rw, dev, nodev, suid, nosuid, exec, \
      noexec, atime, noatime, sync, async, dirsync";
@@ -52,6 +56,7 @@ const KNOWN: &str = "dirs=, redirect_dir=on|off, pool, category.create=, categor
 pub fn parse_mount_options(opts: &str) -> Result<MountOptions, String> {
     let mut out = MountOptions {
         redirect_dir: true,
+        readdirplus: true,
         ..MountOptions::default()
     };
     for opt in opts.split(',').filter(|o| !o.is_empty()) {
@@ -64,6 +69,12 @@ pub fn parse_mount_options(opts: &str) -> Result<MountOptions, String> {
                 "on" => true,
                 "off" => false,
                 _ => return Err(format!("redirect_dir={v:?}: on or off")),
+            };
+        } else if let Some(v) = opt.strip_prefix("readdirplus=") {
+            out.readdirplus = match v {
+                "on" => true,
+                "off" => false,
+                _ => return Err(format!("readdirplus={v:?}: on or off")),
             };
         } else if opt == "pool" {
             out.pool.get_or_insert_with(Policies::default);
@@ -169,6 +180,9 @@ mod tests {
         assert!(!o.redirect_dir);
         assert_eq!(o.branches.len(), 1);
         assert!(parse_mount_options("redirect_dir=yes").is_err());
+        assert!(parse_mount_options("").unwrap().readdirplus);
+        assert!(!parse_mount_options("readdirplus=off").unwrap().readdirplus);
+        assert!(parse_mount_options("readdirplus=no").is_err());
     }
 
     #[test]

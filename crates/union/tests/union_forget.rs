@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+
 /// Inodes the kernel forgets are dropped by the daemon too, so its memory follows what the
 /// kernel caches instead of every name ever seen; forgotten names still resolve.
 #[test]
@@ -30,14 +31,7 @@ fn forgotten_inodes_are_dropped() {
             format!("{}=ro", b.join("lo").display()),
         ],
     );
-    let inodes = || -> usize {
-        let out = accord_union::control::request(&m.mnt, &[std::ffi::OsStr::new("stats")]).unwrap();
-        out.trim()
-            .strip_prefix("inodes\t")
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let inodes = || daemon_inodes(&m);
     let d = m.mnt.join("d");
     for i in 0..1000 {
         fs::write(d.join(format!("u{i}")), "u").unwrap();

@@ -1,7 +1,7 @@
 //! The standard FUSE mount options of `accord union mount -o` (they reach the mount, an
 //! unknown one is named, allow_other for a user other than root needs user_allow_other), the
-//! errors of `umount` and `list` on a directory that is no union, and where `add` puts a
-//! branch by default.
+//! errors of `umount` and `list` on a directory that is no union, where `add` puts a branch
+//! by default, and `readdirplus=off`.
 
 mod common;
 
@@ -259,4 +259,50 @@ fn allow_other_for_a_user_needs_user_allow_other() {
         said.contains("fuse.accord") && said.contains("allow_other"),
         "{said}"
     );
+}
+
+/// `-o readdirplus=off`: the kernel asks for names only, so a listing takes no reference to
+/// the names it shows, and the daemon keeps no node for them once the listing is closed;
+/// while it is open, a name's inode number in the listing is the one stat gives.
+#[test]
+fn a_listing_of_names_only_keeps_no_node_behind() {
+    if !fuse_ok("a_listing_of_names_only_keeps_no_node_behind") {
+        return;
+    }
+    use std::os::unix::fs::{DirEntryExt, MetadataExt};
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo/d")).unwrap();
+    for i in 0..1000 {
+        fs::write(b.join(format!("lo/d/f{i}")), "l").unwrap();
+    }
+    let branches = [
+        format!("{}=rw", b.join("up").display()),
+        format!("{}=ro", b.join("lo").display()),
+    ];
+    let m = UnionMount::with_options(&b.join("mnt"), &branches, &["-o", "readdirplus=off"]);
+    let d = m.mnt.join("d");
+    let mut listing = fs::read_dir(&d).unwrap();
+    for e in listing.by_ref().take(10) {
+        let e = e.unwrap();
+        let stat = fs::symlink_metadata(e.path()).unwrap();
+        assert_eq!(e.ino(), stat.ino(), "{:?}", e.file_name());
+    }
+    assert_eq!(listing.count(), 990);
+    let held = daemon_inodes(&m);
+    for _ in 0..3 {
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 1000);
+    }
+    assert_eq!(daemon_inodes(&m), held, "listings of names left nodes behind");
+    // With attributes (the default), the same listing hands the kernel every name.
+    fs::create_dir_all(b.join("up-plus")).unwrap();
+    let plus_branches = [
+        format!("{}=rw", b.join("up-plus").display()),
+        branches[1].clone(),
+    ];
+    let plus = UnionMount::new(&b.join("mnt-plus"), &plus_branches);
+    let before = daemon_inodes(&plus);
+    assert_eq!(fs::read_dir(plus.mnt.join("d")).unwrap().count(), 1000);
+    assert!(daemon_inodes(&plus) >= before + 1000, "READDIRPLUS was not used");
 }

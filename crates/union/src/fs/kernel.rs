@@ -105,9 +105,12 @@ impl fuser::Filesystem for Union {
         // for security.capability before every single write, a round trip each.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         // Listings carry attributes, which saves one lookup round trip per entry for anything
-        // that stats what it lists (ls -l, find, make, tar). Always on: the kernel's adaptive
-        // mode fell back to plain readdir plus lookups for `find`, 50x the requests.
-        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+        // that stats what it lists (ls -l, find, make, tar). Not the kernel's adaptive mode: it
+        // fell back to plain readdir plus lookups for `find`, 50x the requests. Off when asked
+        // (`readdirplus=off`): names only, for listings nothing stats.
+        if self.shared.readdirplus {
+            let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+        }
         // Read-only opens of files on read-only branches are served by the kernel from the
         // branch file itself (see `settle_open`). Stack depth 1: branches must be on a plain
         // file system (a branch on overlayfs falls back to reads through the daemon), and the
@@ -428,16 +431,28 @@ impl fuser::Filesystem for Union {
         let Some(list) = self.op().snapshot(ino.0, fh.0, offset) else {
             return reply.error(Errno::EBADF);
         };
+        let mut made = Vec::new();
         for (i, (child, kind, name)) in list.iter().enumerate().skip(offset as usize) {
-            // Plain listings are rare (readdirplus is always on); their inode numbers are only
-            // shown, the kernel takes no reference.
+            // A name's inode number is only shown: the kernel takes no reference, so a node
+            // made for it goes when the listing's handle does (unless looked up meanwhile).
             let child = match *child {
-                0 => self.nodes().get_or_create(ino.0, name),
+                0 => {
+                    let mut nodes = self.nodes();
+                    let known = nodes.lookup(ino.0, name);
+                    known.unwrap_or_else(|| {
+                        let new = nodes.get_or_create(ino.0, name);
+                        made.push(new);
+                        new
+                    })
+                }
                 c => c,
             };
             if reply.add(INodeNo(child), (i + 1) as u64, *kind, name) {
                 break;
             }
+        }
+        if !made.is_empty() {
+            super::lock(&self.listed).entry(fh.0).or_default().extend(made);
         }
         reply.ok();
     }
@@ -491,6 +506,10 @@ impl fuser::Filesystem for Union {
         reply: ReplyEmpty,
     ) {
         super::lock(&self.dirs).remove(&fh.0);
+        if let Some(made) = super::lock(&self.listed).remove(&fh.0) {
+            let unheld: Vec<(u64, u64)> = made.into_iter().map(|ino| (ino, 0)).collect();
+            self.forget_inodes(&unheld);
+        }
         reply.ok();
     }
 

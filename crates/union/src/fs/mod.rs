@@ -427,6 +427,8 @@ pub struct Shared {
     /// Rename directories with lower parts in place with a redirect (`redirect.rs`); when
     /// false, such renames fail with EXDEV.
     pub redirect_dir: bool,
+    /// Listings carry attributes (READDIRPLUS); when false the kernel asks for names only.
+    pub readdirplus: bool,
     /// A pool's policies (`crate::pool`, `pool.rs`); None for an overlay. Changeable while
     /// mounted, so read once per request.
     pub pool: Option<Mutex<crate::pool::Policies>>,
@@ -571,6 +573,10 @@ pub struct State {
     /// inode was bound to a passthrough backing file; they live on through their open handles.
     renoded: Mutex<HashSet<u64>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<DirItem>>>>,
+    /// Nodes a plain listing (READDIR, with `readdirplus=off`) made to show a name's inode
+    /// number, by directory handle: the kernel takes no reference to them, so they go when the
+    /// handle is released unless a lookup took one meanwhile.
+    listed: Mutex<HashMap<u64, Vec<u64>>>,
     /// The attributes of directories removed through the union, with no links, while the
     /// kernel holds their inodes (an fstat of one still open; see `keep_removed_dir`).
     removed_dirs: Mutex<HashMap<u64, FileAttr>>,
@@ -720,6 +726,7 @@ impl State {
             passthrough: AtomicBool::new(false),
             renoded: Default::default(),
             dirs: Mutex::new(HashMap::new()),
+            listed: Mutex::new(HashMap::new()),
             removed_dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             next_serial: AtomicU64::new(1),

@@ -399,3 +399,13 @@ pub fn sh(script: &str) {
     let st = Command::new("sh").arg("-c").arg(script).status().unwrap();
     assert!(st.success(), "failed: {script}");
 }
+
+/// How many inodes the daemon holds now.
+pub fn daemon_inodes(m: &UnionMount) -> usize {
+    let out = accord_union::control::request(&m.mnt, &[std::ffi::OsStr::new("stats")]).unwrap();
+    out.trim()
+        .strip_prefix("inodes\t")
+        .unwrap()
+        .parse()
+        .unwrap()
+}
