@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-
 /// Inodes the kernel forgets are dropped by the daemon too, so its memory follows what the
 /// kernel caches instead of every name ever seen; forgotten names still resolve.
 #[test]

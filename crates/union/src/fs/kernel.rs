@@ -452,7 +452,10 @@ impl fuser::Filesystem for Union {
             }
         }
         if !made.is_empty() {
-            super::lock(&self.listed).entry(fh.0).or_default().extend(made);
+            super::lock(&self.listed)
+                .entry(fh.0)
+                .or_default()
+                .extend(made);
         }
         reply.ok();
     }
