@@ -4,6 +4,7 @@
 //! the policies.
 
 mod mirror_common;
+mod remote_common;
 mod sync_common;
 use std::process::Command;
 use sync_common::*;
@@ -556,6 +557,72 @@ fn the_run_after_a_first_sync_reads_no_file_it_wrote() {
         pair.read('b', "d0/payload-b.txt").as_deref(),
         Some("MADE ON B")
     );
+}
+
+/// The same over ssh: what the first run wrote on the remote root is
+/// recorded there with the ctime its host read right after the rename
+/// (the client asks for that stat; only that host can promise it), and
+/// the next run's scan on that host opens none of those files.
+#[test]
+fn the_run_after_a_first_sync_reads_no_file_it_wrote_on_a_remote_root() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        mirror_common::skip_or_fail("strace is not installed (apt-get install strace)");
+        return;
+    }
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let mut pair = Pair::with_remote_b(&RemoteB::over_ssh(base.path(), &sshd.rsh()));
+    for i in 0..24 {
+        pair.write('a', &format!("d{}/payload-{i}.txt", i % 3), "contents");
+    }
+    pair.sync_json(&[], 0);
+    pair.assert_equal();
+    // The second run's server, under strace: one log per thread.
+    let logs = base.path().join("server-trace");
+    std::fs::create_dir(&logs).unwrap();
+    let traced = base.path().join("traced-accord");
+    std::fs::write(
+        &traced,
+        format!(
+            "#!/bin/sh\nexec strace -ff -qq -y -e trace=open,openat,openat2 -o {}/t {} \"$@\"\n",
+            logs.display(),
+            bin().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&traced, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = &mut pair.remote_b.as_mut().unwrap().args;
+    let at = args.iter().position(|a| a == "--remote-accord").unwrap();
+    args[at + 1] = traced.display().to_string();
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 0, "{report}");
+    assert!(sshd.wait_sessions_gone(std::time::Duration::from_secs(60)));
+    let mut trace = String::new();
+    for entry in std::fs::read_dir(&logs).unwrap() {
+        trace += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    let b = pair.b.canonicalize().unwrap().display().to_string();
+    assert!(
+        trace.contains(&format!("<{b}/d1>")),
+        "the traced server scanned B:\n{trace}"
+    );
+    let opened: Vec<&str> = trace
+        .lines()
+        .filter(|line| line.contains("payload-") && !line.contains("O_DIRECTORY"))
+        .collect();
+    if ctimes_vouch_at_once(&pair.b) {
+        assert_eq!(
+            opened,
+            Vec::<&str>::new(),
+            "no file the first run wrote is read again"
+        );
+    } else {
+        eprintln!("coarse ctimes here: {} files read again", opened.len());
+        assert!(!opened.is_empty());
+    }
 }
 
 /// The payload files a no-change sync of `pair` opens other than as

@@ -37,6 +37,9 @@ pub const FEATURE_PACKED_DELTA: u64 = 128;
 /// Feature bit: the server signs the gaps of a delta's first round in
 /// smaller blocks (`FineSignature`), for a second round over them.
 pub const FEATURE_FINE_SIGNATURE: u64 = 256;
+/// Feature bit: the server answers `VouchingStat`, so that a sync records
+/// what it wrote there with a ctime the next run trusts.
+pub const FEATURE_VOUCHING_STAT: u64 = 512;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
@@ -46,7 +49,8 @@ pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_NO_OWNERS
     | FEATURE_SYNC_SET
     | FEATURE_PACKED_DELTA
-    | FEATURE_FINE_SIGNATURE;
+    | FEATURE_FINE_SIGNATURE
+    | FEATURE_VOUCHING_STAT;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

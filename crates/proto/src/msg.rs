@@ -8,7 +8,7 @@
 use crate::codec::*;
 use crate::wire::{Dec, Enc, ProtoError};
 use accord_fsys::{PropsMask, XattrFilter};
-use accord_model::{Entry, Expect, Found, Kind, Props, RelPath};
+use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, Time};
 
 // How requests are coded on the wire (`Request::encode`, `Request::decode`).
 mod request_codec;
@@ -63,6 +63,14 @@ pub enum Request {
     Stat {
         dir: RelPath,
         name: Vec<u8>,
+    },
+    /// Reply: what `Stat` gives, with a ctime that vouches for it from
+    /// this stat on (`ReplicaDir::start_vouching_stat`), or absent where
+    /// the server's file system cannot promise one. Sent only to a server
+    /// that agreed to `FEATURE_VOUCHING_STAT`.
+    VouchingStat {
+        dir: RelPath,
+        of: StatOf,
     },
     OpenRead {
         dir: RelPath,
@@ -341,6 +349,7 @@ impl Request {
                 | Request::OpenDir { .. }
                 | Request::ReadState { .. }
                 | Request::Stat { .. }
+                | Request::VouchingStat { .. }
                 | Request::OpenRead { .. }
                 | Request::Signature { .. }
                 | Request::PartialSignature { .. }
@@ -368,6 +377,7 @@ impl Request {
             Request::ReadState { .. } => "read state",
             Request::WriteState { .. } => "write state",
             Request::Stat { .. } => "stat",
+            Request::VouchingStat { .. } => "vouching stat",
             Request::OpenRead { .. } => "read",
             Request::Signature { .. } => "signature",
             Request::MakeDelta { .. } => "delta",
@@ -416,6 +426,42 @@ pub fn encode_found(f: Option<&Found>) -> Vec<u8> {
         }
     };
     e.finish()
+}
+
+/// What a `VouchingStat` reads: an entry by its name, or a temp this
+/// session made, by the stream of the request that made it (the name a
+/// client knows it by).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatOf {
+    Name(Vec<u8>),
+    Temp(u32),
+}
+
+/// `VouchingStat`'s reply: a stat with the ctime that vouches for it, or
+/// absent (nothing there, or nothing promised).
+pub fn encode_vouched(v: Option<&(Found, Time)>) -> Vec<u8> {
+    let mut e = Enc::new();
+    match v {
+        None => e.u8(0),
+        Some((f, ctime)) => {
+            e.u8(1);
+            put_found(&mut e, f);
+            put_time(&mut e, *ctime);
+            &mut e
+        }
+    };
+    e.finish()
+}
+
+pub fn decode_vouched(b: &[u8]) -> Result<Option<(Found, Time)>, ProtoError> {
+    let mut d = Dec::new(b);
+    let v = if d.bool("present")? {
+        Some((get_found(&mut d)?, get_time(&mut d)?))
+    } else {
+        None
+    };
+    d.end("the vouching stat reply")?;
+    Ok(v)
 }
 
 pub fn decode_found(b: &[u8]) -> Result<Option<Found>, ProtoError> {

@@ -8,7 +8,7 @@ mod bodies;
 use accord_fsys::{Listing, PropsMask, XattrFilter};
 use accord_model::{Entry, Expect, Found, Kind, Props, RelPath, Time};
 use accord_proto::codec::{get_listing, put_listing};
-use accord_proto::msg::MAX_WAIT_CHANGE_MS;
+use accord_proto::msg::{StatOf, MAX_WAIT_CHANGE_MS};
 use accord_proto::{Basis, Dec, Enc, ListOptions, Request, WatchNews};
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -112,6 +112,8 @@ proptest! {
     fn frames_decode(data in hostile()) { bounded(bodies::frames, &data) }
     #[test]
     fn found_decode(data in hostile()) { bounded(bodies::found, &data) }
+    #[test]
+    fn vouched_decode(data in hostile()) { bounded(bodies::vouched, &data) }
     #[test]
     fn watch_news_decode(data in hostile()) { bounded(bodies::watch_news, &data) }
 }
@@ -292,6 +294,14 @@ fn request() -> impl Strategy<Value = Request> {
         (state_name(), any::<bool>())
             .prop_map(|(name, durable)| Request::WriteState { name, durable }),
         dn().prop_map(|(dir, name)| Request::Stat { dir, name }),
+        dn().prop_map(|(dir, name)| Request::VouchingStat {
+            dir,
+            of: StatOf::Name(name)
+        }),
+        (rel_path(), any::<u32>()).prop_map(|(dir, made_by)| Request::VouchingStat {
+            dir,
+            of: StatOf::Temp(made_by)
+        }),
         (dn(), expect()).prop_map(|((dir, name), expect)| Request::OpenRead { dir, name, expect }),
         (dn(), expect()).prop_map(|((dir, name), expect)| Request::FineSignature {
             dir,
@@ -798,6 +808,15 @@ fn one_of_each() -> Vec<Request> {
             name: name(),
             expect: Expect::Entry(found),
         },
+        // A stat whose ctime vouches, of a name and of a temp.
+        Request::VouchingStat {
+            dir: dir(),
+            of: StatOf::Name(name()),
+        },
+        Request::VouchingStat {
+            dir: dir(),
+            of: StatOf::Temp(300),
+        },
     ]
 }
 
@@ -805,7 +824,7 @@ fn one_of_each() -> Vec<Request> {
 /// has them (taken from the encoder before it was split into one function
 /// per kind of request). A change here is a change of the protocol: a peer
 /// of another version would misread the request.
-const ONE_OF_EACH_BYTES: [&str; 43] = [
+const ONE_OF_EACH_BYTES: [&str; 45] = [
     "01",
     "0203642f6502032a2e6f04746d702f010005",
     "0303642f65",
@@ -849,6 +868,8 @@ const ONE_OF_EACH_BYTES: [&str; 43] = [
     "26",
     "27",
     "2803642f65016e01000405ac020303",
+    "2903642f6500016e",
+    "2903642f6501ac02",
 ];
 
 #[test]
@@ -856,7 +877,7 @@ fn every_kind_of_request_has_its_pinned_bytes() {
     let requests = one_of_each();
     assert_eq!(requests.len(), ONE_OF_EACH_BYTES.len());
     let names: std::collections::BTreeSet<_> = requests.iter().map(Request::name).collect();
-    assert_eq!(names.len(), 40, "every kind of request once at least");
+    assert_eq!(names.len(), 41, "every kind of request once at least");
     for (r, pinned) in requests.iter().zip(ONE_OF_EACH_BYTES) {
         let bytes = r.encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -872,7 +893,9 @@ fn malformed_requests_get_their_errors() {
     let invalid = |m: &str| Err(Invalid(m.into()));
     assert_eq!(Request::decode(&[]), Err(Truncated("operation")));
     assert_eq!(Request::decode(&[0]), invalid("unknown operation 0"));
-    assert_eq!(Request::decode(&[41]), invalid("unknown operation 41"));
+    assert_eq!(Request::decode(&[42]), invalid("unknown operation 42"));
+    assert_eq!(Request::decode(&[41]), Err(Truncated("directory")));
+    assert_eq!(Request::decode(&[41, 0, 2]), invalid("a stat of kind 2"));
     // FineSignature: its fields are `OpenRead`'s.
     assert_eq!(Request::decode(&[40]), Err(Truncated("directory")));
     assert_eq!(

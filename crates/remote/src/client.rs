@@ -9,17 +9,17 @@ use crate::mux::{ChunkCursor, Conn, Role};
 use crate::sync_client::RemoteSide;
 use accord_delta::{DeltaStats, LiteralCoding};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
-use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath};
+use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath, Time};
 use accord_proto::codec::{get_failures, get_listing};
 use accord_proto::hello::{
     FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
 };
 use accord_proto::hello::{
     FEATURE_FINE_SIGNATURE, FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE,
-    FEATURE_SYNC_SET,
+    FEATURE_SYNC_SET, FEATURE_VOUCHING_STAT,
 };
 use accord_proto::limits;
-use accord_proto::msg::{decode_found, ListOptions, MAX_WAIT_CHANGE_MS};
+use accord_proto::msg::{decode_found, decode_vouched, ListOptions, StatOf, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
     Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
 };
@@ -103,6 +103,8 @@ pub struct RemoteReplica {
     /// The server signs a delta's gaps for a second round: it agreed to
     /// the feature.
     fine_signatures: bool,
+    /// The server answers a stat whose ctime vouches (`VouchingStat`).
+    vouching_stats: bool,
     /// What a delta crossing this connection may hold: format 2 when the
     /// server agreed to the feature, compressed at the level of `-z`.
     delta_wire: DeltaWire,
@@ -157,7 +159,8 @@ impl RemoteReplica {
             | FEATURE_SYNC_SET
             | FEATURE_NO_OWNERS
             | FEATURE_PACKED_DELTA
-            | FEATURE_FINE_SIGNATURE;
+            | FEATURE_FINE_SIGNATURE
+            | FEATURE_VOUCHING_STAT;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -215,6 +218,7 @@ impl RemoteReplica {
             sync_set: features & FEATURE_SYNC_SET != 0,
             keeps_owners: features & FEATURE_NO_OWNERS == 0,
             fine_signatures: features & FEATURE_FINE_SIGNATURE != 0,
+            vouching_stats: features & FEATURE_VOUCHING_STAT != 0,
             delta_wire: DeltaWire {
                 reads_packed: features & FEATURE_PACKED_DELTA != 0,
                 level: compress,
@@ -862,6 +866,27 @@ struct RemoteDir<'a> {
     dir: RelPath,
 }
 
+impl RemoteDir<'_> {
+    /// Asked of the server's host, which alone knows whether its file
+    /// system moves a ctime a stat read (an older server: nothing
+    /// promised, as the seam's default).
+    fn vouching_stat(&self, of: StatOf) -> Pending<io::Result<Option<(Found, Time)>>> {
+        if !self.replica.vouching_stats {
+            return Pending::ready(Ok(None));
+        }
+        let req = Request::VouchingStat {
+            dir: self.dir.clone(),
+            of,
+        };
+        let p = self.replica.call_later(&req, None);
+        Pending::later(move || {
+            let b = p.wait().map_err(CallError::into_io)?;
+            decode_vouched(&b)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        })
+    }
+}
+
 impl ReplicaDir for RemoteDir<'_> {
     fn open_read(&self, name: &[u8], expect: &Expect) -> Result<Box<dyn Read + Send + '_>, Error> {
         let req = Request::OpenRead {
@@ -1004,6 +1029,23 @@ impl ReplicaDir for RemoteDir<'_> {
             let b = p.wait().map_err(CallError::into_io)?;
             decode_found(&b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
         })
+    }
+
+    fn start_vouching_stat(&self, name: &[u8]) -> Pending<io::Result<Option<(Found, Time)>>> {
+        self.vouching_stat(StatOf::Name(name.to_vec()))
+    }
+
+    fn start_vouching_stat_of_temp(
+        &self,
+        temp: &[u8],
+    ) -> Pending<io::Result<Option<(Found, Time)>>> {
+        match temp_stream(temp) {
+            Some(made_by) => self.vouching_stat(StatOf::Temp(made_by)),
+            None => Pending::ready(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a temp of this connection",
+            ))),
+        }
     }
 
     fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {

@@ -572,6 +572,16 @@ impl Session<'_> {
 
     /// The name of the temp made by request `made_by` in `dir`, taken
     /// out of this session's temps.
+    /// The name of a temp this session made in `dir` (left in its temps).
+    fn temp_name(&self, dir: &RelPath, made_by: u32) -> Result<Vec<u8>, WireError> {
+        match self.temps.lock().unwrap().get(&made_by) {
+            Some((d, temp)) if d == dir => Ok(temp.clone()),
+            _ => Err(denied(
+                "a temp this session did not make (or its receive failed)",
+            )),
+        }
+    }
+
     fn take_temp(&self, dir: &RelPath, made_by: u32) -> Result<Vec<u8>, WireError> {
         let mut temps = self.temps.lock().unwrap();
         match temps.get(&made_by) {
@@ -619,6 +629,7 @@ impl Session<'_> {
             Request::ReadState { name } => self.read_state(name),
             Request::WriteState { name, durable } => self.write_state(stream, name, *durable),
             Request::Stat { dir, name } => self.stat(dir, name),
+            Request::VouchingStat { dir, of } => self.vouching_stat(dir, of),
             Request::OpenRead { dir, name, expect } => self.open_read(stream, dir, name, expect),
             Request::PartialSignature { dir, name } => self.partial_signature(dir, name),
             Request::Signature {

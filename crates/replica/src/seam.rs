@@ -203,6 +203,15 @@ pub trait ReplicaDir: Send + Sync {
     fn start_vouching_stat(&self, _name: &[u8]) -> Pending<io::Result<Option<(Found, Time)>>> {
         Pending::ready(Ok(None))
     }
+    /// `start_vouching_stat` of a temp this replica made (`temp` as its
+    /// maker returned it). The default takes it for a name in this
+    /// directory, as a local replica's temp is.
+    fn start_vouching_stat_of_temp(
+        &self,
+        temp: &[u8],
+    ) -> Pending<io::Result<Option<(Found, Time)>>> {
+        self.start_vouching_stat(temp)
+    }
     /// Read a regular file that must still be what `expect` says.
     fn open_read(
         &self,

@@ -5,7 +5,7 @@
 //! one request at a time.
 
 use super::MAX_SET_IDENTITY;
-use super::{Basis, ListOptions, Request};
+use super::{Basis, ListOptions, Request, StatOf};
 use super::{MAX_PATTERN, MAX_PATTERNS, MAX_STATE_NAME, MAX_SYNC_IDENTITY, MAX_WAIT_CHANGE_MS};
 use crate::codec::{
     get_entry, get_expect, get_filter, get_kind, get_mask, get_name, get_path, get_props,
@@ -57,6 +57,7 @@ mod op {
     pub const SYNC_VERSIONS_AT: u8 = 38;
     pub const SYNC_RECORD_VERSIONS: u8 = 39;
     pub const FINE_SIGNATURE: u8 = 40;
+    pub const VOUCHING_STAT: u8 = 41;
 }
 
 impl Request {
@@ -78,6 +79,7 @@ impl Request {
             Request::ReadState { .. } => op::READ_STATE,
             Request::WriteState { .. } => op::WRITE_STATE,
             Request::Stat { .. } => op::STAT,
+            Request::VouchingStat { .. } => op::VOUCHING_STAT,
             Request::OpenRead { .. } => op::OPEN_READ,
             Request::Signature { .. } => op::SIGNATURE,
             Request::MakeDelta { .. } => op::MAKE_DELTA,
@@ -132,6 +134,7 @@ impl Request {
             Request::ReadState { name } => put_read_state(e, name),
             Request::WriteState { name, durable } => put_write_state(e, name, *durable),
             Request::Stat { dir, name } => put_stat(e, dir, name),
+            Request::VouchingStat { dir, of } => put_vouching_stat(e, dir, of),
             Request::OpenRead { dir, name, expect } => put_open_read(e, dir, name, expect),
             Request::Signature {
                 dir,
@@ -258,6 +261,7 @@ impl Request {
             op::SYNC_VERSIONS_AT => Request::SyncVersionsAt,
             op::SYNC_RECORD_VERSIONS => Request::SyncRecordVersions,
             op::FINE_SIGNATURE => get_fine_signature(d)?,
+            op::VOUCHING_STAT => get_vouching_stat(d)?,
             n => return Err(ProtoError::Invalid(format!("unknown operation {n}"))),
         };
         d.end("the request")?;
@@ -359,6 +363,27 @@ fn put_stat(e: &mut Enc, dir: &RelPath, name: &[u8]) {
 fn get_stat(d: &mut Dec) -> Result<Request, ProtoError> {
     let (dir, name) = get_dir_name(d)?;
     Ok(Request::Stat { dir, name })
+}
+
+// VouchingStat: the directory, then 0 and a name, or 1 and the stream
+// that made a temp.
+
+fn put_vouching_stat(e: &mut Enc, dir: &RelPath, of: &StatOf) {
+    put_path(e, dir);
+    match of {
+        StatOf::Name(name) => e.u8(0).bytes(name),
+        StatOf::Temp(made_by) => e.u8(1).varint(u64::from(*made_by)),
+    };
+}
+
+fn get_vouching_stat(d: &mut Dec) -> Result<Request, ProtoError> {
+    let dir = get_dir(d)?;
+    let of = match d.u8("what is stat'ed")? {
+        0 => StatOf::Name(get_name(d, "name")?),
+        1 => StatOf::Temp(d.u32("made by")?),
+        n => return Err(ProtoError::Invalid(format!("a stat of kind {n}"))),
+    };
+    Ok(Request::VouchingStat { dir, of })
 }
 
 // OpenRead

@@ -9,7 +9,7 @@
 use accord_model::RelPath;
 use accord_proto::codec::{get_failures, get_listing, put_failures, put_listing};
 use accord_proto::frame::{parse_credit, read_frame, FrameKind};
-use accord_proto::msg::{decode_found, encode_found};
+use accord_proto::msg::{decode_found, decode_vouched, encode_found, encode_vouched};
 use accord_proto::{Dec, Enc, Hello, Request, WatchNews, Welcome, WireError};
 
 pub fn request(data: &[u8]) {
@@ -108,6 +108,15 @@ pub fn found(data: &[u8]) {
         assert_eq!(
             decode_found(&encode_found(f.as_ref())).expect("re-decode"),
             f
+        );
+    }
+}
+
+pub fn vouched(data: &[u8]) {
+    if let Ok(v) = decode_vouched(data) {
+        assert_eq!(
+            decode_vouched(&encode_vouched(v.as_ref())).expect("re-decode"),
+            v
         );
     }
 }

@@ -13,6 +13,7 @@ use accord_model::{Entry, Expect, Props};
 use accord_proto::limits::{
     max_delta, MAX_DELTA, MAX_DELTA_FILE, MAX_SIGNATURE, MAX_STATE, MAX_SYNC,
 };
+use accord_proto::msg::{encode_vouched, StatOf};
 use accord_replica::DeltaWire;
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -77,6 +78,23 @@ impl Session<'_> {
             .stat(name)
             .map_err(|e| io_error(Action::OpenDestination, &e))?;
         Ok(encode_found(found.as_ref()))
+    }
+
+    /// A stat with a ctime that vouches, where this host's file system
+    /// can promise one (`ReplicaDir::start_vouching_stat`).
+    /// A temp is named by the stream that made it, and must be one this
+    /// session made in `dir` and has not committed or discarded.
+    pub(super) fn vouching_stat(&self, dir: &RelPath, of: &StatOf) -> Reply {
+        let d = self.dir(dir, Action::OpenDestination)?;
+        let name = match of {
+            StatOf::Name(name) => name.clone(),
+            StatOf::Temp(made_by) => self.temp_name(dir, *made_by)?,
+        };
+        let vouched = d
+            .start_vouching_stat(&name)
+            .wait()
+            .map_err(|e| io_error(Action::OpenDestination, &e))?;
+        Ok(encode_vouched(vouched.as_ref()))
     }
 
     pub(super) fn open_read(

@@ -9,7 +9,7 @@
 
 use accord_delta::DeltaStats;
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
-use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath};
+use accord_model::{Entry, Expect, Fingerprint, Found, Kind, Props, RelPath, Time};
 use accord_replica::Error;
 use accord_replica::{Deleted, DeltaWire, Incoming, Pending, PendingTemp, Replica, ReplicaDir};
 use std::collections::HashMap;
@@ -193,6 +193,15 @@ impl ReplicaDir for SpelledDir<'_> {
     }
     fn start_partial_signature(&self, name: &[u8]) -> Pending<Result<Option<Vec<u8>>, Error>> {
         self.inner.start_partial_signature(&self.name(name))
+    }
+    fn start_vouching_stat(&self, name: &[u8]) -> Pending<io::Result<Option<(Found, Time)>>> {
+        self.inner.start_vouching_stat(&self.name(name))
+    }
+    fn start_vouching_stat_of_temp(
+        &self,
+        temp: &[u8],
+    ) -> Pending<io::Result<Option<(Found, Time)>>> {
+        self.inner.start_vouching_stat_of_temp(temp)
     }
     fn start_signature(
         &self,

@@ -18,11 +18,14 @@ impl<'a> Propagation<'a> {
         }
         // Backups are made durable with the temps, before any overwrite.
         let staged = self.back_up_staged(staged);
-        self.flush_replicas();
+        // Asked before the flush and waited for after it: a replica across
+        // a link answers them in the flush's round trip.
         let temps: Vec<_> = staged
             .iter()
-            .map(|one| self.vouching_stat_of_temp(one))
+            .map(|one| self.start_vouching_stat_of_temp(one))
             .collect();
+        self.flush_replicas();
+        let temps: Vec<_> = temps.into_iter().map(TempStat::wait).collect();
         let started: Vec<_> = staged
             .into_iter()
             .zip(temps)
@@ -58,11 +61,12 @@ impl<'a> Propagation<'a> {
     /// replica can promise one (`ReplicaDir::start_vouching_stat`). Read
     /// before the rename: that read is what makes the file system stamp
     /// any later change of the file with a later time.
-    fn vouching_stat_of_temp(&self, staged: &Staged) -> Option<Found> {
+    fn start_vouching_stat_of_temp(&self, staged: &Staged) -> TempStat {
         let (parent, _) = split(&staged.item.path);
-        let dir = self.replicas[index(staged.to)].open_dir(&parent).ok()?;
-        let (found, _) = dir.start_vouching_stat(&staged.temp).wait().ok()??;
-        Some(found)
+        match self.replicas[index(staged.to)].open_dir(&parent) {
+            Ok(dir) => TempStat(Some(dir.start_vouching_stat_of_temp(&staged.temp))),
+            Err(_) => TempStat(None),
+        }
     }
 
     /// Stat what was committed: with a ctime that vouches where the temp's
@@ -298,10 +302,25 @@ impl<'a> Propagation<'a> {
     }
 }
 
+/// A stat with the ctime that vouches for it, started.
+type PendingVouched = Pending<std::io::Result<Option<(Found, Time)>>>;
+
+/// A vouching stat of a temp, started (`None`: its directory could not be
+/// opened, and nothing is promised).
+struct TempStat(Option<PendingVouched>);
+
+impl TempStat {
+    /// The temp as written, where its ctime vouches for it.
+    fn wait(self) -> Option<Found> {
+        let (found, _) = self.0?.wait().ok()??;
+        Some(found)
+    }
+}
+
 /// A stat of a committed entry, started (`Propagation::start_stat_written`).
 enum WrittenStat {
     Plain(Pending<std::io::Result<Option<Found>>>),
-    Vouching(Pending<std::io::Result<Option<(Found, Time)>>>),
+    Vouching(PendingVouched),
 }
 
 impl WrittenStat {
