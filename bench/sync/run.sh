@@ -129,21 +129,6 @@ ROUND=0
 # on both tools' pairs.
 change_one_percent() {
     ROUND=$((ROUND + 1))
-    python3 - "$W" "$ROUND" <<'EOF'
-import os, random, sys
-w, round_ = sys.argv[1], int(sys.argv[2])
-files = sorted(
-    os.path.relpath(os.path.join(d, f), os.path.join(w, "tree"))
-    for d, _, fs in os.walk(os.path.join(w, "tree")) for f in fs
-)
-r = random.Random(round_)
-picked = r.sample(files, max(2, len(files) // 50))
-half = len(picked) // 2
-for side, chosen in (("a", picked[:half]), ("b", picked[half:])):
-    for rel in chosen:
-        for tool in ("acc", "uni"):
-            with open(os.path.join(w, f"{tool}-{side}", rel), "a") as f:
-                f.write(f"round {round_} on {side}\n")
-EOF
+    python3 bench/sync/change.py "$W" "$ROUND"
 }
 row "3. 1% of the files changed on each side" change_one_percent

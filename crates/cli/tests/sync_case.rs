@@ -389,3 +389,43 @@ fn a_case_insensitive_root_is_detected_and_its_names_matched() {
     assert_eq!(names(&a), ["A.txt", "Docs", "README", "a.txt"]);
     no_temps_left(b);
 }
+
+/// B over ssh on a case-insensitive file system, and empty: its server
+/// probes its own root in one call (an empty root gets a file of ours,
+/// made and taken away), so the run knows B ignores case. Through the
+/// probe's separate calls an empty remote root counted as case-sensitive.
+#[test]
+fn an_empty_case_insensitive_root_over_ssh_is_detected() {
+    let Some(exfat) = Exfat::mount() else {
+        return;
+    };
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    std::fs::create_dir_all(a.join("Docs")).unwrap();
+    std::fs::write(a.join("README"), "read me").unwrap();
+    std::fs::write(a.join("Docs/f"), "in Docs").unwrap();
+    like_exfat(&a);
+    let out = Command::new(bin())
+        .args([
+            "sync",
+            "--batch",
+            "--json",
+            "--rsh",
+            &sshd.rsh(),
+            "--remote-accord",
+        ])
+        .arg(bin())
+        .arg(&a)
+        .arg(sshd.root(&exfat.mount))
+        .env("ACCORD_STATE_DIR", tmp.path().join("state"))
+        .output()
+        .unwrap();
+    let report = json_report(&out, 0);
+    assert_eq!(report["ignorecase"], true, "{report}");
+    assert_eq!(report["case_insensitive"], serde_json::json!([false, true]));
+    assert_eq!(names(&exfat.mount), ["Docs", "README"]);
+    no_temps_left(&exfat.mount);
+}

@@ -32,6 +32,10 @@ pub struct ScanOptions<'a> {
     pub source: bool,
     /// rsync's `-x`: stay on the root's file system (see `SameFs`).
     pub same_fs: Option<SameFs>,
+    /// This directory's listing only: a replica across a link asks for
+    /// none of its subdirectories' listings ahead (a sync's probe of a
+    /// root reads the root's names, not the tree below).
+    pub alone: bool,
 }
 
 /// rsync's `-x` (`--one-file-system`) on one side of a paired walk. A
@@ -66,6 +70,7 @@ impl<'a> ScanOptions<'a> {
             only_names: None,
             source,
             same_fs: None,
+            alone: false,
         }
     }
 }
@@ -1123,6 +1128,7 @@ mod tests {
             only_names: None,
             source: true,
             same_fs: None,
+            alone: false,
         };
         let d = RelPath::new(b"d").unwrap();
         let (listing, _) = list_dir(&root, &d, &rules, &opts);
@@ -1166,6 +1172,7 @@ mod tests {
             only_names: None,
             source: true,
             same_fs: None,
+            alone: false,
         };
         let later = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1212,6 +1219,7 @@ mod tests {
             only_names: None,
             source: listing_memo.is_none(),
             same_fs: None,
+            alone: false,
         }
     }
 

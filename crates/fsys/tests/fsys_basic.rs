@@ -76,6 +76,7 @@ fn scan_lists_kinds_skips_reserved_and_excluded() {
             only_names: None,
             source: true,
             same_fs: None,
+            alone: false,
         },
     );
     let paths: Vec<String> = s.entries.iter().map(|e| e.path.display()).collect();

@@ -40,6 +40,13 @@ pub const FEATURE_FINE_SIGNATURE: u64 = 256;
 /// Feature bit: the server answers `VouchingStat`, so that a sync records
 /// what it wrote there with a ctime the next run trusts.
 pub const FEATURE_VOUCHING_STAT: u64 = 512;
+/// Feature bit: the server probes whether its root is case-insensitive in
+/// one call (`ProbeCase`).
+pub const FEATURE_CASE_PROBE: u64 = 1024;
+/// Feature bit: the server carries out a sync's rules (`SyncRules`,
+/// `SyncFollow`) in the order they were sent, with its writes: a client
+/// may send them together and the scan after them without waiting.
+pub const FEATURE_ORDERED_RULES: u64 = 2048;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
@@ -50,7 +57,9 @@ pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_SYNC_SET
     | FEATURE_PACKED_DELTA
     | FEATURE_FINE_SIGNATURE
-    | FEATURE_VOUCHING_STAT;
+    | FEATURE_VOUCHING_STAT
+    | FEATURE_CASE_PROBE
+    | FEATURE_ORDERED_RULES;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -243,6 +243,11 @@ pub enum Request {
     SyncVersionsAt,
     /// Record the body's entries and version vectors, in one transaction.
     SyncRecordVersions,
+    /// Reply: whether the root is case-insensitive, probed by the server
+    /// (`encode_case_probe`). A write: the probe of a root with no name to
+    /// look up makes a temp file and removes it. Sent only to a server that
+    /// agreed to `FEATURE_CASE_PROBE`.
+    ProbeCase,
 }
 
 /// The longest a `WaitChange` may be asked to wait: a client that wants
@@ -408,6 +413,7 @@ impl Request {
             Request::SyncVersionsDigest => "read the version vectors' digest",
             Request::SyncVersionsAt => "look up version vectors",
             Request::SyncRecordVersions => "record in the set's archive",
+            Request::ProbeCase => "case probe",
             Request::RenameFrom { .. } => "rename",
             Request::WaitChange { .. } => "wait for a change",
         }
@@ -435,6 +441,38 @@ pub fn encode_found(f: Option<&Found>) -> Vec<u8> {
 pub enum StatOf {
     Name(Vec<u8>),
     Temp(u32),
+}
+
+/// Longest reason a case probe's failure may give.
+pub const MAX_PROBE_FAILURE: usize = 4096;
+
+/// `ProbeCase`'s reply: 0 and whether the root is case-insensitive, or 1
+/// and why the server could not tell.
+pub fn encode_case_probe(probed: &Result<bool, String>) -> Vec<u8> {
+    let mut e = Enc::new();
+    match probed {
+        Ok(insensitive) => e.u8(0).bool(*insensitive),
+        Err(why) => {
+            let cut = why.len().min(MAX_PROBE_FAILURE);
+            let cut = (0..=cut)
+                .rev()
+                .find(|&i| why.is_char_boundary(i))
+                .unwrap_or(0);
+            e.u8(1).str(&why[..cut])
+        }
+    };
+    e.finish()
+}
+
+pub fn decode_case_probe(b: &[u8]) -> Result<Result<bool, String>, ProtoError> {
+    let mut d = Dec::new(b);
+    let probed = match d.u8("the probe's outcome")? {
+        0 => Ok(d.bool("case-insensitive")?),
+        1 => Err(d.string(MAX_PROBE_FAILURE, "why the probe failed")?),
+        n => return Err(ProtoError::Invalid(format!("a probe outcome {n}"))),
+    };
+    d.end("the case probe reply")?;
+    Ok(probed)
 }
 
 /// `VouchingStat`'s reply: a stat with the ctime that vouches for it, or

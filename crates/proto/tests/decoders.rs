@@ -115,6 +115,8 @@ proptest! {
     #[test]
     fn vouched_decode(data in hostile()) { bounded(bodies::vouched, &data) }
     #[test]
+    fn case_probe_decode(data in hostile()) { bounded(bodies::case_probe, &data) }
+    #[test]
     fn watch_news_decode(data in hostile()) { bounded(bodies::watch_news, &data) }
 }
 
@@ -427,6 +429,7 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::SyncVersionsDigest),
         Just(Request::SyncVersionsAt),
         Just(Request::SyncRecordVersions),
+        Just(Request::ProbeCase),
     ]
 }
 
@@ -817,6 +820,7 @@ fn one_of_each() -> Vec<Request> {
             dir: dir(),
             of: StatOf::Temp(300),
         },
+        Request::ProbeCase,
     ]
 }
 
@@ -824,7 +828,7 @@ fn one_of_each() -> Vec<Request> {
 /// has them (taken from the encoder before it was split into one function
 /// per kind of request). A change here is a change of the protocol: a peer
 /// of another version would misread the request.
-const ONE_OF_EACH_BYTES: [&str; 45] = [
+const ONE_OF_EACH_BYTES: [&str; 46] = [
     "01",
     "0203642f6502032a2e6f04746d702f010005",
     "0303642f65",
@@ -870,6 +874,7 @@ const ONE_OF_EACH_BYTES: [&str; 45] = [
     "2803642f65016e01000405ac020303",
     "2903642f6500016e",
     "2903642f6501ac02",
+    "2a",
 ];
 
 #[test]
@@ -877,7 +882,7 @@ fn every_kind_of_request_has_its_pinned_bytes() {
     let requests = one_of_each();
     assert_eq!(requests.len(), ONE_OF_EACH_BYTES.len());
     let names: std::collections::BTreeSet<_> = requests.iter().map(Request::name).collect();
-    assert_eq!(names.len(), 41, "every kind of request once at least");
+    assert_eq!(names.len(), 42, "every kind of request once at least");
     for (r, pinned) in requests.iter().zip(ONE_OF_EACH_BYTES) {
         let bytes = r.encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -893,7 +898,7 @@ fn malformed_requests_get_their_errors() {
     let invalid = |m: &str| Err(Invalid(m.into()));
     assert_eq!(Request::decode(&[]), Err(Truncated("operation")));
     assert_eq!(Request::decode(&[0]), invalid("unknown operation 0"));
-    assert_eq!(Request::decode(&[42]), invalid("unknown operation 42"));
+    assert_eq!(Request::decode(&[43]), invalid("unknown operation 43"));
     assert_eq!(Request::decode(&[41]), Err(Truncated("directory")));
     assert_eq!(Request::decode(&[41, 0, 2]), invalid("a stat of kind 2"));
     // FineSignature: its fields are `OpenRead`'s.

@@ -6,7 +6,7 @@ use crate::ahead::Ahead;
 use crate::budget::{Budget, Held};
 use crate::errors::from_wire;
 use crate::mux::{ChunkCursor, Conn, Role};
-use crate::sync_client::RemoteSide;
+use crate::sync_client::{RemoteSide, SideCaps};
 use accord_delta::{DeltaStats, LiteralCoding};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath, Time};
@@ -15,11 +15,12 @@ use accord_proto::hello::{
     FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
 };
 use accord_proto::hello::{
-    FEATURE_FINE_SIGNATURE, FEATURE_PACKED_DELTA, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE,
-    FEATURE_SYNC_SET, FEATURE_VOUCHING_STAT,
+    FEATURE_CASE_PROBE, FEATURE_FINE_SIGNATURE, FEATURE_ORDERED_RULES, FEATURE_PACKED_DELTA,
+    FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE, FEATURE_SYNC_SET, FEATURE_VOUCHING_STAT,
 };
 use accord_proto::limits;
-use accord_proto::msg::{decode_found, decode_vouched, ListOptions, StatOf, MAX_WAIT_CHANGE_MS};
+use accord_proto::msg::{decode_case_probe, decode_found, decode_vouched};
+use accord_proto::msg::{ListOptions, StatOf, MAX_WAIT_CHANGE_MS};
 use accord_proto::{
     Basis, Dec, Hello, HelloError, Refusal, Request, RootMode, WatchNews, Welcome, WireError,
 };
@@ -105,6 +106,11 @@ pub struct RemoteReplica {
     fine_signatures: bool,
     /// The server answers a stat whose ctime vouches (`VouchingStat`).
     vouching_stats: bool,
+    /// The server probes its root's case in one call (`ProbeCase`).
+    probes_case: bool,
+    /// The server carries out a sync's rules in order: they need not be
+    /// waited for one by one.
+    orders_rules: bool,
     /// What a delta crossing this connection may hold: format 2 when the
     /// server agreed to the feature, compressed at the level of `-z`.
     delta_wire: DeltaWire,
@@ -160,7 +166,9 @@ impl RemoteReplica {
             | FEATURE_NO_OWNERS
             | FEATURE_PACKED_DELTA
             | FEATURE_FINE_SIGNATURE
-            | FEATURE_VOUCHING_STAT;
+            | FEATURE_VOUCHING_STAT
+            | FEATURE_CASE_PROBE
+            | FEATURE_ORDERED_RULES;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -219,6 +227,8 @@ impl RemoteReplica {
             keeps_owners: features & FEATURE_NO_OWNERS == 0,
             fine_signatures: features & FEATURE_FINE_SIGNATURE != 0,
             vouching_stats: features & FEATURE_VOUCHING_STAT != 0,
+            probes_case: features & FEATURE_CASE_PROBE != 0,
+            orders_rules: features & FEATURE_ORDERED_RULES != 0,
             delta_wire: DeltaWire {
                 reads_packed: features & FEATURE_PACKED_DELTA != 0,
                 level: compress,
@@ -693,6 +703,21 @@ impl Replica for RemoteReplica {
         self.identity
     }
 
+    fn start_case_probe(&self) -> Option<Pending<Result<bool, String>>> {
+        if !self.probes_case {
+            return None;
+        }
+        let p = self.call_later(&Request::ProbeCase, None);
+        Some(Pending::later(move || {
+            let b = p.wait().map_err(|e| match e {
+                CallError::Failed(w) => w.message,
+                CallError::Lost(e) => format!("the connection failed: {e}"),
+            })?;
+            decode_case_probe(&b)
+                .map_err(|e| format!("a case probe reply that does not decode: {e}"))?
+        }))
+    }
+
     fn try_lock(&self) -> io::Result<bool> {
         let asked = self.lock_asked.lock().unwrap().take();
         let p = asked.unwrap_or_else(|| self.call_later(&Request::Lock, None));
@@ -733,7 +758,7 @@ impl Replica for RemoteReplica {
                     });
                 // A listing asked for ahead had its subdirectories asked
                 // for as it arrived.
-                if let (Some(l), false) = (&listing, asked_ahead) {
+                if let (Some(l), false, false) = (&listing, asked_ahead, opts.alone) {
                     let subdirs = self.ahead.below(opts.source, l);
                     self.ahead.ask_all(subdirs.into_iter(), opts.source, &lopts);
                 }
@@ -797,8 +822,11 @@ impl Replica for RemoteReplica {
         Ok(Box::new(RemoteSide::open(
             self.conn.clone(),
             other,
-            self.sync_ignore,
-            self.sync_follow,
+            SideCaps {
+                ignore: self.sync_ignore,
+                follow: self.sync_follow,
+                ordered_rules: self.orders_rules,
+            },
         )?))
     }
 
@@ -816,8 +844,11 @@ impl Replica for RemoteReplica {
         Ok(Box::new(RemoteSide::open_set(
             self.conn.clone(),
             set,
-            self.sync_ignore,
-            self.sync_follow,
+            SideCaps {
+                ignore: self.sync_ignore,
+                follow: self.sync_follow,
+                ordered_rules: self.orders_rules,
+            },
         )?))
     }
 

@@ -319,6 +319,13 @@ impl Read for HeldBody {
     }
 }
 
+/// A sync's rules: carried out in the order sent, as writes are
+/// (`FEATURE_ORDERED_RULES`): each reads and replaces the session's rules,
+/// and the scan sent after them must see them.
+fn is_sync_rule(req: &Request) -> bool {
+    matches!(req, Request::SyncRules { .. } | Request::SyncFollow { .. })
+}
+
 /// Writes handed to the writer threads and not finished yet.
 #[derive(Default)]
 struct InFlight {
@@ -417,7 +424,7 @@ impl Session<'_> {
                         in_flight.finish();
                         break;
                     }
-                } else if req.writes() || req.has_body() {
+                } else if req.writes() || req.has_body() || is_sync_rule(&req) {
                     in_flight.wait_idle();
                     self.answer(o.stream, &req, Some(&o), None);
                 } else if tx.send((o.stream, req)).is_err() {
@@ -630,6 +637,9 @@ impl Session<'_> {
             Request::WriteState { name, durable } => self.write_state(stream, name, *durable),
             Request::Stat { dir, name } => self.stat(dir, name),
             Request::VouchingStat { dir, of } => self.vouching_stat(dir, of),
+            Request::ProbeCase => Ok(accord_proto::msg::encode_case_probe(
+                &accord_replica::case_probe::probe(self.replica),
+            )),
             Request::OpenRead { dir, name, expect } => self.open_read(stream, dir, name, expect),
             Request::PartialSignature { dir, name } => self.partial_signature(dir, name),
             Request::Signature {

@@ -3,7 +3,7 @@
 //! which keeps the archive there and detects updates against it
 //! (`server.rs`, with a `LocalSide`).
 
-use crate::client::{start_on, CallError};
+use crate::client::{start_on, CallError, ReplyReader};
 use crate::mux::Conn;
 use crate::sync_set_wire::{encode_record_versions, get_vectors, get_versions};
 use crate::sync_wire::{encode_paths, encode_records, flags_of, get_lookup, get_outcome};
@@ -12,17 +12,37 @@ use accord_model::RelPath;
 use accord_plan::VersionVector;
 use accord_proto::{Dec, ProtoError, Request};
 use accord_replica::{ArchiveRecord, SideFailure, SideOptions, SideScan, SideSession, SyncRules};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// What the server of a remote side agreed to.
+#[derive(Clone, Copy)]
+pub(crate) struct SideCaps {
+    /// `FEATURE_SYNC_IGNORE`: it applies ignore rules.
+    pub ignore: bool,
+    /// `FEATURE_SYNC_FOLLOW`.
+    pub follow: bool,
+    /// `FEATURE_ORDERED_RULES`: the rules need not be waited for one by one.
+    pub ordered_rules: bool,
+}
 
 pub(crate) struct RemoteSide {
     conn: Arc<Conn>,
-    created: bool,
+    /// The request that opens the archive, sent and not yet answered
+    /// (where the server takes the rules in order, the rules follow it in
+    /// the same round trip), then what it said.
+    opening: Mutex<Opening>,
+    /// The server carries out the rules in order (`FEATURE_ORDERED_RULES`).
+    ordered_rules: bool,
     /// The server agreed to `FEATURE_SYNC_IGNORE`.
     can_ignore: bool,
     /// The rules were sent: lookups ask to be told what they exclude.
     rules_sent: bool,
     /// The server agreed to `FEATURE_SYNC_FOLLOW`.
     can_follow: bool,
+    /// Rules sent together and not yet answered (their outcomes carry no
+    /// value): checked before the next call is sent, so that they cost one
+    /// round trip between them; a failed one fails that next call.
+    unanswered: Vec<(ReplyReader, &'static str)>,
 }
 
 impl RemoteSide {
@@ -31,13 +51,12 @@ impl RemoteSide {
     pub(crate) fn open(
         conn: Arc<Conn>,
         other: &[u8],
-        can_ignore: bool,
-        can_follow: bool,
+        caps: SideCaps,
     ) -> Result<RemoteSide, SideFailure> {
         let req = Request::SyncOpen {
             other: other.to_vec(),
         };
-        RemoteSide::opened_by(conn, &req, can_ignore, can_follow)
+        RemoteSide::opened_by(conn, &req, caps)
     }
 
     /// Send `req`, which opens an archive on the server, and make the side
@@ -45,16 +64,21 @@ impl RemoteSide {
     fn opened_by(
         conn: Arc<Conn>,
         req: &Request,
-        can_ignore: bool,
-        can_follow: bool,
+        caps: SideCaps,
     ) -> Result<RemoteSide, SideFailure> {
-        let created = call(&conn, req, None, |d| d.bool("created"))?;
+        let opening = if caps.ordered_rules {
+            Opening::Sent(send(&conn, req, None)?, req.name())
+        } else {
+            Opening::Created(call(&conn, req, None, |d| d.bool("created"))?)
+        };
         Ok(RemoteSide {
             conn,
-            created,
-            can_ignore,
+            opening: Mutex::new(opening),
+            ordered_rules: caps.ordered_rules,
+            can_ignore: caps.ignore,
             rules_sent: false,
-            can_follow,
+            can_follow: caps.follow,
+            unanswered: Vec::new(),
         })
     }
 }
@@ -65,11 +89,10 @@ impl RemoteSide {
     pub(crate) fn open_set(
         conn: Arc<Conn>,
         set: &[u8],
-        can_ignore: bool,
-        can_follow: bool,
+        caps: SideCaps,
     ) -> Result<RemoteSide, SideFailure> {
         let req = Request::SyncOpenSet { set: set.to_vec() };
-        RemoteSide::opened_by(conn, &req, can_ignore, can_follow)
+        RemoteSide::opened_by(conn, &req, caps)
     }
 }
 
@@ -108,18 +131,39 @@ fn call<T>(
     body: Option<Vec<u8>>,
     get: impl FnOnce(&mut Dec) -> Result<T, ProtoError>,
 ) -> Result<T, SideFailure> {
+    answer(conn, send(conn, req, body)?, req.name(), get)
+}
+
+/// Send `req` (with `body`) without waiting for its reply.
+fn send(
+    conn: &Arc<Conn>,
+    req: &Request,
+    body: Option<Vec<u8>>,
+) -> Result<ReplyReader, SideFailure> {
     let mut body = body.map(std::io::Cursor::new);
-    let reply = start_on(
+    start_on(
         conn,
         req,
         body.as_mut().map(|b| b as &mut dyn std::io::Read),
     )
-    .and_then(|r| r.whole())
-    .map_err(|e| SideFailure::said(call_failure(e)))?;
+    .map_err(|e| SideFailure::said(call_failure(e)))
+}
+
+/// Wait for the reply of the call named `name`, and decode its outcome
+/// with `get`.
+fn answer<T>(
+    conn: &Arc<Conn>,
+    reply: ReplyReader,
+    name: &str,
+    get: impl FnOnce(&mut Dec) -> Result<T, ProtoError>,
+) -> Result<T, SideFailure> {
+    let reply = reply
+        .whole()
+        .map_err(|e| SideFailure::said(call_failure(e)))?;
     match get_outcome(&reply, get) {
         Ok(outcome) => outcome,
         Err(e) => {
-            let why = format!("a {} reply that does not decode: {e}", req.name());
+            let why = format!("a {name} reply that does not decode: {e}");
             conn.close(&why);
             Err(SideFailure::said(why))
         }
@@ -133,13 +177,81 @@ fn call_failure(e: CallError) -> String {
     }
 }
 
+/// Where the opening of a remote side's archive stands.
+enum Opening {
+    Sent(ReplyReader, &'static str),
+    /// Opened; the archive was new or set aside as damaged.
+    Created(bool),
+    /// It failed (the failure was returned once; later calls say so).
+    Failed(String),
+}
+
+impl RemoteSide {
+    /// Wait for the archive's opening, where it was sent without waiting.
+    fn opened(&self) -> Result<bool, SideFailure> {
+        let mut opening = self.opening.lock().unwrap();
+        match &*opening {
+            Opening::Created(created) => return Ok(*created),
+            Opening::Failed(why) => {
+                return Err(SideFailure::said(format!(
+                    "its archive could not be opened: {why}"
+                )))
+            }
+            Opening::Sent(..) => {}
+        }
+        let Opening::Sent(reply, name) = std::mem::replace(&mut *opening, Opening::Created(false))
+        else {
+            unreachable!("matched above")
+        };
+        match answer(&self.conn, reply, name, |d| d.bool("created")) {
+            Ok(created) => {
+                *opening = Opening::Created(created);
+                Ok(created)
+            }
+            Err(failure) => {
+                *opening = Opening::Failed(failure.to_string());
+                Err(failure)
+            }
+        }
+    }
+
+    /// `call`, once the archive is open and the rules still unanswered
+    /// have their outcomes.
+    fn call<T>(
+        &mut self,
+        req: &Request,
+        body: Option<Vec<u8>>,
+        get: impl FnOnce(&mut Dec) -> Result<T, ProtoError>,
+    ) -> Result<T, SideFailure> {
+        self.opened()?;
+        for (earlier, name) in std::mem::take(&mut self.unanswered) {
+            answer(&self.conn, earlier, name, |_| Ok(()))?;
+        }
+        call(&self.conn, req, body, get)
+    }
+
+    /// Send a rule, whose outcome carries no value: checked before the
+    /// next call is sent where the server carries rules out in order,
+    /// else at once (an older server answers them beside each other).
+    fn send_rule(&mut self, req: &Request) -> Result<(), SideFailure> {
+        if !self.ordered_rules {
+            return self.call(req, None, |_| Ok(()));
+        }
+        let reply = send(&self.conn, req, None)?;
+        self.unanswered.push((reply, req.name()));
+        Ok(())
+    }
+}
+
 impl SideSession for RemoteSide {
+    /// A failed opening reads as not created here: the next call returns
+    /// the failure.
     fn created(&self) -> bool {
-        self.created
+        self.opened().unwrap_or(false)
     }
 
     fn forget(&mut self) -> Result<(), SideFailure> {
-        call(&self.conn, &Request::SyncForget, None, |_| Ok(()))
+        self.call(&Request::SyncForget, None, |_| Ok(()))
     }
 
     fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
@@ -151,22 +263,23 @@ impl SideSession for RemoteSide {
             excludes: rules.excludes.clone(),
             ignore_files: rules.ignore_files,
         };
-        call(&self.conn, &req, None, |_| Ok(()))?;
+        self.send_rule(&req)?;
         self.rules_sent = true;
         if self.can_follow {
             let req = Request::SyncFollow {
                 patterns: rules.follow.clone(),
             };
-            call(&self.conn, &req, None, |_| Ok(()))?;
+            self.send_rule(&req)?;
         }
-        Ok(())
+        // The rules travelled with the opening: its answer, now.
+        self.opened().map(|_| ())
     }
 
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
         let req = Request::SyncScan {
             flags: flags_of(opts),
         };
-        call(&self.conn, &req, None, get_side_scan)
+        self.call(&req, None, get_side_scan)
     }
 
     fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure> {
@@ -175,31 +288,29 @@ impl SideSession for RemoteSide {
             let req = Request::SyncLookup {
                 flags: flags_of(opts) | TELLS_EXCLUDED,
             };
-            return call(&self.conn, &req, body, get_lookup);
+            return self.call(&req, body, get_lookup);
         }
         let req = Request::SyncLookup {
             flags: flags_of(opts),
         };
-        call(&self.conn, &req, body, get_side_scan)
+        self.call(&req, body, get_side_scan)
     }
 
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
         let body = encode_records(records);
-        call(&self.conn, &Request::SyncRecord, Some(body), |_| Ok(()))
+        self.call(&Request::SyncRecord, Some(body), |_| Ok(()))
     }
 
     fn count_run(&mut self) -> Result<u64, SideFailure> {
-        call(&self.conn, &Request::SyncCountRun, None, |d| {
-            d.varint("count of runs")
-        })
+        self.call(&Request::SyncCountRun, None, |d| d.varint("count of runs"))
     }
 
     fn versions(&mut self) -> Result<Vec<(RelPath, VersionVector)>, SideFailure> {
-        call(&self.conn, &Request::SyncVersions, None, get_versions)
+        self.call(&Request::SyncVersions, None, get_versions)
     }
 
     fn versions_digest(&mut self) -> Result<[u8; 32], SideFailure> {
-        call(&self.conn, &Request::SyncVersionsDigest, None, |d| {
+        self.call(&Request::SyncVersionsDigest, None, |d| {
             let raw = d.raw(32, "digest")?;
             Ok(raw.try_into().expect("32 bytes read"))
         })
@@ -207,7 +318,7 @@ impl SideSession for RemoteSide {
 
     fn versions_at(&mut self, paths: &[RelPath]) -> Result<Vec<VersionVector>, SideFailure> {
         let body = Some(encode_paths(paths));
-        call(&self.conn, &Request::SyncVersionsAt, body, |d| {
+        self.call(&Request::SyncVersionsAt, body, |d| {
             get_vectors(d, paths.len())
         })
     }
@@ -219,7 +330,7 @@ impl SideSession for RemoteSide {
     ) -> Result<(), SideFailure> {
         let body = encode_record_versions(records, versions);
         let req = Request::SyncRecordVersions;
-        call(&self.conn, &req, Some(body), |_| Ok(()))
+        self.call(&req, Some(body), |_| Ok(()))
     }
 }
 

@@ -8,7 +8,8 @@
 //! - A replica host's half of a two-way sync (`side/`): [`SideSession`],
 //!   the ctime rules of what an archive may record, the side's ignore
 //!   matcher (`side/rules.rs`) and `--follow`'s record rules
-//!   (`side/follow.rs`).
+//!   (`side/follow.rs`); whether a root ignores case (`case_probe.rs`,
+//!   run by a sync for a local root and by a server for its own).
 //! - [`LocalReplica`] (`local/`): a directory of this host over `fsys`,
 //!   its `--follow` view (`local/follow.rs`) and its side of a sync,
 //!   [`LocalSide`] (`local/side.rs`).
@@ -17,6 +18,7 @@
 //! `accord-engine` above it; the daemon and the ssh transport
 //! (`accord-remote`) serve and implement the seam with this crate alone.
 
+pub mod case_probe;
 mod error;
 mod local;
 mod pending;

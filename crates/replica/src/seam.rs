@@ -171,6 +171,13 @@ pub trait Replica: Send + Sync {
     fn can_rename(&self) -> bool {
         false
     }
+
+    /// Whether the root is case-insensitive, asked of the replica's own
+    /// host in one call (`case_probe::probe` there). `None`: not offered;
+    /// the caller probes through the seam's calls (`case_probe::probe`).
+    fn start_case_probe(&self) -> Option<Pending<Result<bool, String>>> {
+        None
+    }
 }
 
 /// One directory of a replica; every name is a single validated component.

@@ -360,6 +360,7 @@ impl Memos {
             only_names: None,
             source: true,
             same_fs: None,
+            alone: false,
         }
     }
 
@@ -372,6 +373,7 @@ impl Memos {
             only_names: None,
             source: false,
             same_fs: None,
+            alone: false,
         }
     }
 

@@ -333,12 +333,21 @@ fn run(
     // Copied under both locks: no other run writes them meanwhile.
     let [a_id, b_id] = [identities[0].as_slice(), identities[1].as_slice()];
     let scratch = dry_run_scratch([(a, a_id, b_id), (b, b_id, a_id)], cfg)?;
-    let case = settle_case(replicas, cfg, report)?;
     let archive_dir = scratch
         .as_ref()
         .map_or(cfg.state_dir.as_path(), |s| s.dir());
-    let mut sides = open_sides(replicas, &identities, archive_dir)?;
-    crate::sync::ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
+    // Each root's case is probed while the archives open: over a link,
+    // their round trips overlap.
+    let (case, sides) = std::thread::scope(|scope| {
+        let probe = scope.spawn(|| crate::sync::case::settle(replicas, cfg.ignorecase));
+        let sides = open_sides(replicas, &identities, archive_dir).and_then(|mut sides| {
+            crate::sync::ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
+            Ok(sides)
+        });
+        (probe.join().expect("the probe does not panic"), sides)
+    });
+    let case = settle_case(case, report)?;
+    let mut sides = sides?;
     let lost = sides.iter().any(|side| side.created());
     if lost {
         forget_both(&mut sides, &names)?;
@@ -441,19 +450,17 @@ pub(crate) fn dry_run_scratch<'i>(
 
 /// How names are matched this run (`sync/case/mod.rs`): forced, or probed.
 fn settle_case(
-    replicas: [&dyn Replica; 2],
-    cfg: &SyncConfig,
+    probed: Result<crate::sync::case::CaseMode, crate::sync::case::ProbeFailure>,
     report: &mut SyncReport,
 ) -> Result<crate::sync::case::CaseMode, SyncFatal> {
-    let mode =
-        crate::sync::case::settle(replicas, cfg.ignorecase).map_err(|failure| SyncFatal::Side {
-            replica: failure.replica,
-            failure: SideFailure::said(format!(
-                "cannot tell whether it ignores case ({}); nothing was changed \
-                 (--ignorecase true or false settles it without the probe's answer)",
-                failure.why
-            )),
-        })?;
+    let mode = probed.map_err(|failure| SyncFatal::Side {
+        replica: failure.replica,
+        failure: SideFailure::said(format!(
+            "cannot tell whether it ignores case ({}); nothing was changed \
+             (--ignorecase true or false settles it without the probe's answer)",
+            failure.why
+        )),
+    })?;
     report.ignore_case = mode.ignore;
     report.case_insensitive = mode.insensitive;
     Ok(mode)

@@ -95,6 +95,7 @@ pub(crate) fn options<'a>(ctx: &Ctx<'a>, source: bool) -> ScanOptions<'a> {
         only_names: None,
         source,
         same_fs: None,
+        alone: false,
     }
 }
 

@@ -58,6 +58,7 @@ mod op {
     pub const SYNC_RECORD_VERSIONS: u8 = 39;
     pub const FINE_SIGNATURE: u8 = 40;
     pub const VOUCHING_STAT: u8 = 41;
+    pub const PROBE_CASE: u8 = 42;
 }
 
 impl Request {
@@ -80,6 +81,7 @@ impl Request {
             Request::WriteState { .. } => op::WRITE_STATE,
             Request::Stat { .. } => op::STAT,
             Request::VouchingStat { .. } => op::VOUCHING_STAT,
+            Request::ProbeCase => op::PROBE_CASE,
             Request::OpenRead { .. } => op::OPEN_READ,
             Request::Signature { .. } => op::SIGNATURE,
             Request::MakeDelta { .. } => op::MAKE_DELTA,
@@ -127,7 +129,8 @@ impl Request {
             | Request::SyncVersions
             | Request::SyncVersionsDigest
             | Request::SyncVersionsAt
-            | Request::SyncRecordVersions => {}
+            | Request::SyncRecordVersions
+            | Request::ProbeCase => {}
             Request::ListDir { dir, opts } => put_list_dir(e, dir, opts),
             Request::Fingerprint { path } => put_fingerprint(e, path),
             Request::OpenDir { dir } => put_open_dir(e, dir),
@@ -262,6 +265,7 @@ impl Request {
             op::SYNC_RECORD_VERSIONS => Request::SyncRecordVersions,
             op::FINE_SIGNATURE => get_fine_signature(d)?,
             op::VOUCHING_STAT => get_vouching_stat(d)?,
+            op::PROBE_CASE => Request::ProbeCase,
             n => return Err(ProtoError::Invalid(format!("unknown operation {n}"))),
         };
         d.end("the request")?;

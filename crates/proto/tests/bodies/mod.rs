@@ -9,6 +9,7 @@
 use accord_model::RelPath;
 use accord_proto::codec::{get_failures, get_listing, put_failures, put_listing};
 use accord_proto::frame::{parse_credit, read_frame, FrameKind};
+use accord_proto::msg::{decode_case_probe, encode_case_probe};
 use accord_proto::msg::{decode_found, decode_vouched, encode_found, encode_vouched};
 use accord_proto::{Dec, Enc, Hello, Request, WatchNews, Welcome, WireError};
 
@@ -108,6 +109,15 @@ pub fn found(data: &[u8]) {
         assert_eq!(
             decode_found(&encode_found(f.as_ref())).expect("re-decode"),
             f
+        );
+    }
+}
+
+pub fn case_probe(data: &[u8]) {
+    if let Ok(p) = decode_case_probe(data) {
+        assert_eq!(
+            decode_case_probe(&encode_case_probe(&p)).expect("re-decode"),
+            p
         );
     }
 }

@@ -415,6 +415,7 @@ impl Session<'_> {
             only_names: None,
             source: opts.source,
             same_fs: None,
+            alone: false,
         };
         let (listing, found) = self.replica.list_dir(dir, &rules, &sopts);
         let mut e = Enc::new();
