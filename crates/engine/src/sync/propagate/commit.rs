@@ -7,14 +7,31 @@ use super::*;
 use accord_model::Time;
 
 impl<'a> Propagation<'a> {
+    /// `commit_chunk`, then `flush`, that flush started right behind the
+    /// renames: a replica carries a flush out after the writes sent before
+    /// it, so it covers them (and everything done before the chunk), and a
+    /// remote side answers it with them, in one round trip. Where a commit
+    /// then gives properties back to the side the contents came from (a
+    /// write it would not cover), the flush comes after as usual.
+    pub(super) fn commit_and_flush(
+        &mut self,
+        staged: Vec<Staged<'a>>,
+        archives: &mut [Box<dyn SideSession + '_>; 2],
+        report: &mut SyncReport,
+    ) {
+        let behind = self.commit_chunk(staged);
+        self.flush_with(behind, archives, report);
+    }
+
     /// Make the chunk's temps durable, then rename each over its target
     /// after its re-check (`flush` makes the renames durable before any is
     /// recorded). The renames are all started before any is waited for,
     /// then the stats of the committed names, so a remote side answers
-    /// each in one round trip.
-    pub(super) fn commit_chunk(&mut self, staged: Vec<Staged<'a>>) {
+    /// each in one round trip. Returns the flush started behind the
+    /// renames, if one could be (see `commit_and_flush`).
+    fn commit_chunk(&mut self, staged: Vec<Staged<'a>>) -> Option<StartedFlush> {
         if staged.is_empty() {
-            return;
+            return None;
         }
         // Backups are made durable with the temps, before any overwrite.
         let staged = self.back_up_staged(staged);
@@ -26,6 +43,7 @@ impl<'a> Propagation<'a> {
             .collect();
         self.flush_replicas();
         let temps: Vec<_> = temps.into_iter().map(TempStat::wait).collect();
+        let gives_back = staged.iter().any(|one| one.props_back.is_some());
         let started: Vec<_> = staged
             .into_iter()
             .zip(temps)
@@ -34,6 +52,8 @@ impl<'a> Propagation<'a> {
                 (one, temp, commit)
             })
             .collect();
+        let behind =
+            (self.cfg.fsync && !gives_back).then(|| self.replicas.map(|r| r.start_sync_all()));
         let mut committed = Vec::new();
         for (one, temp, commit) in started {
             match commit.and_then(|pending| Ok(pending.wait()?)) {
@@ -55,6 +75,7 @@ impl<'a> Propagation<'a> {
             recorded.ctime = vouched_ctime(temp, found, ctime);
             self.after_commit(&one, recorded);
         }
+        behind
     }
 
     /// The temp as written, with a ctime that vouches for it, where its
@@ -116,8 +137,15 @@ impl<'a> Propagation<'a> {
         if !self.cfg.fsync {
             return;
         }
-        for replica in self.replicas {
-            if let Err(e) = replica.sync_all() {
+        let flushed = self.replicas.map(|replica| replica.sync_all());
+        self.flushed(flushed);
+    }
+
+    /// What the replicas' flushes gave: on a failure nothing done since the
+    /// last flush is recorded.
+    fn flushed(&mut self, results: [std::io::Result<()>; 2]) {
+        for result in results {
+            if let Err(e) = result {
                 // Nothing may be recorded that might not survive a crash.
                 let error = crate::Error::Io {
                     action: accord_replica::Action::Flush,
@@ -249,11 +277,26 @@ impl<'a> Propagation<'a> {
         archives: &mut [Box<dyn SideSession + '_>; 2],
         report: &mut SyncReport,
     ) {
+        self.flush_with(None, archives, report);
+    }
+
+    /// `flush`, or where `behind` was started after everything this run
+    /// has done since its last flush, that flush's outcome.
+    fn flush_with(
+        &mut self,
+        behind: Option<StartedFlush>,
+        archives: &mut [Box<dyn SideSession + '_>; 2],
+        report: &mut SyncReport,
+    ) {
+        let flushed = behind.map(|started| started.map(Pending::wait));
         if self.done.is_empty() {
             return;
         }
         // Nothing is recorded that a crash could still take back.
-        self.flush_replicas();
+        match flushed {
+            Some(results) => self.flushed(results),
+            None => self.flush_replicas(),
+        }
         let done = std::mem::take(&mut self.done);
         for (side, archive) in archives.iter_mut().enumerate() {
             let mut records: Vec<Record> =
@@ -301,6 +344,9 @@ impl<'a> Propagation<'a> {
         }
     }
 }
+
+/// Both replicas' flushes, started.
+type StartedFlush = [Pending<std::io::Result<()>>; 2];
 
 /// A stat with the ctime that vouches for it, started.
 type PendingVouched = Pending<std::io::Result<Option<(Found, Time)>>>;

@@ -413,14 +413,12 @@ impl<'a> Propagation<'a> {
                 self.settle_in_flight();
                 self.receive_copies(std::mem::take(&mut copies), &mut staged);
                 bytes = 0;
-                self.commit_chunk(std::mem::take(&mut staged));
-                self.flush(archives, report);
+                self.commit_and_flush(std::mem::take(&mut staged), archives, report);
             }
         }
         self.settle_in_flight();
         self.receive_copies(copies, &mut staged);
-        self.commit_chunk(staged);
-        self.flush(archives, report);
+        self.commit_and_flush(staged, archives, report);
     }
 
     /// Wait for the chunk's directories and property changes; record the
