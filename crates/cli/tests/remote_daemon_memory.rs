@@ -100,8 +100,7 @@ fn a_client_cannot_make_the_server_keep_files_without_end() {
     let refused = r
         .open_sync_side(b"a made-up root", &archives)
         .and_then(|mut side| side.set_rules(&accord_engine::SyncRules::default()))
-        .err()
-        .expect("a new archive past the cap");
+        .expect_err("a new archive past the cap");
     let refused = refused.to_string();
     assert!(refused.contains("sync archives, its limit"), "{refused}");
 }
