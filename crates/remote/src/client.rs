@@ -106,7 +106,8 @@ pub struct RemoteReplica {
     fine_signatures: bool,
     /// The server answers a stat whose ctime vouches (`VouchingStat`).
     vouching_stats: bool,
-    /// The server probes its root's case in one call (`ProbeCase`).
+    /// The server probes its root's case in one call (`ProbeCase`), and
+    /// the root is open for writing (the probe may make a temp file).
     probes_case: bool,
     /// The server carries out a sync's rules in order: they need not be
     /// waited for one by one.
@@ -227,7 +228,9 @@ impl RemoteReplica {
             keeps_owners: features & FEATURE_NO_OWNERS == 0,
             fine_signatures: features & FEATURE_FINE_SIGNATURE != 0,
             vouching_stats: features & FEATURE_VOUCHING_STAT != 0,
-            probes_case: features & FEATURE_CASE_PROBE != 0,
+            // The probe may make a temp file: a root open for reading only
+            // (a dry run's) is probed through the seam's calls.
+            probes_case: features & FEATURE_CASE_PROBE != 0 && mode.writes(),
             orders_rules: features & FEATURE_ORDERED_RULES != 0,
             delta_wire: DeltaWire {
                 reads_packed: features & FEATURE_PACKED_DELTA != 0,
