@@ -6,7 +6,7 @@ use crate::ahead::Ahead;
 use crate::budget::{Budget, Held};
 use crate::errors::from_wire;
 use crate::mux::{ChunkCursor, Conn, Role};
-use crate::sync_client::{RemoteSide, SideCaps};
+use crate::sync_client::{call_failure, RemoteSide, SideCaps};
 use accord_delta::{DeltaStats, LiteralCoding};
 use accord_fsys::{IgnoreRules, Listing, PropsMask, Scan, ScanOptions};
 use accord_model::{Entry, Expect, Fingerprint, Found, Kind, PathFailure, Props, RelPath, Time};
@@ -712,10 +712,7 @@ impl Replica for RemoteReplica {
         }
         let p = self.call_later(&Request::ProbeCase, None);
         Some(Pending::later(move || {
-            let b = p.wait().map_err(|e| match e {
-                CallError::Failed(w) => w.message,
-                CallError::Lost(e) => format!("the connection failed: {e}"),
-            })?;
+            let b = p.wait().map_err(call_failure)?;
             decode_case_probe(&b)
                 .map_err(|e| format!("a case probe reply that does not decode: {e}"))?
         }))

@@ -590,13 +590,11 @@ impl Session<'_> {
     }
 
     fn take_temp(&self, dir: &RelPath, made_by: u32) -> Result<Vec<u8>, WireError> {
-        let mut temps = self.temps.lock().unwrap();
-        match temps.get(&made_by) {
-            Some((d, _)) if d == dir => Ok(temps.remove(&made_by).expect("present").1),
-            _ => Err(denied(
-                "a temp this session did not make (or its receive failed)",
-            )),
-        }
+        // Only the session's own thread takes temps out (commits and
+        // discards are writes, carried out in order).
+        let name = self.temp_name(dir, made_by)?;
+        self.temps.lock().unwrap().remove(&made_by);
+        Ok(name)
     }
 
     /// Refuse to commit a temp made before a flush that failed.

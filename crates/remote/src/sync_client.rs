@@ -170,7 +170,7 @@ fn answer<T>(
     }
 }
 
-fn call_failure(e: CallError) -> String {
+pub(crate) fn call_failure(e: CallError) -> String {
     match e {
         CallError::Failed(w) => w.message,
         CallError::Lost(e) => format!("the connection failed: {e}"),
