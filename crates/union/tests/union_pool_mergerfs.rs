@@ -30,7 +30,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, Per
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{fuse_ok, is_mounted, need, unmount, UnionMount};
+use common::{fuse_ok, is_mounted, need, unmount, Tmpfs, UnionMount};
 
 const SIZES_MB: [u64; 3] = [6, 7, 8];
 const MIN_FREE: &str = "2M";
@@ -39,54 +39,6 @@ const POLICIES: [&str; 11] = [
 ];
 const NAMES: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
 const MODES: [u32; 5] = [0o600, 0o644, 0o700, 0o755, 0o750];
-
-/// A tmpfs mount, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn new(dir: &Path, mb: u64) -> Tmpfs {
-        fs::create_dir_all(dir).unwrap();
-        let opts = format!("size={mb}M,mode=755");
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount -t tmpfs on {} failed", dir.display());
-        Tmpfs(dir.to_path_buf())
-    }
-
-    /// Mount it read-only or read-write again.
-    fn remount(&self, ro: bool) {
-        let opts = if ro { "remount,ro" } else { "remount,rw" };
-        let ok = Command::new("mount")
-            .args(["-o", opts])
-            .arg(&self.0)
-            .status();
-        assert!(
-            ok.unwrap().success(),
-            "mount -o {opts} {}",
-            self.0.display()
-        );
-    }
-
-    fn wipe(&self) {
-        for e in fs::read_dir(&self.0).unwrap() {
-            let p = e.unwrap().path();
-            match p.is_dir() && !p.is_symlink() {
-                true => fs::remove_dir_all(&p).unwrap(),
-                false => fs::remove_file(&p).unwrap(),
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        unmount(&self.0, "umount", &[]);
-    }
-}
 
 /// A mergerfs mount, unmounted when dropped.
 struct Mergerfs(PathBuf);

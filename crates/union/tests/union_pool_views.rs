@@ -1,7 +1,8 @@
 //! A pool keeps its cached directory listings up to date through unlinks and renames (patched
 //! in place rather than read again from every branch), and reads them again where a patch
 //! could be wrong: a copy left on an `ro` branch, a copy of another kind below, and a rename
-//! of one file's two hard links, which leaves both names.
+//! of one file's two hard links, which leaves both names. A directory renamed in one branch
+//! only: the files below it show the moved copies' bytes, not pages cached of another copy.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use common::{fuse_ok, UnionMount};
+use common::{fuse_ok, Tmpfs, UnionMount};
 
 fn names(dir: &Path) -> BTreeSet<String> {
     fs::read_dir(dir)
@@ -132,4 +133,35 @@ fn what_an_unlink_or_rename_leaves_below_shows() {
     for n in ["kept", "moved", "there", "shadow", "one", "two"] {
         assert!(all.contains(n), "{n} listed: {all:?}");
     }
+}
+
+/// A directory renamed in one branch while another keeps its copy under the old name: a file
+/// below the new name shows the moved copy's bytes, not the ones read before the rename (the
+/// kernel's cached pages of it belonged to the other branch's copy; same size, same time).
+#[test]
+fn a_file_below_a_renamed_directory_shows_the_moved_copy() {
+    if !fuse_ok("a_file_below_a_renamed_directory_shows_the_moved_copy") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    // Both writable; `func.rename=lfs` moves only the copy on the smaller branch, while a
+    // lookup (ff) shows the first branch's.
+    let (dirs, spec) = branches(t.path(), 2);
+    let _mounts = [Tmpfs::new(&dirs[0], 8), Tmpfs::new(&dirs[1], 4)];
+    let when = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    for (d, bytes) in dirs.iter().zip(["first", "other"]) {
+        fs::create_dir_all(d.join("d/sub")).unwrap();
+        let f = d.join("d/sub/x");
+        fs::write(&f, bytes).unwrap();
+        let h = fs::File::options().write(true).open(&f).unwrap();
+        h.set_modified(when).unwrap();
+    }
+    let mnt = t.path().join("mnt");
+    let opts = "category.create=ff,func.rename=lfs,minfreespace=1K";
+    let _u = UnionMount::with_options(&mnt, &spec, &["-o", opts]);
+    assert_eq!(fs::read_to_string(mnt.join("d/sub/x")).unwrap(), "first");
+    fs::rename(mnt.join("d"), mnt.join("e")).unwrap();
+    assert!(dirs[1].join("e/sub/x").is_file() && !dirs[1].join("d").exists());
+    assert_eq!(fs::read_to_string(mnt.join("e/sub/x")).unwrap(), "other");
+    assert_eq!(fs::read_to_string(mnt.join("d/sub/x")).unwrap(), "first");
 }

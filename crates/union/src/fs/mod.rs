@@ -392,6 +392,26 @@ impl Nodes {
         }
     }
 
+    /// The nodes named below directory `ino`, at any depth (not `ino` itself).
+    pub fn below(&self, ino: u64) -> Vec<u64> {
+        let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (&(parent, _), &child) in &self.by_name {
+            children.entry(parent).or_default().push(child);
+        }
+        // A file with hard links may be named in several directories: listed once.
+        let mut seen = HashSet::from([ino]);
+        let mut next = vec![ino];
+        while let Some(dir) = next.pop() {
+            for &child in children.get(&dir).into_iter().flatten() {
+                if seen.insert(child) {
+                    next.push(child);
+                }
+            }
+        }
+        seen.remove(&ino);
+        seen.into_iter().collect()
+    }
+
     /// Every inode number alive (the root included).
     pub fn inos(&self) -> Vec<u64> {
         self.nodes.keys().copied().collect()

@@ -361,6 +361,15 @@ impl Op<'_> {
         self.nodes().rename(parent, name, newparent, newname);
         if let Some(ino) = src_ino.filter(|_| is_dir) {
             self.forget_view(ino);
+            if copies_left {
+                // Copies of the directory went: every name below it may now show another
+                // branch's copy (seen: a file showing the bytes of its removed copy).
+                let below = self.nodes().below(ino);
+                for n in below {
+                    self.forget_view(n);
+                    self.shown_copy_changed(n);
+                }
+            }
         }
         if let Some(ino) = src_ino.filter(|_| !is_dir && copies_left) {
             // Copies stayed behind: the new name may show another copy than the old did.

@@ -203,6 +203,54 @@ impl Drop for OverlayMount {
     }
 }
 
+/// A tmpfs mount, unmounted when dropped.
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    pub fn new(dir: &Path, mb: u64) -> Tmpfs {
+        fs::create_dir_all(dir).unwrap();
+        let opts = format!("size={mb}M,mode=755");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount -t tmpfs on {} failed", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Mount it read-only or read-write again.
+    pub fn remount(&self, ro: bool) {
+        let opts = if ro { "remount,ro" } else { "remount,rw" };
+        let ok = Command::new("mount")
+            .args(["-o", opts])
+            .arg(&self.0)
+            .status();
+        assert!(
+            ok.unwrap().success(),
+            "mount -o {opts} {}",
+            self.0.display()
+        );
+    }
+
+    pub fn wipe(&self) {
+        for e in fs::read_dir(&self.0).unwrap() {
+            let p = e.unwrap().path();
+            match p.is_dir() && !p.is_symlink() {
+                true => fs::remove_dir_all(&p).unwrap(),
+                false => fs::remove_file(&p).unwrap(),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        unmount(&self.0, "umount", &[]);
+    }
+}
+
 pub fn unmount(mnt: &Path, tool: &str, args: &[&str]) {
     for _ in 0..50 {
         let ok = Command::new(tool)
