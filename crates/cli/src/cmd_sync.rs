@@ -570,9 +570,10 @@ fn sync_remote(
 /// it to be removed before it changes anything, so a test can change a
 /// file between update detection and propagation
 /// (`ACCORD_TEST_SYNC_PAUSE_LINKS`: the same once the files are in place,
-/// before the hard links are made).
+/// before the hard links are made). A run of more than two roots pauses
+/// where its plan would be shown (`cmd_sync_set`).
 #[cfg(feature = "test-hooks")]
-fn test_pause_hook(variable: &str) -> Option<impl Fn() + Sync> {
+pub(crate) fn test_pause_hook(variable: &str) -> Option<impl Fn() + Sync> {
     let file = std::env::var_os(variable).map(PathBuf::from)?;
     Some(move || {
         if std::fs::write(&file, b"paused\n").is_err() {
@@ -586,7 +587,7 @@ fn test_pause_hook(variable: &str) -> Option<impl Fn() + Sync> {
 }
 
 #[cfg(not(feature = "test-hooks"))]
-fn test_pause_hook(_variable: &str) -> Option<fn()> {
+pub(crate) fn test_pause_hook(_variable: &str) -> Option<fn()> {
     None
 }
 

@@ -121,7 +121,13 @@ fn run_once(
         .collect();
     let edit_plan =
         ui.map(|ui| move |edit: &mut SetPlanEdit<'_>, order: &[usize]| ui.edit(edit, order));
-    let edit_plan = edit_plan.as_ref().map(|hook| hook as &EditSetPlan);
+    let pause = crate::cmd_sync::test_pause_hook("ACCORD_TEST_SYNC_PAUSE");
+    let paused = pause.map(|pause| move |_: &mut SetPlanEdit<'_>, _: &[usize]| pause());
+    let edit_plan = match (&edit_plan, &paused) {
+        (Some(hook), _) => Some(hook as &EditSetPlan),
+        (None, Some(hook)) => Some(hook as &EditSetPlan),
+        (None, None) => None,
+    };
     let report = accord_engine::sync_set_edited(&set_roots, cfg, policies, edit_plan);
     let letters = letters(roots);
     if args.json {

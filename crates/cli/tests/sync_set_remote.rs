@@ -357,3 +357,94 @@ fn a_dry_run_with_remote_roots_changes_nothing() {
     assert_eq!(real["changes"], dry["changes"]);
     trio.assert_all_equal();
 }
+
+/// A local root A, and B and C on one host over ssh: a version B holds
+/// reaches C copied on that host (C's connection carries none of its
+/// bytes, B's carries them once, to A); a file rewritten on B after the
+/// scan, its size and mtime kept, is not copied there (its bytes are not
+/// the version settled), and the next run carries the new one.
+#[test]
+fn two_roots_on_one_host_copy_between_themselves_there() {
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ssh = RemoteB::over_ssh(tmp.path(), &sshd.rsh());
+    let root = |name: &str| {
+        let path = tmp.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    };
+    let (a, b, c) = (root("a"), root("b"), root("c"));
+    let state = tmp.path().join("state");
+    let command = || {
+        let mut command = Command::new(bin());
+        command
+            .arg("sync")
+            .arg(&a)
+            .arg(ssh.address(&b))
+            .arg(ssh.address(&c))
+            .args(&ssh.args)
+            .args(["--json", "--max-delete", "100%"])
+            .env("ACCORD_STATE_DIR", &state);
+        command
+    };
+    let all_equal = || {
+        assert_eq!(snapshot(&b), snapshot(&a), "B differs from A");
+        assert_eq!(snapshot(&c), snapshot(&a), "C differs from A");
+    };
+    std::fs::write(a.join("first"), b"first").unwrap();
+    json_report(&command().output().unwrap(), 0);
+    all_equal();
+
+    const SIZE: u64 = 1 << 20;
+    std::fs::write(b.join("big"), noise(SIZE as usize, 3)).unwrap();
+    let report = json_report(&command().output().unwrap(), 0);
+    all_equal();
+    assert_eq!(changes_on(&report, "C"), [("big".into(), "B".into())]);
+    let (to_c, from_c) = wire(&report, "C");
+    let (_, from_b) = wire(&report, "B");
+    eprintln!(
+        "a {SIZE}-byte file made on B: C sent {to_c} B, received {from_c} B; B sent {from_b} B"
+    );
+    assert!(to_c < 64 << 10 && from_c < 64 << 10, "{report}");
+    assert!((SIZE..SIZE + (64 << 10)).contains(&from_b), "{report}");
+
+    // Rewritten between the scan and the copy, with its size and mtime
+    // kept: neither A nor C takes bytes that are not the version scanned.
+    let changed = b.join("changed");
+    std::fs::write(&changed, noise(SIZE as usize, 4)).unwrap();
+    let mtime = std::fs::metadata(&changed).unwrap().modified().unwrap();
+    let pause = tmp.path().join("pause");
+    let mut run = command()
+        .env("ACCORD_TEST_SYNC_PAUSE", &pause)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !pause.exists() {
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "the run ended without pausing (a build without test-hooks?)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&changed)
+        .unwrap();
+    std::io::Write::write_all(&mut file, &noise(SIZE as usize, 5)).unwrap();
+    file.set_modified(mtime).unwrap();
+    drop(file);
+    std::fs::remove_file(&pause).unwrap();
+    let out = run.wait_with_output().unwrap();
+    let report = json_report(&out, 2);
+    for on in [&a, &c] {
+        assert!(!on.join("changed").exists(), "{report}");
+    }
+    json_report(&command().output().unwrap(), 0);
+    all_equal();
+    assert_eq!(
+        std::fs::read(c.join("changed")).unwrap(),
+        noise(SIZE as usize, 5)
+    );
+}

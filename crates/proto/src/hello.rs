@@ -47,6 +47,10 @@ pub const FEATURE_CASE_PROBE: u64 = 1024;
 /// `SyncFollow`) in the order they were sent, with its writes: a client
 /// may send them together and the scan after them without waiting.
 pub const FEATURE_ORDERED_RULES: u64 = 2048;
+/// Feature bit: the server copies a file from another root of its host
+/// into a temp (`CopySibling`). Not offered by a session with a
+/// restriction (a forced command's tree, a daemon's module).
+pub const FEATURE_SIBLING_COPY: u64 = 4096;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
@@ -59,7 +63,8 @@ pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_FINE_SIGNATURE
     | FEATURE_VOUCHING_STAT
     | FEATURE_CASE_PROBE
-    | FEATURE_ORDERED_RULES;
+    | FEATURE_ORDERED_RULES
+    | FEATURE_SIBLING_COPY;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

@@ -133,6 +133,21 @@ pub enum Request {
         name: Vec<u8>,
         leader: RelPath,
     },
+    /// Copy `path` of the root at `root` (a path of the server's host whose
+    /// directory must have `identity`) into a temp for `name`: the file
+    /// must still be what `expect` says and its bytes must have `hash`.
+    /// Sent only to a server that agreed to `FEATURE_SIBLING_COPY`.
+    CopySibling {
+        dir: RelPath,
+        name: Vec<u8>,
+        root: Vec<u8>,
+        identity: (u64, u64),
+        path: RelPath,
+        expect: Expect,
+        hash: accord_model::Fingerprint,
+        props: Props,
+        mask: PropsMask,
+    },
     /// Rename the temp made by request `made_by` (a receive, make-node
     /// or link-temp of this session, in `dir`) over `name`.
     Commit {
@@ -391,6 +406,7 @@ impl Request {
             Request::PatchInPlace { .. } => "patch in place",
             Request::MakeNode { .. } => "make node",
             Request::LinkTemp { .. } => "link",
+            Request::CopySibling { .. } => "copy from another root",
             Request::Commit { .. } => "commit",
             Request::Discard { .. } => "discard",
             Request::SetProps { .. } => "set properties",

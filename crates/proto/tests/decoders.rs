@@ -364,6 +364,19 @@ fn request() -> impl Strategy<Value = Request> {
             name,
             leader
         }),
+        (dn(), rel_path(), expect(), props(), mask()).prop_map(
+            |((dir, name), path, expect, props, mask)| Request::CopySibling {
+                dir,
+                name,
+                root: b"/srv/b".to_vec(),
+                identity: (7, 8),
+                path,
+                expect,
+                hash: [3; 32],
+                props,
+                mask,
+            }
+        ),
         (rel_path(), any::<u32>(), name(), expect()).prop_map(|(dir, made_by, name, expect)| {
             Request::Commit {
                 dir,
@@ -755,7 +768,7 @@ fn one_of_each() -> Vec<Request> {
         Request::SetOwnProps {
             dir: dir(),
             expect: Expect::Made(Kind::Dir),
-            props,
+            props: props.clone(),
             mask,
         },
         Request::Mkdir {
@@ -821,6 +834,17 @@ fn one_of_each() -> Vec<Request> {
             of: StatOf::Temp(300),
         },
         Request::ProbeCase,
+        Request::CopySibling {
+            dir: dir(),
+            name: name(),
+            root: b"/r".to_vec(),
+            identity: (7, 8),
+            path: RelPath::new(b"a").unwrap(),
+            expect: Expect::Entry(found),
+            hash: [0xab; 32],
+            props,
+            mask,
+        },
     ]
 }
 
@@ -828,7 +852,7 @@ fn one_of_each() -> Vec<Request> {
 /// has them (taken from the encoder before it was split into one function
 /// per kind of request). A change here is a change of the protocol: a peer
 /// of another version would misread the request.
-const ONE_OF_EACH_BYTES: [&str; 46] = [
+const ONE_OF_EACH_BYTES: [&str; 47] = [
     "01",
     "0203642f6502032a2e6f04746d702f010005",
     "0303642f65",
@@ -875,6 +899,12 @@ const ONE_OF_EACH_BYTES: [&str; 46] = [
     "2903642f6500016e",
     "2903642f6501ac02",
     "2a",
+    concat!(
+        "2b03642f65016e022f7207080161",
+        "01000405ac020303",
+        "abababababababababababababababababababababababababababababababab",
+        "ed13e807640303010106757365722e6b01760100010105",
+    ),
 ];
 
 #[test]
@@ -882,7 +912,7 @@ fn every_kind_of_request_has_its_pinned_bytes() {
     let requests = one_of_each();
     assert_eq!(requests.len(), ONE_OF_EACH_BYTES.len());
     let names: std::collections::BTreeSet<_> = requests.iter().map(Request::name).collect();
-    assert_eq!(names.len(), 42, "every kind of request once at least");
+    assert_eq!(names.len(), 43, "every kind of request once at least");
     for (r, pinned) in requests.iter().zip(ONE_OF_EACH_BYTES) {
         let bytes = r.encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -898,7 +928,12 @@ fn malformed_requests_get_their_errors() {
     let invalid = |m: &str| Err(Invalid(m.into()));
     assert_eq!(Request::decode(&[]), Err(Truncated("operation")));
     assert_eq!(Request::decode(&[0]), invalid("unknown operation 0"));
-    assert_eq!(Request::decode(&[43]), invalid("unknown operation 43"));
+    assert_eq!(Request::decode(&[44]), invalid("unknown operation 44"));
+    // CopySibling: the root, the name "n", then a relative root "r".
+    assert_eq!(
+        Request::decode(&[43, 0, 1, b'n', 1, b'r']),
+        invalid("the root to copy from is not an absolute path")
+    );
     assert_eq!(Request::decode(&[41]), Err(Truncated("directory")));
     assert_eq!(Request::decode(&[41, 0, 2]), invalid("a stat of kind 2"));
     // FineSignature: its fields are `OpenRead`'s.

@@ -16,7 +16,8 @@ use accord_proto::hello::{
 };
 use accord_proto::hello::{
     FEATURE_CASE_PROBE, FEATURE_FINE_SIGNATURE, FEATURE_ORDERED_RULES, FEATURE_PACKED_DELTA,
-    FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE, FEATURE_SYNC_SET, FEATURE_VOUCHING_STAT,
+    FEATURE_SIBLING_COPY, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE, FEATURE_SYNC_SET,
+    FEATURE_VOUCHING_STAT,
 };
 use accord_proto::limits;
 use accord_proto::msg::{decode_case_probe, decode_found, decode_vouched};
@@ -26,6 +27,7 @@ use accord_proto::{
 };
 use accord_replica::{
     Action, Deleted, DeltaWire, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir,
+    SiblingFile,
 };
 use accord_replica::{SideFailure, SideSession};
 use std::io::{self, Read, Write};
@@ -112,6 +114,9 @@ pub struct RemoteReplica {
     /// The server carries out a sync's rules in order: they need not be
     /// waited for one by one.
     orders_rules: bool,
+    /// The server copies a file from another root of its host
+    /// (`CopySibling`), and the root is open for writing.
+    sibling_copies: bool,
     /// What a delta crossing this connection may hold: format 2 when the
     /// server agreed to the feature, compressed at the level of `-z`.
     delta_wire: DeltaWire,
@@ -169,7 +174,8 @@ impl RemoteReplica {
             | FEATURE_FINE_SIGNATURE
             | FEATURE_VOUCHING_STAT
             | FEATURE_CASE_PROBE
-            | FEATURE_ORDERED_RULES;
+            | FEATURE_ORDERED_RULES
+            | FEATURE_SIBLING_COPY;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -232,6 +238,7 @@ impl RemoteReplica {
             // (a dry run's) is probed through the seam's calls.
             probes_case: features & FEATURE_CASE_PROBE != 0 && mode.writes(),
             orders_rules: features & FEATURE_ORDERED_RULES != 0,
+            sibling_copies: features & FEATURE_SIBLING_COPY != 0 && mode.writes(),
             delta_wire: DeltaWire {
                 reads_packed: features & FEATURE_PACKED_DELTA != 0,
                 level: compress,
@@ -718,6 +725,10 @@ impl Replica for RemoteReplica {
         }))
     }
 
+    fn copies_from_siblings(&self) -> bool {
+        self.sibling_copies
+    }
+
     fn try_lock(&self) -> io::Result<bool> {
         let asked = self.lock_asked.lock().unwrap().take();
         let p = asked.unwrap_or_else(|| self.call_later(&Request::Lock, None));
@@ -1154,6 +1165,30 @@ impl ReplicaDir for RemoteDir<'_> {
             leader: leader.clone(),
         };
         self.replica.temp_later(&req, None, Action::MakeLink)
+    }
+
+    fn start_copy_from_sibling(
+        &self,
+        name: &[u8],
+        from: SiblingFile<'_>,
+        props: &Props,
+        mask: PropsMask,
+    ) -> Option<PendingTemp> {
+        if !self.replica.sibling_copies {
+            return None;
+        }
+        let req = Request::CopySibling {
+            dir: self.dir.clone(),
+            name: name.to_vec(),
+            root: from.root.path.clone(),
+            identity: from.root.identity,
+            path: from.path.clone(),
+            expect: *from.expect,
+            hash: *from.hash,
+            props: props.clone(),
+            mask,
+        };
+        Some(self.replica.temp_later(&req, None, Action::WriteTemp))
     }
 
     fn start_rename_from(

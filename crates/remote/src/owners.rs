@@ -54,6 +54,7 @@ impl OwnerLimits {
         let mut req = req.clone();
         let left_out = match &mut req {
             Request::Receive { props, mask, .. }
+            | Request::CopySibling { props, mask, .. }
             | Request::PatchInPlace { props, mask, .. }
             | Request::SetProps { props, mask, .. }
             | Request::SetOwnProps { props, mask, .. } => self.limit_props(props, mask),
@@ -85,6 +86,7 @@ impl OwnerLimits {
 fn asks_for_owner(req: &Request) -> bool {
     match req {
         Request::Receive { mask, .. }
+        | Request::CopySibling { mask, .. }
         | Request::PatchInPlace { mask, .. }
         | Request::SetProps { mask, .. }
         | Request::SetOwnProps { mask, .. }

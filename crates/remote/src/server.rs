@@ -19,7 +19,9 @@ use crate::watch_server::RootWatch;
 use accord_fsys::{IgnoreRules, ScanOptions, IGNORE_FILE};
 use accord_model::{Kind, RelPath};
 use accord_proto::codec::{put_failures, put_listing};
-use accord_proto::hello::{FEATURES, FEATURE_NO_OWNERS, FEATURE_ZSTD, VERSION};
+use accord_proto::hello::{
+    FEATURES, FEATURE_NO_OWNERS, FEATURE_SIBLING_COPY, FEATURE_ZSTD, VERSION,
+};
 use accord_proto::msg::{encode_found, ListOptions};
 use accord_proto::{Basis, Enc, Hello, Refusal, Request, RootMode, Welcome, WireError};
 use accord_replica::{Action, Error, Incoming, LocalOptions, LocalReplica, Replica, ReplicaDir};
@@ -30,6 +32,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 
 mod requests;
+mod sibling;
 
 /// Threads that serve reads (listings, file contents, signatures, deltas).
 const READERS: usize = 4;
@@ -152,6 +155,10 @@ pub fn serve(
     if owners.keeps_owners() {
         features &= !FEATURE_NO_OWNERS;
     }
+    if cfg.restrict.is_some() {
+        // A restricted session may not open paths outside its tree.
+        features &= !FEATURE_SIBLING_COPY;
+    }
     Welcome::Accepted {
         version: VERSION,
         features,
@@ -178,6 +185,8 @@ pub fn serve(
         watch: RootWatch::new(replica.root().path(), cfg.archive_dir.as_deref()),
         owners,
         tally: &cfg.tally,
+        sibling_copies: features & FEATURE_SIBLING_COPY != 0,
+        siblings: Mutex::new(HashMap::new()),
     };
     session.run();
     session.discard_temps();
@@ -287,6 +296,11 @@ struct Session<'a> {
     /// The owner changes this process may make.
     owners: OwnerLimits,
     tally: &'a Tally,
+    /// The client may ask for copies from other roots of this host
+    /// (`CopySibling`): agreed to, and the session is not restricted.
+    sibling_copies: bool,
+    /// The roots copied from, each opened once.
+    siblings: Mutex<sibling::Siblings>,
 }
 
 type Reply = Result<Vec<u8>, WireError>;
@@ -577,8 +591,6 @@ impl Session<'_> {
         Vec::new()
     }
 
-    /// The name of the temp made by request `made_by` in `dir`, taken
-    /// out of this session's temps.
     /// The name of a temp this session made in `dir` (left in its temps).
     fn temp_name(&self, dir: &RelPath, made_by: u32) -> Result<Vec<u8>, WireError> {
         match self.temps.lock().unwrap().get(&made_by) {
@@ -684,6 +696,7 @@ impl Session<'_> {
             } => self.rename_from(dir, name, from, expect),
             Request::WaitChange { timeout_ms } => self.wait_change(*timeout_ms),
             Request::LinkTemp { dir, name, leader } => self.link_temp(stream, dir, name, leader),
+            Request::CopySibling { .. } => self.copy_sibling(stream, req),
             Request::Commit {
                 dir,
                 made_by,

@@ -9,7 +9,8 @@
 //!   the ctime rules of what an archive may record, the side's ignore
 //!   matcher (`side/rules.rs`) and `--follow`'s record rules
 //!   (`side/follow.rs`); whether a root ignores case (`case_probe.rs`,
-//!   run by a sync for a local root and by a server for its own).
+//!   run by a sync for a local root and by a server for its own); a file
+//!   copied from another root on a replica's own host (`sibling.rs`).
 //! - [`LocalReplica`] (`local/`): a directory of this host over `fsys`,
 //!   its `--follow` view (`local/follow.rs`) and its side of a sync,
 //!   [`LocalSide`] (`local/side.rs`).
@@ -23,6 +24,7 @@ mod error;
 mod local;
 mod pending;
 mod seam;
+mod sibling;
 pub mod side;
 
 pub use error::{Action, End, EndWords, Error, InWords};
@@ -30,6 +32,7 @@ pub use local::side::LocalSide;
 pub use local::{LocalOptions, LocalReplica};
 pub use pending::{Deleted, Incoming, Pending, PendingTemp};
 pub use seam::{delta_from_stream, recheck, DeltaWire, Replica, ReplicaDir, STREAM_DELTA_MAX};
+pub use sibling::{identity_host_and_path, Fingerprinting, SiblingFile, SiblingRoot};
 pub use side::rules::{SyncRules, BACKUP_DIR};
 pub use side::{
     local_identity, ArchiveRecord, SideCause, SideChange, SideFailure, SideOptions, SideScan,

@@ -12,6 +12,7 @@
 
 use crate::error::{Action, End, Error};
 use crate::pending::{Deleted, Incoming, Pending, PendingTemp};
+use crate::sibling::SiblingFile;
 use crate::side::{SideCause, SideFailure, SideSession};
 use accord_delta::fine::{refine, FineSignature, GapRequest};
 use accord_delta::{
@@ -177,6 +178,13 @@ pub trait Replica: Send + Sync {
     /// the caller probes through the seam's calls (`case_probe::probe`).
     fn start_case_probe(&self) -> Option<Pending<Result<bool, String>>> {
         None
+    }
+
+    /// Does `ReplicaDir::start_copy_from_sibling` work here? (A sync of
+    /// several roots then gives this replica a version another root on its
+    /// host holds from that root.)
+    fn copies_from_siblings(&self) -> bool {
+        false
     }
 }
 
@@ -366,6 +374,20 @@ pub trait ReplicaDir: Send + Sync {
     /// `start_link_temp`.
     fn link_temp(&self, name: &[u8], leader: &RelPath) -> Result<Vec<u8>, Error> {
         self.start_link_temp(name, leader).wait()
+    }
+    /// Copy a file of another root on this replica's own host into a temp
+    /// for `name`, on that host: the file must still be what `from.expect`
+    /// says and its bytes must have `from.hash`, else the temp is removed
+    /// and the call fails. `None`: not offered (the caller carries the
+    /// bytes itself, as it does after a failure here).
+    fn start_copy_from_sibling(
+        &self,
+        _name: &[u8],
+        _from: SiblingFile<'_>,
+        _props: &Props,
+        _mask: PropsMask,
+    ) -> Option<PendingTemp> {
+        None
     }
     /// Rename `temp` over `name` if `name` is still what `expect` says.
     fn start_commit(&self, temp: &[u8], name: &[u8], expect: &Expect)

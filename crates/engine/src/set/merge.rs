@@ -403,6 +403,8 @@ impl Merging<'_, '_> {
             items,
             kept: &kept,
             premerged: &premerger,
+            // The merged result is on this host.
+            sibling: None,
         };
         let vectors = Vectors(self.items);
         // A merge's result is written in place of a version: no rename.

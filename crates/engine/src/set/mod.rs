@@ -18,11 +18,12 @@
 
 pub(crate) mod keep;
 pub(crate) mod merge;
+mod places;
 pub(crate) mod propagate;
 pub(crate) mod renames;
 pub(crate) mod scan;
 
-use crate::set::propagate::source_of;
+use crate::set::places::Places;
 use crate::set::scan::{each, scan_set, Member};
 use crate::sync::{dry_run_scratch, lock_in_order, SyncConfig, SyncFailure, SyncFatal};
 use accord_model::{Entry, RelPath};
@@ -278,18 +279,13 @@ fn run(
         return Ok(());
     }
     report.agreed = agreed(&items);
+    let places = Places::of(order.iter().map(|&place| {
+        let replica = roots[place].replica.as_ref().ok().copied();
+        (replica, identities[place].as_slice())
+    }));
     if cfg.dry_run {
-        let far: Vec<bool> = order
-            .iter()
-            .map(|&place| {
-                roots[place]
-                    .replica
-                    .as_ref()
-                    .map_or(true, |r| r.local_root().is_none())
-            })
-            .collect();
         let names: Vec<Arc<str>> = names.iter().map(|name| name.as_str().into()).collect();
-        report.changes = would_change(&items, &names, &far);
+        report.changes = would_change(&items, &names, &places);
         report.changes.extend(keep::would_link(&kept, &members));
         report.kept = keep::kept_paths(&kept, &items);
         sort_changes(&mut report.changes);
@@ -317,7 +313,8 @@ fn run(
     not_merged.extend(merges.not_merged);
     merge::settle_conflicts(&mut report.conflicts, &merges.merged, not_merged);
     report.merged = merges.merged;
-    let carried = propagate::carry_out(&replicas, &mut members, &items, &held, cfg, &unread);
+    let plan = (items.as_slice(), &held);
+    let carried = propagate::carry_out(&replicas, &mut members, plan, &places, cfg, &unread);
     let done = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
     report.files_written = done(&carried.written.files_done);
     report.bytes_written = done(&carried.written.bytes_done);
@@ -486,8 +483,8 @@ fn sort_changes(changes: &mut [SetChange]) {
 }
 
 /// A dry run's changes: what each receiver would take, and from which
-/// holder (`far`: by set index, the replicas across a wire).
-fn would_change(items: &[SetItem], names: &[Arc<str>], far: &[bool]) -> Vec<SetChange> {
+/// holder (`Places::source_for`).
+fn would_change(items: &[SetItem], names: &[Arc<str>], places: &Places) -> Vec<SetChange> {
     let mut changes = Vec::new();
     for item in items {
         let Outcome::Settled(settled) = &item.outcome else {
@@ -497,7 +494,7 @@ fn would_change(items: &[SetItem], names: &[Arc<str>], far: &[bool]) -> Vec<SetC
             changes.push(SetChange {
                 path: item.path.clone(),
                 on: names[receiver].clone(),
-                from: names[source_of(settled.holders.iter().copied(), |h| far[h])].clone(),
+                from: names[places.source_for(settled.holders.iter().copied(), receiver)].clone(),
                 receive,
                 renamed_from: None,
                 linked_to: None,

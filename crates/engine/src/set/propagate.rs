@@ -13,6 +13,7 @@
 //! which the holders' newer vector includes: the next run gives it the
 //! version again, without a conflict.
 
+use crate::set::places::Places;
 use crate::set::renames::Renames;
 use crate::set::scan::{Held, Member};
 use crate::set::{SetChange, SetFailure};
@@ -24,7 +25,7 @@ use accord_plan::{
 };
 use accord_replica::side::UNKNOWN_CTIME;
 use accord_replica::{
-    ArchiveRecord, Replica, SideFailure, SideOptions, SideScan, SideSession, SyncRules,
+    ArchiveRecord, Replica, SiblingRoot, SideFailure, SideOptions, SideScan, SideSession, SyncRules,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,14 +54,13 @@ pub(crate) struct Carried {
 pub(crate) fn carry_out(
     replicas: &[&dyn Replica],
     members: &mut [Member<'_>],
-    items: &[SetItem],
-    held: &Held,
+    (items, held): (&[SetItem], &Held),
+    places: &Places,
     cfg: &SyncConfig,
     unread: &[RelPath],
 ) -> Carried {
     let vectors = Vectors(items);
     let names: Vec<Arc<str>> = members.iter().map(|m| m.name.as_str().into()).collect();
-    let far: Vec<bool> = replicas.iter().map(|r| r.local_root().is_none()).collect();
     let indexes: Vec<usize> = members.iter().map(|m| m.index).collect();
     let written = crate::Progress::default();
     let per_receiver: Vec<Carried> = std::thread::scope(|s| {
@@ -69,9 +69,10 @@ pub(crate) fn carry_out(
             .enumerate()
             .map(|(receiver, member)| {
                 let (names, vectors, written) = (&names, &vectors, &written);
+                let indexes = &indexes;
                 let takes = Takes {
-                    indexes: &indexes,
-                    far: &far,
+                    indexes,
+                    places,
                     receiver,
                     held,
                 };
@@ -95,6 +96,7 @@ pub(crate) fn carry_out(
                                 replicas: [replicas[source], replicas[receiver]],
                                 slots: [source, receiver],
                                 names: [names[source].clone(), names[receiver].clone()],
+                                sibling: places.sibling(indexes[source], indexes[receiver]),
                             };
                             let context = (held, vectors, cfg, written, &renames);
                             pair.run(member, pair_items, context, &mut carried);
@@ -132,11 +134,9 @@ pub(crate) fn carry_out(
     carried
 }
 
-/// The holder a receiver takes a version from: the first in the set's
-/// order of those on this host (`far` false), else the first. A version on
-/// this host is then read here, not fetched from one host to be sent to
-/// another; and as the choice depends on the holders only, one source
-/// gives a receiver a new directory and what it holds.
+/// The holder whose version this host reads (a merge's input): the first
+/// in the set's order of those on this host (`far` false), else the first.
+/// (A receiver's source is `Places::source_for`.)
 pub(crate) fn source_of(
     holders: impl Iterator<Item = usize>,
     far: impl Fn(usize) -> bool,
@@ -150,12 +150,12 @@ pub(crate) fn source_of(
 /// directory of it has more of its subtree to come: see `next_chunk`).
 const CHUNK_ITEMS: usize = 4096;
 
-/// What one receiver takes: the members' set indexes (by slot), which of
-/// them are across a wire, the receiver's slot, and what each holds.
+/// What one receiver takes: the members' set indexes (by slot), where
+/// each is, the receiver's slot, and what each holds.
 #[derive(Clone, Copy)]
 struct Takes<'t> {
     indexes: &'t [usize],
-    far: &'t [bool],
+    places: &'t Places,
     receiver: usize,
     held: &'t Held,
 }
@@ -244,8 +244,8 @@ impl Takes<'_> {
         };
         let index = self.indexes[self.receiver];
         let &(_, receive) = settled.receivers.iter().find(|(r, _)| *r == index)?;
-        let holders = settled.holders.iter().map(|&h| self.slot_of(h));
-        let source = source_of(holders, |slot| self.far[slot]);
+        let holders = settled.holders.iter().copied();
+        let source = self.slot_of(self.places.source_for(holders, index));
         let at = self.held.index_of(&item.path);
         let entry = |slot: usize| self.held.now(at, slot).cloned();
         let action = match receive {
@@ -278,6 +278,9 @@ struct Pair<'a> {
     /// The members' slots: the source's, the receiver's.
     slots: [usize; 2],
     names: [Arc<str>; 2],
+    /// The source's root on the receiver's host, where the receiver
+    /// copies from (`Places::sibling`).
+    sibling: Option<&'a SiblingRoot>,
 }
 
 /// What every pair of a run reads: the scan, the vectors, the options,
@@ -310,6 +313,7 @@ impl Pair<'_> {
             items: &items,
             kept: &kept,
             premerged: &premerger,
+            sibling: self.sibling,
         };
         let mut report = SyncReport::default();
         let hooks = SyncHooks {

@@ -420,6 +420,7 @@ fn run(
         items: &items,
         kept: &kept,
         premerged: &premerger,
+        sibling: None,
     };
     propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
     Ok(())

@@ -11,6 +11,7 @@ use crate::codec::{
     get_entry, get_expect, get_filter, get_kind, get_mask, get_name, get_path, get_props,
     put_entry, put_expect, put_filter, put_kind_of, put_mask, put_path, put_props,
 };
+use crate::hello::MAX_ROOT;
 use crate::wire::{Dec, Enc, ProtoError};
 use accord_fsys::PropsMask;
 use accord_model::{Entry, Expect, Kind, Props, RelPath};
@@ -59,6 +60,7 @@ mod op {
     pub const FINE_SIGNATURE: u8 = 40;
     pub const VOUCHING_STAT: u8 = 41;
     pub const PROBE_CASE: u8 = 42;
+    pub const COPY_SIBLING: u8 = 43;
 }
 
 impl Request {
@@ -89,6 +91,7 @@ impl Request {
             Request::PatchInPlace { .. } => op::PATCH_IN_PLACE,
             Request::MakeNode { .. } => op::MAKE_NODE,
             Request::LinkTemp { .. } => op::LINK_TEMP,
+            Request::CopySibling { .. } => op::COPY_SIBLING,
             Request::Commit { .. } => op::COMMIT,
             Request::Discard { .. } => op::DISCARD,
             Request::SetProps { .. } => op::SET_PROPS,
@@ -173,6 +176,7 @@ impl Request {
                 mask,
             } => put_make_node(e, dir, name, entry, *mask),
             Request::LinkTemp { dir, name, leader } => put_link_temp(e, dir, name, leader),
+            Request::CopySibling { .. } => put_copy_sibling(e, self),
             Request::Commit {
                 dir,
                 made_by,
@@ -266,6 +270,7 @@ impl Request {
             op::FINE_SIGNATURE => get_fine_signature(d)?,
             op::VOUCHING_STAT => get_vouching_stat(d)?,
             op::PROBE_CASE => Request::ProbeCase,
+            op::COPY_SIBLING => get_copy_sibling(d)?,
             n => return Err(ProtoError::Invalid(format!("unknown operation {n}"))),
         };
         d.end("the request")?;
@@ -587,6 +592,60 @@ fn get_link_temp(d: &mut Dec) -> Result<Request, ProtoError> {
     let (dir, name) = get_dir_name(d)?;
     let leader = get_path(d, "leader")?;
     Ok(Request::LinkTemp { dir, name, leader })
+}
+
+// CopySibling: the directory and name, the root's path and identity, the
+// file's path in it, what it must be, then the temp's properties.
+
+fn put_copy_sibling(e: &mut Enc, req: &Request) {
+    let Request::CopySibling {
+        dir,
+        name,
+        root,
+        identity,
+        path,
+        expect,
+        hash,
+        props,
+        mask,
+    } = req
+    else {
+        unreachable!("only a CopySibling");
+    };
+    put_dir_name(e, dir, name);
+    e.bytes(root).varint(identity.0).varint(identity.1);
+    put_path(e, path);
+    put_expect(e, expect);
+    e.raw(hash);
+    put_props(e, props);
+    put_mask(e, *mask);
+}
+
+fn get_copy_sibling(d: &mut Dec) -> Result<Request, ProtoError> {
+    let (dir, name) = get_dir_name(d)?;
+    let root = d.bytes(MAX_ROOT, "root")?.to_vec();
+    if root.first() != Some(&b'/') || root.contains(&0) {
+        return Err(ProtoError::Invalid(
+            "the root to copy from is not an absolute path".into(),
+        ));
+    }
+    let identity = (d.varint("device")?, d.varint("inode")?);
+    let path = get_path(d, "path")?;
+    let expect = get_expect(d)?;
+    let hash = d.raw(32, "fingerprint")?.try_into().expect("32 bytes");
+    let props = get_props(d)?;
+    let mask = get_mask(d)?;
+    Ok(Request::CopySibling {
+        dir,
+        name,
+        root,
+        identity,
+        path,
+        expect,
+        hash,
+        props,
+        mask,
+    })
 }
 
 // Commit: `made_by` comes between the directory and the name.

@@ -199,11 +199,14 @@ pub trait SideSession: Send {
     }
 }
 
+/// What every root identity starts with (`local_identity`).
+pub(crate) const IDENTITY_PREFIX: &[u8] = b"accord root 1\0";
+
 /// The bytes that name a root of this host in archives: a name of the
 /// host, then the root's canonical path. Two hosts must never share one,
 /// or a server would take one client's archive for another's.
 pub fn local_identity(root: &Path) -> Vec<u8> {
-    let mut identity = b"accord root 1\0".to_vec();
+    let mut identity = IDENTITY_PREFIX.to_vec();
     identity.extend_from_slice(&host_name());
     identity.push(0);
     identity.extend_from_slice(accord_fsys::canonical(root).as_os_str().as_encoded_bytes());

@@ -106,7 +106,7 @@ impl<'a> Propagation<'a> {
                 });
             }
         }
-        let mut received = receive_all(self.replicas, files, &|_| {}).into_iter();
+        let mut received = receive_all(self.replicas, files, None, &|_| {}).into_iter();
         let mut take = |entry: &Entry, to: Side, name: &[u8]| -> Result<Vec<u8>, SyncError> {
             if entry.kind == Kind::File {
                 return received.next().expect("one result per copy").1;

@@ -25,11 +25,11 @@ use super::{changed_entry, index, split, synced_props, Done, Propagation, Record
 use crate::sync::merge_program::{
     create_version, run_program, seal_version, MergeDir, MergeFailure, MergeProgram, MergeWords,
 };
-use crate::sync::propagate::transfer::Fingerprinting;
 use crate::sync::SyncError;
 use accord_model::{Entry, Expect, Fingerprint, Kind, Props, RelPath, Time};
 use accord_plan::{Action, Side, SyncItem};
 use accord_replica::Action as Step;
+use accord_replica::Fingerprinting;
 use accord_replica::{Incoming, ReplicaDir};
 use std::fs::File;
 use std::io::{self, Seek};

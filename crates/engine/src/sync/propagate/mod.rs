@@ -32,7 +32,7 @@ use accord_plan::detect::SYNCED_MODE_BITS;
 use accord_plan::{Action, Side, SyncItem, UNKNOWN_OWNER};
 use accord_replica::side::UNKNOWN_CTIME;
 use accord_replica::{ArchiveRecord as Record, SideSession};
-use accord_replica::{Deleted, Pending, Replica, ReplicaDir};
+use accord_replica::{Deleted, Pending, Replica, ReplicaDir, SiblingRoot};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
@@ -110,6 +110,9 @@ struct Propagation<'a> {
     /// there (`links.rs`).
     leaders: links::Leaders,
     progress: Option<&'a crate::Progress>,
+    /// The source's root on the receiver's host, where the receiver copies
+    /// files from (`Plan::sibling`).
+    sibling: Option<&'a SiblingRoot>,
 }
 
 /// A rename on its way: the item, the items moved with it, its reply.
@@ -135,6 +138,10 @@ pub(crate) struct Plan<'p> {
     pub kept: &'p crate::sync::propagate::keep_name::KeptCopies,
     /// Merges made while the plan was edited (`--merge`, the key 'm').
     pub premerged: &'p Premerger<'p>,
+    /// Where the receiver may copy files from on its own host: the
+    /// source's root there (a sync of several roots, two of them on one
+    /// remote host). `None`: they are carried through this host.
+    pub sibling: Option<&'p SiblingRoot>,
 }
 
 /// Carry out the plan and record what succeeded in both archives.
@@ -151,6 +158,7 @@ pub(crate) fn propagate(
         items,
         kept,
         premerged,
+        sibling,
     } = plan;
     let mut run = Propagation {
         replicas,
@@ -165,6 +173,7 @@ pub(crate) fn propagate(
         unmoved: Vec::new(),
         leaders: links::Leaders::of(items),
         progress: hooks.progress,
+        sibling,
     };
     if let Some(progress) = hooks.progress {
         count_copies(items, progress);
@@ -487,7 +496,7 @@ impl<'a> Propagation<'a> {
                 progress.bytes_done.fetch_add(size, Ordering::Relaxed);
             }
         };
-        for (copy, received) in receive_all(self.replicas, copies, &arrived) {
+        for (copy, received) in receive_all(self.replicas, copies, self.sibling, &arrived) {
             match received {
                 Ok(temp) => staged.push(self.staged_copy(copy, temp)),
                 Err(error) => self.fail(&copy.item.path, error),

@@ -24,6 +24,7 @@ use accord_fsys::PropsMask;
 use accord_model::{Expect, Fingerprint, Kind, Props, RelPath};
 use accord_plan::{Side, SyncItem, DELTA_AUTO_MIN_SIZE};
 use accord_replica::Action;
+use accord_replica::{Fingerprinting, SiblingFile, SiblingRoot};
 use accord_replica::{Incoming, PendingTemp, Replica, ReplicaDir};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
@@ -95,31 +96,39 @@ fn dirs_of<'r>(
 /// Receive every copy into a temp beside its target; the results come in
 /// the copies' order. A temp whose bytes are not what detection saw is
 /// discarded (`ContentsChanged`: the file was written while it was read).
+///
+/// With `sibling` (the source's root on the receiver's own host), each
+/// file is first copied there, from that root; what is not (the receiver
+/// does not offer it, or the copy failed) is carried as any other.
 pub(crate) fn receive_all<'i>(
     replicas: [&dyn Replica; 2],
     copies: Vec<FileCopy<'i>>,
+    sibling: Option<&SiblingRoot>,
     arrived: &dyn Fn(&FileCopy),
 ) -> Vec<Received<'i>> {
     let sources = dirs_of(replicas, &copies, |c| c.from, Action::OpenSource);
     let targets = dirs_of(replicas, &copies, |c| c.to, Action::OpenDestination);
     let remote = replicas.iter().any(|r| r.local_root().is_none());
+    let mut received: Vec<(usize, Received<'i>)> = Vec::new();
+    let copies: Vec<(usize, FileCopy<'i>)> = copies.into_iter().enumerate().collect();
+    let copies = match sibling {
+        Some(root) => copy_on_host(root, copies, &targets, arrived, &mut received),
+        None => copies,
+    };
     let (deltas, wholes): (Vec<_>, Vec<_>) = copies
         .into_iter()
-        .enumerate()
         .partition(|(_, copy)| remote && worth_a_delta(copy));
     let (order, wholes): (Vec<usize>, Vec<FileCopy>) = wholes.into_iter().unzip();
     let started = start_receives(&wholes, &sources, &targets);
-    let mut received: Vec<(usize, Received<'i>)> = order
-        .into_iter()
-        .zip(wholes.into_iter().zip(started))
-        .map(|(at, (copy, started))| {
+    received.extend(order.into_iter().zip(wholes.into_iter().zip(started)).map(
+        |(at, (copy, started))| {
             let landed = landed(&copy, started, &targets);
             if landed.is_ok() {
                 arrived(&copy);
             }
             (at, (copy, landed))
-        })
-        .collect();
+        },
+    ));
     for (at, copy) in deltas {
         let landed = by_delta(&copy, &sources, &targets);
         if landed.is_ok() {
@@ -129,6 +138,54 @@ pub(crate) fn receive_all<'i>(
     }
     received.sort_by_key(|(at, _)| *at);
     received.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Copy each file on the receiver's host from the source's root there,
+/// every copy started before any is waited for; the copies not made
+/// there are given back.
+fn copy_on_host<'i>(
+    root: &SiblingRoot,
+    copies: Vec<(usize, FileCopy<'i>)>,
+    targets: &[Dirs; 2],
+    arrived: &dyn Fn(&FileCopy),
+    received: &mut Vec<(usize, Received<'i>)>,
+) -> Vec<(usize, FileCopy<'i>)> {
+    let started: Vec<_> = copies
+        .into_iter()
+        .map(|(at, copy)| {
+            let pending = start_on_host(root, &copy, targets);
+            (at, copy, pending)
+        })
+        .collect();
+    let mut rest = Vec::new();
+    for (at, copy, pending) in started {
+        match pending.map(PendingTemp::wait) {
+            Some(Ok(temp)) => {
+                arrived(&copy);
+                received.push((at, (copy, Ok(temp))));
+            }
+            // Not offered, or it failed (the file changed, the root there
+            // is not the one scanned): carried from the source instead,
+            // which reports what is wrong if something still is.
+            _ => rest.push((at, copy)),
+        }
+    }
+    rest
+}
+
+fn start_on_host(root: &SiblingRoot, copy: &FileCopy, targets: &[Dirs; 2]) -> Option<PendingTemp> {
+    let (parent, name) = split(&copy.item.path);
+    let source = copy.item.entry(copy.from)?;
+    let hash = source.hash.as_ref()?;
+    let dir = targets[index(copy.to)].get(&parent).ok()?;
+    let expect = Expect::entry(source);
+    let from = SiblingFile {
+        root,
+        path: &copy.item.path,
+        expect: &expect,
+        hash,
+    };
+    dir.start_copy_from_sibling(name, from, &copy.props, copy.mask)
 }
 
 /// Does the target hold an old version big enough for a delta to pay?
@@ -248,32 +305,4 @@ fn landed(copy: &FileCopy, started: Started, targets: &[Dirs; 2]) -> Result<Vec<
         dir.discard(&temp);
     }
     Err(SyncError::ContentsChanged)
-}
-
-/// A reader that fingerprints (BLAKE3, as `fsys::hash_file` does) what
-/// passes through it.
-pub(crate) struct Fingerprinting<'r> {
-    inner: &'r mut dyn Read,
-    hasher: blake3::Hasher,
-}
-
-impl<'r> Fingerprinting<'r> {
-    pub(crate) fn new(inner: &'r mut dyn Read) -> Self {
-        Fingerprinting {
-            inner,
-            hasher: blake3::Hasher::new(),
-        }
-    }
-
-    pub(crate) fn finish(&self) -> Fingerprint {
-        *self.hasher.finalize().as_bytes()
-    }
-}
-
-impl Read for Fingerprinting<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
 }
