@@ -43,7 +43,7 @@ use crate::sync_watch::Cycle;
 use accord_engine::set_plan::SetPlanEdit;
 use accord_engine::{
     EditSetPlan, LocalReplica, Receive, Replica, SetChange, SetConflict, SetConflictReport,
-    SetPolicies, SetPreference, SetReport, SetRoot, Unreached,
+    SetMergeNow, SetPolicies, SetPreference, SetReport, SetRoot, Unreached,
 };
 use accord_model::{Entry, Kind};
 use accord_remote::{RemoteReplica, RemoteSpec, RootMode};
@@ -75,7 +75,7 @@ pub fn run(args: &SyncArgs) -> i32 {
     let asked = crate::sync_tui::Asked {
         batch: args.batch || args.watch || args.json,
         auto: args.auto,
-        merge: false,
+        merge: args.merge.is_some(),
     };
     let remote: Vec<bool> = specs.iter().map(Option::is_some).collect();
     let ui = crate::sync_tui_set::SetInteractive::for_run(asked, &roots, &remote);
@@ -119,10 +119,14 @@ fn run_once(
             },
         })
         .collect();
-    let edit_plan =
-        ui.map(|ui| move |edit: &mut SetPlanEdit<'_>, order: &[usize]| ui.edit(edit, order));
+    let edit_plan = ui.map(|ui| {
+        move |edit: &mut SetPlanEdit<'_>, order: &[usize], merger: &dyn SetMergeNow| {
+            ui.edit(edit, order, merger)
+        }
+    });
     let pause = crate::cmd_sync::test_pause_hook("ACCORD_TEST_SYNC_PAUSE");
-    let paused = pause.map(|pause| move |_: &mut SetPlanEdit<'_>, _: &[usize]| pause());
+    let paused =
+        pause.map(|pause| move |_: &mut SetPlanEdit<'_>, _: &[usize], _: &dyn SetMergeNow| pause());
     let edit_plan = match (&edit_plan, &paused) {
         (Some(hook), _) => Some(hook as &EditSetPlan),
         (None, Some(hook)) => Some(hook as &EditSetPlan),

@@ -203,11 +203,8 @@ pub(crate) struct App<'e, 'u> {
     only: Option<BTreeSet<RelPath>>,
     /// A merge program was given (`--merge`).
     can_merge: bool,
-    /// Entries folded into the row of a new or deleted directory above
-    /// them (by the directory's item index): how many.
-    folded: BTreeMap<usize, usize>,
-    /// Directories opened with Enter: their entries have rows again.
-    opened: BTreeSet<RelPath>,
+    /// Directories whose rows hold their entries.
+    folds: Folds,
 }
 
 impl<'e, 'u> App<'e, 'u> {
@@ -229,8 +226,7 @@ impl<'e, 'u> App<'e, 'u> {
             merges,
             only,
             can_merge,
-            folded: BTreeMap::new(),
-            opened: BTreeSet::new(),
+            folds: Folds::default(),
         };
         app.refresh(None);
         app
@@ -244,7 +240,7 @@ impl App<'_, '_> {
         self.rows
             .iter()
             .find(|&&i| items[i].path == item.path)
-            .and_then(|i| self.folded.get(i))
+            .and_then(|i| self.folds.folded.get(i))
             .copied()
             .unwrap_or(0)
     }
@@ -296,12 +292,9 @@ impl App<'_, '_> {
             return;
         };
         let index = self.rows[self.selected];
-        if !self.opened.remove(&path) {
-            if !self.folded.contains_key(&index) {
-                self.message = format!("{}: nothing folded here", path.display());
-                return;
-            }
-            self.opened.insert(path.clone());
+        if let Err(why) = self.folds.toggle(&path, index) {
+            self.message = why;
+            return;
         }
         self.message.clear();
         self.refresh(Some(&path));
@@ -320,9 +313,11 @@ impl App<'_, '_> {
             Some(only) => only.contains(&item.path),
             None => is_shown(item),
         };
-        let (rows, folded) = fold(items, listed, &self.opened);
-        self.rows = rows;
-        self.folded = folded;
+        let folds = crate::sync_tui_view::folds;
+        let goes_with = |item: &accord_engine::SyncItem, top: &accord_engine::SyncItem| {
+            item.action == top.action
+        };
+        self.rows = self.folds.rows(items, listed, folds, goes_with);
         if let Some(path) = keep {
             self.selected = self
                 .rows
@@ -354,35 +349,83 @@ impl App<'_, '_> {
     }
 }
 
-/// The rows of the items `listed`, a new or deleted directory's entries
-/// that go with it folded into its row (with how many).
-fn fold(
-    items: &[accord_engine::SyncItem],
-    listed: impl Fn(&accord_engine::SyncItem) -> bool,
-    opened: &BTreeSet<RelPath>,
-) -> (Vec<usize>, BTreeMap<usize, usize>) {
-    let mut rows = Vec::new();
-    let mut folded = BTreeMap::new();
-    // The directory whose subtree is folded: its index.
-    let mut open: Option<usize> = None;
-    for (index, item) in items.iter().enumerate() {
-        if !listed(item) {
-            continue;
-        }
-        let under = open
-            .filter(|&top| item.path != items[top].path && item.path.starts_with(&items[top].path));
-        if let Some(top) = under {
-            if item.action == items[top].action {
-                *folded.entry(top).or_insert(0) += 1;
+/// The directories whose rows hold their entries (a new or deleted
+/// directory carries what is inside it), and those the person opened.
+#[derive(Default)]
+pub(crate) struct Folds {
+    /// By the directory's item index: how many entries its row holds.
+    pub(crate) folded: BTreeMap<usize, usize>,
+    /// Directories opened with Enter: their entries have rows again.
+    opened: BTreeSet<RelPath>,
+}
+
+/// An item of a list that folds: its path.
+pub(crate) trait AtPath {
+    fn at_path(&self) -> &RelPath;
+}
+
+impl AtPath for accord_engine::SyncItem {
+    fn at_path(&self) -> &RelPath {
+        &self.path
+    }
+}
+
+impl AtPath for accord_engine::set_plan::SetItem {
+    fn at_path(&self) -> &RelPath {
+        &self.path
+    }
+}
+
+impl Folds {
+    /// The rows of the items `listed` (indices into `items`), a folding
+    /// directory's entries that go with it folded into its row.
+    /// `folds`: may an item's row hold its subtree; `goes_with`: is an
+    /// entry below such a row carried with it.
+    pub(crate) fn rows<T: AtPath>(
+        &mut self,
+        items: &[T],
+        listed: impl Fn(&T) -> bool,
+        folds: impl Fn(&T) -> bool,
+        goes_with: impl Fn(&T, &T) -> bool,
+    ) -> Vec<usize> {
+        let mut rows = Vec::new();
+        self.folded.clear();
+        // The directory whose subtree is folded: its index.
+        let mut open: Option<usize> = None;
+        for (index, item) in items.iter().enumerate() {
+            if !listed(item) {
                 continue;
             }
-        } else {
-            let folds = crate::sync_tui_view::folds(item) && !opened.contains(&item.path);
-            open = folds.then_some(index);
+            let at = item.at_path();
+            let top = open.map(|top| &items[top]);
+            match top.filter(|top| at != top.at_path() && at.starts_with(top.at_path())) {
+                Some(top) if goes_with(item, top) => {
+                    *self.folded.entry(open.expect("a top")).or_insert(0) += 1;
+                    continue;
+                }
+                Some(_) => {}
+                None => {
+                    let folding = folds(item) && !self.opened.contains(at);
+                    open = folding.then_some(index);
+                }
+            }
+            rows.push(index);
         }
-        rows.push(index);
+        rows
     }
-    (rows, folded)
+
+    /// Enter on the row of `path` (item `index`): open it into rows of its
+    /// entries, or fold it again; `Err`: nothing is folded there.
+    pub(crate) fn toggle(&mut self, path: &RelPath, index: usize) -> Result<(), String> {
+        if self.opened.remove(path) {
+            return Ok(());
+        }
+        if !self.folded.contains_key(&index) {
+            return Err(format!("{}: nothing folded here", path.display()));
+        }
+        self.opened.insert(path.clone());
+        Ok(())
+    }
 }
 
 /// Show the plan until the person confirms or quits.

@@ -12,13 +12,17 @@
 //! they mean there, and a root's version is chosen with its letter, typed
 //! as a capital (lower-case letters are the list's own keys).
 
+use crate::sync_tui::Folds;
 use crate::sync_tui::{finish_with, is_interrupt, on_pane_key, Asked, Outcome, Screen};
 use crate::sync_tui_diff::{describe, file_diff, host_path, DiffView};
 use crate::sync_tui_set_view::{draw, is_shown, letter, KEYS};
-use accord_engine::set_plan::{Outcome as Planned, SetChoice, SetEditRefused, SetPlanEdit};
+use accord_engine::set_plan::{
+    Outcome as Planned, SetChoice, SetEditRefused, SetItem, SetPlanEdit,
+};
+use accord_engine::{Receive, SetMergeNow};
 use accord_model::{Kind, RelPath};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -50,8 +54,14 @@ impl SetInteractive {
     }
 
     /// The engine's `edit_plan` hook: `order` gives each replica of the
-    /// plan (by set index) its place among the roots as written.
-    pub(crate) fn edit(&self, edit: &mut SetPlanEdit<'_>, order: &[usize]) {
+    /// plan (by set index) its place among the roots as written; `merger`
+    /// runs the merge program on a conflict now (`m`).
+    pub(crate) fn edit(
+        &self,
+        edit: &mut SetPlanEdit<'_>,
+        order: &[usize],
+        merger: &dyn SetMergeNow,
+    ) {
         // --auto: the conflicts only, the rest carried out as planned.
         let only = self.asked.auto.then(|| {
             edit.items()
@@ -68,6 +78,7 @@ impl SetInteractive {
             return;
         }
         let mut app = SetApp::new(edit, order, &self.roots, only);
+        app.merging = self.asked.merge.then_some(merger);
         let outcome = match ask(&mut app) {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -110,6 +121,12 @@ pub(crate) struct SetApp<'e, 'p> {
     pub(crate) pane: Option<DiffView>,
     /// `--auto`: the only paths listed (the conflicts as reconciled).
     only: Option<BTreeSet<RelPath>>,
+    /// Runs the merge program on a conflict (`m`), with `--merge`.
+    merging: Option<&'e dyn SetMergeNow>,
+    /// What `m` made of each conflict given to it.
+    pub(crate) merges: BTreeMap<RelPath, Result<u64, String>>,
+    /// Directories whose rows hold their entries.
+    pub(crate) folds: Folds,
 }
 
 impl<'e, 'p> SetApp<'e, 'p> {
@@ -129,6 +146,9 @@ impl<'e, 'p> SetApp<'e, 'p> {
             message: String::new(),
             pane: None,
             only,
+            merging: None,
+            merges: BTreeMap::new(),
+            folds: Folds::default(),
         };
         app.refresh(None);
         app
@@ -148,15 +168,16 @@ impl<'e, 'p> SetApp<'e, 'p> {
     /// the next one, should it have gone).
     fn refresh(&mut self, keep: Option<&RelPath>) {
         let edit = &*self.edit;
-        let rows: Vec<usize> = (0..edit.items().len())
-            .filter(|&i| {
-                let item = &edit.items()[i];
-                match &self.only {
-                    Some(only) => only.contains(&item.path),
-                    None => is_shown(edit, item),
-                }
-            })
-            .collect();
+        let listed = |item: &SetItem| match &self.only {
+            Some(only) => only.contains(&item.path),
+            None => is_shown(edit, item),
+        };
+        let rows = self.folds.rows(
+            edit.items(),
+            listed,
+            |item| folds(edit, item),
+            |item, top| goes_with(edit, item, top),
+        );
         if let Some(path) = keep {
             self.selected = rows
                 .iter()
@@ -274,6 +295,60 @@ impl<'e, 'p> SetApp<'e, 'p> {
         lines
     }
 
+    /// `m`: run the merge program on the selected conflict now (nothing is
+    /// written before g), or drop the merge it made.
+    fn toggle_merge(&mut self) {
+        let Some(&index) = self.rows.get(self.selected) else {
+            return;
+        };
+        let item = &self.edit.items()[index];
+        let path = item.path.clone();
+        if !matches!(item.outcome, Planned::Conflict { .. }) || self.edit.is_skipped(&path) {
+            self.message = format!("{}: not a conflict; nothing to merge", path.display());
+            return;
+        }
+        let Some(merger) = self.merging else {
+            self.message = "no merge program: start with --merge CMD".into();
+            return;
+        };
+        if let Some(Ok(_)) = self.merges.remove(&path) {
+            merger.forget(&path);
+            self.message = format!("{}: merge dropped; still a conflict", path.display());
+            return;
+        }
+        let outcome = merger.merge_now(item);
+        self.message = match &outcome {
+            Ok(size) => format!(
+                "{}: merged ({size} bytes); written to every root on g",
+                path.display()
+            ),
+            Err(why) => format!("{}: {why}", path.display()),
+        };
+        self.merges.insert(path, outcome);
+    }
+
+    /// What `m` made of `item`, while it is still a conflict.
+    pub(crate) fn merge_of(&self, item: &SetItem) -> Option<&Result<u64, String>> {
+        let conflict = matches!(item.outcome, Planned::Conflict { .. });
+        let left = conflict && !self.edit.is_skipped(&item.path);
+        left.then(|| self.merges.get(&item.path)).flatten()
+    }
+
+    /// Enter: open a folded directory's row into rows of its entries, or
+    /// fold it again.
+    fn toggle_open(&mut self) {
+        let Some(path) = self.selected_path() else {
+            return;
+        };
+        let index = self.rows[self.selected];
+        if let Err(why) = self.folds.toggle(&path, index) {
+            self.message = why;
+            return;
+        }
+        self.message.clear();
+        self.refresh(Some(&path));
+    }
+
     /// '?': the keys, and which root each letter names.
     fn show_keys(&mut self) {
         let mut more = vec![String::new()];
@@ -321,6 +396,8 @@ fn on_list_key(app: &mut SetApp, key: KeyEvent) -> Option<Outcome> {
         KeyCode::Char('s') | KeyCode::Char('/') => app.change(|e, p| e.toggle_skip(p)),
         KeyCode::Char('r') => app.change(|e, p| e.choose(p, None)),
         KeyCode::Char('d') => app.show_versions(),
+        KeyCode::Char('m') => app.toggle_merge(),
+        KeyCode::Enter | KeyCode::Char('o') => app.toggle_open(),
         KeyCode::Char('?') | KeyCode::F(1) => app.show_keys(),
         KeyCode::Char('g') => return Some(confirm(app)),
         KeyCode::Char('q') | KeyCode::Esc => return Some(quit(app)),
@@ -333,6 +410,42 @@ fn on_list_key(app: &mut SetApp, key: KeyEvent) -> Option<Outcome> {
         _ => {}
     }
     None
+}
+
+/// Does `item` carry its subtree with it: a directory new to every root
+/// that receives it, or deleted from every root that receives the
+/// deletion (and not skipped, chosen or decided above)?
+fn folds(edit: &SetPlanEdit<'_>, item: &SetItem) -> bool {
+    let Planned::Settled(settled) = &item.outcome else {
+        return false;
+    };
+    if settled.receivers.is_empty() || edit.is_skipped(&item.path) {
+        return false;
+    }
+    let Some(at) = edit.offers(&item.path) else {
+        return false;
+    };
+    let holds_dir = |index: usize| {
+        let offer = at.offers.iter().find(|o| o.replica == index);
+        offer.and_then(|o| o.now.as_ref()).map(|e| e.kind)
+    };
+    let is_dir = settled.entry.as_ref().is_some_and(|e| e.kind == Kind::Dir);
+    settled.receivers.iter().all(|&(r, receive)| match receive {
+        Receive::Whole => is_dir && holds_dir(r).is_none(),
+        Receive::Delete => settled.entry.is_none() && holds_dir(r) == Some(Kind::Dir),
+        Receive::Props => false,
+    })
+}
+
+/// Is `item` (below `top`) carried as `top` is, with nothing of its own?
+fn goes_with(edit: &SetPlanEdit<'_>, item: &SetItem, top: &SetItem) -> bool {
+    let (Planned::Settled(this), Planned::Settled(dir)) = (&item.outcome, &top.outcome) else {
+        return false;
+    };
+    edit.choice(&item.path).is_none()
+        && !edit.is_skipped(&item.path)
+        && this.receivers == dir.receivers
+        && this.holders == dir.holders
 }
 
 fn confirm(app: &SetApp) -> Outcome {

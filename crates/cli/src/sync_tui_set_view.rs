@@ -18,7 +18,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 pub(crate) const HELP: &str = "? keys  up/down move  A B C… that root wins  s skip  \
-r revert  d versions  g go (propagate)  q quit";
+r revert  d versions  m merge  Enter open  g go (propagate)  q quit";
 
 /// Every key of the list, shown by '?'.
 pub(crate) const KEYS: &[(&str, &str)] = &[
@@ -33,6 +33,14 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("s or /", "skip: leave the path alone this run"),
     ("r", "revert to what reconciliation planned"),
     ("d", "every root's version, and the diff of two files"),
+    (
+        "m",
+        "merge a conflict with --merge's program now (m again: drop it)",
+    ),
+    (
+        "Enter or o",
+        "open a folded directory into rows of its entries (again: fold it)",
+    ),
     ("g", "go: carry out the plan"),
     ("q or Esc", "quit: change nothing"),
     ("?", "these keys"),
@@ -46,6 +54,10 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("<-", "receives the version (<-props: properties, <-delete)"),
     ("conflict", "holds a latest version, unchanged this run"),
     ("away", "could not be reached; catches up at its next run"),
+    (
+        "N inside",
+        "a new or deleted directory's entries, carried with it",
+    ),
 ];
 
 /// Columns' width: the longest word a cell holds, and a space.
@@ -216,9 +228,24 @@ fn cells(app: &SetApp, item: &SetItem) -> String {
         .collect()
 }
 
+/// What the row of `item` says it does: a conflict the program merged
+/// (`m`) takes its result everywhere; one it failed on stays; a folded
+/// directory counts what is carried with it.
+fn row_what(app: &SetApp, item: &SetItem, index: usize) -> String {
+    match app.merge_of(item) {
+        Some(Ok(size)) => format!("MERGED ({})", crate::summary::bytes(*size)),
+        Some(Err(_)) => "conflict: MERGE FAILED".into(),
+        None => match app.folds.folded.get(&index) {
+            Some(n) => format!("{}, {n} inside", what(app.edit, item, &app.place_of)),
+            None => what(app.edit, item, &app.place_of),
+        },
+    }
+}
+
 /// A row in `width` characters: a long path is cut in the middle.
-fn row_text(app: &SetApp, item: &SetItem, cursor: &str, width: usize) -> String {
-    let what = what(app.edit, item, &app.place_of);
+fn row_text(app: &SetApp, index: usize, cursor: &str, width: usize) -> String {
+    let item = &app.edit.items()[index];
+    let what = row_what(app, item, index);
     let head = format!(
         "{cursor}{} {}{what:<24} ",
         mark(app.edit, item),
@@ -312,7 +339,7 @@ fn draw_list(frame: &mut Frame, app: &mut SetApp, area: Rect) {
             if row == app.selected {
                 style = style.add_modifier(Modifier::REVERSED);
             }
-            Line::styled(row_text(app, item, cursor, area.width as usize), style)
+            Line::styled(row_text(app, index, cursor, area.width as usize), style)
         })
         .collect();
     frame.render_widget(Paragraph::new(lines), area);

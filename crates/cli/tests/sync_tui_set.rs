@@ -294,3 +294,96 @@ fn tui_set_auto_lists_only_the_conflicts() {
         assert_eq!(set.read(root, "one.txt").as_deref(), Some("one new\n"));
     }
 }
+
+/// `m` runs the merge program on the selected conflict now: the row says
+/// MERGED, and `g` writes the result to every root (B's version first,
+/// then C's, by the order written).
+#[test]
+fn tui_set_m_merges_the_selected_conflict() {
+    if !have_tmux() {
+        return;
+    }
+    let set = set_with_a_conflict(3);
+    let tmux = set.start_with("--merge 'cat CURRENT1 CURRENT2 > NEW'");
+    wait_for_plan(&tmux);
+    tmux.type_text("m");
+    tmux.wait_for_row("f.txt", "MERGED (14 B)");
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&set.status), 0, "{}", tmux.screen());
+    for letter in ['a', 'b', 'c'] {
+        let merged = set.read(letter, "f.txt");
+        assert_eq!(merged.as_deref(), Some("from b\nfrom c\n"), "{letter}");
+        assert_eq!(set.read(letter, "one.txt").as_deref(), Some("one new\n"));
+    }
+    assert_eq!(changes(&set.sync_json(0)), 0);
+}
+
+/// `m` again drops the merge; a conflict not merged with `m` is left, as
+/// with two roots (the program runs only where the person asked); `m`
+/// on a path that is no conflict, or without a program, says so.
+#[test]
+fn tui_set_m_twice_drops_the_merge_and_the_conflict_stays() {
+    if !have_tmux() {
+        return;
+    }
+    let set = set_with_a_conflict(3);
+    let tmux = set.start_with("--merge 'cat CURRENT1 CURRENT2 > NEW'");
+    wait_for_plan(&tmux);
+    tmux.type_text("m");
+    tmux.wait_for_row("f.txt", "MERGED");
+    tmux.type_text("m");
+    tmux.wait_for_row("f.txt", "conflict: changed apart");
+    tmux.wait_for("why", |s| s.contains("merge dropped; still a conflict"));
+    tmux.keys(&["Down"]);
+    tmux.type_text("m");
+    tmux.wait_for("why", |s| s.contains("one.txt: not a conflict"));
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&set.status), 1, "{}", tmux.screen());
+    for (letter, held) in [('a', "base\n"), ('b', "from b\n"), ('c', "from c\n")] {
+        assert_eq!(set.read(letter, "f.txt").as_deref(), Some(held), "{letter}");
+    }
+    assert_eq!(set.read('c', "one.txt").as_deref(), Some("one new\n"));
+
+    let plain = set.start();
+    plain.wait_for_row("f.txt", "conflict: changed apart");
+    plain.type_text("m");
+    plain.wait_for("why", |s| {
+        s.contains("no merge program: start with --merge CMD")
+    });
+    plain.type_text("q");
+}
+
+/// A new directory is one row with what it carries folded into it; Enter
+/// opens it a level at a time and folds it again.
+#[test]
+fn tui_set_folds_a_new_directory_into_its_row() {
+    if !have_tmux() {
+        return;
+    }
+    let set = set_with_a_conflict(3);
+    set.write('a', "new/deeper/deepest/file.txt", "new\n");
+    set.write('a', "new/top.txt", "top\n");
+    let tmux = set.start();
+    let screen = tmux.wait_for_row("new", "new dir from A, 4 inside");
+    assert!(!screen.contains("new/"), "{screen}");
+    // f.txt, new, one.txt: the folded row is the second.
+    tmux.keys(&["Down"]);
+    tmux.wait_for("the folded row selected", |s| {
+        s.lines()
+            .any(|l| l.starts_with('>') && l.trim_end().ends_with(" new"))
+    });
+    tmux.keys(&["Enter"]);
+    let opened = tmux.wait_for_row("new/deeper", "new dir from A, 2 inside");
+    assert!(row(&opened, "new/top.txt").is_some(), "{opened}");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("folded again", |s| !s.contains("new/deeper"));
+    tmux.keys(&["Up"]);
+    tmux.type_text("C");
+    tmux.wait_for_row("f.txt", "C's version wins");
+    tmux.type_text("g");
+    assert_eq!(wait_for_status(&set.status), 0, "{}", tmux.screen());
+    for letter in ['b', 'c'] {
+        let file = set.read(letter, "new/deeper/deepest/file.txt");
+        assert_eq!(file.as_deref(), Some("new\n"), "{letter}");
+    }
+}

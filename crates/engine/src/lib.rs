@@ -54,8 +54,8 @@ pub use mirror::run::{mirror, mirror_replicas, open_local_root};
 pub use mirror::{Backup, BackupPlace, MirrorConfig, Report};
 pub use progress::Progress;
 pub use set::{
-    sync_set, sync_set_edited, EditSetPlan, SetChange, SetConflictReport, SetFailure, SetPolicies,
-    SetReport, SetRoot, Unreached,
+    sync_set, sync_set_edited, EditSetPlan, SetChange, SetConflictReport, SetFailure, SetMergeNow,
+    SetPolicies, SetReport, SetRoot, Unreached,
 };
 pub use sync::merge_program::{MergeFailure, MergeProgram};
 pub use sync::propagate::MergeNow;

@@ -57,7 +57,7 @@ use std::sync::Arc;
 
 /// A conflict the program is to merge.
 pub(crate) struct Candidate {
-    path: RelPath,
+    pub(crate) path: RelPath,
     /// The versions, in the order the program takes them.
     inputs: Vec<Input>,
     /// The slots of the members holding a latest version.
@@ -178,6 +178,45 @@ pub(crate) fn candidates(
     found
 }
 
+/// Each version's source: its nearest holder, which writes it too.
+pub(crate) fn sources(replicas: &[&dyn Replica], candidate: &Candidate) -> Vec<usize> {
+    let far: Vec<bool> = replicas.iter().map(|r| r.local_root().is_none()).collect();
+    candidate
+        .inputs
+        .iter()
+        .map(|input| source_of(input.holders.iter().copied(), |s| far[s]))
+        .collect()
+}
+
+/// The program over a candidate's versions, each read from its source
+/// (`version`: what the member in a slot holds at the path).
+pub(crate) fn fold_versions<'v>(
+    (replicas, cfg): (&[&dyn Replica], &SyncConfig),
+    candidate: &Candidate,
+    sources: &[usize],
+    version: impl Fn(usize) -> &'v Arc<Entry>,
+) -> Result<Merged, NotMerged> {
+    let program = cfg.merge.as_ref().expect("merges run with --merge");
+    let (parent, _) = split(&candidate.path);
+    let mut dirs: Vec<Box<dyn ReplicaDir + '_>> = Vec::new();
+    for &slot in sources {
+        let dir = replicas[slot].open_dir(&parent);
+        dirs.push(dir.map_err(crate::Error::io(Step::OpenSource))?);
+    }
+    let inputs: Vec<MergeInput<'_>> = candidate
+        .inputs
+        .iter()
+        .zip(sources)
+        .zip(&dirs)
+        .map(|((input, &slot), dir)| MergeInput {
+            dir: dir.as_ref(),
+            version: version(slot),
+            label: input.label.clone(),
+        })
+        .collect();
+    run_fold(&candidate.path, &inputs, program)
+}
+
 /// The letter of the root written at `place`: A, B, C … (then numbers).
 fn label_of(place: usize) -> String {
     match u8::try_from(place) {
@@ -193,6 +232,9 @@ pub(crate) struct Merging<'m, 'r> {
     pub items: &'m mut Vec<SetItem>,
     pub held: &'m mut Held,
     pub cfg: &'m SyncConfig,
+    /// Results the interactive mode's `m` made (`premerge.rs`), by path:
+    /// written instead of running the program again.
+    pub premerged: std::collections::HashMap<RelPath, Merged>,
 }
 
 impl Merging<'_, '_> {
@@ -224,20 +266,13 @@ impl Merging<'_, '_> {
         merges: &mut Merges,
     ) -> Result<HeldRow, String> {
         let path = &candidate.path;
-        let far: Vec<bool> = self
-            .replicas
-            .iter()
-            .map(|r| r.local_root().is_none())
-            .collect();
-        // Each version read from its nearest holder, which writes it too.
-        let sources: Vec<usize> = candidate
-            .inputs
-            .iter()
-            .map(|input| source_of(input.holders.iter().copied(), |s| far[s]))
-            .collect();
-        let merged = self
-            .run_program(candidate, &sources)
-            .map_err(|not| self.not_merged_why(path, sources[0], not, merges))?;
+        let sources = sources(self.replicas, candidate);
+        let merged = match self.premerged.remove(path) {
+            Some(merged) => merged,
+            None => self
+                .run_program(candidate, &sources)
+                .map_err(|not| self.not_merged_why(path, sources[0], not, merges))?,
+        };
         let count = match fresh_count {
             Some(count) => *count,
             None => {
@@ -265,26 +300,9 @@ impl Merging<'_, '_> {
 
     /// The program over the versions, each read from its source.
     fn run_program(&self, candidate: &Candidate, sources: &[usize]) -> Result<Merged, NotMerged> {
-        let program = self.cfg.merge.as_ref().expect("merges run with --merge");
-        let (parent, _) = split(&candidate.path);
         let at = self.held.index_of(&candidate.path);
-        let mut dirs: Vec<Box<dyn ReplicaDir + '_>> = Vec::new();
-        for &slot in sources {
-            let dir = self.replicas[slot].open_dir(&parent);
-            dirs.push(dir.map_err(crate::Error::io(Step::OpenSource))?);
-        }
-        let inputs: Vec<MergeInput<'_>> = candidate
-            .inputs
-            .iter()
-            .zip(sources)
-            .zip(&dirs)
-            .map(|((input, &slot), dir)| MergeInput {
-                dir: dir.as_ref(),
-                version: self.held.now(at, slot).expect("a holder holds its version"),
-                label: input.label.clone(),
-            })
-            .collect();
-        run_fold(&candidate.path, &inputs, program)
+        let version = |slot: usize| self.held.now(at, slot).expect("a holder holds its version");
+        fold_versions((self.replicas, self.cfg), candidate, sources, version)
     }
 
     /// Why a merge was not made, as the two-root merge says it; a failure

@@ -19,11 +19,13 @@
 pub(crate) mod keep;
 pub(crate) mod merge;
 mod places;
+mod premerge;
 pub(crate) mod propagate;
 pub(crate) mod renames;
 pub(crate) mod scan;
 
 use crate::set::places::Places;
+pub use crate::set::premerge::SetMergeNow;
 use crate::set::scan::{each, scan_set, Member};
 use crate::sync::{dry_run_scratch, lock_in_order, SyncConfig, SyncFailure, SyncFatal};
 use accord_model::{Entry, RelPath};
@@ -139,10 +141,11 @@ pub struct SetPolicies {
 }
 
 /// The interactive mode's edit of a set's plan, called between
-/// reconciliation and propagation with the plan and, by set index, each
+/// reconciliation and propagation with the plan, by set index each
 /// replica's place in the roots as given (the plan's replicas are in the
-/// set's own order).
-pub type EditSetPlan<'a> = dyn Fn(&mut SetPlanEdit<'_>, &[usize]) + Sync + 'a;
+/// set's own order), and what runs the merge program on a conflict now
+/// (`m`). In an edited plan, `--merge` merges only the conflicts merged so.
+pub type EditSetPlan<'a> = dyn Fn(&mut SetPlanEdit<'_>, &[usize], &dyn SetMergeNow) + Sync + 'a;
 
 /// Sync the roots of a set (at least three). `policies` name roots by
 /// their place in `roots`.
@@ -249,25 +252,40 @@ fn run(
     let mut items =
         reconcile_set(&scanned.paths, &options).map_err(|e| input_fatal(e, roots, &order))?;
     let mut quit = false;
+    let mut premerged = None;
     if let Some(edit_plan) = edit_plan {
         // Not shown a plan the guard refuses; it checks the edited one below.
         if let Err(refusal) = guard(&items, &members, &scanned, cfg.max_delete) {
             report.refusal = Some(refusal);
             return Ok(());
         }
+        let premerger = premerge::SetPremerger {
+            replicas: &replicas,
+            members: &members,
+            scanned: &scanned,
+            place_of: &order,
+            cfg,
+            results: Default::default(),
+        };
         let mut edit = SetPlanEdit::new(&scanned.paths, options, items);
-        edit_plan(&mut edit, &order);
+        edit_plan(&mut edit, &order, &premerger);
         quit = edit.quit();
         (items, _) = edit.into_items();
+        premerged = Some(premerger.into_results());
     }
     let props = options.props;
     let kept = keep::name_copies(&replicas, &members, &scanned, &mut items, &order, &props);
     let mut not_merged = Vec::new();
     // A person who quit changes nothing: the conflicts left are listed.
-    let to_merge = match cfg.merge.is_some() && !cfg.dry_run && !quit {
+    let mut to_merge = match cfg.merge.is_some() && !cfg.dry_run && !quit {
         true => merge::candidates(&items, &members, &scanned, &order, cfg, &mut not_merged),
         false => Vec::new(),
     };
+    if let Some(chosen) = &premerged {
+        // An edited plan: only what the person merged (`m`).
+        to_merge.retain(|candidate| chosen.contains_key(&candidate.path));
+        not_merged.retain(|(path, _)| chosen.contains_key(path));
+    }
     let names: Vec<String> = order
         .iter()
         .map(|&place| roots[place].name.clone())
@@ -307,6 +325,7 @@ fn run(
         items: &mut items,
         held: &mut held,
         cfg,
+        premerged: premerged.unwrap_or_default(),
     }
     .merge_all(&to_merge);
     report.errors.extend(merges.failures);
