@@ -1018,7 +1018,7 @@ impl Dir {
     /// Rename `from` to `to` only if `to` does not exist.
     pub fn rename_noreplace(&self, from: &[u8], to: &[u8]) -> io::Result<()> {
         let f = check_name(from)?;
-        let t = cstr(to)?;
+        let t = check_name(to)?;
         self.writing(|| {
             cvt(unsafe {
                 libc::renameat2(

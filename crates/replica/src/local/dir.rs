@@ -396,6 +396,20 @@ impl LocalDir<'_> {
         if let Some(dir) = self.replica.follow.take_temp(temp) {
             return self.commit_through(dir, temp, name, expect);
         }
+        if *expect == Expect::Absent {
+            // The rename itself refuses to replace anything: one call
+            // instead of a stat and a rename, and no moment between them.
+            match self.dir.rename_noreplace(temp, name) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    return Err(Error::Changed(End::Written))
+                }
+                // A file system without RENAME_NOREPLACE: checked, then
+                // renamed, as below.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {}
+                Err(e) => return Err(Error::io(Action::Replace)(e)),
+            }
+        }
         recheck(self, name, expect, End::Written)?;
         self.dir
             .rename(temp, name)
