@@ -54,24 +54,7 @@ use std::path::{Path, PathBuf};
 pub const UNREACHED: i32 = 4;
 
 /// Run a sync of the roots `args` names (more than two).
-/// At most two malloc arenas for this process. Each root's scan and each
-/// receiver run on threads of their own, and glibc gives threads arenas of
-/// their own (up to 8 per core), where what one phase frees is not reused
-/// by the next phase's threads: a first sync of three roots of 100,000
-/// files peaked at 154 MB resident for 103 MB of heap with the default,
-/// 136 MB with two arenas, in the same time (one arena: 130 MB, and 40 %
-/// slower, its threads waiting on its lock).
-fn few_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; called before
-    // this command starts any thread.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-}
-
 pub fn run(args: &SyncArgs) -> i32 {
-    few_malloc_arenas();
     let roots = args.roots();
     let specs = match specs_of(&roots) {
         Ok(specs) => specs,
