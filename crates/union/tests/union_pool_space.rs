@@ -10,35 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{fuse_ok, have, is_mounted, unmount, UnionMount};
-
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn new(dir: &Path, size: &str) -> Tmpfs {
-        fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=755"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount -t tmpfs on {} failed", dir.display());
-        Tmpfs(dir.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        unmount(&self.0, "umount", &[]);
-    }
-}
+use common::{fuse_ok, have, is_mounted, unmount, Tmpfs, UnionMount};
 
 struct Mergerfs(PathBuf);
 
@@ -89,8 +61,8 @@ fn full_branches_move_writes_and_take_no_new_files() {
     }
     let t = tempfile::tempdir().unwrap();
     let ours = [
-        Tmpfs::new(&t.path().join("o0"), "2M"),
-        Tmpfs::new(&t.path().join("o1"), "16M"),
+        Tmpfs::new(&t.path().join("o0"), 2),
+        Tmpfs::new(&t.path().join("o1"), 16),
     ];
     {
         let list: Vec<String> = ours.iter().map(|b| b.0.display().to_string()).collect();
@@ -110,8 +82,8 @@ fn full_branches_move_writes_and_take_no_new_files() {
         return;
     }
     let theirs = [
-        Tmpfs::new(&t.path().join("m0"), "2M"),
-        Tmpfs::new(&t.path().join("m1"), "16M"),
+        Tmpfs::new(&t.path().join("m0"), 2),
+        Tmpfs::new(&t.path().join("m1"), 16),
     ];
     let list: Vec<String> = theirs.iter().map(|b| b.0.display().to_string()).collect();
     let mnt = t.path().join("mnt-mergerfs");
