@@ -348,18 +348,23 @@ fn letter_of<'l>(letters: &'l [String], names: &[String], name: &str) -> &'l str
         .map_or("?", |place| letters[place].as_str())
 }
 
+/// The letter of the root in `place` (among the roots as given).
+fn letter_at(letters: &[String], place: u8) -> &str {
+    letters.get(usize::from(place)).map_or("?", String::as_str)
+}
+
 /// Was `change` the writing of a merge (`--merge`)?
 fn is_merge(report: &SetReport, change: &SetChange) -> bool {
     report.merged.binary_search(&change.path).is_ok()
 }
 
-fn change_text(change: &SetChange, merged: bool, letters: &[String], names: &[String]) -> String {
-    let on = letter_of(letters, names, &change.on);
-    let from = letter_of(letters, names, &change.from);
+fn change_text(change: &SetChange, merged: bool, letters: &[String]) -> String {
+    let on = letter_at(letters, change.on);
+    let from = letter_at(letters, change.from);
     if change.kept {
         return format!("kept on {on}");
     }
-    if change.renamed_from.is_some() {
+    if change.renamed_from().is_some() {
         return format!("renamed on {on}");
     }
     if merged {
@@ -443,7 +448,7 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
         for change in &report.changes {
             println!(
                 "{:<14} {}",
-                change_text(change, is_merge(report, change), letters, names),
+                change_text(change, is_merge(report, change), letters),
                 change_path(change)
             );
         }
@@ -467,7 +472,7 @@ fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: b
 /// A change's path; a rename's as `old -> new`, a hard link's as
 /// `new => the name it was linked to`, as for two roots.
 fn change_path(change: &SetChange) -> String {
-    match (&change.renamed_from, &change.linked_to) {
+    match (change.renamed_from(), change.linked_to()) {
         (Some(from), _) => format!("{} -> {}", from.display(), change.path.display()),
         (None, Some(leader)) => format!("{} => {}", change.path.display(), leader.display()),
         (None, None) => change.path.display(),
@@ -475,12 +480,12 @@ fn change_path(change: &SetChange) -> String {
 }
 
 fn linked(report: &SetReport) -> usize {
-    let links = report.changes.iter().filter(|c| c.linked_to.is_some());
+    let links = report.changes.iter().filter(|c| c.linked_to().is_some());
     links.count()
 }
 
 fn renamed(report: &SetReport) -> usize {
-    let renames = report.changes.iter().filter(|c| c.renamed_from.is_some());
+    let renames = report.changes.iter().filter(|c| c.renamed_from().is_some());
     renames.count()
 }
 
@@ -626,18 +631,18 @@ fn print_json(
             .iter()
             .map(|c| JsonChange {
                 path: c.path.display(),
-                on: letter(&c.on),
-                from: letter(&c.from),
+                on: letter_at(letters, c.on).to_string(),
+                from: letter_at(letters, c.from).to_string(),
                 action: match c.receive {
                     _ if c.kept => "keep",
-                    _ if c.renamed_from.is_some() => "rename",
+                    _ if c.renamed_from().is_some() => "rename",
                     _ if is_merge(report, c) => "merged",
                     Receive::Whole => "copy",
                     Receive::Props => "props",
                     Receive::Delete => "delete",
                 },
-                renamed_from: c.renamed_from.as_ref().map(|p| p.display()),
-                linked_to: c.linked_to.as_ref().map(|p| p.display()),
+                renamed_from: c.renamed_from().map(|p| p.display()),
+                linked_to: c.linked_to().map(|p| p.display()),
             })
             .collect(),
         renamed: renamed(report),

@@ -55,7 +55,7 @@ pub use mirror::{Backup, BackupPlace, MirrorConfig, Report};
 pub use progress::Progress;
 pub use set::{
     sync_set, sync_set_edited, EditSetPlan, SetChange, SetConflictReport, SetFailure, SetMergeNow,
-    SetPolicies, SetReport, SetRoot, Unreached,
+    SetPolicies, SetReport, SetRoot, Unreached, Via,
 };
 pub use sync::merge_program::{MergeFailure, MergeProgram};
 pub use sync::propagate::MergeNow;

@@ -232,15 +232,23 @@ pub fn reconcile_set(
     options: &SetOptions,
 ) -> Result<Vec<SetItem>, SetInputError> {
     check_input(paths, options)?;
-    let found: Vec<Outcome> = paths
+    // Each path settled on its own first, then planned in place: the plan
+    // at a path replaces what was found there (a conflict over a subtree
+    // takes its subtree's slots), so a plan of many paths is built without
+    // a second table beside the first or a copy of each outcome.
+    let mut items: Vec<SetItem> = paths
         .iter()
-        .map(|at| settle_path(&at.offers, &options.props))
+        .map(|at| SetItem {
+            path: at.path.clone(),
+            outcome: settle_path(&at.offers, &options.props),
+            decided_by: None,
+        })
         .collect();
-    let mut items = Vec::with_capacity(paths.len());
-    let mut index = 0;
+    let (mut index, mut planned) = (0, 0);
     while index < paths.len() {
-        index = plan_at(paths, &found, index, options, &mut items);
+        (index, planned) = plan_at(paths, &mut items, (index, planned), options);
     }
+    items.truncate(planned);
     Ok(items)
 }
 
@@ -282,22 +290,24 @@ fn check_input(paths: &[PathOffers], options: &SetOptions) -> Result<(), SetInpu
     }
 }
 
-/// Plan `paths[index]` (and its subtree when a conflict covers it);
-/// returns the index of the next path to plan.
+/// Plan `paths[index]` (and its subtree when a conflict covers it).
+/// `items` holds, from `index` on, what `settle_path` found at each path;
+/// the plan goes to `items[planned..]` (never past `index`: a path is
+/// planned into at most one slot). Returns the index of the next path to
+/// plan and the next slot.
 fn plan_at(
     paths: &[PathOffers],
-    found: &[Outcome],
-    index: usize,
+    items: &mut [SetItem],
+    (index, planned): (usize, usize),
     options: &SetOptions,
-    items: &mut Vec<SetItem>,
-) -> usize {
+) -> (usize, usize) {
     let at = &paths[index];
     let end = subtree_end(paths, index);
-    let conflict = match &found[index] {
+    let conflict = match &items[index].outcome {
         _ if options.force.is_some() => None,
         Outcome::Conflict { reason, .. } => Some(*reason),
         Outcome::Settled(settled)
-            if removes_directory(&at.offers, settled, &found[index + 1..end]) =>
+            if removes_directory(&at.offers, settled, &items[index + 1..end]) =>
         {
             Some(SetConflict::ChangedBeneathRemovedDirectory)
         }
@@ -309,18 +319,14 @@ fn plan_at(
         None => policy_winner(at, conflict, options),
     };
     let covers = conflict.is_some() && !at.offers.iter().all(Offer::is_dir);
-    let (from, to) = if covers {
-        (index, end)
-    } else {
-        (index, index + 1)
-    };
+    let to = if covers { end } else { index + 1 };
     match (conflict, winner) {
         (_, Some((replica, policy))) => {
-            for (offset, beneath) in paths[from..to].iter().enumerate() {
-                let found = &found[from + offset];
+            for (offset, beneath) in paths[index..to].iter().enumerate() {
+                let found = take_found(&mut items[index + offset]);
                 // The conflict over a directory is the tree's, not its own.
-                let decided = (offset == 0 && conflict.is_some()) || found_differs(found, replica);
-                items.push(if decided {
+                let decided = (offset == 0 && conflict.is_some()) || found_differs(&found, replica);
+                items[planned + offset] = if decided {
                     let mut settled = make_equal_to(replica, &beneath.offers, &options.props);
                     if offset == 0 && keep.is_some() {
                         settled.kept = losing_versions(&beneath.offers, replica, &options.props);
@@ -333,24 +339,41 @@ fn plan_at(
                 } else {
                     SetItem {
                         path: beneath.path.clone(),
-                        outcome: found.clone(),
+                        outcome: found,
                         decided_by: None,
                     }
-                });
+                };
             }
+            (to, planned + (to - index))
         }
-        (Some(reason), None) => items.push(SetItem {
-            path: at.path.clone(),
-            outcome: conflict_outcome(&at.offers, reason, &options.props),
-            decided_by: None,
-        }),
-        (None, None) => items.push(SetItem {
-            path: at.path.clone(),
-            outcome: found[index].clone(),
-            decided_by: None,
-        }),
+        (Some(reason), None) => {
+            items[planned] = SetItem {
+                path: at.path.clone(),
+                outcome: conflict_outcome(&at.offers, reason, &options.props),
+                decided_by: None,
+            };
+            (to, planned + 1)
+        }
+        (None, None) => {
+            let found = take_found(&mut items[index]);
+            items[planned] = SetItem {
+                path: at.path.clone(),
+                outcome: found,
+                decided_by: None,
+            };
+            (to, planned + 1)
+        }
     }
-    to
+}
+
+/// What `settle_path` found in a slot of [`plan_at`]'s table, leaving an
+/// empty outcome (no allocation) in its place.
+fn take_found(item: &mut SetItem) -> Outcome {
+    let empty = Outcome::Conflict {
+        reason: SetConflict::ChangedApart,
+        versions: Vec::new(),
+    };
+    std::mem::replace(&mut item.outcome, empty)
 }
 
 /// Did reconciliation find something other than making every replica
@@ -375,11 +398,11 @@ pub(crate) fn subtree_end(paths: &[PathOffers], index: usize) -> usize {
 
 /// Does settling this path remove a directory some replica holds while
 /// something beneath it is in conflict or still held after the run?
-fn removes_directory(offers: &[Offer], settled: &Settled, beneath: &[Outcome]) -> bool {
+fn removes_directory(offers: &[Offer], settled: &Settled, beneath: &[SetItem]) -> bool {
     let settles_a_dir = settled.entry.as_ref().is_some_and(|e| e.kind == Kind::Dir);
     !settles_a_dir
         && offers.iter().any(Offer::is_dir)
-        && beneath.iter().any(|outcome| match outcome {
+        && beneath.iter().any(|item| match &item.outcome {
             Outcome::Conflict { .. } => true,
             Outcome::Settled(settled) => settled.entry.is_some(),
         })

@@ -123,7 +123,12 @@ impl Sshd {
                 if let Ok(Some(_)) = child.try_wait() {
                     break;
                 }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Ours, not another test's server that took the port
+                // between the probe and sshd's bind (sshd then exits): sshd
+                // writes its pid file once it listens.
+                let pid_file = std::fs::read_to_string(d.join("sshd.pid")).unwrap_or_default();
+                let ours = pid_file.trim() == child.id().to_string();
+                if ours && TcpStream::connect(("127.0.0.1", port)).is_ok() {
                     let sshd = Sshd {
                         child,
                         dir,

@@ -288,15 +288,9 @@ pub(crate) fn would_link(kept: &[KeptVersion], members: &[Member<'_>]) -> Vec<Se
 }
 
 fn kept_change(path: &RelPath, member: &Member<'_>) -> SetChange {
-    let name: Arc<str> = member.name.as_str().into();
     SetChange {
-        path: path.clone(),
-        on: name.clone(),
-        from: name,
-        receive: Receive::Whole,
-        renamed_from: None,
-        linked_to: None,
         kept: true,
+        ..SetChange::new(path.clone(), (member.place, member.place), Receive::Whole)
     }
 }
 

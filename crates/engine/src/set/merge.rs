@@ -474,16 +474,9 @@ impl Merging<'_, '_> {
             return Err(why.unwrap_or_else(|| "not merged".into()));
         }
         for slot in pair {
-            let name: Arc<str> = self.members[slot].name.as_str().into();
-            merges.changes.push(SetChange {
-                path: path.clone(),
-                on: name.clone(),
-                from: name,
-                receive: Receive::Whole,
-                renamed_from: None,
-                linked_to: None,
-                kept: false,
-            });
+            let place = self.members[slot].place;
+            let change = SetChange::new(path.clone(), (place, place), Receive::Whole);
+            merges.changes.push(change);
         }
         Ok(())
     }

@@ -35,7 +35,6 @@ use accord_plan::{
 };
 use accord_replica::{Replica, SideCause, SideFailure, SideOptions};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// One root of a set, as the caller found it.
@@ -54,24 +53,65 @@ pub struct Unreached {
     pub why: String,
 }
 
-/// One change made to one replica.
+/// One change made to one replica. Kept small (32 bytes): a first sync
+/// of a large tree lists one per path per receiver, and they are all held
+/// at the end of the run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetChange {
     pub path: RelPath,
-    /// The replica changed, as written (shared by its changes).
-    pub on: Arc<str>,
-    /// The replica the version came from.
-    pub from: Arc<str>,
+    /// The replica changed: its place among the roots as given.
+    pub on: u8,
+    /// The replica the version came from (its place).
+    pub from: u8,
     pub receive: Receive,
-    /// A rename: the path the receiver renamed to `path` (`receive` is
-    /// `Whole`; nothing was sent).
-    pub renamed_from: Option<RelPath>,
-    /// A copy made as a hard link: the name of its group it was linked to
-    /// on the receiver (nothing was sent).
-    pub linked_to: Option<RelPath>,
     /// `--keep-both`: a losing version kept under `path` on a replica that
     /// holds it (a hard link, nothing received; `from` is `on`).
     pub kept: bool,
+    /// A rename or a hard link made instead of a transfer.
+    pub via: Option<Box<Via>>,
+}
+
+/// How a change was made without sending the version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// A rename: the path the receiver renamed to the change's path
+    /// (`receive` is `Whole`).
+    Renamed(RelPath),
+    /// A copy made as a hard link: the name of its group it was linked to
+    /// on the receiver.
+    Linked(RelPath),
+}
+
+impl SetChange {
+    /// A change on the root in `on` with the version of the root in `from`
+    /// (places among the roots as given; a set has at most `MAX_REPLICAS`).
+    pub fn new(path: RelPath, (on, from): (usize, usize), receive: Receive) -> SetChange {
+        let place = |place: usize| u8::try_from(place).expect("at most MAX_REPLICAS roots");
+        SetChange {
+            path,
+            on: place(on),
+            from: place(from),
+            receive,
+            kept: false,
+            via: None,
+        }
+    }
+
+    /// A rename: the path the receiver renamed to `path`.
+    pub fn renamed_from(&self) -> Option<&RelPath> {
+        match self.via.as_deref() {
+            Some(Via::Renamed(from)) => Some(from),
+            _ => None,
+        }
+    }
+
+    /// A copy made as a hard link: the name it was linked to.
+    pub fn linked_to(&self) -> Option<&RelPath> {
+        match self.via.as_deref() {
+            Some(Via::Linked(to)) => Some(to),
+            _ => None,
+        }
+    }
 }
 
 /// A path that failed on one replica.
@@ -302,8 +342,7 @@ fn run(
         (replica, identities[place].as_slice())
     }));
     if cfg.dry_run {
-        let names: Vec<Arc<str>> = names.iter().map(|name| name.as_str().into()).collect();
-        report.changes = would_change(&items, &names, &places);
+        report.changes = would_change(&items, &order, &places);
         report.changes.extend(keep::would_link(&kept, &members));
         report.kept = keep::kept_paths(&kept, &items);
         sort_changes(&mut report.changes);
@@ -428,6 +467,7 @@ fn open_members<'r>(
         members.push(Member {
             side,
             index: rank(place),
+            place,
             name,
             change_count: 0,
         });
@@ -498,27 +538,24 @@ fn agreed(items: &[SetItem]) -> u64 {
 /// Changes in path order, then by the replica changed (a real run's and
 /// a dry run's alike).
 fn sort_changes(changes: &mut [SetChange]) {
-    changes.sort_by(|x, y| x.path.cmp(&y.path).then(x.on.cmp(&y.on)));
+    // In place: a first sync's changes are many, and no two name one path
+    // on one root.
+    changes.sort_unstable_by(|x, y| x.path.cmp(&y.path).then(x.on.cmp(&y.on)));
 }
 
 /// A dry run's changes: what each receiver would take, and from which
-/// holder (`Places::source_for`).
-fn would_change(items: &[SetItem], names: &[Arc<str>], places: &Places) -> Vec<SetChange> {
+/// holder (`Places::source_for`); `order`: each set index's place among
+/// the roots as given.
+fn would_change(items: &[SetItem], order: &[usize], places: &Places) -> Vec<SetChange> {
     let mut changes = Vec::new();
     for item in items {
         let Outcome::Settled(settled) = &item.outcome else {
             continue;
         };
         for &(receiver, receive) in &settled.receivers {
-            changes.push(SetChange {
-                path: item.path.clone(),
-                on: names[receiver].clone(),
-                from: names[places.source_for(settled.holders.iter().copied(), receiver)].clone(),
-                receive,
-                renamed_from: None,
-                linked_to: None,
-                kept: false,
-            });
+            let source = places.source_for(settled.holders.iter().copied(), receiver);
+            let (on, from) = (order[receiver], order[source]);
+            changes.push(SetChange::new(item.path.clone(), (on, from), receive));
         }
     }
     changes

@@ -16,7 +16,7 @@
 use crate::set::places::Places;
 use crate::set::renames::Renames;
 use crate::set::scan::{Held, Member};
-use crate::set::{SetChange, SetFailure};
+use crate::set::{SetChange, SetFailure, Via};
 use crate::sync::propagate::{propagate, Plan, Premerger};
 use crate::sync::{SyncConfig, SyncHooks, SyncReport};
 use accord_model::{Kind, RelPath, Time};
@@ -62,6 +62,7 @@ pub(crate) fn carry_out(
     let vectors = Vectors(items);
     let names: Vec<Arc<str>> = members.iter().map(|m| m.name.as_str().into()).collect();
     let indexes: Vec<usize> = members.iter().map(|m| m.index).collect();
+    let member_places: Vec<usize> = members.iter().map(|m| m.place).collect();
     let written = crate::Progress::default();
     let mut per_receiver: Vec<Carried> = std::thread::scope(|s| {
         let threads: Vec<_> = members
@@ -69,7 +70,7 @@ pub(crate) fn carry_out(
             .enumerate()
             .map(|(receiver, member)| {
                 let (names, vectors, written) = (&names, &vectors, &written);
-                let indexes = &indexes;
+                let (indexes, member_places) = (&indexes, &member_places);
                 let takes = Takes {
                     indexes,
                     places,
@@ -96,6 +97,7 @@ pub(crate) fn carry_out(
                                 replicas: [replicas[source], replicas[receiver]],
                                 slots: [source, receiver],
                                 names: [names[source].clone(), names[receiver].clone()],
+                                places: [member_places[source], member_places[receiver]],
                                 sibling: places.sibling(indexes[source], indexes[receiver]),
                             };
                             let context = (held, vectors, cfg, written, &renames);
@@ -283,6 +285,8 @@ struct Pair<'a> {
     /// The members' slots: the source's, the receiver's.
     slots: [usize; 2],
     names: [Arc<str>; 2],
+    /// Their places among the roots as given.
+    places: [usize; 2],
     /// The source's root on the receiver's host, where the receiver
     /// copies from (`Places::sibling`).
     sibling: Option<&'a SiblingRoot>,
@@ -335,22 +339,25 @@ impl Pair<'_> {
             &hooks,
             &mut report,
         );
-        let [from, on] = &self.names;
+        let [from, on] = self.places;
         carried
             .changes
-            .extend(report.propagated.into_iter().map(|change| SetChange {
-                receive: receive_of(change.action),
-                renamed_from: change.from,
-                linked_to: change.linked_to,
-                path: change.path,
-                on: on.clone(),
-                from: from.clone(),
-                kept: false,
+            .extend(report.propagated.into_iter().map(|change| {
+                let via = match (change.from, change.linked_to) {
+                    (Some(renamed_from), _) => Some(Box::new(Via::Renamed(renamed_from))),
+                    (None, Some(linked_to)) => Some(Box::new(Via::Linked(linked_to))),
+                    (None, None) => None,
+                };
+                let receive = receive_of(change.action);
+                SetChange {
+                    via,
+                    ..SetChange::new(change.path, (on, from), receive)
+                }
             }));
         carried
             .failures
             .extend(report.errors.into_iter().map(|failure| SetFailure {
-                replica: on.to_string(),
+                replica: self.names[1].to_string(),
                 failure,
             }));
     }

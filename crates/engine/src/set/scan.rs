@@ -25,6 +25,8 @@ use std::sync::Arc;
 pub(crate) struct Member<'r> {
     pub side: Box<dyn SideSession + 'r>,
     pub index: usize,
+    /// Its place among the roots as given.
+    pub place: usize,
     pub name: String,
     pub change_count: u64,
 }
