@@ -8,7 +8,8 @@
 #
 #   bench/sync/set.sh              100,000 files
 #   SCALE=0.1 bench/sync/set.sh    a tenth of them (smoke)
-#   RUNS=5 ...                     timed rounds per row (default 3)
+#   RUNS=7 ...                     timed rounds per row (default 3; the
+#                                  no-change ratio needs 7 to settle)
 #   ACCORD_BIN=path/to/accord      binary (default target/release/accord)
 #
 # 1. first sync: A holds the tree, the other roots are empty, no archives.
