@@ -29,10 +29,13 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 
+mod queue;
 mod requests;
 mod sibling;
+
+use queue::{Finish, InFlight, WorkQueue};
 
 /// Threads that serve reads (listings, file contents, signatures, deltas).
 const READERS: usize = 4;
@@ -340,71 +343,27 @@ fn is_sync_rule(req: &Request) -> bool {
     matches!(req, Request::SyncRules { .. } | Request::SyncFollow { .. })
 }
 
-/// Writes handed to the writer threads and not finished yet.
-#[derive(Default)]
-struct InFlight {
-    count: Mutex<usize>,
-    done: std::sync::Condvar,
-}
-
-impl InFlight {
-    fn count(&self) -> std::sync::MutexGuard<'_, usize> {
-        self.count.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn add(&self) {
-        *self.count() += 1;
-    }
-
-    fn finish(&self) {
-        *self.count() -= 1;
-        self.done.notify_all();
-    }
-
-    fn wait_idle(&self) {
-        let mut n = self.count();
-        while *n > 0 {
-            n = self.done.wait(n).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-}
-
-/// Marks one write of the writer threads finished when dropped.
-struct Finish<'a>(&'a InFlight);
-
-impl Drop for Finish<'_> {
-    fn drop(&mut self) {
-        self.0.finish();
-    }
-}
-
 type WriteJob = (u32, Request, HeldBody);
 
 impl Session<'_> {
     fn run(&self) {
-        let (tx, rx) = mpsc::channel::<(u32, Request)>();
-        let rx = Mutex::new(rx);
-        let (wtx, wrx) = mpsc::sync_channel::<WriteJob>(POOLED_QUEUE);
-        let wrx = Mutex::new(wrx);
+        let reads = WorkQueue::<(u32, Request)>::new(usize::MAX);
+        let writes = WorkQueue::<WriteJob>::new(POOLED_QUEUE);
         let in_flight = InFlight::default();
         std::thread::scope(|s| {
             for _ in 0..READERS {
-                s.spawn(|| loop {
-                    let next = rx.lock().unwrap().recv();
-                    let Ok((stream, req)) = next else { return };
-                    self.answer(stream, &req, None, None);
+                s.spawn(|| {
+                    while let Some((stream, req)) = reads.pop() {
+                        self.answer(stream, &req, None, None);
+                    }
                 });
             }
             for _ in 0..WRITERS {
-                s.spawn(|| loop {
-                    let next = wrx.lock().unwrap().recv();
-                    let Ok((stream, req, mut body)) = next else {
-                        return;
-                    };
-                    // Finished even if the call panics, or every later
-                    // write would wait for it for good.
-                    let _done = Finish(&in_flight);
-                    self.answer(stream, &req, None, Some(&mut body));
+                s.spawn(|| {
+                    while let Some((stream, req, mut body)) = writes.pop() {
+                        let _done = Finish(&in_flight);
+                        self.answer(stream, &req, None, Some(&mut body));
+                    }
                 });
             }
             while let Some(o) = self.conn.next_request() {
@@ -434,19 +393,16 @@ impl Session<'_> {
                     };
                 if let Some(body) = pooled {
                     in_flight.add();
-                    if wtx.send((o.stream, req, body)).is_err() {
-                        in_flight.finish();
-                        break;
-                    }
+                    writes.push((o.stream, req, body));
                 } else if req.writes() || req.has_body() || is_sync_rule(&req) {
                     in_flight.wait_idle();
                     self.answer(o.stream, &req, Some(&o), None);
-                } else if tx.send((o.stream, req)).is_err() {
-                    break;
+                } else {
+                    reads.push((o.stream, req));
                 }
             }
-            drop(tx);
-            drop(wtx);
+            reads.close();
+            writes.close();
         });
     }
 
