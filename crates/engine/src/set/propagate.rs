@@ -96,7 +96,7 @@ pub(crate) fn carry_out(
                             let pair = Pair {
                                 replicas: [replicas[source], replicas[receiver]],
                                 slots: [source, receiver],
-                                names: [names[source].clone(), names[receiver].clone()],
+                                receiver_name: names[receiver].clone(),
                                 places: [member_places[source], member_places[receiver]],
                                 sibling: places.sibling(indexes[source], indexes[receiver]),
                             };
@@ -284,8 +284,9 @@ struct Pair<'a> {
     replicas: [&'a dyn Replica; 2],
     /// The members' slots: the source's, the receiver's.
     slots: [usize; 2],
-    names: [Arc<str>; 2],
-    /// Their places among the roots as given.
+    /// The receiver's name, for its failures.
+    receiver_name: Arc<str>,
+    /// The source's and the receiver's places among the roots as given.
     places: [usize; 2],
     /// The source's root on the receiver's host, where the receiver
     /// copies from (`Places::sibling`).
@@ -357,7 +358,7 @@ impl Pair<'_> {
         carried
             .failures
             .extend(report.errors.into_iter().map(|failure| SetFailure {
-                replica: self.names[1].to_string(),
+                replica: self.receiver_name.to_string(),
                 failure,
             }));
     }
