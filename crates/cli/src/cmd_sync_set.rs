@@ -431,6 +431,11 @@ fn conflict_text(conflict: &SetConflictReport, letters: &[String], names: &[Stri
 
 fn print_text(report: &SetReport, letters: &[String], names: &[String], quiet: bool) {
     if let Some(fatal) = &report.fatal {
+        // Why each root was not reached, so that the line below says
+        // something a person can act on.
+        for (root, why) in &report.unreached {
+            eprintln!("accord sync: {root} could not be reached ({why})");
+        }
         eprintln!("accord sync: {fatal}");
         return;
     }

@@ -349,6 +349,14 @@ fn fewer_than_two_reachable_roots_change_nothing() {
     let c = set.away('c');
     let out = set.sync(&[]);
     assert_exit(&out, 3);
+    // Each root left out is named with why, then what the run did.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for letter in ['b', 'c'] {
+        let line = format!("{} could not be reached (", set.root(letter).display());
+        assert!(stderr.contains(&line), "{stderr}");
+    }
+    assert!(stderr.contains("No such file or directory"), "{stderr}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
     set.back('b', &b);
     set.back('c', &c);
     assert_eq!(set.read('b', "f"), None);

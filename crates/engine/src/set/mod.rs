@@ -254,7 +254,7 @@ fn run(
     }
     if reached.len() < 2 {
         return Err(SyncFatal::Unreachable(
-            "fewer than two of the roots can be reached".into(),
+            "fewer than two of the roots can be reached (run again once two or more can)".into(),
         ));
     }
     let replicas: Vec<&dyn Replica> = reached
