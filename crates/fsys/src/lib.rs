@@ -1246,6 +1246,20 @@ pub fn set_props_fd(fd: BorrowedFd<'_>, props: &Props, mask: PropsMask) -> io::R
     Ok(())
 }
 
+/// Map every allocation of 1 MiB or more on its own, so that dropping it
+/// gives its memory back to the system. glibc raises its mmap threshold as
+/// large blocks are freed (up to 32 MiB); after that such buffers come from
+/// arenas, whose freed pages stay resident while other threads allocate
+/// elsewhere. Growing a mapped buffer remaps it rather than copying. Call
+/// before the process starts any thread.
+pub fn map_large_buffers_apart() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 /// fsync a file, retrying only on EINTR (a failed fsync is final).
 pub fn fsync(f: &File) -> io::Result<()> {
     cvt_retry(|| unsafe { libc::fsync(f.as_raw_fd()) }).map(|_| ())

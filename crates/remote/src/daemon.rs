@@ -80,7 +80,10 @@ const SESSION_RESERVE: u64 = 4 << 20;
 /// handshake), warn for one refused or failed, with why.
 /// Details (a key proved, the module opened) are debug lines.
 pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
-    release_large_buffers();
+    // A body held whole is charged to the pool while it is held; once it
+    // is dropped its memory must go back to the system, or the pool would
+    // bound nothing.
+    accord_fsys::map_large_buffers_apart();
     let listener = TcpListener::bind(&cfg.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -116,21 +119,6 @@ pub fn run_daemon(cfg: DaemonConfig) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A body held whole is charged to the pool while it is held; once it is
-/// dropped its memory must go back to the system, or the pool would bound
-/// nothing. glibc raises its mmap threshold as large blocks are freed (up
-/// to 32 MiB), after which such buffers come from arenas that keep their
-/// pages: fix the threshold at 1 MiB, so that every large buffer is mapped
-/// on its own, unmapped when dropped, and grown by remapping (not copied).
-fn release_large_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; called before any
-    // session thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
 }
 
 struct Daemon {
