@@ -5,8 +5,9 @@
 //! first, the first one wins). `positions` stops at a whiteout or an opaque directory, so it is
 //! exactly the set of copies a delete must hide and the set of layers a subdirectory merges.
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
+
+use hashbrown::{HashMap, HashSet};
 
 use crate::whiteout;
 
@@ -23,12 +24,20 @@ pub enum Kind {
     Socket,
 }
 
+/// The branches that hold a name. Most names live in one or two, so up to four are kept
+/// inline: a listing allocates nothing per name for them, and a copy of an entry none at all.
+pub type Positions = smallvec::SmallVec<[u32; 4]>;
+
+/// The names of one directory (hashbrown's foldhash, seeded at random per process: a
+/// lookup through the mount hashes its name cheaply, and names cannot be made to collide).
+pub type Names = HashMap<OsString, MergedEntry>;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MergedEntry {
     /// Kind in the winning (first) branch.
     pub kind: Kind,
     /// Branch indices holding the name, highest priority first; never empty.
-    pub positions: Vec<u32>,
+    pub positions: Positions,
 }
 
 impl MergedEntry {
@@ -40,7 +49,7 @@ impl MergedEntry {
 /// Incremental merge: call `add` per branch in priority order until it returns false.
 #[derive(Default, Debug)]
 pub struct Merger {
-    entries: HashMap<OsString, MergedEntry>,
+    entries: Names,
     blocked: HashSet<OsString>,
     layers: Vec<u32>,
     done: bool,
@@ -78,7 +87,7 @@ impl Merger {
                 .and_modify(|e| e.positions.push(branch))
                 .or_insert_with(|| MergedEntry {
                     kind,
-                    positions: vec![branch],
+                    positions: smallvec::smallvec![branch],
                 });
         }
         self.blocked.extend(new_whiteouts);
@@ -89,7 +98,7 @@ impl Merger {
     }
 
     /// The visible names and the branches (in order) that contributed to this directory.
-    pub fn finish(self) -> (HashMap<OsString, MergedEntry>, Vec<u32>) {
+    pub fn finish(self) -> (Names, Vec<u32>) {
         (self.entries, self.layers)
     }
 }
@@ -115,9 +124,9 @@ mod tests {
         assert_eq!(layers, vec![0, 1]);
         assert_eq!(e.len(), 3);
         assert_eq!(e[OsStr::new("a")].kind, Kind::File);
-        assert_eq!(e[OsStr::new("a")].positions, vec![0, 1]);
-        assert_eq!(e[OsStr::new("d")].positions, vec![0, 1]);
-        assert_eq!(e[OsStr::new("b")].positions, vec![1]);
+        assert_eq!(e[OsStr::new("a")].positions[..], [0, 1]);
+        assert_eq!(e[OsStr::new("d")].positions[..], [0, 1]);
+        assert_eq!(e[OsStr::new("b")].positions[..], [1]);
     }
 
     #[test]
@@ -139,11 +148,11 @@ mod tests {
         assert!(!e.contains_key(OsStr::new("a")));
         assert!(!e.contains_key(OsStr::new(".wh.a")));
         assert_eq!(
-            e[OsStr::new("c")].positions,
-            vec![0],
+            e[OsStr::new("c")].positions[..],
+            [0],
             "lower c is hidden by the whiteout"
         );
-        assert_eq!(e[OsStr::new("b")].positions, vec![1]);
+        assert_eq!(e[OsStr::new("b")].positions[..], [1]);
     }
 
     #[test]

@@ -22,8 +22,50 @@ pub type Stat = libc::stat;
 /// branch's from its root.
 struct At {
     dir: RawFd,
-    path: CString,
+    path: CPath,
     _held: Option<OwnedFd>,
+}
+
+/// Paths shorter than this are made C strings on the stack.
+const SHORT_PATH: usize = 256;
+
+/// A path as a C string: on the stack when it is short, as almost every branch path is, so a
+/// system call through the union allocates nothing for its path. (The short form is large on
+/// purpose: a `CPath` lives on the stack for one call.)
+#[allow(clippy::large_enum_variant)]
+enum CPath {
+    Short([u8; SHORT_PATH]),
+    Long(CString),
+}
+
+impl CPath {
+    fn new(bytes: &[u8]) -> io::Result<CPath> {
+        if bytes.contains(&0) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if bytes.len() < SHORT_PATH {
+            let mut buf = [0u8; SHORT_PATH];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            return Ok(CPath::Short(buf));
+        }
+        Ok(CPath::Long(
+            CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+        ))
+    }
+
+    fn as_ptr(&self) -> *const libc::c_char {
+        match self {
+            CPath::Short(buf) => buf.as_ptr().cast(),
+            CPath::Long(c) => c.as_ptr(),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            CPath::Short(buf) => &buf[..buf.iter().position(|&b| b == 0).unwrap_or(0)],
+            CPath::Long(c) => c.as_bytes(),
+        }
+    }
 }
 
 /// `rel` under `dir` as an `At` whose path is shorter than `limit` bytes.
@@ -51,7 +93,7 @@ fn at_within(dir: RawFd, rel: &Path, limit: usize) -> io::Result<At> {
     }
     Ok(At {
         dir: cur,
-        path: CString::new(rest).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+        path: CPath::new(rest)?,
         _held: held,
     })
 }
@@ -417,7 +459,7 @@ pub fn copy_data(src: &File, dst: &File) -> io::Result<()> {
 // branch's path is fixed when it is added.
 
 struct Abs {
-    path: CString,
+    path: CPath,
     _held: Option<OwnedFd>,
 }
 
@@ -435,7 +477,7 @@ fn abs(p: &Path) -> io::Result<Abs> {
     let mut path = format!("/proc/self/fd/{}/", a.dir).into_bytes();
     path.extend_from_slice(a.path.as_bytes());
     Ok(Abs {
-        path: CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+        path: CPath::new(&path)?,
         _held: a._held,
     })
 }

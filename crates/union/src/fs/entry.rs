@@ -122,7 +122,7 @@ impl Op<'_> {
     fn stat_child(&self, parent: u64, name: &OsStr) -> R<sys::Stat> {
         let view = self.ensure_view(parent)?;
         let winner = view.entries.get(name).ok_or(libc::ENOENT)?.winner();
-        let rel = view.path_in(winner, &self.path(parent)?).join(name);
+        let rel = self.child_rel_in(&view, parent, name, winner)?;
         let st = sys::fstatat(self.fd(winner), &rel).map_err(|err| {
             self.forget_view(parent);
             sys::errno(&err)
@@ -338,7 +338,7 @@ impl Op<'_> {
             }
         }
         let loc = self.locate(ino)?;
-        let st = sys::fstatat(self.fd(loc.entry.winner()), &loc.winner_rel()).e()?;
+        let st = sys::fstatat(self.fd(loc.entry.winner()), loc.winner_rel()).e()?;
         Ok(self.attr(ino, &st))
     }
 
@@ -381,7 +381,7 @@ impl Op<'_> {
     pub(super) fn do_readlink(&self, ino: u64) -> R<OsString> {
         self.resolved(|| {
             let loc = self.locate(ino)?;
-            sys::readlinkat(self.fd(loc.entry.winner()), &loc.winner_rel()).e()
+            sys::readlinkat(self.fd(loc.entry.winner()), loc.winner_rel()).e()
         })
     }
 

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use fuser::FileAttr;
 
 use super::{attr_of, Errno, Op, R};
-use crate::merge::Kind;
+use crate::merge::{Kind, MergedEntry};
 use crate::sys::{self, Stat};
 use crate::whiteout::INDEX_DIR;
 
@@ -206,14 +206,14 @@ impl Op<'_> {
 
     /// Under the namespace lock: copy up (or link up) `name` of `parent` if it shows a lower
     /// file with other names, as overlayfs does before such a name is removed: the index
-    /// then counts the names left.
-    pub(super) fn copy_up_linked(&self, parent: u64, name: &OsStr) -> R<()> {
+    /// then counts the names left. Returns the name's entry as it is then.
+    pub(super) fn copy_up_linked(&self, parent: u64, name: &OsStr) -> R<Option<MergedEntry>> {
         let u = self.upper()?;
         let Some(e) = self.child(parent, name)? else {
-            return Ok(());
+            return Ok(None);
         };
         if e.kind != Kind::File || e.winner() <= u {
-            return Ok(());
+            return Ok(Some(e));
         }
         let st = sys::fstatat(
             self.fd(e.winner()),
@@ -221,7 +221,7 @@ impl Op<'_> {
         )
         .e()?;
         if link_key(&st).is_none() {
-            return Ok(());
+            return Ok(Some(e));
         }
         let ino = {
             let mut nodes = self.nodes();
@@ -229,7 +229,8 @@ impl Op<'_> {
             nodes.make_primary(ino, parent, name);
             ino
         };
-        self.copy_up_with(ino, None, None).map(drop)
+        self.copy_up_with(ino, None, None)?;
+        self.child(parent, name)
     }
 
     /// After node `ino` was copied up and indexed: link up its other names the kernel knows

@@ -18,7 +18,6 @@ mod pool_move;
 mod redirect;
 mod xattr;
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
@@ -28,9 +27,10 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType};
+use hashbrown::{Equivalent, HashMap, HashSet};
 
 use crate::branch::Table;
-use crate::merge::{Kind, MergedEntry, Merger};
+use crate::merge::{Kind, MergedEntry, Merger, Names};
 use crate::sys::{self, Stat};
 
 pub const ROOT: u64 = fuser::INodeNo::ROOT.0;
@@ -70,6 +70,17 @@ pub struct Nodes {
 }
 
 const MAX_NEGATIVES: usize = 65536;
+
+/// A key of `Nodes::by_name` with the name borrowed, so a lookup allocates nothing: it hashes
+/// as the owned key `(parent, name)` does (fields in order, as a tuple).
+#[derive(Hash)]
+struct NameRef<'a>(u64, &'a OsStr);
+
+impl Equivalent<(u64, OsString)> for NameRef<'_> {
+    fn equivalent(&self, key: &(u64, OsString)) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
 
 #[derive(Debug)]
 struct Node {
@@ -133,8 +144,7 @@ impl Nodes {
     }
 
     pub fn get_or_create(&mut self, parent: u64, name: &OsStr) -> u64 {
-        let key = (parent, name.to_os_string());
-        if let Some(&i) = self.by_name.get(&key) {
+        if let Some(&i) = self.by_name.get(&NameRef(parent, name)) {
             return i;
         }
         let ino = self.next;
@@ -152,7 +162,7 @@ impl Nodes {
             },
         );
         self.child_count(parent, 1);
-        self.by_name.insert(key, ino);
+        self.by_name.insert((parent, name.to_os_string()), ino);
         ino
     }
 
@@ -209,13 +219,11 @@ impl Nodes {
         let Some(n) = self.nodes.get_mut(&ino) else {
             return;
         };
-        let key = (parent, name.to_os_string());
-        if let Some(a) = n.aliases.iter_mut().find(|a| **a == key) {
+        if let Some(a) = (n.aliases.iter_mut()).find(|a| NameRef(parent, name).equivalent(a)) {
             let old = (
                 std::mem::replace(&mut n.parent, parent),
-                std::mem::take(&mut n.name),
+                std::mem::replace(&mut n.name, name.to_os_string()),
             );
-            n.name = key.1;
             *a = old;
         }
     }
@@ -284,7 +292,19 @@ impl Nodes {
 
     /// The node's path relative to every branch root (`.` for the root).
     pub fn path(&self, ino: u64) -> Option<PathBuf> {
-        let mut parts = Vec::new();
+        self.path_with(ino, None)
+    }
+
+    /// The path of `name` in directory `parent` relative to every branch root.
+    pub fn child_path(&self, parent: u64, name: &OsStr) -> Option<PathBuf> {
+        self.path_with(parent, Some(name))
+    }
+
+    /// The path of `ino`, or of its child `name`, made in one allocation: every request
+    /// through the mount makes one.
+    fn path_with(&self, ino: u64, child: Option<&OsStr>) -> Option<PathBuf> {
+        let mut parts: smallvec::SmallVec<[&OsStr; 16]> = smallvec::SmallVec::new();
+        parts.extend(child);
         let mut cur = ino;
         while cur != ROOT {
             let n = self.nodes.get(&cur)?;
@@ -297,7 +317,8 @@ impl Nodes {
         if parts.is_empty() {
             return Some(PathBuf::from("."));
         }
-        let mut p = PathBuf::new();
+        let len = parts.iter().map(|p| p.len() + 1).sum::<usize>();
+        let mut p = PathBuf::with_capacity(len);
         for part in parts.iter().rev() {
             p.push(part);
         }
@@ -305,7 +326,7 @@ impl Nodes {
     }
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Option<u64> {
-        self.by_name.get(&(parent, name.to_os_string())).copied()
+        self.by_name.get(&NameRef(parent, name)).copied()
     }
 
     /// Record `(parent, name)` as another name of `ino` (a hard link made through the union).
@@ -342,14 +363,14 @@ impl Nodes {
         };
         let aliases = std::mem::take(&mut n.aliases);
         for (p, nm) in aliases {
-            self.by_name.remove(&(p, nm.clone()));
+            self.by_name.remove(&NameRef(p, &nm));
             self.child_count(p, -1);
             self.get_or_create(p, &nm);
         }
     }
 
     pub fn detach(&mut self, parent: u64, name: &OsStr) {
-        let key = (parent, name.to_os_string());
+        let key = NameRef(parent, name);
         let Some(ino) = self.by_name.remove(&key) else {
             return;
         };
@@ -357,7 +378,7 @@ impl Nodes {
         let Some(n) = self.nodes.get_mut(&ino) else {
             return;
         };
-        if (n.parent, &n.name) == (key.0, &key.1) {
+        if (n.parent, n.name.as_os_str()) == (parent, name) {
             // The primary name went: another name of the file takes over, if any.
             match n.aliases.pop() {
                 Some((p, nm)) => {
@@ -367,7 +388,7 @@ impl Nodes {
                 None => n.attached = false,
             }
         } else {
-            n.aliases.retain(|a| *a != key);
+            n.aliases.retain(|a| !key.equivalent(a));
         }
         // Nothing may be left that the kernel does not hold.
         self.forget(ino, 0);
@@ -399,7 +420,7 @@ impl Nodes {
             children.entry(parent).or_default().push(child);
         }
         // A file with hard links may be named in several directories: listed once.
-        let mut seen = HashSet::from([ino]);
+        let mut seen: HashSet<u64> = HashSet::from_iter([ino]);
         let mut next = vec![ino];
         while let Some(dir) = next.pop() {
             for &child in children.get(&dir).into_iter().flatten() {
@@ -477,7 +498,7 @@ struct ViewRead {
 pub(crate) struct DirView {
     /// Branches that hold this directory, highest first (stops at an opaque one).
     layers: Vec<u32>,
-    entries: HashMap<OsString, MergedEntry>,
+    entries: Names,
     built: Instant,
     generation: u64,
     /// Changes only when the merge result changes, so subdirectory views built from this one
@@ -492,7 +513,28 @@ pub(crate) struct DirView {
     /// path: those below a redirect (`redirect.rs`). Lower paths never move, while the others
     /// follow renames through the union, so only these are kept.
     redirected: Vec<(u32, PathBuf)>,
+    /// The parent directory whose view `parent_serial` is of (the root's own number for the
+    /// root).
+    parent: u64,
+    /// The mark of `State::dir_seq` when this view was last found current under `parent`:
+    /// while no directory was renamed or removed since, the directory still has that parent
+    /// (see `Op::current_view`).
+    dir_mark: DirMark,
 }
+
+/// `DirView::dir_mark`: refreshed through a shared view, as the check that renews it only
+/// reads the view.
+#[derive(Debug, Default)]
+struct DirMark(AtomicU64);
+
+impl Clone for DirMark {
+    fn clone(&self) -> Self {
+        DirMark(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// No mark `dirs_mark` returns when directories are not moving (those are even).
+const NO_MARK: u64 = 1;
 
 impl DirView {
     /// This directory's path in branch `b`, `rel` being its union path.
@@ -532,8 +574,12 @@ impl Loc {
     }
 
     /// The path in the winning branch.
-    pub fn winner_rel(&self) -> PathBuf {
-        self.at(self.entry.winner())
+    pub fn winner_rel(&self) -> &Path {
+        let b = self.entry.winner();
+        match self.moved.iter().find(|(l, _)| *l == b) {
+            Some((_, p)) => p,
+            None => &self.rel,
+        }
     }
 }
 
@@ -878,6 +924,11 @@ impl State {
         self.nodes().path(ino).ok_or(libc::ENOENT)
     }
 
+    /// The union path of `name` in directory `parent`.
+    fn child_path(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
+        self.nodes().child_path(parent, name).ok_or(libc::ENOENT)
+    }
+
     fn epoch(&self, dir: u64) -> &AtomicU64 {
         &self.epochs[(dir as usize) % EPOCH_SHARDS]
     }
@@ -918,7 +969,7 @@ impl State {
                 name.to_os_string(),
                 MergedEntry {
                     kind,
-                    positions: vec![upper],
+                    positions: smallvec::smallvec![upper],
                 },
             );
         });
@@ -946,7 +997,7 @@ impl State {
                 newname.to_os_string(),
                 MergedEntry {
                     kind,
-                    positions: vec![upper],
+                    positions: smallvec::smallvec![upper],
                 },
             );
         });
@@ -1028,6 +1079,9 @@ impl Op<'_> {
     /// hash lookups when everything is cached; a directory is only ever read on the branches
     /// that hold it, which is what keeps 1,000 branches cheap.
     fn ensure_view(&self, ino: u64) -> R<Arc<DirView>> {
+        if let Some(v) = self.current_view(ino) {
+            return Ok(v);
+        }
         let mut attempt = 0;
         // Taken for the last attempt when directories kept moving (see below).
         let mut _ns = None;
@@ -1037,7 +1091,10 @@ impl Op<'_> {
             let moves = self.dirs_mark();
             let inputs = self.view_inputs(ino);
             let built = match &inputs {
-                Ok(ViewInputs::Cached(v)) => return Ok(v.clone()),
+                Ok(ViewInputs::Cached(v)) => {
+                    self.renew_mark(ino, v, moves);
+                    return Ok(v.clone());
+                }
                 Ok(ViewInputs::Read(r)) => self.read_view(&r.candidates, &r.rel, r.parent_serial),
                 Err(e) => Err(*e),
             };
@@ -1074,6 +1131,11 @@ impl Op<'_> {
                     return Err(e);
                 }
             };
+            v.parent = r.parent.unwrap_or(ROOT);
+            if !holds_ns() {
+                // (A holder of the namespace lock may be moving directories itself.)
+                v.dir_mark = DirMark(AtomicU64::new(moves));
+            }
             if let Some(old) = views.get(&ino) {
                 if old.layers == v.layers
                     && old.entries == v.entries
@@ -1090,6 +1152,52 @@ impl Op<'_> {
             let v = Arc::new(v);
             views.insert(ino, v.clone());
             return Ok(v);
+        }
+    }
+
+    /// The cached view of directory `ino` when it is surely current, without the node table
+    /// or a stat: what `view_inputs` finds on its quick path, for the hottest call of every
+    /// request. The view and each view above it up to the root are fresh, of the current
+    /// branch table, and were last found current under their parent since the last rename or
+    /// removal of a directory (so their parents are still their parents), and each parent's
+    /// view still has the serial its child was built from.
+    fn current_view(&self, ino: u64) -> Option<Arc<DirView>> {
+        let mark = self.dirs_mark();
+        let now = Instant::now();
+        let views = self.views_r();
+        let view = views.get(&ino)?;
+        let (mut cur, mut v) = (ino, view);
+        loop {
+            let current = v.generation == self.table.generation
+                && v.dir_mark.0.load(Ordering::Acquire) == mark
+                && now.saturating_duration_since(v.built) < TTL;
+            if !current {
+                return None;
+            }
+            if cur == ROOT {
+                return Some(view.clone());
+            }
+            let parent = views.get(&v.parent)?;
+            if parent.serial != v.parent_serial {
+                return None;
+            }
+            (cur, v) = (v.parent, parent);
+        }
+    }
+
+    /// `view_inputs` found view `v` of directory `ino` current while directories stood still
+    /// since `moves`: mark it so for `current_view` (if its parent is still the one it was
+    /// built under).
+    fn renew_mark(&self, ino: u64, v: &DirView, moves: u64) {
+        if holds_ns() || v.dir_mark.0.load(Ordering::Relaxed) == moves {
+            return;
+        }
+        let parent = match ino {
+            ROOT => Some(ROOT),
+            _ => self.nodes().entry(ino).map(|(p, _)| p),
+        };
+        if parent == Some(v.parent) && self.dirs_stable(moves) {
+            v.dir_mark.0.store(moves, Ordering::Release);
         }
     }
 
@@ -1229,6 +1337,8 @@ impl Op<'_> {
             parent_serial,
             stamps,
             redirected,
+            parent: ROOT,
+            dir_mark: DirMark(AtomicU64::new(NO_MARK)),
         })
     }
 
@@ -1295,19 +1405,32 @@ impl Op<'_> {
                 rel: PathBuf::from("."),
                 entry: MergedEntry {
                     kind: Kind::Dir,
-                    positions: v.layers.clone(),
+                    positions: v.layers.iter().copied().collect(),
                 },
                 moved: Vec::new(),
             });
         }
-        let (parent, name) = self.nodes().entry(ino).ok_or(libc::ENOENT)?;
+        let (parent, name, rel) = {
+            let nodes = self.nodes();
+            let (parent, name) = nodes.entry(ino).ok_or(libc::ENOENT)?;
+            (parent, name, nodes.path(ino).ok_or(libc::ENOENT)?)
+        };
         let view = self.ensure_view(parent)?;
         let entry = view.entries.get(&name).cloned().ok_or(libc::ENOENT)?;
         Ok(Loc {
-            rel: self.path(ino)?,
+            rel,
             entry,
             moved: view.child_paths(&name),
         })
+    }
+
+    /// The path of `name` of directory `parent` in branch `b` (`view`: the directory's view;
+    /// another path than the union path in a lower branch under a redirect).
+    fn child_rel_in(&self, view: &DirView, parent: u64, name: &OsStr, b: u32) -> R<PathBuf> {
+        match view.redirected.iter().find(|(l, _)| *l == b) {
+            Some((_, p)) => Ok(p.join(name)),
+            None => self.child_path(parent, name),
+        }
     }
 
     /// The entry for `name` in directory `parent`, if visible.
@@ -1316,7 +1439,7 @@ impl Op<'_> {
     }
 
     fn stat_loc(&self, ino: u64, loc: &Loc) -> R<Stat> {
-        match sys::fstatat(self.fd(loc.entry.winner()), &loc.winner_rel()) {
+        match sys::fstatat(self.fd(loc.entry.winner()), loc.winner_rel()) {
             Ok(st) => Ok(st),
             Err(e) => {
                 // The branch changed behind our back: re-read the parent next time.
@@ -1426,6 +1549,14 @@ mod tests {
         let b = n.get_ref(a, OsStr::new("b"));
         assert_eq!(n.get_or_create(ROOT, OsStr::new("a")), a);
         assert_eq!(n.path(b).unwrap(), PathBuf::from("a/b"));
+        assert_eq!(
+            n.child_path(b, OsStr::new("x")).unwrap(),
+            PathBuf::from("a/b/x")
+        );
+        assert_eq!(
+            n.child_path(ROOT, OsStr::new("x")).unwrap(),
+            PathBuf::from("x")
+        );
         n.rename(ROOT, OsStr::new("a"), ROOT, OsStr::new("c"));
         assert_eq!(n.path(b).unwrap(), PathBuf::from("c/b"));
         assert!(!n.names().contains(&(ROOT, OsString::from("a"))));

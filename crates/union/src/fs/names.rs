@@ -21,18 +21,14 @@ struct RenameChecked {
 
 impl Op<'_> {
     pub(super) fn rel_of(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
-        Ok(if parent == ROOT {
-            Path::new(name).to_path_buf()
-        } else {
-            self.path(parent)?.join(name)
-        })
+        self.child_path(parent, name)
     }
 
     /// The path of `name` of `parent` in branch `b` (another one than the union path in a
     /// lower branch under a redirect).
     pub(super) fn branch_rel(&self, parent: u64, name: &OsStr, b: u32) -> R<PathBuf> {
-        let parent_rel = self.path(parent)?;
-        Ok(self.ensure_view(parent)?.path_in(b, &parent_rel).join(name))
+        let view = self.ensure_view(parent)?;
+        self.child_rel_in(&view, parent, name, b)
     }
 
     pub(super) fn do_unlink(&self, parent: u64, name: &OsStr) -> R<()> {
@@ -43,8 +39,7 @@ impl Op<'_> {
         self.ns_changing();
         // A lower name of a file with other names goes from the upper copy, made now if need
         // be, so the count of the other names drops (`index.rs`).
-        self.copy_up_linked(parent, name)?;
-        let e = self.child(parent, name)?.ok_or(libc::ENOENT)?;
+        let e = self.copy_up_linked(parent, name)?.ok_or(libc::ENOENT)?;
         if e.kind == Kind::Dir {
             return Err(libc::EISDIR);
         }
@@ -208,7 +203,7 @@ impl Op<'_> {
             }
         }
         let same = parent == newparent && name == newname;
-        if is_dir && src.positions != [u] && !same && !self.shared.redirect_dir {
+        if is_dir && src.positions[..] != [u] && !same && !self.shared.redirect_dir {
             return Err(libc::EXDEV);
         }
         // Copying up the directories on the way needs the upper branch's root to show

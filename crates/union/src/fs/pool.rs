@@ -345,13 +345,13 @@ impl Op<'_> {
             remove_any(self.fd(*b), rel);
         }
         let src_ino = self.nodes().lookup(parent, name);
-        let copies_left = moved != src.positions;
+        let copies_left = moved[..] != src.positions[..];
         if whole {
             // Every copy moved and nothing else held the new name: the views are patched,
             // not read again in every branch (as a create or an unlink patches them).
             let entry = MergedEntry {
                 kind: src.kind,
-                positions: moved,
+                positions: moved.into(),
             };
             self.view_rename(parent, name, newparent, newname, entry);
         } else {

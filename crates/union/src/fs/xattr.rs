@@ -19,7 +19,7 @@ impl Op<'_> {
         }
         self.resolved(|| {
             let loc = self.locate(ino)?;
-            sys::lgetxattr(&self.abs(loc.entry.winner(), &loc.winner_rel()), name).e()
+            sys::lgetxattr(&self.abs(loc.entry.winner(), loc.winner_rel()), name).e()
         })
     }
 
@@ -29,7 +29,7 @@ impl Op<'_> {
         }
         self.resolved(|| {
             let loc = self.locate(ino)?;
-            let list = sys::llistxattr(&self.abs(loc.entry.winner(), &loc.winner_rel())).e()?;
+            let list = sys::llistxattr(&self.abs(loc.entry.winner(), loc.winner_rel())).e()?;
             // (A list of NUL-terminated names.)
             let shown = list.split_inclusive(|&c| c == 0).filter(|n| {
                 !is_private_xattr(OsStr::from_bytes(n.strip_suffix(&[0]).unwrap_or(n)))
