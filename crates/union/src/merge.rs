@@ -67,6 +67,8 @@ impl Merger {
             return false;
         }
         self.layers.push(branch);
+        let names = names.into_iter();
+        self.entries.reserve(names.size_hint().0);
         let mut opaque = false;
         // Whiteouts hide lower branches only, so they take effect after this branch is merged.
         let mut new_whiteouts = Vec::new();

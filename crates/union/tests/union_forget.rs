@@ -65,3 +65,86 @@ fn forgotten_inodes_are_dropped() {
     assert_eq!(left.len(), 500);
     assert!(left.iter().all(|n| n.starts_with('u')));
 }
+
+/// Drop the kernel's caches until the daemon holds at most `keep` inodes: the directories'
+/// views go with their inodes, so the next names are found cold.
+fn forget_all(m: &UnionMount, keep: usize) {
+    let start = Instant::now();
+    loop {
+        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        let n = daemon_inodes(m);
+        if n <= keep {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{n} inodes still alive after the kernel forgot them"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Names looked up, stat'ed and removed cold (the union keeps no view of their directory):
+/// in a directory made through the union, which shows only its upper copy, each is one call
+/// on the branch; a directory renamed with lower parts shows them through its redirect all
+/// the same, and reserved names stay hidden in both.
+#[test]
+fn cold_names_in_new_and_renamed_directories() {
+    if !fuse_ok("cold_names_in_new_and_renamed_directories") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo/old")).unwrap();
+    fs::write(b.join("lo/old/x"), "lower x").unwrap();
+    fs::write(b.join("lo/old/y"), "lower y").unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    let (new, moved) = (m.mnt.join("new"), m.mnt.join("moved"));
+    fs::create_dir(&new).unwrap();
+    fs::write(new.join("a"), "a").unwrap();
+    fs::write(new.join("b"), "b").unwrap();
+    fs::create_dir(new.join("sub")).unwrap();
+    fs::rename(m.mnt.join("old"), &moved).unwrap();
+    forget_all(&m, 3);
+    let gone = |p: &std::path::Path| {
+        fs::symlink_metadata(p).err().map(|e| e.kind()) == Some(std::io::ErrorKind::NotFound)
+    };
+    // A name made in the branch behind the union's back shows; a reserved one does not.
+    fs::write(b.join("up/new/c"), "c").unwrap();
+    fs::write(b.join("up/new/.wh.hidden"), "").unwrap();
+    assert_eq!(fs::read_to_string(new.join("c")).unwrap(), "c");
+    assert!(
+        gone(&new.join(".wh.hidden")),
+        "a reserved name stays hidden"
+    );
+    assert!(gone(&new.join("nothing")));
+    assert_eq!(fs::read_to_string(moved.join("x")).unwrap(), "lower x");
+    forget_all(&m, 3);
+    let err = fs::remove_file(new.join("sub")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EISDIR), "{err}");
+    fs::remove_file(new.join("a")).unwrap();
+    assert!(gone(&new.join("a")) && gone(&b.join("up/new/a")));
+    assert!(gone(&b.join("up/new/.wh.a")), "nothing below to hide");
+    let err = fs::remove_file(new.join(".wh.hidden")).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+    fs::remove_file(moved.join("x")).unwrap();
+    assert!(gone(&moved.join("x")));
+    assert_eq!(fs::read_to_string(moved.join("y")).unwrap(), "lower y");
+    let names = |d: &std::path::Path| {
+        let mut v: Vec<String> = (fs::read_dir(d).unwrap())
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&new), ["b", "c", "sub"]);
+    assert_eq!(names(&moved), ["y"]);
+    assert_eq!(fs::read_to_string(b.join("lo/old/x")).unwrap(), "lower x");
+}

@@ -91,10 +91,10 @@ impl Op<'_> {
     /// mergerfs does), or else of the copy the union shows. Only with the namespace lock held.
     pub(super) fn ensure_dir_in(&self, ino: u64, u: u32, from: Option<u32>) -> R<()> {
         let view = self.ensure_view(ino)?;
-        let layers = view.layers.clone();
-        if layers.contains(&u) {
+        if view.layers.contains(&u) {
             return Ok(());
         }
+        let layers = view.layers.clone();
         if ino == ROOT {
             // The root of the upper branch is hidden by an opaque root above it.
             return Err(libc::EROFS);
@@ -477,13 +477,7 @@ impl Op<'_> {
             Some(p) => self.pool_create_branch(parent, &p, f)?,
             None => self.ensure_dir_upper(parent)?,
         };
-        let prel = self.path(parent)?;
-        let rel = if parent == ROOT {
-            Path::new(name).to_path_buf()
-        } else {
-            prel.join(name)
-        };
-        Ok((u, rel))
+        Ok((u, self.child_path(parent, name)?))
     }
 
     /// Whether the upper branch holds a whiteout for `name` in `parent` (the name was deleted

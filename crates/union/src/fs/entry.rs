@@ -120,6 +120,9 @@ impl Op<'_> {
 
     /// The attributes of `name` in `parent`, read through its path (no reference counted).
     fn stat_child(&self, parent: u64, name: &OsStr) -> R<sys::Stat> {
+        if let Some(b) = self.plain_dir(parent) {
+            return self.stat_plain(parent, name, b);
+        }
         let view = self.ensure_view(parent)?;
         let winner = view.entries.get(name).ok_or(libc::ENOENT)?.winner();
         let rel = self.child_rel_in(&view, parent, name, winner)?;
@@ -228,7 +231,11 @@ impl Op<'_> {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
         }
-        match self.resolved(|| self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc))) {
+        let stat = || match self.plain_path(ino) {
+            Some((b, rel)) => sys::fstatat(self.fd(b), &rel).e(),
+            None => self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc)),
+        };
+        match self.resolved(stat) {
             Err(libc::ENOENT) => self.unlinked_but_open(ino),
             st => Ok(self.attr(ino, &st?)),
         }

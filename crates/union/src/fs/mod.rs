@@ -12,6 +12,7 @@ mod file;
 mod index;
 mod kernel;
 mod names;
+mod plain;
 mod pool;
 mod pool_control;
 mod pool_move;
@@ -143,11 +144,24 @@ impl Nodes {
         }
     }
 
+    /// The node of `name` in `parent`, made if there is none: one probe of the name table,
+    /// which finds the name or the slot it takes (the hash of the borrowed key is the owned
+    /// key's, see `NameRef`).
     pub fn get_or_create(&mut self, parent: u64, name: &OsStr) -> u64 {
-        if let Some(&i) = self.by_name.get(&NameRef(parent, name)) {
-            return i;
-        }
+        use hashbrown::hash_map::RawEntryMut;
+        use std::hash::BuildHasher;
+        let key = NameRef(parent, name);
+        let hash = self.by_name.hasher().hash_one(&key);
+        let slot = match self
+            .by_name
+            .raw_entry_mut()
+            .from_hash(hash, |k| key.equivalent(k))
+        {
+            RawEntryMut::Occupied(o) => return *o.get(),
+            RawEntryMut::Vacant(v) => v,
+        };
         let ino = self.next;
+        slot.insert_hashed_nocheck(hash, (parent, name.to_os_string()), ino);
         self.next += 1;
         self.nodes.insert(
             ino,
@@ -162,7 +176,6 @@ impl Nodes {
             },
         );
         self.child_count(parent, 1);
-        self.by_name.insert((parent, name.to_os_string()), ino);
         ino
     }
 
@@ -673,6 +686,8 @@ pub struct State {
     /// `Op::precopy`); `copied` wakes the requests waiting for one to finish.
     copying: Mutex<HashSet<u64>>,
     copied: std::sync::Condvar,
+    /// Directories found plain (see `plain.rs`), by inode.
+    plain: Mutex<HashMap<u64, plain::PlainDir>>,
 }
 
 thread_local! {
@@ -805,6 +820,7 @@ impl State {
             dir_seq: AtomicU64::new(0),
             copying: Mutex::new(HashSet::new()),
             copied: std::sync::Condvar::new(),
+            plain: Mutex::new(HashMap::new()),
         }
     }
 
@@ -958,6 +974,7 @@ impl State {
     /// Drop a cached view (after an error that suggests the branches changed underneath, or
     /// after a change that is easier re-read than patched).
     fn forget_view(&self, ino: u64) {
+        lock(&self.plain).remove(&ino);
         self.views_w().remove(&ino);
         self.epoch(ino).fetch_add(1, Ordering::AcqRel);
     }
@@ -1052,6 +1069,12 @@ impl State {
             let mut removed = lock(&self.removed_dirs);
             for ino in &gone {
                 removed.remove(ino);
+            }
+        }
+        {
+            let mut plain = lock(&self.plain);
+            for ino in &gone {
+                plain.remove(ino);
             }
         }
         let mut views = self.views_w();

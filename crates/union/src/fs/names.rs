@@ -37,6 +37,9 @@ impl Op<'_> {
         }
         let _ns = self.ns();
         self.ns_changing();
+        if let Some(b) = self.plain_dir(parent) {
+            return self.unlink_plain(parent, name, b);
+        }
         // A lower name of a file with other names goes from the upper copy, made now if need
         // be, so the count of the other names drops (`index.rs`).
         let e = self.copy_up_linked(parent, name)?.ok_or(libc::ENOENT)?;
