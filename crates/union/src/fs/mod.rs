@@ -25,7 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType};
 use hashbrown::{Equivalent, HashMap, HashSet};
@@ -148,16 +148,22 @@ impl Nodes {
     /// which finds the name or the slot it takes (the hash of the borrowed key is the owned
     /// key's, see `NameRef`).
     pub fn get_or_create(&mut self, parent: u64, name: &OsStr) -> u64 {
+        self.get_or_create_held(parent, name, 0)
+    }
+
+    /// `get_or_create`, counting `refs` more kernel references to the node (a new node is
+    /// made with them).
+    fn get_or_create_held(&mut self, parent: u64, name: &OsStr, refs: u64) -> u64 {
         use hashbrown::hash_map::RawEntryMut;
         use std::hash::BuildHasher;
         let key = NameRef(parent, name);
         let hash = self.by_name.hasher().hash_one(&key);
-        let slot = match self
-            .by_name
-            .raw_entry_mut()
-            .from_hash(hash, |k| key.equivalent(k))
-        {
-            RawEntryMut::Occupied(o) => return *o.get(),
+        let slot = match (self.by_name.raw_entry_mut()).from_hash(hash, |k| key.equivalent(k)) {
+            RawEntryMut::Occupied(o) => {
+                let ino = *o.get();
+                self.add_refs(ino, refs);
+                return ino;
+            }
             RawEntryMut::Vacant(v) => v,
         };
         let ino = self.next;
@@ -170,7 +176,7 @@ impl Nodes {
                 name: name.to_os_string(),
                 attached: true,
                 aliases: Vec::new(),
-                lookups: 0,
+                lookups: refs,
                 file: None,
                 children: 0,
             },
@@ -182,9 +188,7 @@ impl Nodes {
     /// `get_or_create` for a reply that hands the inode to the kernel: counts the reference
     /// in the same step, so a concurrent FORGET cannot drop the node in between.
     pub fn get_ref(&mut self, parent: u64, name: &OsStr) -> u64 {
-        let ino = self.get_or_create(parent, name);
-        self.add_ref(ino);
-        ino
+        self.get_or_create_held(parent, name, 1)
     }
 
     /// `get_ref` for a name whose branch file has several names (`file`: its device and
@@ -250,8 +254,15 @@ impl Nodes {
 
     /// Count one more kernel reference to `ino` (a reply handed it out).
     pub fn add_ref(&mut self, ino: u64) {
+        self.add_refs(ino, 1);
+    }
+
+    fn add_refs(&mut self, ino: u64, refs: u64) {
+        if refs == 0 {
+            return;
+        }
         if let Some(n) = self.nodes.get_mut(&ino) {
-            n.lookups += 1;
+            n.lookups += refs;
         }
     }
 
@@ -512,7 +523,8 @@ pub(crate) struct DirView {
     /// Branches that hold this directory, highest first (stops at an opaque one).
     layers: Vec<u32>,
     entries: Names,
-    built: Instant,
+    /// When the view was read or last found unchanged (`coarse_now`).
+    built: Duration,
     generation: u64,
     /// Changes only when the merge result changes, so subdirectory views built from this one
     /// survive a re-read that found nothing new.
@@ -1170,7 +1182,8 @@ impl Op<'_> {
             if views.len() >= MAX_VIEWS {
                 // Keep memory bounded on huge trees: drop the expired views (they would be
                 // revalidated or re-read on their next use anyway).
-                views.retain(|_, v| v.built.elapsed() < TTL);
+                let now = coarse_now();
+                views.retain(|_, v| now.saturating_sub(v.built) < TTL);
             }
             let v = Arc::new(v);
             views.insert(ino, v.clone());
@@ -1186,14 +1199,14 @@ impl Op<'_> {
     /// view still has the serial its child was built from.
     fn current_view(&self, ino: u64) -> Option<Arc<DirView>> {
         let mark = self.dirs_mark();
-        let now = Instant::now();
+        let now = coarse_now();
         let views = self.views_r();
         let view = views.get(&ino)?;
         let (mut cur, mut v) = (ino, view);
         loop {
             let current = v.generation == self.table.generation
                 && v.dir_mark.0.load(Ordering::Acquire) == mark
-                && now.saturating_duration_since(v.built) < TTL;
+                && now.saturating_sub(v.built) < TTL;
             if !current {
                 return None;
             }
@@ -1241,8 +1254,9 @@ impl Op<'_> {
             .as_ref()
             .map(|(p, _)| self.epoch(*p).load(Ordering::Acquire));
         let old = self.cached_view(ino);
+        let now = coarse_now();
         let fresh = |v: &DirView, ps: u64| {
-            v.generation == generation && v.parent_serial == ps && v.built.elapsed() < TTL
+            v.generation == generation && v.parent_serial == ps && now.saturating_sub(v.built) < TTL
         };
         let (candidates, parent_serial, rel) = match &parent {
             None => {
@@ -1354,7 +1368,7 @@ impl Op<'_> {
         Ok(DirView {
             layers,
             entries,
-            built: Instant::now(),
+            built: coarse_now(),
             generation: self.table.generation,
             serial: self.fresh_serial(),
             parent_serial,
@@ -1417,7 +1431,7 @@ impl Op<'_> {
             // Changed meanwhile: build it again.
             return None;
         }
-        Arc::make_mut(cur).built = Instant::now();
+        Arc::make_mut(cur).built = coarse_now();
         Some(cur.clone())
     }
 
@@ -1479,6 +1493,18 @@ impl Op<'_> {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed) + 1;
         parent_rel.join(crate::whiteout::temp_name(std::process::id(), self.run, n))
     }
+}
+
+/// Monotonic time as of the kernel's last tick (a few milliseconds behind at most): what the
+/// age of a view needs, which every request checks, read without the clock source.
+fn coarse_now() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer; this clock exists on every Linux since 2.6.32.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Sequence counter `seq` (odd while a change is under way) did not move since `mark`.

@@ -97,12 +97,15 @@ impl Op<'_> {
     /// `name`'s path in its directory's branch, when that directory is plain: for a request
     /// on inode `ino` (a getattr) that needs no view.
     pub(super) fn plain_path(&self, ino: u64) -> Option<(u32, PathBuf)> {
-        let (parent, name) = self.nodes().entry(ino)?;
-        let b = self.plain_dir(parent)?;
+        let (parent, name, rel) = {
+            let nodes = self.nodes();
+            let (parent, name) = nodes.entry(ino)?;
+            (parent, name, nodes.path(ino)?)
+        };
         if whiteout::is_reserved(&name) {
             return None;
         }
-        Some((b, self.path(ino).ok()?))
+        Some((self.plain_dir(parent)?, rel))
     }
 
     /// Under the namespace lock: unlink `name` of plain directory `dir` of branch `b`.
