@@ -231,11 +231,7 @@ impl Op<'_> {
             let st = sys::fstat(h.file.as_raw_fd()).e()?;
             return Ok(self.attr(ino, &st));
         }
-        let stat = || match self.plain_path(ino) {
-            Some((b, rel)) => sys::fstatat(self.fd(b), &rel).e(),
-            None => self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc)),
-        };
-        match self.resolved(stat) {
+        match self.resolved(|| self.stat_ino(ino)) {
             Err(libc::ENOENT) => self.unlinked_but_open(ino),
             st => Ok(self.attr(ino, &st?)),
         }

@@ -1447,17 +1447,25 @@ impl Op<'_> {
                 moved: Vec::new(),
             });
         }
-        let (parent, name, rel) = {
-            let nodes = self.nodes();
-            let (parent, name) = nodes.entry(ino).ok_or(libc::ENOENT)?;
-            (parent, name, nodes.path(ino).ok_or(libc::ENOENT)?)
-        };
+        let (parent, name, rel) = self.named(ino)?;
+        self.locate_named(parent, &name, rel)
+    }
+
+    /// The parent, name and path of (attached, non-root) inode `ino`, under one lock.
+    fn named(&self, ino: u64) -> R<(u64, OsString, PathBuf)> {
+        let nodes = self.nodes();
+        let (parent, name) = nodes.entry(ino).ok_or(libc::ENOENT)?;
+        Ok((parent, name, nodes.path(ino).ok_or(libc::ENOENT)?))
+    }
+
+    /// `locate` of name `name` of directory `parent`, at union path `rel`.
+    fn locate_named(&self, parent: u64, name: &OsStr, rel: PathBuf) -> R<Loc> {
         let view = self.ensure_view(parent)?;
-        let entry = view.entries.get(&name).cloned().ok_or(libc::ENOENT)?;
+        let entry = view.entries.get(name).cloned().ok_or(libc::ENOENT)?;
         Ok(Loc {
             rel,
             entry,
-            moved: view.child_paths(&name),
+            moved: view.child_paths(name),
         })
     }
 

@@ -14,7 +14,6 @@
 //! creates may place a name on any branch.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
 
 use super::{lock, Errno, Op, Stat, R, ROOT};
 use crate::merge::Kind;
@@ -94,18 +93,20 @@ impl Op<'_> {
         sys::fstatat(self.fd(b), &self.child_path(dir, name)?).e()
     }
 
-    /// `name`'s path in its directory's branch, when that directory is plain: for a request
-    /// on inode `ino` (a getattr) that needs no view.
-    pub(super) fn plain_path(&self, ino: u64) -> Option<(u32, PathBuf)> {
-        let (parent, name, rel) = {
-            let nodes = self.nodes();
-            let (parent, name) = nodes.entry(ino)?;
-            (parent, name, nodes.path(ino)?)
-        };
-        if whiteout::is_reserved(&name) {
-            return None;
+    /// The attributes of inode `ino`: through its directory's branch when that directory is
+    /// plain, else where its directory's view says it lives.
+    pub(super) fn stat_ino(&self, ino: u64) -> R<Stat> {
+        if ino == ROOT {
+            return self.locate(ino).and_then(|loc| self.stat_loc(ino, &loc));
         }
-        Some((self.plain_dir(parent)?, rel))
+        let (parent, name, rel) = self.named(ino)?;
+        match self.plain_dir(parent) {
+            Some(b) if !whiteout::is_reserved(&name) => sys::fstatat(self.fd(b), &rel).e(),
+            _ => {
+                let loc = self.locate_named(parent, &name, rel)?;
+                self.stat_loc(ino, &loc)
+            }
+        }
     }
 
     /// Under the namespace lock: unlink `name` of plain directory `dir` of branch `b`.
