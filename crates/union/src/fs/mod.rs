@@ -564,10 +564,12 @@ const NO_MARK: u64 = 1;
 impl DirView {
     /// This directory's path in branch `b`, `rel` being its union path.
     fn path_in(&self, b: u32, rel: &Path) -> PathBuf {
-        match self.redirected.iter().find(|(l, _)| *l == b) {
-            Some((_, p)) => p.clone(),
-            None => rel.to_path_buf(),
-        }
+        self.redirected_in(b).unwrap_or(rel).to_path_buf()
+    }
+
+    /// This directory's path in branch `b` when that is not its union path (under a redirect).
+    fn redirected_in(&self, b: u32) -> Option<&Path> {
+        (self.redirected.iter()).find_map(|(l, p)| (*l == b).then_some(p.as_path()))
     }
 
     /// Where entry `name` of this directory lives in the branches that hold the directory
@@ -592,19 +594,20 @@ pub(crate) struct Loc {
 impl Loc {
     /// The name's path in branch `b`.
     pub fn at(&self, b: u32) -> PathBuf {
+        self.path_at(b).to_path_buf()
+    }
+
+    /// `at`, borrowed.
+    fn path_at(&self, b: u32) -> &Path {
         match self.moved.iter().find(|(l, _)| *l == b) {
-            Some((_, p)) => p.clone(),
-            None => self.rel.clone(),
+            Some((_, p)) => p,
+            None => &self.rel,
         }
     }
 
     /// The path in the winning branch.
     pub fn winner_rel(&self) -> &Path {
-        let b = self.entry.winner();
-        match self.moved.iter().find(|(l, _)| *l == b) {
-            Some((_, p)) => p,
-            None => &self.rel,
-        }
+        self.path_at(self.entry.winner())
     }
 }
 
@@ -1472,8 +1475,8 @@ impl Op<'_> {
     /// The path of `name` of directory `parent` in branch `b` (`view`: the directory's view;
     /// another path than the union path in a lower branch under a redirect).
     fn child_rel_in(&self, view: &DirView, parent: u64, name: &OsStr, b: u32) -> R<PathBuf> {
-        match view.redirected.iter().find(|(l, _)| *l == b) {
-            Some((_, p)) => Ok(p.join(name)),
+        match view.redirected_in(b) {
+            Some(p) => Ok(p.join(name)),
             None => self.child_path(parent, name),
         }
     }
