@@ -1,6 +1,7 @@
 //! Forgetting: the daemon drops the inodes the kernel forgets. In a test binary of its own,
 //! because it makes the kernel drop its caches (which would change inode numbers under the
-//! other tests, run in parallel threads of one binary).
+//! other tests, run in parallel threads of one binary); the tests here take `KERNEL_CACHES`
+//! for the same reason, so one's drop does not forget what another is counting.
 
 mod common;
 
@@ -9,6 +10,14 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Held by each test of this binary for its whole run: the caches it drops are the whole
+/// kernel's, not its mount's.
+static KERNEL_CACHES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn caches() -> std::sync::MutexGuard<'static, ()> {
+    KERNEL_CACHES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Inodes the kernel forgets are dropped by the daemon too, so its memory follows what the
 /// kernel caches instead of every name ever seen; forgotten names still resolve.
 #[test]
@@ -16,6 +25,7 @@ fn forgotten_inodes_are_dropped() {
     if !fuse_ok("forgotten_inodes_are_dropped") {
         return;
     }
+    let _caches = caches();
     let t = tempfile::tempdir().unwrap();
     let b = t.path();
     fs::create_dir_all(b.join("up")).unwrap();
@@ -81,6 +91,7 @@ fn cold_names_in_new_and_renamed_directories() {
     if !fuse_ok("cold_names_in_new_and_renamed_directories") {
         return;
     }
+    let _caches = caches();
     let t = tempfile::tempdir().unwrap();
     let b = t.path();
     fs::create_dir_all(b.join("up")).unwrap();
