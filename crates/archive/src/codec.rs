@@ -42,11 +42,7 @@ pub(crate) fn path_of(key: &[u8]) -> Result<RelPath, String> {
     if key.contains(&b'/') {
         return Err("a stored path holds '/' where its separators are 0x00".into());
     }
-    let bytes: Vec<u8> = key
-        .iter()
-        .map(|&byte| if byte == 0 { b'/' } else { byte })
-        .collect();
-    RelPath::new(&bytes).map_err(|error| format!("a stored path is invalid ({error})"))
+    RelPath::with_separator(key, 0).map_err(|error| format!("a stored path is invalid ({error})"))
 }
 
 /// A key above every key: longer than any first component (a name has at
@@ -292,8 +288,7 @@ fn read_link_target(row: &Row<'_>, column: usize) -> Result<Option<Vec<u8>>, Str
 
 /// One row (columns in `ENTRY_COLUMNS` order) back to an entry, checked.
 pub(crate) fn decode_row(row: &Row<'_>) -> Result<Observed, String> {
-    let key = read_blob(row, 0)?.ok_or_else(|| "a row without a path".to_string())?;
-    let path = path_of(key)?;
+    let path = path_of(row_key(row)?)?;
     let observed = Observed {
         entry: Entry {
             kind: kind_of_code(read_i64(row, 1)?)?,
@@ -312,6 +307,11 @@ pub(crate) fn decode_row(row: &Row<'_>) -> Result<Observed, String> {
     };
     check_entry(&observed).map_err(|reason| format!("{}: {reason}", observed.entry.path))?;
     Ok(observed)
+}
+
+/// The key of a row (columns in `ENTRY_COLUMNS` order), unchecked.
+pub(crate) fn row_key<'r>(row: &'r Row<'_>) -> Result<&'r [u8], String> {
+    read_blob(row, 0)?.ok_or_else(|| "a row without a path".to_string())
 }
 
 fn read_props(row: &Row<'_>) -> Result<Props, String> {

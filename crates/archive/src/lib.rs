@@ -424,20 +424,21 @@ impl Cursor {
             .map_err(|e| archive.sqlite(e))?;
         let mut may_equal_after = self.include_after;
         while let Some(row) = rows.next().map_err(|e| archive.sqlite(e))? {
-            let observed = archive.decode(row)?;
-            let key = codec::key_of(&observed.entry.path);
+            let key = codec::row_key(row).map_err(|r| ArchiveError::damaged(&archive.file, r))?;
             // A damaged index could hand back keys out of order, and a
             // cursor that moved backwards might never end.
-            let ahead = key > self.after || (may_equal_after && key == self.after);
-            if !ahead || key >= self.upper {
+            let after = self.after.as_slice();
+            let ahead = key > after || (may_equal_after && key == after);
+            if !ahead || key >= self.upper.as_slice() {
                 return Err(ArchiveError::damaged(
                     &archive.file,
                     "its entries are out of order",
                 ));
             }
+            self.page.push_back(archive.decode(row)?);
             may_equal_after = false;
-            self.after = key;
-            self.page.push_back(observed);
+            self.after.clear();
+            self.after.extend_from_slice(key);
         }
         self.include_after = false;
         self.exhausted = self.page.len() < PAGE_LEN;

@@ -822,6 +822,8 @@ fn scan_dir_entries(
             Err(e) => ctx.fail_dir(&file(), format!("cannot be read: {e}")),
         }
     }
+    out.reserve(names.len());
+    ctimes.reserve(names.len());
     let mut subdirs = Vec::new();
     let mut subdir_ctimes = Vec::new();
     let mut files_xattrs: Vec<(usize, u64, bool)> = Vec::new();

@@ -148,6 +148,13 @@ impl RelPath {
 
     /// Validate `bytes` (components separated by `/`).
     pub fn new(bytes: &[u8]) -> Result<RelPath, PathError> {
+        RelPath::with_separator(bytes, b'/')
+    }
+
+    /// Validate `bytes`, components separated by `separator` (`/` or a
+    /// byte no name holds, such as NUL), into a path separated by `/`: one
+    /// allocation, whatever the separator.
+    pub fn with_separator(bytes: &[u8], separator: u8) -> Result<RelPath, PathError> {
         if bytes.is_empty() {
             return Ok(RelPath::root());
         }
@@ -157,10 +164,14 @@ impl RelPath {
         if bytes[0] == b'/' {
             return Err(PathError::Absolute);
         }
-        for c in bytes.split(|b| *b == b'/') {
+        for c in bytes.split(|b| *b == separator) {
             validate_name(c)?;
         }
-        Ok(RelPath(bytes.into()))
+        if separator == b'/' {
+            return Ok(RelPath(bytes.into()));
+        }
+        let slashed = bytes.iter().map(|&b| if b == separator { b'/' } else { b });
+        Ok(RelPath(slashed.collect()))
     }
 
     /// This path with one more component.
