@@ -19,8 +19,7 @@ pub(crate) const MAX_XATTR_VALUE: usize = 64 * 1024;
 pub(crate) const MAX_XATTRS_BYTES: usize = 8 << 20;
 
 /// The columns of a row, in the order `ENTRY_COLUMNS` names them.
-pub(crate) const ENTRY_COLUMNS: &str = "key, kind, size, mode, uid, gid, mtime_s, mtime_ns, \
-     ctime_s, ctime_ns, dev, ino, nlink, rdev, blocks, link_target, fingerprint, xattrs";
+pub(crate) const ENTRY_COLUMNS: &str = "key, entry";
 
 /// The sort key of a path: its bytes with each '/' stored as 0x00.
 ///
@@ -77,7 +76,7 @@ pub(crate) fn kind_code(kind: Kind) -> i64 {
     }
 }
 
-fn kind_of_code(code: i64) -> Result<Kind, String> {
+pub(crate) fn kind_of_code(code: i64) -> Result<Kind, String> {
     Ok(match code {
         1 => Kind::File,
         2 => Kind::Dir,
@@ -137,7 +136,7 @@ fn check_link_target(entry: &Entry) -> Result<(), String> {
     }
 }
 
-fn check_xattrs(xattrs: &[Xattr]) -> Result<(), String> {
+pub(crate) fn check_xattrs(xattrs: &[Xattr]) -> Result<(), String> {
     if xattrs.len() > MAX_XATTRS {
         return Err(format!("{} extended attributes", xattrs.len()));
     }
@@ -218,45 +217,39 @@ impl<'a> Reader<'a> {
     fn u32(&mut self) -> Result<u32, String> {
         Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
     }
-}
 
-/// A stored u64 (inode, device, size, ...): SQLite integers are signed, so
-/// the bits are kept as they are and read back the same way; every i64 is
-/// some u64, so there is nothing to check.
-pub(crate) fn stored_u64(value: u64) -> i64 {
-    value as i64
-}
+    /// A LEB128 varint of at most ten bytes that fits in a u64.
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let [byte] = self.bytes(1).map_err(|_| "its entry is cut short")?[..] else {
+                unreachable!("one byte taken")
+            };
+            let bits = u64::from(byte & 0x7f);
+            if shift == 63 && bits > 1 {
+                return Err("a number beyond 64 bits".into());
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("a number beyond 64 bits".into())
+    }
 
-fn read_u64(row: &Row<'_>, column: usize) -> Result<u64, String> {
-    Ok(read_i64(row, column)? as u64)
-}
-
-fn read_i64(row: &Row<'_>, column: usize) -> Result<i64, String> {
-    match row.get_ref(column) {
-        Ok(ValueRef::Integer(value)) => Ok(value),
-        Ok(other) => Err(format!(
-            "column {column} holds {} where an integer belongs",
-            other.data_type()
-        )),
-        Err(error) => Err(error.to_string()),
+    /// A varint length of at most `max`, then that many bytes.
+    fn sized(&mut self, max: usize, what: &str) -> Result<&'a [u8], String> {
+        let len = self.varint()?;
+        if len > max as u64 {
+            return Err(format!("a {what} of {len} bytes"));
+        }
+        self.bytes(len as usize)
+            .map_err(|_| format!("its {what} is cut short"))
     }
 }
 
-fn read_u32(row: &Row<'_>, column: usize, max: u32) -> Result<u32, String> {
-    let value = read_i64(row, column)?;
-    u32::try_from(value)
-        .ok()
-        .filter(|value| *value <= max)
-        .ok_or_else(|| format!("column {column} holds {value}, out of range"))
-}
-
-fn read_time(row: &Row<'_>, seconds_column: usize) -> Result<Time, String> {
-    let sec = read_i64(row, seconds_column)?;
-    let nsec = read_u32(row, seconds_column + 1, 999_999_999)?;
-    Ok(Time { sec, nsec })
-}
-
-fn read_blob<'r>(row: &'r Row<'_>, column: usize) -> Result<Option<&'r [u8]>, String> {
+/// The blob column of a row (`column`), or None for NULL.
+pub(crate) fn read_blob<'r>(row: &'r Row<'_>, column: usize) -> Result<Option<&'r [u8]>, String> {
     match row.get_ref(column) {
         Ok(ValueRef::Null) => Ok(None),
         Ok(ValueRef::Blob(bytes)) => Ok(Some(bytes)),
@@ -268,60 +261,185 @@ fn read_blob<'r>(row: &'r Row<'_>, column: usize) -> Result<Option<&'r [u8]>, St
     }
 }
 
-fn read_fingerprint(row: &Row<'_>, column: usize) -> Result<Option<Fingerprint>, String> {
-    match read_blob(row, column)? {
-        None => Ok(None),
-        Some(bytes) => Fingerprint::try_from(bytes)
-            .map(Some)
-            .map_err(|_| format!("a fingerprint of {} bytes", bytes.len())),
-    }
-}
-
-fn read_link_target(row: &Row<'_>, column: usize) -> Result<Option<Vec<u8>>, String> {
-    match read_blob(row, column)? {
-        Some(bytes) if bytes.len() > MAX_PATH_LEN => {
-            Err(format!("a link target of {} bytes", bytes.len()))
-        }
-        other => Ok(other.map(<[u8]>::to_vec)),
-    }
-}
-
-/// One row (columns in `ENTRY_COLUMNS` order) back to an entry, checked.
-pub(crate) fn decode_row(row: &Row<'_>) -> Result<Observed, String> {
-    let path = path_of(row_key(row)?)?;
-    let observed = Observed {
-        entry: Entry {
-            kind: kind_of_code(read_i64(row, 1)?)?,
-            size: read_u64(row, 2)?,
-            props: read_props(row)?,
-            dev: read_u64(row, 10)?,
-            ino: read_u64(row, 11)?,
-            nlink: read_u64(row, 12)?,
-            rdev: read_u64(row, 13)?,
-            blocks: read_u64(row, 14)?,
-            link_target: read_link_target(row, 15)?,
-            hash: read_fingerprint(row, 16)?,
-            path,
-        },
-        ctime: read_time(row, 8)?,
-    };
-    check_entry(&observed).map_err(|reason| format!("{}: {reason}", observed.entry.path))?;
-    Ok(observed)
-}
-
 /// The key of a row (columns in `ENTRY_COLUMNS` order), unchecked.
 pub(crate) fn row_key<'r>(row: &'r Row<'_>) -> Result<&'r [u8], String> {
     read_blob(row, 0)?.ok_or_else(|| "a row without a path".to_string())
 }
 
-fn read_props(row: &Row<'_>) -> Result<Props, String> {
-    Ok(Props {
-        mode: read_u32(row, 3, 0o7777)?,
-        uid: read_u32(row, 4, u32::MAX)?,
-        gid: read_u32(row, 5, u32::MAX)?,
-        mtime: read_time(row, 6)?,
-        xattrs: read_blob(row, 17)?.map(decode_xattrs).transpose()?,
-    })
+/// One row (columns in `ENTRY_COLUMNS` order) back to an entry, checked.
+pub(crate) fn decode_row(row: &Row<'_>) -> Result<Observed, String> {
+    let path = path_of(row_key(row)?)?;
+    let bytes = read_blob(row, 1)?.ok_or_else(|| format!("{path}: a row without its entry"))?;
+    decode_entry(path, bytes)
+}
+
+/// `flags` bits of an encoded entry: which optional parts follow.
+const HAS_LINK_TARGET: u8 = 1;
+const HAS_FINGERPRINT: u8 = 2;
+const HAS_XATTRS: u8 = 4;
+
+/// An entry (all but its path, which is the row's key) as one blob: what a
+/// scan reads back for every path of the tree, so one column to fetch and
+/// bytes to walk instead of a column per field.
+///
+/// Layout: the kind's code (one byte); a byte of `flags`; then as LEB128
+/// varints size, mode, uid, gid, mtime seconds (zigzag), mtime
+/// nanoseconds, ctime seconds (zigzag), ctime nanoseconds, dev, ino, nlink,
+/// rdev, blocks; then the fingerprint (32 bytes) if its flag is set; the
+/// link target (a varint length, the bytes) if its flag is set; the
+/// extended attributes (a varint length, `encode_xattrs`'s bytes) if
+/// recorded. Nothing follows.
+pub(crate) fn encode_entry(observed: &Observed) -> Vec<u8> {
+    let entry = &observed.entry;
+    let mut out = Vec::with_capacity(64);
+    let mut flags = 0;
+    if entry.link_target.is_some() {
+        flags |= HAS_LINK_TARGET;
+    }
+    if entry.hash.is_some() {
+        flags |= HAS_FINGERPRINT;
+    }
+    if entry.props.xattrs.is_some() {
+        flags |= HAS_XATTRS;
+    }
+    out.push(kind_code(entry.kind) as u8);
+    out.push(flags);
+    let props = &entry.props;
+    let numbers = [
+        entry.size,
+        u64::from(props.mode),
+        u64::from(props.uid),
+        u64::from(props.gid),
+        zigzag(props.mtime.sec),
+        u64::from(props.mtime.nsec),
+        zigzag(observed.ctime.sec),
+        u64::from(observed.ctime.nsec),
+        entry.dev,
+        entry.ino,
+        entry.nlink,
+        entry.rdev,
+        entry.blocks,
+    ];
+    for n in numbers {
+        put_varint(&mut out, n);
+    }
+    if let Some(hash) = &entry.hash {
+        out.extend_from_slice(hash);
+    }
+    if let Some(target) = &entry.link_target {
+        put_varint(&mut out, target.len() as u64);
+        out.extend_from_slice(target);
+    }
+    if let Some(xattrs) = &props.xattrs {
+        let blob = encode_xattrs(xattrs);
+        put_varint(&mut out, blob.len() as u64);
+        out.extend_from_slice(&blob);
+    }
+    out
+}
+
+/// The inverse of [`encode_entry`], for the entry at `path`; every part
+/// checked against its range and against the bytes present.
+pub(crate) fn decode_entry(path: RelPath, bytes: &[u8]) -> Result<Observed, String> {
+    let fail = |what: &str| format!("{path}: {what}");
+    let mut reader = Reader { rest: bytes };
+    let head = reader
+        .bytes(2)
+        .map_err(|_| fail("its entry is cut short"))?;
+    let (kind, flags) = (kind_of_code(i64::from(head[0]))?, head[1]);
+    if flags & !(HAS_LINK_TARGET | HAS_FINGERPRINT | HAS_XATTRS) != 0 {
+        return Err(fail(&format!("unknown entry flags {flags:#x}")));
+    }
+    let mut numbers = [0u64; 13];
+    for n in &mut numbers {
+        *n = reader.varint().map_err(|e| fail(&e))?;
+    }
+    let [size, mode, uid, gid, mtime_s, mtime_ns, ctime_s, ctime_ns, dev, ino, nlink, rdev, blocks] =
+        numbers;
+    let small = |value: u64, max: u32, what: &str| {
+        u32::try_from(value)
+            .ok()
+            .filter(|v| *v <= max)
+            .ok_or_else(|| fail(&format!("{what} {value} is out of range")))
+    };
+    let mtime = Time {
+        sec: unzigzag(mtime_s),
+        nsec: small(mtime_ns, 999_999_999, "an mtime's nanoseconds")?,
+    };
+    let ctime = Time {
+        sec: unzigzag(ctime_s),
+        nsec: small(ctime_ns, 999_999_999, "a ctime's nanoseconds")?,
+    };
+    let hash = if flags & HAS_FINGERPRINT != 0 {
+        let bytes = reader
+            .bytes(32)
+            .map_err(|_| fail("its fingerprint is cut short"))?;
+        Some(Fingerprint::try_from(bytes).expect("32 bytes"))
+    } else {
+        None
+    };
+    let link_target = if flags & HAS_LINK_TARGET != 0 {
+        Some(
+            reader
+                .sized(MAX_PATH_LEN, "link target")
+                .map_err(|e| fail(&e))?
+                .to_vec(),
+        )
+    } else {
+        None
+    };
+    let xattrs = if flags & HAS_XATTRS != 0 {
+        let blob = reader
+            .sized(MAX_XATTRS_BYTES, "extended attributes")
+            .map_err(|e| fail(&e))?;
+        Some(decode_xattrs(blob).map_err(|e| fail(&e))?)
+    } else {
+        None
+    };
+    if !reader.rest.is_empty() {
+        return Err(fail("bytes after its entry"));
+    }
+    let observed = Observed {
+        entry: Entry {
+            kind,
+            size,
+            props: Props {
+                mode: small(mode, 0o7777, "mode")?,
+                uid: small(uid, u32::MAX, "uid")?,
+                gid: small(gid, u32::MAX, "gid")?,
+                mtime,
+                xattrs,
+            },
+            dev,
+            ino,
+            nlink,
+            rdev,
+            blocks,
+            link_target,
+            hash,
+            path,
+        },
+        ctime,
+    };
+    check_entry(&observed).map_err(|reason| format!("{}: {reason}", observed.entry.path))?;
+    Ok(observed)
+}
+
+/// Seconds before 1970 stored as small varints too.
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 #[cfg(test)]
@@ -346,6 +464,68 @@ mod tests {
             .prop_map(|sorted| sorted.into_iter().collect())
     }
 
+    fn any_entry() -> impl Strategy<Value = Observed> {
+        let kind = prop::sample::select(vec![Kind::File, Kind::Dir, Kind::Symlink, Kind::CharDev]);
+        let time = (any::<i64>(), 0..1_000_000_000u32).prop_map(|(sec, nsec)| Time { sec, nsec });
+        let numbers = prop::array::uniform5(any::<u64>());
+        let ids = (0..=0o7777u32, any::<u32>(), any::<u32>());
+        let extra = (
+            prop::option::of(xattr_list()),
+            prop::collection::vec(1..=255u8, 1..40),
+            any::<[u8; 32]>(),
+            any::<bool>(),
+        );
+        (
+            awkward_path(),
+            kind,
+            any::<u64>(),
+            ids,
+            time.clone(),
+            time,
+            numbers,
+            extra,
+        )
+            .prop_map(
+                |(
+                    path,
+                    kind,
+                    size,
+                    (mode, uid, gid),
+                    mtime,
+                    ctime,
+                    [dev, ino, nlink, rdev, blocks],
+                    extra,
+                )| {
+                    let (xattrs, target, hash, followed) = extra;
+                    let link_target = (kind == Kind::Symlink
+                        || (followed && kind != Kind::CharDev))
+                        .then_some(target);
+                    Observed {
+                        entry: Entry {
+                            path,
+                            kind,
+                            size,
+                            props: Props {
+                                mode,
+                                uid,
+                                gid,
+                                mtime,
+                                xattrs,
+                            },
+                            dev,
+                            ino,
+                            nlink,
+                            rdev,
+                            blocks,
+                            link_target,
+                            hash: (kind == Kind::File).then_some(hash),
+                        },
+                        ctime,
+                    }
+                },
+            )
+    }
+
     proptest! {
         #[test]
         fn key_order_is_relpath_order(x in awkward_path(), y in awkward_path()) {
@@ -360,6 +540,26 @@ mod tests {
             let key = key_of(&y);
             let inside = key > lower && key < upper;
             prop_assert_eq!(inside, y.starts_with(&x) && y != x);
+        }
+
+        #[test]
+        fn entries_round_trip(observed in any_entry()) {
+            let blob = encode_entry(&observed);
+            prop_assert_eq!(decode_entry(observed.entry.path.clone(), &blob), Ok(observed));
+        }
+
+        /// Whatever the bytes, an entry that decodes is one that can be
+        /// stored, and encodes to the same bytes (one spelling per entry).
+        #[test]
+        fn any_bytes_decode_to_a_valid_entry_or_an_error(
+            head in prop::sample::select(vec![[1u8, 2], [2, 0], [3, 1], [1, 6], [3, 5]]),
+            bytes in prop::collection::vec(any::<u8>(), 0..96),
+        ) {
+            let blob = [&head[..], &bytes].concat();
+            if let Ok(observed) = decode_entry(RelPath::new(b"p").unwrap(), &blob) {
+                prop_assert!(check_entry(&observed).is_ok());
+                prop_assert_eq!(encode_entry(&observed), blob);
+            }
         }
 
         #[test]

@@ -34,6 +34,7 @@
 mod codec;
 mod error;
 mod lock;
+mod migrate;
 mod schema;
 mod versions;
 
@@ -494,34 +495,15 @@ impl Batch<'_> {
             path: observed.entry.path.clone(),
             reason,
         })?;
-        let entry = &observed.entry;
         let sql = format!(
-            "INSERT OR REPLACE INTO entries ({}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+            "INSERT OR REPLACE INTO entries ({}) VALUES (?1, ?2)",
             codec::ENTRY_COLUMNS
         );
         let mut statement = self.prepare(&sql)?;
-        let u64_bits = codec::stored_u64;
         statement
             .execute(rusqlite::params![
-                codec::key_of(&entry.path),
-                codec::kind_code(entry.kind),
-                u64_bits(entry.size),
-                entry.props.mode,
-                entry.props.uid,
-                entry.props.gid,
-                entry.props.mtime.sec,
-                entry.props.mtime.nsec,
-                observed.ctime.sec,
-                observed.ctime.nsec,
-                u64_bits(entry.dev),
-                u64_bits(entry.ino),
-                u64_bits(entry.nlink),
-                u64_bits(entry.rdev),
-                u64_bits(entry.blocks),
-                entry.link_target.as_deref(),
-                entry.hash.as_ref().map(|hash| &hash[..]),
-                entry.props.xattrs.as_deref().map(codec::encode_xattrs),
+                codec::key_of(&observed.entry.path),
+                codec::encode_entry(observed),
             ])
             .map_err(|e| self.sqlite(e))?;
         Ok(())

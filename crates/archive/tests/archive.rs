@@ -442,35 +442,46 @@ fn another_programs_database_is_damaged() {
     assert!(error.is_damaged(), "{error}");
 }
 
-/// Each edit of a stored row makes a value no archive of ours holds.
+/// Each edit of a stored row makes a value no archive of ours holds. The
+/// row is `observed(b"a", Kind::File)`'s: its entry blob is the kind (1),
+/// the flags (2: a fingerprint), size 12 (byte 3), mode 0o644 (bytes 4-5),
+/// uid 1000 (6-7), gid 100 (8), the mtime's seconds (9-13) and
+/// nanoseconds (14), ..., and the 32 bytes of the fingerprint last.
 const HOSTILE_EDITS: &[&str] = &[
-    "UPDATE entries SET kind = 99",
-    "UPDATE entries SET kind = 'file'",
+    "UPDATE entries SET entry = CAST(X'63' || substr(entry, 2) AS BLOB)",
+    "UPDATE entries SET entry = CAST(X'0142' || substr(entry, 3) AS BLOB)",
+    "UPDATE entries SET entry = 'file'",
+    "UPDATE entries SET entry = X''",
+    "UPDATE entries SET entry = NULL",
     "UPDATE entries SET key = X'612F62'",
     "UPDATE entries SET key = X'2E2E'",
     "UPDATE entries SET key = X'610000'",
     "UPDATE entries SET key = 'text'",
-    "UPDATE entries SET fingerprint = zeroblob(31)",
-    "UPDATE entries SET fingerprint = NULL",
-    "UPDATE entries SET mode = 33188",
-    "UPDATE entries SET uid = -1",
-    "UPDATE entries SET gid = 4294967296",
-    "UPDATE entries SET mtime_ns = 1000000000",
-    "UPDATE entries SET ctime_ns = -1",
-    // A file may carry a followed link's target, never one with a NUL.
-    "UPDATE entries SET link_target = X'2F00'",
-    "UPDATE entries SET xattrs = X'FFFFFFFF'",
-    "UPDATE entries SET xattrs = X'01000000FFFF'",
-    "UPDATE entries SET xattrs = X'0100000001006100000100'",
-    "UPDATE entries SET xattrs = X'00000000FF'",
-    "UPDATE entries SET xattrs = 'text'",
-    "UPDATE entries SET size = 1.5",
-    "UPDATE entries SET ino = NULL",
+    // The fingerprint cut short, then missing.
+    "UPDATE entries SET entry = substr(entry, 1, length(entry) - 1)",
+    "UPDATE entries SET entry = CAST(X'0100' || substr(entry, 3, length(entry) - 34) AS BLOB)",
+    "UPDATE entries SET entry = CAST(entry || X'00' AS BLOB)",
+    // A mode with a file type's bits, a uid of 2^32, a size of 71 bits,
+    // an mtime of 10^9 nanoseconds.
+    "UPDATE entries SET entry = CAST(substr(entry, 1, 3) || X'A48302' || substr(entry, 6) AS BLOB)",
+    "UPDATE entries SET entry = CAST(substr(entry, 1, 5) || X'8080808010' || substr(entry, 8) AS BLOB)",
+    "UPDATE entries SET entry = CAST(substr(entry, 1, 2) || X'FFFFFFFFFFFFFFFFFFFF7F' || substr(entry, 4) AS BLOB)",
+    "UPDATE entries SET entry = CAST(substr(entry, 1, 13) || X'8094EBDC03' || substr(entry, 15) AS BLOB)",
+    // A file may carry a followed link's target, never one with a NUL, nor
+    // one longer than a path.
+    "UPDATE entries SET entry = CAST(X'0103' || substr(entry, 3) || X'022F00' AS BLOB)",
+    "UPDATE entries SET entry = CAST(X'0103' || substr(entry, 3) || X'FFFF7F' AS BLOB)",
+    "UPDATE entries SET entry = CAST(X'0106' || substr(entry, 3) || X'04FFFFFFFF' AS BLOB)",
+    "UPDATE entries SET entry = CAST(X'0106' || substr(entry, 3) || X'0601000000FFFF' AS BLOB)",
+    "UPDATE entries SET entry = CAST(X'0106' || substr(entry, 3) || X'0B0100000001006100000100' AS BLOB)",
+    "UPDATE entries SET entry = CAST(X'0106' || substr(entry, 3) || X'0500000000FF' AS BLOB)",
     "CREATE VIEW v AS SELECT 1",
-    "CREATE INDEX i ON entries (ino)",
+    "CREATE INDEX i ON entries (entry)",
     "UPDATE meta SET value = X'00' WHERE name = 'this_root'",
     "PRAGMA application_id = 7",
     "PRAGMA user_version = 0",
+    // Format 1's number with format 2's tables.
+    "PRAGMA user_version = 1",
 ];
 
 #[test]
@@ -482,9 +493,10 @@ fn hostile_values_are_reported_as_damage_never_returned() {
         drop(archive);
         {
             let raw = rusqlite::Connection::open(archive_file(dir.path())).unwrap();
-            // Some edits break a NOT NULL or type rule SQLite enforces
-            // itself; those cannot reach a reader.
-            if raw.execute_batch(edit).is_err() {
+            // An edit that breaks the NOT NULL rule SQLite enforces itself
+            // cannot reach a reader.
+            if let Err(error) = raw.execute_batch(edit) {
+                assert!(edit.ends_with("= NULL"), "{edit}: {error}");
                 continue;
             }
         }
@@ -497,6 +509,115 @@ fn hostile_values_are_reported_as_damage_never_returned() {
         };
         assert!(error.is_damaged(), "{edit}: {error}");
     }
+}
+
+/// Format 1's table, as it made it (a column per field).
+const CREATE_ENTRIES_1: &str = "CREATE TABLE entries (\
+key BLOB PRIMARY KEY NOT NULL, kind INTEGER NOT NULL, size INTEGER NOT NULL, \
+mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL, \
+mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, \
+ctime_s INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, \
+dev INTEGER NOT NULL, ino INTEGER NOT NULL, nlink INTEGER NOT NULL, \
+rdev INTEGER NOT NULL, blocks INTEGER NOT NULL, \
+link_target BLOB, fingerprint BLOB, xattrs BLOB) WITHOUT ROWID";
+
+/// Write an archive as format 1 did, holding `entries`.
+fn write_format_1(dir: &Path, entries: &[Observed]) {
+    let raw = rusqlite::Connection::open(archive_file(dir)).unwrap();
+    raw.execute_batch(&format!(
+        "{CREATE_ENTRIES_1}; CREATE TABLE meta (name TEXT PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID; \
+         PRAGMA application_id = {}; PRAGMA user_version = 1",
+        0x4143_6172
+    ))
+    .unwrap();
+    let meta = "INSERT INTO meta (name, value) VALUES (?1, ?2)";
+    raw.execute(meta, rusqlite::params!["this_root", THIS])
+        .unwrap();
+    raw.execute(meta, rusqlite::params!["other_root", OTHER])
+        .unwrap();
+    for o in entries {
+        let e = &o.entry;
+        let key: Vec<u8> = (e.path.as_bytes().iter())
+            .map(|&b| if b == b'/' { 0 } else { b })
+            .collect();
+        let xattrs = e.props.xattrs.as_ref().map(|list| {
+            let mut out = (list.len() as u32).to_le_bytes().to_vec();
+            for (name, value) in list {
+                out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+                out.extend_from_slice(name);
+                out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                out.extend_from_slice(value);
+            }
+            out
+        });
+        let kind = [Kind::File, Kind::Dir, Kind::Symlink, Kind::Fifo]
+            .iter()
+            .position(|k| *k == e.kind)
+            .unwrap() as i64
+            + 1;
+        raw.execute(
+            "INSERT INTO entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+            rusqlite::params![
+                key, kind, e.size as i64, e.props.mode, e.props.uid, e.props.gid,
+                e.props.mtime.sec, e.props.mtime.nsec, o.ctime.sec, o.ctime.nsec,
+                e.dev as i64, e.ino as i64, e.nlink as i64, e.rdev as i64, e.blocks as i64,
+                e.link_target.as_deref(), e.hash.as_ref().map(|h| &h[..]), xattrs,
+            ],
+        )
+        .unwrap();
+    }
+}
+
+/// An archive of format 1 opens as the current format with every entry as
+/// it was; one with a row format 1 could not have written is damage, and
+/// is left as it was found.
+#[test]
+fn a_format_1_archive_is_migrated_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut big = observed(b"d/big", Kind::File);
+    (big.entry.size, big.entry.ino, big.entry.dev) = (u64::MAX, u64::MAX, 1 << 63);
+    big.entry.props.mtime.sec = -5;
+    big.entry.props.xattrs = Some(vec![(b"user.a".to_vec(), vec![0, 1, 2])]);
+    let entries = vec![
+        observed(b"", Kind::Dir),
+        observed(b"d", Kind::Dir),
+        big,
+        observed(b"d/link", Kind::Symlink),
+        observed(b"e", Kind::Fifo),
+    ];
+    write_format_1(dir.path(), &entries);
+    let mut archive = open(dir.path());
+    assert!(!archive.was_created());
+    assert_eq!(read_all(&archive), entries);
+    put_all(&mut archive, &[observed(b"f", Kind::File)]);
+    drop(archive);
+    let raw = rusqlite::Connection::open(archive_file(dir.path())).unwrap();
+    let version: i64 = raw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, FORMAT_VERSION);
+    let free: i64 = (raw.query_row("PRAGMA freelist_count", [], |r| r.get(0))).unwrap();
+    assert_eq!(free, 0, "format 1's pages are given back");
+    drop(raw);
+    assert_eq!(read_all(&open(dir.path())).len(), entries.len() + 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    write_format_1(dir.path(), &entries);
+    let raw = rusqlite::Connection::open(archive_file(dir.path())).unwrap();
+    raw.execute_batch("UPDATE entries SET mode = 33188 WHERE key = X'64'")
+        .unwrap();
+    drop(raw);
+    let error = Archive::open(dir.path(), THIS, OTHER).unwrap_err();
+    assert!(error.is_damaged(), "{error}");
+    let raw = rusqlite::Connection::open(archive_file(dir.path())).unwrap();
+    let version: i64 = raw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    let rows: i64 = (raw.query_row("SELECT count(*) FROM entries WHERE mode >= 0", [], |r| {
+        r.get(0)
+    }))
+    .unwrap();
+    assert_eq!((version, rows), (1, entries.len() as i64));
 }
 
 #[test]
