@@ -799,15 +799,17 @@ fn scan_dir_entries(
     share: Option<&mut Option<Names>>,
 ) -> Option<Listing> {
     let rel = rel.clone();
+    // The directory's own entry leads the listing; the others are gathered
+    // apart and put in name order behind it (see `sorted_by_name`).
     let mut out = Vec::new();
+    let mut ctimes = Vec::new();
     let mut free = Vec::new();
     let (me, st) = own_entry(dir, &rel, ctx, &mut free)?;
-    out.push(me);
-    let mut ctimes = vec![st.ctime];
+    let own_ctime = st.ctime;
     let mut listing = Listing::default();
     let Some(mut names) = ctx.names_of(dir, &rel, &st, peer) else {
-        listing.entries = out;
-        listing.ctimes = ctimes;
+        listing.entries = vec![me];
+        listing.ctimes = vec![own_ctime];
         return Some(listing);
     };
     if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
@@ -922,12 +924,8 @@ fn scan_dir_entries(
     if !free.is_empty() {
         ctx.xattr_free.lock().unwrap().append(&mut free);
     }
-    let own = out.remove(0);
-    let own_ctime = ctimes.remove(0);
-    let (mut out, mut ctimes) = sorted_by_name(out, ctimes);
-    out.insert(0, own);
-    ctimes.insert(0, own_ctime);
-    let (subdirs, subdir_ctimes) = sorted_by_name(subdirs, subdir_ctimes);
+    let (out, mut ctimes) = sorted_by_name(Some((me, own_ctime)), out, ctimes);
+    let (subdirs, subdir_ctimes) = sorted_by_name(None, subdirs, subdir_ctimes);
     ctimes.extend(subdir_ctimes);
     listing.ctimes = ctimes;
     // The listing goes to the other tree's side when it may use it (the
@@ -977,13 +975,31 @@ fn own_entry(
     Some((me, st))
 }
 
-/// `entries` sorted by name, with the ctimes aligned with them.
-fn sorted_by_name(entries: Vec<Entry>, ctimes: Vec<Time>) -> (Vec<Entry>, Vec<Time>) {
-    let mut both: Vec<(Entry, Time)> = entries.into_iter().zip(ctimes).collect();
+/// `first` (the directory's own entry), then `entries` sorted by name; the
+/// ctimes aligned with them.
+fn sorted_by_name(
+    first: Option<(Entry, Time)>,
+    entries: Vec<Entry>,
+    ctimes: Vec<Time>,
+) -> (Vec<Entry>, Vec<Time>) {
     // Entries of one directory: their paths share all but the name, so
     // path order is name order, without looking for each name's start.
-    both.sort_unstable_by(|a, b| a.0.path.cmp(&b.0.path));
-    both.into_iter().unzip()
+    // The order is found on indices and each entry moved once (an entry
+    // is large; sorting the entries would move each several times).
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_unstable_by(|&a, &b| entries[a].path.cmp(&entries[b].path));
+    let len = entries.len() + usize::from(first.is_some());
+    let (mut sorted, mut sorted_ctimes) = (Vec::with_capacity(len), Vec::with_capacity(len));
+    if let Some((entry, ctime)) = first {
+        sorted.push(entry);
+        sorted_ctimes.push(ctime);
+    }
+    let mut slots: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
+    for i in order {
+        sorted.push(slots[i].take().expect("each index once"));
+        sorted_ctimes.push(ctimes[i]);
+    }
+    (sorted, sorted_ctimes)
 }
 
 /// Fill in the extended attributes of the regular files `pending` names
