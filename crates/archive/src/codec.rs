@@ -272,7 +272,12 @@ pub(crate) fn row_key<'r>(row: &'r Row<'_>) -> Result<&'r [u8], String> {
 
 /// One row (columns in `ENTRY_COLUMNS` order) back to an entry, checked.
 pub(crate) fn decode_row(row: &Row<'_>) -> Result<Observed, String> {
-    let path = path_of(row_key(row)?)?;
+    decode_keyed_row(row, row_key(row)?)
+}
+
+/// [`decode_row`] for a row whose key the caller read already.
+pub(crate) fn decode_keyed_row(row: &Row<'_>, key: &[u8]) -> Result<Observed, String> {
+    let path = path_of(key)?;
     let bytes = read_blob(row, 1)?.ok_or_else(|| format!("{path}: a row without its entry"))?;
     decode_entry(path, bytes)
 }

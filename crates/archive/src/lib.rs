@@ -436,7 +436,9 @@ impl Cursor {
                     "its entries are out of order",
                 ));
             }
-            self.page.push_back(archive.decode(row)?);
+            let observed = codec::decode_keyed_row(row, key);
+            let observed = observed.map_err(|r| ArchiveError::damaged(&archive.file, r))?;
+            self.page.push_back(observed);
             may_equal_after = false;
             self.after.clear();
             self.after.extend_from_slice(key);
