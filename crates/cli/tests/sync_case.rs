@@ -167,6 +167,40 @@ fn a_change_of_case_only_is_not_propagated(make: MakePair) {
     assert_eq!(report["propagated"], 0, "{report}");
 }
 
+/// A directory renamed by case on one side keeps the records beneath it:
+/// an edit on the other side next run is propagated (not "changed on both
+/// sides"), and a conflict beneath it (deleted on one side, changed on the
+/// other) stays a conflict until it is resolved.
+fn a_directory_renamed_by_case_keeps_its_records(make: MakePair) {
+    let pair = make();
+    pair.write('a', "Dir/x", "x");
+    pair.write('a', "Dir/y", "y");
+    pair.write('a', "Dir/Sub/z", "z");
+    pair.sync_json(FORCED, 0);
+    pair.sync_json(FORCED, 0);
+    std::fs::rename(pair.path('b', "Dir"), pair.path('b', "DIR")).unwrap();
+    std::fs::rename(pair.path('b', "DIR/Sub"), pair.path('b', "DIR/sub")).unwrap();
+    std::fs::remove_file(pair.path('b', "DIR/y")).unwrap();
+    pair.write('a', "Dir/y", "y changed on a");
+    let report = pair.sync_json(FORCED, 1);
+    assert_eq!(conflict_paths(&report), vec!["Dir/y"], "{report}");
+    assert_eq!(report["propagated"], 0, "{report}");
+    pair.write('a', "Dir/x", "x edited on a");
+    pair.write('a', "Dir/Sub/z", "z edited on a");
+    let report = pair.sync_json(FORCED, 1);
+    assert_eq!(conflict_paths(&report), vec!["Dir/y"], "{report}");
+    assert_eq!(report["propagated"], 2, "{report}");
+    assert_eq!(pair.read('b', "DIR/x").unwrap(), "x edited on a");
+    assert_eq!(pair.read('b', "DIR/sub/z").unwrap(), "z edited on a");
+    assert_eq!(names(&pair.b), ["DIR"]);
+    assert_eq!(names(&pair.path('b', "DIR")), ["sub", "x"]);
+}
+
+local_and_remote!(a_directory_renamed_by_case_keeps_its_records:
+    a_directory_renamed_by_case_keeps_its_records_local,
+    a_directory_renamed_by_case_keeps_its_records_over_ssh,
+    a_directory_renamed_by_case_keeps_its_records_from_the_daemon);
+
 /// Every key of every archive in `state`, one list per archive.
 fn archive_keys(state: &Path) -> Option<Vec<Vec<String>>> {
     let mut all = Vec::new();

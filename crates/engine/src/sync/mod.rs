@@ -403,6 +403,7 @@ fn run(
         hook();
     }
     scanned.forget_updates();
+    follow_changes_of_case(&mut sides, &mut scanned, &names)?;
     // Ignoring case, each side is written under its own spellings.
     let spelled = scanned.case.as_ref().map(|case| {
         let [sa, sb] = case.spellings.clone();
@@ -423,6 +424,33 @@ fn run(
         sibling: None,
     };
     propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
+    Ok(())
+}
+
+/// Ignoring case, move each side's records to the spellings it holds now
+/// (a change of case only is no update: the record follows the name).
+/// Before propagation, which records its paths under those spellings; a
+/// side that cannot record stops the run with nothing changed.
+fn follow_changes_of_case(
+    sides: &mut [Box<dyn SideSession + '_>; 2],
+    scanned: &mut Scanned,
+    names: &[String; 2],
+) -> Result<(), SyncFatal> {
+    let Some(case) = scanned.case.as_mut() else {
+        return Ok(());
+    };
+    for (side, session) in sides.iter_mut().enumerate() {
+        let records = case.take_rekey(side);
+        if records.is_empty() {
+            continue;
+        }
+        session
+            .record(&records)
+            .map_err(|failure| SyncFatal::Side {
+                replica: names[side].clone(),
+                failure,
+            })?;
+    }
     Ok(())
 }
 

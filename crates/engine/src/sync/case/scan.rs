@@ -21,7 +21,10 @@
 //!   turned into its own spelling there (`CaseFacts::spellings`), so a
 //!   change reaches the name the side has, never a new one beside it;
 //! - what each side's archive records is kept under that side's spelling,
-//!   one record per folded path (`CaseFacts::respell`).
+//!   one record per folded path (`CaseFacts::respell`); a change of case
+//!   only moves the records of the path and of what it holds to the new
+//!   spelling before anything is propagated (`CaseFacts::take_rekey`), so
+//!   a directory renamed by case keeps the agreed state beneath it.
 //!
 //! Memory: the reported paths are grouped in a map by folded path (a
 //! first sync reports every path, as the plain merge's lists do), and the
@@ -55,6 +58,12 @@ pub(crate) struct CaseFacts {
     /// Some path is spelled differently somewhere: renames are not
     /// detected this run (a rename's records move whole subtrees by path).
     pub any_difference: bool,
+    /// Per side, the records that move its archive's entries from the
+    /// spelling they were recorded under to the one the side holds now (a
+    /// change of case only is no update, and the record follows it):
+    /// recorded before propagation, so that a renamed directory's
+    /// subtree keeps its records (`CaseFacts::respell` drops them).
+    pub rekey: [Vec<ArchiveRecord>; 2],
 }
 
 /// One side's spellings of a path whose spellings differ.
@@ -68,10 +77,19 @@ pub(crate) struct Respelled {
 }
 
 impl CaseFacts {
+    /// `side`'s records that follow its changes of case
+    /// (`CaseFacts::rekey`), taken: the old spellings' removals first (each
+    /// takes its subtree), then the entries under the new ones.
+    pub fn take_rekey(&mut self, side: usize) -> Vec<ArchiveRecord> {
+        let mut records = std::mem::take(&mut self.rekey[side]);
+        records.sort_by_key(|record| matches!(record, ArchiveRecord::Put(_)));
+        records
+    }
+
     /// `records` for `side`'s archive, each under that side's spelling; a
     /// record at a new spelling first removes the old one (for a
-    /// directory that drops the records beneath it: those paths are then
-    /// judged as new on that side next run, agreed where equal).
+    /// directory, with the records beneath it: by then they have followed
+    /// it to its new spelling, `CaseFacts::take_rekey`).
     pub fn respell(&self, side: usize, records: Vec<ArchiveRecord>) -> Vec<ArchiveRecord> {
         if self.respell[side].is_empty() {
             return records;
@@ -514,6 +532,12 @@ impl FoldedMerge {
                 .as_ref()
                 .map(|o| (o.entry.path.clone(), o.entry.kind));
             differs |= key != *plan || archived.as_ref().is_some_and(|(at, _)| *at != key);
+            if let Some(record) = change.archived.as_deref().filter(|o| o.entry.path != key) {
+                facts.rekey[side].push(ArchiveRecord::Remove(record.entry.path.clone()));
+                let mut moved = record.clone();
+                moved.entry.path = key.clone();
+                facts.rekey[side].push(ArchiveRecord::Put(moved));
+            }
             keys[side] = Some(Respelled { key, archived });
         }
         if differs {
@@ -729,6 +753,26 @@ mod tests {
             ("remove", "Readme".to_string()),
         ];
         assert_eq!(b, want);
+    }
+
+    #[test]
+    fn records_following_a_change_of_case_remove_before_they_put() {
+        let mut facts = CaseFacts::default();
+        facts.rekey[1] = vec![
+            ArchiveRecord::Remove(path("Dir")),
+            put("DIR", Kind::Dir),
+            ArchiveRecord::Remove(path("Dir/x")),
+            put("DIR/x", Kind::File),
+        ];
+        let b: Vec<_> = facts.take_rekey(1).iter().map(at).collect();
+        let want = [
+            ("remove", "Dir".to_string()),
+            ("remove", "Dir/x".to_string()),
+            ("put", "DIR".to_string()),
+            ("put", "DIR/x".to_string()),
+        ];
+        assert_eq!(b, want);
+        assert!(facts.take_rekey(1).is_empty(), "taken once");
     }
 
     #[test]
