@@ -67,6 +67,12 @@ impl Leaders {
         }
     }
 
+    /// Is the copy to `to` at `path` a leader that links follow later in
+    /// the run?
+    pub(super) fn leads(&self, to: Side, path: &RelPath) -> bool {
+        self.copied.contains_key(&(to, path.clone()))
+    }
+
     /// What a link to `link` must find at its leader on `to`; `None`: the
     /// leader was to be copied and was not.
     fn expected(&self, to: Side, link: &LinkTo) -> Option<Expect> {

@@ -699,6 +699,14 @@ impl<'a> Propagation<'a> {
             Record::Remove(item.path.clone()),
         ];
         records[index(from)] = self.as_scanned(item, from);
+        if let Record::Put(source) = &mut records[index(from)] {
+            if self.leaders.leads(to, &item.path) {
+                // Its links are made later: in a run stopped before them,
+                // the next run must see this name again to lead them (a
+                // name the plan does not hold leads no group).
+                source.ctime = UNKNOWN_CTIME;
+            }
+        }
         records[index(to)] = Record::Put(recorded);
         self.done.push(Done {
             path: item.path.clone(),
