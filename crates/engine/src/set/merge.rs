@@ -22,8 +22,9 @@
 //! safe to be killed after:
 //!
 //! 1. every replica holding a latest version records it, as the scan found
-//!    it, with the offers' merged vector (`before`): a run killed now sees
-//!    the same versions with equal vectors, the same conflict;
+//!    it, with the offers' merged vector (`before`) and an unknown ctime:
+//!    a run killed now reads them again and sees the same versions with
+//!    equal vectors, the same conflict;
 //! 2. the result is written over the nearest holder of the first version
 //!    and of the second by the two-root merge (`sync/propagate/merge.rs`,
 //!    with the re-checks, backups, temps and renames it makes), each
@@ -342,7 +343,13 @@ impl Merging<'_, '_> {
     fn record_before(&mut self, candidate: &Candidate, merges: &mut Merges) -> Result<(), String> {
         let path = &candidate.path;
         for &slot in &candidate.latest {
-            let observed = self.held.observed(path, slot).expect("a holder");
+            let mut observed = self.held.observed(path, slot).expect("a holder");
+            // Recorded as not yet vouched for: were the run stopped before
+            // the merge is written, every holder would otherwise match its
+            // record and hold the same vector, so no scan would report the
+            // path and the conflict would never be seen again. The next
+            // run reads it again and finds the conflict.
+            observed.ctime = UNKNOWN_CTIME;
             let recorded = self.members[slot].side.record_versions(
                 &[ArchiveRecord::Put(observed)],
                 &[(path.clone(), candidate.before.clone())],
