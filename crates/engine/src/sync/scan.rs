@@ -39,7 +39,7 @@ pub(crate) struct Scanned {
     pub archives_lost: bool,
     /// What a run that ignores case learnt of spellings
     /// (`sync/case/scan.rs`); None when names are matched exactly.
-    pub case: Option<crate::sync::case::scan::CaseFacts>,
+    pub case: Option<crate::sync::case::facts::CaseFacts>,
 }
 
 impl Scanned {

@@ -21,6 +21,7 @@
 //! calls cross the wire, and an empty root there counts as case-sensitive
 //! until it has a name.
 
+pub(crate) mod facts;
 pub(crate) mod replica;
 pub(crate) mod scan;
 
