@@ -162,7 +162,7 @@ fn same_kind(was: &Observed, now: &Observed, options: &DetectOptions) -> Detecti
     };
     let update = if changes.contents || changes.props || changes.mtime {
         Update::Changed(changes)
-    } else if recorded_metadata_moved(was, now) {
+    } else if recorded_metadata_moved(was, now) || xattrs_newly_read(&was.entry, &now.entry) {
         Update::Touched
     } else {
         Update::Unchanged
@@ -224,6 +224,13 @@ fn xattrs_first_read(was: &Entry, now: &Entry, synced: &SyncedProps) -> bool {
             .xattrs
             .as_ref()
             .is_some_and(|list| !list.is_empty())
+}
+
+/// A list of extended attributes read where the archive has none (an
+/// empty one, else `xattrs_first_read` counts it as a change): recorded,
+/// so that later runs need not read it again.
+fn xattrs_newly_read(was: &Entry, now: &Entry) -> bool {
+    was.props.xattrs.is_none() && now.props.xattrs.is_some()
 }
 
 /// Do two entries of one kind differ in the synced properties other than
@@ -314,6 +321,29 @@ mod tests {
         assert_eq!(
             detect(Some(&was), Some(&file(1, 200)), &fast()),
             Detection::Decided(Update::Touched)
+        );
+    }
+
+    #[test]
+    fn a_list_of_attributes_read_where_none_was_recorded_is_recorded() {
+        let mut was = file(1, 100);
+        was.entry.props.xattrs = None;
+        // None read: a change; an empty list: recorded, no change.
+        let mut with = file(1, 100);
+        with.entry.props.xattrs = Some(vec![(b"user.k".to_vec(), b"1".to_vec())]);
+        let Detection::Decided(Update::Changed(changes)) = detect(Some(&was), Some(&with), &fast())
+        else {
+            panic!("a list read for the first time is a change")
+        };
+        assert!(changes.props && !changes.contents);
+        assert_eq!(
+            detect(Some(&was), Some(&file(1, 100)), &fast()),
+            Detection::Decided(Update::Touched)
+        );
+        // Not read now either: nothing to record.
+        assert_eq!(
+            detect(Some(&was), Some(&was.clone()), &fast()),
+            Detection::Decided(Update::Unchanged)
         );
     }
 

@@ -7,8 +7,9 @@ use crate::seam::Replica;
 use crate::side::follow;
 use crate::side::rules::{child_excluded, side_matcher, LookupRules, SyncRules};
 use crate::side::SideCause;
-use crate::side::{ctime_to_record, local_identity, xattr_filter, UNKNOWN_CTIME, UNSEEN_CTIME};
+use crate::side::{ctime_to_record, local_identity, xattr_filter, xattr_scope};
 use crate::side::{ArchiveRecord, SideChange, SideFailure, SideOptions, SideScan, SideSession};
+use crate::side::{UNKNOWN_CTIME, UNSEEN_CTIME};
 use accord_archive::{Archive, ArchiveError, Cursor};
 use accord_fsys::{IgnoreRules, ScanOptions, XattrFilter};
 use accord_model::{Kind, Observed, PathFailure, RelPath, Time};
@@ -92,6 +93,7 @@ impl SideSession for LocalSide<'_> {
     }
 
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        self.scope_xattrs(opts)?;
         // Afresh: the walk reads the `.accordignore` files as they are now.
         self.matcher = side_matcher(self.rules.as_ref())?;
         let mut walker = Walker::new(
@@ -107,6 +109,7 @@ impl SideSession for LocalSide<'_> {
     }
 
     fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure> {
+        self.scope_xattrs(opts)?;
         let mut walker = Walker::new(
             self.replica,
             opts.use_archive.then_some(&self.archive),
@@ -186,6 +189,15 @@ impl SideSession for LocalSide<'_> {
 }
 
 impl LocalSide<'_> {
+    /// Where the archive's lists of extended attributes were read under
+    /// another selection than this run's, forget them before they are
+    /// taken for unchanged files (`accord_archive`'s xattr_scope.rs).
+    fn scope_xattrs(&mut self, opts: &SideOptions) -> Result<(), SideFailure> {
+        let scope = xattr_scope(&xattr_filter(&opts.detect.props));
+        self.archive.set_xattr_scope(&scope)?;
+        Ok(())
+    }
+
     /// Does `path` lie beneath a link no longer followed?
     fn beneath_unfollowed(&self, path: &RelPath) -> bool {
         let unfollowed = self.unfollowed.borrow();

@@ -254,6 +254,19 @@ pub fn ctime_to_record(ctime: Time, scan_start_s: i64) -> Time {
 }
 
 /// The extended attributes a sync reads, compares and writes.
+/// The bytes an archive keeps to say which attributes its lists were
+/// read under (`accord_archive`'s xattr_scope.rs).
+pub fn xattr_scope(filter: &accord_fsys::XattrFilter) -> Vec<u8> {
+    let yes = |on: bool| if on { "yes" } else { "no" };
+    format!(
+        "xattrs={} acls={} user_only={}",
+        yes(filter.xattrs),
+        yes(filter.acls),
+        yes(filter.user_only)
+    )
+    .into_bytes()
+}
+
 pub fn xattr_filter(props: &accord_plan::SyncedProps) -> accord_fsys::XattrFilter {
     accord_fsys::XattrFilter {
         xattrs: props.xattrs,
