@@ -511,9 +511,8 @@ impl<'a> Walker<'a> {
             }
         };
         if always || update != Update::Unchanged {
-            let record_ctime = current.as_ref().map_or(UNKNOWN_CTIME, |o| {
-                ctime_to_record(o.ctime, self.scan_start_s)
-            });
+            let record_ctime =
+                (current.as_ref()).map_or(UNKNOWN_CTIME, |o| ctime_to_record(o, self.scan_start_s));
             self.out.changes.push(SideChange {
                 path: path.clone(),
                 archived: archived.map(Box::new),

@@ -15,7 +15,7 @@ pub mod rules;
 pub mod scratch;
 
 use accord_archive::ArchiveError;
-use accord_model::{Observed, PathFailure, RelPath, Time};
+use accord_model::{Kind, Observed, PathFailure, RelPath, Time};
 use accord_plan::VersionVector;
 use accord_plan::{detect, DetectOptions, Detection, SideCounts, Update};
 use rules::SyncRules;
@@ -238,15 +238,30 @@ pub const UNKNOWN_CTIME: Time = Time { sec: 0, nsec: 0 };
 pub const UNSEEN_CTIME: Time = Time { sec: 0, nsec: 1 };
 
 /// A ctime younger than this (in seconds, against the scan's start) is not
-/// recorded: a write in the same clock tick as our stat would leave it
-/// unchanged (file system timestamps are coarse), so it cannot vouch.
+/// recorded where timestamps are coarse: a write in the same clock tick as
+/// our stat would leave it unchanged, so it cannot vouch.
 const CTIME_SETTLE_S: i64 = 2;
 
-/// The ctime to record for an entry observed during a scan that began at
-/// `scan_start_s`.
-pub fn ctime_to_record(ctime: Time, scan_start_s: i64) -> Time {
+/// The ctime to record for `observed`, seen during a scan that began at
+/// `scan_start_s`: its own once settled, or at once where its file
+/// system's change times move after a stat read them (multigrain
+/// timestamps, see `accord_fsys::ctime_moves_after_stat`), so a file
+/// written just before a sync is not read again by the next run. An
+/// entry seen through a followed link keeps to the settle rule: the link
+/// may be pointed elsewhere without a change of the ctime read.
+pub fn ctime_to_record(observed: &Observed, scan_start_s: i64) -> Time {
+    let ctime = observed.ctime;
     // A ctime of the epoch is one of ours: unknown or unseen.
-    if ctime.sec > 0 && ctime.sec < scan_start_s - CTIME_SETTLE_S {
+    if ctime.sec <= 0 {
+        return UNKNOWN_CTIME;
+    }
+    let settled = ctime.sec < scan_start_s - CTIME_SETTLE_S;
+    let entry = &observed.entry;
+    let at_once = || {
+        (entry.link_target.is_none() || entry.kind == Kind::Symlink)
+            && accord_fsys::ctime_moves_after_stat(entry.dev)
+    };
+    if settled || at_once() {
         ctime
     } else {
         UNKNOWN_CTIME
@@ -279,19 +294,65 @@ pub fn xattr_filter(props: &accord_plan::SyncedProps) -> accord_fsys::XattrFilte
 mod tests {
     use super::*;
 
+    fn file(ctime: Time, dev: u64) -> Observed {
+        Observed {
+            entry: accord_model::Entry {
+                path: RelPath::new(b"f").unwrap(),
+                kind: Kind::File,
+                size: 0,
+                props: Default::default(),
+                dev,
+                ino: 1,
+                nlink: 1,
+                rdev: 0,
+                blocks: 0,
+                link_target: None,
+                hash: None,
+            },
+            ctime,
+        }
+    }
+
+    /// Where the device is unknown (so timestamps count as coarse), only a
+    /// settled ctime is recorded.
     #[test]
-    fn only_a_settled_ctime_is_recorded() {
+    fn only_a_settled_ctime_is_recorded_where_timestamps_are_coarse() {
         let scan_start_s = 1_000_000;
+        let nowhere = u64::MAX;
+        assert!(!accord_fsys::ctime_moves_after_stat(nowhere));
         let old = Time {
             sec: scan_start_s - 3,
             nsec: 5,
         };
-        assert_eq!(ctime_to_record(old, scan_start_s), old);
-        assert_eq!(ctime_to_record(UNSEEN_CTIME, scan_start_s), UNKNOWN_CTIME);
+        assert_eq!(ctime_to_record(&file(old, nowhere), scan_start_s), old);
+        let unseen = file(UNSEEN_CTIME, nowhere);
+        assert_eq!(ctime_to_record(&unseen, scan_start_s), UNKNOWN_CTIME);
         assert_ne!(UNSEEN_CTIME, UNKNOWN_CTIME);
         for sec in [scan_start_s - 2, scan_start_s, scan_start_s + 10] {
-            let young = Time { sec, nsec: 0 };
-            assert_eq!(ctime_to_record(young, scan_start_s), UNKNOWN_CTIME);
+            let young = file(Time { sec, nsec: 0 }, nowhere);
+            assert_eq!(ctime_to_record(&young, scan_start_s), UNKNOWN_CTIME);
         }
+    }
+
+    /// A file just written, on a real file system: its ctime is recorded at
+    /// once exactly where that file system's change times move after a
+    /// stat; never for what a followed link showed.
+    #[test]
+    fn a_young_ctime_is_recorded_where_it_moves_after_a_stat() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), "x").unwrap();
+        let st = std::fs::metadata(dir.path().join("f")).unwrap();
+        let ctime = Time {
+            sec: st.ctime(),
+            nsec: st.ctime_nsec() as u32,
+        };
+        let young = file(ctime, st.dev());
+        let at_once = accord_fsys::ctime_moves_after_stat(st.dev());
+        let want = if at_once { ctime } else { UNKNOWN_CTIME };
+        assert_eq!(ctime_to_record(&young, ctime.sec), want);
+        let mut followed = young.clone();
+        followed.entry.link_target = Some(b"elsewhere".to_vec());
+        assert_eq!(ctime_to_record(&followed, ctime.sec), UNKNOWN_CTIME);
     }
 }
