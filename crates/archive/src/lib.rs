@@ -42,7 +42,6 @@ mod xattr_scope;
 pub use error::ArchiveError;
 pub use schema::FORMAT_VERSION;
 pub use versions::{VersionCounts, MAX_VERSION_COUNTS};
-pub use xattr_scope::MAX_XATTR_SCOPE;
 
 use accord_model::{Observed, RelPath};
 use lock::{LockAttempt, PairLock};

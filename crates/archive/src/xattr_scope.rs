@@ -19,7 +19,7 @@ use rusqlite::OptionalExtension;
 const XATTR_SCOPE: &str = "xattr_scope";
 
 /// Longest selection kept (the side's bytes are a few).
-pub const MAX_XATTR_SCOPE: usize = 64;
+const MAX_XATTR_SCOPE: usize = 64;
 
 impl Archive {
     /// The selection the recorded lists were read under; `None` where none

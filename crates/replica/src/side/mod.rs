@@ -268,7 +268,6 @@ pub fn ctime_to_record(observed: &Observed, scan_start_s: i64) -> Time {
     }
 }
 
-/// The extended attributes a sync reads, compares and writes.
 /// The bytes an archive keeps to say which attributes its lists were
 /// read under (`accord_archive`'s xattr_scope.rs).
 pub fn xattr_scope(filter: &accord_fsys::XattrFilter) -> Vec<u8> {
@@ -282,6 +281,7 @@ pub fn xattr_scope(filter: &accord_fsys::XattrFilter) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The extended attributes a sync reads, compares and writes.
 pub fn xattr_filter(props: &accord_plan::SyncedProps) -> accord_fsys::XattrFilter {
     accord_fsys::XattrFilter {
         xattrs: props.xattrs,

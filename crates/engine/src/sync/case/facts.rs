@@ -26,7 +26,8 @@ pub(crate) struct CaseFacts {
     /// spelling they were recorded under to the one the side holds now (a
     /// change of case only is no update, and the record follows it):
     /// recorded before propagation, so that a renamed directory's
-    /// subtree keeps its records (`CaseFacts::respell` drops them).
+    /// subtree keeps its records (the removal of the old spelling that
+    /// `CaseFacts::respell` makes takes its subtree).
     pub rekey: [Vec<ArchiveRecord>; 2],
 }
 
@@ -87,15 +88,16 @@ impl CaseFacts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use accord_model::{Entry, Observed, Props, Time};
 
-    fn path(p: &str) -> RelPath {
+    pub(crate) fn path(p: &str) -> RelPath {
         RelPath::new(p.as_bytes()).unwrap()
     }
 
-    fn put(p: &str, kind: Kind) -> ArchiveRecord {
+    /// A record of an entry of `kind` at `p`.
+    pub(crate) fn put(p: &str, kind: Kind) -> ArchiveRecord {
         ArchiveRecord::Put(Observed {
             entry: Entry {
                 path: path(p),

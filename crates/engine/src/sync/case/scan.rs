@@ -620,30 +620,8 @@ fn clash(paths: &[RelPath], replica: &str) -> SyncFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_model::{Entry, Props, Time};
-
-    fn path(p: &str) -> RelPath {
-        RelPath::new(p.as_bytes()).unwrap()
-    }
-
-    fn put(p: &str, kind: Kind) -> ArchiveRecord {
-        ArchiveRecord::Put(Observed {
-            entry: Entry {
-                path: path(p),
-                kind,
-                size: 0,
-                props: Props::default(),
-                dev: 1,
-                ino: 2,
-                nlink: 1,
-                rdev: 0,
-                blocks: 0,
-                link_target: None,
-                hash: None,
-            },
-            ctime: Time { sec: 5, nsec: 0 },
-        })
-    }
+    use crate::sync::case::facts::tests::{path, put};
+    use accord_model::Time;
 
     #[test]
     fn a_side_with_one_change_at_most_present_is_combined() {
