@@ -25,57 +25,96 @@ impl<'a> Propagation<'a> {
 
     /// Make the chunk's temps durable, then rename each over its target
     /// after its re-check (`flush` makes the renames durable before any is
-    /// recorded). The renames are all started before any is waited for,
-    /// then the stats of the committed names, so a remote side answers
-    /// each in one round trip. Returns the flush started behind the
-    /// renames, if one could be (see `commit_and_flush`).
+    /// recorded). Everything is started before anything is waited for, a
+    /// side at a time, a remote one first: the temps' stats, the flush, the
+    /// renames, the flush behind them and the stats of the committed names,
+    /// so a remote side answers the chunk's end in one round trip, while a
+    /// local one flushes. A replica carries its calls out in the order they
+    /// were sent, and one across a wire refuses to commit a temp made before
+    /// a flush that failed; a local one flushes when the flush is started,
+    /// and where that failed nothing is committed there. Returns the
+    /// flushes started behind the renames, if they could be (see
+    /// `commit_and_flush`).
     fn commit_chunk(&mut self, staged: Vec<Staged<'a>>) -> Option<StartedFlush> {
         if staged.is_empty() {
             return None;
         }
         // Backups are made durable with the temps, before any overwrite.
         let staged = self.back_up_staged(staged);
-        // Asked before the flush and waited for after it: a replica across
-        // a link answers them in the flush's round trip.
-        let temps: Vec<_> = staged
-            .iter()
-            .map(|one| self.start_vouching_stat_of_temp(one))
-            .collect();
-        self.flush_replicas();
-        let temps: Vec<_> = temps.into_iter().map(TempStat::wait).collect();
         let gives_back = staged.iter().any(|one| one.props_back.is_some());
-        let started: Vec<_> = staged
-            .into_iter()
-            .zip(temps)
-            .map(|(one, temp)| {
-                let commit = self.start_commit(&one);
-                (one, temp, commit)
-            })
-            .collect();
-        let behind =
-            (self.cfg.fsync && !gives_back).then(|| self.replicas.map(|r| r.start_sync_all()));
+        let mut slots: Vec<Option<StartedCommit>> = staged.iter().map(|_| None).collect();
+        let mut flushes: [Option<Flush>; 2] = [None, None];
+        let mut behind: [Option<Flush>; 2] = [None, None];
+        for side in self.remote_first() {
+            let mine: Vec<usize> = (0..staged.len())
+                .filter(|&at| index(staged[at].to) == side)
+                .collect();
+            let temps: Vec<_> = mine
+                .iter()
+                .map(|&at| self.start_vouching_stat_of_temp(&staged[at]))
+                .collect();
+            let flush = (self.cfg.fsync && !mine.is_empty()).then(|| self.start_flush(side));
+            let refused = matches!(flush, Some(Flush::Known(Err(_))));
+            let commits: Vec<_> = mine
+                .iter()
+                .map(|&at| match refused {
+                    true => Err(not_flushed()),
+                    false => self.start_commit(&staged[at]),
+                })
+                .collect();
+            if self.cfg.fsync && !gives_back {
+                behind[side] = Some(self.start_flush(side));
+            }
+            for ((at, temp), commit) in mine.into_iter().zip(temps).zip(commits) {
+                let stat = commit
+                    .is_ok()
+                    .then(|| self.start_stat_written(&staged[at], temp.started()));
+                slots[at] = Some(StartedCommit { temp, commit, stat });
+            }
+            flushes[side] = flush;
+        }
+        self.flushed(flushes.map(|flush| flush.map_or(Ok(()), Flush::wait)));
         let mut committed = Vec::new();
-        for (one, temp, commit) in started {
+        for (one, slot) in staged.into_iter().zip(slots) {
+            let StartedCommit { temp, commit, stat } = slot.expect("every side's commits started");
+            let temp = temp.wait();
             match commit.and_then(|pending| Ok(pending.wait()?)) {
-                Ok(()) => committed.push((one, temp)),
+                Ok(()) => committed.push((one, temp, stat.expect("started with its commit"))),
                 Err(error) => {
                     self.discard(&one);
                     self.fail(&one.item.path, error);
                 }
             }
         }
-        let stats: Vec<_> = committed
-            .iter()
-            .map(|(one, temp)| self.start_stat_written(one, temp.is_some()))
-            .collect();
-        for ((one, temp), stat) in committed.into_iter().zip(stats) {
-            let (found, ctime) = stat.wait();
-            self.leaders.written(one.to, &one.item.path, found);
-            let mut recorded = changed_entry(&one.taken, found, self.cfg);
-            recorded.ctime = vouched_ctime(temp, found, ctime);
-            self.after_commit(&one, recorded);
+        self.record_written(committed);
+        let [a, b] = behind;
+        Some(Flushes([a?, b?]))
+    }
+
+    /// Record what was committed, with the ctime its stat vouched for.
+    fn record_written(&mut self, committed: Vec<(Staged<'a>, Option<Found>, WrittenStat)>) {
+        let mut unvouched = Vec::new();
+        for (one, temp, stat) in committed {
+            let vouching = matches!(stat, WrittenStat::Vouching(_));
+            match stat.wait() {
+                (None, None) if vouching && temp.is_none() => unvouched.push(one),
+                (found, ctime) => self.written(&one, found, vouched_ctime(temp, found, ctime)),
+            }
         }
-        behind
+        // A replica that could not vouch for a stat says nothing of what is
+        // there: a plain stat, one round trip more where that happens.
+        let stats: Vec<_> = unvouched.iter().map(|one| self.start_stat(one)).collect();
+        for (one, stat) in unvouched.into_iter().zip(stats) {
+            self.written(&one, stat.wait().ok().flatten(), UNKNOWN_CTIME);
+        }
+    }
+
+    /// `staged` committed: `found` there now, to be recorded with `ctime`.
+    fn written(&mut self, staged: &Staged, found: Option<Found>, ctime: Time) {
+        self.leaders.written(staged.to, &staged.item.path, found);
+        let mut recorded = changed_entry(&staged.taken, found, self.cfg);
+        recorded.ctime = ctime;
+        self.after_commit(staged, recorded);
     }
 
     /// The temp as written, with a ctime that vouches for it, where its
@@ -133,11 +172,39 @@ impl<'a> Propagation<'a> {
         }
     }
 
+    /// The sides, a remote one first: a local replica carries a call out
+    /// before it returns, so what a remote one was sent overlaps it.
+    fn remote_first(&self) -> [usize; 2] {
+        match self.replicas[0].local_root() {
+            Some(_) => [1, 0],
+            None => [0, 1],
+        }
+    }
+
+    /// Start `side`'s flush.
+    fn start_flush(&self, side: usize) -> Flush {
+        let pending = self.replicas[side].start_sync_all();
+        match pending.is_ready() {
+            true => Flush::Known(pending.wait()),
+            false => Flush::Later(pending),
+        }
+    }
+
+    /// Start both replicas' flushes, a remote one's first, so the two
+    /// overlap.
+    pub(super) fn start_flushes(&self) -> Flushes {
+        let mut flushes = [None, None];
+        for side in self.remote_first() {
+            flushes[side] = Some(self.start_flush(side));
+        }
+        Flushes(flushes.map(|flush| flush.expect("both sides started")))
+    }
+
     pub(super) fn flush_replicas(&mut self) {
         if !self.cfg.fsync {
             return;
         }
-        let flushed = self.replicas.map(|replica| replica.sync_all());
+        let flushed = self.start_flushes().wait();
         self.flushed(flushed);
     }
 
@@ -288,7 +355,7 @@ impl<'a> Propagation<'a> {
         archives: &mut [Box<dyn SideSession + '_>; 2],
         report: &mut SyncReport,
     ) {
-        let flushed = behind.map(|started| started.map(Pending::wait));
+        let flushed = behind.map(Flushes::wait);
         if self.done.is_empty() {
             return;
         }
@@ -345,8 +412,49 @@ impl<'a> Propagation<'a> {
     }
 }
 
-/// Both replicas' flushes, started.
-type StartedFlush = [Pending<std::io::Result<()>>; 2];
+/// Both replicas' flushes, started (`Propagation::start_flushes`).
+type StartedFlush = Flushes;
+
+/// Both replicas' flushes, started; a local replica's is carried out when
+/// it is started, and its outcome is known at once.
+pub(super) struct Flushes([Flush; 2]);
+
+enum Flush {
+    Known(std::io::Result<()>),
+    Later(Pending<std::io::Result<()>>),
+}
+
+impl Flushes {
+    pub(super) fn wait(self) -> [std::io::Result<()>; 2] {
+        self.0.map(Flush::wait)
+    }
+}
+
+impl Flush {
+    fn wait(self) -> std::io::Result<()> {
+        match self {
+            Flush::Known(result) => result,
+            Flush::Later(pending) => pending.wait(),
+        }
+    }
+}
+
+/// A staged temp's commit on its way: the temp's stat, the rename, and
+/// the stat of the name it was committed at.
+struct StartedCommit {
+    temp: TempStat,
+    commit: Result<Pending<Result<(), crate::Error>>, SyncError>,
+    stat: Option<WrittenStat>,
+}
+
+/// Why a temp was not committed where the flush after it failed (a remote
+/// side refuses it in the same words).
+fn not_flushed() -> SyncError {
+    SyncError::Replica(crate::Error::Io {
+        action: accord_replica::Action::Flush,
+        source: std::io::Error::other("not committed: the flush after its temp was written failed"),
+    })
+}
 
 /// A stat with the ctime that vouches for it, started.
 type PendingVouched = Pending<std::io::Result<Option<(Found, Time)>>>;
@@ -356,6 +464,11 @@ type PendingVouched = Pending<std::io::Result<Option<(Found, Time)>>>;
 struct TempStat(Option<PendingVouched>);
 
 impl TempStat {
+    /// Was a vouching stat asked for (its directory opened)?
+    fn started(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// The temp as written, where its ctime vouches for it.
     fn wait(self) -> Option<Found> {
         let (found, _) = self.0?.wait().ok()??;

@@ -419,15 +419,23 @@ impl<'a> Propagation<'a> {
                 + self.renames.len()
                 + self.done.len();
             if started >= CHUNK_FILES || bytes >= CHUNK_BYTES {
-                self.settle_in_flight();
-                self.receive_copies(std::mem::take(&mut copies), &mut staged);
+                self.end_chunk(std::mem::take(&mut copies), &mut staged);
                 bytes = 0;
                 self.commit_and_flush(std::mem::take(&mut staged), archives, report);
             }
         }
-        self.settle_in_flight();
-        self.receive_copies(copies, &mut staged);
+        self.end_chunk(copies, &mut staged);
         self.commit_and_flush(staged, archives, report);
+    }
+
+    /// Receive the chunk's files, then wait for its directories, property
+    /// changes and renames. The receives go first: a replica carries out
+    /// its calls in the order they were sent, so a file received into a
+    /// directory this chunk made finds it there (or fails, as the directory
+    /// did), and a remote side answers both in the same round trip.
+    fn end_chunk(&mut self, copies: Vec<FileCopy<'a>>, staged: &mut Vec<Staged<'a>>) {
+        self.receive_copies(copies, staged);
+        self.settle_in_flight();
     }
 
     /// Wait for the chunk's directories and property changes; record the

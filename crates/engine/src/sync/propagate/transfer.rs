@@ -29,8 +29,15 @@ use accord_replica::{Incoming, PendingTemp, Replica, ReplicaDir};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 
-/// Sources opened ahead of the receive that reads them.
+/// Local sources opened ahead of the receive that reads them (each holds
+/// a file descriptor).
 const OPEN_AHEAD: usize = 32;
+
+/// Bytes of remote sources asked for ahead of the receive that reads them
+/// (at least one file): their contents travel while earlier files are
+/// written, so a chunk of small files costs a round trip, not one per
+/// `OPEN_AHEAD` files. The mirror asks as far ahead.
+const REMOTE_AHEAD_BYTES: u64 = 16 << 20;
 
 /// One file to carry from one side to the other.
 pub(crate) struct FileCopy<'i> {
@@ -51,6 +58,8 @@ struct Dirs<'r> {
     open: HashMap<RelPath, io::Result<Box<dyn ReplicaDir + 'r>>>,
     /// What a directory that cannot be opened fails.
     action: Action,
+    /// The replica is across a wire (`Replica::local_root` is `None`).
+    remote: bool,
 }
 
 impl<'r> Dirs<'r> {
@@ -62,7 +71,11 @@ impl<'r> Dirs<'r> {
                 slot.insert(dir);
             }
         }
-        Dirs { open, action }
+        Dirs {
+            open,
+            action,
+            remote: replica.local_root().is_none(),
+        }
     }
 
     fn get(&self, parent: &RelPath) -> Result<&dyn ReplicaDir, crate::Error> {
@@ -255,7 +268,10 @@ fn delta_temp(
 /// A receive on its way, with the fingerprint of the bytes it was given.
 type Started = Result<(PendingTemp, Fingerprint), SyncError>;
 
-/// Start every receive in order, the sources opened a window ahead.
+/// Start every receive, the sources opened a window ahead. Those read
+/// across a wire are asked for first and started last: their contents
+/// travel while the files read here are sent, so a chunk that carries files
+/// both ways waits for one round trip, not one per direction.
 fn start_receives(copies: &[FileCopy], sources: &[Dirs; 2], targets: &[Dirs; 2]) -> Vec<Started> {
     let open = |copy: &FileCopy| {
         let (parent, name) = split(&copy.item.path);
@@ -263,18 +279,82 @@ fn start_receives(copies: &[FileCopy], sources: &[Dirs; 2], targets: &[Dirs; 2])
         let dir = sources[index(copy.from)].get(&parent)?;
         dir.open_read(name, &Expect::entry(source))
     };
-    let mut ahead = VecDeque::new();
-    let mut next = 0;
-    let mut started = Vec::with_capacity(copies.len());
-    for copy in copies {
-        while next < copies.len() && ahead.len() < OPEN_AHEAD {
-            ahead.push_back(open(&copies[next]));
-            next += 1;
+    let (remote, local): (Vec<usize>, Vec<usize>) =
+        (0..copies.len()).partition(|&at| sources[index(copies[at].from)].remote);
+    let mut pulls = Lookahead::new(remote, true);
+    let mut pushes = Lookahead::new(local, false);
+    pulls.fill(copies, open);
+    let mut started: Vec<Option<Started>> = copies.iter().map(|_| None).collect();
+    for lookahead in [&mut pushes, &mut pulls] {
+        while let Some((at, reader)) = lookahead.next(copies, open) {
+            started[at] = Some(start_one(&copies[at], reader, targets));
         }
-        let reader = ahead.pop_front().expect("opened ahead");
-        started.push(start_one(copy, reader, targets));
     }
     started
+        .into_iter()
+        .map(|one| one.expect("every copy started"))
+        .collect()
+}
+
+/// A source opened ahead of its turn, or why it could not be.
+type Opened<'s> = Result<Box<dyn Read + Send + 's>, crate::Error>;
+
+/// Sources opened ahead of their turn, in the order they are read: local
+/// ones by count (each holds a file descriptor), remote ones by bytes.
+struct Lookahead<'s> {
+    order: Vec<usize>,
+    /// The next of `order` to open.
+    next: usize,
+    opened: VecDeque<(usize, Opened<'s>)>,
+    remote: bool,
+    bytes: u64,
+}
+
+impl<'s> Lookahead<'s> {
+    fn new(order: Vec<usize>, remote: bool) -> Lookahead<'s> {
+        Lookahead {
+            order,
+            next: 0,
+            opened: VecDeque::new(),
+            remote,
+            bytes: 0,
+        }
+    }
+
+    /// Open the sources ahead as far as the window goes.
+    fn fill(&mut self, copies: &[FileCopy], open: impl Fn(&FileCopy) -> Opened<'s>) {
+        while let Some(&at) = self.order.get(self.next) {
+            let room = match self.remote {
+                true => {
+                    self.opened.is_empty() || self.bytes + size(&copies[at]) <= REMOTE_AHEAD_BYTES
+                }
+                false => self.opened.len() < OPEN_AHEAD,
+            };
+            if !room {
+                return;
+            }
+            self.bytes += size(&copies[at]);
+            self.opened.push_back((at, open(&copies[at])));
+            self.next += 1;
+        }
+    }
+
+    /// The next copy to read and its source, the window moved on.
+    fn next(
+        &mut self,
+        copies: &[FileCopy],
+        open: impl Fn(&FileCopy) -> Opened<'s> + Copy,
+    ) -> Option<(usize, Opened<'s>)> {
+        self.fill(copies, open);
+        let (at, reader) = self.opened.pop_front()?;
+        self.bytes -= size(&copies[at]);
+        self.fill(copies, open);
+        Some((at, reader))
+    }
+}
+
+fn size(copy: &FileCopy) -> u64 {
+    copy.item.entry(copy.from).map_or(0, |e| e.size)
 }
 
 fn start_one(
