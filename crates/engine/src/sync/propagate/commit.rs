@@ -29,9 +29,11 @@ impl<'a> Propagation<'a> {
     /// side at a time, a remote one first: the temps' stats, the flush, the
     /// renames, the flush behind them and the stats of the committed names,
     /// so a remote side answers the chunk's end in one round trip, while a
-    /// local one flushes. A replica carries its calls out in the order they
-    /// were sent, and one across a wire refuses to commit a temp made before
-    /// a flush that failed; a local one flushes when the flush is started,
+    /// local one flushes. A replica carries out each call after the writes
+    /// sent before it (a stat of a committed name sees the commit; a temp's
+    /// stat that came too late promises nothing, and its file is read next
+    /// run), and one across a wire refuses to commit a temp made before a
+    /// flush that failed; a local one flushes when the flush is started,
     /// and where that failed nothing is committed there. Returns the
     /// flushes started behind the renames, if they could be (see
     /// `commit_and_flush`).
@@ -275,6 +277,10 @@ impl<'a> Propagation<'a> {
         }
     }
 
+    /// Every directory's properties, deepest first, each stat started
+    /// right behind them (a replica carries out a call after the writes
+    /// sent before it, so a remote side answers both in one round trip);
+    /// recorded where they were set.
     pub(super) fn directory_props(&mut self, items: &'a [SyncItem]) {
         let started: Vec<_> = items
             .iter()
@@ -284,21 +290,19 @@ impl<'a> Propagation<'a> {
                 Some((item, from, to, self.start_directory_props(item, from, to)))
             })
             .collect();
-        let mut set = Vec::new();
-        for (item, from, to, pending) in started {
+        let stats: Vec<_> = started
+            .iter()
+            .map(|(item, _, to, _)| self.start_stat_at(*to, &item.path))
+            .collect();
+        for ((item, from, to, pending), found) in started.into_iter().zip(stats) {
             match pending.and_then(|p| Ok(p.wait()?)) {
-                Ok(()) => set.push((item, from, to)),
+                Ok(()) => {
+                    let source = item.entry(from).expect("a directory to copy");
+                    let recorded = changed_entry(source, found.wait().ok().flatten(), self.cfg);
+                    self.done_with(item, from, to, recorded);
+                }
                 Err(error) => self.fail(&item.path, error),
             }
-        }
-        let stats: Vec<_> = set
-            .iter()
-            .map(|(item, _, to)| self.start_stat_at(*to, &item.path))
-            .collect();
-        for ((item, from, to), found) in set.into_iter().zip(stats) {
-            let source = item.entry(from).expect("a directory to copy");
-            let recorded = changed_entry(source, found.wait().ok().flatten(), self.cfg);
-            self.done_with(item, from, to, recorded);
         }
     }
 

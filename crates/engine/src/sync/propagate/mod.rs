@@ -11,7 +11,7 @@
 //!
 //! Phases: deletions deepest first, but those of the directories above a
 //! rename's source; then, in path order, new directories, renames, files
-//! and other entries (in chunks of up to 2,048 entries or 256 MiB:
+//! and other entries (in chunks of up to 8,192 entries or 256 MiB:
 //! received, flushed, committed, flushed, recorded), property changes; then
 //! directories' properties deepest first (a directory made read-only after
 //! its contents arrived); last the directories the renames emptied. A
@@ -52,9 +52,13 @@ pub use premerge::MergeNow;
 pub(crate) use premerge::Premerger;
 
 /// Files (and other entries) received before the chunk is flushed and
-/// committed, and their bytes at most: one flush of each replica per chunk,
-/// as the mirror does per batch.
-const CHUNK_FILES: usize = 2048;
+/// committed, and their bytes at most: one flush of each replica per chunk.
+/// A chunk's end costs a remote side a round trip or two (its first
+/// receives wait for the last chunk's commits), so chunks of small files
+/// are bigger than the mirror's batches: a crash leaves at most a chunk's
+/// records unwritten (those files are fingerprinted again next run), and
+/// what a chunk holds in memory is a few hundred bytes a file.
+const CHUNK_FILES: usize = 8192;
 const CHUNK_BYTES: u64 = 256 << 20;
 
 /// The slot of `side` in `[A, B]` arrays.
@@ -430,7 +434,7 @@ impl<'a> Propagation<'a> {
 
     /// Receive the chunk's files, then wait for its directories, property
     /// changes and renames. The receives go first: a replica carries out
-    /// its calls in the order they were sent, so a file received into a
+    /// its writes in the order they were sent, so a file received into a
     /// directory this chunk made finds it there (or fails, as the directory
     /// did), and a remote side answers both in the same round trip.
     fn end_chunk(&mut self, copies: Vec<FileCopy<'a>>, staged: &mut Vec<Staged<'a>>) {

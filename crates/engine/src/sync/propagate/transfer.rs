@@ -58,8 +58,6 @@ struct Dirs<'r> {
     open: HashMap<RelPath, io::Result<Box<dyn ReplicaDir + 'r>>>,
     /// What a directory that cannot be opened fails.
     action: Action,
-    /// The replica is across a wire (`Replica::local_root` is `None`).
-    remote: bool,
 }
 
 impl<'r> Dirs<'r> {
@@ -71,11 +69,15 @@ impl<'r> Dirs<'r> {
                 slot.insert(dir);
             }
         }
-        Dirs {
-            open,
-            action,
-            remote: replica.local_root().is_none(),
-        }
+        Dirs { open, action }
+    }
+
+    /// Is the directory across a wire (no local handle behind it)? One
+    /// that could not be opened is taken for local: its files fail at once.
+    fn is_remote(&self, parent: &RelPath) -> bool {
+        self.open[parent]
+            .as_ref()
+            .is_ok_and(|dir| dir.local().is_none())
     }
 
     fn get(&self, parent: &RelPath) -> Result<&dyn ReplicaDir, crate::Error> {
@@ -279,8 +281,10 @@ fn start_receives(copies: &[FileCopy], sources: &[Dirs; 2], targets: &[Dirs; 2])
         let dir = sources[index(copy.from)].get(&parent)?;
         dir.open_read(name, &Expect::entry(source))
     };
-    let (remote, local): (Vec<usize>, Vec<usize>) =
-        (0..copies.len()).partition(|&at| sources[index(copies[at].from)].remote);
+    let (remote, local): (Vec<usize>, Vec<usize>) = (0..copies.len()).partition(|&at| {
+        let (parent, _) = split(&copies[at].item.path);
+        sources[index(copies[at].from)].is_remote(&parent)
+    });
     let mut pulls = Lookahead::new(remote, true);
     let mut pushes = Lookahead::new(local, false);
     pulls.fill(copies, open);
