@@ -91,26 +91,7 @@ fn a_second_run_into_a_locked_destination_is_refused() {
     write(&src.join("f"), b"new");
     write(&dst.join("f"), b"old");
     set_mtime(&dst.join("f"), 1_000_000_000, 0);
-    // -o: only flock(1) itself holds the lock, so killing it releases it.
-    let mut holder = std::process::Command::new("flock")
-        .arg("-o")
-        .arg(&dst)
-        .args(["sleep", "5"])
-        .spawn()
-        .unwrap();
-    // Wait until the holder has the lock (a non-blocking probe fails).
-    for _ in 0..100 {
-        let probe = std::process::Command::new("flock")
-            .args(["-n"])
-            .arg(&dst)
-            .arg("true")
-            .status()
-            .unwrap();
-        if !probe.success() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let mut holder = hold_lock(&dst);
     let out = mirror(&state, &[src.to_str().unwrap(), dst.to_str().unwrap()]);
     holder.kill().unwrap();
     let _ = holder.wait();

@@ -95,11 +95,15 @@ fn a_client_cannot_make_the_server_keep_files_without_end() {
     for i in 0..4096 {
         std::fs::write(archives.join(format!("archive-{i:032x}.sqlite")), b"").unwrap();
     }
-    // The opening is answered with the side's first call, its rules (a
-    // server that carries rules out in order is sent both at once).
+    // The opening's outcome is read by the side's first call after its
+    // rules (a server that carries rules out in order is sent them, and
+    // the opening, without waiting): here a forget.
     let refused = r
         .open_sync_side(b"a made-up root", &archives)
-        .and_then(|mut side| side.set_rules(&accord_engine::SyncRules::default()))
+        .and_then(|mut side| {
+            side.set_rules(&accord_engine::SyncRules::default())?;
+            side.forget()
+        })
         .expect_err("a new archive past the cap");
     let refused = refused.to_string();
     assert!(refused.contains("sync archives, its limit"), "{refused}");

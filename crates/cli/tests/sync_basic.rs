@@ -591,21 +591,11 @@ fn the_run_after_a_first_sync_reads_no_file_it_wrote_on_a_remote_root() {
     // The second run's server, under strace: one log per thread.
     let logs = base.path().join("server-trace");
     std::fs::create_dir(&logs).unwrap();
-    let traced = base.path().join("traced-accord");
-    std::fs::write(
-        &traced,
-        format!(
-            "#!/bin/sh\nexec strace -ff -qq -y -e trace=open,openat,openat2 -o {}/t {} \"$@\"\n",
-            logs.display(),
-            bin().display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&traced, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let args = &mut pair.remote_b.as_mut().unwrap().args;
-    let at = args.iter().position(|a| a == "--remote-accord").unwrap();
-    args[at + 1] = traced.display().to_string();
+    let strace = format!(
+        "strace -ff -qq -y -e trace=open,openat,openat2 -o {}/t",
+        logs.display()
+    );
+    wrap_remote_accord(&mut pair, &base.path().join("traced-accord"), &strace);
     let report = pair.sync_json(&[], 0);
     assert_eq!(report["propagated"], 0, "{report}");
     assert!(sshd.wait_sessions_gone(std::time::Duration::from_secs(60)));
@@ -719,4 +709,62 @@ fn a_directory_replaced_by_a_symlink_is_replaced_on_the_other_side() {
         std::fs::read_link(pair.path('b', "dir")).unwrap(),
         std::path::PathBuf::from("f")
     );
+}
+
+/// A run whose remote root is held by another run stops before anything
+/// is written there: the opening of that root's archive travels right
+/// behind its lock, and the server refuses it without the lock, so no
+/// archive is made on that host (an empty one, found by a later run while
+/// this host's archive holds the pair's records, would read as an
+/// agreement on nothing). Once free, the pair syncs.
+#[test]
+fn a_busy_remote_root_gets_no_archive_from_the_refused_run() {
+    let Some(sshd) = remote_common::Sshd::start() else {
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let mut pair = Pair::with_remote_b(&RemoteB::over_ssh(base.path(), &sshd.rsh()));
+    // The server keeps its archives where the test can see them.
+    let server_state = base.path().join("server-state");
+    let env = format!("env ACCORD_STATE_DIR={}", server_state.display());
+    wrap_remote_accord(&mut pair, &base.path().join("accord-server"), &env);
+    pair.write('a', "f", "from a");
+    let mut holder = mirror_common::hold_lock(&pair.b);
+    let out = pair.sync(&[]);
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    assert_exit(&out, 3);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another accord run"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sshd.wait_sessions_gone(std::time::Duration::from_secs(60)));
+    let archives = |dir: &std::path::Path| -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("archive-") && name.ends_with(".sqlite"))
+            .collect()
+    };
+    assert_eq!(archives(&server_state), Vec::<String>::new());
+    assert!(!pair.exists('b', "f"));
+    let report = pair.sync_json(&[], 0);
+    assert_eq!(report["propagated"], 1, "{report}");
+    pair.assert_equal();
+    assert_eq!(archives(&server_state).len(), 1);
+}
+
+/// Run B's accord as `PREFIX accord ARGS` (a command that then runs it),
+/// through a script written at `script`.
+fn wrap_remote_accord(pair: &mut Pair, script: &std::path::Path, prefix: &str) {
+    let text = format!("#!/bin/sh\nexec {prefix} {} \"$@\"\n", bin().display());
+    std::fs::write(script, text).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = &mut pair.remote_b.as_mut().unwrap().args;
+    let at = args.iter().position(|a| a == "--remote-accord").unwrap();
+    args[at + 1] = script.display().to_string();
 }

@@ -51,6 +51,11 @@ pub const FEATURE_ORDERED_RULES: u64 = 2048;
 /// into a temp (`CopySibling`). Not offered by a session with a
 /// restriction (a forced command's tree, a daemon's module).
 pub const FEATURE_SIBLING_COPY: u64 = 4096;
+/// Feature bit: the server opens a sync's archive (`SyncOpen`,
+/// `SyncOpenSet`) only for a session that holds its root's lock, so a
+/// client may send the opening right behind the lock without waiting for
+/// it: a lock another run holds then opens (or makes) no archive.
+pub const FEATURE_OPEN_AFTER_LOCK: u64 = 8192;
 /// Every feature this build knows.
 pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_RENAME
@@ -64,7 +69,8 @@ pub const FEATURES: u64 = FEATURE_ZSTD
     | FEATURE_VOUCHING_STAT
     | FEATURE_CASE_PROBE
     | FEATURE_ORDERED_RULES
-    | FEATURE_SIBLING_COPY;
+    | FEATURE_SIBLING_COPY
+    | FEATURE_OPEN_AFTER_LOCK;
 /// Largest handshake message.
 const MAX_HELLO: usize = 64 << 10;
 /// Longest root path asked for.

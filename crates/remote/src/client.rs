@@ -15,9 +15,9 @@ use accord_proto::hello::{
     FEATURES, FEATURE_NO_OWNERS, FEATURE_RENAME, FEATURE_WATCH, FEATURE_ZSTD, VERSION,
 };
 use accord_proto::hello::{
-    FEATURE_CASE_PROBE, FEATURE_FINE_SIGNATURE, FEATURE_ORDERED_RULES, FEATURE_PACKED_DELTA,
-    FEATURE_SIBLING_COPY, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE, FEATURE_SYNC_SET,
-    FEATURE_VOUCHING_STAT,
+    FEATURE_CASE_PROBE, FEATURE_FINE_SIGNATURE, FEATURE_OPEN_AFTER_LOCK, FEATURE_ORDERED_RULES,
+    FEATURE_PACKED_DELTA, FEATURE_SIBLING_COPY, FEATURE_SYNC_FOLLOW, FEATURE_SYNC_IGNORE,
+    FEATURE_SYNC_SET, FEATURE_VOUCHING_STAT,
 };
 use accord_proto::limits;
 use accord_proto::msg::{decode_case_probe, decode_found, decode_vouched};
@@ -29,7 +29,7 @@ use accord_replica::{
     Action, Deleted, DeltaWire, Error, Incoming, Pending, PendingTemp, Replica, ReplicaDir,
     SiblingFile,
 };
-use accord_replica::{SideFailure, SideSession};
+use accord_replica::{SideFailure, SideOptions, SideSession, SyncRules};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -114,6 +114,15 @@ pub struct RemoteReplica {
     /// The server carries out a sync's rules in order: they need not be
     /// waited for one by one.
     orders_rules: bool,
+    /// The server opens a sync's archive only for a session that holds the
+    /// root's lock (`FEATURE_OPEN_AFTER_LOCK`).
+    opens_after_lock: bool,
+    /// A sync's side asked for ahead of its turn (`prefetch_sync_side`):
+    /// the other root's identity, the side (its opening, rules and scan
+    /// sent).
+    opening_ahead: Mutex<Option<(Vec<u8>, Box<RemoteSide>)>>,
+    /// The root's case probe, asked for with a sync's side ahead.
+    probe_ahead: Mutex<Option<PendingReply>>,
     /// The server copies a file from another root of its host
     /// (`CopySibling`), and the root is open for writing.
     sibling_copies: bool,
@@ -175,7 +184,8 @@ impl RemoteReplica {
             | FEATURE_VOUCHING_STAT
             | FEATURE_CASE_PROBE
             | FEATURE_ORDERED_RULES
-            | FEATURE_SIBLING_COPY;
+            | FEATURE_SIBLING_COPY
+            | FEATURE_OPEN_AFTER_LOCK;
         Hello {
             version: VERSION,
             features: asked & FEATURES,
@@ -238,6 +248,9 @@ impl RemoteReplica {
             // (a dry run's) is probed through the seam's calls.
             probes_case: features & FEATURE_CASE_PROBE != 0 && mode.writes(),
             orders_rules: features & FEATURE_ORDERED_RULES != 0,
+            opens_after_lock: features & FEATURE_OPEN_AFTER_LOCK != 0,
+            opening_ahead: Mutex::new(None),
+            probe_ahead: Mutex::new(None),
             sibling_copies: features & FEATURE_SIBLING_COPY != 0 && mode.writes(),
             delta_wire: DeltaWire {
                 reads_packed: features & FEATURE_PACKED_DELTA != 0,
@@ -717,7 +730,8 @@ impl Replica for RemoteReplica {
         if !self.probes_case {
             return None;
         }
-        let p = self.call_later(&Request::ProbeCase, None);
+        let ahead = self.probe_ahead.lock().unwrap().take();
+        let p = ahead.unwrap_or_else(|| self.call_later(&Request::ProbeCase, None));
         Some(Pending::later(move || {
             let b = p.wait().map_err(call_failure)?;
             decode_case_probe(&b)
@@ -830,15 +844,38 @@ impl Replica for RemoteReplica {
         other: &[u8],
         _archive_dir: &std::path::Path,
     ) -> Result<Box<dyn SideSession + '_>, SideFailure> {
-        Ok(Box::new(RemoteSide::open(
-            self.conn.clone(),
-            other,
-            SideCaps {
-                ignore: self.sync_ignore,
-                follow: self.sync_follow,
-                ordered_rules: self.orders_rules,
-            },
-        )?))
+        let caps = SideCaps {
+            ignore: self.sync_ignore,
+            follow: self.sync_follow,
+            ordered_rules: self.orders_rules,
+        };
+        let ahead = self.opening_ahead.lock().unwrap().take();
+        match ahead {
+            Some((asked, side)) if asked == other => Ok(side),
+            // Asked for another pair: dropped, its replies left unread.
+            _ => Ok(Box::new(RemoteSide::open(self.conn.clone(), other, caps)?)),
+        }
+    }
+
+    fn prefetch_sync_side(&self, other: &[u8], rules: &SyncRules, opts: &SideOptions) {
+        // Only behind the lock asked for at the connection's start, and
+        // only where the server refuses to open without that lock.
+        let locking = self.lock_asked.lock().unwrap().is_some();
+        if !(locking && self.opens_after_lock && self.orders_rules) {
+            return;
+        }
+        let caps = SideCaps {
+            ignore: self.sync_ignore,
+            follow: self.sync_follow,
+            ordered_rules: self.orders_rules,
+        };
+        if self.probes_case {
+            // A sync probes the root's case unless told how to match names.
+            *self.probe_ahead.lock().unwrap() = Some(self.call_later(&Request::ProbeCase, None));
+        }
+        if let Some(side) = RemoteSide::sent_ahead(self.conn.clone(), other, rules, opts, caps) {
+            *self.opening_ahead.lock().unwrap() = Some((other.to_vec(), Box::new(side)));
+        }
     }
 
     fn open_set_side(

@@ -179,6 +179,7 @@ pub fn serve(
         writable,
         temps: Mutex::new(HashMap::new()),
         failed_flush: Mutex::new(None),
+        locked: std::sync::atomic::AtomicBool::new(false),
         rules: Mutex::new(None),
         sync: SyncServer::new(
             &replica,
@@ -288,6 +289,9 @@ struct Session<'a> {
     /// The stream of the last flush that failed: a temp made before it
     /// may not be durable, and is never committed.
     failed_flush: Mutex<Option<u32>>,
+    /// This session took the root's lock: only then does it open a sync's
+    /// archive (`FEATURE_OPEN_AFTER_LOCK`).
+    locked: std::sync::atomic::AtomicBool,
     /// The rules of this session's listings (built from the first listing
     /// request's patterns; `.accordignore` files add to them).
     rules: Mutex<Option<(Vec<String>, Arc<IgnoreRules>)>>,

@@ -7,7 +7,7 @@ use crate::client::{start_on, CallError, ReplyReader};
 use crate::mux::Conn;
 use crate::sync_set_wire::{encode_record_versions, get_vectors, get_versions};
 use crate::sync_wire::{encode_paths, encode_records, flags_of, get_lookup, get_outcome};
-use crate::sync_wire::{get_side_scan, TELLS_EXCLUDED};
+use crate::sync_wire::{get_side_scan, AHEAD, TELLS_EXCLUDED};
 use accord_model::RelPath;
 use accord_plan::VersionVector;
 use accord_proto::{Dec, ProtoError, Request};
@@ -43,6 +43,12 @@ pub(crate) struct RemoteSide {
     /// value): checked before the next call is sent, so that they cost one
     /// round trip between them; a failed one fails that next call.
     unanswered: Vec<(ReplyReader, &'static str)>,
+    /// A scan asked for ahead of its turn (`prefetch_scan`), with the flags
+    /// it was asked with.
+    scan_ahead: Option<(u8, ReplyReader)>,
+    /// The rules sent ahead with the opening (`sent_ahead`): the same rules
+    /// are not sent again.
+    rules_ahead: Option<SyncRules>,
 }
 
 impl RemoteSide {
@@ -57,6 +63,33 @@ impl RemoteSide {
             other: other.to_vec(),
         };
         RemoteSide::opened_by(conn, &req, caps)
+    }
+
+    /// A side whose opening, rules and scan are sent at once, none waited
+    /// for (`RemoteReplica::prefetch_sync_side`: to a server that opens an
+    /// archive only under the root's lock and carries rules out in order).
+    /// The scan asks to be left undone where the opening makes the archive
+    /// (the run then scans without archives, with other options). `None`
+    /// where the rules cannot go to this server (the run says why later).
+    pub(crate) fn sent_ahead(
+        conn: Arc<Conn>,
+        other: &[u8],
+        rules: &SyncRules,
+        opts: &SideOptions,
+        caps: SideCaps,
+    ) -> Option<RemoteSide> {
+        let req = Request::SyncOpen {
+            other: other.to_vec(),
+        };
+        let mut side = RemoteSide::opened_by(conn, &req, caps).ok()?;
+        side.set_rules(rules).ok()?;
+        side.rules_ahead = Some(rules.clone());
+        let flags = flags_of(opts);
+        let scan = Request::SyncScan {
+            flags: flags | AHEAD,
+        };
+        side.scan_ahead = Some((flags, send(&side.conn, &scan, None).ok()?));
+        Some(side)
     }
 
     /// Send `req`, which opens an archive on the server, and make the side
@@ -79,6 +112,8 @@ impl RemoteSide {
             rules_sent: false,
             can_follow: caps.follow,
             unanswered: Vec::new(),
+            scan_ahead: None,
+            rules_ahead: None,
         })
     }
 }
@@ -215,8 +250,11 @@ impl RemoteSide {
         }
     }
 
-    /// `call`, once the archive is open and the rules still unanswered
-    /// have their outcomes.
+    /// `call`, once the archive is open; the calls sent before it and not
+    /// yet answered (rules, a forget) have their outcomes checked first. A
+    /// server that carries those out in order gets `req` at once, so both
+    /// take one round trip: where one of them failed, the run stops with
+    /// its failure, and `req`'s reply is left unread.
     fn call<T>(
         &mut self,
         req: &Request,
@@ -224,10 +262,11 @@ impl RemoteSide {
         get: impl FnOnce(&mut Dec) -> Result<T, ProtoError>,
     ) -> Result<T, SideFailure> {
         self.opened()?;
+        let reply = send(&self.conn, req, body)?;
         for (earlier, name) in std::mem::take(&mut self.unanswered) {
             answer(&self.conn, earlier, name, |_| Ok(()))?;
         }
-        call(&self.conn, req, body, get)
+        answer(&self.conn, reply, req.name(), get)
     }
 
     /// Send a rule, whose outcome carries no value: checked before the
@@ -251,10 +290,24 @@ impl SideSession for RemoteSide {
     }
 
     fn forget(&mut self) -> Result<(), SideFailure> {
-        self.call(&Request::SyncForget, None, |_| Ok(()))
+        if !self.ordered_rules {
+            return self.call(&Request::SyncForget, None, |_| Ok(()));
+        }
+        // Carried out in order, before the scan that follows: its outcome
+        // is checked with that scan's, in the same round trip.
+        self.opened()?;
+        let reply = send(&self.conn, &Request::SyncForget, None)?;
+        self.unanswered.push((reply, Request::SyncForget.name()));
+        Ok(())
     }
 
     fn set_rules(&mut self, rules: &SyncRules) -> Result<(), SideFailure> {
+        match self.rules_ahead.take() {
+            Some(sent) if sent == *rules => return Ok(()),
+            // A scan asked for under other rules is of no use.
+            Some(_) => self.scan_ahead = None,
+            None => {}
+        }
         too_old_to_follow(rules, self.can_ignore && self.can_follow)?;
         if !self.can_ignore {
             return too_old_for(rules);
@@ -271,15 +324,37 @@ impl SideSession for RemoteSide {
             };
             self.send_rule(&req)?;
         }
-        // The rules travelled with the opening: its answer, now.
-        self.opened().map(|_| ())
+        // The rules travel with the opening: its answer comes with them,
+        // and is waited for by the next call (`created` among them).
+        Ok(())
     }
 
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure> {
-        let req = Request::SyncScan {
-            flags: flags_of(opts),
-        };
-        self.call(&req, None, get_side_scan)
+        let flags = flags_of(opts);
+        if let Some((asked, reply)) = self.scan_ahead.take() {
+            if asked == flags {
+                self.opened()?;
+                for (earlier, name) in std::mem::take(&mut self.unanswered) {
+                    answer(&self.conn, earlier, name, |_| Ok(()))?;
+                }
+                return answer(&self.conn, reply, "detect updates", get_side_scan);
+            }
+            // Asked with other options (the archive was new): dropped, its
+            // reply left unread.
+        }
+        self.call(&Request::SyncScan { flags }, None, get_side_scan)
+    }
+
+    fn prefetch_scan(&mut self, opts: &SideOptions) {
+        // Only a server that carries the rules out in order scans after
+        // them; an older one would answer them beside each other.
+        if !self.ordered_rules || self.scan_ahead.is_some() {
+            return;
+        }
+        let flags = flags_of(opts);
+        if let Ok(reply) = send(&self.conn, &Request::SyncScan { flags }, None) {
+            self.scan_ahead = Some((flags, reply));
+        }
     }
 
     fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure> {

@@ -5,7 +5,7 @@
 use crate::errors::protocol;
 use crate::sync_set_wire::{decode_record_versions, decode_versions_at, put_vectors, put_versions};
 use crate::sync_wire::{decode_paths, decode_records, lookup_options_of, options_of};
-use crate::sync_wire::{put_lookup, put_outcome, put_side_scan};
+use crate::sync_wire::{put_lookup, put_outcome, put_side_scan, AHEAD};
 use accord_proto::{Enc, Request, WireError};
 use accord_replica::side::scratch::Scratch;
 use accord_replica::{LocalReplica, LocalSide, Replica, SideFailure, SideSession, SyncRules};
@@ -73,8 +73,12 @@ impl<'a> SyncServer<'a> {
                 put_outcome(&mut e, &done, |_, _| {});
             }
             Request::SyncScan { flags } => {
-                let opts = options_of(*flags).map_err(|e| protocol(e.to_string()))?;
-                let scan = self.with_side(|side| side.scan(&opts));
+                let opts = options_of(*flags & !AHEAD).map_err(|e| protocol(e.to_string()))?;
+                let scan = self.with_side(|side| match *flags & AHEAD != 0 && side.created() {
+                    // Asked ahead, and the run will scan without archives.
+                    true => Err(SideFailure::said("not scanned ahead: the archive is new")),
+                    false => side.scan(&opts),
+                });
                 put_outcome(&mut e, &scan, put_side_scan);
             }
             Request::SyncLookup { flags } => {

@@ -30,6 +30,11 @@ const ACLS: u8 = 64;
 /// exclude (sent only to a server that agreed to `FEATURE_SYNC_IGNORE`).
 pub const TELLS_EXCLUDED: u8 = 128;
 
+/// `SyncScan` only: asked ahead of its turn, with the archive's opening
+/// (sent only to a server that agreed to `FEATURE_OPEN_AFTER_LOCK`): not
+/// carried out where that opening made the archive.
+pub const AHEAD: u8 = 128;
+
 /// A side's options as the flags of `SyncScan` and `SyncLookup`.
 pub fn flags_of(opts: &SideOptions) -> u8 {
     let d = &opts.detect;

@@ -136,6 +136,19 @@ pub trait Replica: Send + Sync {
         ))
     }
 
+    /// A hint: `open_sync_side(other, ..)` will be asked for soon, once this
+    /// replica's lock is taken, then the side's `set_rules(rules)` and its
+    /// `scan(opts)`, and the root's case probe. A replica across a wire
+    /// whose server opens an archive only under the lock asks for them all
+    /// now, behind the lock.
+    fn prefetch_sync_side(
+        &self,
+        _other: &[u8],
+        _rules: &crate::SyncRules,
+        _opts: &crate::SideOptions,
+    ) {
+    }
+
     /// This replica's side of a sync with the root named `other`: its
     /// archive opened and locked on its own host (`archive_dir` is where
     /// this host keeps archives; a remote replica's host uses its own).

@@ -608,3 +608,30 @@ pub fn full_tree(root: &Path) {
     }
     set_mtime(root, 1_600_000_000, 987_654_321);
 }
+
+/// Hold `root`'s lock the way an accord run does (flock(2) on the
+/// directory), from a `flock(1)` process, until it is killed; returns once
+/// the lock is held (a non-blocking probe fails).
+#[allow(dead_code)]
+pub fn hold_lock(root: &Path) -> std::process::Child {
+    // -o: only flock(1) itself holds the lock, so killing it releases it.
+    let holder = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(root)
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        let probe = std::process::Command::new("flock")
+            .arg("-n")
+            .arg(root)
+            .arg("true")
+            .status()
+            .unwrap();
+        if !probe.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    holder
+}

@@ -323,7 +323,7 @@ fn run(
 ) -> Result<(), SyncFatal> {
     let replicas = [a, b];
     let names = [a.describe(), b.describe()];
-    let identities = [root_identity(a)?, root_identity(b)?];
+    let identities = identities_opening_ahead(replicas, cfg)?;
     let same_inode =
         a.local_root().is_some() && b.local_root().is_some() && a.identity() == b.identity();
     if identities[0] == identities[1] || same_inode {
@@ -342,6 +342,7 @@ fn run(
         let probe = scope.spawn(|| crate::sync::case::settle(replicas, cfg.ignorecase));
         let sides = open_sides(replicas, &identities, archive_dir).and_then(|mut sides| {
             crate::sync::ignore::set_rules_of_both(&mut sides, &cfg.rules, &names)?;
+            prefetch_scans(&mut sides, replicas, cfg);
             Ok(sides)
         });
         (probe.join().expect("the probe does not panic"), sides)
@@ -530,6 +531,31 @@ fn side_fatal(replica: &dyn Replica, failure: SideFailure) -> SyncFatal {
 
 /// The bytes that name a root in the archives' keys: its host's name and
 /// its canonical path there (`sync_side::local_identity`).
+/// Both roots' identities. A remote root whose partner's identity is
+/// known on this host is asked at once to open its archive of the pair,
+/// take the rules and scan (`Replica::prefetch_sync_side`: behind its
+/// lock, which its server requires): all share the lock's round trip.
+fn identities_opening_ahead(
+    replicas: [&dyn Replica; 2],
+    cfg: &SyncConfig,
+) -> Result<[Vec<u8>; 2], SyncFatal> {
+    let local = |index: usize| replicas[index].local_root().is_some();
+    let mut known: [Option<Vec<u8>>; 2] = [None, None];
+    for index in (0..2).filter(|&index| local(index)) {
+        known[index] = Some(root_identity(replicas[index])?);
+    }
+    for index in (0..2).filter(|&index| !local(index)) {
+        if let Some(other) = &known[1 - index] {
+            replicas[index].prefetch_sync_side(other, &cfg.rules, &scan_options(cfg));
+        }
+    }
+    let [a, b] = known;
+    Ok([
+        a.map_or_else(|| root_identity(replicas[0]), Ok)?,
+        b.map_or_else(|| root_identity(replicas[1]), Ok)?,
+    ])
+}
+
 fn root_identity(replica: &dyn Replica) -> Result<Vec<u8>, SyncFatal> {
     replica
         .sync_identity()
@@ -591,6 +617,39 @@ fn open_sides<'r>(
     Ok([a, b])
 }
 
+/// Ask a side across a wire for its scan now, behind its archive's opening
+/// and rules, so that the three take one round trip; not where an archive
+/// opened on this host is new (the pair is then scanned without its
+/// archives, `scan_with_archives`, and a scan asked for ahead would be
+/// wasted).
+fn prefetch_scans(
+    sides: &mut [Box<dyn SideSession + '_>; 2],
+    replicas: [&dyn Replica; 2],
+    cfg: &SyncConfig,
+) {
+    let new_here = sides
+        .iter()
+        .zip(&replicas)
+        .any(|(side, replica)| replica.local_root().is_some() && side.created());
+    if new_here {
+        return;
+    }
+    let opts = scan_options(cfg);
+    for (side, replica) in sides.iter_mut().zip(replicas) {
+        if replica.local_root().is_none() {
+            side.prefetch_scan(&opts);
+        }
+    }
+}
+
+/// The options of a run's scans where its archives are kept.
+fn scan_options(cfg: &SyncConfig) -> SideOptions {
+    SideOptions {
+        detect: cfg.detect_options(),
+        use_archive: true,
+    }
+}
+
 /// Empty both archives: when one side's is new, the other's entries no
 /// longer describe an agreement (a path deleted on the side that forgot
 /// would look unchanged there and never reach the other side). Emptied,
@@ -628,8 +687,8 @@ fn scan_with_archives(
         }
     };
     let mut opts = SideOptions {
-        detect: cfg.detect_options(),
         use_archive: !lost,
+        ..scan_options(cfg)
     };
     if !lost {
         match scan_pair(sides, &opts) {

@@ -16,6 +16,7 @@ use accord_proto::limits::{
 use accord_proto::msg::{encode_vouched, StatOf};
 use accord_replica::DeltaWire;
 use std::io::{self, Read};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The bound of a delta body.
@@ -32,6 +33,9 @@ impl Session<'_> {
             .replica
             .try_lock()
             .map_err(|e| io_error(Action::OpenDestination, &e))?;
+        if held {
+            self.locked.store(true, Ordering::Relaxed);
+        }
         Ok(vec![held as u8])
     }
 
@@ -365,6 +369,14 @@ impl Session<'_> {
         {
             // A watch connection sends them too, before its waits.
             self.watch.set_rules(excludes, *ignore_files);
+        }
+        let opens = matches!(req, Request::SyncOpen { .. } | Request::SyncOpenSet { .. });
+        if opens && !self.locked.load(Ordering::Relaxed) {
+            // A client sends the opening behind the lock without waiting:
+            // where another run holds the lock, no archive is opened or made.
+            return Err(denied(
+                "opening a sync's archive without the root's lock (another run holds it)",
+            ));
         }
         // Never pooled: a sync request's body is on the wire.
         let body = if req.has_body() {

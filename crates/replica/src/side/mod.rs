@@ -155,6 +155,11 @@ pub trait SideSession: Send {
     /// Walk the replica against its archive and report every path with an
     /// update or a touch.
     fn scan(&mut self, opts: &SideOptions) -> Result<SideScan, SideFailure>;
+    /// A hint: `scan(opts)` will be asked for next, unless the opening
+    /// finds the archive new. A side across a wire that carries its calls
+    /// out in order asks for it now, behind the opening and the rules, so
+    /// that they all take one round trip.
+    fn prefetch_scan(&mut self, _opts: &SideOptions) {}
     /// The state at each of `paths` (in `RelPath` order), judged now: one
     /// change per path, or a failure.
     fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure>;
