@@ -152,6 +152,10 @@ struct State {
     body_to_grant: u64,
     /// Why the connection is over.
     closed: Option<String>,
+    /// (Server) The client ended its side cleanly: it sends nothing more,
+    /// and still reads the answers to what it sent (a client that is done
+    /// closes its side right behind its last requests).
+    peer_done: bool,
     /// Reply bodies (server) waiting for credit: the rest of each, sent by
     /// the reader as credit comes, so no server thread waits on a client
     /// that reads its replies in another order than it asked.
@@ -521,6 +525,12 @@ impl Conn {
                         break format!("protocol violation by the other side: {e}");
                     }
                 }
+                Ok(None) if self.role == Role::Server => {
+                    let mut st = self.lock();
+                    st.peer_done = true;
+                    self.notify_changed(st);
+                    return;
+                }
                 Ok(None) => break PEER_CLOSED.to_string(),
                 Err(e) => break format!("connection failed: {e}"),
             }
@@ -752,6 +762,11 @@ impl Conn {
                 *st.credit.get_mut(&key).unwrap() -= take as u64;
                 return Ok(take);
             }
+            if st.peer_done {
+                // A client that ended its side grants no more.
+                drop(st);
+                return Err(self.lost());
+            }
             st = self.wait_changed(st);
         }
     }
@@ -844,7 +859,8 @@ impl Conn {
                     None => Ok(None),
                 };
             }
-            if st.closed.is_some() {
+            // A client that ended its side sends no more of this body.
+            if st.closed.is_some() || st.peer_done {
                 drop(st);
                 return Err(Err(self.lost()));
             }
@@ -938,7 +954,7 @@ impl Conn {
             if let Some(o) = st.opened.pop_front() {
                 return Some(o);
             }
-            if st.closed.is_some() {
+            if st.closed.is_some() || st.peer_done {
                 return None;
             }
             st = self.wait_changed(st);
@@ -951,7 +967,9 @@ impl Conn {
     pub fn reply(&self, stream: u32, data: &[u8]) -> io::Result<()> {
         self.answered(stream);
         let mut st = self.lock();
-        while st.outbox_bytes > MAX_OUTBOX && st.closed.is_none() {
+        // A client that ended its side grants no more credit: nothing
+        // waits for room it would make.
+        while st.outbox_bytes > MAX_OUTBOX && st.closed.is_none() && !st.peer_done {
             st = self.wait_changed(st);
         }
         if st.closed.is_some() {
@@ -1007,5 +1025,66 @@ impl Conn {
     /// before reading it all).
     pub fn drain_body(&self, stream: u32) {
         while let Ok(Some(_)) = self.recv(stream) {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// The sending half of a socket, ended when dropped (as a pipe's is
+    /// closed: the reading half keeps the socket open).
+    struct Sending(UnixStream);
+
+    impl Write for Sending {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.0.flush()
+        }
+    }
+
+    impl Drop for Sending {
+        fn drop(&mut self) {
+            let _ = self.0.shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    fn conn(role: Role, end: UnixStream) -> Arc<Conn> {
+        let reader = Box::new(end.try_clone().unwrap());
+        let budget = crate::budget::Budget::alone(64 << 20);
+        Conn::start(role, reader, Box::new(Sending(end)), None, budget).unwrap()
+    }
+
+    /// A client that is done ends its side right behind its last requests
+    /// (a sync's last records) and still reads their answers: the server
+    /// carries out what it was sent, answers, and only then sees no more.
+    #[test]
+    fn a_client_that_ended_its_side_still_gets_its_answers() {
+        let (c, s) = UnixStream::pair().unwrap();
+        let (client, server) = (conn(Role::Client, c), conn(Role::Server, s));
+        let mut body: &[u8] = b"the last records";
+        let asked = client.request(b"record", Some(&mut body)).unwrap();
+        client.shutdown_write();
+        let o = server
+            .next_request()
+            .expect("the request sent before the end");
+        assert_eq!(o.header, b"record");
+        let mut got = Vec::new();
+        while let Ok(Some(Chunk::Bytes(b))) = server.recv(o.stream) {
+            got.extend(b);
+        }
+        assert_eq!(got, b"the last records");
+        assert!(server.next_request().is_none(), "nothing after the end");
+        server.reply(o.stream, b"recorded").unwrap();
+        server.shutdown_write();
+        let mut answer = Vec::new();
+        while let Ok(Some(Chunk::Bytes(b))) = client.recv(asked) {
+            answer.extend(b);
+        }
+        assert_eq!(answer, b"recorded");
+        assert!(client.wait_closed(std::time::Duration::from_secs(10)));
     }
 }

@@ -49,6 +49,37 @@ pub(crate) struct RemoteSide {
     /// The rules sent ahead with the opening (`sent_ahead`): the same rules
     /// are not sent again.
     rules_ahead: Option<SyncRules>,
+    /// Records sent and not yet answered (`record`).
+    unrecorded: Vec<(ReplyReader, RecordsAbout)>,
+}
+
+/// Which records a `SyncRecord` carried, for its failure's message.
+struct RecordsAbout {
+    first: Option<RelPath>,
+    count: usize,
+}
+
+impl RecordsAbout {
+    fn of(records: &[ArchiveRecord]) -> RecordsAbout {
+        let first = records.first().map(|record| match record {
+            ArchiveRecord::Put(observed) => observed.entry.path.clone(),
+            ArchiveRecord::Remove(path) => path.clone(),
+        });
+        RecordsAbout {
+            first,
+            count: records.len(),
+        }
+    }
+}
+
+impl std::fmt::Display for RecordsAbout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.first, self.count) {
+            (Some(first), 1) => write!(f, "recording {}", first.display()),
+            (Some(first), n) => write!(f, "recording {} and {} more paths", first.display(), n - 1),
+            (None, _) => f.write_str("recording nothing"),
+        }
+    }
 }
 
 impl RemoteSide {
@@ -114,6 +145,7 @@ impl RemoteSide {
             unanswered: Vec::new(),
             scan_ahead: None,
             rules_ahead: None,
+            unrecorded: Vec::new(),
         })
     }
 }
@@ -250,6 +282,19 @@ impl RemoteSide {
         }
     }
 
+    /// The outcomes of the calls sent and not yet answered: the rules, a
+    /// forget, the records (whose failure says which records it was).
+    fn check_unanswered(&mut self) -> Result<(), SideFailure> {
+        for (earlier, name) in std::mem::take(&mut self.unanswered) {
+            answer(&self.conn, earlier, name, |_| Ok(()))?;
+        }
+        for (earlier, about) in std::mem::take(&mut self.unrecorded) {
+            answer(&self.conn, earlier, "record", |_| Ok(()))
+                .map_err(|failure| SideFailure::said(format!("{about}: {failure}")))?;
+        }
+        Ok(())
+    }
+
     /// `call`, once the archive is open; the calls sent before it and not
     /// yet answered (rules, a forget) have their outcomes checked first. A
     /// server that carries those out in order gets `req` at once, so both
@@ -263,9 +308,7 @@ impl RemoteSide {
     ) -> Result<T, SideFailure> {
         self.opened()?;
         let reply = send(&self.conn, req, body)?;
-        for (earlier, name) in std::mem::take(&mut self.unanswered) {
-            answer(&self.conn, earlier, name, |_| Ok(()))?;
-        }
+        self.check_unanswered()?;
         answer(&self.conn, reply, req.name(), get)
     }
 
@@ -334,9 +377,7 @@ impl SideSession for RemoteSide {
         if let Some((asked, reply)) = self.scan_ahead.take() {
             if asked == flags {
                 self.opened()?;
-                for (earlier, name) in std::mem::take(&mut self.unanswered) {
-                    answer(&self.conn, earlier, name, |_| Ok(()))?;
-                }
+                self.check_unanswered()?;
                 return answer(&self.conn, reply, "detect updates", get_side_scan);
             }
             // Asked with other options (the archive was new): dropped, its
@@ -373,7 +414,28 @@ impl SideSession for RemoteSide {
 
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure> {
         let body = encode_records(records);
-        self.call(&Request::SyncRecord, Some(body), |_| Ok(()))
+        if !self.ordered_rules {
+            return self.call(&Request::SyncRecord, Some(body), |_| Ok(()));
+        }
+        // Sent and not waited for: the server carries records out in
+        // order, and the outcome is checked with the next call (by then
+        // it has come) or at `finish`, in the closing's round trip.
+        self.opened()?;
+        let reply = send(&self.conn, &Request::SyncRecord, Some(body))?;
+        self.check_unanswered()?;
+        self.unrecorded.push((reply, RecordsAbout::of(records)));
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), SideFailure> {
+        if self.unrecorded.is_empty() {
+            return Ok(());
+        }
+        // No request follows: the server answers what it was sent, then
+        // closes its side (a server older than the ordered rules is never
+        // sent records unanswered, and closes at once).
+        self.conn.shutdown_write();
+        self.check_unanswered()
     }
 
     fn count_run(&mut self) -> Result<u64, SideFailure> {

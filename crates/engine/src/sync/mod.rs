@@ -425,7 +425,27 @@ fn run(
         sibling: None,
     };
     propagate(replicas, &mut sides, &scanned, plan, cfg, hooks, report);
+    finish_sides(&mut sides, report);
     Ok(())
+}
+
+/// The run is over on both sides: what a side sent and has not had
+/// answered yet (a remote side's records) is checked, while its server
+/// closes. A record that failed is the run's error: the paths were
+/// propagated, and the next run compares them again.
+fn finish_sides(sides: &mut [Box<dyn SideSession + '_>; 2], report: &mut SyncReport) {
+    for side in sides.iter_mut() {
+        if let Err(failure) = side.finish() {
+            // The root's path comes first, as the sorted errors keep it.
+            report.errors.insert(
+                0,
+                SyncFailure {
+                    path: RelPath::root(),
+                    error: SyncError::Archive(failure),
+                },
+            );
+        }
+    }
 }
 
 /// Ignoring case, move each side's records to the spellings it holds now

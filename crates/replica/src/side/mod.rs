@@ -163,8 +163,17 @@ pub trait SideSession: Send {
     /// The state at each of `paths` (in `RelPath` order), judged now: one
     /// change per path, or a failure.
     fn lookup(&mut self, paths: &[RelPath], opts: &SideOptions) -> Result<SideScan, SideFailure>;
-    /// Apply `records` in one transaction.
+    /// Apply `records` in one transaction. A side across a wire may send
+    /// them and check their outcome with its next call, or at `finish`
+    /// (its failure then names the records it was about).
     fn record(&mut self, records: &[ArchiveRecord]) -> Result<(), SideFailure>;
+    /// The run is over: no call follows, on this side or on its replica.
+    /// Waits for the outcome of what was sent and not yet answered. A side
+    /// across a wire first ends its sending half of the connection, so
+    /// that the server's closing travels with those answers.
+    fn finish(&mut self) -> Result<(), SideFailure> {
+        Ok(())
+    }
 
     /// In a sync of more than two replicas (a side opened with
     /// `Replica::open_set_side`): count one more run of this replica,
