@@ -419,10 +419,12 @@ impl SideSession for RemoteSide {
         }
         // Sent and not waited for: the server carries records out in
         // order, and the outcome is checked with the next call (by then
-        // it has come) or at `finish`, in the closing's round trip.
+        // it has come) or at `finish`, in the closing's round trip. The
+        // earlier ones are checked first: where one failed, these are not
+        // sent, and the engine reports them unrecorded.
         self.opened()?;
-        let reply = send(&self.conn, &Request::SyncRecord, Some(body))?;
         self.check_unanswered()?;
+        let reply = send(&self.conn, &Request::SyncRecord, Some(body))?;
         self.unrecorded.push((reply, RecordsAbout::of(records)));
         Ok(())
     }
