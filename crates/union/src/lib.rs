@@ -96,11 +96,7 @@ pub fn serve(cfg: &MountConfig, ready: impl FnOnce(Result<(), String>)) -> io::R
     };
     let _ = shared.notifier.set(session.notifier());
     let shared2 = shared.clone();
-    let mp = cfg.mountpoint.clone();
     std::thread::spawn(move || {
-        // Runs once the session answers (the stat waits for it, which is why it is not done
-        // before `run`).
-        raise_readahead(&mp);
         control::serve(listener, shared2.clone(), || forget_cached(&shared2))
     });
     ready(Ok(()));
@@ -129,10 +125,20 @@ pub(crate) fn forget_cached(shared: &fs::Shared) {
 /// FUSE mounts start with the kernel's 128 KiB readahead, which caps every read request at
 /// 128 KiB; 1 MiB requests halve the per-byte overhead of large sequential reads. Best effort:
 /// needs root, and only affects files opened afterwards.
-fn raise_readahead(mountpoint: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    if let Ok(m) = std::fs::metadata(mountpoint) {
-        let (maj, min) = (libc::major(m.dev()), libc::minor(m.dev()));
+///
+/// Called at the first open, before it is answered (the kernel sets a file's readahead after
+/// the open returns, so that file gets it too). Not sooner: the kernel lowers the setting to
+/// what the answer to its first request allowed, which cannot be more than 128 KiB. And not
+/// from a stat of the mount point, which is how this once waited for that answer: a stat goes
+/// through the union and holds the mount while it waits, and an unmount that came in that
+/// moment (a script that mounts and unmounts at once) failed as busy. The device comes from
+/// mountinfo, which touches no mount.
+pub(crate) fn raise_readahead(mountpoint: &Path) {
+    let Ok(mounts) = guard::our_mounts() else {
+        return;
+    };
+    if let Some(m) = mounts.iter().rev().find(|m| m.mountpoint == mountpoint) {
+        let (maj, min) = (libc::major(m.dev), libc::minor(m.dev));
         let _ = std::fs::write(format!("/sys/class/bdi/{maj}:{min}/read_ahead_kb"), "1024");
     }
 }
@@ -176,6 +182,7 @@ fn setup(cfg: &MountConfig) -> io::Result<Setup> {
         redirect_dir: cfg.redirect_dir,
         readdirplus: cfg.readdirplus,
         pool: cfg.pool.map(Mutex::new),
+        readahead_raised: std::sync::Once::new(),
     });
     let listener = control::listen(&mountpoint).map_err(|e| {
         let shown = mountpoint.display();

@@ -300,6 +300,10 @@ impl fuser::Filesystem for Union {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let shared = &self.shared;
+        shared
+            .readahead_raised
+            .call_once(|| crate::raise_readahead(&shared.mountpoint));
         let (ino, flags, caller) = (ino.0, flags.0, caller(req));
         let run = move |s: &State| {
             let op = s.op();

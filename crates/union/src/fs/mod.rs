@@ -497,6 +497,8 @@ pub struct Shared {
     /// A pool's policies (`crate::pool`, `pool.rs`); None for an overlay. Changeable while
     /// mounted, so read once per request.
     pub pool: Option<Mutex<crate::pool::Policies>>,
+    /// Done at the first open (see `crate::raise_readahead`).
+    pub readahead_raised: std::sync::Once,
 }
 
 /// See `Op::view_inputs`.
