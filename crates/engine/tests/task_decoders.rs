@@ -47,8 +47,8 @@ fn item(p: &str, op: Op) -> Item {
     Item {
         op,
         path: path(p),
-        src: Some(entry(p, kind)),
-        dst: Some(entry(p, kind)),
+        src: Some(Box::new(entry(p, kind))),
+        dst: Some(Box::new(entry(p, kind))),
         props_differ: false,
     }
 }
@@ -76,7 +76,7 @@ fn every_kind() -> Vec<Task> {
             count: 3,
         },
         Task::Hardlink {
-            src: entry("d/l", Kind::File),
+            src: Box::new(entry("d/l", Kind::File)),
             dst: None,
         },
         Task::DirMeta { dir: path("d/e") },

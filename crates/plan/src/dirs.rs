@@ -475,14 +475,17 @@ fn plan_deferred(acc: &mut Acc, o: &MirrorOptions, one_directory: bool) {
 
 /// Each phase in the order the engine runs it.
 fn order(plan: &mut MirrorPlan) {
+    // Unstable sorts: a phase holds each path at most once, so the order is
+    // the same, and no buffer of half the items is allocated beside them
+    // (an initial copy's files phase is as long as the tree).
     let by_path = |a: &Item, b: &Item| a.path.cmp(&b.path);
-    plan.cleanup.sort_by(by_path);
+    plan.cleanup.sort_unstable_by(by_path);
     // Deepest first, so a directory comes after everything under it.
-    plan.deletes.sort_by(|a, b| b.path.cmp(&a.path));
-    plan.mkdirs.sort_by(by_path);
-    plan.files.sort_by(by_path);
-    plan.links.sort_by(by_path);
-    plan.dir_meta.sort_by(|a, b| {
+    plan.deletes.sort_unstable_by(|a, b| b.path.cmp(&a.path));
+    plan.mkdirs.sort_unstable_by(by_path);
+    plan.files.sort_unstable_by(by_path);
+    plan.links.sort_unstable_by(by_path);
+    plan.dir_meta.sort_unstable_by(|a, b| {
         b.path
             .depth()
             .cmp(&a.path.depth())

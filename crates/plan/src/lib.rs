@@ -282,10 +282,12 @@ impl std::fmt::Display for Change {
 pub struct Item {
     pub op: Op,
     pub path: RelPath,
-    /// The source entry (absent for deletions).
-    pub src: Option<Entry>,
+    /// The source entry (absent for deletions). Boxed, as the other: a
+    /// plan holds an item per change, and an initial copy's items have no
+    /// destination entry, which inline would still take its full size.
+    pub src: Option<Box<Entry>>,
     /// The destination entry as scanned (absent for new paths).
-    pub dst: Option<Entry>,
+    pub dst: Option<Box<Entry>>,
     /// For `DirMeta`: the properties differ (not just a moved mtime).
     pub props_differ: bool,
 }
@@ -332,7 +334,7 @@ impl Item {
 
     /// What the source must still hold at this path (safety rule 3).
     pub fn expect_src(&self) -> Expect {
-        Expect::of(self.src.as_ref())
+        Expect::of(self.src.as_deref())
     }
 }
 
@@ -519,8 +521,8 @@ pub(crate) fn item(op: Op, s: Option<&Entry>, d: Option<&Entry>) -> Item {
     Item {
         op,
         path,
-        src: s.cloned(),
-        dst: d.cloned(),
+        src: s.map(|e| Box::new(e.clone())),
+        dst: d.map(|e| Box::new(e.clone())),
         props_differ: false,
     }
 }

@@ -137,7 +137,7 @@ fn apply(dst: &[Entry], plan: &MirrorPlan) -> Result<Vec<Entry>, String> {
                 if !parent_is_dir(&t, p) || t.contains_key(p) {
                     return Err(format!("mkdir {p} impossible"));
                 }
-                let mut e = it.src.clone().unwrap();
+                let mut e = *it.src.clone().unwrap();
                 e.ino = next_ino;
                 next_ino += 1;
                 e.props.mtime = Time { sec: 999, nsec: 0 };
@@ -147,7 +147,7 @@ fn apply(dst: &[Entry], plan: &MirrorPlan) -> Result<Vec<Entry>, String> {
                 if !parent_is_dir(&t, p) || t.get(p).is_some_and(|e| e.kind == Kind::Dir) {
                     return Err(format!("write {p} impossible"));
                 }
-                let mut e = it.src.clone().unwrap();
+                let mut e = *it.src.clone().unwrap();
                 e.ino = next_ino;
                 next_ino += 1;
                 t.insert(p.clone(), e);
@@ -437,7 +437,7 @@ proptest! {
         let plan = mirror_plan(&src, &dst, &[], &o, &Facts::default()).unwrap();
         let before: HashMap<&RelPath, &Entry> = dst.iter().map(|e| (&e.path, e)).collect();
         for it in plan.files.iter().filter(|it| matches!(it.op, Op::Write(_))) {
-            let s = it.src.as_ref().unwrap();
+            let s = it.src.as_deref().unwrap();
             if let Some(d) = before.get(&it.path).filter(|d| d.kind == Kind::File && d.nlink <= 1 && s.nlink <= 1) {
                 prop_assert!(d.size != s.size, "{} of the same size written", it.path);
             }

@@ -445,7 +445,7 @@ fn start_dir_props<'a>(x: &Exec, items: &'a [Item]) -> Started<'a, ()> {
         let level: Vec<_> = items
             .par_iter()
             .filter_map(|it| {
-                let s = it.src.as_ref()?;
+                let s = it.src.as_deref()?;
                 debug_assert_eq!(s.kind, Kind::Dir);
                 let p = match x.dst.open_dir(&it.path) {
                     Ok(d) => d.start_set_own_props(&it.expect_dst(), &s.props, x.mask()),

@@ -210,7 +210,7 @@ fn delta_to_temp(
 /// failure after the first write the file is moved to a hidden recovery
 /// name beside it (it holds neither version).
 fn update_in_place(x: &Exec, sf: &File, ddir: &Dir, it: &Item) -> Result<Xfer, Error> {
-    let (s, d) = (it.src.as_ref().unwrap(), it.dst.as_ref().unwrap());
+    let (s, d) = (it.src.as_deref().unwrap(), it.dst.as_deref().unwrap());
     let name = d.path.file_name();
     let mut target = ddir
         .open_rw(name)
@@ -262,7 +262,7 @@ pub(crate) fn write(
     it: &Item,
     method: Method,
 ) -> Result<Option<(Vec<u8>, Xfer)>, Error> {
-    let s = it.src.as_ref().expect("a write has a source");
+    let s = it.src.as_deref().expect("a write has a source");
     let sf = open_source(sdir, it)?;
     if method == Method::InPlace {
         let xf = update_in_place(x, &sf, ddir, it)?;

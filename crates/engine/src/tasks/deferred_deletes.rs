@@ -110,7 +110,7 @@ fn delete_now(ctx: &Ctx, dir: &RelPath, deleted: &mut u64) -> Result<(), TaskErr
         .filter(|i| i.src.is_none())
         .collect();
     let mut problems = Problems::default();
-    for it in extras.iter().filter(|i| is_dir(i.dst.as_ref())) {
+    for it in extras.iter().filter(|i| is_dir(i.dst.as_deref())) {
         *deleted += empty_extra_dir(ctx, &it.path, &mut problems);
     }
     let deletes = MirrorPlan {

@@ -26,7 +26,7 @@ pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
             index,
             count,
         } => crate::tasks::big_file::range(ctx, item, temp, *index, *count),
-        Task::Hardlink { src, dst } => crate::tasks::hard_links::hardlink(ctx, src, dst.as_ref()),
+        Task::Hardlink { src, dst } => crate::tasks::hard_links::hardlink(ctx, src, dst.as_deref()),
         Task::DirMeta { dir } => dir_meta(ctx, dir),
         Task::DeleteExtras { dir } => crate::tasks::deferred_deletes::delete_extras(ctx, dir),
         Task::Verify {
@@ -114,7 +114,7 @@ pub(crate) fn stat(r: &dyn Replica, path: &RelPath) -> Option<Found> {
 /// `times` (`--no-times`) a copy keeps its own mtime: a new inode of the
 /// source's kind and size is taken as the copy.
 pub(crate) fn already_done(it: &Item, now: Option<&Found>, times: bool) -> bool {
-    let (Some(s), Some(now)) = (it.src.as_ref(), now) else {
+    let (Some(s), Some(now)) = (it.src.as_deref(), now) else {
         return false;
     };
     // A property change moves the mtime to the source's; a write or a
@@ -122,7 +122,7 @@ pub(crate) fn already_done(it: &Item, now: Option<&Found>, times: bool) -> bool 
     let moved = |d: &Entry| (d.dev, d.ino, d.props.mtime) != (now.dev, now.ino, now.mtime);
     let same_size = s.kind != Kind::File || now.size == s.size;
     let same_time = !times || now.mtime == s.props.mtime;
-    now.kind == s.kind && same_size && same_time && it.dst.as_ref().is_none_or(moved)
+    now.kind == s.kind && same_size && same_time && it.dst.as_deref().is_none_or(moved)
 }
 
 /// A batch of one directory's files.

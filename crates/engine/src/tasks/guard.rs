@@ -158,7 +158,7 @@ pub(crate) fn check_dir(
     // walk counts them as it visits the directory).
     let under: usize = extras
         .iter()
-        .filter(|i| is_dir(i.dst.as_ref()))
+        .filter(|i| is_dir(i.dst.as_deref()))
         .map(|i| entries_under(ctx, &i.path))
         .sum();
     let (seen_total, _) = q.add_once(

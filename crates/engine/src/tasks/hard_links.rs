@@ -30,8 +30,8 @@ pub(crate) fn hardlink(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResul
         Some(owner) => {
             let leader = leader_path(&owner)?;
             let again = Task::Hardlink {
-                src: src.clone(),
-                dst: dst.cloned(),
+                src: Box::new(src.clone()),
+                dst: dst.map(|d| Box::new(d.clone())),
             };
             match ctx.queue.park(&led, &again.encode())? {
                 true => Outcome::Parked,
@@ -104,8 +104,10 @@ fn follow(ctx: &Ctx, src: &Entry, dst: Option<&Entry>, leader: &RelPath) -> Task
             leader: leader.clone(),
         },
         path: src.path.clone(),
-        src: Some(src.clone()),
-        dst: dst.filter(|d| d.kind != Kind::Dir).cloned(),
+        src: Some(Box::new(src.clone())),
+        dst: dst
+            .filter(|d| d.kind != Kind::Dir)
+            .map(|d| Box::new(d.clone())),
         props_differ: false,
     };
     let plan = MirrorPlan {

@@ -109,7 +109,7 @@ impl Group {
         }
         let bytes: u64 = items
             .iter()
-            .filter_map(|i| i.src.as_ref())
+            .filter_map(|i| i.src.as_deref())
             .map(|e| e.size)
             .sum();
         if items.len() > self.files_left || bytes > self.bytes_left {

@@ -102,8 +102,8 @@ pub enum Task {
     },
     /// One name of a source hard-link group.
     Hardlink {
-        src: Entry,
-        dst: Option<Entry>,
+        src: Box<Entry>,
+        dst: Option<Box<Entry>>,
     },
     DirMeta {
         dir: RelPath,
@@ -191,7 +191,7 @@ impl Task {
             Task::Hardlink { src, dst } => {
                 e.u8(4);
                 put_entry(&mut e, src);
-                put_opt_entry(&mut e, dst.as_ref());
+                put_opt_entry(&mut e, dst.as_deref());
             }
             Task::DirMeta { dir } => put_tagged_path(&mut e, 5, dir),
             Task::Verify {
@@ -287,8 +287,8 @@ fn put_item(e: &mut Enc, it: &Item) {
         _ => unreachable!("a task item is a write, a creation or a property change"),
     };
     e.u8(tag);
-    put_opt_entry(e, it.src.as_ref());
-    put_opt_entry(e, it.dst.as_ref());
+    put_opt_entry(e, it.src.as_deref());
+    put_opt_entry(e, it.dst.as_deref());
 }
 
 fn method_code(m: Method) -> u8 {
@@ -316,8 +316,8 @@ fn get_item(d: &mut Dec) -> Result<Item, ProtoError> {
     Ok(Item {
         op,
         path: src.path.clone(),
-        src: Some(src),
-        dst,
+        src: Some(Box::new(src)),
+        dst: dst.map(Box::new),
         props_differ: false,
     })
 }
@@ -389,7 +389,10 @@ fn get_hardlink(d: &mut Dec) -> Result<Task, ProtoError> {
         return Err(invalid("a hard link that is not a regular file".into()));
     }
     check_item(&Op::Meta, &src, dst.as_ref())?;
-    Ok(Task::Hardlink { src, dst })
+    Ok(Task::Hardlink {
+        src: Box::new(src),
+        dst: dst.map(Box::new),
+    })
 }
 
 /// Sibling directories: one parent, none the root, strictly increasing

@@ -58,7 +58,7 @@ fn encoded_weight(it: &Item) -> usize {
             e.path.as_bytes().len() + xattr_bytes + target + 128
         })
     };
-    entry(it.src.as_ref()) + entry(it.dst.as_ref()) + 8
+    entry(it.src.as_deref()) + entry(it.dst.as_deref()) + 8
 }
 
 type Listed = (Option<Listing>, accord_fsys::Scan);
@@ -188,7 +188,7 @@ fn scan_one(ctx: &Ctx, dir: &RelPath, group: &mut Group) -> Result<Option<Proble
         .cloned()
         .collect();
     let mut emptied = 0;
-    for it in deletes.iter().filter(|i| is_dir(i.dst.as_ref())) {
+    for it in deletes.iter().filter(|i| is_dir(i.dst.as_deref())) {
         emptied += empty_extra_dir(ctx, &it.path, &mut problems);
     }
     let phases = MirrorPlan {
@@ -339,7 +339,7 @@ fn children(
     let files: Vec<Item> = plan
         .files
         .into_iter()
-        .filter(|it| !it.src.as_ref().is_some_and(grouped))
+        .filter(|it| !it.src.as_deref().is_some_and(grouped))
         .collect();
     let (files_per_task, dirs_per) = batching(ctx);
     let mut out = file_tasks(dir, files, ctx.spec.range_size, files_per_task);
@@ -350,8 +350,8 @@ fn children(
             .ok()
             .map(|i| d.entries[1 + i].clone());
         out.push(Task::Hardlink {
-            src: e.clone(),
-            dst,
+            src: Box::new(e.clone()),
+            dst: dst.map(Box::new),
         });
     }
     let mut subdirs: Vec<RelPath> = s.subdirs.iter().map(|e| e.path.clone()).collect();
@@ -379,7 +379,7 @@ fn file_tasks(dir: &RelPath, items: Vec<Item>, range_size: u64, max_files: usize
     let mut batch: Vec<Item> = Vec::new();
     let (mut bytes, mut encoded) = (0, 0);
     for it in items {
-        let size = it.src.as_ref().map_or(0, |s| s.size);
+        let size = it.src.as_deref().map_or(0, |s| s.size);
         if it.op == Op::Write(Method::Whole) && size > range_size {
             out.push(Task::BigFile { item: it });
             continue;
@@ -460,7 +460,7 @@ mod tests {
         Item {
             op: Op::Write(Method::Whole),
             path,
-            src: Some(src),
+            src: Some(Box::new(src)),
             dst: None,
             props_differ: false,
         }

@@ -47,7 +47,7 @@ fn words(task: &Task) -> String {
     if let Task::Files { items, .. } = task {
         let written = items.iter().filter(|i| matches!(i.op, Op::Write(_)));
         let (files, bytes) = written.fold((0u64, 0u64), |(n, b), i| {
-            (n + 1, b + i.src.as_ref().map_or(0, |e| e.size))
+            (n + 1, b + i.src.as_deref().map_or(0, |e| e.size))
         });
         out += &format!(", {files} files of {bytes} bytes");
     }

@@ -90,7 +90,7 @@ fn batches<'a>(items: &[&'a Item]) -> Vec<Batch<'a>> {
             n += chunk.len();
             bytes += chunk
                 .iter()
-                .map(|i| i.src.as_ref().map_or(0, |s| s.size))
+                .map(|i| i.src.as_deref().map_or(0, |s| s.size))
                 .sum::<u64>();
             batch.push((parent.clone(), chunk.to_vec()));
             if n >= BATCH_FILES || bytes >= BATCH_BYTES {
@@ -212,7 +212,7 @@ fn wait_metas(x: &Exec, started: Vec<(&Item, PendingCommit)>) {
 }
 
 fn start_meta(x: &Exec, it: &Item) -> Option<Pending<Result<(), Error>>> {
-    let s = it.src.as_ref()?;
+    let s = it.src.as_deref()?;
     if x.stopped() {
         return None;
     }
@@ -502,7 +502,7 @@ fn start_group<'a, 'r>(
                     write(x, &**sdir.as_deref()?, &**ddir, it, method, pre)
                 }
                 Op::Create => {
-                    let s = it.src.as_ref()?;
+                    let s = it.src.as_deref()?;
                     let temp = ddir.start_make_node(it.path.file_name(), s, x.mask());
                     Ok(Some(Started::new(temp, Xfer::default())))
                 }
@@ -536,7 +536,10 @@ fn start_signatures(
             ) && !both_local
                 && ddir.takes_contents()
                 && !x.stopped()
-                && it.src.as_ref().is_some_and(|s| s.size <= STREAM_DELTA_MAX);
+                && it
+                    .src
+                    .as_deref()
+                    .is_some_and(|s| s.size <= STREAM_DELTA_MAX);
             let name = it.path.file_name();
             let in_place = it.op == Op::Write(Method::InPlace);
             Mutex::new(wants.then(|| {
@@ -579,7 +582,7 @@ fn read_ahead<'s>(
         .iter()
         .map(|it| {
             let sd = sdir?;
-            let s = it.src.as_ref()?;
+            let s = it.src.as_deref()?;
             let whole = it.op == Op::Write(Method::Whole) || s.size > STREAM_DELTA_MAX;
             if sd.local().is_some() || !whole || !ddir.takes_contents() || x.stopped() {
                 return None;

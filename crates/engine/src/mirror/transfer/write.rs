@@ -121,7 +121,7 @@ pub(super) fn write(
     pre: (Option<PendingBytes>, Ahead<'_>),
 ) -> Result<Option<Started>, Error> {
     if !ddir.takes_contents() {
-        let s = it.src.as_ref().expect("a write has a source");
+        let s = it.src.as_deref().expect("a write has a source");
         let nothing = Incoming::Whole(&mut io::empty());
         let temp = ddir.start_receive(it.path.file_name(), nothing, &s.props, x.mask());
         return Ok(Some(Started::new(temp, Xfer::default())));
@@ -132,7 +132,7 @@ pub(super) fn write(
         _ => write_generic(x, sdir, ddir, it, method, pre),
     };
     if let Ok(Some(_)) = &r {
-        x.data_written(it.src.as_ref().map_or(0, |s| s.size));
+        x.data_written(it.src.as_deref().map_or(0, |s| s.size));
     }
     // A delta error is mapped to a change of a side by the caller.
     r
@@ -190,7 +190,7 @@ pub(super) fn write_generic(
     method: Method,
     (mut sig, ahead): (Option<PendingBytes>, Ahead<'_>),
 ) -> Result<Option<Started>, Error> {
-    let s = it.src.as_ref().expect("a write has a source");
+    let s = it.src.as_deref().expect("a write has a source");
     let name = it.path.file_name();
     let expect_src = it.expect_src();
     let expect_dst = it.expect_dst();
