@@ -160,20 +160,23 @@ impl<'s> Index<'s> {
     }
 
     /// After a match, the next window usually continues into the next block:
-    /// check that block's strong sum directly and skip the weak sum. The block
-    /// already in place wins if it has the same contents.
-    fn continues(&self, next: u64, strong: &[u8], dst: u64) -> Option<u32> {
+    /// check that block directly, without the table. A short strong sum is
+    /// compared with the weak sum too (`weak`): its length was chosen
+    /// counting on the weak sum's 32 bits (`signature::verified_strong_len`),
+    /// and at two bytes alone it let one run's end in 65,536 pass as a
+    /// match. The block already in place wins if it has the same contents.
+    fn continues(&self, next: u64, (weak, strong): (Option<u32>, &[u8]), dst: u64) -> Option<u32> {
         let full = self.full_blocks() as u64;
-        if next >= full || self.sig.strong_of(next as usize) != strong {
+        let same = |b: u64| {
+            weak.is_none_or(|w| self.sig.weak[b as usize] == w)
+                && self.sig.strong_of(b as usize) == strong
+        };
+        if next >= full || !same(next) {
             return None;
         }
         let bl = self.sig.block_len as u64;
         let here = dst / bl;
-        if dst.is_multiple_of(bl)
-            && here < full
-            && here != next
-            && self.sig.strong_of(here as usize) == strong
-        {
+        if dst.is_multiple_of(bl) && here < full && here != next && same(here) {
             return Some(here as u32);
         }
         Some(next as u32)
@@ -287,9 +290,8 @@ impl<'s> Index<'s> {
         pos.max(until)
     }
 
-    /// After a match, follows the run of matches block by block on strong sums
-    /// alone. Returns the strong sum of the window where the run stopped, if
-    /// it was computed.
+    /// After a match, follows the run of matches block by block. Returns the
+    /// strong sum of the window where the run stopped, if it was computed.
     fn follow_run(
         &self,
         data: &[u8],
@@ -301,8 +303,13 @@ impl<'s> Index<'s> {
         let bl = self.sig.block_len as usize;
         let slen = self.sig.strong_len as usize;
         while *pos <= last {
-            let s = self.sig.strong_sum(&data[*pos..*pos + bl]);
-            let Some(b) = self.continues(*prev_src_end / bl as u64, &s[..slen], *pos as u64) else {
+            let window = &data[*pos..*pos + bl];
+            let s = self.sig.strong_sum(window);
+            // Eight bytes alone keep a false match rarer than 2^-24 for
+            // any file: at most one check per block of the new file.
+            let weak = (slen < 8).then(|| rolling::weak(window));
+            let sums = (weak, &s[..slen]);
+            let Some(b) = self.continues(*prev_src_end / bl as u64, sums, *pos as u64) else {
                 return Some(s);
             };
             out.push(Copy {

@@ -389,3 +389,50 @@ fn verified_signatures_are_small_and_never_used_in_place() {
     let e = make_delta(&short, &new, &opts, &mut Vec::new()).unwrap_err();
     assert!(e.to_string().contains("in-place"), "{e}");
 }
+
+/// A run of matching blocks followed into a block whose short strong sum
+/// equals the next old block's, but whose weak sum does not: the run ends
+/// there and the block goes as literal bytes. (A run was once followed on
+/// its strong sums alone, and with two-byte sums one run's end in 65,536
+/// became a false match.)
+#[test]
+fn a_run_of_matches_does_not_continue_on_a_strong_sum_alone() {
+    let bl = 64usize;
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let old: Vec<u8> = (0..bl * 8)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let opts = SignatureOptions {
+        block_len: Some(bl as u32),
+        strong_len: Some(2),
+        key: Some([7; 32]),
+        verified: true,
+    };
+    let sig = Signature::generate(&old, &opts).unwrap();
+    // Block 4 of the new file: not old's block 4, but with its strong sum.
+    let old_block = &old[4 * bl..5 * bl];
+    let block = (1u32..1 << 24)
+        .map(|v| {
+            let mut b = old_block.to_vec();
+            b[..4].copy_from_slice(&v.to_le_bytes());
+            b
+        })
+        .find(|b| {
+            b[..] != *old_block
+                && sig.strong_sum(b)[..2] == *sig.strong_of(4)
+                && rolling::weak(b) != sig.weak[4]
+        })
+        .expect("a block with the same two-byte strong sum");
+    let mut new = old.clone();
+    new[4 * bl..5 * bl].copy_from_slice(&block);
+    let (delta, st) = delta_bytes(&sig, &new, None);
+    let mut out = Vec::new();
+    patch_to(&old, &Delta::parse(&delta).unwrap(), &mut out).unwrap();
+    assert_eq!(out, new);
+    assert_eq!(st.literal_bytes, bl as u64);
+}
