@@ -14,6 +14,18 @@ fn sig_of(old: &[u8], block: u32) -> Signature {
     Signature::generate(old, &opts).unwrap()
 }
 
+/// `len` pseudo-random bytes (xorshift from `seed`).
+fn noise(len: usize, mut x: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 fn delta_bytes(
     sig: &Signature,
     new: &[u8],
@@ -356,15 +368,7 @@ fn shuffled_and_shifted_blocks_plan_in_linear_time() {
 /// finds the same matches, and is refused for an in-place delta.
 #[test]
 fn verified_signatures_are_small_and_never_used_in_place() {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let old: Vec<u8> = (0..4_500_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let old = noise(4_500_000, 0x9e37_79b9_7f4a_7c15);
     let mut new = old.clone();
     new.extend_from_slice(b"one more line\n");
     let verified = SignatureOptions {
@@ -398,15 +402,7 @@ fn verified_signatures_are_small_and_never_used_in_place() {
 #[test]
 fn a_run_of_matches_does_not_continue_on_a_strong_sum_alone() {
     let bl = 64usize;
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let old: Vec<u8> = (0..bl * 8)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let old = noise(bl * 8, 0x2545_f491_4f6c_dd1d);
     let opts = SignatureOptions {
         block_len: Some(bl as u32),
         strong_len: Some(2),
