@@ -1059,6 +1059,8 @@ fn file_xattrs(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_permutation_applied_in_place_moves_each_to_its_place() {
         // Every permutation of five, and both vectors kept aligned.
@@ -1080,14 +1082,12 @@ mod tests {
             let mut a: Vec<String> = (0..5).map(|i| format!("e{i}")).collect();
             let mut b: Vec<usize> = (0..5).map(|i| i * 10).collect();
             let mut o = order.clone();
-            super::permute_in_place(&mut a, &mut b, &mut o);
+            permute_in_place(&mut a, &mut b, &mut o);
             let want: Vec<String> = order.iter().map(|i| format!("e{i}")).collect();
             assert_eq!(a, want, "{order:?}");
             assert_eq!(b, order.iter().map(|i| i * 10).collect::<Vec<_>>());
         }
     }
-
-    use super::*;
 
     fn set_xattr(path: &std::path::Path, name: &str, value: &[u8]) {
         use std::os::unix::ffi::OsStrExt;
