@@ -25,7 +25,7 @@ use accord_proto::frame::{
 use accord_proto::Frame;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::budget::{Budget, Held, OverBudget};
@@ -167,6 +167,9 @@ struct State {
     /// Header bytes charged for each request read and not yet answered
     /// (server): a client cannot pile up requests beyond its budget.
     headers: HashMap<u32, u64>,
+    /// Frames were taken since the waiters were last woken: the reader
+    /// thread wakes them once, before it reads the transport again.
+    wake_due: bool,
 }
 
 /// Frames queued for the sender thread.
@@ -189,11 +192,18 @@ const MAX_QUEUED: usize = 4 << 20;
 /// Bytes the reader thread takes from the transport at a time.
 const READ_BUFFER: usize = 64 << 10;
 
+/// Replies sent with `reply_soon` wake the sender thread once this many
+/// bytes are queued; fewer wait until the replying thread would sleep.
+const SOON_BATCH: usize = 32 << 10;
+
 /// One end of a connection.
 pub struct Conn {
     role: Role,
     out: Mutex<Outgoing>,
     out_changed: Condvar,
+    /// Bytes were queued by `reply_soon` without waking the sender: a
+    /// thread of ours that would sleep first calls `flush`.
+    held_back: AtomicBool,
     body_lock: Mutex<()>,
     state: Mutex<State>,
     changed: Condvar,
@@ -209,6 +219,22 @@ pub struct Conn {
     /// those read from it, each on its own (reading slower holds the
     /// peer's writes back through the transport's own flow control).
     paced: [Arc<Throttle>; 2],
+}
+
+/// The transport as the reader thread reads it: the threads waiting for
+/// the frames taken so far are woken before each read, which may block.
+/// A batch of small replies so wakes a waiting thread once, rather than
+/// once a reply (which then ran before the reader thread took the next).
+struct WakeBeforeRead<'a> {
+    inner: Box<dyn Read + Send>,
+    conn: &'a Conn,
+}
+
+impl Read for WakeBeforeRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.conn.wake_for_frames();
+        self.inner.read(buf)
+    }
 }
 
 /// A transport end whose bytes are paced by a throttle: with a rate set,
@@ -330,10 +356,6 @@ impl Conn {
             ),
             None => (reader, writer),
         };
-        // The frame reader asks for a header, then a payload: buffered, a
-        // busy connection costs one read call per many frames.
-        let reader: Box<dyn Read + Send> =
-            Box::new(io::BufReader::with_capacity(READ_BUFFER, reader));
         let mut st = State::default();
         if role == Role::Client {
             st.credit.insert(0, BODY_WINDOW as u64);
@@ -342,6 +364,7 @@ impl Conn {
             role,
             out: Mutex::new(Outgoing::default()),
             out_changed: Condvar::new(),
+            held_back: AtomicBool::new(false),
             body_lock: Mutex::new(()),
             state: Mutex::new(st),
             changed: Condvar::new(),
@@ -403,6 +426,7 @@ impl Conn {
                 return;
             }
             std::mem::swap(&mut out.buf, &mut spare);
+            self.held_back.store(false, Ordering::Relaxed);
             // Callers waiting for room.
             self.notify_out(out);
             if let Err(e) = writer.write_all(&spare).and_then(|()| writer.flush()) {
@@ -483,7 +507,15 @@ impl Conn {
 
     /// Wait for a change of the state (counted, so that a change nobody
     /// waits for costs no system call).
-    fn wait_changed<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    /// Every caller waits in a loop that checks its condition again: a
+    /// return without waiting (to send replies held back first) is one
+    /// more wake-up to it.
+    fn wait_changed<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        if self.held_back.load(Ordering::Relaxed) {
+            drop(st);
+            self.flush();
+            return self.lock();
+        }
         st.waiters += 1;
         let mut st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
         st.waiters -= 1;
@@ -500,6 +532,10 @@ impl Conn {
     }
 
     fn wait_out<'a>(&self, mut out: MutexGuard<'a, Outgoing>) -> MutexGuard<'a, Outgoing> {
+        if self.held_back.swap(false, Ordering::Relaxed) && !out.buf.is_empty() {
+            // The sender may be asleep on bytes held back.
+            self.out_changed.notify_all();
+        }
         out.waiters += 1;
         let mut out = self
             .out_changed
@@ -517,9 +553,19 @@ impl Conn {
         }
     }
 
-    fn read_loop(self: Arc<Self>, mut reader: Box<dyn Read + Send>) {
+    fn read_loop(self: Arc<Self>, reader: Box<dyn Read + Send>) {
+        // The frame reader asks for a header, then a payload: buffered, a
+        // busy connection costs one read call per many frames, and wakes
+        // the threads waiting for them once for all of them.
+        let mut reader = io::BufReader::with_capacity(
+            READ_BUFFER,
+            WakeBeforeRead {
+                inner: reader,
+                conn: &self,
+            },
+        );
         let why = loop {
-            match read_frame(&mut *reader) {
+            match read_frame(&mut reader) {
                 Ok(Some(f)) => {
                     if let Err(e) = self.take_frame(f) {
                         break format!("protocol violation by the other side: {e}");
@@ -681,8 +727,17 @@ impl Conn {
             (_, FrameKind::Zeros) => unreachable!("zeros frames are expanded first"),
             (Role::Client, k) => return Err(format!("frame kind {k:?} from a server")),
         }
-        self.notify_changed(st);
+        st.wake_due = true;
         Ok(())
+    }
+
+    /// Wake the threads waiting for the frames taken since the last time
+    /// (the reader thread, before it reads the transport again).
+    fn wake_for_frames(&self) {
+        let mut st = self.lock();
+        if std::mem::take(&mut st.wake_due) {
+            self.notify_changed(st);
+        }
     }
 
     /// Charge a chunk queued on a reply stream (client; released when
@@ -723,6 +778,36 @@ impl Conn {
         self.write_locked(&mut w, buf)
     }
 
+    /// Queue frames encoded whole, waking the sender only once
+    /// `SOON_BATCH` bytes wait (see `reply_soon`).
+    fn send_encoded_soon(&self, buf: &[u8]) -> io::Result<()> {
+        let mut w = self.out_with_room();
+        if w.done {
+            return self.write_locked(&mut w, buf);
+        }
+        w.buf.extend_from_slice(buf);
+        if w.buf.len() >= SOON_BATCH {
+            self.held_back.store(false, Ordering::Relaxed);
+            if w.waiters > 0 {
+                self.out_changed.notify_all();
+            }
+        } else {
+            self.held_back.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Send what `reply_soon` held back. Every thread of ours that sends
+    /// replies so calls this before it sleeps.
+    pub fn flush(&self) {
+        if self.held_back.swap(false, Ordering::Relaxed) {
+            let out = self.out_lock();
+            if !out.buf.is_empty() && out.waiters > 0 {
+                self.out_changed.notify_all();
+            }
+        }
+    }
+
     /// Queue `buf` for the sender thread, under the queue's lock. A
     /// transport that failed (the connection is then closed) is a lost
     /// connection to the caller; a failure after this returns is seen by
@@ -736,7 +821,8 @@ impl Conn {
         }
         let was_empty = out.buf.is_empty();
         out.buf.extend_from_slice(buf);
-        if was_empty && out.waiters > 0 {
+        let held = self.held_back.swap(false, Ordering::Relaxed);
+        if (was_empty || held) && out.waiters > 0 {
             self.out_changed.notify_all();
         }
         Ok(())
@@ -965,6 +1051,20 @@ impl Conn {
     /// now, the rest when more credit comes (the caller does not wait,
     /// unless the replies waiting so are many).
     pub fn reply(&self, stream: u32, data: &[u8]) -> io::Result<()> {
+        self.reply_as(stream, data, false)
+    }
+
+    /// `reply`, for a short call that the replying thread follows with
+    /// more: the sender is woken once replies add up to `SOON_BATCH` or
+    /// the thread calls `flush` (it must, before it sleeps or starts a
+    /// call that may take long). A push of many small files so costs
+    /// one write to the transport, and two context switches, for many
+    /// replies rather than for each.
+    pub fn reply_soon(&self, stream: u32, data: &[u8]) -> io::Result<()> {
+        self.reply_as(stream, data, true)
+    }
+
+    fn reply_as(&self, stream: u32, data: &[u8], soon: bool) -> io::Result<()> {
         self.answered(stream);
         let mut st = self.lock();
         // A client that ended its side grants no more credit: nothing
@@ -980,7 +1080,7 @@ impl Conn {
         if data.len() <= credit {
             st.credit.remove(&stream);
             drop(st);
-            return self.send_stream_now(stream, data);
+            return self.send_stream_now(stream, data, soon);
         }
         st.outbox.insert(stream, data.iter().copied().collect());
         st.outbox_bytes += data.len() as u64;
@@ -990,11 +1090,17 @@ impl Conn {
     }
 
     /// Send a whole reply that fits the stream's credit.
-    fn send_stream_now(&self, stream: u32, data: &[u8]) -> io::Result<()> {
+    fn send_stream_now(&self, stream: u32, data: &[u8], soon: bool) -> io::Result<()> {
         let mut rest = data;
         loop {
             let (c, more) = rest.split_at(rest.len().min(CHUNK));
-            self.send_chunk(stream, c, more.is_empty())?;
+            if soon {
+                let mut buf = Vec::with_capacity(9 + c.len());
+                encode_chunk(&mut buf, stream, c, more.is_empty());
+                self.send_encoded_soon(&buf)?;
+            } else {
+                self.send_chunk(stream, c, more.is_empty())?;
+            }
             if more.is_empty() {
                 return Ok(());
             }

@@ -354,60 +354,76 @@ impl Session<'_> {
         let reads = WorkQueue::<(u32, Request)>::new(usize::MAX);
         let writes = WorkQueue::<WriteJob>::new(POOLED_QUEUE);
         let in_flight = InFlight::default();
+        // Replies held back for more to join them go out before a thread
+        // of the session sleeps (see `Conn::reply_soon`).
+        let flush = &|| self.conn.flush();
         std::thread::scope(|s| {
             for _ in 0..READERS {
                 s.spawn(|| {
-                    while let Some((stream, req)) = reads.pop() {
+                    while let Some((stream, req)) = reads.pop(flush) {
                         self.answer(stream, &req, None, None);
                     }
                 });
             }
             for _ in 0..WRITERS {
                 s.spawn(|| {
-                    while let Some((stream, req, mut body)) = writes.pop() {
+                    while let Some((stream, req, mut body)) = writes.pop(flush) {
                         let _done = Finish(&in_flight);
                         self.answer(stream, &req, None, Some(&mut body));
                     }
                 });
             }
             while let Some(o) = self.conn.next_request() {
-                let req = match Request::decode(&o.header) {
-                    Ok(r) if r.has_body() == o.has_body => r,
-                    Ok(_) => {
-                        self.conn.close("a request with a body it should not have");
-                        break;
-                    }
-                    Err(e) => {
-                        self.conn
-                            .close(&format!("a request that does not decode: {e}"));
-                        break;
-                    }
+                let Some(req) = self.decode(&o) else {
+                    break;
                 };
-                let pooled =
-                    if self.writable && is_whole_receive(&req) && self.small_and_here(o.stream) {
-                        Some(self.hold_body(o.stream))
-                    } else if self.writable && matches!(req, Request::SyncAll) {
-                        // A flush covers every write sent before it, then runs
-                        // beside the small files sent after it (new temps it
-                        // need not cover); other writes wait for it as for them.
-                        in_flight.wait_idle();
-                        Some(HeldBody::empty())
-                    } else {
-                        None
-                    };
+                let pooled = if self.pooled(&req, o.stream) {
+                    Some(self.hold_body(o.stream))
+                } else if self.writable && matches!(req, Request::SyncAll) {
+                    // A flush covers every write sent before it, then runs
+                    // beside the small files sent after it (new temps it
+                    // need not cover); other writes wait for it as for them.
+                    in_flight.wait_idle(flush);
+                    Some(HeldBody::empty())
+                } else {
+                    None
+                };
                 if let Some(body) = pooled {
                     in_flight.add();
-                    writes.push((o.stream, req, body));
+                    writes.push((o.stream, req, body), flush);
                 } else if req.writes() || req.has_body() || is_sync_rule(&req) {
-                    in_flight.wait_idle();
+                    in_flight.wait_idle(flush);
                     self.answer(o.stream, &req, Some(&o), None);
                 } else {
-                    reads.push((o.stream, req));
+                    reads.push((o.stream, req), flush);
                 }
             }
             reads.close();
             writes.close();
         });
+    }
+
+    /// A request's header, decoded; `None` (the connection closed) when it
+    /// does not decode, or does not say it has the body it has.
+    fn decode(&self, o: &Opened) -> Option<Request> {
+        match Request::decode(&o.header) {
+            Ok(r) if r.has_body() == o.has_body => Some(r),
+            Ok(_) => {
+                self.conn.close("a request with a body it should not have");
+                None
+            }
+            Err(e) => {
+                self.conn
+                    .close(&format!("a request that does not decode: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Whether a request goes to the writer threads: a small whole file
+    /// whose body is here.
+    fn pooled(&self, req: &Request, stream: u32) -> bool {
+        self.writable && is_whole_receive(req) && self.small_and_here(stream)
     }
 
     /// Whether a whole-file body is small and all of it has arrived (as a
@@ -451,6 +467,11 @@ impl Session<'_> {
         opened: Option<&Opened>,
         body: Option<&mut dyn Read>,
     ) {
+        let soon = replies_soon(req);
+        if !soon {
+            // This call may take long: what was held back goes first.
+            self.conn.flush();
+        }
         let reply = if req.writes() && !self.writable && !self.dry_run_sync(req) {
             Err(denied(format!(
                 "{} refused: this root is not open for writing",
@@ -464,6 +485,7 @@ impl Session<'_> {
             self.conn.drain_body(stream);
         }
         let _ = match reply {
+            Ok(bytes) if soon => self.conn.reply_soon(stream, &bytes),
             Ok(bytes) => self.conn.reply(stream, &bytes),
             Err(e) => self.conn.reply_error(stream, &e.encode()),
         };
@@ -697,6 +719,26 @@ impl Session<'_> {
             Request::RemoveStaleTemp { dir, name } => self.remove_stale_temp(dir, name),
         }
     }
+}
+
+/// The short writes of a push, one after another by the hundred: their
+/// replies wait for the next ones to go out together (`Conn::reply_soon`).
+/// None waits for the client, or for long.
+fn replies_soon(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Receive {
+            basis: Basis::Nothing,
+            ..
+        } | Request::Commit { .. }
+            | Request::Discard { .. }
+            | Request::Mkdir { .. }
+            | Request::MakeNode { .. }
+            | Request::LinkTemp { .. }
+            | Request::SetProps { .. }
+            | Request::SetOwnProps { .. }
+            | Request::OpenDir { .. }
+    )
 }
 
 /// A receive of a whole file (no basis): its body is the file.

@@ -45,10 +45,17 @@ impl<T> WorkQueue<T> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue `job`, waiting while the queue is full.
-    pub(super) fn push(&self, job: T) {
+    /// Queue `job`, waiting while the queue is full (`before_sleep` is
+    /// called, without the queue's lock, before each wait).
+    pub(super) fn push(&self, job: T, before_sleep: &dyn Fn()) {
         let mut queued = self.lock();
         while queued.jobs.len() >= self.capacity {
+            drop(queued);
+            before_sleep();
+            queued = self.lock();
+            if queued.jobs.len() < self.capacity {
+                break;
+            }
             queued.full += 1;
             queued = self.room.wait(queued).unwrap_or_else(|e| e.into_inner());
             queued.full -= 1;
@@ -62,9 +69,10 @@ impl<T> WorkQueue<T> {
     }
 
     /// The next job, waiting for one; None once the queue is closed and
-    /// every job was taken.
-    pub(super) fn pop(&self) -> Option<T> {
+    /// every job was taken (`before_sleep` as for `push`).
+    pub(super) fn pop(&self, before_sleep: &dyn Fn()) -> Option<T> {
         let mut queued = self.lock();
+        let mut flushed = false;
         loop {
             if let Some(job) = queued.jobs.pop_front() {
                 let wake = queued.full > 0;
@@ -77,6 +85,15 @@ impl<T> WorkQueue<T> {
             if queued.closed {
                 return None;
             }
+            if !flushed {
+                // Look again after it: a job may have come meanwhile.
+                flushed = true;
+                drop(queued);
+                before_sleep();
+                queued = self.lock();
+                continue;
+            }
+            flushed = false;
             queued.idle += 1;
             queued = self.ready.wait(queued).unwrap_or_else(|e| e.into_inner());
             queued.idle -= 1;
@@ -117,9 +134,15 @@ impl InFlight {
         }
     }
 
-    /// Wait until every write handed over is finished.
-    pub(super) fn wait_idle(&self) {
+    /// Wait until every write handed over is finished (`before_sleep`
+    /// as for `WorkQueue::push`).
+    pub(super) fn wait_idle(&self, before_sleep: &dyn Fn()) {
         let mut state = self.lock();
+        if state.0 > 0 {
+            drop(state);
+            before_sleep();
+            state = self.lock();
+        }
         while state.0 > 0 {
             state.1 += 1;
             state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
@@ -149,13 +172,13 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
-                    while let Some(job) = queue.pop() {
+                    while let Some(job) = queue.pop(&|| ()) {
                         taken.lock().unwrap().push(job);
                     }
                 });
             }
             for job in 0..1000 {
-                queue.push(job);
+                queue.push(job, &|| ());
             }
             queue.close();
         });
@@ -176,7 +199,7 @@ mod tests {
                     finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 });
             }
-            in_flight.wait_idle();
+            in_flight.wait_idle(&|| ());
             assert_eq!(finished.load(std::sync::atomic::Ordering::SeqCst), 8);
         });
     }
