@@ -1193,4 +1193,55 @@ mod tests {
         assert_eq!(answer, b"recorded");
         assert!(client.wait_closed(std::time::Duration::from_secs(10)));
     }
+
+    /// A reply sent soon waits for more to join it, but not past the
+    /// moment its thread waits for the client: the client, which waits
+    /// for it before it asks again, gets it (a lost flush hangs here).
+    #[test]
+    fn replies_sent_soon_go_out_before_the_server_waits_for_the_next_request() {
+        let (c, s) = UnixStream::pair().unwrap();
+        let (client, server) = (conn(Role::Client, c), conn(Role::Server, s));
+        let answering = std::thread::spawn(move || {
+            let mut answered = 0;
+            while let Some(o) = server.next_request() {
+                server.reply_soon(o.stream, &o.header).unwrap();
+                answered += 1;
+            }
+            server.shutdown_write();
+            answered
+        });
+        // A lost reply fails the test rather than hanging it.
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let watched = client.clone();
+        std::thread::spawn(move || {
+            if finished
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .is_err()
+            {
+                watched.close("no answer within a minute");
+            }
+        });
+        for round in 0..50u32 {
+            // One request, then a few at once: each waits for its answer.
+            let asked: Vec<(u32, Vec<u8>)> = (0..=round % 4)
+                .map(|i| {
+                    let header = format!("round {round} request {i}").into_bytes();
+                    (client.request(&header, None).unwrap(), header)
+                })
+                .collect();
+            for (stream, header) in asked {
+                let mut answer = Vec::new();
+                while let Ok(Some(Chunk::Bytes(b))) = client.recv(stream) {
+                    answer.extend(b);
+                }
+                assert_eq!(answer, header);
+            }
+        }
+        let _ = done.send(());
+        client.shutdown_write();
+        assert_eq!(
+            answering.join().unwrap(),
+            (0..50).map(|r| r % 4 + 1).sum::<u32>()
+        );
+    }
 }
