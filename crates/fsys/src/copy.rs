@@ -235,7 +235,7 @@ pub fn write_sparse(r: &mut dyn std::io::Read, f: &File) -> std::io::Result<u64>
     // Small at first and doubled while the stream fills it: most files
     // are small, and zeroing a megabyte for each costs more than writing
     // them.
-    let mut buf = vec![0u8; 64 << 10];
+    let mut buf = vec![0u8; 16 << 10];
     let mut off: u64 = 0;
     // Where the written data ends: the file's length, unless it ends in a
     // hole (then it is set at the end).
