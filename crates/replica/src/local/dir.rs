@@ -18,8 +18,9 @@ use std::os::fd::AsFd;
 pub struct LocalDir<'a> {
     pub(crate) dir: Dir,
     pub(crate) replica: &'a LocalReplica,
-    /// The directory's path, kept only while the replica follows links
-    /// (the replica crate's local/follow.rs); None for a followed link's target directory.
+    /// The directory's path (for the links a replica follows, see the
+    /// replica crate's local/follow.rs, and `LocalReplica::made_dirs`);
+    /// None for a followed link's target directory.
     pub(crate) rel: Option<RelPath>,
     /// A followed link's target directory (`LocalDir::beyond`), where no
     /// partial file of ours is kept.
@@ -89,6 +90,12 @@ impl LocalDir<'_> {
                 let kept = keep()
                     && accord_model::partial_name(name)
                         .is_some_and(|p| self.dir.rename(&temp, &p).is_ok());
+                if kept {
+                    // A partial file is here now.
+                    if let Some(rel) = &self.rel {
+                        self.replica.made_dirs.lock().unwrap().remove(rel);
+                    }
+                }
                 if !kept {
                     let _ = self.dir.unlink(&temp);
                 }
@@ -121,8 +128,31 @@ impl LocalDir<'_> {
             cut_off && n >= PARTIAL_MIN
         };
         let temp = self.temp_or_partial(name, props, mask, fill, keep)?;
-        self.remove_partial(name);
+        if !self.made_here() {
+            self.remove_partial(name);
+        }
         Ok(temp)
+    }
+
+    /// Whether this replica made this directory (`LocalReplica::made_dirs`).
+    fn made_here(&self) -> bool {
+        self.rel
+            .as_ref()
+            .is_some_and(|rel| self.replica.made_dirs.lock().unwrap().contains(rel))
+    }
+
+    /// Forget which directories this replica made (a directory is moved
+    /// or removed: what is at their paths is no longer known).
+    fn forget_made_dirs(&self) {
+        self.replica.made_dirs.lock().unwrap().clear();
+    }
+
+    /// Note that this replica made `name` here (a directory, or a
+    /// directory temp).
+    fn note_made(&self, name: &[u8]) {
+        if let Some(made) = self.rel.as_ref().and_then(|rel| rel.join(name).ok()) {
+            self.replica.made_dirs.lock().unwrap().insert(made);
+        }
     }
 
     /// The temp of `name`, rebuilt from its partial file and `delta`; the
@@ -373,6 +403,9 @@ impl LocalDir<'_> {
             let _ = self.dir.remove_temp(&temp);
             return Err(Error::io(Action::SetProps)(e));
         }
+        if entry.kind == Kind::Dir {
+            self.note_made(&temp);
+        }
         Ok(temp)
     }
 
@@ -396,6 +429,20 @@ impl LocalDir<'_> {
         if let Some(dir) = self.replica.follow.take_temp(temp) {
             return self.commit_through(dir, temp, name, expect);
         }
+        let made_dir = self
+            .rel
+            .as_ref()
+            .and_then(|rel| rel.join(temp).ok())
+            .is_some_and(|t| self.replica.made_dirs.lock().unwrap().remove(&t));
+        self.rename_temp(temp, name, expect)?;
+        if made_dir {
+            self.note_made(name);
+        }
+        Ok(())
+    }
+
+    /// Rename `temp` over `name` if `name` is still what `expect` says.
+    fn rename_temp(&self, temp: &[u8], name: &[u8], expect: &Expect) -> Result<(), Error> {
         if *expect == Expect::Absent {
             // The rename itself refuses to replace anything: one call
             // instead of a stat and a rename, and no moment between them.
@@ -455,7 +502,11 @@ impl LocalDir<'_> {
                 Ok(Some(st)) if st.kind == Kind::Dir => Ok(()),
                 _ => Err(Error::io(Action::MakeDir)(e)),
             },
-            r => r.map_err(Error::io(Action::MakeDir)),
+            Ok(()) => {
+                self.note_made(name);
+                Ok(())
+            }
+            Err(e) => Err(Error::io(Action::MakeDir)(e)),
         }
     }
 
@@ -471,6 +522,7 @@ impl LocalDir<'_> {
             return Err(Error::Changed(End::Written));
         }
         let r = if now.kind == Kind::Dir {
+            self.forget_made_dirs();
             self.dir.rmdir(name)
         } else {
             self.dir.unlink(name)
@@ -495,6 +547,9 @@ impl LocalDir<'_> {
         if !expect.still_holds(now.as_ref()) {
             return Err(Error::Changed(End::Read));
         }
+        // A directory moved in may hold partial files, and one moved away
+        // leaves its path free for another.
+        self.forget_made_dirs();
         match source.rename_into_noreplace(from_name, &self.dir, name) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Err(Error::Changed(End::Written)),
             r => r.map_err(Error::io(Action::Rename)),
@@ -671,5 +726,75 @@ impl ReplicaDir for LocalDir<'_> {
 
     fn local(&self) -> Option<&Dir> {
         Some(&self.dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Replica;
+
+    fn rel(p: &str) -> RelPath {
+        RelPath::new(p.as_bytes()).unwrap()
+    }
+
+    /// Receive `name` whole into `dir` and commit it.
+    fn receive_into(r: &LocalReplica, dir: &str, name: &str) {
+        let d = r.open_dir(&rel(dir)).unwrap();
+        let mut body: &[u8] = b"new contents";
+        let props = Props {
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime: Time { sec: 1, nsec: 0 },
+            xattrs: None,
+        };
+        let mask = PropsMask {
+            perms: true,
+            owner: false,
+            times: false,
+            xattrs: None,
+        };
+        let temp = d
+            .receive(name.as_bytes(), Incoming::Whole(&mut body), &props, mask)
+            .unwrap();
+        d.commit(&temp, name.as_bytes(), &Expect::Absent).unwrap();
+    }
+
+    fn partial_of(root: &std::path::Path, dir: &str, name: &str) -> std::path::PathBuf {
+        let p = accord_model::partial_name(name.as_bytes()).unwrap();
+        root.join(dir).join(String::from_utf8(p).unwrap())
+    }
+
+    /// A directory the replica did not make may hold an earlier run's
+    /// partial file of a name received whole: it is removed. One the
+    /// replica made holds none of an earlier run, and is not looked in;
+    /// once a directory was moved in or removed, the replica knows no
+    /// directory as its own any more.
+    #[test]
+    fn a_whole_file_removes_its_partial_unless_the_replica_made_the_directory() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("old")).unwrap();
+        std::fs::write(partial_of(t.path(), "old", "f"), b"an earlier run's").unwrap();
+        let r = LocalReplica::open(t.path()).unwrap();
+        receive_into(&r, "old", "f");
+        assert!(!partial_of(t.path(), "old", "f").exists());
+
+        r.open_dir(&RelPath::root()).unwrap().mkdir(b"new").unwrap();
+        // Only another process could put one there meanwhile.
+        std::fs::write(partial_of(t.path(), "new", "g"), b"not ours").unwrap();
+        receive_into(&r, "new", "g");
+        assert!(partial_of(t.path(), "new", "g").exists());
+
+        // A directory moved in over the path of one the replica made.
+        std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+        std::fs::write(partial_of(t.path(), "elsewhere", "h"), b"moved in").unwrap();
+        let root = r.open_dir(&RelPath::root()).unwrap();
+        std::fs::remove_dir_all(t.path().join("new")).unwrap();
+        let elsewhere = root.stat(b"elsewhere").unwrap().unwrap();
+        root.rename_from(b"new", &rel("elsewhere"), &Expect::Entry(elsewhere))
+            .unwrap();
+        receive_into(&r, "new", "h");
+        assert!(!partial_of(t.path(), "new", "h").exists());
     }
 }

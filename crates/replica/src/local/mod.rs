@@ -55,6 +55,11 @@ pub struct LocalReplica {
     /// The links a sync follows (`--follow`), and the temps written
     /// through them (the replica crate's local/follow.rs).
     pub(crate) follow: follow::FollowState,
+    /// Directories this replica made (and directory temps it made, by
+    /// their temp's path, until committed): no partial file of an earlier
+    /// run is in them, so a whole file received into one has none to
+    /// remove (one failed unlink a file fewer in an initial push).
+    pub(crate) made_dirs: std::sync::Mutex<std::collections::HashSet<RelPath>>,
 }
 
 impl LocalReplica {
@@ -83,6 +88,7 @@ impl LocalReplica {
             state_key: key.as_str()[..24].to_string(),
             opts: LocalOptions::default(),
             follow: Default::default(),
+            made_dirs: Default::default(),
         }
     }
 
@@ -156,7 +162,7 @@ impl Replica for LocalReplica {
         Ok(Box::new(LocalDir {
             dir: self.open_dir_following(path)?,
             replica: self,
-            rel: self.follows().then(|| path.clone()),
+            rel: Some(path.clone()),
             beyond_link: false,
         }))
     }
