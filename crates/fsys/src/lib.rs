@@ -1233,7 +1233,11 @@ fn times(mtime: Time) -> [libc::timespec; 2] {
 /// setuid bits), then mtime.
 pub fn set_props_fd(fd: BorrowedFd<'_>, props: &Props, mask: PropsMask) -> io::Result<()> {
     let raw = fd.as_raw_fd();
-    if mask.owner {
+    // An owner already right is left alone, as rsync does: most files are
+    // written by their own owner, and a chown costs a journalled inode
+    // update (a stat does not).
+    let owned = || fstat(fd).is_ok_and(|st| (st.uid, st.gid) == (props.uid, props.gid));
+    if mask.owner && !owned() {
         cvt(unsafe { libc::fchown(raw, props.uid, props.gid) })?;
     }
     if let (Some(filter), Some(want)) = (mask.xattrs, props.xattrs.as_ref()) {
