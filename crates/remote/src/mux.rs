@@ -1094,12 +1094,12 @@ impl Conn {
         let mut rest = data;
         loop {
             let (c, more) = rest.split_at(rest.len().min(CHUNK));
+            let mut buf = Vec::with_capacity(9 + c.len());
+            encode_chunk(&mut buf, stream, c, more.is_empty());
             if soon {
-                let mut buf = Vec::with_capacity(9 + c.len());
-                encode_chunk(&mut buf, stream, c, more.is_empty());
                 self.send_encoded_soon(&buf)?;
             } else {
-                self.send_chunk(stream, c, more.is_empty())?;
+                self.send_encoded(&buf)?;
             }
             if more.is_empty() {
                 return Ok(());

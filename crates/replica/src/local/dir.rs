@@ -90,14 +90,11 @@ impl LocalDir<'_> {
                 let kept = keep()
                     && accord_model::partial_name(name)
                         .is_some_and(|p| self.dir.rename(&temp, &p).is_ok());
-                if kept {
-                    // A partial file is here now.
-                    if let Some(rel) = &self.rel {
-                        self.replica.made_dirs.lock().unwrap().remove(rel);
-                    }
-                }
                 if !kept {
                     let _ = self.dir.unlink(&temp);
+                } else if let Some(rel) = &self.rel {
+                    // A partial file is here now.
+                    self.replica.made_dirs.lock().unwrap().remove(rel);
                 }
                 Err(e)
             }
@@ -145,6 +142,18 @@ impl LocalDir<'_> {
     /// or removed: what is at their paths is no longer known).
     fn forget_made_dirs(&self) {
         self.replica.made_dirs.lock().unwrap().clear();
+    }
+
+    /// Whether this replica made the directory temp `temp` here, which is
+    /// forgotten (no path is joined while it made none: a file's commit).
+    fn take_made(&self, temp: &[u8]) -> bool {
+        let mut made = self.replica.made_dirs.lock().unwrap();
+        !made.is_empty()
+            && self
+                .rel
+                .as_ref()
+                .and_then(|rel| rel.join(temp).ok())
+                .is_some_and(|t| made.remove(&t))
     }
 
     /// Note that this replica made `name` here (a directory, or a
@@ -429,11 +438,7 @@ impl LocalDir<'_> {
         if let Some(dir) = self.replica.follow.take_temp(temp) {
             return self.commit_through(dir, temp, name, expect);
         }
-        let made_dir = self
-            .rel
-            .as_ref()
-            .and_then(|rel| rel.join(temp).ok())
-            .is_some_and(|t| self.replica.made_dirs.lock().unwrap().remove(&t));
+        let made_dir = self.take_made(temp);
         self.rename_temp(temp, name, expect)?;
         if made_dir {
             self.note_made(name);
