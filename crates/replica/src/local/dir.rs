@@ -157,10 +157,14 @@ impl LocalDir<'_> {
     }
 
     /// Note that this replica made `name` here (a directory, or a
-    /// directory temp).
+    /// directory temp), unless it remembers as many as it may.
     fn note_made(&self, name: &[u8]) {
-        if let Some(made) = self.rel.as_ref().and_then(|rel| rel.join(name).ok()) {
-            self.replica.made_dirs.lock().unwrap().insert(made);
+        let mut made = self.replica.made_dirs.lock().unwrap();
+        if made.len() >= super::MADE_DIRS_MAX {
+            return;
+        }
+        if let Some(path) = self.rel.as_ref().and_then(|rel| rel.join(name).ok()) {
+            made.insert(path);
         }
     }
 

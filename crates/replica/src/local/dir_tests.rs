@@ -66,3 +66,24 @@ fn a_whole_file_removes_its_partial_unless_the_replica_made_the_directory() {
     receive_into(&r, "new", "h");
     assert!(!partial_of(t.path(), "new", "h").exists());
 }
+
+/// A replica remembers at most `MADE_DIRS_MAX` directories it made: in a
+/// directory made beyond them, a partial file is looked for and removed
+/// as in any directory it did not make.
+#[test]
+fn the_directories_remembered_are_bounded() {
+    let t = tempfile::tempdir().unwrap();
+    let r = LocalReplica::open(t.path()).unwrap();
+    let root = r.open_dir(&RelPath::root()).unwrap();
+    for i in 0..super::super::MADE_DIRS_MAX {
+        root.mkdir(format!("d{i}").as_bytes()).unwrap();
+    }
+    root.mkdir(b"last").unwrap();
+    assert_eq!(
+        r.made_dirs.lock().unwrap().len(),
+        super::super::MADE_DIRS_MAX
+    );
+    std::fs::write(partial_of(t.path(), "last", "f"), b"not ours").unwrap();
+    receive_into(&r, "last", "f");
+    assert!(!partial_of(t.path(), "last", "f").exists());
+}

@@ -58,9 +58,14 @@ pub struct LocalReplica {
     /// Directories this replica made (and directory temps it made, by
     /// their temp's path, until committed): no partial file of an earlier
     /// run is in them, so a whole file received into one has none to
-    /// remove (one failed unlink a file fewer in an initial push).
+    /// remove (one failed unlink a file fewer in an initial push). At
+    /// most `MADE_DIRS_MAX` of them, so that memory does not grow with the
+    /// tree: a directory made beyond that is looked in as any other.
     pub(crate) made_dirs: std::sync::Mutex<std::collections::HashSet<RelPath>>,
 }
+
+/// How many directories a replica remembers making (about 100 bytes each).
+pub(crate) const MADE_DIRS_MAX: usize = 8192;
 
 impl LocalReplica {
     /// Open an existing directory.
