@@ -619,6 +619,8 @@ fn mirror_config(
         backup: backup_config(args)?,
         one_file_system: args.one_file_system,
         bwlimit: bwlimit(&args.bwlimit)?,
+        list_changes: args.itemize || args.verbose > 0,
+        count_first: !args.quiet && std::io::stderr().is_terminal(),
     };
     if let Some(rule) = state_dir
         .as_deref()

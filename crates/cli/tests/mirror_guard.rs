@@ -39,6 +39,11 @@ fn empty_or_missing_source_deletes_nothing_without_force() {
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("source is empty"));
     assert_eq!(count(&dst), n, "an empty source deleted something");
+    // Nor does it make anything: not even the backup directory it was told of.
+    let bak = t.path().join("bak");
+    let o = mirror_walk(&state, &[s(&empty), s(&dst), "--backup-dir", s(&bak)]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(!bak.exists(), "a refused run made its backup directory");
 
     let o = mirror(&state, &[s(&t.path().join("missing")), s(&dst)]);
     assert_eq!(o.status.code(), Some(3));

@@ -86,6 +86,37 @@ impl MirrorPlanner {
         acc.merge(part);
     }
 
+    /// How many new directories and files wait in the plan so far.
+    pub fn creations_waiting(&self) -> usize {
+        let acc = self.acc.lock().unwrap();
+        acc.plan.mkdirs.len() + acc.plan.files.len()
+    }
+
+    /// Take the new directories and the files planned so far, in the
+    /// order `finish` gives them (a directory before what it holds), to
+    /// carry them out while the walk goes on. Only for a destination that
+    /// was empty when the walk began, with nothing listed there since:
+    /// then nothing is to be deleted, no file has an old version, and the
+    /// deletion guard cannot refuse the run, so nothing of what `finish`
+    /// decides over the whole tree bears on them. What waits for the whole
+    /// tree stays: directory properties (set after their subtree), files
+    /// with several links (planned as groups), and the counts.
+    /// At most `max_files` files are taken, the first planned (every new
+    /// directory waiting is: a file taken later may be in any of them).
+    pub fn take_creations(&self, max_files: usize) -> MirrorPlan {
+        let mut acc = self.acc.lock().unwrap();
+        let files = &mut acc.plan.files;
+        let rest = files.split_off(max_files.min(files.len()));
+        let mut part = MirrorPlan {
+            mkdirs: std::mem::take(&mut acc.plan.mkdirs),
+            files: std::mem::replace(&mut acc.plan.files, rest),
+            ..MirrorPlan::default()
+        };
+        drop(acc);
+        order(&mut part);
+        part
+    }
+
     /// The whole plan, or the deletion guard's refusal.
     pub fn finish(self, facts: &Facts) -> Result<MirrorPlan, Refusal> {
         let o = self.opts;

@@ -159,6 +159,9 @@ impl<'a> Exec<'a> {
     }
 
     pub fn changed(&self, it: &Item) {
+        if !self.cfg.list_changes {
+            return;
+        }
         if let Some(c) = it.change() {
             self.changes.lock().unwrap().push((c, it.path.clone()));
         }
@@ -414,6 +417,27 @@ fn start_dirs<'a>(x: &Exec, mkdirs: &'a [Item]) -> Started<'a, ()> {
         started.extend(level);
     }
     started
+}
+
+/// Make new directories one after the other on this thread, parents
+/// first (`items` in path order), each done when this returns.
+pub(crate) fn make_dirs_now(x: &Exec, items: &[Item]) {
+    for it in items {
+        if x.stopped() {
+            return;
+        }
+        let made = match x.dst.open_dir(&parent_of(&it.path)) {
+            Ok(d) => d.start_mkdir(it.path.file_name()).wait(),
+            Err(e) => Err(Error::io(Action::MakeDir)(e)),
+        };
+        match made {
+            Ok(()) => {
+                x.counters.dirs.fetch_add(1, Ordering::Relaxed);
+                x.changed(it)
+            }
+            Err(e) => x.fail_item(it, e),
+        }
+    }
 }
 
 fn wait_dirs(x: &Exec, started: Started<'_, ()>) {

@@ -9,6 +9,7 @@ pub(crate) mod dry_run;
 pub(crate) mod error;
 pub(crate) mod exec;
 pub(crate) mod run;
+pub(crate) mod stream;
 pub(crate) mod transfer;
 pub(crate) mod transfer_local;
 pub(crate) mod walk;
@@ -49,6 +50,13 @@ pub struct MirrorConfig {
     /// with two local roots (a remote root's connection is limited by the
     /// cli).
     pub bwlimit: u64,
+    /// Keep each change's path for the report (`Report::changes`, for
+    /// `--itemize`); off, only the counts are kept, so a copy of a large
+    /// tree does not hold a path per entry.
+    pub list_changes: bool,
+    /// A progress display is shown: an initial copy made as it is walked
+    /// counts the source first, for the display's totals.
+    pub count_first: bool,
 }
 
 /// `-b`: where the old versions go, and the suffix added to their names.
@@ -103,6 +111,8 @@ impl Default for MirrorConfig {
             backup: None,
             one_file_system: 0,
             bwlimit: 0,
+            list_changes: true,
+            count_first: false,
         }
     }
 }

@@ -7,10 +7,11 @@ use super::{MirrorConfig, Report};
 use crate::mirror::dry_run::DryRun;
 use crate::mirror::error::{Failure, Fatal};
 use crate::mirror::exec::{run_plan, Exec};
+use crate::mirror::stream::Streamed;
 use crate::mirror::walk::{walk_replicas, Found, Walk};
 use crate::Progress;
 use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
-use accord_model::RelPath;
+use accord_model::{Kind, RelPath};
 use accord_plan::{Facts, MirrorPlan, Refusal};
 use accord_replica::Error;
 use accord_replica::LocalReplica;
@@ -256,13 +257,24 @@ fn run(
     dst.prefetch_dir(&root, &dst_rules, &no_memos.dst_options(cfg));
     lock(dst)?;
     let memos = memos.wait();
-    let walk = Walk::new(src, dst, cfg, &rules);
-    let (mut s_scan, mut d_scan) = walk_both(src, dst, cfg, (&rules, &dst_rules), &memos, &walk);
+    let streamed = Streamed::new(src, dst, cfg, progress);
+    if streamed.is_some() && cfg.count_first {
+        count_first(src, dst, cfg, &excludes, progress)?;
+    }
+    let walk = Walk::new(src, dst, cfg, &rules).streaming(streamed.as_ref());
+    let visit = |v: accord_fsys::DirVisit| walk.visit(v);
+    let rules_both = (&rules, &dst_rules);
+    let (mut s_scan, mut d_scan) = walk_both(src, dst, cfg, rules_both, &memos, &visit);
     let found = walk.finish();
-    if let Some(f) = found.nested {
+    let started = streamed.map(Streamed::into_exec);
+    let unreadable = check_readable(src, dst, &found, (&s_scan, &d_scan)).err();
+    if let Some(f) = found.nested.or(unreadable) {
+        // What was carried out as the walk went is reported with it.
+        if let Some((exec, _)) = started {
+            fill_report(exec, report);
+        }
         return Err(f.into());
     }
-    check_readable(src, dst, &found, (&s_scan, &d_scan))?;
     report.errors.extend(take_scan_errors(&mut s_scan));
     report.errors.extend(take_scan_errors(&mut d_scan));
     report.errors.extend(found.failures);
@@ -277,7 +289,17 @@ fn run(
     report.scan_s = t_scan.elapsed().as_secs_f64();
 
     let t_plan = Instant::now();
-    let plan = found.planner.finish(&facts).map_err(Stop::Refused)?;
+    let plan = match found.planner.finish(&facts) {
+        Ok(plan) => plan,
+        Err(refusal) => {
+            // (Never after parts were carried out: into an empty
+            // destination nothing is to be deleted.)
+            if let Some((exec, _)) = started {
+                fill_report(exec, report);
+            }
+            return Err(Stop::Refused(refusal));
+        }
+    };
     report.plan_s = t_plan.elapsed().as_secs_f64();
     report.files_total = plan.summary.files_total as u64;
     report.bytes_total = plan.summary.bytes_total;
@@ -288,7 +310,9 @@ fn run(
         .store(plan.summary.bytes_to_write, Ordering::Relaxed);
     p.planned.store(true, Ordering::Relaxed);
 
-    execute(src, dst, plan, cfg, progress, report);
+    let (exec, streamed_parts) =
+        started.unwrap_or_else(|| (Exec::new(src, dst, cfg, progress), false));
+    execute(exec, plan, streamed_parts, report);
     if report.fatal.is_none() {
         let (dev, ino) = src.identity();
         let mirrored_from = format!("{dev} {ino}\n").into_bytes();
@@ -413,16 +437,55 @@ fn walk_both(
     cfg: &MirrorConfig,
     (s_rules, d_rules): (&IgnoreRules, &IgnoreRules),
     memos: &Memos,
-    walk: &Walk,
+    visit: &(dyn Fn(accord_fsys::DirVisit) + Sync),
 ) -> (Scan, Scan) {
     let (mut s_opts, mut d_opts) = (memos.src_options(cfg), memos.dst_options(cfg));
     s_opts.same_fs = cfg.same_fs(src.identity().0);
     d_opts.same_fs = cfg.same_fs(dst.identity().0);
-    let visit = |v: accord_fsys::DirVisit| walk.visit(v);
     if let (Some(s), Some(d)) = (src.local_root(), dst.local_root()) {
-        return accord_fsys::walk_pair((s, s_rules, &s_opts), (d, d_rules, &d_opts), &visit);
+        return accord_fsys::walk_pair((s, s_rules, &s_opts), (d, d_rules, &d_opts), visit);
     }
-    walk_replicas((src, s_rules, &s_opts), (dst, d_rules, &d_opts), &visit)
+    walk_replicas((src, s_rules, &s_opts), (dst, d_rules, &d_opts), visit)
+}
+
+/// The progress display's totals for an initial copy made as it is walked
+/// (`stream.rs`), which has no plan to take them from until its end: a
+/// walk of the source first that only counts the regular files the copy
+/// will write, and their bytes (the same rules, no extended attributes
+/// read; the destination's root is empty, so it is listed alone). What only the
+/// real walk learns (a file that changed meanwhile, one half-updated in
+/// place) is in the plan's own figures, which replace these at the end.
+fn count_first(
+    src: &dyn Replica,
+    dst: &dyn Replica,
+    cfg: &MirrorConfig,
+    excludes: &[String],
+    progress: &Progress,
+) -> Result<(), Fatal> {
+    let rules = IgnoreRules::new(excludes).map_err(Fatal::BadExclude)?;
+    let d_rules = IgnoreRules::new(excludes).map_err(Fatal::BadExclude)?;
+    let counting = MirrorConfig {
+        xattrs: crate::XattrFilter {
+            xattrs: false,
+            acls: false,
+            user_only: false,
+        },
+        ..cfg.clone()
+    };
+    let o = &cfg.plan;
+    let visit = |v: accord_fsys::DirVisit| {
+        let Some(l) = v.src else { return };
+        for e in &l.entries[1..] {
+            if e.kind == Kind::File && o.kinds.allows(e.kind) && !o.select.size_skipped(e.size) {
+                progress.files_total.fetch_add(1, Ordering::Relaxed);
+                progress.bytes_total.fetch_add(e.size, Ordering::Relaxed);
+            }
+        }
+    };
+    let memos = Memos::default();
+    walk_both(src, dst, &counting, (&rules, &d_rules), &memos, &visit);
+    progress.planned.store(true, Ordering::Relaxed);
+    Ok(())
 }
 
 fn take_scan_errors(scan: &mut Scan) -> Vec<Failure> {
@@ -484,24 +547,27 @@ pub(crate) fn source_root_changed(src: &dyn Replica, guard: Option<Vec<u8>>) -> 
     }
 }
 
-/// Carry out the plan on `dst`, make it durable, and fill in the report.
-fn execute(
-    src: &dyn Replica,
-    dst: &dyn Replica,
-    plan: MirrorPlan,
-    cfg: &MirrorConfig,
-    progress: &Progress,
-    report: &mut Report,
-) {
-    let exec = Exec::new(src, dst, cfg, progress);
+/// Carry out the plan (the rest of it, when `streamed` parts were carried
+/// out as the walk went), make it durable, and fill in the report.
+fn execute(exec: Exec, plan: MirrorPlan, streamed: bool, report: &mut Report) {
     let t_exec = Instant::now();
-    let flush = run_plan(&exec, &plan);
+    let mut flush = run_plan(&exec, &plan);
+    if flush.is_none() && streamed && exec.cfg.fsync {
+        // The parts' renames and new directories, when nothing was left.
+        flush = Some(exec.dst.start_sync_all());
+    }
     if let Some(Err(e)) = flush.map(Pending::wait) {
         if !exec.stopped() {
             exec.fatal_error(Fatal::Sync(e));
         }
     }
     report.execute_s = t_exec.elapsed().as_secs_f64();
+    fill_report(exec, report);
+    report.plan = Some(plan);
+}
+
+/// What the executor did, into the report.
+fn fill_report(exec: Exec, report: &mut Report) {
     report.errors.extend(exec.failures.into_inner().unwrap());
     report.fatal = exec.fatal.into_inner().unwrap();
     report.changes = exec.changes.into_inner().unwrap();
@@ -521,5 +587,4 @@ fn execute(
     report.bytes_written = get(&c.written);
     report.literal_bytes = get(&c.literal);
     report.matched_bytes = get(&c.matched);
-    report.plan = Some(plan);
 }

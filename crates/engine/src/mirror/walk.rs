@@ -7,6 +7,7 @@
 //! through `Replica::list_dir`, the same pairs in the same order.
 
 use crate::mirror::error::{Failure, Fatal};
+use crate::mirror::stream::Streamed;
 use crate::MirrorConfig;
 use accord_fsys::{DirVisit, IgnoreRules, Listing, Root, SameFs, Scan, ScanOptions};
 use accord_model::{Entry, Kind, RelPath};
@@ -47,6 +48,8 @@ pub(crate) struct Walk<'a> {
     dst_root_read: AtomicBool,
     /// `-x`: each side's file system (see `fence_mounts`).
     same_fs: Option<(SameFs, SameFs)>,
+    /// Carries out an initial copy as it is planned (see `stream.rs`).
+    stream: Option<&'a Streamed<'a>>,
 }
 
 impl<'a> Walk<'a> {
@@ -71,7 +74,13 @@ impl<'a> Walk<'a> {
             same_fs: cfg
                 .same_fs(src.identity().0)
                 .zip(cfg.same_fs(dst.identity().0)),
+            stream: None,
         }
+    }
+
+    /// Carry out an initial copy through `stream` as it is planned.
+    pub fn streaming(self, stream: Option<&'a Streamed<'a>>) -> Walk<'a> {
+        Walk { stream, ..self }
     }
 
     pub fn finish(self) -> Found {
@@ -94,6 +103,9 @@ impl<'a> Walk<'a> {
         if v.path.is_root() {
             self.src_root_read.store(v.src.is_some(), Ordering::Relaxed);
             self.dst_root_read.store(v.dst.is_some(), Ordering::Relaxed);
+            if let Some(s) = self.stream {
+                s.root_visited(&v);
+            }
         }
         if v.src.is_none() && self.inside_excluded(v.path) {
             return;
@@ -131,6 +143,9 @@ impl<'a> Walk<'a> {
             dst: &dst,
             stale_temps: v.dst.map_or(&[], |l| l.stale_temps.as_slice()),
         });
+        if let Some(s) = self.stream {
+            s.planned(&self.planner);
+        }
     }
 
     /// `-x`: a source directory on another file system is copied empty
@@ -229,6 +244,11 @@ impl<'a> Walk<'a> {
         } else {
             return;
         };
+        // Nothing more is carried out as the walk goes (what was is
+        // reported with the run's fatal error).
+        if let Some(s) = self.stream {
+            s.halt();
+        }
         self.nested
             .lock()
             .unwrap()

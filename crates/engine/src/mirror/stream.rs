@@ -1,0 +1,134 @@
+//! An initial copy carried out while the walk plans it.
+//!
+//! A walk into a destination that held nothing when it was listed can
+//! hand its new directories and files to the executor as it goes, instead
+//! of holding an item per entry of the tree until the plan is whole (an
+//! initial copy of `/usr` held 109 MB of plan that way). It is safe there,
+//! and only there: nothing is to be deleted, so the deletion guard cannot
+//! refuse the run; no file has an old version; and the destination is not
+//! listed again below its root (each subdirectory is missing there as the
+//! root's listing found it), so the walk never meets what it made. What
+//! waits for the whole tree still waits (`MirrorPlanner::take_creations`).
+//!
+//! A visit that finds a part's worth waiting takes it and carries it out
+//! before it walks on, so memory holds a few parts, not the tree: the
+//! walk's threads copy as much as they plan. Parts run side by side, but
+//! each part's new directories are made before the part is let go (under
+//! `turn`, one part after the other), so a directory is made before any
+//! file planned into it is written: its parent's visit planned it, before
+//! its own visit began.
+
+use super::exec::{make_dirs_now, run_plan, Exec};
+use super::MirrorConfig;
+use crate::Progress;
+use accord_fsys::{DirVisit, Listing};
+use accord_model::RelPath;
+use accord_plan::MirrorPlanner;
+use accord_replica::Replica;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Files carried out together: about one commit batch.
+const PART: usize = 2048;
+
+pub(crate) struct Streamed<'a> {
+    exec: Exec<'a>,
+    /// The walk found the destination's root empty too.
+    on: AtomicBool,
+    /// Held while a part is taken and its directories are made: plain
+    /// system calls on this thread (no rayon work, which could wait for a
+    /// thread waiting here).
+    turn: Mutex<()>,
+    /// No part is to be carried out any more (one root nested in the
+    /// other: the run stops).
+    halted: AtomicBool,
+    /// Some part was carried out.
+    ran: AtomicBool,
+}
+
+impl<'a> Streamed<'a> {
+    /// For a run of two roots of this host (the walk lists a destination
+    /// directory once, from its parent's listing), not a dry run, into a
+    /// destination whose root holds nothing. (Only then is the executor
+    /// made before the walk: making one may make `--backup-dir`, which a
+    /// run the deletion guard refuses must not have done.)
+    pub fn new(
+        src: &'a dyn Replica,
+        dst: &'a dyn Replica,
+        cfg: &'a MirrorConfig,
+        progress: &'a Progress,
+    ) -> Option<Streamed<'a>> {
+        if src.local_root().is_none() || cfg.dry_run || !empty_root(dst) {
+            return None;
+        }
+        let mut exec = Exec::new(src, dst, cfg, progress);
+        // Each part's files are flushed before their renames, batch by
+        // batch; the run's end flushes the rest once, as for a whole plan.
+        exec.final_flush = false;
+        Some(Streamed {
+            exec,
+            on: AtomicBool::new(false),
+            turn: Mutex::new(()),
+            halted: AtomicBool::new(false),
+            ran: AtomicBool::new(false),
+        })
+    }
+
+    /// At the root's visit: start if the walk finds the destination's root
+    /// empty too.
+    pub fn root_visited(&self, v: &DirVisit) {
+        let empty = |l: &Listing| {
+            l.entries.len() == 1
+                && l.subdirs.is_empty()
+                && l.stale_temps.is_empty()
+                && l.markers.is_empty()
+        };
+        if v.path.is_root() && v.src.is_some() && v.dst.is_some_and(empty) {
+            self.on.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Stop carrying out parts: what waits stays in the plan.
+    pub fn halt(&self) {
+        self.halted.store(true, Ordering::SeqCst);
+    }
+
+    /// After a directory was planned: carry out a part if one waits (see
+    /// the module).
+    pub fn planned(&self, planner: &MirrorPlanner) {
+        if !self.on.load(Ordering::Relaxed) {
+            return;
+        }
+        let exec = &self.exec;
+        while planner.creations_waiting() >= PART {
+            if self.halted.load(Ordering::SeqCst) || exec.stopped() {
+                return;
+            }
+            let part = {
+                let _turn = self.turn.lock().unwrap();
+                let mut part = planner.take_creations(PART);
+                make_dirs_now(exec, &part.mkdirs);
+                part.mkdirs.clear();
+                part
+            };
+            run_plan(exec, &part);
+            self.ran.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The executor, for the rest of the plan, and whether it carried out
+    /// any part (the end flushes then, even with nothing left to do).
+    pub fn into_exec(self) -> (Exec<'a>, bool) {
+        let mut exec = self.exec;
+        exec.final_flush = true;
+        (exec, self.ran.into_inner())
+    }
+}
+
+/// Whether a local replica's root holds no entry.
+fn empty_root(r: &dyn Replica) -> bool {
+    r.local_root()
+        .and_then(|root| root.open_dir(&RelPath::root()).ok())
+        .and_then(|d| d.list().ok())
+        .is_some_and(|names| names.is_empty())
+}
