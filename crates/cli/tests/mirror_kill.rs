@@ -172,3 +172,96 @@ fn fifty_kill_trials() {
         "too few runs were interrupted ({killed_mid_run})"
     );
 }
+
+/// Regular files under their own names in `root`'s `d*/sub` directories.
+fn files_in_place(root: &Path) -> usize {
+    let Ok(dirs) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    dirs.flatten()
+        .filter_map(|d| std::fs::read_dir(d.path().join("sub")).ok())
+        .flat_map(|names| names.flatten())
+        .filter(|e| !is_reserved(&e.file_name().to_string_lossy()))
+        .count()
+}
+
+/// An initial copy into an empty destination is made as it is walked:
+/// killed at any moment, it leaves every file it wrote whole (a file has
+/// no old version there: it is absent or complete), and the next run,
+/// into what is now a destination with entries, completes it.
+#[test]
+fn killed_initial_copies_made_as_they_are_walked() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, state) = (t.path().join("src"), t.path().join("state"));
+    let mut rng = Rng(11);
+    for d in 0..6 {
+        let dir = src.join(format!("d{d}/sub"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..500 {
+            let size = if f % 97 == 0 {
+                300_000
+            } else {
+                rng.below(3_000)
+            };
+            std::fs::write(dir.join(format!("f{f}")), rng.bytes(size as usize)).unwrap();
+        }
+    }
+    let new = contents(&src);
+    // Runs killed before they ended, and those that had copied some files
+    // but not all.
+    let (mut killed_mid_run, mut cut_short) = (0, 0);
+    for trial in 0..12u64 {
+        let dst = t.path().join(format!("dst{trial}"));
+        let args = [src.to_str().unwrap(), dst.to_str().unwrap()];
+        let mut cmd = Command::new(bin());
+        cmd.arg("mirror").args(args).env("ACCORD_STATE_DIR", &state);
+        if trial % 2 == 1 {
+            cmd.arg("--no-fsync");
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Killed once a number of files are in place under their names
+        // (the run may end first).
+        let at = 1 + rng.below(new.len() as u64 - 1) as usize;
+        let ended = loop {
+            if child.try_wait().unwrap().is_some() {
+                break true;
+            }
+            if files_in_place(&dst) >= at {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        if !ended {
+            killed_mid_run += 1;
+        }
+        let mut copied = 0;
+        for (k, c) in contents(&dst) {
+            if !is_reserved(&k) {
+                assert_eq!(new.get(&k), Some(&c), "trial {trial}: {k} is not whole");
+                copied += 1;
+            }
+        }
+        if (1..new.len()).contains(&copied) {
+            cut_short += 1;
+        }
+        let o = mirror(&state, &args);
+        assert_exit(&o, 0);
+        let d = differences(&snapshot(&src), &snapshot(&dst));
+        assert!(
+            d.is_empty(),
+            "trial {trial}: not converged:\n{}",
+            d.join("\n")
+        );
+    }
+    eprintln!(
+        "{killed_mid_run} of 12 initial copies were killed before they finished, \
+         {cut_short} with some files copied"
+    );
+    assert!(cut_short >= 3, "too few runs were cut short ({cut_short})");
+}
