@@ -117,6 +117,16 @@ impl MirrorPlanner {
         part
     }
 
+    /// For a run that stops after some creations were carried out (see
+    /// `take_creations`): the properties of the directories planned so
+    /// far, deepest first, which it still owes those it made, and the
+    /// counts of what it walked.
+    pub fn into_dir_meta(self) -> (Vec<Item>, crate::Summary) {
+        let mut plan = self.acc.into_inner().unwrap().plan;
+        order(&mut plan);
+        (plan.dir_meta, plan.summary)
+    }
+
     /// The whole plan, or the deletion guard's refusal.
     pub fn finish(self, facts: &Facts) -> Result<MirrorPlan, Refusal> {
         let o = self.opts;

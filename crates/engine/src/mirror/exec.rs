@@ -55,6 +55,10 @@ pub(crate) struct Exec<'a> {
     /// `cfg.fsync`): off for a part of a run whose end flushes once for
     /// all its parts (the task runs of one process).
     pub final_flush: bool,
+    /// Report the files that did not fit on the disk at the end of this
+    /// `run_plan` (off for the parts of an initial copy made as it is
+    /// walked: every file is tried first, and the run's last part reports).
+    pub space_report: bool,
     /// `--link-dest`'s directory, opened (None: not asked for, or it
     /// cannot be opened: every file is then copied).
     pub link_dest: Option<accord_fsys::Root>,
@@ -85,6 +89,7 @@ impl<'a> Exec<'a> {
             changes: Mutex::new(Vec::new()),
             counters: Counters::default(),
             final_flush: true,
+            space_report: true,
             link_dest: cfg
                 .link_dest
                 .as_deref()
@@ -275,7 +280,9 @@ pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::R
     if !x.stopped() {
         transfer::run_links(x, &plan.links);
     }
-    x.finish_space_report();
+    if x.space_report {
+        x.finish_space_report();
+    }
     let (props, flush) = match early {
         Some(tail) if early_holds => tail,
         sent => {

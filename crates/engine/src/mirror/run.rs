@@ -269,8 +269,11 @@ fn run(
     let started = streamed.map(Streamed::into_exec);
     let unreadable = check_readable(src, dst, &found, (&s_scan, &d_scan)).err();
     if let Some(f) = found.nested.or(unreadable) {
-        // What was carried out as the walk went is reported with it.
-        if let Some((exec, _)) = started {
+        // What was carried out as the walk went is finished and reported.
+        if let Some((exec, ran)) = started {
+            if ran {
+                settle_made_dirs(&exec, found.planner, report);
+            }
             fill_report(exec, report);
         }
         return Err(f.into());
@@ -564,6 +567,29 @@ fn execute(exec: Exec, plan: MirrorPlan, streamed: bool, report: &mut Report) {
     report.execute_s = t_exec.elapsed().as_secs_f64();
     fill_report(exec, report);
     report.plan = Some(plan);
+}
+
+/// A run stopped after parts of it were carried out as it walked: the
+/// directories it made get their properties (none stays at the mode it
+/// was made with) and all is flushed, as at the end of a whole run.
+fn settle_made_dirs(exec: &Exec, planner: accord_plan::MirrorPlanner, report: &mut Report) {
+    let (dir_meta, summary) = planner.into_dir_meta();
+    let dir_meta = dir_meta
+        .into_iter()
+        .filter(|it| exec.dst.open_dir(&it.path).is_ok())
+        .collect();
+    let made = MirrorPlan {
+        dir_meta,
+        ..MirrorPlan::default()
+    };
+    let flush = run_plan(exec, &made).or_else(|| exec.cfg.fsync.then(|| exec.dst.start_sync_all()));
+    if let Some(Err(e)) = flush.map(Pending::wait) {
+        if !exec.stopped() {
+            exec.fatal_error(Fatal::Sync(e));
+        }
+    }
+    report.files_total = summary.files_total as u64;
+    report.bytes_total = summary.bytes_total;
 }
 
 /// What the executor did, into the report.

@@ -31,6 +31,11 @@ use std::sync::Mutex;
 /// Files carried out together: about one commit batch.
 const PART: usize = 2048;
 
+thread_local! {
+    /// This thread is carrying out a part.
+    static IN_PART: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 pub(crate) struct Streamed<'a> {
     exec: Exec<'a>,
     /// The walk found the destination's root empty too.
@@ -63,8 +68,10 @@ impl<'a> Streamed<'a> {
         }
         let mut exec = Exec::new(src, dst, cfg, progress);
         // Each part's files are flushed before their renames, batch by
-        // batch; the run's end flushes the rest once, as for a whole plan.
+        // batch; the run's end flushes the rest once, as for a whole plan,
+        // and says which files did not fit on the disk.
         exec.final_flush = false;
+        exec.space_report = false;
         Some(Streamed {
             exec,
             on: AtomicBool::new(false),
@@ -99,19 +106,32 @@ impl<'a> Streamed<'a> {
         if !self.on.load(Ordering::Relaxed) {
             return;
         }
+        // One part at a time on a thread: a thread waiting inside a part's
+        // rayon work may run another visit meanwhile, which then only plans.
+        if IN_PART.get() {
+            return;
+        }
         let exec = &self.exec;
         while planner.creations_waiting() >= PART {
-            if self.halted.load(Ordering::SeqCst) || exec.stopped() {
-                return;
-            }
             let part = {
                 let _turn = self.turn.lock().unwrap();
+                if self.halted.load(Ordering::SeqCst) {
+                    return;
+                }
                 let mut part = planner.take_creations(PART);
+                if exec.stopped() {
+                    // A fatal error: nothing more is made, and what was
+                    // planned is not kept either (its memory would grow
+                    // with the rest of the walk).
+                    continue;
+                }
                 make_dirs_now(exec, &part.mkdirs);
                 part.mkdirs.clear();
                 part
             };
+            IN_PART.set(true);
             run_plan(exec, &part);
+            IN_PART.set(false);
             self.ran.store(true, Ordering::Relaxed);
         }
     }
@@ -121,6 +141,7 @@ impl<'a> Streamed<'a> {
     pub fn into_exec(self) -> (Exec<'a>, bool) {
         let mut exec = self.exec;
         exec.final_flush = true;
+        exec.space_report = true;
         (exec, self.ran.into_inner())
     }
 }
