@@ -163,3 +163,41 @@ fn unreachable_remote_roots_are_refused_before_anything_is_created() {
         assert_eq!(std::fs::read(t.path().join(local).join("f")).unwrap(), b"x");
     }
 }
+
+/// The destination bind-mounted inside the source is found only when the
+/// walk reaches it. An initial copy into an empty destination is made as
+/// it is walked, so by then files may be copied: they are whole, their
+/// directories get their properties, and the run stops with the nesting.
+/// (One thread: the walk reaches `a`, a part's worth of files, first.)
+#[test]
+fn nested_roots_found_after_part_of_an_initial_copy_was_made() {
+    if !need_root("a bind mount") {
+        return;
+    }
+    let (_t, src, dst, state) = roots();
+    for f in 0..2500 {
+        write(&src.join(format!("a/f{f}")), format!("{f}").as_bytes());
+    }
+    chmod(&src.join("a"), 0o750);
+    fs::create_dir_all(src.join("zz/mnt")).unwrap();
+    fs::create_dir_all(&dst).unwrap();
+    let Some(_m) = mount(&["--bind", s(&dst)], &src.join("zz/mnt")) else {
+        skip_or_fail("mount --bind failed here");
+        return;
+    };
+    let o = mirror_walk(&state, &["--jobs", "1", s(&src), s(&dst)]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("inside the source"), "{err}");
+    let copied: Vec<_> = fs::read_dir(dst.join("a")).unwrap().flatten().collect();
+    assert!(copied.len() >= 2048, "{} files copied before", copied.len());
+    for e in &copied {
+        let name = e.file_name().into_string().unwrap();
+        assert!(!name.starts_with(".accord-tmp-"), "{name} left");
+        let n = &name[1..];
+        assert_eq!(fs::read(e.path()).unwrap(), n.as_bytes(), "{name}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(dst.join("a")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o750, "the directory's mode was set");
+}
