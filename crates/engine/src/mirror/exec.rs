@@ -413,13 +413,7 @@ fn start_dirs<'a>(x: &Exec, mkdirs: &'a [Item]) -> Started<'a, ()> {
         }
         let level: Vec<_> = items
             .par_iter()
-            .map(|it| {
-                let p = match x.dst.open_dir(&parent_of(&it.path)) {
-                    Ok(d) => d.start_mkdir(it.path.file_name()),
-                    Err(e) => Pending::ready(Err(Error::io(Action::MakeDir)(e))),
-                };
-                (*it, p)
-            })
+            .map(|it| (*it, start_mkdir(x, it)))
             .collect();
         started.extend(level);
     }
@@ -433,17 +427,15 @@ pub(crate) fn make_dirs_now(x: &Exec, items: &[Item]) {
         if x.stopped() {
             return;
         }
-        let made = match x.dst.open_dir(&parent_of(&it.path)) {
-            Ok(d) => d.start_mkdir(it.path.file_name()).wait(),
-            Err(e) => Err(Error::io(Action::MakeDir)(e)),
-        };
-        match made {
-            Ok(()) => {
-                x.counters.dirs.fetch_add(1, Ordering::Relaxed);
-                x.changed(it)
-            }
-            Err(e) => x.fail_item(it, e),
-        }
+        wait_dirs(x, vec![(it, start_mkdir(x, it))]);
+    }
+}
+
+/// Start making the directory of a `Mkdir` item.
+fn start_mkdir(x: &Exec, it: &Item) -> Pending<Result<(), Error>> {
+    match x.dst.open_dir(&parent_of(&it.path)) {
+        Ok(d) => d.start_mkdir(it.path.file_name()),
+        Err(e) => Pending::ready(Err(Error::io(Action::MakeDir)(e))),
     }
 }
 

@@ -455,9 +455,10 @@ fn walk_both(
 /// (`stream.rs`), which has no plan to take them from until its end: a
 /// walk of the source first that only counts the regular files the copy
 /// will write, and their bytes (the same rules, no extended attributes
-/// read; the destination's root is empty, so it is listed alone). What only the
-/// real walk learns (a file that changed meanwhile, one half-updated in
-/// place) is in the plan's own figures, which replace these at the end.
+/// read; the destination's root is empty, so it is listed alone). What
+/// only the real walk learns (a file that changed meanwhile, one
+/// half-updated in place) is in the plan's own figures, which replace
+/// these at the end.
 fn count_first(
     src: &dyn Replica,
     dst: &dyn Replica,
@@ -478,7 +479,8 @@ fn count_first(
     let o = &cfg.plan;
     let visit = |v: accord_fsys::DirVisit| {
         let Some(l) = v.src else { return };
-        for e in &l.entries[1..] {
+        // (The directory's own entry leads its listing.)
+        for e in l.entries.iter().skip(1) {
             if e.kind == Kind::File && o.kinds.allows(e.kind) && !o.select.size_skipped(e.size) {
                 progress.files_total.fetch_add(1, Ordering::Relaxed);
                 progress.bytes_total.fetch_add(e.size, Ordering::Relaxed);
