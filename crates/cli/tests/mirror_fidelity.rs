@@ -286,3 +286,68 @@ fn an_initial_copy_of_many_parts_is_whole() {
         "nothing left to do"
     );
 }
+
+/// A directory of more names than the walk's slice (2,048) is planned a
+/// slice at a time: each change is made in whichever slice it falls, a
+/// name on one side only is copied or deleted, and the directory's own
+/// properties are set again when only its first slice changed (the
+/// rename of a rewritten file moves the copy's mtime).
+#[test]
+fn a_directory_of_many_names_converges_slice_by_slice() {
+    let (_tmp, src, dst, state) = roots();
+    let big = src.join("big");
+    std::fs::create_dir_all(&big).unwrap();
+    for f in 0..5000 {
+        std::fs::write(big.join(format!("f{f:04}")), format!("file {f}")).unwrap();
+    }
+    for sub in ["f0100d", "f2500d", "f4900d"] {
+        std::fs::create_dir(big.join(sub)).unwrap();
+        std::fs::write(big.join(sub).join("inner"), sub).unwrap();
+    }
+    std::os::unix::fs::symlink("f0000", big.join("f3000l")).unwrap();
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    assert_exit(&mirror(&state, &[s, d]), 0);
+    assert_same(&src, &dst);
+
+    // Only a file of the first slice rewritten (the directory's own mtime
+    // does not move in the source; it does in the copy).
+    let dir_mtime = std::fs::metadata(&big).unwrap().modified().unwrap();
+    std::fs::write(big.join("f0001"), "rewritten, first slice").unwrap();
+    assert_eq!(
+        std::fs::metadata(&big).unwrap().modified().unwrap(),
+        dir_mtime
+    );
+    let o = mirror(&state, &[s, d, "-i"]);
+    assert_exit(&o, 0);
+    assert_same(&src, &dst);
+
+    // Changes in every slice, and an extra in the copy's first slice.
+    std::fs::write(dst.join("big/f0002x"), "extra").unwrap();
+    std::fs::remove_file(big.join("f2600")).unwrap();
+    std::fs::write(big.join("f4999x"), "added, last slice").unwrap();
+    std::fs::write(big.join("f2500d/new"), "below a slice").unwrap();
+    std::fs::write(big.join("f3500"), "rewritten, third slice").unwrap();
+    let o = mirror(&state, &[s, d, "-i"]);
+    assert_exit(&o, 0);
+    assert_same(&src, &dst);
+    let text = String::from_utf8(o.stdout).unwrap();
+    for path in [
+        "big/f0002x",
+        "big/f2600",
+        "big/f4999x",
+        "big/f2500d/new",
+        "big/f3500",
+    ] {
+        assert!(
+            text.lines().any(|l| l.ends_with(path)),
+            "{path} in:\n{text}"
+        );
+    }
+    let again = mirror(&state, &[s, d, "-i"]);
+    assert_exit(&again, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "",
+        "nothing left to do"
+    );
+}

@@ -16,9 +16,11 @@ mod copy;
 mod follow;
 mod mapped;
 mod memo;
+mod names;
 mod rules;
 mod scan;
 mod throttle;
+mod walk;
 pub mod watch;
 mod watch_rules;
 mod words;
@@ -32,12 +34,14 @@ pub use follow::{
 };
 pub use mapped::Mapped;
 pub use memo::DigestMemo;
+pub use names::NameList;
 pub use rules::{IgnoreRules, IGNORE_FILE, MAX_PATTERN, MAX_PATTERNS};
 pub use scan::{
     dir_entry, list_dir, list_dir_pair, list_opened_dir, read_ignore_file, scan, scan_pair,
-    walk_pair, DirVisit, Listing, SameFs, Scan, ScanOptions,
+    Listing, SameFs, Scan, ScanOptions,
 };
 pub use throttle::{Throttle, PACED_CHUNK};
+pub use walk::{walk_pair, DirVisit, Slice};
 pub use words::{io_words, IoWords};
 pub use xattr::XattrFilter;
 
@@ -304,12 +308,12 @@ impl Stat {
 /// Every entry of a directory (but `.` and `..`) from the descriptor's
 /// position on: (name, d_type).
 fn read_dir_entries(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8)>> {
-    let mut v = read_dir_entries_ino(fd)?;
-    Ok(v.drain(..).map(|(n, t, _)| (n, t)).collect())
+    let names = read_dir_entries_ino(fd)?;
+    Ok(names.iter().map(|(n, t, _)| (n.to_vec(), t)).collect())
 }
 
 /// Like `read_dir_entries`, with each entry's inode number.
-fn read_dir_entries_ino(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8, u64)>> {
+fn read_dir_entries_ino(fd: BorrowedFd<'_>) -> io::Result<NameList> {
     thread_local! {
         // One buffer per thread: a scan lists every directory, and a fresh
         // zeroed 64 KiB each time costs more than the listing.
@@ -317,7 +321,7 @@ fn read_dir_entries_ino(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8, u64)
     }
     BUF.with(|b| {
         let mut buf = b.borrow_mut();
-        let mut out = Vec::new();
+        let mut out = NameList::new();
         loop {
             let n = unsafe {
                 libc::syscall(
@@ -335,6 +339,7 @@ fn read_dir_entries_ino(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8, u64)
                 return Err(e);
             }
             if n == 0 {
+                out.shrink_to_fit();
                 return Ok(out);
             }
             parse_dirents(&buf[..(n as usize).min(buf.len())], &mut out)?;
@@ -343,10 +348,10 @@ fn read_dir_entries_ino(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u8, u64)
 }
 
 /// Append the entries of one getdents64 answer (but `.` and `..`).
-fn parse_dirents(buf: &[u8], out: &mut Vec<(Vec<u8>, u8, u64)>) -> io::Result<()> {
+fn parse_dirents(buf: &[u8], out: &mut NameList) -> io::Result<()> {
     // Records of short names take 24 or 32 bytes: room for about as many
     // as the answer holds, instead of growing the list several times.
-    out.reserve(buf.len() / 32);
+    out.reserve(buf.len() / 32, buf.len() / 2);
     let mut off = 0usize;
     while off + 19 <= buf.len() {
         // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
@@ -366,7 +371,7 @@ fn parse_dirents(buf: &[u8], out: &mut Vec<(Vec<u8>, u8, u64)>) -> io::Result<()
             .unwrap_or(name_area.len());
         let name = &name_area[..len];
         if name != b"." && name != b".." {
-            out.push((name.to_vec(), dtype, ino));
+            out.push(name, dtype, ino)?;
         }
         off += reclen;
     }
@@ -1130,7 +1135,7 @@ impl Dir {
     /// Like [`Dir::list`], reading through this handle itself (one open
     /// fewer): the exclusive borrow guarantees nobody else moves its position.
     /// Entries come with their inode numbers: (name, d_type, d_ino).
-    pub fn list_mut(&mut self) -> io::Result<Vec<(Vec<u8>, u8, u64)>> {
+    pub fn list_mut(&mut self) -> io::Result<NameList> {
         if !self.at_start && unsafe { libc::lseek(self.raw(), 0, libc::SEEK_SET) } < 0 {
             return Err(io::Error::last_os_error());
         }

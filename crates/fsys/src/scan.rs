@@ -5,6 +5,7 @@
 
 use crate::memo::{group_key, listing_key, memo_key, names_digest, settled, DigestMemo};
 use crate::rules::{IgnoreRules, IGNORE_FILE};
+use crate::walk::{walk_pair_at, DirVisit};
 use crate::xattr::{self, XattrFilter};
 use crate::{is_reserved_name, Dir, Root, Stat, INPLACE_PREFIX, PARTIAL_PREFIX, TEMP_PREFIX};
 use accord_model::{Entry, Kind, PathFailure, Props, RelPath, Time};
@@ -112,9 +113,9 @@ impl Scan {
     }
 }
 
-struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
+    pub(crate) opts: ScanOptions<'a>,
     rules: &'a IgnoreRules,
-    opts: ScanOptions<'a>,
     /// Seconds since the epoch when the scan began (for `settled`).
     start_s: i64,
     xattr_free: Mutex<Vec<u64>>,
@@ -228,7 +229,7 @@ pub fn list_opened_dir(
     opts: &ScanOptions,
 ) -> (Option<Listing>, Scan) {
     let ctx = Ctx::new(rules, opts, now_s());
-    let listing = listing_of(opened, rel, &ctx, None, None);
+    let listing = listing_of(opened, rel, &ctx, None);
     (listing, ctx.finish(None))
 }
 
@@ -246,11 +247,18 @@ pub fn list_dir_pair(
         Ctx::new(s_rules, s_opts, now),
         Ctx::new(d_rules, d_opts, now),
     );
+    let mut s_dir = s_root.open_dir(rel);
     let mut d_dir = d_root.open_dir(rel);
-    let mut peer = None;
-    let share = (d_dir.is_ok() && d_opts.listing_memo.is_some()).then_some(&mut peer);
-    let s_list = listing_of(s_root.open_dir(rel).as_mut(), rel, &sc, None, share);
-    let d_list = listing_of(d_dir.as_mut(), rel, &dc, peer, None);
+    let (s_list, d_list) = match (s_dir.as_mut(), d_dir.as_mut()) {
+        // The destination may take the source's names (see `Ctx::names_of`).
+        (Ok(s), Ok(d)) if d_opts.listing_memo.is_some() => {
+            let s_head = read_head(s, rel, &sc, None);
+            let peer = s_head.as_ref().and_then(|h| h.names.as_ref());
+            let d_list = scan_dir_entries(d, rel, &dc, peer.map(Listed::names));
+            (s_head.map(|h| whole_listing(s, rel, &sc, h)), d_list)
+        }
+        (s, d) => (listing_of(s, rel, &sc, None), listing_of(d, rel, &dc, None)),
+    };
     ((s_list, sc.finish(None)), (d_list, dc.finish(None)))
 }
 
@@ -259,11 +267,10 @@ fn listing_of(
     opened: Result<&mut Dir, &mut io::Error>,
     rel: &RelPath,
     ctx: &Ctx,
-    peer: Option<Names>,
-    share: Option<&mut Option<Names>>,
+    peer: Option<&Names>,
 ) -> Option<Listing> {
     match opened {
-        Ok(dir) => scan_dir_entries(dir, rel, ctx, peer, share),
+        Ok(dir) => scan_dir_entries(dir, rel, ctx, peer),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => None,
         Err(e) => {
             ctx.fail_dir(rel, format!("cannot open directory: {e}"));
@@ -307,7 +314,7 @@ pub fn scan_pair(
     scan_pair_at(src, dst, now_s())
 }
 
-fn now_s() -> i64 {
+pub(crate) fn now_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -338,7 +345,7 @@ fn scan_pair_at(
             into.inplace_markers.extend(l.markers.iter().cloned());
         }
     };
-    let (mut s_scan, mut d_scan) = walk_pair_at(src, dst, start_s, &|v: DirVisit| {
+    let (mut s_scan, mut d_scan) = walk_pair_at(src, dst, start_s, None, &|v: DirVisit| {
         let mut k = kept.lock().unwrap();
         keep(&mut k.0, v.src);
         keep(&mut k.1, v.dst);
@@ -355,7 +362,7 @@ fn scan_pair_at(
 }
 
 impl<'a> Ctx<'a> {
-    fn new(rules: &'a IgnoreRules, opts: &ScanOptions<'a>, start_s: i64) -> Ctx<'a> {
+    pub(crate) fn new(rules: &'a IgnoreRules, opts: &ScanOptions<'a>, start_s: i64) -> Ctx<'a> {
         Ctx {
             rules,
             opts: *opts,
@@ -370,7 +377,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn open_root(&self, root: &Root) -> Option<Dir> {
+    pub(crate) fn open_root(&self, root: &Root) -> Option<Dir> {
         root.open_dir(&RelPath::root())
             .map_err(|e| self.fail_dir(&RelPath::root(), e))
             .ok()
@@ -384,7 +391,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The scan of the tree rooted at `tree`.
-    fn finish(self, tree: Option<Node>) -> Scan {
+    pub(crate) fn finish(self, tree: Option<Node>) -> Scan {
         let mut entries = Vec::new();
         if let Some(t) = tree {
             entries.reserve(t.count());
@@ -410,26 +417,26 @@ impl<'a> Ctx<'a> {
     /// The names of `dir`: the peer's (the source's names at the same path)
     /// when the listing memo knows this directory unchanged since it held
     /// exactly those, else listed. `None` when it cannot be listed.
-    fn names_of(
+    fn names_of<'p>(
         &self,
         dir: &mut Dir,
         rel: &RelPath,
         st: &Stat,
-        peer: Option<Names>,
-    ) -> Option<Names> {
+        peer: Option<&'p Names>,
+    ) -> Option<Listed<'p>> {
         let Some(memo) = self.opts.listing_memo else {
-            return self.list(dir, rel);
+            return self.list(dir, rel).map(Listed::Own);
         };
         if let Some(peer) = peer {
             // Names reserved for our temp and recovery files must be seen as
             // such, from a real listing.
             if !peer.iter().any(|(n, _, _)| is_reserved_name(n)) {
-                let key = listing_key(rel, st.ino, st.ctime, digest_of(&peer));
+                let key = listing_key(rel, st.ino, st.ctime, digest_of(peer));
                 if memo.contains(key) {
                     self.listings.lock().unwrap().push(key);
                     self.listings_skipped
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Some(peer);
+                    return Some(Listed::Peer(peer));
                 }
             }
         }
@@ -438,7 +445,7 @@ impl<'a> Ctx<'a> {
             let key = listing_key(rel, st.ino, st.ctime, digest_of(&names));
             self.listings.lock().unwrap().push(key);
         }
-        Some(names)
+        Some(Listed::Own(names))
     }
 
     fn list(&self, dir: &mut Dir, rel: &RelPath) -> Option<Names> {
@@ -449,22 +456,38 @@ impl<'a> Ctx<'a> {
         if let Some(only) = self.opts.only_names {
             debug_assert!(self.opts.listing_memo.is_none());
             // The rules' own file stays, to be read as a full listing would.
-            names.retain(|(n, _, _)| n == IGNORE_FILE || only.binary_search(n).is_ok());
+            names.retain(|n| n == IGNORE_FILE || only.binary_search_by(|o| o[..].cmp(n)).is_ok());
         }
         Some(names)
     }
 }
 
 /// A directory's names as listed: (name, d_type, d_ino).
-type Names = Vec<(Vec<u8>, u8, u64)>;
+pub(crate) type Names = crate::NameList;
+
+/// A directory's names: listed, or the peer's (the other tree's names at
+/// the same path, which the listing memo vouches for).
+pub(crate) enum Listed<'p> {
+    Own(Names),
+    Peer(&'p Names),
+}
+
+impl Listed<'_> {
+    pub(crate) fn names(&self) -> &Names {
+        match self {
+            Listed::Own(n) => n,
+            Listed::Peer(n) => n,
+        }
+    }
+}
 
 fn digest_of(names: &Names) -> u64 {
-    names_digest(names.iter().map(|(n, _, _)| n.as_slice()))
+    names_digest(names.iter().map(|(n, _, _)| n))
 }
 
 /// One scanned directory: its own entry first, then its other children
 /// sorted by name; its subdirectories, sorted by name.
-struct Node {
+pub(crate) struct Node {
     entries: Vec<Entry>,
     subdirs: Vec<Node>,
 }
@@ -493,7 +516,7 @@ impl Node {
 /// Scan one directory, its subdirectories as tasks of their own; `None`
 /// when even the directory itself could not be read.
 fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
-    let mut listing = scan_dir_entries(&mut dir, &rel, ctx, None, None)?;
+    let mut listing = scan_dir_entries(&mut dir, &rel, ctx, None)?;
     ctx.keep_found(&mut listing);
     let entries = listing.entries;
     let (mounts, walked): (Vec<Entry>, Vec<Entry>) = listing
@@ -524,7 +547,12 @@ fn scan_dir(mut dir: Dir, rel: RelPath, ctx: &Ctx) -> Option<Node> {
 /// writes, a directory of ours that shuts us out is opened again after a
 /// chmod (see `Dir::repairs`): a mirror that copied a mode of 000 must not
 /// lock itself out of its own copy.
-fn open_subdir(dir: &Dir, name: &[u8], child: &RelPath, ctx: &Ctx) -> Result<Dir, Option<Node>> {
+pub(crate) fn open_subdir(
+    dir: &Dir,
+    name: &[u8],
+    child: &RelPath,
+    ctx: &Ctx,
+) -> Result<Dir, Option<Node>> {
     let opened = if ctx.opts.source {
         dir.open_subdir(name)
     } else {
@@ -537,193 +565,6 @@ fn open_subdir(dir: &Dir, name: &[u8], child: &RelPath, ctx: &Ctx) -> Result<Dir
             subdirs: Vec::new(),
         })
     })
-}
-
-/// One directory of a paired walk: each side's listing (`None`: missing on
-/// that side, or unreadable: then the walk's scan says so).
-#[derive(Clone, Copy, Debug)]
-pub struct DirVisit<'a> {
-    pub path: &'a RelPath,
-    pub src: Option<&'a Listing>,
-    pub dst: Option<&'a Listing>,
-}
-
-/// Walk a source and a destination together, directory by directory, as
-/// `scan_pair` does, but hand each directory pair to `visit` as soon as both
-/// sides are read, and keep nothing of it: memory holds the directories in
-/// flight, not the tree. A parent is visited before its subdirectories.
-/// Returns both scans without entries (errors, completeness, memo digests);
-/// stale temps and markers are only in the listings.
-pub fn walk_pair(
-    src: (&Root, &IgnoreRules, &ScanOptions),
-    dst: (&Root, &IgnoreRules, &ScanOptions),
-    visit: &(dyn Fn(DirVisit) + Sync),
-) -> (Scan, Scan) {
-    walk_pair_at(src, dst, now_s(), visit)
-}
-
-/// `walk_pair` as if it began at `start_s` seconds since the epoch.
-fn walk_pair_at(
-    (s_root, s_rules, s_opts): (&Root, &IgnoreRules, &ScanOptions),
-    (d_root, d_rules, d_opts): (&Root, &IgnoreRules, &ScanOptions),
-    start_s: i64,
-    visit: &(dyn Fn(DirVisit) + Sync),
-) -> (Scan, Scan) {
-    let (sc, dc) = (
-        Ctx::new(s_rules, s_opts, start_s),
-        Ctx::new(d_rules, d_opts, start_s),
-    );
-    let side = |dir: Option<Dir>| dir.map_or(WalkSide::Missing, WalkSide::Open);
-    walk_pair_dir(
-        side(sc.open_root(s_root)),
-        side(dc.open_root(d_root)),
-        RelPath::root(),
-        (&sc, &dc),
-        visit,
-    );
-    (sc.finish(None), dc.finish(None))
-}
-
-/// One side of a directory in a paired walk.
-enum WalkSide {
-    Open(Dir),
-    /// It exists (its parent listed it) but cannot be opened: reported, and
-    /// visited with its own entry alone, so it is neither mistaken for
-    /// something to delete nor left without its properties.
-    Unreadable(Entry),
-    /// A source directory on another file system (`-x`): visited with its
-    /// own entry alone, nothing below it walked.
-    MountPoint(Dir),
-    Missing,
-}
-
-/// The listing of one side of a directory in a paired walk.
-fn read_side(
-    side: &mut WalkSide,
-    rel: &RelPath,
-    ctx: &Ctx,
-    peer: Option<Names>,
-    share: Option<&mut Option<Names>>,
-) -> Option<Listing> {
-    match side {
-        WalkSide::Open(dir) => scan_dir_entries(dir, rel, ctx, peer, share),
-        WalkSide::Unreadable(me) => Some(Listing {
-            entries: vec![me.clone()],
-            ..Listing::default()
-        }),
-        WalkSide::MountPoint(dir) => {
-            let mut free = Vec::new();
-            let (me, st) = own_entry(dir, rel, ctx, &mut free)?;
-            ctx.xattr_free.lock().unwrap().append(&mut free);
-            Some(Listing {
-                entries: vec![me],
-                ctimes: vec![st.ctime],
-                ..Listing::default()
-            })
-        }
-        WalkSide::Missing => None,
-    }
-}
-
-fn walk_pair_dir(
-    s: WalkSide,
-    d: WalkSide,
-    rel: RelPath,
-    (sc, dc): (&Ctx, &Ctx),
-    visit: &(dyn Fn(DirVisit) + Sync),
-) {
-    let mut peer = None;
-    let share =
-        (matches!(d, WalkSide::Open(_)) && dc.opts.listing_memo.is_some()).then_some(&mut peer);
-    let (mut s, mut d) = (s, d);
-    let s_part = read_side(&mut s, &rel, sc, None, share);
-    let d_part = read_side(&mut d, &rel, dc, peer, None);
-    visit(DirVisit {
-        path: &rel,
-        src: s_part.as_ref(),
-        dst: d_part.as_ref(),
-    });
-    if matches!(s, WalkSide::MountPoint(_)) {
-        return;
-    }
-    // `-x`: what only the destination holds across a mount point is kept
-    // (see `SameFs`), so it is not walked.
-    let d_mount = d_part
-        .as_ref()
-        .is_some_and(|l| dc.across_mount(&l.entries[0]));
-    let subdirs = |part: Option<Listing>| part.map_or(Vec::new(), |l| l.subdirs);
-    let (s_subs, d_subs) = (subdirs(s_part), subdirs(d_part));
-    let mut pairs = pair_subdirs(subdir_names(&s_subs), subdir_names(&d_subs));
-    if dc.opts.same_fs.is_some() {
-        let d_across = |i: usize| dc.across_mount(&d_subs[i]);
-        let mut di = 0;
-        pairs.retain(|(_, _, in_s, in_d)| {
-            let across = *in_d && d_across(di);
-            di += usize::from(*in_d);
-            *in_s || !(d_mount || across)
-        });
-    }
-    let by_name = |subs: &[Entry], name: &[u8]| {
-        subs.binary_search_by(|e| e.path.file_name().cmp(name))
-            .ok()
-            .map(|i| subs[i].clone())
-    };
-    // A subdirectory that cannot be opened is reported (its side of the scan
-    // is incomplete).
-    let open = |side: &WalkSide, subs: &[Entry], name: &[u8], child: &RelPath, ctx: &Ctx| {
-        let (WalkSide::Open(dir), Some(me)) = (side, by_name(subs, name)) else {
-            return WalkSide::Missing;
-        };
-        let across = ctx.opts.source && ctx.across_mount(&me);
-        match open_subdir(dir, name, child, ctx) {
-            Ok(sub) if across => WalkSide::MountPoint(sub),
-            Ok(sub) => WalkSide::Open(sub),
-            Err(_) => WalkSide::Unreadable(me),
-        }
-    };
-    pairs.into_par_iter().for_each(|(name, child, in_s, in_d)| {
-        let s_child = if in_s {
-            open(&s, &s_subs, &name, &child, sc)
-        } else {
-            WalkSide::Missing
-        };
-        let d_child = if in_d {
-            open(&d, &d_subs, &name, &child, dc)
-        } else {
-            WalkSide::Missing
-        };
-        walk_pair_dir(s_child, d_child, child, (sc, dc), visit);
-    });
-}
-
-/// The union of two sorted subdirectory lists: (name, path, in the first,
-/// in the second), sorted by name.
-fn pair_subdirs(a: Subdirs, b: Subdirs) -> Vec<(Vec<u8>, RelPath, bool, bool)> {
-    let mut out = Vec::with_capacity(a.len().max(b.len()));
-    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
-    loop {
-        let ord = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => x.0.cmp(&y.0),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => return out,
-        };
-        match ord {
-            std::cmp::Ordering::Less => {
-                let (n, p) = a.next().unwrap();
-                out.push((n, p, true, false));
-            }
-            std::cmp::Ordering::Greater => {
-                let (n, p) = b.next().unwrap();
-                out.push((n, p, false, true));
-            }
-            std::cmp::Ordering::Equal => {
-                let (n, p) = a.next().unwrap();
-                b.next();
-                out.push((n, p, true, true));
-            }
-        }
-    }
 }
 
 /// One directory as read by a scan.
@@ -761,7 +602,7 @@ impl Ctx<'_> {
     }
 
     /// A directory on another file system than the side's root (`-x`).
-    fn across_mount(&self, e: &Entry) -> bool {
+    pub(crate) fn across_mount(&self, e: &Entry) -> bool {
         self.opts.same_fs.is_some_and(|f| f.is_mount_dir(e))
     }
 
@@ -784,56 +625,112 @@ fn subdir_names(subdirs: &[Entry]) -> Vec<(Vec<u8>, RelPath)> {
         .collect()
 }
 
-type Subdirs = Vec<(Vec<u8>, RelPath)>;
-
 /// The entries of one directory (itself first, then the rest sorted by
 /// name) and the subdirectories to scan next, sorted by name; `None` when
 /// even the directory itself could not be read. `peer` is the other tree's
-/// listing of the same directory (see `Ctx::names_of`); `share` receives
-/// this one's listing for the other tree.
-fn scan_dir_entries(
+/// names of the same directory (see `Ctx::names_of`).
+pub(crate) fn scan_dir_entries(
     dir: &mut Dir,
     rel: &RelPath,
     ctx: &Ctx,
-    peer: Option<Names>,
-    share: Option<&mut Option<Names>>,
+    peer: Option<&Names>,
 ) -> Option<Listing> {
-    let rel = rel.clone();
-    // The directory's own entry leads the listing; the others are gathered
-    // apart and put in name order behind it (see `sorted_by_name`).
-    let mut out = Vec::new();
-    let mut ctimes = Vec::new();
-    let mut free = Vec::new();
-    let (me, st) = own_entry(dir, &rel, ctx, &mut free)?;
-    let own_ctime = st.ctime;
-    let mut listing = Listing::default();
-    let Some(mut names) = ctx.names_of(dir, &rel, &st, peer) else {
-        listing.entries = vec![me];
-        listing.ctimes = vec![own_ctime];
-        return Some(listing);
-    };
-    if ctx.opts.read_ignore_files && names.iter().any(|(n, _, _)| n == IGNORE_FILE) {
+    let head = read_head(dir, rel, ctx, peer)?;
+    Some(whole_listing(dir, rel, ctx, head))
+}
+
+/// One side of a directory read up to its names: its own entry, that
+/// entry's ctime, and its names (`None`: they could not be listed, which
+/// is reported).
+pub(crate) struct Head<'p> {
+    pub me: Entry,
+    pub ctime: Time,
+    pub names: Option<Listed<'p>>,
+}
+
+/// Read a directory's own entry and its names (and its `.accordignore`
+/// into the rules, on the source side); `None` when even its own entry
+/// could not be read.
+pub(crate) fn read_head<'p>(
+    dir: &mut Dir,
+    rel: &RelPath,
+    ctx: &Ctx,
+    peer: Option<&'p Names>,
+) -> Option<Head<'p>> {
+    let (me, st) = read_own(dir, rel, ctx)?;
+    let names = ctx.names_of(dir, rel, &st, peer);
+    let has_rules = |l: &Listed| l.names().iter().any(|(n, _, _)| n == IGNORE_FILE);
+    if ctx.opts.read_ignore_files && names.as_ref().is_some_and(has_rules) {
         // Rules that cannot be read would leave excluded DST entries looking
         // like extras: any failure here suspends deletions for the run.
         // A failure is named by the file, so a task run can tell it from
         // the directory's others.
         let file = || rel.join(IGNORE_FILE).unwrap_or_else(|_| rel.clone());
         match read_ignore_file(dir) {
-            Ok(Some(buf)) => ctx.rules.add_dir_file(&rel, &buf),
+            Ok(Some(buf)) => ctx.rules.add_dir_file(rel, &buf),
             Ok(None) => ctx.fail_dir(&file(), "vanished while its directory was listed"),
             Err(e) => ctx.fail_dir(&file(), format!("cannot be read: {e}")),
         }
     }
+    Some(Head {
+        me,
+        ctime: st.ctime,
+        names,
+    })
+}
+
+/// A directory's own entry and its stat, its names not read (`None`: it
+/// could not be read, which is reported).
+pub(crate) fn read_own(dir: &mut Dir, rel: &RelPath, ctx: &Ctx) -> Option<(Entry, Stat)> {
+    let mut free = Vec::new();
+    let own = own_entry(dir, rel, ctx, &mut free);
+    if !free.is_empty() {
+        ctx.xattr_free.lock().unwrap().append(&mut free);
+    }
+    own
+}
+
+/// The listing of a whole directory read up to `head`.
+pub(crate) fn whole_listing(dir: &Dir, rel: &RelPath, ctx: &Ctx, head: Head) -> Listing {
+    let Some(listed) = &head.names else {
+        return Listing {
+            entries: vec![head.me],
+            ctimes: vec![head.ctime],
+            ..Listing::default()
+        };
+    };
+    let names = listed.names();
+    let mut pick: Vec<u32> = (0..names.len() as u32).collect();
+    listing_of_names(dir, rel, ctx, (head.me, head.ctime), names, &mut pick)
+}
+
+/// The listing of the names `pick` (indices into `names`) of a directory
+/// whose own entry is `me`: that entry first, then the others that are not
+/// directories, sorted by name; its subdirectories apart. `pick` is left
+/// in inode order.
+pub(crate) fn listing_of_names(
+    dir: &Dir,
+    rel: &RelPath,
+    ctx: &Ctx,
+    (me, own_ctime): (Entry, Time),
+    names: &Names,
+    pick: &mut [u32],
+) -> Listing {
+    // The directory's own entry leads the listing; the others are gathered
+    // apart and put in name order behind it (see `sorted_by_name`).
+    let mut listing = Listing::default();
+    let mut free = Vec::new();
     // One more for the directory's own entry, put in front when sorted.
-    out.reserve(names.len() + 1);
-    ctimes.reserve(names.len() + 1);
+    let mut out = Vec::with_capacity(pick.len() + 1);
+    let mut ctimes = Vec::with_capacity(pick.len() + 1);
     let mut subdirs = Vec::new();
     let mut subdir_ctimes = Vec::new();
     let mut files_xattrs: Vec<(usize, u64, bool)> = Vec::new();
     // In inode order: inodes sit in the inode table (and in memory) roughly
     // in that order, so the stats below touch neighbouring inodes.
-    names.sort_unstable_by_key(|n| n.2);
-    for (name, _dtype, _ino) in &names {
+    pick.sort_unstable_by_key(|&i| names.ino(i as usize));
+    for &i in pick.iter() {
+        let name = names.name(i as usize);
         if is_reserved_name(name) {
             // A partial file is listed with the stale temps: the plan keeps
             // it when its file is written again, and removes it otherwise.
@@ -861,7 +758,7 @@ fn scan_dir_entries(
             Ok(c) => c,
             Err(e) => {
                 ctx.fail(
-                    &rel,
+                    rel,
                     format!(
                         "unusable name {:?}: {e}",
                         accord_model::escape_for_display(name)
@@ -929,14 +826,9 @@ fn scan_dir_entries(
     let (subdirs, subdir_ctimes) = sorted_by_name(None, subdirs, subdir_ctimes);
     ctimes.extend(subdir_ctimes);
     listing.ctimes = ctimes;
-    // The listing goes to the other tree's side when it may use it (the
-    // names are only borrowed above, so no copy is made).
-    if let Some(share) = share {
-        *share = Some(names);
-    }
     listing.entries = out;
     listing.subdirs = subdirs;
-    Some(listing)
+    listing
 }
 
 /// A directory's own entry (with its extended attributes when asked for)

@@ -30,6 +30,18 @@ pub struct DirInput<'a> {
     pub dst: &'a [&'a Entry],
     /// Temp files of an interrupted run found in the destination directory.
     pub stale_temps: &'a [RelPath],
+    /// The whole directory, or one slice of it.
+    pub part: DirPart,
+}
+
+/// What of its directory a [`DirInput`] holds. A large directory may be
+/// given in slices of its children, one after the other (from one thread,
+/// or in order), each with the directory's own entries: its properties
+/// are decided with its last slice, from what all of its slices change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirPart {
+    Whole,
+    Slice { last: bool },
 }
 
 /// Accumulates the plan of a mirror from directory pairs (see the module).
@@ -57,6 +69,17 @@ struct Acc {
     /// Directories holding deferred files: (source entry, destination
     /// entry, properties item already planned).
     held_dirs: HashMap<RelPath, HeldDir>,
+    /// Directories given in slices whose last slice is still to come:
+    /// what their slices so far change (see `Carry`).
+    sliced: HashMap<RelPath, Carry>,
+}
+
+/// What the slices of a directory given so far change: whether anything
+/// in it does (its mtime moves), and whether it holds deferred files.
+#[derive(Clone, Copy, Default)]
+struct Carry {
+    dirty: bool,
+    holds_deferred: bool,
 }
 
 /// What one directory adds to the plan.
@@ -68,6 +91,8 @@ struct DirPlan {
     deferred: Vec<(Entry, Option<Entry>)>,
     dst_linked: Vec<(Entry, Option<Entry>)>,
     held: Option<(RelPath, HeldDir)>,
+    /// A slice other than its directory's last: what it changes.
+    carry: Option<(RelPath, Carry)>,
 }
 
 impl MirrorPlanner {
@@ -81,7 +106,14 @@ impl MirrorPlanner {
     /// Plan one directory pair. Each directory is given once; children are
     /// planned by their parent, a directory's own properties by itself.
     pub fn plan_dir(&self, input: &DirInput) {
-        let part = plan_one_dir(&self.opts, input);
+        let carried = match input.part {
+            DirPart::Whole => Carry::default(),
+            DirPart::Slice { .. } => {
+                let mut acc = self.acc.lock().unwrap();
+                acc.sliced.remove(input.path).unwrap_or_default()
+            }
+        };
+        let part = plan_one_dir(&self.opts, input, carried);
         let mut acc = self.acc.lock().unwrap();
         acc.merge(part);
     }
@@ -175,6 +207,9 @@ impl Acc {
         if let Some((path, held)) = part.held {
             self.held_dirs.insert(path, held);
         }
+        if let Some((path, carry)) = part.carry {
+            self.sliced.insert(path, carry);
+        }
     }
 }
 
@@ -262,7 +297,7 @@ fn resume_partials(plan: &mut MirrorPlan) {
         .retain(|c| partial_of(c).is_none_or(|p| !resumed.contains(&p)));
 }
 
-fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {
+fn plan_one_dir(o: &MirrorOptions, input: &DirInput, carried: Carry) -> DirPlan {
     let mut out = DirPlan::default();
     let allowed = |e: &&&Entry| o.kinds.allows(e.kind);
     let src: Vec<&Entry> = input.src.iter().filter(allowed).copied().collect();
@@ -278,7 +313,7 @@ fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {
     let plan = &mut out.plan;
     // Something in this directory changes: its mtime moves, so its
     // properties are set again after its subtree.
-    let mut dirty = false;
+    let mut dirty = carried.dirty;
     for t in input.stale_temps {
         plan.cleanup.push(Item {
             op: Op::Cleanup,
@@ -289,7 +324,7 @@ fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {
         });
         dirty = true;
     }
-    let mut holds_deferred = false;
+    let mut holds_deferred = carried.holds_deferred;
     for &(s, d) in &pairs {
         if let Some(d) = d {
             out.dst_entries += 1;
@@ -338,6 +373,14 @@ fn plan_one_dir(o: &MirrorOptions, input: &DirInput) -> DirPlan {
             dirty |= op != Op::Meta;
             push_file(plan, op, s, d_usable);
         }
+    }
+    if input.part == (DirPart::Slice { last: false }) {
+        let carry = Carry {
+            dirty,
+            holds_deferred,
+        };
+        out.carry = Some((input.path.clone(), carry));
+        return out;
     }
     // This directory's own properties, after its subtree.
     if let Some(s_me) = input.src_me.filter(|e| e.kind == Kind::Dir) {
@@ -573,6 +616,7 @@ pub fn mirror_plan(
             src: src_children.get(path).unwrap_or(&none),
             dst: dst_children.get(path).unwrap_or(&none),
             stale_temps: temps.get(path).map_or(&[], Vec::as_slice),
+            part: DirPart::Whole,
         });
     }
     planner.finish(facts)

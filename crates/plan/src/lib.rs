@@ -29,7 +29,7 @@ pub mod sync_guard;
 pub mod version_vector;
 
 pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update, UNKNOWN_OWNER};
-pub use dirs::{mirror_plan, DirInput, MirrorPlanner};
+pub use dirs::{mirror_plan, DirInput, DirPart, MirrorPlanner};
 pub use keep_both::{conflict_name, host_label, keep_both_winner, utc_stamp};
 pub use links::plan_links;
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};

@@ -8,7 +8,7 @@ use crate::mirror::dry_run::DryRun;
 use crate::mirror::error::{Failure, Fatal};
 use crate::mirror::exec::{run_plan, Exec};
 use crate::mirror::stream::Streamed;
-use crate::mirror::walk::{walk_replicas, Found, Walk};
+use crate::mirror::walk::{walk_replicas, Found, Walk, SLICE_NAMES};
 use crate::Progress;
 use accord_fsys::{DigestMemo, IgnoreRules, Scan, ScanOptions};
 use accord_model::{Kind, RelPath};
@@ -446,7 +446,8 @@ fn walk_both(
     s_opts.same_fs = cfg.same_fs(src.identity().0);
     d_opts.same_fs = cfg.same_fs(dst.identity().0);
     if let (Some(s), Some(d)) = (src.local_root(), dst.local_root()) {
-        return accord_fsys::walk_pair((s, s_rules, &s_opts), (d, d_rules, &d_opts), visit);
+        let (s, d) = ((s, s_rules, &s_opts), (d, d_rules, &d_opts));
+        return accord_fsys::walk_pair(s, d, Some(SLICE_NAMES), visit);
     }
     walk_replicas((src, s_rules, &s_opts), (dst, d_rules, &d_opts), visit)
 }

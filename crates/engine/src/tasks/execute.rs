@@ -11,7 +11,7 @@ use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
 use crate::tasks::Task;
 use crate::Replica;
 use accord_model::{Entry, Found, Kind, RelPath};
-use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
+use accord_plan::{DirInput, DirPart, Facts, Item, MirrorPlan, MirrorPlanner, Op};
 use std::sync::atomic::Ordering;
 
 pub(crate) fn run_task(ctx: &Ctx, task: &Task) -> TaskResult {
@@ -212,6 +212,7 @@ pub(crate) fn set_dir_props(
         src: &[],
         dst: &[],
         stale_temps: &[],
+        part: DirPart::Whole,
     });
     let mut plan = planner
         .finish(&Facts::default())

@@ -15,7 +15,7 @@ use crate::tasks::execute::{already_done, carry_out, count_written, stat};
 use crate::tasks::run::{keys, Ctx, Outcome, TaskResult};
 use crate::tasks::Task;
 use accord_model::{Entry, Found, Kind, RelPath};
-use accord_plan::{DirInput, Facts, Item, MirrorPlan, MirrorPlanner, Op};
+use accord_plan::{DirInput, DirPart, Facts, Item, MirrorPlan, MirrorPlanner, Op};
 
 pub(crate) fn hardlink(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
     let group = format!("{}:{}", src.dev, src.ino);
@@ -60,6 +60,7 @@ fn lead(ctx: &Ctx, src: &Entry, dst: Option<&Entry>) -> TaskResult {
         src: &[src],
         dst: &dst,
         stale_temps: &[],
+        part: DirPart::Whole,
     });
     let plan = planner
         .finish(&Facts::default())

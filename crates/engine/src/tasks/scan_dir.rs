@@ -255,6 +255,7 @@ pub(crate) fn plan_dir(
         path: dir,
         src: s,
         dst: Some(d),
+        slice: None,
     });
     let found = walk.finish();
     if let Some(f) = found.nested {
