@@ -16,8 +16,10 @@
 //! own while the walk's thread that took it waits, blocked: waiting in the
 //! walk's pool, it would walk (and plan) on meanwhile, and under load the
 //! plan ran ahead of the copy (an initial copy of `/usr` peaked at 93 MB
-//! with another build running, 39 MB on an idle machine). The part's pool
-//! never waits for the walk's, so blocking cannot deadlock. Parts run side
+//! with another build running, 39 MB on an idle machine). At most
+//! `PARTS_AT_ONCE` parts run; a thread with another part to carry out
+//! waits, blocked too, so the walk goes as fast as the copy. The parts'
+//! pool never waits for the walk's, so blocking cannot deadlock. Parts run side
 //! by side, but each part's new directories are made before the part is
 //! let go (under `turn`, one part after the other), so a directory is made
 //! before any file planned into it is written: its parent's visit planned
@@ -31,10 +33,16 @@ use accord_model::RelPath;
 use accord_plan::{MirrorPlan, MirrorPlanner};
 use accord_replica::Replica;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 /// Files carried out together: about one commit batch.
 const PART: usize = 2048;
+
+/// Parts carried out at once: two overlap one's wait for the disk with
+/// the other's copying. A part holds its files' items and its batches
+/// until it is done: with a part per walk thread (four here), parts made
+/// half of an initial copy's peak heap.
+const PARTS_AT_ONCE: usize = 2;
 
 pub(crate) struct Streamed<'a> {
     exec: Exec<'a>,
@@ -51,6 +59,23 @@ pub(crate) struct Streamed<'a> {
     halted: AtomicBool,
     /// Some part was carried out.
     ran: AtomicBool,
+    /// Parts being carried out, at most `PARTS_AT_ONCE`; `freed` tells a
+    /// walk's thread waiting for a part to end.
+    running: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// One of the `PARTS_AT_ONCE` parts: given back when dropped.
+struct PartSlot<'s> {
+    running: &'s Mutex<usize>,
+    freed: &'s Condvar,
+}
+
+impl Drop for PartSlot<'_> {
+    fn drop(&mut self) {
+        *self.running.lock().unwrap() -= 1;
+        self.freed.notify_one();
+    }
 }
 
 impl<'a> Streamed<'a> {
@@ -88,6 +113,8 @@ impl<'a> Streamed<'a> {
             turn: Mutex::new(()),
             halted: AtomicBool::new(false),
             ran: AtomicBool::new(false),
+            running: Mutex::new(0),
+            freed: Condvar::new(),
         })
     }
 
@@ -122,10 +149,16 @@ impl<'a> Streamed<'a> {
         }
         let exec = &self.exec;
         while planner.creations_waiting() >= PART {
+            // The walk waits here while the copy is behind (see the module).
+            let _slot = self.slot();
             let part = {
                 let _turn = self.turn.lock().unwrap();
                 if self.halted.load(Ordering::SeqCst) {
                     return;
+                }
+                // Another thread may have taken them meanwhile.
+                if planner.creations_waiting() < PART {
+                    break;
                 }
                 let mut part = planner.take_creations(PART);
                 if exec.stopped() {
@@ -140,6 +173,20 @@ impl<'a> Streamed<'a> {
             };
             self.carry_out(&part);
             self.ran.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Wait until fewer than `PARTS_AT_ONCE` parts are being carried out,
+    /// and count one more.
+    fn slot(&self) -> PartSlot<'_> {
+        let mut running = self.running.lock().unwrap();
+        while *running >= PARTS_AT_ONCE {
+            running = self.freed.wait(running).unwrap();
+        }
+        *running += 1;
+        PartSlot {
+            running: &self.running,
+            freed: &self.freed,
         }
     }
 

@@ -21,8 +21,9 @@ use std::sync::Mutex;
 
 /// A local directory of more names than this (both sides together) is
 /// visited in slices of this many (`accord_fsys::Slice`): a run holds a
-/// slice's entries at a time, not a large directory's all (18,000 names
-/// held 11 MB in a run that changed nothing, against 1 MB of names).
+/// slice's entries at a time, not a large directory's all (one of 17,869
+/// names held 11 MB of entries and names in a run that changed nothing;
+/// its names alone, packed, take 0.6 MB a side).
 pub(crate) const SLICE_NAMES: usize = 1024;
 
 /// What the walk found besides the plan.
