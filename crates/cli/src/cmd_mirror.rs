@@ -303,6 +303,8 @@ pub fn default_state_dir() -> Option<PathBuf> {
 }
 
 pub fn run(mut args: MirrorArgs, matches: &clap::ArgMatches) -> i32 {
+    // Before the walk's and the copy's threads start (see the function).
+    accord_fsys::one_arena_per_core();
     if args.sources.len() > 1 {
         return crate::mirror_sources::run(args, matches);
     }

@@ -1272,6 +1272,26 @@ pub fn map_large_buffers_apart() {
     }
 }
 
+/// Let malloc keep at most one arena per processor (glibc's default is
+/// eight per processor). An arena keeps the pages its threads freed, so
+/// with a thread per arena a run's resident memory followed its number
+/// of threads more than what it held: a mirror of `/usr` (four walk
+/// threads, four copy threads) took 31 MB for its initial copy against
+/// 26 MB with two arenas, and 15.5 MB with nothing to do against 14.5 MB,
+/// in the same time (a run with nothing to do, 7 alternating rounds:
+/// 0.985x). Only as many threads run at once as there are processors, so
+/// few wait for an arena.
+pub fn one_arena_per_core() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let Ok(n) = std::thread::available_parallelism() {
+        let n = libc::c_int::try_from(n.get()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only sets an allocator parameter.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, n);
+        }
+    }
+}
+
 /// fsync a file, retrying only on EINTR (a failed fsync is final).
 pub fn fsync(f: &File) -> io::Result<()> {
     cvt_retry(|| unsafe { libc::fsync(f.as_raw_fd()) }).map(|_| ())
