@@ -287,7 +287,7 @@ fn an_initial_copy_of_many_parts_is_whole() {
     );
 }
 
-/// A directory of more names than the walk's slice (2,048) is planned a
+/// A directory of more names than the walk's slice (1,024) is planned a
 /// slice at a time: each change is made in whichever slice it falls, a
 /// name on one side only is copied or deleted, and the directory's own
 /// properties are set again when only its first slice changed (the

@@ -87,7 +87,7 @@ fn an_initial_copy_made_as_it_is_walked_tries_every_file() {
         std::fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
         for f in 0..1000 {
             let name = format!("d{d}/f{f}");
-            // A part of 2,048 files fills the disk; the ones after it
+            // A part of 1,024 files fills the disk; the ones after it
             // find it full, and are tried all the same.
             let size = if d == 0 && f % 50 == 7 && f < 600 {
                 1 << 20
