@@ -40,17 +40,28 @@ enum CPath {
 
 impl CPath {
     fn new(bytes: &[u8]) -> io::Result<CPath> {
+        if bytes.len() < SHORT_PATH {
+            return CPath::short(bytes);
+        }
         if bytes.contains(&0) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        if bytes.len() < SHORT_PATH {
-            let mut buf = [0u8; SHORT_PATH];
-            buf[..bytes.len()].copy_from_slice(bytes);
-            return Ok(CPath::Short(buf));
         }
         Ok(CPath::Long(
             CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
         ))
+    }
+
+    /// `new` of a path shorter than `SHORT_PATH`. Always inlined, so that the buffer is
+    /// filled where the caller keeps it instead of being moved there (every system call on a
+    /// path makes one).
+    #[inline(always)]
+    fn short(bytes: &[u8]) -> io::Result<CPath> {
+        if bytes.contains(&0) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut buf = [0u8; SHORT_PATH];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Ok(CPath::Short(buf))
     }
 
     fn as_ptr(&self) -> *const libc::c_char {
@@ -98,7 +109,18 @@ fn at_within(dir: RawFd, rel: &Path, limit: usize) -> io::Result<At> {
     })
 }
 
+/// `at_within` the kernel's limit; a short path (almost all are) is made inline (see
+/// `CPath::short`).
+#[inline(always)]
 fn at(dir: RawFd, rel: &Path) -> io::Result<At> {
+    let bytes = rel.as_os_str().as_bytes();
+    if bytes.len() < SHORT_PATH {
+        return Ok(At {
+            dir,
+            path: CPath::short(bytes)?,
+            _held: None,
+        });
+    }
     at_within(dir, rel, libc::PATH_MAX as usize)
 }
 
