@@ -927,6 +927,8 @@ impl State {
                 != table.generation
             {
                 v.clear();
+                // (Their descriptors would keep an old branch's file system busy.)
+                lock(&self.plain).clear();
             }
         }
         Op { u: self, table }

@@ -66,10 +66,14 @@ impl PlainDirs {
         }
     }
 
+    pub(super) fn clear(&mut self) {
+        self.dirs.clear();
+        self.open = 0;
+    }
+
     fn insert(&mut self, dir: u64, p: PlainDir) {
         if self.dirs.len() >= MAX_PLAIN {
-            self.dirs.clear();
-            self.open = 0;
+            self.clear();
         }
         self.remove(dir);
         self.open += p.fd.is_some() as usize;
