@@ -363,7 +363,9 @@ impl Nodes {
     /// root: every request through the mount makes one.
     fn rel_with(&self, ino: u64, child: Option<&OsStr>) -> Option<Rel> {
         let mut parts: smallvec::SmallVec<[&OsStr; 16]> = smallvec::SmallVec::new();
-        parts.extend(child);
+        if let Some(c) = child {
+            parts.push(c);
+        }
         let mut cur = ino;
         while cur != ROOT {
             let n = self.nodes.get(&cur)?;

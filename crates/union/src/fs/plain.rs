@@ -80,8 +80,9 @@ impl PlainDirs {
         self.dirs.insert(dir, p);
     }
 
-    fn has_room(&self) -> bool {
-        self.open < MAX_PLAIN_FDS
+    /// Whether `dir` may be held open (a record it replaces lets its descriptor go).
+    fn has_room_for(&self, dir: u64) -> bool {
+        self.open < MAX_PLAIN_FDS || self.dirs.get(&dir).is_some_and(|p| p.fd.is_some())
     }
 }
 
@@ -112,7 +113,7 @@ impl Op<'_> {
         }
         let mut found = self.find_plain(dir, mark)?;
         if mark.is_multiple_of(2) {
-            if lock(&self.plain).has_room() {
+            if lock(&self.plain).has_room_for(dir) {
                 found.fd = self.open_plain(dir, found.branch, mark).map(Arc::new);
             }
             lock(&self.plain).insert(dir, found.clone());
