@@ -74,8 +74,15 @@ pub struct Nodes {
 /// A name in the node table: inline when short, as most names are, so a node costs no
 /// allocation for its name (it is kept twice, as the node's name and in its table key). It
 /// hashes as the `OsStr` it holds (see `NameRef`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 struct Name(smallvec::SmallVec<[u8; 24]>);
+
+// (SmallVec's own clone goes byte by byte through its generic `extend`.)
+impl Clone for Name {
+    fn clone(&self) -> Name {
+        Name(smallvec::SmallVec::from_slice(&self.0))
+    }
+}
 
 impl Name {
     fn new(name: &OsStr) -> Name {
