@@ -202,8 +202,9 @@ if [ "${FLOOR:-1}" = 1 ]; then
         M=$F/mnt-$fs; mkdir -p "$M"
         case $fs in
             overlayfs) mount -t overlay overlay -o "lowerdir=$F/lower,upperdir=$F/upper-ovl,workdir=$F/work-ovl" "$M" ;;
-            nullfs) taskset -c 0 "$B/nullfs" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
-            passfs) taskset -c 0 "$B/passfs" "$F/backing-pass" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
+            # (Each in a session of its own, as accord's daemon is: see cpu.sh.)
+            nullfs) setsid taskset -c 0 "$B/nullfs" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
+            passfs) setsid taskset -c 0 "$B/passfs" "$F/backing-pass" "$M" & for _ in $(seq 50); do mountpoint -q "$M" && break; sleep 0.1; done ;;
             accord) taskset -c 0 "$ACCORD" union mount "${aopts[@]}" "$M" "$F/upper-acc=rw" "$F/lower=ro" ;;
         esac
         MOUNTS+=("$M")

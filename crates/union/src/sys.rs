@@ -40,17 +40,28 @@ enum CPath {
 
 impl CPath {
     fn new(bytes: &[u8]) -> io::Result<CPath> {
+        if bytes.len() < SHORT_PATH {
+            return CPath::short(bytes);
+        }
         if bytes.contains(&0) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        if bytes.len() < SHORT_PATH {
-            let mut buf = [0u8; SHORT_PATH];
-            buf[..bytes.len()].copy_from_slice(bytes);
-            return Ok(CPath::Short(buf));
         }
         Ok(CPath::Long(
             CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
         ))
+    }
+
+    /// `new` of a path shorter than `SHORT_PATH`. Always inlined, so that the buffer is
+    /// filled where the caller keeps it instead of being moved there (every system call on a
+    /// path makes one).
+    #[inline(always)]
+    fn short(bytes: &[u8]) -> io::Result<CPath> {
+        if bytes.contains(&0) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut buf = [0u8; SHORT_PATH];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Ok(CPath::Short(buf))
     }
 
     fn as_ptr(&self) -> *const libc::c_char {
@@ -98,8 +109,41 @@ fn at_within(dir: RawFd, rel: &Path, limit: usize) -> io::Result<At> {
     })
 }
 
+/// `at_within` the kernel's limit; a short path (almost all are) is made inline (see
+/// `CPath::short`).
+#[inline(always)]
 fn at(dir: RawFd, rel: &Path) -> io::Result<At> {
+    let bytes = rel.as_os_str().as_bytes();
+    if bytes.len() < SHORT_PATH {
+        return Ok(At {
+            dir,
+            path: CPath::short(bytes)?,
+            _held: None,
+        });
+    }
     at_within(dir, rel, libc::PATH_MAX as usize)
+}
+
+/// `f` of `rel` under `dir` as `at` makes it (the directory and a C string), with a short
+/// path's C string made in this frame: the hottest calls (fstatat, openat, unlinkat) then
+/// copy the path once, where an `At` returned by value is moved (and copied) on its way.
+#[inline(always)]
+fn with_at<T>(
+    dir: RawFd,
+    rel: &Path,
+    f: impl FnOnce(RawFd, *const libc::c_char) -> T,
+) -> io::Result<T> {
+    let bytes = rel.as_os_str().as_bytes();
+    if bytes.len() >= SHORT_PATH {
+        let c = at_within(dir, rel, libc::PATH_MAX as usize)?;
+        return Ok(f(c.dir, c.path.as_ptr()));
+    }
+    if bytes.contains(&0) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut buf = [0u8; SHORT_PATH];
+    buf[..bytes.len()].copy_from_slice(bytes);
+    Ok(f(dir, buf.as_ptr().cast()))
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -115,17 +159,11 @@ pub fn errno(e: &io::Error) -> i32 {
 }
 
 pub fn fstatat(dir: RawFd, rel: &Path) -> io::Result<Stat> {
-    let c = at(dir, rel)?;
     let mut st = MaybeUninit::<Stat>::uninit();
     // SAFETY: valid C string and out pointer.
-    cvt(unsafe {
-        libc::fstatat(
-            c.dir,
-            c.path.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
+    cvt(with_at(dir, rel, |dir, path| unsafe {
+        libc::fstatat(dir, path, st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW)
+    })?)?;
     // SAFETY: fstatat succeeded and filled the struct.
     Ok(unsafe { st.assume_init() })
 }
@@ -162,16 +200,11 @@ pub fn fstat(fd: RawFd) -> io::Result<Stat> {
 }
 
 pub fn openat(dir: RawFd, rel: &Path, flags: i32, mode: u32) -> io::Result<File> {
-    let c = at(dir, rel)?;
+    let flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW;
     // SAFETY: valid C string; the returned fd is owned by the File.
-    let fd = cvt(unsafe {
-        libc::openat(
-            c.dir,
-            c.path.as_ptr(),
-            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            mode as libc::c_uint,
-        )
-    })?;
+    let fd = cvt(with_at(dir, rel, |dir, path| unsafe {
+        libc::openat(dir, path, flags, mode as libc::c_uint)
+    })?)?;
     // SAFETY: fd is a fresh descriptor we own.
     Ok(unsafe { File::from_raw_fd(fd) })
 }
@@ -233,10 +266,12 @@ pub fn linkat(dir: RawFd, from: &Path, to: &Path) -> io::Result<()> {
 }
 
 pub fn unlinkat(dir: RawFd, rel: &Path, is_dir: bool) -> io::Result<()> {
-    let c = at(dir, rel)?;
     let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
     // SAFETY: valid C string.
-    cvt(unsafe { libc::unlinkat(c.dir, c.path.as_ptr(), flags) }).map(drop)
+    cvt(with_at(dir, rel, |dir, path| unsafe {
+        libc::unlinkat(dir, path, flags)
+    })?)
+    .map(drop)
 }
 
 pub fn renameat(dir: RawFd, from: &Path, to: &Path, flags: u32) -> io::Result<()> {

@@ -169,6 +169,52 @@ fn direct_branch_changes_show_up_promptly() {
     );
 }
 
+/// A directory only the upper branch holds is held open while the union serves names in it;
+/// replaced in the branch behind the union's back (its parent listing the same names), the new
+/// one still shows up within a couple of seconds, as other direct changes do.
+#[test]
+fn a_plain_directory_replaced_in_the_branch_shows_up_promptly() {
+    if !fuse_ok("a_plain_directory_replaced_in_the_branch_shows_up_promptly") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let b = t.path();
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    let m = UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    );
+    fs::create_dir(m.mnt.join("d")).unwrap();
+    fs::write(b.join("up/d/a"), "a\n").unwrap();
+    // Names only looked up and stat'ed: an open would give the directory a view.
+    assert_eq!(fs::symlink_metadata(m.mnt.join("d/a")).unwrap().len(), 2);
+    // Moved out of the branch and made again: the root lists the same names as before.
+    fs::rename(b.join("up/d"), b.join("d-old")).unwrap();
+    fs::create_dir(b.join("up/d")).unwrap();
+    fs::write(b.join("up/d/b"), "b\n").unwrap();
+    let start = Instant::now();
+    for i in 0.. {
+        // (Looking up a new name in the root keeps the root's view renewed, so only the
+        // directory's own age can make the union look for it again.)
+        assert!(fs::symlink_metadata(m.mnt.join(format!("absent{i}"))).is_err());
+        let seen = fs::symlink_metadata(m.mnt.join("d/b")).is_ok()
+            && fs::symlink_metadata(m.mnt.join("d/a")).is_err();
+        if seen {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the new directory not seen after 3 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("replaced directory seen after {:?}", start.elapsed());
+}
+
 #[test]
 fn whiteouts_are_hidden_and_reserved() {
     if !fuse_ok("whiteouts_are_hidden_and_reserved") {

@@ -466,15 +466,18 @@ impl Op<'_> {
         parent: u64,
         name: &OsStr,
         f: crate::pool::CreateFn,
-    ) -> R<(u32, std::path::PathBuf)> {
+    ) -> R<(u32, super::Rel)> {
         if whiteout::is_reserved(name) {
             return Err(libc::EINVAL);
         }
-        if self.child(parent, name)?.is_some() || self.is_control(parent, name) {
+        let view = self.ensure_view(parent)?;
+        if view.entries.contains_key(name) || self.is_control(parent, name) {
             return Err(libc::EEXIST);
         }
         let u = match self.pool() {
             Some(p) => self.pool_create_branch(parent, &p, f)?,
+            // (The view says when the directory is there already: the common case.)
+            None if self.table.upper().is_some_and(|u| view.layers.contains(&u)) => self.upper()?,
             None => self.ensure_dir_upper(parent)?,
         };
         Ok((u, self.child_path(parent, name)?))

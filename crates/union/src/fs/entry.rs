@@ -120,8 +120,8 @@ impl Op<'_> {
 
     /// The attributes of `name` in `parent`, read through its path (no reference counted).
     fn stat_child(&self, parent: u64, name: &OsStr) -> R<sys::Stat> {
-        if let Some(b) = self.plain_dir(parent) {
-            return self.stat_plain(parent, name, b);
+        if let Some(p) = self.plain_dir(parent) {
+            return self.stat_plain(parent, name, &p);
         }
         let view = self.ensure_view(parent)?;
         let winner = view.entries.get(name).ok_or(libc::ENOENT)?.winner();
@@ -141,7 +141,7 @@ impl Op<'_> {
         Ok(Listed {
             dir,
             view: self.ensure_view(dir)?,
-            rel: self.path(dir)?,
+            rel: self.path(dir)?.to_path_buf(),
             moves,
             fds: HashMap::new(),
         })

@@ -22,6 +22,7 @@ mod xattr;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -62,12 +63,41 @@ impl<T> Errno<T> for io::Result<T> {
 pub struct Nodes {
     nodes: HashMap<u64, Node>,
     next: u64,
-    by_name: HashMap<(u64, OsString), u64>,
+    by_name: HashMap<(u64, Name), u64>,
     /// The node of each branch file with several names (device, inode; see `index.rs`).
     by_file: HashMap<(u64, u64), u64>,
     /// Recent negative lookups the kernel may be caching, so a branch change can make it
     /// forget those too (bounded; older ones expire by TTL anyway).
-    negatives: std::collections::VecDeque<(u64, OsString)>,
+    negatives: std::collections::VecDeque<(u64, Name)>,
+}
+
+/// A name in the node table: inline when short, as most names are, so a node costs no
+/// allocation for its name (it is kept twice, as the node's name and in its table key). It
+/// hashes as the `OsStr` it holds (see `NameRef`).
+#[derive(Debug, PartialEq, Eq)]
+struct Name(smallvec::SmallVec<[u8; 24]>);
+
+// (SmallVec's own clone goes byte by byte through its generic `extend`.)
+impl Clone for Name {
+    fn clone(&self) -> Name {
+        Name(smallvec::SmallVec::from_slice(&self.0))
+    }
+}
+
+impl Name {
+    fn new(name: &OsStr) -> Name {
+        Name(smallvec::SmallVec::from_slice(name.as_bytes()))
+    }
+
+    fn as_os_str(&self) -> &OsStr {
+        OsStr::from_bytes(&self.0)
+    }
+}
+
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_os_str().hash(state)
+    }
 }
 
 const MAX_NEGATIVES: usize = 65536;
@@ -77,22 +107,22 @@ const MAX_NEGATIVES: usize = 65536;
 #[derive(Hash)]
 struct NameRef<'a>(u64, &'a OsStr);
 
-impl Equivalent<(u64, OsString)> for NameRef<'_> {
-    fn equivalent(&self, key: &(u64, OsString)) -> bool {
-        self.0 == key.0 && self.1 == key.1
+impl Equivalent<(u64, Name)> for NameRef<'_> {
+    fn equivalent(&self, key: &(u64, Name)) -> bool {
+        self.0 == key.0 && self.1.as_bytes() == &key.1 .0[..]
     }
 }
 
 #[derive(Debug)]
 struct Node {
     parent: u64,
-    name: OsString,
+    name: Name,
     /// False once the name was unlinked or replaced: the inode lives on only through open
     /// handles.
     attached: bool,
     /// Other names of the same file made by link(2) through the union: the kernel must see
     /// one inode, or it would cache attributes and pages per name and show stale data.
-    aliases: Vec<(u64, OsString)>,
+    aliases: Vec<(u64, Name)>,
     /// References the kernel holds (replies that handed this inode out, less FORGETs).
     lookups: u64,
     /// The branch file's (device, inode) when it has several names (its key in `by_file`).
@@ -114,7 +144,7 @@ impl Nodes {
             ROOT,
             Node {
                 parent: ROOT,
-                name: OsString::new(),
+                name: Name::new(OsStr::new("")),
                 attached: true,
                 aliases: Vec::new(),
                 lookups: 1,
@@ -135,7 +165,7 @@ impl Nodes {
         if self.negatives.len() >= MAX_NEGATIVES {
             self.negatives.pop_front();
         }
-        self.negatives.push_back((parent, name.to_os_string()));
+        self.negatives.push_back((parent, Name::new(name)));
     }
 
     fn child_count(&mut self, parent: u64, delta: i64) {
@@ -167,13 +197,14 @@ impl Nodes {
             RawEntryMut::Vacant(v) => v,
         };
         let ino = self.next;
-        slot.insert_hashed_nocheck(hash, (parent, name.to_os_string()), ino);
+        let name = Name::new(name);
+        slot.insert_hashed_nocheck(hash, (parent, name.clone()), ino);
         self.next += 1;
         self.nodes.insert(
             ino,
             Node {
                 parent,
-                name: name.to_os_string(),
+                name,
                 attached: true,
                 aliases: Vec::new(),
                 lookups: refs,
@@ -239,7 +270,7 @@ impl Nodes {
         if let Some(a) = (n.aliases.iter_mut()).find(|a| NameRef(parent, name).equivalent(a)) {
             let old = (
                 std::mem::replace(&mut n.parent, parent),
-                std::mem::replace(&mut n.name, name.to_os_string()),
+                std::mem::replace(&mut n.name, Name::new(name)),
             );
             *a = old;
         }
@@ -247,9 +278,11 @@ impl Nodes {
 
     /// The other names of `ino` (hard links) the kernel knows.
     pub fn aliases(&self, ino: u64) -> Vec<(u64, OsString)> {
-        self.nodes
-            .get(&ino)
-            .map_or_else(Vec::new, |n| n.aliases.clone())
+        let Some(n) = self.nodes.get(&ino) else {
+            return Vec::new();
+        };
+        let name = |(p, nm): &(u64, Name)| (*p, nm.as_os_str().to_os_string());
+        n.aliases.iter().map(name).collect()
     }
 
     /// Count one more kernel reference to `ino` (a reply handed it out).
@@ -269,8 +302,15 @@ impl Nodes {
     /// The kernel dropped `n` references to `ino` (FORGET, or a reply that was not sent).
     /// Returns the inodes this released (the node and possibly ancestors that were only kept
     /// for it), so their cached state can go too.
+    #[cfg(test)]
     pub fn forget(&mut self, ino: u64, n: u64) -> Vec<u64> {
-        let mut gone = Vec::new();
+        let mut gone = Gone::new();
+        self.release(ino, n, &mut gone);
+        gone.to_vec()
+    }
+
+    /// `forget`, adding the inodes released to `gone`.
+    fn release(&mut self, ino: u64, n: u64, gone: &mut Gone) {
         if let Some(node) = self.nodes.get_mut(&ino) {
             node.lookups = node.lookups.saturating_sub(n);
         }
@@ -306,29 +346,33 @@ impl Nodes {
             self.child_count(key.0, -1);
             cur = key.0;
         }
-        gone
     }
 
     pub fn entry(&self, ino: u64) -> Option<(u64, OsString)> {
         let n = self.nodes.get(&ino)?;
-        n.attached.then(|| (n.parent, n.name.clone()))
+        n.attached
+            .then(|| (n.parent, n.name.as_os_str().to_os_string()))
     }
 
     /// The node's path relative to every branch root (`.` for the root).
+    #[cfg(test)]
     pub fn path(&self, ino: u64) -> Option<PathBuf> {
-        self.path_with(ino, None)
+        self.rel_with(ino, None).map(|r| r.to_path_buf())
     }
 
     /// The path of `name` in directory `parent` relative to every branch root.
+    #[cfg(test)]
     pub fn child_path(&self, parent: u64, name: &OsStr) -> Option<PathBuf> {
-        self.path_with(parent, Some(name))
+        self.rel_with(parent, Some(name)).map(|r| r.to_path_buf())
     }
 
-    /// The path of `ino`, or of its child `name`, made in one allocation: every request
-    /// through the mount makes one.
-    fn path_with(&self, ino: u64, child: Option<&OsStr>) -> Option<PathBuf> {
+    /// The path of `ino` (`.` for the root), or of its child `name`, relative to every branch
+    /// root: every request through the mount makes one.
+    fn rel_with(&self, ino: u64, child: Option<&OsStr>) -> Option<Rel> {
         let mut parts: smallvec::SmallVec<[&OsStr; 16]> = smallvec::SmallVec::new();
-        parts.extend(child);
+        if let Some(c) = child {
+            parts.push(c);
+        }
         let mut cur = ino;
         while cur != ROOT {
             let n = self.nodes.get(&cur)?;
@@ -339,12 +383,14 @@ impl Nodes {
             cur = n.parent;
         }
         if parts.is_empty() {
-            return Some(PathBuf::from("."));
+            return Some(Rel(smallvec::smallvec![b'.']));
         }
-        let len = parts.iter().map(|p| p.len() + 1).sum::<usize>();
-        let mut p = PathBuf::with_capacity(len);
+        let mut p = Rel(smallvec::SmallVec::new());
         for part in parts.iter().rev() {
-            p.push(part);
+            if !p.0.is_empty() {
+                p.0.push(b'/');
+            }
+            p.0.extend_from_slice(part.as_bytes());
         }
         Some(p)
     }
@@ -358,7 +404,7 @@ impl Nodes {
         if !self.nodes.contains_key(&ino) {
             return;
         }
-        let key = (parent, name.to_os_string());
+        let key = (parent, Name::new(name));
         self.detach(parent, name);
         self.by_name.insert(key.clone(), ino);
         self.child_count(parent, 1);
@@ -375,8 +421,8 @@ impl Nodes {
             return None;
         }
         let (p, name) = (n.parent, n.name.clone());
-        self.detach(p, &name);
-        Some(self.get_or_create(p, &name))
+        self.detach(p, name.as_os_str());
+        Some(self.get_or_create(p, name.as_os_str()))
     }
 
     /// Give every alias of `ino` its own inode again: a copy-up breaks hard links (as in
@@ -387,9 +433,9 @@ impl Nodes {
         };
         let aliases = std::mem::take(&mut n.aliases);
         for (p, nm) in aliases {
-            self.by_name.remove(&NameRef(p, &nm));
+            self.by_name.remove(&NameRef(p, nm.as_os_str()));
             self.child_count(p, -1);
-            self.get_or_create(p, &nm);
+            self.get_or_create(p, nm.as_os_str());
         }
     }
 
@@ -415,20 +461,20 @@ impl Nodes {
             n.aliases.retain(|a| !key.equivalent(a));
         }
         // Nothing may be left that the kernel does not hold.
-        self.forget(ino, 0);
+        self.release(ino, 0, &mut Gone::new());
     }
 
     pub fn rename(&mut self, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr) {
         self.detach(newparent, newname);
-        let old = (parent, name.to_os_string());
-        let new = (newparent, newname.to_os_string());
+        let old = (parent, Name::new(name));
+        let new = (newparent, Name::new(newname));
         if let Some(ino) = self.by_name.remove(&old) {
             self.child_count(parent, -1);
             self.child_count(newparent, 1);
             if let Some(n) = self.nodes.get_mut(&ino) {
                 if (n.parent, &n.name) == (old.0, &old.1) {
                     n.parent = newparent;
-                    n.name = newname.to_os_string();
+                    n.name = new.1.clone();
                 } else if let Some(a) = n.aliases.iter_mut().find(|a| **a == old) {
                     *a = new.clone();
                 }
@@ -474,9 +520,47 @@ impl Nodes {
 
     /// Every (parent, name) the kernel may have cached, positive or negative.
     pub fn names(&self) -> Vec<(u64, OsString)> {
-        let mut v: Vec<_> = self.by_name.keys().cloned().collect();
-        v.extend(self.negatives.iter().cloned());
-        v
+        let keys = self.by_name.keys().chain(&self.negatives);
+        keys.map(|(p, nm)| (*p, nm.as_os_str().to_os_string()))
+            .collect()
+    }
+}
+
+/// A union path made for one request (relative to every branch root): inline when short, as
+/// almost every path is, so making one costs no allocation.
+#[derive(Clone, Debug)]
+pub(crate) struct Rel(smallvec::SmallVec<[u8; 128]>);
+
+impl std::ops::Deref for Rel {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        Path::new(OsStr::from_bytes(&self.0))
+    }
+}
+
+impl Rel {
+    fn of(path: &Path) -> Rel {
+        Rel(smallvec::SmallVec::from_slice(path.as_os_str().as_bytes()))
+    }
+}
+
+impl AsRef<Path> for Rel {
+    fn as_ref(&self) -> &Path {
+        self
+    }
+}
+
+/// A named inode's parent and path (see `Op::named`).
+pub(crate) struct Named {
+    pub parent: u64,
+    pub rel: Rel,
+    /// The length of the name, the path's last component.
+    name_len: usize,
+}
+
+impl Named {
+    pub fn name(&self) -> &OsStr {
+        OsStr::from_bytes(&self.rel.0[self.rel.0.len() - self.name_len..])
     }
 }
 
@@ -704,7 +788,7 @@ pub struct State {
     copying: Mutex<HashSet<u64>>,
     copied: std::sync::Condvar,
     /// Directories found plain (see `plain.rs`), by inode.
-    plain: Mutex<HashMap<u64, plain::PlainDir>>,
+    plain: Mutex<plain::PlainDirs>,
 }
 
 thread_local! {
@@ -837,7 +921,7 @@ impl State {
             dir_seq: AtomicU64::new(0),
             copying: Mutex::new(HashSet::new()),
             copied: std::sync::Condvar::new(),
-            plain: Mutex::new(HashMap::new()),
+            plain: Mutex::default(),
         }
     }
 
@@ -852,6 +936,8 @@ impl State {
                 != table.generation
             {
                 v.clear();
+                // (Their descriptors would keep an old branch's file system busy.)
+                lock(&self.plain).clear();
             }
         }
         Op { u: self, table }
@@ -953,13 +1039,15 @@ impl State {
         lock(&self.shared.nodes)
     }
 
-    fn path(&self, ino: u64) -> R<PathBuf> {
-        self.nodes().path(ino).ok_or(libc::ENOENT)
+    fn path(&self, ino: u64) -> R<Rel> {
+        self.nodes().rel_with(ino, None).ok_or(libc::ENOENT)
     }
 
     /// The union path of `name` in directory `parent`.
-    fn child_path(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
-        self.nodes().child_path(parent, name).ok_or(libc::ENOENT)
+    fn child_path(&self, parent: u64, name: &OsStr) -> R<Rel> {
+        self.nodes()
+            .rel_with(parent, Some(name))
+            .ok_or(libc::ENOENT)
     }
 
     fn epoch(&self, dir: u64) -> &AtomicU64 {
@@ -991,7 +1079,7 @@ impl State {
     /// Drop a cached view (after an error that suggests the branches changed underneath, or
     /// after a change that is easier re-read than patched).
     fn forget_view(&self, ino: u64) {
-        lock(&self.plain).remove(&ino);
+        lock(&self.plain).remove(ino);
         self.views_w().remove(&ino);
         self.epoch(ino).fetch_add(1, Ordering::AcqRel);
     }
@@ -1066,11 +1154,11 @@ impl State {
     /// The kernel dropped references: (inode, count) pairs. Nodes no longer held go, and so
     /// do the cached views of directories among them.
     pub(crate) fn forget_inodes(&self, list: &[(u64, u64)]) {
-        let mut gone = Vec::new();
+        let mut gone = Gone::new();
         {
             let mut nodes = self.nodes();
             for &(ino, n) in list {
-                gone.extend(nodes.forget(ino, n));
+                nodes.release(ino, n, &mut gone);
             }
         }
         if gone.is_empty() {
@@ -1091,7 +1179,7 @@ impl State {
         {
             let mut plain = lock(&self.plain);
             for ino in &gone {
-                plain.remove(ino);
+                plain.remove(*ino);
             }
         }
         let mut views = self.views_w();
@@ -1100,6 +1188,9 @@ impl State {
         }
     }
 }
+
+/// Inodes a FORGET released: one, most of the time (kept inline).
+type Gone = smallvec::SmallVec<[u64; 4]>;
 
 impl Op<'_> {
     fn upper(&self) -> R<u32> {
@@ -1203,6 +1294,11 @@ impl Op<'_> {
     /// removal of a directory (so their parents are still their parents), and each parent's
     /// view still has the serial its child was built from.
     fn current_view(&self, ino: u64) -> Option<Arc<DirView>> {
+        self.with_current_view(ino, Arc::clone)
+    }
+
+    /// `f` of what `current_view` finds, read in place.
+    fn with_current_view<T>(&self, ino: u64, f: impl FnOnce(&Arc<DirView>) -> T) -> Option<T> {
         let mark = self.dirs_mark();
         let now = coarse_now();
         let views = self.views_r();
@@ -1216,7 +1312,7 @@ impl Op<'_> {
                 return None;
             }
             if cur == ROOT {
-                return Some(view.clone());
+                return Some(f(view));
             }
             let parent = views.get(&v.parent)?;
             if parent.serial != v.parent_serial {
@@ -1287,7 +1383,7 @@ impl Op<'_> {
                 if let Some(v) = old.as_ref().filter(|v| fresh(v, ps)) {
                     return Ok(ViewInputs::Cached(v.clone()));
                 }
-                let rel = self.path(ino)?;
+                let rel = self.path(ino)?.to_path_buf();
                 if let Some(v) = self.revalidate(ino, ps, &rel, old.as_ref()) {
                     return Ok(ViewInputs::Cached(v));
                 }
@@ -1452,15 +1548,21 @@ impl Op<'_> {
                 moved: Vec::new(),
             });
         }
-        let (parent, name, rel) = self.named(ino)?;
-        self.locate_named(parent, &name, rel)
+        let n = self.named(ino)?;
+        self.locate_named(n.parent, n.name(), n.rel.to_path_buf())
     }
 
     /// The parent, name and path of (attached, non-root) inode `ino`, under one lock.
-    fn named(&self, ino: u64) -> R<(u64, OsString, PathBuf)> {
+    fn named(&self, ino: u64) -> R<Named> {
         let nodes = self.nodes();
-        let (parent, name) = nodes.entry(ino).ok_or(libc::ENOENT)?;
-        Ok((parent, name, nodes.path(ino).ok_or(libc::ENOENT)?))
+        let n = nodes.nodes.get(&ino).filter(|n| n.attached && ino != ROOT);
+        let (parent, name_len) = n.map(|n| (n.parent, n.name.0.len())).ok_or(libc::ENOENT)?;
+        let rel = nodes.rel_with(ino, None).ok_or(libc::ENOENT)?;
+        Ok(Named {
+            parent,
+            rel,
+            name_len,
+        })
     }
 
     /// `locate` of name `name` of directory `parent`, at union path `rel`.
@@ -1476,9 +1578,9 @@ impl Op<'_> {
 
     /// The path of `name` of directory `parent` in branch `b` (`view`: the directory's view;
     /// another path than the union path in a lower branch under a redirect).
-    fn child_rel_in(&self, view: &DirView, parent: u64, name: &OsStr, b: u32) -> R<PathBuf> {
+    fn child_rel_in(&self, view: &DirView, parent: u64, name: &OsStr, b: u32) -> R<Rel> {
         match view.redirected_in(b) {
-            Some(p) => Ok(p.join(name)),
+            Some(p) => Ok(Rel::of(&p.join(name))),
             None => self.child_path(parent, name),
         }
     }

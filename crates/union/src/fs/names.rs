@@ -4,7 +4,7 @@
 //! whiteout, written *before* the upper copy goes, so no instant shows the lower copy.
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use fuser::FileAttr;
 
@@ -20,13 +20,13 @@ struct RenameChecked {
 }
 
 impl Op<'_> {
-    pub(super) fn rel_of(&self, parent: u64, name: &OsStr) -> R<PathBuf> {
+    pub(super) fn rel_of(&self, parent: u64, name: &OsStr) -> R<super::Rel> {
         self.child_path(parent, name)
     }
 
     /// The path of `name` of `parent` in branch `b` (another one than the union path in a
     /// lower branch under a redirect).
-    pub(super) fn branch_rel(&self, parent: u64, name: &OsStr, b: u32) -> R<PathBuf> {
+    pub(super) fn branch_rel(&self, parent: u64, name: &OsStr, b: u32) -> R<super::Rel> {
         let view = self.ensure_view(parent)?;
         self.child_rel_in(&view, parent, name, b)
     }
@@ -37,8 +37,8 @@ impl Op<'_> {
         }
         let _ns = self.ns();
         self.ns_changing();
-        if let Some(b) = self.plain_dir(parent) {
-            return self.unlink_plain(parent, name, b);
+        if let Some(p) = self.plain_dir(parent) {
+            return self.unlink_plain(parent, name, &p);
         }
         // A lower name of a file with other names goes from the upper copy, made now if need
         // be, so the count of the other names drops (`index.rs`).
