@@ -22,6 +22,17 @@ fn assert_same(src: &Path, dst: &Path) {
     }
 }
 
+/// Another run itemizes nothing.
+fn assert_nothing_left(state: &Path, src: &str, dst: &str) {
+    let again = mirror(state, &[src, dst, "-i"]);
+    assert_exit(&again, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "",
+        "nothing left to do"
+    );
+}
+
 #[test]
 fn every_kind_identical() {
     let t = tempfile::tempdir().unwrap();
@@ -278,13 +289,7 @@ fn an_initial_copy_of_many_parts_is_whole() {
     assert!(entries.len() > 7200, "{} entries", entries.len());
     assert_eq!(listed, entries, "each entry listed once");
 
-    let again = mirror(&state, &[s, d, "-i"]);
-    assert_exit(&again, 0);
-    assert_eq!(
-        String::from_utf8_lossy(&again.stdout),
-        "",
-        "nothing left to do"
-    );
+    assert_nothing_left(&state, s, d);
 }
 
 /// A directory of more names than the walk's slice (1,024) is planned a
@@ -343,11 +348,5 @@ fn a_directory_of_many_names_converges_slice_by_slice() {
             "{path} in:\n{text}"
         );
     }
-    let again = mirror(&state, &[s, d, "-i"]);
-    assert_exit(&again, 0);
-    assert_eq!(
-        String::from_utf8_lossy(&again.stdout),
-        "",
-        "nothing left to do"
-    );
+    assert_nothing_left(&state, s, d);
 }

@@ -1,8 +1,9 @@
 //! A directory's names as listed, packed: every name in one buffer and a
 //! 16-byte record per name (its place in the buffer, its `d_type`, its
-//! inode number). A listing of 18,000 names held 2.1 MB as a vector of
-//! separately allocated names, and holds about 0.6 MB this way; a walk
-//! holds both sides' names of the directories in flight.
+//! inode number). A listing of 17,869 names held 2.1 MB as a vector of
+//! separately allocated names (heaptrack); this way it takes 16 bytes and
+//! the name's own a name, about 0.6 MB. A walk holds both sides' names of
+//! the directories in flight.
 
 use std::io;
 

@@ -165,7 +165,7 @@ impl PairWalk<'_, '_> {
         let peer = s_read.names().filter(|_| dc.opts.listing_memo.is_some());
         let d_read = read_side(&mut d, &rel, dc, peer);
         let (s_subs, d_subs, d_mount) = match self.slices(&s_read, &d_read) {
-            Some(slices) => self.visit_slices(&rel, (&s, &d), (&s_read, &d_read), &slices),
+            Some(slices) => self.visit_slices(&rel, (&s, &d), (&s_read, &d_read), slices),
             None => {
                 // The destination's first: it may hold the source's names.
                 let d_part = whole(&d, &rel, dc, d_read);
@@ -192,7 +192,7 @@ impl PairWalk<'_, '_> {
     /// The slices of a directory read as far as its names on both sides,
     /// when it is to be visited in slices: each a range of each side's
     /// names in name order (see `cut_slices`).
-    fn slices(&self, s: &SideRead, d: &SideRead) -> Option<Vec<SliceOf>> {
+    fn slices(&self, s: &SideRead, d: &SideRead) -> Option<Slices> {
         let n = self.slice?;
         let sliceable = |r: &SideRead| match r {
             SideRead::Head(h) => h.names.is_some(),
@@ -218,18 +218,10 @@ impl PairWalk<'_, '_> {
             d_order.len(),
             n,
         );
-        if cuts.len() < 2 {
-            return None;
-        }
-        let of = |order: &[u32], r: Range<usize>| order[r].to_vec();
-        Some(
-            cuts.into_iter()
-                .map(|(a, b)| SliceOf {
-                    src: of(&s_order, a),
-                    dst: of(&d_order, b),
-                })
-                .collect(),
-        )
+        (cuts.len() >= 2).then_some(Slices {
+            order: (s_order, d_order),
+            cuts,
+        })
     }
 
     /// Visit a directory slice by slice; returns its subdirectories on
@@ -240,7 +232,7 @@ impl PairWalk<'_, '_> {
         rel: &RelPath,
         (s, d): (&WalkSide, &WalkSide),
         (s_read, d_read): (&SideRead, &SideRead),
-        slices: &[SliceOf],
+        slices: Slices,
     ) -> (Vec<Entry>, Vec<Entry>, bool) {
         let totals = (
             s_read.names().map_or(0, Names::len),
@@ -251,15 +243,19 @@ impl PairWalk<'_, '_> {
             SideRead::Head(h) => self.dc.across_mount(&h.me),
             SideRead::Done(_) => false,
         };
-        for (k, part) in slices.iter().enumerate() {
-            let mut s_part = slice_listing(s, rel, self.sc, s_read, &part.src);
-            let mut d_part = slice_listing(d, rel, self.dc, d_read, &part.dst);
+        let Slices {
+            order: (mut s_order, mut d_order),
+            cuts,
+        } = slices;
+        for (k, (a, b)) in cuts.iter().enumerate() {
+            let mut s_part = slice_listing(s, rel, self.sc, s_read, &mut s_order[a.clone()]);
+            let mut d_part = slice_listing(d, rel, self.dc, d_read, &mut d_order[b.clone()]);
             (self.visit)(DirVisit {
                 path: rel,
                 src: s_part.as_ref(),
                 dst: d_part.as_ref(),
                 slice: Some(Slice {
-                    last: k + 1 == slices.len(),
+                    last: k + 1 == cuts.len(),
                     names: totals,
                 }),
             });
@@ -314,10 +310,11 @@ impl PairWalk<'_, '_> {
     }
 }
 
-/// One slice's names on each side: indices into each side's names.
-struct SliceOf {
-    src: Vec<u32>,
-    dst: Vec<u32>,
+/// How a directory is cut: each side's names in name order (indices
+/// into its names), and each slice's range of both orders.
+struct Slices {
+    order: (Vec<u32>, Vec<u32>),
+    cuts: Vec<(Range<usize>, Range<usize>)>,
 }
 
 /// The listing of one slice of a side read as far as `read`.
@@ -326,20 +323,20 @@ fn slice_listing(
     rel: &RelPath,
     ctx: &Ctx,
     read: &SideRead,
-    pick: &[u32],
+    pick: &mut [u32],
 ) -> Option<Listing> {
     let (WalkSide::Open(dir), SideRead::Head(h)) = (side, read) else {
         return None;
     };
     let names = h.names.as_ref()?.names();
-    let mut pick = pick.to_vec();
+    // (`pick` is left in inode order: each slice has a range of its own.)
     Some(listing_of_names(
         dir,
         rel,
         ctx,
         (h.me.clone(), h.ctime),
         names,
-        &mut pick,
+        pick,
     ))
 }
 

@@ -12,6 +12,19 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// A union of `b/up` (writable) over `b/lo` (read-only), mounted at `b/mnt`.
+fn up_over_lo(b: &Path) -> UnionMount {
+    fs::create_dir_all(b.join("up")).unwrap();
+    fs::create_dir_all(b.join("lo")).unwrap();
+    UnionMount::new(
+        &b.join("mnt"),
+        &[
+            format!("{}=rw", b.join("up").display()),
+            format!("{}=ro", b.join("lo").display()),
+        ],
+    )
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -179,15 +192,7 @@ fn a_plain_directory_replaced_in_the_branch_shows_up_promptly() {
     }
     let t = tempfile::tempdir().unwrap();
     let b = t.path();
-    fs::create_dir_all(b.join("up")).unwrap();
-    fs::create_dir_all(b.join("lo")).unwrap();
-    let m = UnionMount::new(
-        &b.join("mnt"),
-        &[
-            format!("{}=rw", b.join("up").display()),
-            format!("{}=ro", b.join("lo").display()),
-        ],
-    );
+    let m = up_over_lo(b);
     fs::create_dir(m.mnt.join("d")).unwrap();
     fs::write(b.join("up/d/a"), "a\n").unwrap();
     // Names only looked up and stat'ed: an open would give the directory a view.
@@ -346,15 +351,7 @@ fn write_by_another_user_drops_setuid() {
     }
     let t = tempfile::tempdir().unwrap();
     let b = t.path();
-    fs::create_dir_all(b.join("up")).unwrap();
-    fs::create_dir_all(b.join("lo")).unwrap();
-    let m = UnionMount::new(
-        &b.join("mnt"),
-        &[
-            format!("{}=rw", b.join("up").display()),
-            format!("{}=ro", b.join("lo").display()),
-        ],
-    );
+    let m = up_over_lo(b);
     // The traversal to the file must be allowed for the other user.
     sh(&format!("chmod 755 {}", b.display()));
     let f = m.mnt.join("suid");

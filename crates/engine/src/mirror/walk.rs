@@ -23,7 +23,7 @@ use std::sync::Mutex;
 /// visited in slices of this many (`accord_fsys::Slice`): a run holds a
 /// slice's entries at a time, not a large directory's all (one of 17,869
 /// names held 11 MB of entries and names in a run that changed nothing;
-/// its names alone, packed, take 0.6 MB a side).
+/// its names alone, packed, take about 0.6 MB a side).
 pub(crate) const SLICE_NAMES: usize = 1024;
 
 /// What the walk found besides the plan.
