@@ -13,6 +13,7 @@
 
 mod change_time;
 mod copy;
+mod flush;
 mod follow;
 mod mapped;
 mod memo;
@@ -460,6 +461,8 @@ pub struct Root {
     /// run writing into it, so the directories it opens may be repaired
     /// (see [`Dir::repairs`]).
     locked: std::sync::atomic::AtomicBool,
+    /// Flushes asked for at once are served together.
+    flushes: flush::FlushGroup,
 }
 
 impl Root {
@@ -484,6 +487,7 @@ impl Root {
             path: path.to_path_buf(),
             stat,
             locked: Default::default(),
+            flushes: Default::default(),
         })
     }
 
@@ -522,6 +526,7 @@ impl Root {
             path,
             stat,
             locked: Default::default(),
+            flushes: Default::default(),
         })
     }
 
@@ -606,9 +611,13 @@ impl Root {
         r == 0 && LOCAL.contains(&(sf.f_type as i64))
     }
 
-    /// Flush the whole file system holding this root (`syncfs`).
+    /// Flush the whole file system holding this root (`syncfs`): what this
+    /// thread wrote before the call is durable when it returns `Ok`. Calls
+    /// made while a flush runs share the next one (see `flush`).
     pub fn syncfs(&self) -> io::Result<()> {
-        cvt_retry(|| unsafe { libc::syncfs(self.dir.fd.as_raw_fd()) }).map(|_| ())
+        let fd = self.dir.fd.as_raw_fd();
+        let one = || cvt_retry(|| unsafe { libc::syncfs(fd) }).map(|_| ());
+        self.flushes.flush(one)
     }
 }
 
