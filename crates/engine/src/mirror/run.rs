@@ -190,6 +190,8 @@ fn open_roots(
     })?;
     let opts = crate::LocalOptions {
         fsync: cfg.fsync,
+        // Files are copied from the source, not received.
+        receives: false,
         ..Default::default()
     };
     Ok((

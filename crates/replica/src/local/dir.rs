@@ -159,6 +159,9 @@ impl LocalDir<'_> {
     /// Note that this replica made `name` here (a directory, or a
     /// directory temp), unless it remembers as many as it may.
     fn note_made(&self, name: &[u8]) {
+        if !self.replica.opts.receives {
+            return;
+        }
         let mut made = self.replica.made_dirs.lock().unwrap();
         if made.len() >= super::MADE_DIRS_MAX {
             return;

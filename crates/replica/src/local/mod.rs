@@ -33,6 +33,11 @@ pub struct LocalOptions {
     pub fsync: bool,
     /// Most scratch memory an in-place patch may use.
     pub max_scratch: u64,
+    /// Whole files may be received into this replica (from a wire, or by
+    /// a sync's propagation): it then notes the directories it makes
+    /// (`LocalReplica::made_dirs`). A mirror between two local roots
+    /// copies instead, and would only hold the paths.
+    pub receives: bool,
 }
 
 impl Default for LocalOptions {
@@ -40,6 +45,7 @@ impl Default for LocalOptions {
         LocalOptions {
             fsync: true,
             max_scratch: PatchOptions::default().max_scratch,
+            receives: true,
         }
     }
 }
@@ -56,7 +62,8 @@ pub struct LocalReplica {
     /// through them (the replica crate's local/follow.rs).
     pub(crate) follow: follow::FollowState,
     /// Directories this replica made (and directory temps it made, by
-    /// their temp's path, until committed): no partial file of an earlier
+    /// their temp's path, until committed), when it receives files
+    /// (`LocalOptions::receives`): no partial file of an earlier
     /// run is in them, so a whole file received into one has none to
     /// remove (one failed unlink a file fewer in an initial push). At
     /// most `MADE_DIRS_MAX` of them, so that memory does not grow with the
