@@ -196,14 +196,25 @@ const READ_BUFFER: usize = 64 << 10;
 /// bytes are queued; fewer wait until the replying thread would sleep.
 const SOON_BATCH: usize = 32 << 10;
 
+/// How long the client's sender thread, woken for a request held back,
+/// waits for more to join it (see `send_loop`): a thread that waits for a
+/// reply sends what is held at once, so only requests their thread does
+/// not wait for (a push's small files, one after another) wait this long,
+/// and only while fewer than `SOON_BATCH` bytes are queued.
+const HOLD: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// One end of a connection.
 pub struct Conn {
     role: Role,
     out: Mutex<Outgoing>,
     out_changed: Condvar,
-    /// Bytes were queued by `reply_soon` without waking the sender: a
-    /// thread of ours that would sleep first calls `flush`.
+    /// Bytes were queued by `reply_soon`, or as a client's request,
+    /// without waking the sender for them: a thread of ours that would
+    /// sleep first calls `flush` (a client's sender writes them after
+    /// `HOLD` anyway).
     held_back: AtomicBool,
+    /// `HOLD`, in microseconds (a test makes it longer than it runs).
+    hold_us: AtomicU64,
     body_lock: Mutex<()>,
     state: Mutex<State>,
     changed: Condvar,
@@ -365,6 +376,7 @@ impl Conn {
             out: Mutex::new(Outgoing::default()),
             out_changed: Condvar::new(),
             held_back: AtomicBool::new(false),
+            hold_us: AtomicU64::new(HOLD.as_micros() as u64),
             body_lock: Mutex::new(()),
             state: Mutex::new(st),
             changed: Condvar::new(),
@@ -425,6 +437,14 @@ impl Conn {
                 self.notify_out(out);
                 return;
             }
+            if self.role == Role::Client
+                && self.held_back.load(Ordering::Relaxed)
+                && out.buf.len() < SOON_BATCH
+                && !out.shut
+            {
+                // A request held back: more may join it in one write.
+                out = self.hold_for_more(out);
+            }
             std::mem::swap(&mut out.buf, &mut spare);
             self.held_back.store(false, Ordering::Relaxed);
             // Callers waiting for room.
@@ -439,6 +459,21 @@ impl Conn {
             }
             spare.clear();
         }
+    }
+
+    /// Wait at most `HOLD` for more requests, or for a thread to send
+    /// what is held (`flush`, or `SOON_BATCH` bytes queued).
+    fn hold_for_more<'a>(&self, mut out: MutexGuard<'a, Outgoing>) -> MutexGuard<'a, Outgoing> {
+        out.waiters += 1;
+        let (mut out, _) = self
+            .out_changed
+            .wait_timeout(
+                out,
+                std::time::Duration::from_micros(self.hold_us.load(Ordering::Relaxed)),
+            )
+            .unwrap_or_else(|e| e.into_inner());
+        out.waiters -= 1;
+        out
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -1019,7 +1054,26 @@ impl Conn {
         self.lock().inbound.insert(stream, Inbound::default());
         encode_frame(&mut buf, stream, kind, header);
         then(stream, &mut buf);
-        self.write_locked(&mut w, &buf).map(|()| stream)
+        self.write_request_locked(&mut w, &buf).map(|()| stream)
+    }
+
+    /// Queue a request under the queue's lock. The sender is woken for
+    /// the first bytes queued and then waits a moment for more (see
+    /// `HOLD`), or once `SOON_BATCH` bytes wait: a push of many small
+    /// files costs one write to the transport, and one packet of ssh's,
+    /// for many of them rather than for each.
+    fn write_request_locked(&self, out: &mut Outgoing, buf: &[u8]) -> io::Result<()> {
+        if out.done {
+            return self.write_locked(out, buf);
+        }
+        let was_empty = out.buf.is_empty();
+        out.buf.extend_from_slice(buf);
+        let full = out.buf.len() >= SOON_BATCH;
+        self.held_back.store(!full, Ordering::Relaxed);
+        if (was_empty || full) && out.waiters > 0 {
+            self.out_changed.notify_all();
+        }
+        Ok(())
     }
 
     /// Stop listening to a stream whose reply is not wanted any more.
@@ -1192,6 +1246,60 @@ mod tests {
         }
         assert_eq!(answer, b"recorded");
         assert!(client.wait_closed(std::time::Duration::from_secs(10)));
+    }
+
+    /// The sending half of a socket that counts the batches written to
+    /// it (the sender thread flushes once a batch).
+    struct CountedBatches(Sending, Arc<AtomicU64>);
+
+    impl Write for CountedBatches {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0.flush()
+        }
+    }
+
+    /// A push's small files are requests their thread does not wait for,
+    /// one after another: they go out many to a write (and to one packet
+    /// of ssh's), not one each.
+    #[test]
+    fn requests_sent_one_after_another_go_out_together() {
+        let (c, s) = UnixStream::pair().unwrap();
+        let batches = Arc::new(AtomicU64::new(0));
+        let writer = CountedBatches(Sending(c.try_clone().unwrap()), batches.clone());
+        let budget = crate::budget::Budget::alone(64 << 20);
+        let client =
+            Conn::start(Role::Client, Box::new(c), Box::new(writer), None, budget).unwrap();
+        // Longer than the test: what is held goes out by the batch only,
+        // however the threads are scheduled.
+        client.hold_us.store(3_600_000_000, Ordering::Relaxed);
+        let server = conn(Role::Server, s);
+        let reading = std::thread::spawn(move || {
+            let mut bodies = 0;
+            while let Some(o) = server.next_request() {
+                while let Ok(Some(_)) = server.recv(o.stream) {}
+                bodies += 1;
+            }
+            bodies
+        });
+        let file = [7u8; 1000];
+        for i in 0..200u32 {
+            let mut body: &[u8] = &file;
+            client
+                .request(format!("file {i}").as_bytes(), Some(&mut body))
+                .unwrap();
+            // As a push reads its next file: the sender has time to
+            // write each request alone.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        client.shutdown_write();
+        assert_eq!(reading.join().unwrap(), 200);
+        // About 32 of them to a `SOON_BATCH`, and the rest at the end.
+        let written = batches.load(Ordering::Relaxed);
+        assert!(written <= 10, "200 requests took {written} writes");
     }
 
     /// A reply sent soon waits for more to join it, but not past the
