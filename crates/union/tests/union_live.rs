@@ -12,6 +12,23 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Poll `seen` (given the round's number) until it holds: a change made behind the union's
+/// back shows when its cache expires, which takes about a second; fails after 3 s.
+fn seen_within_3s(what: &str, mut seen: impl FnMut(u32) -> bool) -> Duration {
+    let start = Instant::now();
+    for round in 0.. {
+        if seen(round) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{what} not seen after 3 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
 /// A union of `b/up` (writable) over `b/lo` (read-only), mounted at `b/mnt`.
 fn up_over_lo(b: &Path) -> UnionMount {
     fs::create_dir_all(b.join("up")).unwrap();
@@ -159,20 +176,11 @@ fn direct_branch_changes_show_up_promptly() {
     let ino = fs::metadata(m.mnt.join("sub/old")).unwrap().ino();
     fs::write(b.join("lo/sub/new"), "new\n").unwrap();
     fs::write(b.join("lo/sub/old"), "changed\n").unwrap();
-    let start = Instant::now();
-    loop {
-        let seen = names(&m.mnt.join("sub")) == ["new", "old"]
-            && fs::read_to_string(m.mnt.join("sub/old")).unwrap() == "changed\n";
-        if seen {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "change not visible after 3 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    eprintln!("direct change visible after {:?}", start.elapsed());
+    let took = seen_within_3s("the direct change", |_| {
+        names(&m.mnt.join("sub")) == ["new", "old"]
+            && fs::read_to_string(m.mnt.join("sub/old")).unwrap() == "changed\n"
+    });
+    eprintln!("direct change visible after {took:?}");
     // inode numbers survive cache expiry; `..` is the parent
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(fs::metadata(m.mnt.join("sub/old")).unwrap().ino(), ino);
@@ -201,23 +209,14 @@ fn a_plain_directory_replaced_in_the_branch_shows_up_promptly() {
     fs::rename(b.join("up/d"), b.join("d-old")).unwrap();
     fs::create_dir(b.join("up/d")).unwrap();
     fs::write(b.join("up/d/b"), "b\n").unwrap();
-    let start = Instant::now();
-    for i in 0.. {
+    let took = seen_within_3s("the new directory", |i| {
         // (Looking up a new name in the root keeps the root's view renewed, so only the
         // directory's own age can make the union look for it again.)
         assert!(fs::symlink_metadata(m.mnt.join(format!("absent{i}"))).is_err());
-        let seen = fs::symlink_metadata(m.mnt.join("d/b")).is_ok()
-            && fs::symlink_metadata(m.mnt.join("d/a")).is_err();
-        if seen {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "the new directory not seen after 3 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    eprintln!("replaced directory seen after {:?}", start.elapsed());
+        fs::symlink_metadata(m.mnt.join("d/b")).is_ok()
+            && fs::symlink_metadata(m.mnt.join("d/a")).is_err()
+    });
+    eprintln!("replaced directory seen after {took:?}");
 }
 
 #[test]
@@ -911,14 +910,9 @@ fn absent_names_created_later_show_up() {
     assert_eq!(fs::read_to_string(m.mnt.join("sub/link")).unwrap(), "m");
     assert!(fs::metadata(m.mnt.join("sub/dir")).unwrap().is_dir());
     fs::write(b.join("lo/sub/late"), "l").unwrap();
-    let start = Instant::now();
-    while fs::symlink_metadata(m.mnt.join("sub/late")).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "a name created directly in a branch still absent after 3 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    eprintln!("direct creation visible after {:?}", start.elapsed());
+    let took = seen_within_3s("a name created directly in a branch", |_| {
+        fs::symlink_metadata(m.mnt.join("sub/late")).is_ok()
+    });
+    eprintln!("direct creation visible after {took:?}");
     assert_eq!(fs::read_to_string(m.mnt.join("sub/late")).unwrap(), "l");
 }
