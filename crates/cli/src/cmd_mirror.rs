@@ -820,7 +820,7 @@ pub(crate) fn print_lines(args: &MirrorArgs, r: &Report, prefix: &str) {
     let mut out = stdout.lock();
     if args.dry_run {
         if let (Some(plan), false) = (&r.plan, args.json) {
-            for line in plan.items().filter_map(|it| dry_run_line(it, prefix)) {
+            for line in plan.items().filter_map(|it| dry_run_line(&it, prefix)) {
                 let _ = writeln!(out, "{line}");
             }
         }

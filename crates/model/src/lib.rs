@@ -101,17 +101,21 @@ pub struct RelPath(Arc<[u8]>);
 
 impl Ord for RelPath {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // Bytewise, except that the separator sorts below every byte a name
-        // may hold (names hold no NUL and no '/').
-        let (a, b) = (&self.0, &other.0);
-        let same = common_prefix_len(a, b);
-        let key = |c: Option<&u8>| match c {
-            None => 0u16,
-            Some(b'/') => 1,
-            Some(&x) => x as u16 + 1,
-        };
-        key(a.get(same)).cmp(&key(b.get(same)))
+        path_order(&self.0, &other.0)
     }
+}
+
+/// The order of [`RelPath`]s, on the bytes of two valid paths: bytewise,
+/// except that the separator sorts below every byte a name may hold (names
+/// hold no NUL and no '/'), so a directory's entries follow it together.
+pub fn path_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let same = common_prefix_len(a, b);
+    let key = |c: Option<&u8>| match c {
+        None => 0u16,
+        Some(b'/') => 1,
+        Some(&x) => x as u16 + 1,
+    };
+    key(a.get(same)).cmp(&key(b.get(same)))
 }
 
 /// How many leading bytes `a` and `b` share. Eight bytes at a time: the

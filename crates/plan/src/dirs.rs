@@ -10,8 +10,8 @@
 //! drops its listing holds memory for what changes, not for the tree.
 
 use crate::{
-    contents_differ, item, join_sorted, method, multi_linked, props_differ, Facts, Item, MaxDelete,
-    Method, MirrorOptions, MirrorPlan, Op, Refusal,
+    contents_differ, item, join_sorted, method, multi_linked, props_differ, DirMetaList, Facts,
+    Item, MaxDelete, Method, MirrorOptions, MirrorPlan, Op, Refusal,
 };
 use accord_model::{Entry, Kind, RelPath};
 use std::collections::{HashMap, HashSet};
@@ -153,7 +153,7 @@ impl MirrorPlanner {
     /// `take_creations`): the properties of the directories planned so
     /// far, deepest first, which it still owes those it made, and the
     /// counts of what it walked.
-    pub fn into_dir_meta(self) -> (Vec<Item>, crate::Summary) {
+    pub fn into_dir_meta(self) -> (DirMetaList, crate::Summary) {
         let mut plan = self.acc.into_inner().unwrap().plan;
         order(&mut plan);
         (plan.dir_meta, plan.summary)
@@ -193,7 +193,7 @@ impl Acc {
         p.mkdirs.extend(q.mkdirs);
         p.files.extend(q.files);
         p.links.extend(q.links);
-        p.dir_meta.extend(q.dir_meta);
+        p.dir_meta.append(q.dir_meta);
         let (s, t) = (&mut p.summary, q.summary);
         s.entries_total += t.entries_total;
         s.files_total += t.files_total;
@@ -390,7 +390,7 @@ fn plan_one_dir(o: &MirrorOptions, input: &DirInput, carried: Carry) -> DirPlan 
         if planned {
             let mut it = item(Op::DirMeta, Some(s_me), d_me);
             it.props_differ = differ;
-            plan.dir_meta.push(it);
+            plan.dir_meta.push(&it);
         }
         if holds_deferred {
             let held = (s_me.clone(), d_me.cloned(), planned);
@@ -551,7 +551,7 @@ fn plan_deferred(acc: &mut Acc, o: &MirrorOptions, one_directory: bool) {
                 *planned = true;
                 acc.plan
                     .dir_meta
-                    .push(item(Op::DirMeta, Some(s_me), d_me.as_ref()));
+                    .push(&item(Op::DirMeta, Some(s_me), d_me.as_ref()));
             }
         }
     }
@@ -569,12 +569,7 @@ fn order(plan: &mut MirrorPlan) {
     plan.mkdirs.sort_unstable_by(by_path);
     plan.files.sort_unstable_by(by_path);
     plan.links.sort_unstable_by(by_path);
-    plan.dir_meta.sort_unstable_by(|a, b| {
-        b.path
-            .depth()
-            .cmp(&a.path.depth())
-            .then_with(|| a.path.cmp(&b.path))
-    });
+    plan.dir_meta.sort_deepest_first();
 }
 
 /// Plan a mirror of `src` onto `dst`, two whole scans (any order; the root

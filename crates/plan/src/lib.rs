@@ -18,6 +18,7 @@ pub mod detect;
 mod dirs;
 pub mod keep_both;
 mod links;
+mod packed;
 pub mod plan_edit;
 pub mod reconcile;
 mod renames;
@@ -32,6 +33,7 @@ pub use detect::{detect, Changes, DetectOptions, Detection, SyncedProps, Update,
 pub use dirs::{mirror_plan, DirInput, DirPart, MirrorPlanner};
 pub use keep_both::{conflict_name, host_label, keep_both_winner, utc_stamp};
 pub use links::plan_links;
+pub use packed::DirMetaList;
 pub use plan_edit::{winner, PlanEdit, Refused as EditRefused};
 pub use reconcile::{
     choice_covers_subtree, reconcile_path, reconcile_tree, Action, Choice, ConflictReason, LinkTo,
@@ -48,6 +50,7 @@ pub use sync_guard::{check_deletions, SideCounts, SyncRefusal};
 pub use version_vector::{VectorError, VersionVector, MAX_REPLICAS};
 
 use accord_model::{Entry, Expect, Kind, RelPath};
+use std::borrow::Cow;
 
 /// How many deletions the guard allows.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -408,20 +411,22 @@ pub struct MirrorPlan {
     pub mkdirs: Vec<Item>,
     pub files: Vec<Item>,
     pub links: Vec<Item>,
-    pub dir_meta: Vec<Item>,
+    pub dir_meta: DirMetaList,
     pub summary: Summary,
 }
 
 impl MirrorPlan {
-    /// All items in execution order.
-    pub fn items(&self) -> impl Iterator<Item = &Item> {
+    /// All items in execution order (the directories' properties unpacked
+    /// as they are reached).
+    pub fn items(&self) -> impl Iterator<Item = Cow<'_, Item>> {
         self.cleanup
             .iter()
             .chain(&self.deletes)
             .chain(&self.mkdirs)
             .chain(&self.files)
             .chain(&self.links)
-            .chain(&self.dir_meta)
+            .map(Cow::Borrowed)
+            .chain(self.dir_meta.iter().map(Cow::Owned))
     }
 
     /// True when nothing would change.

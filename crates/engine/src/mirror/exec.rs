@@ -8,7 +8,7 @@ use crate::mirror::transfer::{self, Xfer};
 use crate::Progress;
 use accord_fsys::PropsMask;
 use accord_model::{Kind, RelPath};
-use accord_plan::{Change, Item, MirrorPlan, Op};
+use accord_plan::{Change, DirMetaList, Item, MirrorPlan, Op};
 use accord_replica::{Action, Error};
 use accord_replica::{Deleted, Pending, Replica};
 use rayon::prelude::*;
@@ -289,7 +289,7 @@ pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::R
             // Files were written after the properties were sent: their
             // directories' times must be set again, and flushed again.
             if let Some((props, flush)) = sent {
-                for (_, p) in props {
+                for (_, p) in props.started {
                     let _ = p.wait();
                 }
                 let _ = flush.map(Pending::wait);
@@ -303,7 +303,7 @@ pub(crate) fn run_plan(x: &Exec, plan: &MirrorPlan) -> Option<Pending<std::io::R
     flush
 }
 
-type Tail<'a> = (Started<'a, ()>, Option<Pending<std::io::Result<()>>>);
+type Tail<'a> = (PropsStarted<'a>, Option<Pending<std::io::Result<()>>>);
 
 /// Directory properties, then the final flush.
 fn start_tail<'a>(x: &Exec, plan: &'a MirrorPlan) -> Tail<'a> {
@@ -453,43 +453,60 @@ fn wait_dirs(x: &Exec, started: Started<'_, ()>) {
 
 type Started<'a, T> = Vec<(&'a Item, Pending<Result<T, Error>>)>;
 
+/// Directory properties started, by their place in the plan's list (each
+/// unpacked again only to be reported).
+struct PropsStarted<'a> {
+    list: &'a DirMetaList,
+    started: Vec<(usize, Pending<Result<(), Error>>)>,
+}
+
 /// Directory properties, deepest first, one depth level at a time
-/// (results taken by `wait_dir_props`).
-fn start_dir_props<'a>(x: &Exec, items: &'a [Item]) -> Started<'a, ()> {
-    let mut levels: BTreeMap<std::cmp::Reverse<usize>, Vec<&Item>> = BTreeMap::new();
-    for it in items {
-        levels
-            .entry(std::cmp::Reverse(it.path.depth()))
-            .or_default()
-            .push(it);
-    }
-    let mut started = Vec::new();
-    for (_, items) in levels {
+/// (results taken by `wait_dir_props`). The list is sorted so; each level
+/// is unpacked, started in parallel and dropped before the next.
+fn start_dir_props<'a>(x: &Exec, list: &'a DirMetaList) -> PropsStarted<'a> {
+    let mut started = Vec::with_capacity(list.len());
+    let mut first = 0;
+    while first < list.len() {
+        let level = list.depth(first);
+        let end = (first..list.len())
+            .find(|&i| list.depth(i) != level)
+            .unwrap_or(list.len());
+        let items: Vec<(usize, Item)> = (first..end).map(|i| (i, list.get(i))).collect();
         let level: Vec<_> = items
             .par_iter()
-            .filter_map(|it| {
+            .filter_map(|(i, it)| {
                 let s = it.src.as_deref()?;
                 debug_assert_eq!(s.kind, Kind::Dir);
                 let p = match x.dst.open_dir(&it.path) {
                     Ok(d) => d.start_set_own_props(&it.expect_dst(), &s.props, x.mask()),
                     Err(e) => Pending::ready(Err(Error::io(Action::SetProps)(e))),
                 };
-                Some((*it, p))
+                Some((*i, p))
             })
             .collect();
         started.extend(level);
+        first = end;
     }
-    started
+    PropsStarted { list, started }
 }
 
-fn wait_dir_props(x: &Exec, started: Started<'_, ()>) {
-    for (it, p) in started {
+fn wait_dir_props(x: &Exec, props: PropsStarted<'_>) {
+    for (i, p) in props.started {
         match p.wait() {
-            Ok(()) => x.changed(it),
-            // A directory this run could not make was reported already.
-            Err(Error::Io { source, .. })
-                if it.dst.is_none() && source.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => x.fail_item(it, e),
+            Ok(()) => {
+                if x.cfg.list_changes {
+                    x.changed(&props.list.get(i));
+                }
+            }
+            Err(e) => {
+                let it = props.list.get(i);
+                // A directory this run could not make was reported already.
+                let unmade = it.dst.is_none()
+                    && matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOENT));
+                if !unmade {
+                    x.fail_item(&it, e);
+                }
+            }
         }
     }
 }

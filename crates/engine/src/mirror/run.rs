@@ -578,11 +578,8 @@ fn execute(exec: Exec, plan: MirrorPlan, streamed: bool, report: &mut Report) {
 /// directories it made get their properties (none stays at the mode it
 /// was made with) and all is flushed, as at the end of a whole run.
 fn settle_made_dirs(exec: &Exec, planner: accord_plan::MirrorPlanner, report: &mut Report) {
-    let (dir_meta, summary) = planner.into_dir_meta();
-    let dir_meta = dir_meta
-        .into_iter()
-        .filter(|it| exec.dst.open_dir(&it.path).is_ok())
-        .collect();
+    let (mut dir_meta, summary) = planner.into_dir_meta();
+    dir_meta.retain(|it| exec.dst.open_dir(&it.path).is_ok());
     let made = MirrorPlan {
         dir_meta,
         ..MirrorPlan::default()
