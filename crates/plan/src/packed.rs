@@ -452,6 +452,47 @@ mod tests {
         }
     }
 
+    /// What the module is for: a new directory's item (a path of 40
+    /// bytes, today's times, an ext4 directory's numbers) packs into the
+    /// path and at most 32 bytes more, against about 330 as an item.
+    #[test]
+    fn a_directory_packs_small() {
+        let path = RelPath::new(b"usr/share/doc/libexample-dev/examples/a1").unwrap();
+        let e = Entry {
+            path: path.clone(),
+            kind: Kind::Dir,
+            size: 4096,
+            props: Props {
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                mtime: Time {
+                    sec: 1_795_000_000,
+                    nsec: 123_456_789,
+                },
+                xattrs: None,
+            },
+            dev: 0xfe00,
+            ino: 5_312_365,
+            nlink: 2,
+            rdev: 0,
+            blocks: 8,
+            link_target: None,
+            hash: None,
+        };
+        let mut list = DirMetaList::default();
+        list.push(&Item {
+            op: Op::DirMeta,
+            path,
+            src: Some(Box::new(e)),
+            dst: None,
+            props_differ: true,
+        });
+        assert_eq!(list.path_bytes(0).len(), 40);
+        let record = list.record(0).len();
+        assert!(record <= 40 + 32, "{record} bytes");
+    }
+
     #[test]
     fn extremes_survive() {
         let path = RelPath::new(b"d").unwrap();

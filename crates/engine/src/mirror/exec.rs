@@ -461,17 +461,16 @@ struct PropsStarted<'a> {
 }
 
 /// Directory properties, deepest first, one depth level at a time
-/// (results taken by `wait_dir_props`). The list is sorted so; each level
-/// is unpacked, started in parallel and dropped before the next.
+/// (results taken by `wait_dir_props`), in the list's order within a
+/// level. Each level is unpacked, started in parallel and dropped before
+/// the next.
 fn start_dir_props<'a>(x: &Exec, list: &'a DirMetaList) -> PropsStarted<'a> {
+    let mut order: Vec<usize> = (0..list.len()).collect();
+    // Stable: a plan's list is sorted already, and stays as it is.
+    order.sort_by_key(|&i| std::cmp::Reverse(list.depth(i)));
     let mut started = Vec::with_capacity(list.len());
-    let mut first = 0;
-    while first < list.len() {
-        let level = list.depth(first);
-        let end = (first..list.len())
-            .find(|&i| list.depth(i) != level)
-            .unwrap_or(list.len());
-        let items: Vec<(usize, Item)> = (first..end).map(|i| (i, list.get(i))).collect();
+    for level in order.chunk_by(|&a, &b| list.depth(a) == list.depth(b)) {
+        let items: Vec<(usize, Item)> = level.iter().map(|&i| (i, list.get(i))).collect();
         let level: Vec<_> = items
             .par_iter()
             .filter_map(|(i, it)| {
@@ -485,7 +484,6 @@ fn start_dir_props<'a>(x: &Exec, list: &'a DirMetaList) -> PropsStarted<'a> {
             })
             .collect();
         started.extend(level);
-        first = end;
     }
     PropsStarted { list, started }
 }
