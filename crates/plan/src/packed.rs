@@ -80,7 +80,9 @@ impl DirMetaList {
             .is_some_and(|c| c.len() + record.len() <= c.capacity());
         if !fits {
             let held: usize = self.chunks.iter().map(Vec::len).sum();
-            let capacity = held.clamp(record.len(), CHUNK).max(record.len());
+            // A record larger than a chunk (large extended attributes)
+            // gets a chunk of its own size.
+            let capacity = held.min(CHUNK).max(record.len());
             self.chunks.push(Vec::with_capacity(capacity));
         }
         let chunk = self.chunks.len() - 1;
@@ -491,6 +493,35 @@ mod tests {
         assert_eq!(list.path_bytes(0).len(), 40);
         let record = list.record(0).len();
         assert!(record <= 40 + 32, "{record} bytes");
+    }
+
+    /// A directory whose extended attributes outgrow a chunk, between
+    /// two small ones.
+    #[test]
+    fn a_record_larger_than_a_chunk_fits() {
+        let small = |name: &str| {
+            let path = RelPath::new(name.as_bytes()).unwrap();
+            let e = entry(&path, [1; 6], Time::default(), (false, false, false));
+            Item {
+                op: Op::DirMeta,
+                path,
+                src: Some(Box::new(e)),
+                dst: None,
+                props_differ: false,
+            }
+        };
+        let mut big = small("b");
+        big.src.as_mut().unwrap().props.xattrs = Some(vec![
+            (b"user.one".to_vec(), vec![1; 60_000]),
+            (b"user.two".to_vec(), vec![2; 60_000]),
+        ]);
+        let items = [small("a"), big, small("c")];
+        let mut list = DirMetaList::default();
+        for it in &items {
+            list.push(it);
+        }
+        assert!(list.record(1).len() > CHUNK);
+        assert_eq!(list.iter().collect::<Vec<_>>(), items);
     }
 
     #[test]
