@@ -172,6 +172,8 @@ impl DirMetaList {
         &self.chunks[chunk as usize][at..at + len as usize]
     }
 }
+
+/// The item of a record `push` wrote.
 fn take_item(r: &mut Reader) -> Item {
     let flags = r.byte();
     let path = r.path();
