@@ -465,12 +465,14 @@ struct PropsStarted<'a> {
 /// level. Each level is unpacked, started in parallel and dropped before
 /// the next.
 fn start_dir_props<'a>(x: &Exec, list: &'a DirMetaList) -> PropsStarted<'a> {
-    let mut order: Vec<usize> = (0..list.len()).collect();
+    let mut order: Vec<_> = (0..list.len())
+        .map(|i| (std::cmp::Reverse(list.depth(i)), i))
+        .collect();
     // Stable: a plan's list is sorted already, and stays as it is.
-    order.sort_by_key(|&i| std::cmp::Reverse(list.depth(i)));
+    order.sort_by_key(|&(depth, _)| depth);
     let mut started = Vec::with_capacity(list.len());
-    for level in order.chunk_by(|&a, &b| list.depth(a) == list.depth(b)) {
-        let items: Vec<(usize, Item)> = level.iter().map(|&i| (i, list.get(i))).collect();
+    for level in order.chunk_by(|a, b| a.0 == b.0) {
+        let items: Vec<(usize, Item)> = level.iter().map(|&(_, i)| (i, list.get(i))).collect();
         let level: Vec<_> = items
             .par_iter()
             .filter_map(|(i, it)| {
@@ -492,6 +494,8 @@ fn wait_dir_props(x: &Exec, props: PropsStarted<'_>) {
     for (i, p) in props.started {
         match p.wait() {
             Ok(()) => {
+                // Unpacked only for the list of changes (`changed` keeps
+                // nothing without it).
                 if x.cfg.list_changes {
                     x.changed(&props.list.get(i));
                 }
